@@ -1,0 +1,39 @@
+"""The `agent` command. Thin: each command group lives in agent/commands/<area>.py and
+registers itself here; library code stays out of this file."""
+from __future__ import annotations
+
+import os
+import sys
+
+# litellm fetches a cost map over the network at import unless told not to (FACTS.md).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import typer  # noqa: E402
+
+from agent.commands import common  # noqa: E402
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM).")
+
+
+def _register() -> None:
+    from agent.commands import (bench, check, doctor, evaluate, fixit, knowledge, solve, sweep,
+                                tasks)
+    for module in (doctor, tasks, check, evaluate, solve, knowledge, sweep, fixit, bench):
+        module.register(app)
+
+
+def main() -> None:
+    _register()
+    try:
+        app()
+    except common.CliError as exc:
+        common.err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        common.err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Task definitions: the FlashInfer-Bench Definition shape, extended for ptxbench.
+
+A Definition (name, description, op_type, axes const/var, inputs, outputs, reference)
+is what the ecosystem speaks. ptxbench adds what a benchmark verdict needs: concrete
+workloads (visible or held out), a seeded input generator, tolerance, FLOP and byte
+counts, the requested architecture features per arch, and the library to time against.
+
+This module imports only pydantic: the GPU worker and the CPU tools both load it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Arch = Literal["sm_90a", "sm_100a"]
+ARCHES: tuple[str, ...] = ("sm_90a", "sm_100a")
+DType = Literal["bfloat16", "float16", "float32", "float8_e4m3fn", "int32", "int64"]
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "int32": 4, "int64": 8}
+
+
+class Axis(BaseModel):
+    type: Literal["const", "var"]
+    value: int | None = None  # set for const axes
+    description: str = ""
+
+
+class TensorSpec(BaseModel):
+    shape: list[str]  # axis names, outermost first; layout is row-major contiguous
+    dtype: DType
+    description: str = ""
+
+
+class Workload(BaseModel):
+    """Concrete values for the var axes. held_out workloads are never shown to a model."""
+
+    name: str
+    axes: dict[str, int]
+    split: Literal["visible", "held_out"] = "visible"
+
+
+class Tolerance(BaseModel):
+    # Element passes if |out - ref| <= atol + rtol * |ref| (ref in fp32 from the same inputs).
+    rtol: float = 1e-2
+    atol: float = 1e-2
+
+
+class Task(BaseModel):
+    # --- FlashInfer-Bench Definition fields ---
+    name: str
+    description: str = ""
+    op_type: str
+    axes: dict[str, Axis]
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    reference: str  # Python source defining `run(**inputs) -> dict | tensor | tuple` (PyTorch)
+    # --- ptxbench extensions ---
+    workloads: list[Workload] = Field(default_factory=list)
+    tolerance: Tolerance = Field(default_factory=Tolerance)
+    flops: str = "0"  # expression over axes, e.g. "2*M*N*K"
+    scalars: dict[str, str] = Field(default_factory=dict)  # e.g. {"sm_scale": "1/sqrt(D)"}
+    requested_features: dict[str, list[str]] = Field(default_factory=dict)  # arch -> features
+    baseline: Literal["cublas", "sdpa_fwd", "sdpa_bwd", "none"] = "none"
+    generator: str = "stress"  # name of an input generator in tasks.generators
+    family: str = ""  # seed task this is a variant of (e.g. "mha_bwd_d128"), for reports
+    tags: list[str] = Field(default_factory=list)
+
+    def axis_values(self, workload: Workload | dict[str, int]) -> dict[str, int]:
+        """All axis values (const and var) for one workload; raises ValueError if any is missing."""
+        given = workload.axes if isinstance(workload, Workload) else dict(workload)
+        values: dict[str, int] = {}
+        for name, axis in self.axes.items():
+            if axis.type == "const":
+                values[name] = int(axis.value)  # type: ignore[arg-type]
+            elif name in given:
+                values[name] = int(given[name])
+            else:
+                raise ValueError(f"workload gives no value for var axis {name!r} of task {self.name}")
+        return values
+
+    def shape(self, tensor: str, axes: dict[str, int]) -> tuple[int, ...]:
+        spec = self.inputs.get(tensor) or self.outputs[tensor]
+        return tuple(int(axes[a]) if a in axes else int(a) for a in spec.shape)
+
+    def flop_count(self, axes: dict[str, int]) -> float:
+        return float(eval(self.flops, {"__builtins__": {}, "sqrt": math.sqrt}, dict(axes)))
+
+    def min_bytes(self, axes: dict[str, int]) -> int:
+        """Each input read once and each output written once: the memory-traffic floor."""
+        total = 0
+        for name, spec in {**self.inputs, **self.outputs}.items():
+            total += math.prod(self.shape(name, axes)) * DTYPE_BYTES[spec.dtype]
+        return total
+
+    def scalar_values(self, axes: dict[str, int]) -> dict[str, float]:
+        env = {"__builtins__": {}, "sqrt": math.sqrt, "log2": math.log2, "e": math.e}
+        return {k: float(eval(v, env, dict(axes))) for k, v in self.scalars.items()}
+
+    def workloads_for(self, which: Literal["visible", "held_out", "all"] = "all") -> list[Workload]:
+        return [w for w in self.workloads if which == "all" or w.split == which]
+
+    def features_for(self, arch: str) -> list[str]:
+        return list(self.requested_features.get(arch, []))

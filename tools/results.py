@@ -1,0 +1,216 @@
+"""Result types of every stage a candidate goes through, in one place.
+
+compile -> CompileResult, inspect -> InspectResult, evaluate -> EvalResult (which holds
+the others). Every stage returns one of these and never raises for a bad kernel: a bad
+kernel is data. A stage that could not run has status "skipped" and a reason; it never
+counts as passed.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["ok", "failed", "skipped"]
+
+
+class Diagnostic(BaseModel):
+    """One line of compiler output (NVRTC or ptxas), parsed."""
+
+    tool: Literal["nvrtc", "ptxas", "harness"]
+    severity: Literal["error", "warning", "info"]
+    code: str | None = None  # ptxas message code, e.g. "C7515"
+    message: str
+    line: int | None = None  # line in the user's source file, where it could be mapped
+    ptx_line: int | None = None  # line in the PTX that ptxas saw
+    kernel: str | None = None  # kernel the line is about, when ptxas says
+
+    def render(self) -> str:
+        where = f"line {self.line}: " if self.line else (f"ptx line {self.ptx_line}: " if self.ptx_line else "")
+        code = f" ({self.code})" if self.code else ""
+        return f"{self.tool} {self.severity}{code}: {where}{self.message}"
+
+
+class KernelResources(BaseModel):
+    """ptxas -v figures for one kernel."""
+
+    registers: int | None = None
+    shared_bytes: int = 0  # static shared memory
+    stack_frame: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    constant_bytes: int = 0
+
+
+class CompileResult(BaseModel):
+    status: Status
+    arch: str
+    language: Literal["cuda", "ptx"]
+    error: str | None = None  # one-line summary when status != ok
+    ptx: str | None = None
+    cubin: bytes | None = Field(default=None, exclude=True, repr=False)
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    kernels: dict[str, KernelResources] = Field(default_factory=dict)
+    seconds: dict[str, float] = Field(default_factory=dict)  # {"nvrtc": .., "ptxas": ..}
+    toolchain: dict[str, str] = Field(default_factory=dict)  # tool -> version
+    # kernel name -> PTX entry, for kernels with C++ linkage (mangled by NVRTC); extern "C" kernels need none
+    symbols: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+
+class FeatureVerdict(BaseModel):
+    present: bool
+    opcodes: dict[str, int] = Field(default_factory=dict)  # proving SASS opcodes -> count
+
+
+class KernelSass(KernelResources):
+    opcodes: dict[str, int] = Field(default_factory=dict)  # base opcode (no modifiers) -> count
+    instructions: int = 0
+
+
+class InspectResult(BaseModel):
+    status: Status
+    reason: str | None = None
+    arch: str
+    kernels: dict[str, KernelSass] = Field(default_factory=dict)
+    features: dict[str, FeatureVerdict] = Field(default_factory=dict)  # whole module
+    flags: dict[str, bool] = Field(default_factory=lambda: {"wgmma_serialized": False, "setmaxnreg_ignored": False})
+    flag_evidence: dict[str, str] = Field(default_factory=dict)  # flag -> why it was raised
+    tool: str | None = None  # "cuobjdump 13.0.88" / "nvdisasm ..."
+
+    def feature_present(self, name: str) -> bool:
+        v = self.features.get(name)
+        return bool(v and v.present)
+
+    def missing(self, requested: list[str]) -> list[str]:
+        return [f for f in requested if not self.feature_present(f)]
+
+
+class Mismatch(BaseModel):
+    """How one output compared with the reference."""
+
+    output: str
+    max_abs_err: float
+    max_rel_err: float
+    mismatch_frac: float
+    nan_count: int = 0
+    first_mismatch: list[int] | None = None  # multi-index of the first failing element
+    got: float | None = None
+    expected: float | None = None
+    passed: bool
+
+
+class Timing(BaseModel):
+    median_ms: float
+    iqr_ms: float
+    cv: float
+    runs: int
+
+    @property
+    def spread(self) -> float:
+        return self.iqr_ms / self.median_ms if self.median_ms else math.nan
+
+
+# Reasons a workload can fail; feedback and reports key on these names.
+FailReason = Literal[
+    "incorrect", "nan_output", "unwritten_output", "out_of_bounds_write", "input_modified",
+    "timeout", "cuda_error", "launch_error", "manifest_error", "wrong_after_first_call",
+    "worker_crash", "oom",
+]
+
+
+class WorkloadResult(BaseModel):
+    workload: str
+    split: Literal["visible", "held_out"]
+    axes: dict[str, int]
+    status: Literal["passed", "failed", "skipped"]
+    reason: FailReason | None = None
+    detail: str | None = None  # e.g. the CUDA error name, or the manifest field at fault
+    outputs: list[Mismatch] = Field(default_factory=list)
+    timing: Timing | None = None
+    baseline: Timing | None = None
+    baseline_name: str | None = None  # e.g. "cublas", "sdpa:cudnn"
+    speedup: float | None = None  # baseline median / kernel median, from one interleaved run
+    tflops: float | None = None
+
+
+class ExecutedCheck(BaseModel):
+    """Executed-instruction counts from Nsight Compute, per requested feature."""
+
+    status: Status
+    reason: str | None = None
+    counts: dict[str, int] = Field(default_factory=dict)  # feature -> executed instructions
+    executed: dict[str, bool] = Field(default_factory=dict)
+
+
+class SanitizeResult(BaseModel):
+    status: Status
+    reason: str | None = None
+    errors: list[str] = Field(default_factory=list)
+
+
+class EvalResult(BaseModel):
+    task: str
+    arch: str
+    compile: CompileResult
+    inspect: InspectResult
+    requested_features: list[str] = Field(default_factory=list)
+    run_status: Status = "skipped"  # correctness + timing on a GPU
+    run_reason: str | None = None
+    workloads: list[WorkloadResult] = Field(default_factory=list)
+    executed: ExecutedCheck = Field(default_factory=lambda: ExecutedCheck(status="skipped", reason="not requested"))
+    sanitize: SanitizeResult = Field(default_factory=lambda: SanitizeResult(status="skipped", reason="not requested"))
+    speedup: float | None = None  # geometric mean over timed visible workloads
+    speedup_spread: float | None = None  # geometric std factor over workloads
+    gpu: str | None = None
+    seconds: float = 0.0
+
+    # --- the benchmark's verdicts (DESIGN.md, Metrics) ---
+    @property
+    def compiled(self) -> bool:
+        return self.compile.ok
+
+    @property
+    def arch_ok(self) -> bool:
+        """Requested features present in SASS and wgmma not serialized."""
+        if not self.compiled or self.inspect.status != "ok":
+            return False
+        if self.inspect.missing(self.requested_features):
+            return False
+        return not self.inspect.flags.get("wgmma_serialized", False)
+
+    @property
+    def arch_executed(self) -> bool | None:
+        if self.executed.status != "ok":
+            return None
+        return all(self.executed.executed.get(f, False) for f in self.requested_features)
+
+    def split_correct(self, split: str) -> bool | None:
+        ws = [w for w in self.workloads if w.split == split]
+        if self.run_status != "ok" or not ws:
+            return None
+        return all(w.status == "passed" for w in ws)
+
+    @property
+    def correct(self) -> bool | None:
+        """None when correctness was not checked (no GPU); False if any visible workload failed."""
+        return self.split_correct("visible")
+
+    @property
+    def correct_with_arch(self) -> bool | None:
+        c = self.correct
+        return None if c is None else (c and self.arch_ok and self.arch_executed is not False)
+
+    def verdicts(self) -> dict[str, object]:
+        return {
+            "compiled": self.compiled, "arch": self.arch_ok, "arch_executed": self.arch_executed,
+            "correct": self.correct, "correct_held_out": self.split_correct("held_out"),
+            "correct_with_arch": self.correct_with_arch, "speedup": self.speedup,
+        }
