@@ -28,7 +28,7 @@ def main() -> None:
     try:
         app()
     except common.CliError as exc:
-        common.err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        common.err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         common.err_console.print("interrupted")

@@ -12,6 +12,7 @@ forgets to stop it.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -37,6 +38,7 @@ class Behaviour:
     message: str = ""
     code: str | None = None
     retry_after: float | None = None
+    raw_body: str | None = None  # sent as is instead of OpenAI's error JSON (an HTML page from a proxy)
     delay_s: float = 0.0
     then: "Behaviour | None" = None  # what a delayed request answers, if the client still waits
 
@@ -70,9 +72,9 @@ class OpenAIServer:
 
     @staticmethod
     def status(code: int, message: str | None = None, *, retry_after: float | None = None,
-               error_code: str | None = None) -> Behaviour:
+               error_code: str | None = None, raw_body: str | None = None) -> Behaviour:
         return Behaviour("status", status=code, message=message or f"injected HTTP {code}",
-                         retry_after=retry_after, code=error_code)
+                         retry_after=retry_after, code=error_code, raw_body=raw_body)
 
     @staticmethod
     def context_window_exceeded() -> Behaviour:
@@ -104,6 +106,7 @@ class OpenAIServer:
 
     def start(self) -> "OpenAIServer":
         self._stopping = threading.Event()
+        self._connections: set = set()  # open keep-alive sockets, closed on stop
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -122,6 +125,11 @@ class OpenAIServer:
         self._reaper.cancel()
         self._httpd.shutdown()
         self._httpd.server_close()
+        for conn in list(self._connections):  # handler threads blocked on a keep-alive read end now
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self._thread.join(timeout=5)
 
     def __enter__(self) -> "OpenAIServer":
@@ -164,6 +172,14 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args) -> None:  # keep pytest output clean
             pass
 
+        def setup(self) -> None:
+            super().setup()
+            server._connections.add(self.connection)
+
+        def finish(self) -> None:
+            server._connections.discard(self.connection)
+            super().finish()
+
         def do_GET(self) -> None:
             self._send(404, {"error": {"message": "not found", "type": "not_found_error"}})
 
@@ -191,7 +207,10 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 headers = {} if b.retry_after is None else {"Retry-After": f"{b.retry_after:g}"}
                 error = {"message": b.message, "type": _ERROR_TYPES.get(b.status, "server_error"),
                          "param": None, "code": b.code}
-                self._send(b.status, {"error": error}, headers)
+                if b.raw_body is not None:
+                    self._send_bytes(b.status, b.raw_body.encode(), headers, content_type="text/html")
+                else:
+                    self._send(b.status, {"error": error}, headers)
             elif b.kind == "malformed_json":
                 self._send_bytes(200, b'{"id": "chatcmpl-broken", "choices": [{"message": ')
             elif b.kind == "no_choices":
@@ -204,10 +223,11 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
         def _send(self, status: int, obj: dict, headers: dict[str, str] | None = None) -> None:
             self._send_bytes(status, json.dumps(obj).encode(), headers)
 
-        def _send_bytes(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        def _send_bytes(self, status: int, data: bytes, headers: dict[str, str] | None = None,
+                        content_type: str = "application/json") -> None:
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)

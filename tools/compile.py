@@ -7,6 +7,7 @@ A bad kernel is a CompileResult with status "failed", never an exception.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import tempfile
@@ -52,19 +53,21 @@ _HEADERS = {_PRELUDE_NAME: PRELUDE, "stdint.h": f'#include "{_PRELUDE_NAME}"\n',
 
 
 def knowledge_include_dir() -> Path:
-    """knowledge/include: ptxbench's helper headers, always on the include path."""
-    import knowledge
-
-    d = Path(knowledge.__file__).parent / "include"
+    """knowledge/include: ptxbench's helper headers, always on the include path. Located
+    without importing the knowledge package (tools depends only on tasks)."""
+    spec = importlib.util.find_spec("knowledge")
+    root = Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else \
+        Path(__file__).resolve().parent.parent / "knowledge"
+    d = root / "include"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
 def _nvrtc_log(nvrtc, prog) -> str:
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    buf = b" " * size
+    buf = bytearray(size)  # NVRTC writes into it: never hand it an (interned) bytes object
     nvrtc.nvrtcGetProgramLog(prog, buf)
-    return buf.rstrip(b"\0").decode(errors="replace")
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")
 
 
 def nvrtc_to_ptx(source: str, arch: str, include_dirs: Iterable[str] = (), extra_flags: Iterable[str] = (),
@@ -91,9 +94,9 @@ def nvrtc_to_ptx(source: str, arch: str, include_dirs: Iterable[str] = (), extra
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return None, log or result.name, time.perf_counter() - t0
         _, size = nvrtc.nvrtcGetPTXSize(prog)
-        buf = b" " * size
+        buf = bytearray(size)
         nvrtc.nvrtcGetPTX(prog, buf)
-        return buf.rstrip(b"\0").decode(), log, time.perf_counter() - t0
+        return bytes(buf).rstrip(b"\0").decode(), log, time.perf_counter() - t0
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -115,6 +118,10 @@ def parse_nvrtc_log(log: str) -> list[Diagnostic]:
             snippet = " | ".join(c.strip() for c in context if c.strip() and c.strip() != "^")
             if snippet:
                 diags[-1].message += f"  [{snippet}]"
+            # an error inside a header names the user's line in its context ("... at line 4 of kernel.cu")
+            at = re.search(rf"at line (\d+) of {re.escape(SOURCE_NAME['cuda'])}", snippet)
+            if diags[-1].line is None and at:
+                diags[-1].line = int(at[1])
         context.clear()
 
     for raw in log.splitlines():
@@ -125,8 +132,8 @@ def parse_nvrtc_log(log: str) -> list[Diagnostic]:
             line = int(m["line"]) if Path(m["file"]).name == SOURCE_NAME["cuda"] else None
             where = "" if line else f"{m['file']}({m['line']}): "
             diags.append(Diagnostic(tool="nvrtc", severity=sev, code=m["code"], message=where + m["msg"], line=line))
-        elif raw.startswith("  ") and diags and not context[-1:] == ["^"]:
-            context.append(raw)  # the source line NVRTC echoes, then the caret
+        elif raw.startswith("  ") and diags:
+            context.append(raw)  # the source line NVRTC echoes, the caret, "detected during ..." notes
         elif raw.strip():
             flush()
             diags.append(Diagnostic(tool="nvrtc", severity="info", message=raw.strip()))
@@ -145,9 +152,10 @@ def ptx_line_to_source(ptx: str, source_name: str = SOURCE_NAME["cuda"]) -> list
     out: list[int | None] = []
     current = None
     for line in ptx.splitlines():
-        m = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", line)
+        m = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)(?:.*\binlined_at\s+(\d+)\s+(\d+))?", line)
         if m:
-            current = int(m[2]) if m[1] in files else None
+            # code inlined from a header maps to the user's line that called it
+            current = int(m[2]) if m[1] in files else (int(m[4]) if m[3] in files else None)
         elif re.match(r"\s*(\.visible\s+|\.weak\s+)?\.(entry|func)\b", line):
             current = None
         out.append(current)
@@ -155,7 +163,9 @@ def ptx_line_to_source(ptx: str, source_name: str = SOURCE_NAME["cuda"]) -> list
 
 
 def parse_ptxas_output(text: str, line_map: list[int | None] | None = None) -> tuple[list[Diagnostic], dict[str, KernelResources]]:
-    """ptxas stdout+stderr -> diagnostics (every line) and per-kernel resources from -v."""
+    """ptxas output -> diagnostics (every line) and per-kernel resources from -v.
+
+    line_map: PTX line -> user line (from ptx_line_to_source); None when the user wrote the PTX."""
     diags: list[Diagnostic] = []
     kernels: dict[str, KernelResources] = {}
     current: str | None = None  # the function the -v lines are about
@@ -185,18 +195,13 @@ def parse_ptxas_output(text: str, line_map: list[int | None] | None = None) -> t
             if s := re.search(r"(\d+) bytes smem", msg):
                 res.shared_bytes = int(s[1])
             res.constant_bytes = sum(int(c) for c in re.findall(r"(\d+) bytes cmem\[\d+\]", msg))
-        kernel = None
-        if m["code"] or sev != "info":
-            named = _KERNEL_IN_MSG.search(msg)
-            kernel = named[1] if named else None
-        elif current:
-            kernel = current
+        named = _KERNEL_IN_MSG.search(msg)
+        kernel = named[1] if named else current
         ptx_line = int(m["line"]) if m["line"] else None
-        src_line = None
-        if ptx_line is not None:
-            src_line = line_map[ptx_line - 1] if line_map is not None and 0 < ptx_line <= len(line_map) else None
-            if line_map is None:
-                src_line = ptx_line
+        if ptx_line is None or line_map is None:
+            src_line = ptx_line  # raw PTX: the user's file is the PTX
+        else:
+            src_line = line_map[ptx_line - 1] if 0 < ptx_line <= len(line_map) else None
         diags.append(Diagnostic(tool="ptxas", severity=sev, code=m["code"], message=msg,
                                 ptx_line=ptx_line, line=src_line, kernel=kernel))
     return diags, kernels
@@ -210,7 +215,7 @@ def _failed(arch: str, language: str, error: str, **kw) -> CompileResult:
 
 
 def _first_error(diags: list[Diagnostic], tool: str) -> str:
-    errs = [d for d in diags if d.severity == "error"]
+    errs = list({d.render(): d for d in diags if d.severity == "error"}.values())  # unrolled copies repeat
     if not errs:
         return f"{tool} failed"
     first = errs[0]
@@ -218,28 +223,31 @@ def _first_error(diags: list[Diagnostic], tool: str) -> str:
     return f"{tool}: {first.render().split(': ', 1)[-1]}{more}"
 
 
+def _mangled_name(sym: str) -> str | None:
+    """The unqualified function name in an Itanium-mangled symbol: _Z4gemmPf -> gemm,
+    _ZN2ns5innerEPf -> inner, _Z2tkILi3EEvPf -> tk. None when it is not that simple."""
+    if not sym.startswith("_Z"):
+        return None
+    rest, nested, name = sym[2:], sym[2:3] == "N", None
+    rest = rest[1:] if nested else rest
+    while (m := re.match(r"(\d+)", rest)):
+        n, rest = int(m[1]), rest[len(m[1]):]
+        name, rest = rest[:n], rest[n:]
+        if not nested:
+            break
+    return name or None
+
+
 def _symbols(ptx: str) -> dict[str, str]:
     """Plain kernel name -> PTX entry name, for kernels NVRTC mangled (C++ linkage).
 
     Lets a manifest say "gemm" for `__global__ void gemm(...)` declared without extern "C";
     names that are ambiguous (overloads, several template instances) are left out."""
-    out: dict[str, list[str]] = {}
+    found: dict[str, list[str]] = {}
     for sym in re.findall(r"\.entry\s+([\w$]+)", ptx):
-        if not sym.startswith("_Z"):
-            continue
-        m = re.match(r"_ZN((?:\d+[A-Za-z_]\w*)+)E", sym) or re.match(r"_Z(\d+[A-Za-z_]\w*)", sym)
-        if not m:
-            continue
-        parts, s = [], m[1]
-        while (p := re.match(r"(\d+)", s)) and s:
-            n = int(p[1])
-            parts.append(s[len(p[1]):len(p[1]) + n])
-            s = s[len(p[1]) + n:]
-            if not m.re.pattern.startswith("_ZN"):
-                break
-        if parts:
-            out.setdefault(parts[-1], []).append(sym)
-    return {name: syms[0] for name, syms in out.items() if len(syms) == 1}
+        if (name := _mangled_name(sym)):
+            found.setdefault(name, []).append(sym)
+    return {name: syms[0] for name, syms in found.items() if len(syms) == 1}
 
 
 def compile_source(source: str, language: str, arch: str, include_dirs: Iterable[str] = (),
@@ -285,14 +293,15 @@ def compile_source(source: str, language: str, arch: str, include_dirs: Iterable
         try:
             # run in the temp folder with relative names so messages say "kernel.ptx", not a temp path
             proc = subprocess.run([ptxas, f"-arch={arch}", "-v", ptx_path.name, "-o", cubin_path.name], cwd=tmp,
-                                  capture_output=True, text=True, errors="replace", timeout=PTXAS_TIMEOUT_S)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # one stream keeps the order
+                                  text=True, errors="replace", timeout=PTXAS_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return _failed(arch, language, f"ptxas ran longer than {PTXAS_TIMEOUT_S} s", ptx=ptx,
                            diagnostics=diags, seconds=seconds, toolchain=versions)
         except OSError as exc:
             return _failed(arch, language, f"ptxas could not run: {exc}", ptx=ptx, toolchain=versions)
         seconds["ptxas"] = time.perf_counter() - t0
-        pdiags, kernels = parse_ptxas_output(proc.stdout + "\n" + proc.stderr, line_map)
+        pdiags, kernels = parse_ptxas_output(proc.stdout, line_map)
         diags += pdiags
         cubin = cubin_path.read_bytes() if proc.returncode == 0 and cubin_path.exists() else None
 

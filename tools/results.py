@@ -139,6 +139,7 @@ class WorkloadResult(BaseModel):
     baseline_name: str | None = None  # e.g. "cublas", "sdpa:cudnn"
     speedup: float | None = None  # baseline median / kernel median, from one interleaved run
     tflops: float | None = None
+    seeds: list[int] = Field(default_factory=list)  # input seeds of the correctness checks, in order
 
 
 class ExecutedCheck(BaseModel):

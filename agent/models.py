@@ -1,0 +1,378 @@
+"""Model clients: any litellm model, a replay of a recorded run, a human at the terminal, a script.
+
+`get_model(spec)` picks one; every client answers `complete(messages) -> Completion`.
+Transport faults (rate limits, 5xx, timeouts, dropped connections, malformed bodies) are
+retried here with exponential backoff and jitter; authentication and bad-request errors
+are not (repeating them cannot help). Each fault is handed to `on_fault` the moment it
+happens, so a trajectory records it even if the run dies later. An empty reply is not a
+fault: it is returned, and the graph decides what it means.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import tenacity
+
+RETRYABLE = {"rate_limit", "server_error", "timeout", "connection", "malformed"}
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None = None
+
+
+@dataclass
+class Fault:
+    kind: str  # rate_limit | server_error | timeout | connection | malformed | auth | bad_request | unknown
+    status: int | None  # the HTTP status the server sent, None when there was none
+    message: str
+    attempt: int  # 1-based attempt that failed
+    wait_s: float = 0.0  # backoff before the next attempt; 0 when none followed
+
+
+@dataclass
+class Completion:
+    text: str
+    model: str
+    usage: Usage
+    latency_s: float  # wall time of complete(), retries and backoff included
+    attempts: int
+    faults: list[Fault] = field(default_factory=list)
+    raw: dict | None = None  # the provider's response as a JSON-able dict (finish_reason inside)
+
+
+class ModelError(Exception):
+    """No reply: the error is not retryable, or retries ran out (then `retryable` stays True)."""
+
+    def __init__(self, kind: str, message: str = "", *, retryable: bool = False, faults: list[Fault] | None = None):
+        super().__init__(f"{kind}: {message}" if message else kind)
+        self.kind, self.message, self.retryable, self.faults = kind, message, retryable, list(faults or [])
+
+
+class Model(Protocol):
+    name: str
+
+    def complete(self, messages: list[dict], *, max_tokens: int | None = None, temperature: float | None = None,
+                 seed: int | None = None, on_fault: Callable[[Fault], None] | None = None) -> Completion: ...
+
+
+class _AttemptFailed(Exception):
+    """One attempt failed; carries the classified fault and, for 429s, the server's Retry-After."""
+
+    def __init__(self, fault: Fault, retry_after: float | None = None):
+        super().__init__(fault.message)
+        self.fault, self.retry_after = fault, retry_after
+
+
+class _RetryingModel:
+    """The retry loop shared by every client; subclasses implement one attempt."""
+
+    name = "model"
+
+    def __init__(self, *, max_retries: int = 6, retry_base_s: float = 2.0, retry_max_s: float = 60.0):
+        self.max_retries, self.retry_base_s, self.retry_max_s = max_retries, retry_base_s, retry_max_s
+        # base * 2^(n-1) plus up to `base` of jitter, so concurrent runs do not retry in lockstep
+        self._backoff = (tenacity.wait_exponential(multiplier=retry_base_s, max=retry_max_s)
+                         + tenacity.wait_random(0, retry_base_s))
+
+    def _attempt(self, messages: list[dict], attempt: int, **params) -> tuple[str, str, Usage, dict | None]:
+        raise NotImplementedError  # -> (text, model, usage, raw) or raise _AttemptFailed
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        # Honour the server's Retry-After when it asks for longer than our backoff, within the bound.
+        retry_after = getattr(state.outcome.exception(), "retry_after", None) or 0.0
+        return min(max(self._backoff(state), retry_after), self.retry_max_s)
+
+    def complete(self, messages: list[dict], *, max_tokens: int | None = None, temperature: float | None = None,
+                 seed: int | None = None, on_fault: Callable[[Fault], None] | None = None) -> Completion:
+        start, faults, attempts = time.monotonic(), [], 0
+
+        def report(fault: Fault) -> None:
+            faults.append(fault)
+            if on_fault is not None:
+                on_fault(fault)
+
+        def one_attempt():
+            nonlocal attempts
+            attempts += 1
+            return self._attempt(messages, attempts, max_tokens=max_tokens, temperature=temperature, seed=seed)
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1), wait=self._wait, reraise=True,
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, _AttemptFailed) and e.fault.kind in RETRYABLE),
+            before_sleep=lambda s: report(replace(s.outcome.exception().fault, wait_s=s.next_action.sleep)))
+        try:
+            text, model, usage, raw = retrying(one_attempt)
+        except ModelError as e:  # raised by an attempt itself (a recording or script ran out)
+            e.faults = faults + e.faults
+            raise
+        except _AttemptFailed as e:
+            report(e.fault)
+            raise ModelError(e.fault.kind, e.fault.message, retryable=e.fault.kind in RETRYABLE, faults=faults) from e
+        return Completion(text, model, usage, time.monotonic() - start, attempts, faults, raw)
+
+
+# ---- litellm ------------------------------------------------------------------------------
+
+def _import_litellm():
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else import fetches prices online
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners in our output
+    return litellm
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def classify(exc: BaseException, attempt: int) -> _AttemptFailed:
+    """Map a litellm/openai/httpx exception to a fault (checked against litellm 1.110.2's mapping)."""
+    import httpx
+    import openai
+
+    litellm = _import_litellm()
+    chain = _causes(exc)
+    status = getattr(exc, "status_code", None)
+    message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
+    # HTTP statuses a server really sent come first. litellm reports a body it could not parse, and a
+    # refused connection, as a 500 InternalServerError: the cause is further down the chain.
+    if any(isinstance(e, (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError))
+           for e in chain) or status == 408:
+        kind = "timeout"
+        status = None if any(isinstance(e, (httpx.TimeoutException, TimeoutError)) for e in chain) else status
+    elif isinstance(exc, litellm.RateLimitError) or status == 429:
+        kind = "rate_limit"
+    elif isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)) or status in (401, 403):
+        kind = "auth"  # litellm raises a plain APIError for 403
+    elif isinstance(exc, litellm.BadRequestError) or (isinstance(status, int) and 400 <= status < 500):
+        kind = "bad_request"  # includes ContextWindowExceededError, 404 unknown model, 422
+        message = f"{type(exc).__name__}: {message}"
+    elif any(type(e) is openai.OpenAIError for e in chain):
+        # the SDK refused before sending anything (no api key...): litellm calls it a 500, retrying cannot help
+        kind = "auth" if any(w in message.lower() for w in ("api_key", "credential")) else "unknown"
+        status = None
+    elif any(isinstance(e, json.JSONDecodeError) for e in chain):
+        kind, status = "malformed", None
+    elif any(isinstance(e, (openai.APIConnectionError, httpx.TransportError, ConnectionError)) for e in chain):
+        kind, status = "connection", None
+    elif isinstance(status, int) and status >= 500:
+        kind = "server_error"
+    else:
+        kind, message = "unknown", f"{type(exc).__name__}: {message}"
+    retry_after = None
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if kind == "rate_limit" and headers is not None:
+        try:
+            ms = headers.get("retry-after-ms")
+            retry_after = float(ms) / 1000 if ms else float(headers.get("retry-after"))
+        except (TypeError, ValueError):
+            retry_after = None  # an HTTP date or nothing: our own backoff decides
+    return _AttemptFailed(Fault(kind, status, message, attempt), retry_after)
+
+
+class LiteLLMModel(_RetryingModel):
+    """Any litellm model string; `openai/<name>` + api_base for vLLM, Ollama or any OpenAI-compatible server.
+
+    Cost is litellm's price table for the model name (None where it has none, e.g. self-hosted).
+    `extra` goes to litellm.completion as is; drop_params defaults to True so a temperature or
+    seed a provider does not take is dropped, not an error.
+    """
+
+    def __init__(self, spec: str, *, api_base: str | None = None, api_key: str | None = None,
+                 timeout_s: float = 600, extra: dict | None = None, **retry):
+        super().__init__(**retry)
+        try:  # fail at construction, in one line, rather than at the first call
+            _import_litellm().get_llm_provider(spec, api_base=api_base)
+        except Exception as exc:
+            raise ValueError(f"model {spec!r}: litellm finds no provider; use e.g. openai/<name> (with api_base for "
+                             "an OpenAI-compatible server), anthropic/..., gemini/..., ollama/..., hosted_vllm/...; "
+                             "or replay:<run dir>, human, scripted:<file>") from exc
+        self.name, self.api_base, self.api_key, self.timeout_s = spec, api_base, api_key, timeout_s
+        self.extra = {"drop_params": True, **(extra or {})}
+
+    def _attempt(self, messages, attempt, **params):
+        litellm = _import_litellm()
+        kwargs = {k: v for k, v in params.items() if v is not None}
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        try:  # num_retries=0: litellm would otherwise retry on its own, unseen by the trajectory
+            response = litellm.completion(model=self.name, messages=messages, timeout=self.timeout_s,
+                                          num_retries=0, **self.extra, **kwargs)
+        except Exception as exc:
+            raise classify(exc, attempt) from exc
+        raw = json.loads(json.dumps(response.model_dump(), default=str))
+        if not response.choices or response.choices[0].message is None:
+            raise _AttemptFailed(Fault("malformed", 200, "response has no choices", attempt))
+        u = response.usage
+        usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0)
+        try:
+            usage.cost_usd = float(litellm.completion_cost(completion_response=response))
+        except Exception:  # a model without a price (self-hosted, new) must never fail a call
+            usage.cost_usd = None
+        return response.choices[0].message.content or "", response.model or self.name, usage, raw
+
+
+# ---- replay, human, scripted ----------------------------------------------------------------
+
+def _usage_from(d: dict | None, default: Usage) -> Usage:
+    if not d:
+        return default
+    return Usage(int(d.get("prompt_tokens") or 0), int(d.get("completion_tokens") or 0), d.get("cost_usd"))
+
+
+class ReplayModel(_RetryingModel):
+    """The `llm_response` events of a recorded run's events.jsonl, in file order, usage as recorded."""
+
+    def __init__(self, run: str | os.PathLike):
+        super().__init__(max_retries=0)
+        path = Path(run)
+        path = path / "events.jsonl" if path.is_dir() else path
+        if not path.is_file():
+            raise ValueError(f"replay: no events.jsonl at {path}")
+        self.name, self.path = f"replay:{run}", path
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        events = []
+        for n, line in enumerate(lines, 1):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                if n < len(lines):
+                    raise ValueError(f"replay: {path}:{n} is not JSON") from None
+                # a last line cut short by a crash is not a recorded response
+        self.responses = [e for e in events if e.get("type") == "llm_response"]
+        self.index = 0
+
+    def _attempt(self, messages, attempt, **params):
+        if self.index >= len(self.responses):
+            raise ModelError("replay_exhausted", f"{self.path} holds {len(self.responses)} responses")
+        event, self.index = self.responses[self.index], self.index + 1
+        usage = _usage_from(event.get("usage"), Usage(0, 0))
+        return event.get("text") or "", event.get("model") or self.name, usage, event.get("raw")
+
+
+def _estimate_tokens(text: str) -> int:
+    return (len(text) + 3) // 4  # ~4 characters a token: enough for budgets in tests
+
+
+class ScriptedModel(_RetryingModel):
+    """Replies from a list: "text", {"text": ..., "usage": {...}}, or {"fault": "rate_limit"} to inject a fault.
+
+    Faults go through the same retry loop as a real model (without sleeping), so the graph's
+    fault handling can be tested without a server. Usage defaults to a characters/4 estimate.
+    """
+
+    def __init__(self, replies: list, *, name: str = "scripted", max_retries: int = 6):
+        super().__init__(max_retries=max_retries, retry_base_s=0.0, retry_max_s=0.0)
+        self.name, self.replies, self.index = name, list(replies), 0
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "ScriptedModel":
+        text = Path(path).read_text()
+        if str(path).endswith((".yaml", ".yml")):
+            import yaml
+
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ValueError(f"scripted: {path} is not valid YAML: {exc}".splitlines()[0]) from None
+        else:
+            data = json.loads(text)
+        replies = data.get("replies") if isinstance(data, dict) else data
+        if not isinstance(replies, list):
+            raise ValueError(f"scripted: {path} must hold a list of replies (or {{'replies': [...]}})")
+        return cls(replies, name=f"scripted:{path}")
+
+    def _attempt(self, messages, attempt, **params):
+        if self.index >= len(self.replies):
+            raise ModelError("script_exhausted", f"all {len(self.replies)} scripted replies used")
+        reply, self.index = self.replies[self.index], self.index + 1
+        reply = {"text": reply} if isinstance(reply, str) else dict(reply)
+        if "fault" in reply:
+            kind = reply["fault"]
+            raise _AttemptFailed(Fault(kind, reply.get("status"), reply.get("message", f"scripted {kind}"), attempt))
+        text = reply.get("text") or ""
+        prompt = sum(_estimate_tokens(str(m.get("content") or "")) for m in messages)
+        usage = _usage_from(reply.get("usage"), Usage(prompt, _estimate_tokens(text), 0.0))
+        return text, self.name, usage, {"scripted_index": self.index - 1, "finish_reason": "stop"}
+
+
+REPLY_MARKER = "# ---- write your reply below this line (everything above it is dropped) ----"
+
+
+class HumanModel(_RetryingModel):
+    """A person answers: the prompt goes to the terminal, the reply comes from $EDITOR or a file.
+
+    `reply_file` (or env PTXBENCH_HUMAN_REPLY_FILE) is either one file, read afresh at every call,
+    or a folder whose files are the replies in name order.
+    """
+
+    name = "human"
+
+    def __init__(self, reply_file: str | None = None):
+        super().__init__(max_retries=0)
+        self.reply_file = reply_file or os.environ.get("PTXBENCH_HUMAN_REPLY_FILE")
+        self.index = 0
+
+    def _attempt(self, messages, attempt, **params):
+        prompt = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+        print(f"\n===== prompt for the human model =====\n{prompt}\n======================================",
+              file=sys.stderr)
+        text = self._from_file() if self.reply_file else self._from_editor(prompt)
+        return text, "human", Usage(0, 0, 0.0), {"finish_reason": "stop", "source": self.reply_file or "editor"}
+
+    def _from_file(self) -> str:
+        path = Path(self.reply_file)
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.is_file())
+            if self.index >= len(files):
+                raise ModelError("human_exhausted", f"no reply file left in {path}")
+            path, self.index = files[self.index], self.index + 1
+        return path.read_text()
+
+    def _from_editor(self, prompt: str) -> str:
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        quoted = "\n".join("# " + line for line in prompt.splitlines())
+        with tempfile.NamedTemporaryFile("w", suffix=".md", prefix="ptxbench-reply-", delete=False) as f:
+            f.write(f"{quoted}\n{REPLY_MARKER}\n")
+        try:
+            if subprocess.call([*shlex.split(editor), f.name]) != 0:
+                raise ModelError("human_aborted", f"{editor} exited with an error")
+            text = Path(f.name).read_text()
+        except OSError as exc:
+            raise ModelError("human_aborted", f"cannot run {editor}: {exc}") from exc
+        finally:
+            os.unlink(f.name)
+        return text.split(REPLY_MARKER, 1)[-1].strip("\n")
+
+
+def get_model(spec: str, *, api_base: str | None = None, api_key: str | None = None, timeout_s: float = 600,
+              max_retries: int = 6, retry_base_s: float = 2.0, retry_max_s: float = 60.0,
+              extra: dict | None = None) -> Model:
+    """`replay:<run dir>`, `human`, `scripted:<file>`, or any litellm model string."""
+    extra = dict(extra or {})
+    if spec.startswith("replay:"):
+        return ReplayModel(spec.removeprefix("replay:"))
+    if spec == "human":
+        return HumanModel(reply_file=extra.get("reply_file"))
+    if spec.startswith("scripted:"):
+        return ScriptedModel.from_file(spec.removeprefix("scripted:"))
+    return LiteLLMModel(spec, api_base=api_base, api_key=api_key, timeout_s=timeout_s, extra=extra,
+                        max_retries=max_retries, retry_base_s=retry_base_s, retry_max_s=retry_max_s)
