@@ -1,0 +1,448 @@
+"""Pick the architecture-doc sections that go into a model's context.
+
+Docs are markdown files under knowledge/docs/<arch>/ (and knowledge/docs/common/ for
+every arch) with YAML front matter (title, arch, features, keywords). A *section* is the
+text under one `## ` heading (the part before the first `## ` is the doc's intro section).
+
+Ranking, in order:
+  1. exact matches: a section whose doc declares a requested feature, or a feature / ptxas
+     message code (C7515 ...) / instruction named in the feedback, or whose own text
+     contains an error code found in the feedback. More exact hits rank higher, and a
+     hit from the feedback outranks one from the requested features (the feedback is
+     about the model's current mistake);
+  2. BM25 over all sections of the arch with query = task + features + feedback.
+Sections are added in that order while they fit the token budget. Tokens are estimated as
+ceil(chars / 4) — the usual ratio for English and code with BPE tokenizers; no tokenizer
+dependency, and stable across models. Ties break on (doc path, section index), so the
+result is deterministic.
+
+This module imports nothing of agent/, tools/ or tasks/.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+ROOT = Path(__file__).parent
+DOCS_DIR = ROOT / "docs"
+INCLUDE_DIR = ROOT / "include"
+COMMON = "common"
+
+Mode = Literal["none", "docs", "docs+headers", "full"]
+MODES: tuple[str, ...] = ("none", "docs", "docs+headers", "full")
+FULL_MODE_BUDGET = 200_000  # "full" includes every doc of the arch unless it passes this
+
+_CODE_RE = re.compile(r"\bC\d{4}\b")
+_WORD_RE = re.compile(r"[a-z0-9_]+(?:[.:][a-z0-9_]+)*")
+# Instruction names in feedback (ptxas errors quote them) -> the feature vocabulary.
+_INSTRUCTION_FEATURES = {
+    "wgmma": "wgmma", "hgmma": "wgmma", "cp.async.bulk.tensor": "tma", "utmaldg": "tma", "tensormap": "tma",
+    "mbarrier": "mbarrier", "setmaxnreg": "setmaxnreg", "stmatrix": "stmatrix", "ldmatrix": "ldmatrix",
+    "tcgen05.mma": "tcgen05_mma", "tcgen05.alloc": "tcgen05_alloc", "tcgen05.ld": "tmem", "tcgen05.st": "tmem",
+    "tcgen05.cp": "tmem", "tcgen05": "tcgen05_mma", "griddepcontrol": "pdl", "barrier.cluster": "cluster",
+    "mapa": "cluster", "cp.async.bulk": "bulk_copy",
+}
+
+
+def estimate_tokens(text: str) -> int:
+    """ceil(len/4): see the module docstring."""
+    return (len(text) + 3) // 4
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """A fenced cuda/ptx block of a doc and what the doc says about it (checked by the tests)."""
+
+    doc: str
+    heading: str
+    language: str  # "cuda" | "ptx"
+    source: str
+    arch: str
+    features: tuple[str, ...]  # must be present in SASS (none for mistake snippets)
+    expect: tuple[str, str] | None  # ("error"|"info", code or message text) for mistakes
+
+
+@dataclass(frozen=True)
+class Section:
+    doc: str  # path relative to knowledge/docs, e.g. "sm_90a/wgmma.md"
+    index: int  # order in the doc (0 = intro)
+    heading: str
+    text: str  # the markdown, heading line included
+    arch: str
+    features: tuple[str, ...]
+    keywords: tuple[str, ...]
+    tokens: int
+
+    @property
+    def flat(self) -> str:
+        """The text with whitespace runs collapsed (quoted messages may wrap in the markdown)."""
+        return " ".join(self.text.split())
+
+
+@dataclass(frozen=True)
+class Doc:
+    path: str
+    title: str
+    arch: str  # the primary arch (the folder); "common" for docs of every arch
+    arches: tuple[str, ...]  # every arch the doc applies to (front matter `arch` may be a list)
+    features: tuple[str, ...]
+    keywords: tuple[str, ...]
+    sections: tuple[Section, ...]
+    body: str
+
+
+@dataclass
+class SectionRef:
+    doc: str
+    heading: str
+    tokens: int
+    score: float
+    why: str  # "feature:wgmma", "code:C7515", "bm25", "full"
+
+
+@dataclass
+class Retrieval:
+    sections: list[SectionRef] = field(default_factory=list)
+    text: str = ""
+    tokens: int = 0
+    mode: str = "docs"
+    truncated: bool = False  # a section or header block was left out for the budget
+
+
+# ---------------------------------------------------------------- loading
+
+def _front_matter(text: str, where: str) -> tuple[dict, str]:
+    if not text.startswith("---\n"):
+        raise ValueError(f"{where}: missing YAML front matter")
+    end = text.index("\n---\n", 4)
+    meta = yaml.safe_load(text[4:end]) or {}
+    for key in ("title", "arch", "features", "keywords"):
+        if key not in meta:
+            raise ValueError(f"{where}: front matter lacks {key!r}")
+    return meta, text[end + 5:]
+
+
+def _split_sections(body: str) -> list[tuple[str, str]]:
+    """(heading, text) per `## ` heading, ignoring headings inside code fences."""
+    parts: list[tuple[str, list[str]]] = [("", [])]
+    in_fence = False
+    for line in body.splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+        if not in_fence and line.startswith("## "):
+            parts.append((line[3:].strip(), [line]))
+        else:
+            parts[-1][1].append(line)
+    out = []
+    for heading, lines in parts:
+        text = "\n".join(lines).strip()
+        if not heading:  # intro: the "# Title" line and whatever precedes the first ##
+            m = re.search(r"^# (.+)$", text, re.M)
+            heading = m[1].strip() if m else "Introduction"
+            if not re.sub(r"^# .+$", "", text, flags=re.M).strip():
+                continue  # a bare title: the renderer prints it anyway
+        if text:
+            out.append((heading, text))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def load_docs() -> tuple[Doc, ...]:
+    docs = []
+    for path in sorted(DOCS_DIR.glob("*/*.md")):
+        rel = path.relative_to(DOCS_DIR).as_posix()
+        meta, body = _front_matter(path.read_text(), rel)
+        feats = tuple(meta.get("features") or ())
+        kws = tuple(str(k) for k in (meta.get("keywords") or ()))
+        arches = tuple(str(a) for a in meta["arch"]) if isinstance(meta["arch"], list) else (str(meta["arch"]),)
+        arch = path.parent.name if path.parent.name in arches else arches[0]
+        sections = tuple(
+            Section(rel, i, h, t, arch, feats, kws, estimate_tokens(t))
+            for i, (h, t) in enumerate(_split_sections(body)))
+        docs.append(Doc(rel, str(meta["title"]), arch, arches, feats, kws, sections, body))
+    return tuple(docs)
+
+
+def docs_for(arch: str) -> list[Doc]:
+    """The arch's own docs first, then the common ones."""
+    docs = load_docs()
+    return [d for d in docs if arch in d.arches] + [d for d in docs if d.arch in (COMMON, "any")]
+
+
+def known_arches() -> list[str]:
+    return sorted({a for d in load_docs() for a in d.arches if a not in (COMMON, "any")})
+
+
+_MARKER = re.compile(r"<!--\s*(features|expect|arch|nocompile)\s*:?\s*(.*?)\s*-->")
+
+
+def snippets(doc: Doc | None = None) -> list[Snippet]:
+    """Every ```cuda / ```ptx block of the docs with its markers, once per arch it targets.
+
+    Markers are HTML comments on the lines right before the fence:
+    `<!-- features: wgmma, tma -->` (overrides the front matter's features),
+    `<!-- expect: info C7515 -->` / `<!-- expect: error <message text> -->` (a mistake: the
+    compiler must say exactly that), `<!-- arch: sm_100a -->`, `<!-- nocompile -->`.
+    Without a features marker a working snippet must show the doc's front-matter features.
+    """
+    out = []
+    for d in ([doc] if doc else load_docs()):
+        arch_defaults = [a for a in d.arches if a not in (COMMON, "any")] or ["sm_90a"]
+        for sec in d.sections:
+            lines = sec.text.splitlines()
+            i = 0
+            while i < len(lines):
+                m = re.match(r"```(cuda|ptx)\s*$", lines[i])
+                if not m:
+                    i += 1
+                    continue
+                markers: dict[str, str] = {}
+                j = i - 1
+                while j >= 0 and (lines[j].strip() == "" or _MARKER.fullmatch(lines[j].strip())):
+                    mm = _MARKER.fullmatch(lines[j].strip())
+                    if mm:
+                        markers.setdefault(mm[1], mm[2])
+                    j -= 1
+                end = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
+                src = "\n".join(lines[i + 1:end]) + "\n"
+                i = end + 1
+                if "nocompile" in markers:
+                    continue
+                expect = None
+                if "expect" in markers:
+                    sev, _, what = markers["expect"].partition(" ")
+                    expect = (sev, what.strip())
+                feats = tuple(f.strip() for f in markers["features"].split(",") if f.strip()) \
+                    if "features" in markers else (() if expect else d.features)
+                # a raw-PTX snippet names its own .target; a CUDA one is checked on every arch of the doc
+                ptx_target = re.search(r"^\s*\.target\s+(sm_\w+)", src, re.M) if m[1] == "ptx" else None
+                arches = [markers["arch"]] if "arch" in markers else ([ptx_target[1]] if ptx_target else arch_defaults)
+                for arch in arches:
+                    out.append(Snippet(d.path, sec.heading, m[1], src, arch, feats, expect))
+    return out
+
+
+# ---------------------------------------------------------------- helper headers
+
+def _first_sentence(comment_lines: list[str]) -> str:
+    text = " ".join(comment_lines)
+    m = re.search(r"^(.+?[.;:])(\s+[A-Z(`]|$)", text)
+    return (m[1] if m else text)[:240]
+
+
+@functools.lru_cache(maxsize=1)
+def header_api() -> str:
+    """The helper headers' API: each function signature with the comment above it."""
+    parts = ["## Helper headers (#include <ptxbench/NAME.cuh>, namespace ptxbench)"]
+    for path in sorted(INCLUDE_DIR.glob("ptxbench/*.cuh")):
+        lines = path.read_text().splitlines()
+        head = []
+        for ln in lines:
+            if not ln.startswith("//"):
+                break
+            head.append(ln[2:].strip())
+        summary = _first_sentence(head).split(" -- ", 1)[-1] if head else ""
+        parts.append(f"\n### <ptxbench/{path.name}>\n{summary}")
+        comment: list[str] = []
+        skip = False
+        for i, ln in enumerate(lines):
+            s = ln.strip()
+            if skip:  # the function line of a template already rendered
+                skip, comment = False, []
+                continue
+            if s.startswith("//"):
+                comment.append(s[2:].strip())
+                continue
+            sig = None
+            if s.startswith("template") and i + 1 < len(lines) and lines[i + 1].strip().startswith("PTXBENCH_DEVICE"):
+                sig = s + " " + lines[i + 1].strip().replace("PTXBENCH_DEVICE ", "")
+                skip = True
+            elif s.startswith("PTXBENCH_DEVICE"):
+                sig = s.replace("PTXBENCH_DEVICE ", "")
+            elif s.startswith("enum "):
+                sig = s
+            if sig:
+                sig = sig if sig.startswith("enum") else sig.split("{")[0].rstrip()
+                parts.append(f"- `{sig}`" + (f" — {_first_sentence(comment)}" if comment else ""))
+            if not skip:
+                comment = []
+    return "\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------- ranking
+
+def _terms(text: str) -> list[str]:
+    words = _WORD_RE.findall(text.lower())
+    out = []
+    for w in words:
+        out.append(w)
+        if "." in w or ":" in w:  # wgmma.mma_async -> also wgmma, mma_async
+            out.extend(p for p in re.split(r"[.:]+", w) if p)
+    return out
+
+
+class _BM25:
+    """Okapi BM25 (k1 = 1.5, b = 0.75) — the few lines rank-bm25 would give, without its
+    numpy dependency in this path and with a fixed idf floor so scores stay positive."""
+
+    def __init__(self, corpus: list[list[str]], k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.docs = [dict() for _ in corpus]
+        df: dict[str, int] = {}
+        for counts, toks in zip(self.docs, corpus):
+            for t in toks:
+                counts[t] = counts.get(t, 0) + 1
+            for t in counts:
+                df[t] = df.get(t, 0) + 1
+        self.lens = [len(t) for t in corpus]
+        self.avg = sum(self.lens) / max(1, len(corpus))
+        n = len(corpus)
+        self.idf = {t: max(0.01, math.log((n - f + 0.5) / (f + 0.5) + 1)) for t, f in df.items()}
+
+    def scores(self, query: list[str]) -> list[float]:
+        out = []
+        for counts, length in zip(self.docs, self.lens):
+            s = 0.0
+            for q in query:
+                f = counts.get(q)
+                if f:
+                    s += self.idf[q] * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * length / self.avg))
+            out.append(s)
+        return out
+
+
+@functools.lru_cache(maxsize=8)
+def _index(arch: str) -> tuple[tuple[Section, ...], _BM25]:
+    sections = tuple(s for d in docs_for(arch) for s in d.sections)
+    corpus = [_terms(s.text + " " + " ".join(s.keywords) + " " + " ".join(s.features)) for s in sections]
+    return sections, _BM25(corpus)
+
+
+_MSG_RE = re.compile(r"(?:error|fatal)\s*(?:\(C\d+\))?\s*:\s*(?:(?:ptx )?line \d+:\s*)?(.+)$", re.I)
+
+
+def feedback_messages(feedback: str | None) -> list[str]:
+    """Compiler error messages quoted in the feedback, without tool / line prefixes."""
+    out = []
+    for line in (feedback or "").splitlines():
+        m = _MSG_RE.search(line.strip())
+        if m and len(m[1].strip()) >= 12 and "aborted due to errors" not in m[1]:
+            out.append(" ".join(m[1].split()).rstrip("."))
+    return sorted(set(out))
+
+
+def feedback_signals(feedback: str | None) -> tuple[set[str], set[str]]:
+    """(features, ptxas codes) named in compiler/evaluator feedback."""
+    if not feedback:
+        return set(), set()
+    low = feedback.lower()
+    feats = {f for key, f in _INSTRUCTION_FEATURES.items() if key in low}
+    for m in re.finditer(r"\b(wgmma|tma|mbarrier|setmaxnreg|stmatrix|ldmatrix|tcgen05_mma|tmem|tcgen05_alloc|"
+                         r"cluster|pdl|bulk_copy)\b", low):
+        feats.add(m[1])
+    return feats, set(_CODE_RE.findall(feedback))
+
+
+def _rank(task: str, arch: str, features: list[str], feedback: str | None) -> list[tuple[Section, float, str]]:
+    sections, bm25 = _index(arch)
+    fb_feats, fb_codes = feedback_signals(feedback)
+    fb_msgs = feedback_messages(feedback)
+    req = set(features)
+    query = _terms(" ".join([task, *features, *features, feedback or "", feedback or ""]))
+    bm = bm25.scores(query)
+    top = max(bm) if bm and max(bm) > 0 else 1.0
+    ranked = []
+    for sec, b in zip(sections, bm):
+        exact, why = 0.0, []
+        # feedback first: the current mistake matters most
+        codes = [c for c in sorted(fb_codes) if re.search(rf"\b{c}\b", sec.text)]
+        if codes:
+            exact += 4 + len(codes)
+            why.append("code:" + ",".join(codes))
+        msgs = [m for m in fb_msgs if m in sec.flat]
+        if msgs:
+            exact += 4 + len(msgs)
+            why.append(f"message:{len(msgs)}")
+        fbf = sorted(fb_feats & set(sec.features))
+        if fbf:
+            exact += 2
+            why.append("feedback-feature:" + ",".join(fbf))
+        rq = sorted(req & set(sec.features))
+        if rq:
+            exact += 1  # flat: BM25 decides among the sections of requested features
+            why.append("feature:" + ",".join(rq))
+        # bm25 is normalised to [0, 1) so it orders within an exact tier, never across tiers
+        score = exact + 0.99 * b / top
+        ranked.append((sec, score, " ".join(why) if why else "bm25"))
+    ranked.sort(key=lambda x: (-round(x[1], 9), x[0].doc, x[0].index))
+    return ranked
+
+
+def _render(sections: list[Section]) -> str:
+    """Sections grouped per doc (in ranked order of first appearance), each doc under its title."""
+    titles = {d.path: d.title for d in load_docs()}
+    by_doc: dict[str, list[Section]] = {}
+    for s in sections:
+        by_doc.setdefault(s.doc, []).append(s)
+    parts = []
+    for doc, secs in by_doc.items():
+        parts.append(f"# {titles[doc]}  ({doc})")
+        parts.extend(s.text if s.index else s.text.replace(f"# {titles[doc]}", "", 1).strip() or "" for s in secs)
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def retrieve(task: str, arch: str, features: list[str], feedback: str | None = None, mode: Mode = "docs",
+             token_budget: int = 12000) -> Retrieval:
+    """Doc sections for a model writing `task` on `arch` (see the module docstring)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown knowledge mode {mode!r} (use one of {', '.join(MODES)})")
+    if mode == "none" or token_budget <= 0:
+        return Retrieval(mode=mode)
+    if mode == "full":
+        chosen, refs, used, truncated = [], [], 0, False
+        for d in docs_for(arch):
+            for s in d.sections:
+                if used + s.tokens > max(token_budget, FULL_MODE_BUDGET):
+                    truncated = True
+                    continue
+                chosen.append(s)
+                refs.append(SectionRef(s.doc, s.heading, s.tokens, 0.0, "full"))
+                used += s.tokens
+        text = _render(chosen)
+        if truncated:
+            text += f"\n(Some sections were left out: the full docs exceed {max(token_budget, FULL_MODE_BUDGET)} tokens.)\n"
+        return Retrieval(refs, text, estimate_tokens(text), mode, truncated)
+
+    budget = token_budget
+    api = ""
+    if mode == "docs+headers":
+        api = header_api()
+        if estimate_tokens(api) <= budget // 2:  # never let the API crowd out the docs
+            budget -= estimate_tokens(api) + 1
+        else:
+            api = ""
+    titles = {d.path: d.title for d in load_docs()}
+    chosen, refs, truncated = [], [], False
+    overhead = 0
+    seen_docs: set[str] = set()
+    for sec, score, why in _rank(task, arch, features, feedback):
+        if score <= 0:
+            break
+        title_cost = 0 if sec.doc in seen_docs else estimate_tokens(f"# {titles[sec.doc]}  ({sec.doc})") + 1
+        if overhead + sec.tokens + title_cost + 1 > budget:
+            truncated = True
+            continue
+        chosen.append(sec)
+        seen_docs.add(sec.doc)
+        overhead += sec.tokens + title_cost + 1
+        refs.append(SectionRef(sec.doc, sec.heading, sec.tokens, round(score, 4), why))
+    text = _render(chosen) if chosen else ""
+    if api:
+        text = (text + "\n" + api) if text else api
+    return Retrieval(refs, text, estimate_tokens(text), mode, truncated)
