@@ -1,8 +1,90 @@
-"""`agent` commands: tasks (placeholder until implemented)."""
+"""`agent tasks`: list the benchmark's tasks; `agent tasks show NAME`: what a model is told."""
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
+from agent.commands.common import console, fail, print_json
+
+ARCH_CHOICES = ("sm_90a", "sm_100a")
+LANG_CHOICES = ("cuda", "ptx")
+
+
+def _summary(task) -> dict:
+    from tasks import aliases_of
+
+    return {
+        "name": task.name,
+        "op_type": task.op_type,
+        "aliases": aliases_of(task.name),
+        "family": task.family or None,
+        "tags": task.tags,
+        "requested_features": task.requested_features,
+        "baseline": task.baseline,
+        "workloads": {"visible": len(task.workloads_for("visible")), "held_out": len(task.workloads_for("held_out"))},
+        "visible_workloads": [w.name for w in task.workloads_for("visible")],
+        "tolerance": task.tolerance.model_dump(),
+        "flops": task.flops,
+    }
+
+
+def _load(name: str):
+    from tasks import UnknownTask, get_task
+
+    try:
+        return get_task(name)
+    except UnknownTask as exc:
+        fail(str(exc))
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    tasks_app = typer.Typer(help="List the benchmark's tasks, or show one as a model sees it.",
+                            invoke_without_command=True, no_args_is_help=False)
+
+    @tasks_app.callback()
+    def tasks_list(ctx: typer.Context,
+                   as_json: Annotated[bool, typer.Option("--json", help="machine-readable list")] = False) -> None:
+        """List every task: name, op type, aliases, requested features per arch, workload counts."""
+        if ctx.invoked_subcommand is not None:
+            return
+        from tasks import list_tasks
+
+        rows = [_summary(t) for t in list_tasks()]
+        if as_json:
+            print_json(rows)
+            return
+        from rich.table import Table
+
+        table = Table(show_lines=False)
+        table.add_column("task", no_wrap=True)
+        for col in ("op", "aliases", "sm_90a", "sm_100a", "visible/held out", "tags"):
+            table.add_column(col)
+        for r in rows:
+            feats = r["requested_features"]
+            table.add_row(r["name"], r["op_type"], ", ".join(r["aliases"]) or "-",
+                          ", ".join(feats.get("sm_90a", [])) or "-", ", ".join(feats.get("sm_100a", [])) or "-",
+                          f"{r['workloads']['visible']}/{r['workloads']['held_out']}", ", ".join(r["tags"]))
+        console.print(table)
+
+    @tasks_app.command("show")
+    def tasks_show(
+        name: Annotated[str, typer.Argument(help="task name, alias, or a Definition JSON file")],
+        arch: Annotated[str, typer.Option("--arch", help="sm_90a or sm_100a")] = "sm_90a",
+        lang: Annotated[str, typer.Option("--lang", help="cuda or ptx")] = "cuda",
+        as_json: Annotated[bool, typer.Option("--json", help="print the task definition as JSON instead")] = False,
+    ) -> None:
+        """Print the task exactly as a model is told it (markdown), visible workloads only."""
+        if arch not in ARCH_CHOICES:
+            fail(f"unknown arch {arch!r} (choose from {', '.join(ARCH_CHOICES)})")
+        if lang not in LANG_CHOICES:
+            fail(f"unknown language {lang!r} (choose from {', '.join(LANG_CHOICES)})")
+        task = _load(name)
+        if as_json:
+            print_json(task)
+            return
+        from tasks.describe import render_task
+
+        print(render_task(task, arch, lang), end="")
+
+    app.add_typer(tasks_app, name="tasks")

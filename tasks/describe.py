@@ -1,0 +1,276 @@
+"""What a model is told about a task: one markdown text per (task, arch, language).
+
+It states the operation, every tensor with its axes, dtype and row-major layout, the
+reference code, the VISIBLE workloads (held-out values are never shown), the scalars, the
+instructions requested for the arch, how correctness and speed are judged, and the
+solution format (kernel source + launch manifest, tools/solution.py) with a complete
+example manifest for this task. Retrieval (architecture docs, helper headers) is added by
+the agent separately, so this text says nothing that depends on the context mode.
+"""
+from __future__ import annotations
+
+import json
+
+from tasks.schema import Task
+
+ARCH_NAMES = {"sm_90a": "Hopper (H100/H200)", "sm_100a": "Blackwell (B200)"}
+ARCH_SMS = {"sm_90a": 132, "sm_100a": 148}
+PTX_VERSION = "8.7"  # accepted by ptxas 13.0 for both arches (sm_100a needs 8.6 or later)
+
+# Short, tool-neutral descriptions of the features a task can request (names as in DESIGN.md).
+FEATURE_TEXT = {
+    "wgmma": "warpgroup matrix multiply-accumulate: `wgmma.mma_async` (with `wgmma.fence`, "
+             "`wgmma.commit_group`, `wgmma.wait_group`), operands from shared memory descriptors",
+    "tma": "Tensor Memory Accelerator copies: `cp.async.bulk.tensor` with a tensor map declared in the "
+           "manifest's `tensor_maps`, completing on an `mbarrier`",
+    "tcgen05_mma": "5th-generation tensor core MMA: `tcgen05.mma`, accumulating in tensor memory",
+    "tmem": "tensor memory traffic: `tcgen05.ld` / `tcgen05.st` / `tcgen05.cp` (after `tcgen05.alloc`)",
+    "tcgen05_alloc": "tensor memory allocation: `tcgen05.alloc` / `tcgen05.dealloc`",
+    "mbarrier": "`mbarrier` objects in shared memory", "cluster": "thread block clusters",
+    "setmaxnreg": "`setmaxnreg` register reallocation between warpgroups",
+    "stmatrix": "`stmatrix`", "ldmatrix": "`ldmatrix`", "cp_async": "`cp.async`",
+    "bulk_copy": "`cp.async.bulk` (non-tensor bulk copies)", "pdl": "programmatic dependent launch",
+    "mma_sync": "`mma.sync` (legacy warp-level MMA)",
+}
+
+_TERM_OUTPUTS = {"gemm": ("C",), "mha_fwd": ("O",), "mha_bwd": ("dQ", "dK", "dV")}  # see reference.term_scales
+
+_RSS_EXAMPLE = {"gemm": "C[m,n]: sqrt(sum_k (A[m,k] * B[n,k])^2)",
+                "mha_fwd": "O[i,d]: sqrt(sum_j (P[i,j] * V[j,d])^2)",
+                "mha_bwd": "dV[j,d]: sqrt(sum_i (P[i,j] * dO[i,d])^2); dQ, dK likewise with dS"}
+
+BASELINE_TEXT = {
+    "cublas": "cuBLAS (`torch.matmul` in bf16)",
+    "sdpa_fwd": "the fastest PyTorch scaled-dot-product-attention backend (cuDNN, FlashAttention or memory-efficient)",
+    "sdpa_bwd": "the backward of the fastest PyTorch scaled-dot-product-attention backend (cuDNN, FlashAttention or "
+                "memory-efficient), forward excluded",
+    "none": "no library (speed is reported, not compared)",
+}
+
+
+def render_task(task: Task, arch: str = "sm_90a", language: str = "cuda") -> str:
+    if language not in ("cuda", "ptx"):
+        raise ValueError(f"language must be 'cuda' or 'ptx', got {language!r}")
+    parts = [
+        f"# Task `{task.name}` on {arch} ({ARCH_NAMES.get(arch, arch)})",
+        task.description or f"Operation type: {task.op_type}.",
+        _tensors(task),
+        _reference(task),
+        _workloads(task),
+        _requested(task, arch),
+        _judging(task),
+        _format(task, arch, language),
+    ]
+    return "\n\n".join(p.strip() for p in parts if p.strip()) + "\n"
+
+
+def _tensors(task: Task) -> str:
+    const = [f"{n}={a.value}" for n, a in task.axes.items() if a.type == "const"]
+    var = [n for n, a in task.axes.items() if a.type == "var"]
+    lines = ["## Tensors",
+             f"Axes: {', '.join(const) or 'none fixed'}" + (f"; varying: {', '.join(var)}." if var else "."),
+             "Every tensor is a separate, contiguous, row-major array (the last axis varies fastest; "
+             "each starts 256-byte aligned).", "",
+             "| tensor | role | shape | dtype | element offset | meaning |", "|---|---|---|---|---|---|"]
+    for role, specs in (("input", task.inputs), ("output", task.outputs)):
+        for name, spec in specs.items():
+            lines.append(f"| `{name}` | {role} | [{', '.join(spec.shape)}] | {spec.dtype} | "
+                         f"{_offset(spec.shape)} | {spec.description} |")
+    if task.scalars:
+        lines.append("")
+        for name, expr in task.scalars.items():
+            value = _scalar_value(task, name)
+            shown = f" = {value:.9g}" if value is not None else ""
+            lines.append(f"Scalar `{name}` = {expr}{shown} (fp32; pass it to a kernel by name).")
+    lines.append("Inputs are read-only: a kernel that writes to an input fails.")
+    return "\n".join(lines)
+
+
+def _offset(shape: list[str]) -> str:
+    """Row-major element offset, e.g. ((b*H + h)*S + s)*D + d for [B, H, S, D]."""
+    idx = [a.lower() if a.upper() != a.lower() else f"i{k}" for k, a in enumerate(shape)]
+    if len(set(idx)) != len(idx):
+        idx = [f"i{k}" for k in range(len(shape))]
+    expr = idx[0]
+    for axis, i in zip(shape[1:], idx[1:]):
+        expr = f"({expr})*{axis} + {i}" if "+" in expr else f"{expr}*{axis} + {i}"
+    return f"`{expr}`"
+
+
+def _scalar_value(task: Task, name: str) -> float | None:
+    try:  # only computable when the expression uses const axes alone
+        consts = {n: int(a.value) for n, a in task.axes.items() if a.type == "const"}
+        return task.scalar_values(consts)[name]
+    except Exception:  # noqa: BLE001 - depends on a var axis: show the expression only
+        return None
+
+
+def _reference(task: Task) -> str:
+    return ("## Reference (PyTorch)\n"
+            "The harness runs exactly this, in fp32 on the same inputs your kernel gets, and compares each "
+            "of your outputs with its result in fp32.\n\n"
+            f"```python\n{task.reference.rstrip()}\n```")
+
+
+def _workloads(task: Task) -> str:
+    visible = task.workloads_for("visible")
+    lines = ["## Workloads"]
+    if not visible:
+        lines.append("No workloads are defined for this task yet.")
+        return "\n".join(lines)
+    for w in visible:
+        axes = task.axis_values(w)
+        shapes = ", ".join(f"{n} [{', '.join(str(s) for s in task.shape(n, axes))}]"
+                           for n in {**task.inputs, **task.outputs})
+        var = ", ".join(f"{k}={v}" for k, v in w.axes.items())
+        lines.append(f"- `{w.name}`: {var} -> {shapes}; {task.flop_count(axes) / 1e9:,.1f} GFLOP")
+    var_axes = [n for n, a in task.axes.items() if a.type == "var"]
+    if var_axes:
+        lines.append(f"\nYour kernel is also checked on other values of {', '.join(var_axes)} that are not shown "
+                     "here, including values that are not a multiple of any tile size and values smaller than "
+                     "one tile: read the sizes from the arguments and handle partial tiles.")
+    return "\n".join(lines)
+
+
+def _requested(task: Task, arch: str) -> str:
+    features = task.features_for(arch)
+    if not features:
+        return "## Instructions\nNo specific instructions are requested for this arch."
+    items = "\n".join(f"- `{f}`: {FEATURE_TEXT.get(f, f)}" for f in features)
+    serialized = (", and wgmma that ptxas serializes (ptxas info C7515) does not count" if "wgmma" in features
+                  else "")
+    return ("## Requested instructions\n"
+            f"The kernel must use these {arch} instructions for its main work:\n{items}\n\n"
+            "They are checked in the compiled machine code (SASS) and counted while the kernel runs: an "
+            f"instruction that sits in a branch never taken does not count{serialized}.")
+
+
+def _judging(task: Task) -> str:
+    tol = task.tolerance
+    if tol.scale == "terms":
+        plain = [n for n in task.outputs if n not in _TERM_OUTPUTS.get(task.op_type, ())]
+        example = _RSS_EXAMPLE.get(task.op_type, "computed by the harness")
+        rule = (f"|out - ref| <= {tol.atol:g} + {tol.rtol:g} * max(|ref|, rss), where rss is the root-sum-square "
+                f"of the products summed into that element ({example})."
+                " It only forgives bf16 rounding of those factors where a sum cancels"
+                + (f"; for {', '.join(plain)}, rss = |ref|" if plain else ""))
+    else:
+        rule = f"|out - ref| <= {tol.atol:g} + {tol.rtol:g} * |ref|"
+    return ("## How it is judged\n"
+            "- Correctness: ref is the fp32 result of the reference above on the same inputs (not rounded to the "
+            f"output dtype). Every element of every output must satisfy {rule}. NaN never passes.\n"
+            "- Inputs are fresh random values for every check: N(0, 1) with rare large outliers (N(0, 100) "
+            "with probability 1e-3). Outputs are filled with a poison value before every run, so every "
+            "element must be written; writes outside an output are detected.\n"
+            "- Speed: median time with a cold L2 cache, compared with "
+            f"{BASELINE_TEXT.get(task.baseline, task.baseline)} timed the same way on the same GPU.")
+
+
+def _format(task: Task, arch: str, language: str) -> str:
+    if language == "cuda":
+        source = ("One ```cuda``` block: CUDA C++ kernels declared `extern \"C\" __global__` (the manifest names "
+                  f"them), compiled with NVRTC for compute_{arch.removeprefix('sm_')} (C++17) and then ptxas "
+                  f"-arch={arch}. Inline PTX with `asm volatile` is allowed. Available headers: `cuda_bf16.h`, "
+                  "`cuda_fp16.h`, `cuda_fp8.h`; fixed-width integer types and the `CUtensorMap` type are "
+                  "predefined (`<stdint.h>` and `<cuda.h>` also resolve to them). No host code, no `main`.")
+        params = ("a device pointer (`const __nv_bfloat16*`, `float*`, ...)", "`int`", "`float`",
+                  "`const __grid_constant__ CUtensorMap` (by value)")
+    else:
+        source = (f"One ```ptx``` block: a PTX module starting with `.version {PTX_VERSION}`, `.target {arch}`, "
+                  f"`.address_size 64`, with `.visible .entry` kernels (the manifest names them), assembled by "
+                  f"ptxas -arch={arch}.")
+        params = ("`.param .u64` (a global address)", "`.param .s32`", "`.param .f32`",
+                  "`.param .align 64 .b8 name[128]` (by value)")
+    example = manifest_json(example_manifest(task, arch))
+    bullets = [
+        "`buffers`: scratch memory `{\"name\", \"dtype\", \"shape\", \"zero\"}`; zero-filled before every run "
+        "when `\"zero\": true` (the default), otherwise filled with garbage.",
+        "`tensor_maps`: TMA descriptors `{\"name\", \"tensor\", \"box\", \"view\", \"swizzle\", "
+        "\"element_strides\", \"l2_promotion\", \"oob_fill\"}` over an input, output or buffer. `view` reshapes "
+        "it (row-major, same element count); `view` and `box` are outermost first (the harness reverses them into "
+        "the driver's innermost-first order). `swizzle` is \"none\", \"32B\", \"64B\" or \"128B\"; elements "
+        "outside the tensor read as zero.",
+        "`launches`: run in order, each `{\"kernel\", \"grid\", \"block\", \"cluster\", \"shared_bytes\", "
+        "\"args\"}`. `shared_bytes` is dynamic shared memory (the per-kernel limit is raised for you, up to 227 KB).",
+        f"Sizes are numbers or expressions over the axes ({', '.join(task.axes)}), the scalars "
+        f"({', '.join(task.scalars) or 'none'}) and `num_sms` ({ARCH_SMS.get(arch, '?')} on this GPU), with "
+        "`+ - * / // %`, `cdiv(a, b)`, `round_up(a, b)`, `min`, `max`.",
+        f"`args` by name, in the kernel's parameter order: a tensor or buffer is passed as {params[0]}; an axis as "
+        f"{params[1]}; a scalar as {params[2]}; a tensor map as {params[3]}. Anything else as "
+        "`{\"type\": \"i32\"|\"u32\"|\"i64\"|\"u64\"|\"f32\", \"value\": <expression>}`.",
+    ]
+    manifest_text = "\n".join(f"   - {b}" for b in bullets)
+    return (f"## Solution format\nAnswer with two fenced blocks.\n\n1. {source}\n"
+            "2. One ```json``` block: the launch manifest. No host code of yours runs: the harness allocates the "
+            "tensors, builds the tensor maps you declare (cuTensorMapEncodeTiled) and launches your kernels in "
+            f"order.\n{manifest_text}\n\n"
+            "Example manifest for this task (the shape of a valid answer, not a tuned design):\n\n"
+            f"```json\n{example}\n```")
+
+
+def manifest_json(manifest: dict) -> str:
+    """JSON with one buffer, tensor map or launch per line: short enough to read in a prompt."""
+    sections = []
+    for key, items in manifest.items():
+        rows = ",\n".join(f"    {json.dumps(item)}" for item in items)
+        sections.append(f'  "{key}": [\n{rows}\n  ]')
+    return "{\n" + ",\n".join(sections) + "\n}"
+
+
+def example_manifest(task: Task, arch: str) -> dict:
+    """A complete, valid manifest for this task, using TMA like the requested designs do."""
+    var = [n for n, a in task.axes.items() if a.type == "var"]
+    if task.op_type == "gemm" and {"A", "B", "C"} <= set(task.inputs) | set(task.outputs):
+        return {
+            "tensor_maps": [
+                {"name": "tmap_A", "tensor": "A", "box": [128, 64], "swizzle": "128B"},
+                {"name": "tmap_B", "tensor": "B", "box": [128, 64], "swizzle": "128B"},
+            ],
+            "launches": [{
+                "kernel": "gemm_kernel",
+                "grid": ["cdiv(M, 128) * cdiv(N, 128)"],
+                "block": [384],
+                "shared_bytes": "4 * (128 * 64 + 128 * 64) * 2 + 1024",
+                "args": ["tmap_A", "tmap_B", "C", "M", "N", "K"],
+            }],
+        }
+    if task.op_type == "mha_fwd":
+        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "S", "D"], "box": [1, 128, 64],
+                 "swizzle": "128B"} for t in ("Q", "K", "V")]
+        return {
+            "tensor_maps": maps,
+            "launches": [{
+                "kernel": "attn_fwd_kernel",
+                "grid": ["cdiv(S, 128)", "B * H"],
+                "block": [384],
+                "shared_bytes": "(128 * D + 2 * 2 * 128 * D) * 2 + 1024",
+                "args": ["tmap_Q", "tmap_K", "tmap_V", "O", "LSE", "S", "sm_scale",
+                         {"type": "f32", "value": "sm_scale * 1.4426950408889634"}],
+            }],
+        }
+    if task.op_type == "mha_bwd":
+        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "S", "D"], "box": [1, 64, 64], "swizzle": "128B"}
+                for t in ("Q", "K", "V", "dO")]
+        return {
+            "buffers": [{"name": "Delta", "dtype": "float32", "shape": ["B", "H", "S"], "zero": False},
+                        {"name": "dQ_accum", "dtype": "float32", "shape": ["B", "H", "S", "D"], "zero": True}],
+            "tensor_maps": maps,
+            "launches": [
+                {"kernel": "attn_bwd_preprocess", "grid": ["cdiv(B * H * S, 8)"], "block": [256],
+                 "args": ["O", "dO", "Delta", {"type": "i32", "value": "B * H * S"}]},
+                {"kernel": "attn_bwd_main", "grid": ["cdiv(S, 128)", "B * H"], "block": [384],
+                 "shared_bytes": "6 * 128 * D * 2 + 2048",
+                 "args": ["tmap_Q", "tmap_K", "tmap_V", "tmap_dO", "LSE", "Delta", "dQ_accum", "dK", "dV", "S",
+                          "sm_scale"]},
+                {"kernel": "attn_bwd_convert_dq", "grid": ["cdiv(B * H * S * D, 256)"], "block": [256],
+                 "args": ["dQ_accum", "dQ", {"type": "i64", "value": "B * H * S * D"}, "sm_scale"]},
+            ],
+        }
+    # Any other Definition: one kernel over the first var axis, every tensor by pointer.
+    first = var[0] if var else "1"
+    return {"launches": [{
+        "kernel": f"{task.op_type}_kernel",
+        "grid": [f"cdiv({first}, 128)"],
+        "block": [128],
+        "args": [*task.inputs, *task.outputs, *task.axes, *task.scalars],
+    }]}

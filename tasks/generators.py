@@ -1,0 +1,80 @@
+"""Input generators: fresh, seeded inputs for one workload of a task.
+
+The stress distribution (DESIGN.md): every float element is N(0, 1), plus, with
+probability 1e-3, an outlier drawn from N(0, 100) (std 10). Outliers catch kernels that
+lose precision on large values or that only work on tame data; fresh seeds per check stop
+a kernel from memorising its answers.
+
+Tensors are made directly on the requested device from a torch.Generator seeded by the
+caller, so full-size CUDA workloads take milliseconds. Draws are reproducible for a given
+(seed, device), not across devices.
+"""
+from __future__ import annotations
+
+import torch
+
+from tasks.schema import Task
+
+OUTLIER_PROB = 1e-3
+OUTLIER_STD = 10.0  # N(0, 100)
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+           "float8_e4m3fn": torch.float8_e4m3fn}
+
+
+def stress(shape: tuple[int, ...], gen: torch.Generator, device: str | torch.device) -> torch.Tensor:
+    """fp32 samples of N(0,1) + N(0,100)·Bernoulli(1e-3)."""
+    x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+    outlier = torch.rand(shape, generator=gen, device=device) < OUTLIER_PROB
+    x += torch.randn(shape, generator=gen, device=device, dtype=torch.float32).mul_(OUTLIER_STD) * outlier
+    return x
+
+
+def generate_inputs(task: Task, axes: dict[str, int], seed: int, device: str | torch.device = "cpu"
+                    ) -> dict[str, torch.Tensor]:
+    """Every input tensor of `task` for the given axis values (var axes at least), contiguous, in
+    its declared dtype. The generator is the task's `generator` field: "stress", or
+    "stress_with_forward:<task>" (attention backward: O and LSE come from that forward task's
+    reference on the same Q, K, V)."""
+    axes = task.axis_values(axes)
+    kind, _, argument = task.generator.partition(":")
+    if kind == "stress":
+        return _stress_inputs(task, axes, seed, device)
+    if kind == "stress_with_forward":
+        return _stress_with_forward(task, axes, seed, device, argument)
+    raise ValueError(f"task {task.name}: unknown input generator {task.generator!r} "
+                     "(known: stress, stress_with_forward:<forward task>)")
+
+
+def _generator(seed: int, device: str | torch.device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    return gen
+
+
+def _stress_inputs(task: Task, axes: dict[str, int], seed: int, device) -> dict[str, torch.Tensor]:
+    gen = _generator(seed, device)
+    out = {}
+    for name, spec in task.inputs.items():
+        if spec.dtype not in _DTYPES:
+            raise ValueError(f"task {task.name}: the stress generator makes floating-point inputs only; "
+                             f"input {name!r} is {spec.dtype} and needs a task-specific generator")
+        out[name] = stress(task.shape(name, axes), gen, device).to(_DTYPES[spec.dtype])
+    return out
+
+
+def _stress_with_forward(task: Task, axes: dict[str, int], seed: int, device, forward_name: str
+                         ) -> dict[str, torch.Tensor]:
+    from tasks.reference import run_reference
+    from tasks.registry import get_task
+
+    forward = get_task(forward_name)
+    if set(forward.axes) == set(task.axes):  # same axes by name: a resized copy of the task resizes both
+        forward.axes = task.axes
+    out = _stress_inputs(task, axes, seed, device)
+    shared = {name: out[name] for name in forward.inputs}  # Q, K, V
+    results = run_reference(forward, shared)
+    for name, value in results.items():  # O, LSE: consistent with Q, K, V, as a real forward wrote them
+        if name in task.inputs:
+            out[name] = value.to(_DTYPES[task.inputs[name].dtype]).contiguous()
+    return out

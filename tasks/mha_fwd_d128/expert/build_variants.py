@@ -1,0 +1,76 @@
+"""Compile the expert attention forward's variants here (CPU) into build/attn_fwd_expert/<variant>.cubin.
+
+Each variant is kernel.cu with -D knobs; devtest.py runs the cubins on the H200. Prints ptxas
+resources per kernel, the lines that matter (C7515 serialized wgmma, C7508 ignored setmaxnreg,
+spills) and the SASS opcodes that prove wgmma (HGMMA) and TMA (UTMALDG/UTMASTG).
+Usage: .venv/bin/python tasks/mha_fwd_d128/expert/build_variants.py [variant ...]
+"""
+from __future__ import annotations
+
+import collections
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+from tools.compile import compile_source  # noqa: E402
+from tools.toolchain import find_toolchain  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+OUT = ROOT / "build" / "attn_fwd_expert"
+VARIANTS = {
+    "shipped": [],                                # kernel.cu defaults: PINGPONG=1, STAGES=3 (v1 "pp_st3")
+    "pp": ["-DSTAGES=2"],                         # v1 "pp"
+    "base": ["-DPINGPONG=0", "-DSTAGES=2"],       # v1 "base": no ping-pong
+    "split": ["-DPINGPONG=0", "-DSTAGES=2", "-DPV_SPLIT=1"],  # P V as two n64 wgmmas (no LBO in the V descriptor)
+}
+
+
+def sass_counts(cubin: bytes) -> dict[str, collections.Counter]:
+    tc = find_toolchain()
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tc.cuobjdump.path, "-sass", f.name], capture_output=True, text=True).stdout
+    per: dict[str, collections.Counter] = {}
+    cur = None
+    for line in out.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            cur = per.setdefault(m.group(1), collections.Counter())
+            continue
+        op = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if op and cur is not None:
+            cur[op.group(1)] += 1
+    return per
+
+
+def main(names: list[str]) -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    src = (HERE / "kernel.cu").read_text()
+    bad = 0
+    for name in names or list(VARIANTS):
+        res = compile_source(src, "cuda", "sm_90a", extra_flags=VARIANTS[name])
+        if res.status != "ok":
+            print(f"{name}: FAILED {res.error}")
+            for d in res.diagnostics[:20]:
+                print("   ", d)
+            bad += 1
+            continue
+        (OUT / f"{name}.cubin").write_bytes(res.cubin)
+        print(f"{name}: ok")
+        for kname, ops in sass_counts(res.cubin).items():
+            kr = res.kernels.get(kname)
+            print(f"   {kname}: HGMMA={ops['HGMMA']} UTMALDG={ops['UTMALDG']} UTMASTG={ops['UTMASTG']} "
+                  f"USETMAXREG={ops['USETMAXREG']} MUFU={ops['MUFU']} LDL={ops['LDL']} STL={ops['STL']} | {kr}")
+        for d in res.diagnostics:
+            if d.code in ("C7515", "C7508") or d.severity in ("warning", "error") or "spill" in d.message.lower():
+                print("    !!", d.code, d.message)
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

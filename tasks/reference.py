@@ -1,0 +1,167 @@
+"""Run a task's reference: the Python source in `Task.reference`, exactly the text a model is shown.
+
+Results are fp32. The evaluator compares every output in fp32 against them, so a reference
+must not round to the output dtype: ptxbench's own references compute in fp32 from the
+bf16 inputs. For the same reason 16-bit float inputs are handed to the reference already
+widened to fp32 (exactly), so that a foreign FlashInfer-Bench reference written as plain
+`torch.matmul(A, B.T)` computes in fp32 too. fp32 matmuls run in full IEEE fp32 (TF32 off).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+from typing import Callable
+
+import torch
+
+from tasks.schema import Task
+
+_COMPILED: dict[str, Callable] = {}
+
+
+class BrokenReference(RuntimeError):
+    """The task's reference source is broken (does not define run, returns the wrong outputs)."""
+
+
+def reference_function(task: Task) -> Callable:
+    """The `run` function of the task's reference source, compiled once per distinct source."""
+    key = hashlib.sha256(task.reference.encode()).hexdigest()
+    if key not in _COMPILED:
+        namespace: dict = {"__name__": f"ptxbench_reference_{task.name}"}
+        try:
+            exec(compile(task.reference, f"<reference of {task.name}>", "exec"), namespace)  # noqa: S102
+        except Exception as exc:  # noqa: BLE001 - report any failure of the task's own code
+            raise BrokenReference(f"reference of {task.name} does not load: {type(exc).__name__}: {exc}") from exc
+        if not callable(namespace.get("run")):
+            raise BrokenReference(f"reference of {task.name} defines no run(...) function")
+        _COMPILED[key] = namespace["run"]
+    return _COMPILED[key]
+
+
+@contextlib.contextmanager
+def _ieee_fp32():
+    """No TF32 in the reference's fp32 matmuls, whatever the process set before."""
+    old_matmul = torch.backends.cuda.matmul.allow_tf32
+    old_cudnn = torch.backends.cudnn.allow_tf32
+    old_precision = torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_matmul
+        torch.backends.cudnn.allow_tf32 = old_cudnn
+        torch.set_float32_matmul_precision(old_precision)
+
+
+def run_reference(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every output of the task, in fp32, on the inputs' device.
+
+    `inputs` holds the task's input tensors (any extra entries are ignored); the task's
+    scalars (e.g. sm_scale) are computed from the input shapes and passed by name.
+    """
+    run = reference_function(task)
+    axes = _axes_from_shapes(task, inputs)
+    scalars = task.scalar_values(axes)
+    args = {name: _widen(inputs[name]) for name in task.inputs}
+    params = inspect.signature(run).parameters
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in {**args, **scalars}.items() if takes_any or k in params}
+    with torch.no_grad(), _ieee_fp32():
+        result = run(**kwargs)
+    return _as_outputs(task, result, axes)
+
+
+def _widen(t: torch.Tensor) -> torch.Tensor:
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
+
+def _axes_from_shapes(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Axis values read off the input shapes (checked against the task's const axes)."""
+    axes: dict[str, int] = {n: int(a.value) for n, a in task.axes.items() if a.type == "const"}
+    for name, spec in task.inputs.items():
+        if name not in inputs:
+            raise ValueError(f"input {name!r} of task {task.name} is missing")
+        shape = tuple(inputs[name].shape)
+        if len(shape) != len(spec.shape):
+            raise ValueError(f"input {name!r} of task {task.name} has rank {len(shape)}, expected {len(spec.shape)}")
+        for axis, size in zip(spec.shape, shape):
+            if axes.setdefault(axis, size) != size:
+                raise ValueError(f"input {name!r} of task {task.name}: axis {axis} is {size}, expected {axes[axis]}")
+    return axes
+
+
+def _as_outputs(task: Task, result, axes: dict[str, int]) -> dict[str, torch.Tensor]:
+    names = list(task.outputs)
+    if isinstance(result, torch.Tensor):
+        result = (result,)
+    if isinstance(result, dict):
+        missing = [n for n in names if n not in result]
+        if missing:
+            raise BrokenReference(f"reference of {task.name} returned no {', '.join(missing)}")
+        values = [result[n] for n in names]
+    elif isinstance(result, (tuple, list)) and len(result) == len(names):
+        values = list(result)
+    else:
+        raise BrokenReference(f"reference of {task.name} must return a dict, a tensor or a tuple of "
+                             f"{len(names)} tensors ({', '.join(names)})")
+    out = {}
+    for name, value in zip(names, values):
+        expected = task.shape(name, axes)
+        if tuple(value.shape) != expected:
+            raise BrokenReference(f"reference of {task.name}: output {name} has shape {tuple(value.shape)}, "
+                                 f"expected {expected}")
+        out[name] = value.float()
+    return out
+
+
+def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per output element, the root-sum-square (rss) of the products that are summed into it, fp32.
+
+    A kernel that rounds each product's factor to bf16 (as tensor-core kernels do with P and dS
+    in attention) errs by about 2^-9 * rss on an element, whatever the element's own value: where
+    the sum cancels (|ref| << rss) that exceeds rtol * |ref|. Tasks with tolerance.scale == "terms"
+    are judged against max(|ref|, rss). Known for op types gemm, mha_fwd and mha_bwd; outputs
+    without a term structure (LSE) are left out (their scale is |ref|).
+    """
+    axes = _axes_from_shapes(task, inputs)
+    x = {name: _widen(inputs[name]) for name in task.inputs}
+    with torch.no_grad(), _ieee_fp32():
+        if task.op_type == "gemm":
+            return {"C": torch.matmul(x["A"].square(), x["B"].square().T).sqrt_()}
+        if task.op_type in ("mha_fwd", "mha_bwd"):
+            sm_scale = task.scalar_values(axes)["sm_scale"]
+            return _attention_term_scales(task.op_type, x, sm_scale, "causal" in task.tags)
+    raise BrokenReference(f"no term scales are known for op type {task.op_type!r} (task {task.name}); "
+                          "use tolerance.scale = \"ref\"")
+
+
+def _attention_term_scales(op_type: str, x: dict[str, torch.Tensor], sm_scale: float, causal: bool
+                           ) -> dict[str, torch.Tensor]:
+    B, H, S, D = x["Q"].shape
+    q, k, v = (x[n].float().reshape(B * H, S, D) for n in ("Q", "K", "V"))
+    keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril() if causal else None
+    names = ("O",) if op_type == "mha_fwd" else ("dQ", "dK", "dV")
+    out = {n: torch.empty(B * H, S, D, dtype=torch.float32, device=q.device) for n in names}
+    if op_type == "mha_bwd":
+        o, do = (x[n].float().reshape(B * H, S, D) for n in ("O", "dO"))
+        lse = x["LSE"].float().reshape(B * H, S, 1)
+    step = max(1, 2**28 // (S * S))
+    for h in range(0, B * H, step):
+        c = slice(h, h + step)
+        scores = torch.matmul(q[c], k[c].transpose(1, 2)) * sm_scale
+        if causal:
+            scores.masked_fill_(~keep, float("-inf"))
+        if op_type == "mha_fwd":  # O[i] = sum_j P[i,j] V[j]
+            p = torch.softmax(scores, dim=-1)
+            out["O"][c] = torch.matmul(p.square_(), v[c].square()).sqrt_()
+            continue
+        p = torch.exp(scores - lse[c])  # exp(-inf) = 0 where masked
+        out["dV"][c] = torch.matmul(p.square().transpose(1, 2), do[c].square()).sqrt_()  # dV[j] = sum_i P[i,j] dO[i]
+        delta = (do[c] * o[c]).sum(dim=-1, keepdim=True)
+        ds2 = torch.matmul(do[c], v[c].transpose(1, 2)).sub_(delta).mul_(p).square_()  # dS^2
+        out["dQ"][c] = torch.matmul(ds2, k[c].square()).sqrt_() * sm_scale  # dQ[i] = sm_scale sum_j dS[i,j] K[j]
+        out["dK"][c] = torch.matmul(ds2.transpose(1, 2), q[c].square()).sqrt_() * sm_scale
+    return {n: t.reshape(B, H, S, D) for n, t in out.items()}

@@ -1,0 +1,139 @@
+"""The benchmark's tasks by name, their aliases, and loading a FlashInfer-Bench Definition JSON.
+
+`get_task` accepts a task name, an alias, or a path to a JSON file (a FlashInfer-Bench
+Definition, optionally with ptxbench's extensions: workloads, tolerance, flops, scalars,
+requested_features, baseline, generator).
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from tasks.attention import backward_task, forward_task
+from tasks.gemm import gemm_task
+from tasks.schema import Task, Workload
+
+
+class UnknownTask(ValueError):
+    """No task by that name; the message is one line and suggests close names."""
+
+
+def _build() -> dict[str, Task]:
+    tasks = [
+        gemm_task(),
+        forward_task(128), forward_task(128, causal=True),
+        backward_task(128), backward_task(128, causal=True),
+        # held-out head-dimension variants (non-causal)
+        forward_task(64), forward_task(96), backward_task(64), backward_task(96),
+    ]
+    return {t.name: t for t in tasks}
+
+
+TASKS: dict[str, Task] = _build()
+
+ALIASES: dict[str, str] = {
+    "gemm": "gemm_n7168_k5120",
+    "attn_fwd": "mha_fwd_d128",
+    "attn_fwd_causal": "mha_fwd_d128_causal",
+    "attn_bwd": "mha_bwd_d128",
+    "attn_bwd_causal": "mha_bwd_d128_causal",
+}
+
+
+def list_tasks(include_variants: bool = True) -> list[Task]:
+    """Seed tasks first, then the held-out variants (each a fresh copy: callers may mutate it)."""
+    tasks = [t for t in TASKS.values() if include_variants or "held_out_variant" not in t.tags]
+    return [t.model_copy(deep=True) for t in sorted(tasks, key=lambda t: "held_out_variant" in t.tags)]
+
+
+def aliases_of(name: str) -> list[str]:
+    return [a for a, target in ALIASES.items() if target == name]
+
+
+def get_task(name: str | Path) -> Task:
+    """A task by name, alias, or path to a Definition JSON file; raises UnknownTask otherwise."""
+    key = str(name).strip()
+    if key in TASKS:
+        return TASKS[key].model_copy(deep=True)
+    if key in ALIASES:
+        return TASKS[ALIASES[key]].model_copy(deep=True)
+    if key.endswith(".json") or Path(key).is_file():
+        return load_definition(key)
+    close = difflib.get_close_matches(key, list(TASKS) + list(ALIASES), n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(list(ALIASES) + list(TASKS))}"
+    raise UnknownTask(f"unknown task {key!r}; {hint}")
+
+
+def load_definition(path: str | Path) -> Task:
+    """Load a FlashInfer-Bench Definition JSON (plus any ptxbench extensions) as a Task.
+
+    What a plain Definition lacks gets a default: no workloads (evaluating it then says so),
+    tolerance 1e-2, no requested features, no baseline. FlashInfer-Bench writes scalar inputs
+    (e.g. sm_scale) as inputs with `"shape": null`; they become task scalars, whose value must
+    come from a `scalars` entry (the Definition carries no value), except `sm_scale`, which
+    defaults to 1/sqrt(head dimension) when the head-dimension axis is recognisable.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UnknownTask(f"task file {str(path)!r} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UnknownTask(f"{path}: not a readable JSON Definition ({exc})") from None
+    if not isinstance(data, dict):
+        raise UnknownTask(f"{path}: a Definition is a JSON object, got {type(data).__name__}")
+    data = dict(data)
+    scalars = dict(data.get("scalars") or {})
+    inputs = {}
+    for name, spec in (data.get("inputs") or {}).items():
+        if isinstance(spec, dict) and spec.get("shape") is None:
+            if name not in scalars:
+                scalars[name] = _default_scalar(name, data.get("axes") or {}, path)
+        else:
+            inputs[name] = spec
+    data["inputs"], data["scalars"] = inputs, scalars
+    data["workloads"] = [_workload(w, i) for i, w in enumerate(data.get("workloads") or [])]
+    if isinstance(data.get("reference"), list):  # some Definitions store source as a list of lines
+        data["reference"] = "\n".join(data["reference"])
+    try:
+        return Task.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise UnknownTask(f"{path}: not a valid Definition: {loc}: {first['msg']}") from None
+
+
+def _default_scalar(name: str, axes: dict, path: Path) -> str:
+    if name == "sm_scale":
+        for axis in ("head_dim", "head_dim_qk", "D", "head_size"):
+            if isinstance(axes.get(axis), dict) and axes[axis].get("type") == "const":
+                return f"1/sqrt({axis})"
+    raise UnknownTask(f"{path}: scalar input {name!r} has no value; give it under \"scalars\" "
+                      f"(e.g. \"scalars\": {{\"{name}\": \"1.0\"}})")
+
+
+def _workload(entry: dict, index: int) -> dict:
+    """Accept ptxbench's {"name", "axes", "split"} and FlashInfer-Bench's {"workload": {"uuid", "axes"}}."""
+    if isinstance(entry, dict) and "workload" in entry and isinstance(entry["workload"], dict):
+        inner = entry["workload"]
+        return Workload(name=str(inner.get("uuid") or f"w{index}"), axes=inner.get("axes") or {},
+                        split=entry.get("split", "visible")).model_dump()
+    if isinstance(entry, dict) and "axes" in entry:
+        name = entry.get("name") or "_".join(f"{k}{v}" for k, v in entry["axes"].items()) or f"w{index}"
+        return {**entry, "name": name}
+    return entry  # let validation say what is wrong
+
+
+def missing_workloads_reason(task: Task, which: str = "visible") -> str | None:
+    """Why `task` cannot be evaluated on `which` workloads, or None if it can."""
+    if task.workloads_for(which):  # type: ignore[arg-type]
+        return None
+    if not task.workloads:
+        return (f"task {task.name} defines no workloads (a plain FlashInfer-Bench Definition has none): add "
+                f"\"workloads\": [{{\"name\": ..., \"axes\": {{...}}}}] giving the var axes "
+                f"({', '.join(n for n, a in task.axes.items() if a.type == 'var') or 'none'})")
+    return f"task {task.name} has no {which} workloads"
+
