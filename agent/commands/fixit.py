@@ -1,8 +1,114 @@
-"""`agent` commands: fixit (placeholder until implemented)."""
+"""`agent fixit build` (fine-tuning data from trajectories) and `agent fixit train` (LoRA with TRL)."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
+from agent.commands.common import console, fail, print_json
+
+fixit_app = typer.Typer(no_args_is_help=True, help="Fine-tuning data from a model's own mistakes, and LoRA training.")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(fixit_app, name="fixit")
+
+
+BUILD_HELP = (
+    "Fine-tuning data from trajectories: pair every failed turn (compile, runtime, numerical, timeout, features "
+    "missing) with the later turn of the same run that fixed that error class (or a teacher's repair), explain "
+    "the fix, balance per task, error class and turn, drop near-duplicates, and write chat-format JSONL (loss on "
+    "the last message only) with a data card. See docs/FIXIT.md.")
+
+
+@fixit_app.command("build", help=BUILD_HELP)
+def build(
+    runs: List[Path] = typer.Argument(..., help="run folders or sweep folders"),
+    out: Path = typer.Option(..., "--out", help="data folder: train.jsonl, data_card.md, data_card.json"),
+    teacher: Optional[str] = typer.Option(None, help="model that repairs failures no later turn fixed (agent loop)"),
+    teacher_api_base: Optional[str] = typer.Option(None, help="api_base for the teacher"),
+    teacher_turns: int = typer.Option(3, help="turns the teacher gets to repair one failure"),
+    explainer: Optional[str] = typer.Option(
+        None, help="model that explains each fix (default: the fixing reply's own reasoning)"),
+    explainer_api_base: Optional[str] = typer.Option(None, help="api_base for the explainer"),
+    min_speedup: Optional[float] = typer.Option(None, help="keep fixes timed at least this fast vs the library"),
+    cap_per_task: Optional[int] = typer.Option(None, help="at most N examples per task"),
+    cap_per_error: Optional[int] = typer.Option(None, help="at most N examples per error class"),
+    max_chars: int = typer.Option(60_000, help="drop pairs whose two kernels exceed this many characters"),
+    seed: int = typer.Option(0, help="seed of the stratified down-sampling"),
+    as_json: bool = typer.Option(False, "--json", help="print the data card as JSON"),
+) -> None:
+    from agent.fixit.build import BuildOptions, Filters, build as build_data
+
+    missing = [str(p) for p in runs if not p.exists()]
+    if missing:
+        fail(f"no such run or sweep folder: {missing[0]}")
+    for name, cap in (("--cap-per-task", cap_per_task), ("--cap-per-error", cap_per_error)):
+        if cap is not None and cap < 1:
+            fail(f"{name} must be at least 1")
+    options = BuildOptions(teacher=teacher, teacher_api_base=teacher_api_base, teacher_turns=teacher_turns,
+                           explainer=explainer,
+                           explainer_api_base=explainer_api_base,
+                           filters=Filters(min_speedup=min_speedup, max_chars=max_chars),
+                           cap_per_task=cap_per_task, cap_per_error=cap_per_error, seed=seed)
+    try:
+        result = build_data(runs, out, options)
+    except ValueError as exc:
+        fail(str(exc).splitlines()[0])
+    if as_json:
+        print_json(result.card)
+        return
+    card = result.card
+    console.print(f"{result.examples} examples -> {out / 'train.jsonl'} (by error: {card['by_error']}; "
+                  f"by source: {card['by_source']}); data card: {out / 'data_card.md'}", highlight=False)
+
+
+TRAIN_HELP = (
+    "LoRA fine-tuning on Fixit data with TRL (SFTTrainer) + PEFT, loss on the answer only.\n\n"
+    "Runs on the GPU when there is one, else on CPU (fine for tiny models). Needs the optional extra: "
+    "pip install -e '.\\[train]'.\n\n"
+    "\b\n"  # keep the lines below as they are
+    "Serve the adapter with vLLM and benchmark it through a sweep:\n"
+    "  vllm serve BASE_MODEL --enable-lora --lora-modules fixit=ADAPTER_DIR --max-lora-rank RANK\n"
+    "  # sweep.toml: models = [{spec = \"openai/fixit\", api_base = \"http://localhost:8000/v1\", name = \"fixit\"}]\n"
+    "  agent sweep sweep.toml && agent report runs/<sweep>\n"
+    "See docs/FIXIT.md.")
+
+
+@fixit_app.command("train", help=TRAIN_HELP)
+def train(
+    data: Path = typer.Argument(..., help="data folder from `agent fixit build` (or its train.jsonl)"),
+    base_model: str = typer.Option(..., "--base-model", help="local folder of a chat model (HF format)"),
+    out: Path = typer.Option(Path("fixit-adapter"), "--out", help="where the LoRA adapter goes"),
+    rank: int = typer.Option(16, help="LoRA rank"),
+    alpha: Optional[int] = typer.Option(None, help="LoRA alpha (default 2 x rank)"),
+    lr: float = typer.Option(2e-4, help="learning rate"),
+    epochs: float = typer.Option(1.0, help="epochs"),
+    batch_size: int = typer.Option(1, help="per-device batch size"),
+    grad_accum: int = typer.Option(1, help="gradient accumulation steps"),
+    max_length: int = typer.Option(8192, help="tokens per example (longer ones are truncated)"),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+) -> None:
+    from dataclasses import asdict
+
+    from agent.fixit.train import TrainError, TrainOptions, train as train_adapter
+
+    if rank < 1 or epochs <= 0 or lr <= 0:
+        fail("--rank, --epochs and --lr must be positive")
+    options = TrainOptions(base_model=base_model, out=str(out), rank=rank, alpha=alpha, lr=lr, epochs=epochs,
+                           batch_size=batch_size, grad_accum=grad_accum, max_length=max_length, seed=seed)
+    try:
+        result = train_adapter(data, options)
+    except (TrainError, OSError) as exc:
+        fail(str(exc).splitlines()[0])
+    if as_json:
+        print_json(asdict(result))
+        return
+    loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
+    console.print(f"adapter -> {result.out}: {result.examples} examples, {result.steps} steps, loss {loss} "
+                  f"({result.loss_tokens} of {result.tokens} tokens) on {result.device} in {result.seconds:.0f}s",
+                  highlight=False)
+    console.print(f"serve: vllm serve {base_model} --enable-lora --lora-modules fixit={result.out} "
+                  f"--max-lora-rank {rank}", highlight=False)

@@ -1,8 +1,146 @@
-"""`agent` commands: sweep (placeholder until implemented)."""
+"""`agent sweep CONFIG` (a grid of runs) and `agent report RUNS...` (metrics, tables, plots)."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
+from agent.commands.common import console, err_console, fail, print_json
+
+
+SWEEP_HELP = (
+    "Run a grid of agent runs: models x tasks x arches x context modes x replicas.\n\n"
+    "Run ids are <sweep>/<model>/<task>/<arch>/<context>/r<k> under the runs folder; running the same config "
+    "again skips finished runs and resumes half-finished ones. LLM calls run concurrently; evaluations queue per "
+    "GPU (on a machine without a GPU: compile + inspect only, and the runs say evaluation skipped). "
+    "See docs/SWEEPS.md and docs/examples/sweep_*.toml.")
+REPORT_HELP = (
+    "Write report.md, report.html, report.csv and plots for runs or sweeps.\n\n"
+    "Per model x task x arch x context and turn limit: compiled, arch (SASS), correct, correct with arch (static "
+    "and executed), fast_p for p in 0, 0.5, 0.8, 1.0, and the geometric-mean speedup, with 95% intervals over "
+    "replicas. Verdicts that were not checked (no GPU) are n/a, never a pass.")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("sweep", help=SWEEP_HELP)(sweep)
+    app.command("report", help=REPORT_HELP)(report)
+
+
+def sweep(
+    config: Path = typer.Argument(..., help="sweep config, TOML or YAML (see docs/examples/sweep_*.toml)"),
+    executor: Optional[str] = typer.Option(None, help="local | ray (overrides the config)"),
+    ray_address: Optional[str] = typer.Option(
+        None, help="an existing Ray cluster (auto, ray://host:10001); implies --executor ray"),
+    runs_dir: Optional[str] = typer.Option(None, help="where runs go (overrides the config)"),
+    concurrency: Optional[int] = typer.Option(None, help="runs (LLM calls) in flight at once"),
+    retry_failed: bool = typer.Option(False, help="resume runs that ended with a ptxbench error"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list the grid and each run's state; run nothing"),
+    as_json: bool = typer.Option(False, "--json", help="print the sweep summary as JSON"),
+) -> None:
+    from agent.sweep import load_sweep_config, plan, run_sweep
+
+    if not config.is_file():
+        fail(f"no sweep config at {config}")
+    if executor not in (None, "local", "ray"):
+        fail(f"unknown executor {executor!r}; choose local or ray")
+    if ray_address and executor is None:  # an address only means something to Ray
+        executor = "ray"
+    try:
+        cfg = load_sweep_config(config, executor=executor, ray_address=ray_address, runs_dir=runs_dir,
+                                concurrency=concurrency)
+        grid = plan(cfg)
+    except Exception as exc:  # bad config or unknown task: one line
+        fail(f"{config}: {_one_line(exc)}")
+    if dry_run:
+        rows = [{"run_id": r.run_id, "state": grid.states[r.run_id]} for r in grid.runs]
+        if as_json:
+            print_json({"sweep": cfg.name, "runs": rows})
+        else:
+            for row in rows:
+                console.print(f"{row['state']:8} {row['run_id']}", highlight=False)
+            console.print(f"{len(rows)} runs", highlight=False)
+        return
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
+                  console=err_console, transient=as_json) as bar:
+        task_id = bar.add_task(cfg.name, total=len(grid.runs), last="")
+
+        def on_run(outcome, done: int, total: int) -> None:
+            bar.update(task_id, completed=done, last=f"{outcome.status}: {outcome.run_id}")
+
+        try:
+            result = run_sweep(cfg, progress=on_run, retry_failed=retry_failed)
+        except RuntimeError as exc:  # e.g. ray not installed
+            fail(str(exc))
+    if as_json:
+        print_json(result)
+        return
+    console.print(f"sweep {result.sweep}: {result.total} runs ({result.skipped} already done, {result.ran} run now, "
+                  f"{result.resumed} resumed, {result.failed} failed) in {result.seconds:.0f}s on {result.executor}",
+                  highlight=False)
+    skipped_eval = sorted({o.evaluation for o in result.outcomes if o.evaluation and o.evaluation != "ok"})
+    for note in skipped_eval:
+        console.print(f"evaluation {note}", highlight=False)
+    for o in result.outcomes:
+        if o.status in ("failed", "error"):
+            console.print(f"[red]{o.status}[/red] {o.run_id}: {o.error}", highlight=False)
+    console.print(f"report: agent report {Path(result.runs_dir) / result.sweep}", highlight=False)
+
+
+def report(
+    runs: List[Path] = typer.Argument(..., help="run folders or sweep folders (searched for runs)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (default: <first path>/report)"),
+    turn_limits: Optional[str] = typer.Option(None, help="comma-separated, e.g. 1,4,8 (default: the sweep's)"),
+    as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
+) -> None:
+    from agent.report import report_json, write_report
+
+    missing = [str(p) for p in runs if not p.exists()]
+    if missing:
+        fail(f"no such run or sweep folder: {missing[0]}")
+    limits = None
+    if turn_limits:
+        try:
+            limits = [int(x) for x in turn_limits.split(",") if x.strip()]
+        except ValueError:
+            fail(f"--turn-limits must be integers separated by commas, got {turn_limits!r}")
+    else:
+        limits = _sweep_turn_limits(runs)
+    out_dir = out or (runs[0] / "report")
+    try:
+        result = write_report(runs, out_dir, limits)
+    except ValueError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(report_json(result))
+        return
+    console.print(f"{result.runs} runs ({result.unfinished} unfinished) -> {result.files['md']}, "
+                  f"{result.files['html']}, {result.files['csv']}", highlight=False)
+
+
+def _one_line(exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        e = exc.errors()[0]
+        where = ".".join(str(x) for x in e["loc"])
+        return f"{where}: {e['msg']}" if where else e["msg"]
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _sweep_turn_limits(paths: List[Path]) -> list[int] | None:
+    """The turn limits a sweep config asked for (sweep.json in a given folder), if any."""
+    for p in paths:
+        f = p / "sweep.json"
+        if f.is_file():
+            limits = json.loads(f.read_text()).get("config", {}).get("turn_limits")
+            if limits:
+                return [int(x) for x in limits]
+    return None

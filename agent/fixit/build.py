@@ -1,0 +1,479 @@
+"""Fixit data: supervised fine-tuning examples built from a model's own mistakes and their
+corrections, with an explanation of why the correction works.
+
+Stages, each small and typed:
+
+  load_attempts(run dirs)      every candidate of every trajectory, with its EvalResult
+  error_classes(attempt)       compile | features_missing | runtime | timeout | numerical
+  find_pairs(attempts)         failed candidate -> the next later candidate of the same run
+                               that fixed that error class without failing a check the failed
+                               one passed (source "trajectory"); with a teacher model,
+                               unfixed failures are repaired through agent.run.repair
+                               (source "teacher")
+  explain(pair)                the correcting reply's own reasoning (text outside code
+                               blocks), or an explainer model's answer
+  filter / dedupe / balance    min speedup, size; near-duplicate kernels out (Jaccard of
+                               5-token shingles >= 0.9); caps per task and error class, drawn
+                               round-robin over (task, error class, turn) strata, seeded
+  build(runs, out)             all of the above -> train.jsonl (chat messages; loss on the last message only,
+                               marked weight=1) + data_card.md + data_card.json
+
+What counts as "fixed" is decided from verdicts, never guessed: without a GPU correctness
+is unknown, so a runtime, timeout or numerical error is only ever called fixed by a
+candidate that ran on a GPU; CPU-only runs give compile and features_missing pairs.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Literal, Sequence
+
+from agent.trajectory import CandidateRecord, RunConfig, read_config, read_events, read_summary
+from tools.results import EvalResult
+from tools.solution import Solution, SolutionError
+
+ErrorClass = Literal["compile", "features_missing", "runtime", "timeout", "numerical"]
+ERROR_CLASSES: tuple[str, ...] = ("compile", "features_missing", "runtime", "timeout", "numerical")
+# Workload failures that mean "ran, wrong numbers" (as agent.feedback.WRONG_NUMBERS).
+_NUMERICAL = {"incorrect", "nan_output", "unwritten_output", "wrong_after_first_call"}
+SHINGLE = 5
+DUP_JACCARD = 0.9
+
+
+# ---------------------------------------------------------------------------------------
+# Attempts
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Attempt:
+    """One candidate of a trajectory: what the model wrote and what the evaluator said."""
+
+    run_dir: Path
+    config: RunConfig
+    record: CandidateRecord
+    solution: Solution | None  # None: no usable kernel in the reply
+    eval: EvalResult | None
+    reply: str
+    feedback: str | None = None  # the user message the model saw after this candidate, if recorded
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.record.turn, self.record.sample)
+
+
+def load_attempts(run_dir: Path) -> list[Attempt]:
+    """All candidates of one run, in (turn, sample) order; runs without a summary have none."""
+    summary = read_summary(run_dir)
+    if summary is None:
+        return []
+    config = read_config(run_dir)
+    feedback = {e.get("turn"): e.get("text") for e in read_events(run_dir, "feedback")}
+    attempts = []
+    for t in summary.per_turn:
+        for c in t.candidates:
+            folder = run_dir / c.path
+            try:
+                solution = Solution.from_dir(folder)
+            except SolutionError:
+                solution = None
+            ev_path = folder / "eval.json"
+            ev = EvalResult.model_validate_json(ev_path.read_text()) if ev_path.exists() else None
+            reply = (folder / "reply.md").read_text() if (folder / "reply.md").exists() else ""
+            chosen = t.chosen is None or t.chosen == c.sample
+            attempts.append(Attempt(run_dir, config, c, solution, ev, reply,
+                                    feedback.get(t.turn) if chosen else None))
+    return sorted(attempts, key=lambda a: a.key)
+
+
+def error_classes(a: Attempt) -> set[str]:
+    """The error classes observed for a candidate (empty: nothing failed that was checked)."""
+    if a.solution is None or a.eval is None:
+        return set()  # no kernel: nothing to pair (a format error is not a kernel mistake)
+    ev = a.eval
+    if not ev.compiled:
+        return {"compile"}
+    found = set() if ev.arch_ok and ev.arch_executed is not False else {"features_missing"}
+    if ev.run_status in ("ok", "failed"):  # it ran on a GPU
+        failed = [w for w in ev.workloads if w.split == "visible" and w.status == "failed"]
+        for w in failed:
+            found.add("timeout" if w.reason == "timeout" else "numerical" if w.reason in _NUMERICAL else "runtime")
+        if ev.run_status == "failed" and not failed:
+            found.add("runtime")
+    return found
+
+
+def passed_checks(a: Attempt) -> set[str]:
+    """The checks a candidate passed (as opposed to failed, or never ran)."""
+    if a.eval is None or a.solution is None or not a.eval.compiled:
+        return set()
+    errors = error_classes(a)
+    passed = {"compile"} | ({"features_missing"} - errors)
+    if a.eval.run_status == "ok":  # the visible workloads ran on a GPU
+        # A timed-out kernel never finished, so it did not show it runs cleanly either.
+        passed |= {"runtime", "timeout"} - errors - ({"runtime"} if "timeout" in errors else set())
+        if a.eval.correct is True:
+            passed.add("numerical")
+    return passed
+
+
+def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
+    """`later` passed the check `failed` failed, and every check `failed` passed."""
+    done = passed_checks(later)
+    return error in done and passed_checks(failed) <= done
+
+
+# ---------------------------------------------------------------------------------------
+# Pairs
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Pair:
+    failed: Attempt
+    fixed: Attempt
+    error: str
+    source: Literal["trajectory", "teacher"]
+    explanation: str = ""
+    explanation_source: Literal["reply", "explainer", "none"] = "none"
+
+    @property
+    def task(self) -> str:
+        return self.failed.config.task
+
+    @property
+    def turn(self) -> int:
+        return self.failed.record.turn
+
+
+def find_pairs(attempts: Sequence[Attempt]) -> tuple[list[Pair], list[tuple[Attempt, str]]]:
+    """(pairs, unfixed failures): each failed candidate x error class -> the next candidate that fixed it."""
+    pairs, unfixed = [], []
+    for i, a in enumerate(attempts):
+        for error in sorted(error_classes(a)):
+            fix = next((b for b in attempts[i + 1:] if b.record.turn > a.record.turn and fixes(b, a, error)), None)
+            if fix is None:
+                unfixed.append((a, error))
+            else:
+                pairs.append(Pair(a, fix, error, "trajectory"))
+    return pairs, unfixed
+
+
+TeacherFn = Callable[[Attempt, str], "Attempt | None"]
+
+
+def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, turns: int = 3) -> TeacherFn:
+    """Repair failed candidates with a teacher model through the agent loop (agent.run.repair).
+
+    One teacher run per failed candidate, under work_dir/teacher/<run id>/<turn>-<sample>: the
+    chat opens with the task, the student's kernel and the feedback the student got; the
+    teacher then has `turns` turns. Its first candidate that fixes the error class is the
+    correction. Finished teacher runs are reused, so a second build costs no calls.
+    """
+    import shutil
+
+    from agent import run as agent_run
+    from agent.trajectory import Budget
+
+    def repair(failed: Attempt, error: str) -> Attempt | None:
+        cfg = failed.config
+        run_id = f"teacher/{cfg.run_id}/{failed.record.turn}-{failed.record.sample}"
+        run_dir = work_dir / run_id
+        if read_summary(run_dir) is None:
+            if run_dir.exists():  # a teacher run that died half-way: start it again
+                shutil.rmtree(run_dir)
+            config = cfg.model_copy(update={"run_id": run_id, "model": teacher, "api_base": api_base,
+                                            "model_options": {}, "budget": Budget(max_turns=turns)})
+            agent_run.repair(config, failed.solution, feedback_text(failed), runs_dir=work_dir, quiet=True)
+        return next((b for b in load_attempts(run_dir) if fixes(b, failed, error)), None)
+
+    return repair
+
+
+# ---------------------------------------------------------------------------------------
+# Text: feedback, explanation, messages
+# ---------------------------------------------------------------------------------------
+_FENCED = re.compile(r"```.*?(```|\Z)", re.S)
+
+
+def reasoning_text(reply: str) -> str:
+    """The reply without its code blocks: the model's own account of what it changed and why."""
+    text = _FENCED.sub("", reply)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def feedback_text(a: Attempt) -> str:
+    """What the model was (or would have been) told about this candidate."""
+    if a.feedback:
+        return a.feedback
+    from agent.feedback import render_feedback
+
+    return render_feedback(a.record.turn, "repair", a.config.lang, a.record, a.eval)
+
+
+def solution_block(s: Solution) -> str:
+    """A solution as a reply shows it: source block + manifest block (extract_solution reads it back)."""
+    fence = "ptx" if s.language == "ptx" else "cuda"
+    manifest = s.manifest.model_dump_json(indent=2, exclude_defaults=True)
+    return f"```{fence}\n{s.source.rstrip()}\n```\n\n```json\n{manifest}\n```\n"
+
+
+ExplainerFn = Callable[[Pair], str]
+
+
+def explainer_model(spec: str, api_base: str | None = None) -> ExplainerFn:
+    from agent.models import get_model
+
+    model = get_model(spec, api_base=api_base)
+
+    def explain(p: Pair) -> str:
+        what = p.error.replace("_", " ")
+        prompt = (f"A GPU kernel for task `{p.task}` on `{p.failed.config.arch}` failed ({what}).\n\n"
+                  f"Failed version:\n{solution_block(p.failed.solution)}\n"  # type: ignore[arg-type]
+                  f"Evaluation feedback:\n{feedback_text(p.failed)}\n\n"
+                  f"Corrected version:\n{solution_block(p.fixed.solution)}\n"  # type: ignore[arg-type]
+                  "In a few sentences, explain what was wrong and why the correction works. No code.")
+        return model.complete([{"role": "user", "content": prompt}]).text.strip()
+
+    return explain
+
+
+def explain(p: Pair, explainer: ExplainerFn | None) -> Pair:
+    if explainer is not None:
+        p.explanation, p.explanation_source = explainer(p), "explainer"
+    else:
+        text = reasoning_text(p.fixed.reply)
+        p.explanation, p.explanation_source = text, ("reply" if text else "none")
+    return p
+
+
+def messages(p: Pair) -> list[dict]:
+    """system, user (task + wrong kernel + feedback), assistant (reasoning + fixed kernel).
+
+    Only the assistant message is trained on: it carries weight 1, the others weight 0
+    (the OpenAI fine-tuning convention; `agent fixit train` turns it into prompt/completion).
+    """
+    from agent import prompts
+    from tasks import get_task
+    from tasks.describe import render_task
+
+    cfg = p.failed.config
+    task = get_task(cfg.task)
+    # The task as the loop describes it, then the attempt and its feedback (which ends by asking for a fix).
+    wrong, fixed = solution_block(p.failed.solution), solution_block(p.fixed.solution)  # type: ignore[arg-type]
+    user = (render_task(task, cfg.arch, cfg.lang).strip() + "\n\n## Your previous attempt\n\n" + wrong
+            + "\n" + feedback_text(p.failed).strip() + "\n")
+    answer = (p.explanation.strip() + "\n\n" if p.explanation.strip() else "") + fixed
+    return [{"role": "system", "content": prompts.system_prompt(cfg.arch, cfg.lang), "weight": 0},
+            {"role": "user", "content": user, "weight": 0},
+            {"role": "assistant", "content": answer, "weight": 1}]
+
+
+# ---------------------------------------------------------------------------------------
+# Filters, near-duplicates, balance
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Filters:
+    min_speedup: float | None = None  # keep a pair only if its fix was timed at least this fast
+    max_chars: int = 60_000  # both kernels together; longer ones do not fit a training context
+
+    def reject(self, p: Pair) -> str | None:
+        if self.min_speedup is not None:
+            s = p.fixed.eval.speedup if p.fixed.eval else None
+            if s is None or s < self.min_speedup:
+                return "below_min_speedup"
+        if len(p.failed.solution.source) + len(p.fixed.solution.source) > self.max_chars:  # type: ignore[union-attr]
+            return "too_long"
+        return None
+
+
+def shingles(text: str, k: int = SHINGLE) -> frozenset[str]:
+    """k-token shingles of the text with comments dropped and whitespace normalised."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+    tokens = re.findall(r"\w+|[^\w\s]", text)
+    if len(tokens) <= k:
+        return frozenset([" ".join(tokens)])
+    return frozenset(" ".join(tokens[i:i + k]) for i in range(len(tokens) - k + 1))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def dedupe(pairs: Sequence[Pair], threshold: float = DUP_JACCARD) -> tuple[list[Pair], int]:
+    """Drop pairs whose (wrong kernel, fixed kernel) are near-duplicates of a kept pair's."""
+    kept: list[Pair] = []
+    seen: list[tuple[frozenset[str], frozenset[str]]] = []
+    for p in pairs:
+        sig = (shingles(p.failed.solution.source), shingles(p.fixed.solution.source))  # type: ignore[union-attr]
+        if any(jaccard(sig[0], s[0]) >= threshold and jaccard(sig[1], s[1]) >= threshold for s in seen):
+            continue
+        kept.append(p)
+        seen.append(sig)
+    return kept, len(pairs) - len(kept)
+
+
+def balance(pairs: Sequence[Pair], *, cap_per_task: int | None, cap_per_error: int | None,
+            seed: int) -> list[Pair]:
+    """Stratified down-sampling: round-robin over (task, error, turn) strata, shuffled with
+    the seed, taking a pair while its task and error class are under their caps."""
+    rng = random.Random(seed)
+    strata: dict[tuple, list[Pair]] = {}
+    for p in pairs:
+        strata.setdefault((p.task, p.error, p.turn), []).append(p)
+    queues = [strata[k] for k in sorted(strata)]
+    for q in queues:
+        rng.shuffle(q)
+    rng.shuffle(queues)
+    per_task: Counter = Counter()
+    per_error: Counter = Counter()
+    chosen: list[Pair] = []
+    while any(queues):
+        for q in queues:
+            if not q:
+                continue
+            p = q.pop()
+            if cap_per_task is not None and per_task[p.task] >= cap_per_task:
+                continue
+            if cap_per_error is not None and per_error[p.error] >= cap_per_error:
+                continue
+            per_task[p.task] += 1
+            per_error[p.error] += 1
+            chosen.append(p)
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------
+# The whole build
+# ---------------------------------------------------------------------------------------
+@dataclass
+class BuildOptions:
+    teacher: str | None = None
+    teacher_api_base: str | None = None
+    teacher_turns: int = 3
+    explainer: str | None = None
+    explainer_api_base: str | None = None
+    filters: Filters = field(default_factory=Filters)
+    cap_per_task: int | None = None
+    cap_per_error: int | None = None
+    seed: int = 0
+    dedupe_threshold: float = DUP_JACCARD
+
+
+@dataclass
+class BuildResult:
+    out_dir: Path
+    examples: int
+    card: dict
+
+
+def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOptions = BuildOptions(), *,
+          teacher_fn: TeacherFn | None = None, explainer_fn: ExplainerFn | None = None) -> BuildResult:
+    """Run folders (or sweep folders) -> out_dir/train.jsonl + data card."""
+    from agent.report import find_run_dirs
+
+    out = Path(out_dir)
+    run_dirs = find_run_dirs(run_paths)
+    if not run_dirs:
+        raise ValueError("no runs found (a run folder holds config.json)")
+    if teacher_fn is None and options.teacher:
+        teacher_fn = teacher_repair(options.teacher, out / "teacher_runs", options.teacher_api_base,
+                                    options.teacher_turns)
+    if explainer_fn is None and options.explainer:
+        explainer_fn = explainer_model(options.explainer, options.explainer_api_base)
+
+    pairs: list[Pair] = []
+    failures = Counter()
+    unfixed_total = 0
+    for d in run_dirs:
+        attempts = load_attempts(d)
+        for a in attempts:
+            for e in error_classes(a):
+                failures[e] += 1
+        found, unfixed = find_pairs(attempts)
+        pairs += found
+        for failed, error in unfixed:
+            fix = teacher_fn(failed, error) if teacher_fn else None
+            if fix is None:
+                unfixed_total += 1
+            else:
+                pairs.append(Pair(failed, fix, error, "teacher"))
+
+    dropped: Counter = Counter()
+    kept = []
+    for p in pairs:
+        why = options.filters.reject(p)
+        if why:
+            dropped[why] += 1
+        else:
+            kept.append(p)
+    kept, dupes = dedupe(kept, options.dedupe_threshold)
+    dropped["near_duplicate"] = dupes
+    chosen = balance(kept, cap_per_task=options.cap_per_task, cap_per_error=options.cap_per_error,
+                     seed=options.seed)
+    dropped["over_cap"] = len(kept) - len(chosen)
+    chosen.sort(key=lambda p: (p.task, p.error, p.failed.config.run_id, p.failed.key))
+    for p in chosen:
+        explain(p, explainer_fn)
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "train.jsonl", "w", encoding="utf-8") as f:
+        for i, p in enumerate(chosen):
+            f.write(json.dumps({"messages": messages(p), "meta": example_meta(p, i)}, ensure_ascii=False) + "\n")
+    card = data_card(chosen, runs=len(run_dirs), failures=failures, pairs_found=len(pairs),
+                     unfixed=unfixed_total, dropped=dropped, options=options)
+    (out / "data_card.json").write_text(json.dumps(card, indent=2) + "\n")
+    (out / "data_card.md").write_text(render_card(card))
+    return BuildResult(out, len(chosen), card)
+
+
+def example_meta(p: Pair, index: int) -> dict:
+    fx = p.fixed.eval
+    return {"id": f"fixit-{index:05d}", "run_id": p.failed.config.run_id, "model": p.failed.config.model,
+            "task": p.task, "arch": p.failed.config.arch, "lang": p.failed.config.lang, "error": p.error,
+            "failed_turn": p.failed.record.turn, "failed_sample": p.failed.record.sample,
+            "fixed_run_id": p.fixed.config.run_id, "fixed_turn": p.fixed.record.turn,
+            "fixed_outcome": p.fixed.record.outcome, "fixed_speedup": fx.speedup if fx else None,
+            "source": p.source, "explanation_source": p.explanation_source,
+            "loss": "last message only (weight=1)"}
+
+
+def data_card(chosen: Sequence[Pair], *, runs: int, failures: Counter, pairs_found: int, unfixed: int,
+              dropped: Counter, options: BuildOptions) -> dict:
+    def count(key) -> dict:
+        return dict(sorted(Counter(key(p) for p in chosen).items()))
+
+    return {
+        "examples": len(chosen), "runs": runs, "failed_candidates_by_error": dict(sorted(failures.items())),
+        "pairs_found": pairs_found, "unfixed_failures": unfixed, "dropped": dict(sorted(dropped.items())),
+        "by_task": count(lambda p: p.task), "by_error": count(lambda p: p.error),
+        "by_source": count(lambda p: p.source), "by_turn": count(lambda p: p.turn),
+        "by_arch": count(lambda p: p.failed.config.arch),
+        "by_explanation_source": count(lambda p: p.explanation_source),
+        "options": {"teacher": options.teacher, "explainer": options.explainer,
+                    "min_speedup": options.filters.min_speedup, "max_chars": options.filters.max_chars,
+                    "cap_per_task": options.cap_per_task, "cap_per_error": options.cap_per_error,
+                    "seed": options.seed, "dedupe_jaccard": options.dedupe_threshold, "shingle_tokens": SHINGLE},
+        "format": "train.jsonl: {messages: [system, user, assistant], meta}; train on the assistant "
+                  "message only (weight=1)",
+    }
+
+
+def render_card(card: dict) -> str:
+    def table(title: str, d: dict) -> list[str]:
+        rows = [f"| {k} | {v} |" for k, v in d.items()] or ["| (none) | 0 |"]
+        return [f"### {title}", "", "| value | examples |", "|---|---|", *rows, ""]
+
+    lines = ["# Fixit data card", "",
+             f"{card['examples']} examples from {card['runs']} runs: each pairs a failed kernel and its "
+             "evaluation feedback with the later kernel that fixed that error class, and an explanation.", "",
+             f"- pairs found: {card['pairs_found']}; failures left unfixed: {card['unfixed_failures']}",
+             f"- dropped: {json.dumps(card['dropped'])}",
+             f"- failed candidates by error class: {json.dumps(card['failed_candidates_by_error'])}",
+             f"- options: {json.dumps(card['options'])}",
+             f"- format: {card['format']}", ""]
+    for key, title in (("by_task", "By task"), ("by_error", "By error class"), ("by_source", "By source"),
+                       ("by_turn", "By failed turn"), ("by_arch", "By arch"),
+                       ("by_explanation_source", "By explanation source")):
+        lines += table(title, card[key])
+    return "\n".join(lines)

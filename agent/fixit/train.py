@@ -1,0 +1,139 @@
+"""LoRA fine-tuning on Fixit data with TRL's SFTTrainer and PEFT, loss on the answer only.
+
+train.jsonl rows are chat messages whose last (assistant) message carries weight 1: they
+become TRL prompt/completion rows (prompt = every message before it), and SFTTrainer's
+completion_only_loss masks the prompt out of the loss. Runs on the user's GPU when there
+is one, else on CPU (fine for tiny models, as the tests do). The adapter lands in `out`,
+ready for vLLM:
+
+    vllm serve BASE --enable-lora --lora-modules fixit=OUT --max-lora-rank RANK
+    # then in a sweep config: models = [{spec = "openai/fixit", api_base = "http://localhost:8000/v1"}]
+
+Needs the optional extra: pip install -e '.[train]' (transformers, trl, peft, datasets, accelerate).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SERVE_HELP = """\
+Serve the adapter with vLLM and benchmark it through a sweep:
+
+  vllm serve BASE_MODEL --enable-lora --lora-modules fixit=ADAPTER_DIR --max-lora-rank RANK
+  # sweep.toml:  models = [{spec = "openai/fixit", api_base = "http://localhost:8000/v1", name = "fixit"}]
+  agent sweep sweep.toml && agent report runs/<sweep>
+"""
+
+
+class TrainError(ValueError):
+    """Bad training input (missing extra, malformed data, base model without a chat template)."""
+
+
+@dataclass
+class TrainOptions:
+    base_model: str  # a local folder (or hub name where the machine can reach a hub)
+    out: str
+    rank: int = 16
+    alpha: int | None = None  # LoRA alpha; 2 x rank when None
+    dropout: float = 0.05
+    lr: float = 2e-4
+    epochs: float = 1.0
+    batch_size: int = 1
+    grad_accum: int = 1
+    max_length: int = 8192
+    target_modules: str = "all-linear"
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    out: str
+    examples: int
+    steps: int
+    train_loss: float | None
+    device: str
+    seconds: float
+    loss_tokens: int  # tokens the loss is computed on (the answers)
+    tokens: int  # all tokens seen
+
+
+def load_examples(data: str | Path) -> list[dict]:
+    """train.jsonl (or a folder holding it) -> TRL conversational prompt/completion rows."""
+    path = Path(data)
+    path = path / "train.jsonl" if path.is_dir() else path
+    if not path.is_file():
+        raise TrainError(f"{path}: no Fixit data (build it with `agent fixit build`)")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        msgs = json.loads(line).get("messages") or []
+        if len(msgs) < 2 or msgs[-1].get("role") != "assistant" or msgs[-1].get("weight", 1) != 1:
+            raise TrainError(f"{path}:{n}: the last message must be the trained assistant message (weight 1)")
+        if any(m.get("weight", 0) for m in msgs[:-1]):
+            raise TrainError(f"{path}:{n}: only the last message may carry weight 1 (loss on the answer only)")
+        clean = [{"role": m["role"], "content": m["content"]} for m in msgs]
+        rows.append({"prompt": clean[:-1], "completion": clean[-1:]})
+    if not rows:
+        raise TrainError(f"{path}: no examples")
+    return rows
+
+
+def _loss_tokens(dataset) -> tuple[int, int]:
+    """(tokens in the loss, all tokens) of TRL's tokenized training set: proof the prompt is masked."""
+    if "labels" in dataset.column_names:  # TRL >= 1.x: -100 marks tokens left out of the loss
+        labels = dataset["labels"]
+        return sum(sum(1 for t in row if t != -100) for row in labels), sum(len(row) for row in labels)
+    if "completion_mask" in dataset.column_names:  # older TRL: masks applied by the collator
+        masks = dataset["completion_mask"]
+        return sum(sum(m) for m in masks), sum(len(m) for m in masks)
+    raise TrainError("TRL built no labels or completion mask: the loss would cover the prompt too")
+
+
+def train(data: str | Path, options: TrainOptions) -> TrainResult:
+    rows = load_examples(data)  # bad data is an error before the slow imports
+    try:
+        import torch
+        from datasets import Dataset
+        from peft import LoraConfig
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from trl import SFTConfig, SFTTrainer
+    except ImportError as exc:
+        raise TrainError(f"training needs the optional extra: pip install -e '.[train]' ({exc.name} missing)") from None
+
+    start = time.monotonic()
+    tokenizer = AutoTokenizer.from_pretrained(options.base_model)
+    if not tokenizer.chat_template:
+        raise TrainError(f"{options.base_model}: the tokenizer has no chat template; use an instruct/chat model")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    cuda = torch.cuda.is_available()
+    bf16 = cuda and torch.cuda.is_bf16_supported()
+    model = AutoModelForCausalLM.from_pretrained(options.base_model,
+                                                 dtype=torch.bfloat16 if bf16 else torch.float32)
+    lora = LoraConfig(r=options.rank, lora_alpha=options.alpha or 2 * options.rank, lora_dropout=options.dropout,
+                      target_modules=options.target_modules, task_type="CAUSAL_LM")
+    args = SFTConfig(
+        output_dir=options.out, num_train_epochs=options.epochs, learning_rate=options.lr,
+        per_device_train_batch_size=options.batch_size, gradient_accumulation_steps=options.grad_accum,
+        max_length=options.max_length, completion_only_loss=True,  # the prompt is masked out of the loss
+        bf16=bf16, use_cpu=not cuda, seed=options.seed, logging_steps=1, save_strategy="no",
+        report_to=[], dataloader_num_workers=0)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                         peft_config=lora)
+    trained, total = _loss_tokens(trainer.train_dataset)
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs; stdout is for results
+        output = trainer.train()
+    trainer.save_model(options.out)  # the LoRA adapter (adapter_config.json + weights)
+    tokenizer.save_pretrained(options.out)
+    result = TrainResult(out=options.out, examples=len(rows), steps=output.global_step,
+                         train_loss=float(output.training_loss) if output.training_loss is not None else None,
+                         device="cuda" if cuda else "cpu", seconds=round(time.monotonic() - start, 2),
+                         loss_tokens=trained, tokens=total)
+    (Path(options.out) / "fixit_train.json").write_text(
+        json.dumps({"options": asdict(options), "result": asdict(result)}, indent=2) + "\n")
+    return result

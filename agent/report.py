@@ -1,0 +1,533 @@
+"""Sweep reports: read run folders, compute the benchmark's metrics per cell and turn limit,
+write report.md, report.html, report.csv and PNG plots.
+
+A cell is (model, task, arch, context); its replicas are the runs that share it. Each
+metric is computed per run at a turn limit T from the run's per-turn verdicts (every
+candidate of turns 1..T counts), then summarised over the cell's replicas:
+
+  compiled, arch              any candidate compiled / had the requested features in SASS
+  correct                     any candidate passed the visible workloads on a GPU
+  cwa                         correct with arch: correct and features in SASS (and not
+                              shown unexecuted by Nsight Compute), as EvalResult.correct_with_arch
+  cwa_executed                correct, features in SASS and counted at run time (needs ncu)
+  fast_p                      the run's best cwa kernel beats p x library (fast_0 = cwa)
+  speedup                     geometric mean over the cell's cwa runs of each run's best speedup
+
+A verdict that could not be checked (no GPU, no ncu) is unknown: a run is unknown when
+none of its candidates reached the verdict and at least one was unchecked. Proportions
+count known runs only, with Wilson 95% intervals; a cell without known runs shows n/a,
+never a pass. The speedup interval is a seeded bootstrap over the cell's runs.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from agent.trajectory import CandidateRecord, RunConfig, RunSummary, read_config, read_summary
+
+FAST_P = (0.0, 0.5, 0.8, 1.0)
+DEFAULT_TURN_LIMITS = (1, 4, 8)
+PROPORTIONS = ("compiled", "arch", "correct", "cwa", "cwa_executed") + tuple(f"fast_{p:g}" for p in FAST_P)
+# Outcomes that settle correctness as False without a GPU verdict (nothing ran, or it failed).
+_NOT_CORRECT = {"model_error", "format_error", "compile_error", "run_failed", "incorrect"}
+
+Tri = bool | None  # True / False / None = unknown (not checked)
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------
+@dataclass
+class RunRecord:
+    run_dir: Path
+    config: RunConfig
+    summary: RunSummary | None  # None: the run never finished a turn's summary
+
+    @property
+    def finished(self) -> bool:
+        """Ended on its own terms (budget, model failure). Runs that a ptxbench error stopped
+        ("failed") or that were interrupted say nothing about the model: they are left out."""
+        return self.summary is not None and self.summary.status == "finished"
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run folders (those holding config.json) given directly or anywhere under sweep folders."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "config.json").is_file():
+            found.append(p)
+        elif p.is_dir():
+            found.extend(sorted(c.parent for c in p.rglob("config.json") if "candidates" not in c.parts))
+    return sorted(set(found))
+
+
+def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
+    return [RunRecord(d, read_config(d), read_summary(d)) for d in find_run_dirs(paths)]
+
+
+def model_label(spec: str) -> str:
+    """A short name for reports: scripted/replay paths become their file or folder stem."""
+    for prefix in ("scripted:", "replay:"):
+        if spec.startswith(prefix):
+            return prefix + Path(spec.removeprefix(prefix)).stem
+    return spec
+
+
+# ---------------------------------------------------------------------------------------
+# Per-candidate and per-run verdicts
+# ---------------------------------------------------------------------------------------
+def _any(values: Iterable[Tri]) -> Tri:
+    """Did any candidate reach it? True if one did; unknown if none did but one was unchecked."""
+    values = list(values)
+    if any(v is True for v in values):
+        return True
+    return None if any(v is None for v in values) else False
+
+
+def candidate_correct(c: CandidateRecord) -> Tri:
+    if c.verdicts.correct is not None:
+        return c.verdicts.correct
+    if c.outcome in _NOT_CORRECT or not c.verdicts.compiled:
+        return False
+    if c.outcome in ("correct_no_arch", "correct_with_arch"):
+        return True
+    return None  # compiled, not run: no GPU
+
+
+def candidate_cwa(c: CandidateRecord, executed: bool) -> Tri:
+    """Correct with arch; `executed` demands the features were counted at run time."""
+    correct = candidate_correct(c)
+    if correct is False or not c.verdicts.arch:
+        return False
+    ran = c.verdicts.arch_executed
+    if ran is False:
+        return False
+    if executed and ran is None:
+        return None
+    return correct  # True, or None when correctness was not checked
+
+
+@dataclass
+class RunMetrics:
+    """One run's verdicts within a turn limit."""
+
+    values: dict[str, Tri]  # the PROPORTIONS
+    speedup: float | None  # best speedup among its cwa candidates (None: none, or untimed)
+
+
+def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
+    cands = [c for t in summary.per_turn if t.turn <= turn_limit for c in t.candidates]
+    cwa = _any(candidate_cwa(c, executed=False) for c in cands)
+    speeds = [c.verdicts.speedup for c in cands
+              if candidate_cwa(c, executed=False) is True and c.verdicts.speedup is not None]
+    best = max(speeds) if speeds else None
+    values: dict[str, Tri] = {
+        "compiled": any(c.verdicts.compiled for c in cands),
+        "arch": any(c.verdicts.compiled and c.verdicts.arch for c in cands),
+        "correct": _any(candidate_correct(c) for c in cands),
+        "cwa": cwa,
+        "cwa_executed": _any(candidate_cwa(c, executed=True) for c in cands),
+    }
+    for p in FAST_P:
+        if p == 0 or cwa is not True:
+            values[f"fast_{p:g}"] = cwa
+        else:  # a cwa kernel that was not timed cannot be said to beat the library
+            values[f"fast_{p:g}"] = None if best is None else best > p
+    return RunMetrics(values, best)
+
+
+# ---------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Proportion:
+    successes: int
+    n: int  # runs with a known verdict
+    unknown: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.successes / self.n if self.n else None
+
+    def wilson(self, z: float = 1.959964) -> tuple[float, float] | None:
+        if not self.n:
+            return None
+        p, n = self.successes / self.n, self.n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion(values: Sequence[Tri]) -> Proportion:
+    known = [v for v in values if v is not None]
+    return Proportion(sum(1 for v in known if v), len(known), len(values) - len(known))
+
+
+def geomean(xs: Sequence[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def bootstrap_geomean_ci(xs: Sequence[float], *, resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile 95% interval of the geometric mean, resampling runs (seeded: reports are reproducible)."""
+    if len(xs) < 2:
+        return None
+    rng = random.Random(seed)
+    logs = [math.log(x) for x in xs]
+    means = sorted(sum(rng.choice(logs) for _ in logs) / len(logs) for _ in range(resamples))
+    return math.exp(means[int(0.025 * resamples)]), math.exp(means[int(0.975 * resamples) - 1])
+
+
+# ---------------------------------------------------------------------------------------
+# Cells
+# ---------------------------------------------------------------------------------------
+CellKey = tuple[str, str, str, str]  # model, task, arch, context
+
+
+@dataclass
+class CellRow:
+    key: CellKey
+    turn_limit: int
+    runs: int  # finished runs in the cell
+    unfinished: int
+    metrics: dict[str, Proportion]
+    speedups: list[float] = field(default_factory=list)  # best speedup of each timed cwa run
+
+    @property
+    def speedup(self) -> float | None:
+        return geomean(self.speedups) if self.speedups else None
+
+    @property
+    def speedup_ci(self) -> tuple[float, float] | None:
+        return bootstrap_geomean_ci(self.speedups)
+
+
+def cell_key(run: RunRecord) -> CellKey:
+    c = run.config
+    return (model_label(c.model), c.task, c.arch, c.context)
+
+
+def group_cells(runs: Sequence[RunRecord]) -> dict[CellKey, list[RunRecord]]:
+    cells: dict[CellKey, list[RunRecord]] = {}
+    for r in runs:
+        cells.setdefault(cell_key(r), []).append(r)
+    return dict(sorted(cells.items()))
+
+
+def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TURN_LIMITS) -> list[CellRow]:
+    rows: list[CellRow] = []
+    for key, members in group_cells(runs).items():
+        done = [r for r in members if r.finished]
+        for limit in sorted(set(turn_limits)):
+            per_run = [run_metrics(r.summary, limit) for r in done]  # type: ignore[arg-type]
+            metrics = {m: proportion([pr.values[m] for pr in per_run]) for m in PROPORTIONS}
+            speedups = [pr.speedup for pr in per_run if pr.values["cwa"] is True and pr.speedup]
+            rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------
+COLUMNS = [("compiled", "compiled"), ("arch", "arch (SASS)"), ("correct", "correct"), ("cwa", "correct+arch"),
+           ("cwa_executed", "correct+arch executed")] + [(f"fast_{p:g}", f"fast_{p:g}") for p in FAST_P]
+
+
+def _fmt_prop(p: Proportion) -> str:
+    if p.rate is None:
+        return "n/a"
+    lo, hi = p.wilson()  # type: ignore[misc]
+    unknown = f", {p.unknown} n/a" if p.unknown else ""
+    return f"{p.rate:.0%} [{lo:.0%}-{hi:.0%}] ({p.successes}/{p.n}{unknown})"
+
+
+def _fmt_speedup(row: CellRow) -> str:
+    if row.speedup is None:
+        return "n/a"
+    ci = row.speedup_ci
+    return f"{row.speedup:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "") + f" (n={len(row.speedups)})"
+
+
+def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
+    out = []
+    for r in rows:
+        d: dict[str, object] = dict(zip(("model", "task", "arch", "context"), r.key))
+        d.update(turn_limit=r.turn_limit, runs=r.runs, unfinished=r.unfinished)
+        for m in PROPORTIONS:
+            p = r.metrics[m]
+            ci = p.wilson()
+            d[m] = "n/a" if p.rate is None else round(p.rate, 4)
+            d[f"{m}_lo"] = "" if ci is None else round(ci[0], 4)
+            d[f"{m}_hi"] = "" if ci is None else round(ci[1], 4)
+            d[f"{m}_n"] = p.n
+            d[f"{m}_unknown"] = p.unknown
+        ci = r.speedup_ci
+        d["speedup_geomean"] = "n/a" if r.speedup is None else round(r.speedup, 4)
+        d["speedup_lo"] = "" if ci is None else round(ci[0], 4)
+        d["speedup_hi"] = "" if ci is None else round(ci[1], 4)
+        d["speedup_n"] = len(r.speedups)
+        out.append(d)
+    return out
+
+
+def write_csv(rows: Sequence[CellRow], path: Path) -> None:
+    data = csv_rows(rows)
+    with open(path, "w", newline="") as f:
+        if not data:
+            f.write("")
+            return
+        writer = csv.DictWriter(f, fieldnames=list(data[0]))
+        writer.writeheader()
+        writer.writerows(data)
+
+
+def _table(rows: Sequence[CellRow]) -> tuple[list[str], list[list[str]]]:
+    head = ["model", "task", "arch", "context", "runs"] + [label for _, label in COLUMNS] + ["speedup (geomean)"]
+    body = []
+    for r in rows:
+        runs = f"{r.runs}" + (f" (+{r.unfinished} unfinished)" if r.unfinished else "")
+        body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS] + [_fmt_speedup(r)])
+    return head, body
+
+
+# ---------------------------------------------------------------------------------------
+# Plots (matplotlib, Agg: no display needed)
+# ---------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _series_label(model: str, context: str) -> str:
+    return f"{model} ({context})"
+
+
+def _na(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"n/a: {what}", ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
+    """fast_p over a range of p: the share of a cell's runs whose best cwa kernel beats p x library."""
+    plt = _pyplot()
+    ps = [i / 40 for i in range(0, 81)]  # 0 .. 2
+    groups = _by_task_arch(runs)
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(5 * max(1, len(groups)), 3.6), squeeze=False)
+    for ax, ((task, arch), members) in zip(axes[0], groups.items()):
+        ax.set_title(f"{task} {arch} (turn {turn_limit})", fontsize=9)
+        drawn = False
+        for (model, context), series in _by_model_context(members).items():
+            metrics = [run_metrics(r.summary, turn_limit) for r in series]  # type: ignore[arg-type]
+            known = [m for m in metrics if m.values["cwa"] is not None]
+            if not known:
+                continue
+            ys = [sum(1 for m in known if m.values["cwa"] and (p == 0 or (m.speedup or 0) > p)) / len(known)
+                  for p in ps]
+            ax.plot(ps, ys, label=_series_label(model, context), linestyle="-" if context != "none" else "--")
+            drawn = True
+        if drawn:
+            ax.legend(fontsize=7)
+        else:
+            _na(ax, "correctness not checked (no GPU)")
+        ax.set_xlabel("p (speedup threshold vs library)")
+        ax.set_ylabel("fast_p")
+        ax.set_ylim(-0.02, 1.02)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_speedup_by_turn(runs: Sequence[RunRecord], path: Path) -> None:
+    """Geometric-mean best speedup of cwa runs, at every turn limit from 1 to the longest run."""
+    plt = _pyplot()
+    groups = _by_task_arch(runs)
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(5 * max(1, len(groups)), 3.6), squeeze=False)
+    for ax, ((task, arch), members) in zip(axes[0], groups.items()):
+        ax.set_title(f"{task} {arch}", fontsize=9)
+        drawn = False
+        for (model, context), series in _by_model_context(members).items():
+            last = max((t.turn for r in series for t in r.summary.per_turn), default=0)  # type: ignore[union-attr]
+            xs, ys = [], []
+            for turn in range(1, last + 1):
+                sp = [m.speedup for m in (run_metrics(r.summary, turn) for r in series)  # type: ignore[arg-type]
+                      if m.values["cwa"] is True and m.speedup]
+                if sp:
+                    xs.append(turn)
+                    ys.append(geomean(sp))
+            if xs:
+                ax.plot(xs, ys, marker="o", label=_series_label(model, context))
+                drawn = True
+        if drawn:
+            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+            ax.legend(fontsize=7)
+        else:
+            _na(ax, "no timed correct-with-arch kernel")
+        ax.set_xlabel("turn limit")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel("speedup vs library (geomean)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
+    """Context modes side by side per model: arch-in-SASS rate and correct-with-arch rate."""
+    plt = _pyplot()
+    rows = [r for r in rows if r.turn_limit == turn_limit]
+    models = sorted({r.key[0] for r in rows})
+    contexts = sorted({r.key[3] for r in rows}, key=lambda c: (c != "none", c))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
+    width = 0.8 / max(1, len(contexts))
+    for ax, metric, title in ((axes[0][0], "arch", "compiled with requested features (SASS)"),
+                              (axes[0][1], "cwa", "correct with arch")):
+        any_known = False
+        for i, context in enumerate(contexts):
+            labelled = False
+            for j, model in enumerate(models):
+                pooled = [r.metrics[metric] for r in rows if r.key[0] == model and r.key[3] == context]
+                succ, n = sum(p.successes for p in pooled), sum(p.n for p in pooled)
+                x = j + (i - (len(contexts) - 1) / 2) * width
+                if n:
+                    any_known = True
+                    ax.bar(x, succ / n, width, label=None if labelled else context, color=f"C{i}")
+                    labelled = True
+                else:
+                    ax.text(x, 0.02, "n/a", ha="center", fontsize=7, rotation=90, color="grey")
+        ax.set_xticks(range(len(models)), models, fontsize=7, rotation=15)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{title}, turn {turn_limit}", fontsize=9)
+        if any_known:
+            ax.legend(title="context", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _by_task_arch(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+    out: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in runs:
+        if r.finished:
+            out.setdefault((r.config.task, r.config.arch), []).append(r)
+    return dict(sorted(out.items()))
+
+
+def _by_model_context(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+    out: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in runs:
+        out.setdefault((model_label(r.config.model), r.config.context), []).append(r)
+    return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Report:
+    out_dir: Path
+    files: dict[str, Path]  # "md" | "html" | "csv" | plot name -> path
+    rows: list[CellRow]
+    runs: int
+    unfinished: int
+
+
+PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "context": "context.png"}
+
+
+def write_report(paths: Iterable[str | Path], out_dir: str | Path,
+                 turn_limits: Sequence[int] | None = None) -> Report:
+    """Read runs under `paths`, write report.md/html/csv and the plots into `out_dir`."""
+    runs = load_runs(paths)
+    if not runs:
+        raise ValueError("no runs found (a run folder holds config.json)")
+    longest = max(r.config.budget.max_turns for r in runs)
+    # A limit past every run's budget says the same as the budget itself.
+    limits = sorted({min(t, longest) for t in (turn_limits or _default_limits(runs)) if t >= 1})
+    rows = summarise(runs, limits)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {name: out / fname for name, fname in PLOTS.items()}
+    plot_fast_p(runs, limits[-1], files["fast_p"])
+    plot_speedup_by_turn(runs, files["speedup_by_turn"])
+    plot_context(rows, limits[-1], files["context"])
+    files["csv"] = out / "report.csv"
+    write_csv(rows, files["csv"])
+    unfinished = sum(1 for r in runs if not r.finished)
+    files["md"] = out / "report.md"
+    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, _evaluation_notes(runs)))
+    files["html"] = out / "report.html"
+    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, _evaluation_notes(runs), files))
+    return Report(out, files, rows, len(runs), unfinished)
+
+
+def _default_limits(runs: Sequence[RunRecord]) -> list[int]:
+    longest = max((r.config.budget.max_turns for r in runs), default=8)
+    return [t for t in DEFAULT_TURN_LIMITS if t < longest] + [longest]
+
+
+def _evaluation_notes(runs: Sequence[RunRecord]) -> list[str]:
+    notes = sorted({r.summary.evaluation for r in runs if r.summary and r.summary.evaluation != "ok"})
+    return [f"evaluation {n} (correctness and speed are n/a for those runs)" for n in notes]
+
+
+_INTRO = ("Per cell (model x task x arch x context) and turn limit: the share of runs that reached each verdict "
+          "with a Wilson 95% interval and (successes/known runs); speedup is the geometric mean of each "
+          "correct-with-arch run's best speedup vs the library, with a bootstrap 95% interval. "
+          "n/a = not checked (e.g. no GPU), never a pass.")
+
+
+def _runs_line(n_runs: int, unfinished: int) -> str:
+    return f"{n_runs} runs ({unfinished} unfinished or stopped by a ptxbench error, left out of the metrics)."
+
+
+def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
+                    notes: Sequence[str]) -> str:
+    lines = ["# ptxbench report", "", _runs_line(n_runs, unfinished), "", _INTRO, ""]
+    lines += [f"- {n}" for n in notes] + ([""] if notes else [])
+    for limit in limits:
+        head, body = _table([r for r in rows if r.turn_limit == limit])
+        lines += [f"## Turn limit {limit}", "", "| " + " | ".join(head) + " |",
+                  "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body] + [""]
+    lines += ["## Plots", ""] + [f"![{name}]({fname})" for name, fname in PLOTS.items()] + [""]
+    return "\n".join(lines)
+
+
+def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
+                notes: Sequence[str], files: dict[str, Path]) -> str:
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ptxbench report</title><style>",
+             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
+             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#f3f3f3}"
+             ".na{color:#999}img{max-width:100%;display:block;margin:1em 0}",
+             "</style></head><body><h1>ptxbench report</h1>",
+             f"<p>{html.escape(_runs_line(n_runs, unfinished))}</p>",
+             f"<p>{html.escape(_INTRO)}</p>"]
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    for limit in limits:
+        head, body = _table([r for r in rows if r.turn_limit == limit])
+        parts.append(f"<h2>Turn limit {limit}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+                     + "</tr>")
+        for b in body:
+            parts.append("<tr>" + "".join(
+                f"<td class='na'>{html.escape(c)}</td>" if c == "n/a" else f"<td>{html.escape(c)}</td>"
+                for c in b) + "</tr>")
+        parts.append("</table>")
+    parts.append("<h2>Plots</h2>")
+    for name in PLOTS:  # embedded, so the HTML file stands alone
+        data = base64.b64encode(files[name].read_bytes()).decode()
+        parts.append(f"<h3>{name}</h3><img alt='{name}' src='data:image/png;base64,{data}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def report_json(report: Report) -> dict:
+    return {"out_dir": str(report.out_dir), "runs": report.runs, "unfinished": report.unfinished,
+            "files": {k: str(v) for k, v in report.files.items()}, "rows": csv_rows(report.rows)}
+

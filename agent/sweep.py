@@ -1,0 +1,326 @@
+"""Sweeps: a grid of independent agent runs (models x tasks x arches x context modes x
+replicas), each with a deterministic run id, run concurrently and resumably.
+
+    load_sweep_config(path) -> SweepConfig        TOML or YAML
+    expand(config) -> list[SweepRun]              the grid, in a fixed order
+    run_sweep(config, executor) -> SweepResult    runs every cell not yet finished
+
+Run ids are <sweep>/<model>/<task>/<arch>/<context>/r<k>, so a second `agent sweep` on the
+same config finds what the first one did: runs with a finished summary.json are skipped,
+runs with a config.json but no finished summary are resumed through agent.run's resume,
+the rest start fresh. Each run lives in a thread of the driver (its LLM calls are I/O);
+evaluations go through the executor's shared evaluator, which queues GPU work per GPU
+(agent/executors.py). Replica k runs with seed + k, so the same sweep gives the same runs.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from agent.trajectory import Budget, ContextMode, Language, RunSummary, read_summary
+
+DONE_STATUSES = ("finished", "failed")
+
+
+# ---------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------
+class ModelEntry(BaseModel):
+    """A model of the grid: a get_model spec, where to reach it, and the name used in run ids."""
+
+    spec: str
+    api_base: str | None = None
+    name: str = ""  # slug in run ids and reports; derived from spec when empty
+    options: dict = Field(default_factory=dict)  # get_model options: max_retries, retry_base_s, timeout_s
+
+    @model_validator(mode="after")
+    def _slug(self):
+        self.name = slugify(self.name or default_model_name(self.spec))
+        return self
+
+
+class SweepConfig(BaseModel):
+    name: str
+    models: list[ModelEntry] = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)  # names or aliases (resolved by expand)
+    arches: list[str] = Field(default_factory=lambda: ["sm_90a"])
+    contexts: list[ContextMode] = Field(default_factory=lambda: ["none", "docs"])
+    replicas: int = Field(default=1, ge=1)
+    lang: Language = "cuda"
+    samples: int = Field(default=1, ge=1)
+    budget: Budget = Field(default_factory=Budget)
+    turn_limits: list[int] = Field(default_factory=lambda: [1, 4, 8])  # for `agent report`
+    concurrency: int = Field(default=4, ge=1)  # runs (and so LLM calls) in flight at once
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None  # an existing cluster ("ray://host:10001", "auto"); None = start one
+    runs_dir: str = "runs"
+    executed_check: bool = False
+    context_tokens: int = 6000
+    temperature: float | None = None
+    seed: int = 0  # replica k runs with seed + k
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models(cls, v: Any) -> Any:  # a bare string is a spec
+        return [{"spec": m} if isinstance(m, str) else m for m in (v or [])]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if slugify(v) != v:
+            raise ValueError(f"sweep name {v!r} must be a slug: letters, digits, '-', '_', '.'")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_models(self):
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"two models share the name {dupes[0]!r}: give them distinct `name`s")
+        return self
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "model"
+
+
+def default_model_name(spec: str) -> str:
+    """openai/gpt-4o -> openai-gpt-4o; scripted:/x/good.json -> scripted-good."""
+    for prefix in ("scripted:", "replay:"):
+        if spec.startswith(prefix):
+            return prefix[:-1] + "-" + Path(spec.removeprefix(prefix)).stem
+    return spec
+
+
+def load_sweep_config(path: str | Path, **overrides: Any) -> SweepConfig:
+    """A TOML or YAML file; relative `scripted:`/`replay:` paths are relative to the file."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        data = tomllib.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a table/mapping at the top")
+    data.setdefault("name", slugify(path.stem))
+    data["models"] = [_anchor_model(m, path.parent) for m in data.get("models") or []]
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return SweepConfig.model_validate(data)
+
+
+def _anchor_model(m: Any, base: Path) -> Any:
+    spec = m if isinstance(m, str) else (m or {}).get("spec", "")
+    for prefix in ("scripted:", "replay:"):
+        if isinstance(spec, str) and spec.startswith(prefix) and not Path(spec.removeprefix(prefix)).is_absolute():
+            anchored = prefix + str((base / spec.removeprefix(prefix)).resolve())
+            return anchored if isinstance(m, str) else {**m, "spec": anchored}
+    return m
+
+
+# ---------------------------------------------------------------------------------------
+# The grid
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepRun:
+    run_id: str
+    model: ModelEntry
+    task: str  # canonical name
+    task_requested: str
+    arch: str
+    context: str
+    replica: int
+
+    def request(self, sweep: SweepConfig, runs_dir: Path):
+        """The agent.run.SolveRequest of this cell; replica k gets seed sweep.seed + k."""
+        from agent.run import SolveRequest
+
+        return SolveRequest(
+            task=self.task, model=self.model.spec, arch=self.arch, lang=sweep.lang, context=self.context,
+            context_tokens=sweep.context_tokens, budget=sweep.budget, samples=sweep.samples,
+            api_base=self.model.api_base, model_options=dict(self.model.options), runs_dir=runs_dir,
+            run_id=self.run_id, seed=sweep.seed + self.replica, temperature=sweep.temperature,
+            executed_check=sweep.executed_check,
+            command=["agent", "sweep", sweep.name, self.run_id])
+
+
+def expand(config: SweepConfig) -> list[SweepRun]:
+    """Every cell x replica, in a fixed order (model, task, arch, context, replica)."""
+    from tasks import get_task
+
+    resolved = [(t, get_task(t).name) for t in config.tasks]  # raises UnknownTask with close names
+    runs = []
+    for m in config.models:
+        for requested, task in resolved:
+            for arch in config.arches:
+                for context in config.contexts:
+                    for k in range(config.replicas):
+                        run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/r{k}"
+                        runs.append(SweepRun(run_id, m, task, requested, arch, context, k))
+    ids = [r.run_id for r in runs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("the grid names one run twice (a task listed twice, or two aliases of one task?)")
+    return runs
+
+
+RunState = Literal["done", "partial", "new"]
+
+
+def run_state(run_dir: Path) -> RunState:
+    summary = read_summary(run_dir) if (run_dir / "summary.json").exists() else None
+    if summary is not None and summary.status in DONE_STATUSES:
+        return "done"
+    return "partial" if (run_dir / "config.json").exists() else "new"
+
+
+# ---------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------
+class RunOutcome(BaseModel):
+    run_id: str
+    state_before: RunState
+    status: Literal["skipped", "finished", "failed", "interrupted", "running", "error"]
+    stop_reason: str | None = None
+    evaluation: str | None = None  # "ok" or "skipped: <why>" (no GPU: compile + inspect only)
+    best_outcome: str | None = None
+    turns: int = 0
+    verdicts: list[dict] = Field(default_factory=list)  # per candidate, in turn order (for comparisons)
+    error: str | None = None  # a crash in ptxbench itself, one line
+    seconds: float = 0.0
+
+
+class SweepResult(BaseModel):
+    sweep: str
+    runs_dir: str
+    executor: str  # "local: 1 GPU" / "ray: 2 CPU actors (no GPU)" ...
+    total: int
+    ran: int  # started fresh or resumed now
+    skipped: int  # finished before this invocation
+    resumed: int
+    failed: int  # runs that ended with an error
+    seconds: float
+    outcomes: list[RunOutcome]
+
+
+def verdict_sequence(summary: RunSummary) -> list[dict]:
+    """What a run decided, candidate by candidate: equal sequences mean equal runs."""
+    return [{"turn": t.turn, "sample": c.sample, "outcome": c.outcome,
+             **c.verdicts.model_dump(include={"compiled", "arch", "correct", "correct_with_arch"})}
+            for t in summary.per_turn for c in t.candidates]
+
+
+def outcome_from(run_id: str, before: RunState, summary: RunSummary | None, seconds: float, *,
+                 skipped: bool = False, error: str | None = None) -> RunOutcome:
+    if summary is None:
+        return RunOutcome(run_id=run_id, state_before=before, status="error", error=error or "no summary written",
+                          seconds=seconds)
+    if error is None and summary.status == "failed":  # the run recorded its own crash
+        error = summary.stop_detail
+    return RunOutcome(run_id=run_id, state_before=before, status="skipped" if skipped else summary.status,
+                      stop_reason=summary.stop_reason, evaluation=summary.evaluation,
+                      best_outcome=summary.best.outcome if summary.best else None, turns=summary.turns,
+                      verdicts=verdict_sequence(summary), error=error, seconds=seconds)
+
+
+ProgressFn = Callable[[RunOutcome, int, int], None]  # (outcome, runs accounted for, total)
+
+
+def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None = None,
+              retry_failed: bool = False) -> SweepResult:
+    """Run every cell that is not finished yet; `executor` defaults to the config's (and is closed after)."""
+    from agent.executors import make_executor
+
+    runs = expand(config)
+    runs_dir = Path(config.runs_dir)
+    sweep_dir = runs_dir / config.name
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "sweep.json").write_text(json.dumps(
+        {"config": config.model_dump(mode="json"), "runs": [r.run_id for r in runs]}, indent=2) + "\n")
+    start = time.monotonic()
+    outcomes: dict[str, RunOutcome] = {}
+    lock = threading.Lock()
+
+    def record(o: RunOutcome) -> None:
+        with lock:
+            outcomes[o.run_id] = o
+            if progress:
+                progress(o, len(outcomes), len(runs))
+
+    todo: list[tuple[SweepRun, RunState]] = []
+    for r in runs:
+        state = run_state(runs_dir / r.run_id)
+        summary = read_summary(runs_dir / r.run_id) if state == "done" else None
+        if summary is not None and not (retry_failed and summary.status == "failed"):
+            record(outcome_from(r.run_id, state, summary, 0.0, skipped=True))
+        else:
+            todo.append((r, "partial" if state == "done" else state))
+    own_executor = executor is None
+    if todo and executor is None:
+        executor = make_executor(config)
+    try:
+        if todo:
+            evaluator = executor.evaluator()  # one for all runs: GPU work queues per GPU
+            pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="sweep-run")
+            futures = [pool.submit(_run_one, config, r, state, runs_dir, evaluator) for r, state in todo]
+            try:
+                for f in as_completed(futures):
+                    record(f.result())
+            except KeyboardInterrupt:
+                # Runs not started are dropped; runs in flight finish (they are resumable either way).
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
+    finally:
+        if own_executor and executor is not None:
+            executor.close()
+    ordered = [outcomes[r.run_id] for r in runs]
+    return SweepResult(
+        sweep=config.name, runs_dir=str(runs_dir), executor=executor.describe() if executor else "none (all done)",
+        total=len(runs), ran=len(todo), skipped=len(runs) - len(todo),
+        resumed=sum(1 for _, s in todo if s == "partial"),
+        failed=sum(1 for o in ordered if o.status in ("failed", "error")), seconds=time.monotonic() - start,
+        outcomes=ordered)
+
+
+def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, evaluator) -> RunOutcome:
+    """One run, start to end, in a worker thread. A crash is recorded, never raised: the sweep goes on."""
+    from agent import run as agent_run
+
+    start = time.monotonic()
+    run_dir = runs_dir / r.run_id
+    try:
+        if state == "partial":
+            summary = agent_run.resume(str(run_dir), runs_dir, progress=False, evaluator=evaluator)
+        else:
+            summary = agent_run.solve(r.request(config, runs_dir), progress=False, evaluator=evaluator)
+        return outcome_from(r.run_id, state, summary, time.monotonic() - start)
+    except Exception as exc:  # a bug or bad input in one run must not cost the others
+        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return outcome_from(r.run_id, state, read_summary(run_dir) if run_dir.exists() else None,
+                            time.monotonic() - start, error=message)
+
+
+@dataclass
+class GridSummary:
+    """What `agent sweep --dry-run` prints: the grid and what state each run is in."""
+
+    runs: list[SweepRun]
+    states: dict[str, RunState] = field(default_factory=dict)
+
+
+def plan(config: SweepConfig) -> GridSummary:
+    runs = expand(config)
+    return GridSummary(runs, {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs})
