@@ -22,8 +22,9 @@ from tools.toolchain import find_toolchain  # noqa: E402
 HERE = Path(__file__).resolve().parent
 OUT = ROOT / "build" / "attn_bwd_expert"
 VARIANTS = {
-    "shipped": [],              # kernel.cu defaults: STAGES=2
-    "st3": ["-DSTAGES=3"],      # a 3-deep Q/dO ring
+    "shipped": [],                    # kernel.cu defaults: STAGES=2, DQ_COMP=0 (checked on the H200, v1)
+    "comp": ["-DDQ_COMP=1"],          # dQ from dS = hi + lo: ~exact dQ, one more GEMM per step (not yet run)
+    "st3": ["-DSTAGES=3"],            # a 3-deep Q/dO ring (not yet run)
 }
 
 

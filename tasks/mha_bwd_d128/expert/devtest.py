@@ -35,7 +35,7 @@ TIME_S = [4096, 8192]
 SAMPLE_HEADS = [0, 1, 95, B * H - 1]
 MANIFESTS = {False: ROOT / "tasks" / "mha_bwd_d128" / "expert" / "launch.json",
              True: ROOT / "tasks" / "mha_bwd_d128_causal" / "expert" / "launch.json"}
-VARIANTS = {"shipped": {}, "st3": {"shared_bytes": 199296}}
+VARIANTS = {"shipped": {}, "comp": {"shared_bytes": 198784}, "st3": {"shared_bytes": 199296}}
 CHILD_TIMEOUT_S = 60
 BUDGET_S = 100
 
@@ -153,7 +153,11 @@ def child(variant: str) -> None:
         dv = torch.matmul(p.transpose(1, 2), do)
         delta = (do * o).sum(-1, keepdim=True)
         ds = (torch.matmul(do, v.transpose(1, 2)) - delta) * p
-        return torch.matmul(ds, k) * sc, torch.matmul(ds.transpose(1, 2), q) * sc, dv
+        # rss of the products summed into each element (the task's tolerance.scale = "terms")
+        ds2 = ds.square()
+        rss = ((ds2 @ k.square()).sqrt() * sc, (ds2.transpose(1, 2) @ q.square()).sqrt() * sc,
+               (p.square().transpose(1, 2) @ do.square()).sqrt())
+        return (torch.matmul(ds, k) * sc, torch.matmul(ds.transpose(1, 2), q) * sc, dv), rss
 
     gen = torch.Generator(device=dev)
     for causal in (False, True):
@@ -171,28 +175,30 @@ def child(variant: str) -> None:
             c = {"causal": causal, "S": S}
             hs = torch.tensor(SAMPLE_HEADS, device=dev)
             sel = lambda t: t.reshape(B * H, S, -1)[hs] if t.dim() == 4 else t.reshape(B * H, S)[hs]
-            refs = reference(sel(Q), sel(K), sel(V), sel(O), sel(dO), sel(LSE), causal)
+            refs, rsss = reference(sel(Q), sel(K), sel(V), sel(O), sel(dO), sel(LSE), causal)
             qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (Q, K, V))
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
                 oo = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
             tg = torch.autograd.grad(oo, (qq, kk, vv), dO)
             ok = True
-            for n, ref, lib in zip(("dQ", "dK", "dV"), refs, tg):
+            for n, ref, rss, lib in zip(("dQ", "dK", "dV"), refs, rsss, tg):
                 got = grads[n]
                 nan = int(torch.isnan(got).sum())
                 d = (sel(got).float() - ref).nan_to_num(float("inf"))
-                bad = int((d.abs() > 1e-2 + 1e-2 * ref.abs()).sum())
+                bad = int((d.abs() > 1e-2 + 1e-2 * torch.maximum(ref.abs(), rss)).sum())  # the task's check
+                bad_ref = int((d.abs() > 1e-2 + 1e-2 * ref.abs()).sum())  # stricter: |ref| scale
                 rel = float(d.norm() / ref.norm())
                 lib_bad = int(((got.float() - lib.float()).nan_to_num(float("inf")).abs() > 5e-2 + 5e-2 * lib.float().abs()).sum())
-                c[n] = {"nan": nan, "rel": rel, "bad": bad, "lib_bad": lib_bad, "maxabs": float(d.abs().max())}
+                c[n] = {"nan": nan, "rel": rel, "bad": bad, "bad_ref": bad_ref, "lib_bad": lib_bad,
+                        "maxabs": float(d.abs().max()), "max_err_over_rss": float((d.abs() / rss.clamp_min(1e-30)).max())}
                 ok = ok and nan == 0 and bad == 0
             c["ok"] = ok
             out["checks"].append(c)
             print("CHECK " + json.dumps(c), flush=True)
-            del Q, K, V, dO, O, LSE, grads, prep, refs, tg, qq, kk, vv, oo
+            del Q, K, V, dO, O, LSE, grads, prep, refs, rsss, tg, qq, kk, vv, oo
     print("RESULT " + json.dumps(out), flush=True)
-    if not all(c["ok"] for c in out["checks"]):
-        return
+    if any(c[n]["nan"] for c in out["checks"] for n in ("dQ", "dK", "dV")):
+        return  # broken, not merely imprecise: timing would mean nothing
 
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=dev)
     for causal in (False, True):
@@ -270,11 +276,11 @@ def main(argv: list[str]) -> int:
         r["wall_s"] = round(time.time() - t0, 1)
         results.append(r)
     (outdir / "bwd_results.json").write_text(json.dumps(results, indent=1))
-    print("\nbackward variant | check c/S: dQ dK dV rel/bad/nan/lib_bad")
+    print("\nbackward variant | check c/S: dQ dK dV rel/bad(terms)/bad(|ref|)/nan/lib_bad")
     for r in results:
         print(f"{r['variant']} ({r.get('wall_s')} s){' ERROR ' + r['error'][-400:] if 'error' in r else ''}")
         for c in r.get("checks", []):
-            parts = "  ".join(f"{n} {c[n]['rel']:.1e}/{c[n]['bad']}/{c[n]['nan']}/{c[n]['lib_bad']}" for n in ("dQ", "dK", "dV"))
+            parts = "  ".join(f"{n} {c[n]['rel']:.1e}/{c[n]['bad']}/{c[n]['bad_ref']}/{c[n]['nan']}/{c[n]['lib_bad']}" for n in ("dQ", "dK", "dV"))
             print(f"   {'C' if c['causal'] else 'N'} S={c['S']:<5} {parts}{'' if c['ok'] else '  FAIL'}")
         for t in r.get("timings", []):
             print(f"   {'C' if t['causal'] else 'N'} S={t['S']:<5} kernel {t['kernel_tflops']:6.1f} TF ({t['kernel_ms']:.3f} ms)  "

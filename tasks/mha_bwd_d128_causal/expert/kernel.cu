@@ -15,6 +15,7 @@
 //        dK  += dS^T Q         (same shape, A = dS^T from registers)
 //        dQ_blk = dS K         (dS^T of both warpgroups through shared memory as an M-major A operand;
 //                               warpgroup c computes head-dim columns 64c..64c+63 over all 128 keys)
+//                               with DQ_COMP, dS = hi + lo in two bf16 parts and two products
 //        dQacc += dQ_blk       (red.global.add.v2.f32, rows < S only)
 //      dK, dV are scaled by sm_scale, rounded to bf16 and stored by TMA (which clips keys >= S).
 //   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc).
@@ -23,6 +24,9 @@
 
 #ifndef STAGES
 #define STAGES 2
+#endif
+#ifndef DQ_COMP
+#define DQ_COMP 0  // 1: dQ from dS = hi + lo (two bf16 parts), 0: from bf16(dS) alone
 #endif
 
 #define BN 128                   // keys per CTA
@@ -166,7 +170,8 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
   const u32 sQ = sV + KV_TILE;                 // STAGES x QO_TILE
   const u32 sdO = sQ + STAGES * QO_TILE;       // STAGES x QO_TILE
   const u32 sdS = sdO + STAGES * QO_TILE;      // 2 x DS_BYTES (double-buffered)
-  const u32 sLD = sdS + 2 * DS_BYTES;          // per stage: 64 LSE floats, then 64 Delta floats
+  const u32 sdSlo = sdS + 2 * DS_BYTES;        // 2 x DS_BYTES: dS - bf16(dS) (DQ_COMP)
+  const u32 sLD = sdSlo + (DQ_COMP ? 2 : 0) * DS_BYTES;  // per stage: 64 LSE*log2e floats, then 64 Delta floats
   const u32 bars = sLD + STAGES * 512;
   const u32 kv_full = bars;
 #define FULL(s) (bars + 8 * (1 + (s)))
@@ -235,6 +240,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       const int mq = (m_begin + i) * BM;
       const u32 q_s = sQ + s * QO_TILE, do_s = sdO + s * QO_TILE, ld_s = sLD + s * 512;
       const u32 ds_buf = sdS + (i & 1) * DS_BYTES;
+#if DQ_COMP
+      const u32 dslo_buf = sdSlo + (i & 1) * DS_BYTES;
+#endif
       mbar_wait(FULL(s), (i / STAGES) & 1);
 
       float st[32], dp[32];
@@ -308,13 +316,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       u32 ds[16];
 #pragma unroll
       for (int k = 0; k < 16; ++k) ds[k] = pack_bf16x2(dp[2 * k], dp[2 * k + 1]);
-      // dK += dS^T Q
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
-      wgmma_commit();
-
       // dS^T -> shared memory (rows = keys, 64 queries per 128-byte swizzled row) for dQ = dS K.
+      // Written before dK is issued so the fp32 dS registers die early (with them live across the
+      // dK issue, ptxas serializes the wgmmas for lack of registers: C7512).
       {
         const int r = cw * 64 + r_in;
 #pragma unroll
@@ -322,8 +326,25 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
           const u32 a = ds_buf + r * 128 + ((j ^ (r & 7)) << 4) + (lane & 3) * 4;
           asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(ds[2 * j]) : "memory");
           asm volatile("st.shared.b32 [%0], %1;" ::"r"(a + 8 * 128), "r"(ds[2 * j + 1]) : "memory");
+#if DQ_COMP
+          // The rounding residue of dS, so that dQ = (hi + lo) K keeps ~16 mantissa bits of dS: dQ
+          // rows sum dS over keys with heavy cancellation (sum_j dS_ij = 0), so bf16(dS) alone
+          // leaves errors of 2^-9 |dS K| on results much smaller than that.
+          const u32 h0 = ds[2 * j], h1 = ds[2 * j + 1];
+          const u32 lo0 = pack_bf16x2(dp[4 * j] - __uint_as_float(h0 << 16), dp[4 * j + 1] - __uint_as_float(h0 & 0xffff0000u));
+          const u32 lo1 = pack_bf16x2(dp[4 * j + 2] - __uint_as_float(h1 << 16), dp[4 * j + 3] - __uint_as_float(h1 & 0xffff0000u));
+          const u32 b = dslo_buf + r * 128 + ((j ^ (r & 7)) << 4) + (lane & 3) * 4;
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(b), "r"(lo0) : "memory");
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(b + 8 * 128), "r"(lo1) : "memory");
+#endif
         }
       }
+      // dK += dS^T Q
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
+      wgmma_commit();
+
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups' dS^T rows are in place
 
@@ -337,6 +358,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
           wgmma_ss_n64<0, 1, 1>(dq, da, db);
         else
           wgmma_ss_n64<1, 1, 1>(dq, da, db);
+#if DQ_COMP
+        wgmma_ss_n64<1, 1, 1>(dq, desc_sw128(dslo_buf + kk * 2048, DS_BYTES), db);
+#endif
       }
       wgmma_commit();
       wgmma_wait<0>();
