@@ -12,7 +12,7 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
   "pydantic>=2.6" "nvtx>=0.2.10" "langgraph>=1.2,<1.3" "langgraph-checkpoint-sqlite>=3.0" \
   "tenacity>=8.2" "pyyaml>=6" 2>&1 | grep -v '^WARNING: Location' || true
 # Already on the device image: keep its builds (numpy in particular is ABI-bound to torch).
-for pkg in numpy certifi charset_normalizer idna requests urllib3 packaging anyio sniffio h11 httpcore httpx xxhash pyyaml; do
+for pkg in numpy certifi charset_normalizer idna requests urllib3 packaging anyio h11 httpcore httpx xxhash pyyaml; do
   rm -f .whl/${pkg}-[0-9]*.whl
 done
 du -sh .whl

@@ -1,8 +1,107 @@
-"""`agent` commands: bench (placeholder until implemented)."""
+"""`agent bench --model expert|simple`: evaluate every shipped solution of one kind and
+print one table. On a CPU machine it is an offline demo of the harness (compile + SASS
+verdicts, correctness and timing skipped and said so); on an H100/H200 it is the
+benchmark's expert row."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from agent.commands.common import CliError, console, print_json
+
+def _mark(value) -> str:
+    return {True: "[green]yes[/green]", False: "[red]no[/red]", None: "[dim]n/a[/dim]"}.get(value, str(value))
+
+
+TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
+KINDS = ("expert", "simple")
+
+
+def solution_dir(task_name: str, kind: str, arch: str) -> Path | None:
+    """tasks/<task>/<kind>_<arch without "_">/ if it exists (e.g. expert_sm100a), else
+    tasks/<task>/<kind>/ for sm_90a (and for `simple`, whose SIMT kernels build for every arch)."""
+    specific = TASKS_DIR / task_name / f"{kind}_{arch.replace('_', '')}"
+    if specific.is_dir():
+        return specific
+    generic = TASKS_DIR / task_name / kind
+    if generic.is_dir() and (arch == "sm_90a" or kind == "simple"):
+        return generic
+    return None
+
+
+def _row(result) -> dict:
+    v = result.verdicts()
+    baselines = sorted({w.baseline_name for w in result.workloads if w.baseline_name})
+    return {
+        "task": result.task, "arch": result.arch, **v,
+        "serialized": result.inspect.flags.get("wgmma_serialized", False),
+        "baseline": ",".join(baselines) or None,
+        "run": result.run_status, "run_reason": result.run_reason,
+        "workloads": [{"workload": w.workload, "split": w.split, "status": w.status, "reason": w.reason,
+                       "ms": w.timing.median_ms if w.timing else None,
+                       "baseline_ms": w.baseline.median_ms if w.baseline else None,
+                       "speedup": w.speedup, "tflops": w.tflops} for w in result.workloads],
+    }
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("bench")
+    def bench_cmd(
+        model: Annotated[str, typer.Option("--model", help="which shipped solutions: expert or simple")] = "expert",
+        arch: Annotated[str, typer.Option("--arch", help="sm_90a or sm_100a")] = "sm_90a",
+        task: Annotated[list[str] | None, typer.Option("--task", help="only these tasks (repeatable)")] = None,
+        workloads: Annotated[str, typer.Option("--workloads", help="visible, held_out or all")] = "all",
+        executed: Annotated[bool, typer.Option("--executed/--no-executed", help="ncu executed-instruction check")] = True,
+        out: Annotated[Path | None, typer.Option("--out", help="also write the rows as JSON here")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    ) -> None:
+        """Evaluate every shipped expert (or simple) solution and print the table."""
+        from tasks import UnknownTask, get_task, list_tasks
+        from tools.evaluator import Evaluator
+        from tools.solution import Solution, SolutionError
+
+        if model not in KINDS:
+            raise CliError(f"--model must be one of {', '.join(KINDS)} (shipped solutions), not {model!r}")
+        try:
+            chosen = [get_task(t) for t in task] if task else list_tasks()
+        except UnknownTask as exc:
+            raise CliError(str(exc)) from None
+        todo = [(t, d) for t in chosen if (d := solution_dir(t.name, model, arch))]
+        if not todo:
+            raise CliError(f"no {model} solutions for {arch} among {', '.join(t.name for t in chosen)}")
+        rows = []
+        with Evaluator() as ev, Progress(console=console, transient=True) as bar:
+            job = bar.add_task(f"{model} solutions on {arch}", total=len(todo))
+            for t, d in todo:
+                bar.update(job, description=f"{t.name}")
+                try:
+                    sol = Solution.from_dir(d)
+                except SolutionError as exc:  # a broken shipped solution is a row, not a crash
+                    rows.append({"task": t.name, "arch": arch, "compiled": False, "run": "failed",
+                                 "run_reason": f"bad solution: {exc}"})
+                    bar.advance(job)
+                    continue
+                rows.append(_row(ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed)))
+                bar.advance(job)
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(rows, indent=2) + "\n")
+        if as_json:
+            print_json(rows)
+            return
+        table = Table(title=f"{model} solutions, {arch}", title_justify="left")
+        for col in ("task", "compiled", "arch", "executed", "correct", "held-out", "speedup", "baseline"):
+            table.add_column(col)
+        for r in rows:
+            sp = r.get("speedup")
+            table.add_row(r["task"], _mark(r.get("compiled")), _mark(r.get("arch")), _mark(r.get("arch_executed")),
+                          _mark(r.get("correct")), _mark(r.get("correct_held_out")),
+                          f"{sp:.3f}" if sp else "", r.get("baseline") or "")
+        console.print(table)
+        for reason in sorted({r["run_reason"] for r in rows if r.get("run") != "ok" and r.get("run_reason")}):
+            console.print(f"[yellow]correctness and timing skipped[/yellow]: {reason}", highlight=False, soft_wrap=True)

@@ -1,8 +1,119 @@
-"""`agent` commands: evaluate (placeholder until implemented)."""
+"""`agent eval SOLUTION_DIR --task NAME`: the whole verdict for one solution folder:
+compile, requested features (static and executed), per-workload correctness and time
+against the library baseline, speedup. On a machine without a GPU it says plainly that
+correctness and timing were skipped, and why."""
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.markup import escape
+from rich.table import Table
+
+from agent.commands.common import CliError, console, print_json
+from tools.results import EvalResult
+
+say = functools.partial(console.print, highlight=False, soft_wrap=True)
+ARCHES = ("sm_90a", "sm_100a")
+WORKLOADS = ("visible", "held_out", "all")
+
+
+def _mark(value) -> str:
+    return {True: "[green]yes[/green]", False: "[red]no[/red]", None: "[dim]not checked[/dim]"}.get(value, str(value))
+
+
+def _ms(t) -> str:
+    return f"{t.median_ms:.4g} ± {t.iqr_ms / 2:.2g}" if t else ""
+
+
+def render(r: EvalResult) -> None:
+    c = r.compile
+    secs = ", ".join(f"{k} {v:.2f} s" for k, v in c.seconds.items())
+    say(f"[bold]{r.task}[/bold] on {r.arch}" + (f" — {r.gpu}" if r.gpu else ""))
+    say(f"compile: {_mark(c.ok)}" + (f" ({secs})" if secs else "") + (f" — {escape(c.error)}" if c.error else ""))
+    for d in [d for d in c.diagnostics if d.severity != "info" or d.code in ("C7515", "C7508")][:8]:
+        say(f"  {escape(d.render())}")
+    for name, k in c.kernels.items():
+        say(f"  kernel {escape(name)}: {k.registers} registers, {k.shared_bytes} B static smem, "
+            f"{k.spill_stores + k.spill_loads} spill ops")
+    if r.requested_features:
+        t = Table(title="requested features", title_justify="left")
+        for col in ("feature", "in SASS", "SASS opcodes", "executed (ncu)"):
+            t.add_column(col)
+        for f in r.requested_features:
+            v = r.inspect.features.get(f)
+            ex = (f"{_mark(r.executed.executed.get(f))} ({r.executed.counts.get(f, 0)})"
+                  if r.executed.status == "ok" else f"[dim]{r.executed.status}[/dim]")
+            t.add_row(f, _mark(v.present if v else None), ", ".join(f"{o}×{n}" for o, n in (v.opcodes if v else {}).items()), ex)
+        console.print(t)
+    for flag, on in r.inspect.flags.items():
+        if on:
+            say(f"[yellow]{flag}[/yellow]: {escape(r.inspect.flag_evidence.get(flag, ''))}")
+    if r.executed.status != "ok":
+        say(f"executed-instruction check: {r.executed.status} ({escape(r.executed.reason or '')})")
+    if r.sanitize.status != "skipped" or r.sanitize.reason != "not requested":
+        say(f"compute-sanitizer: {r.sanitize.status} {escape(r.sanitize.reason or '')}")
+        for e in r.sanitize.errors[:5]:
+            say(f"  {escape(e)}")
+    if r.run_status == "skipped":
+        say(f"[yellow]correctness and timing were skipped[/yellow]: {escape(r.run_reason or '')}")
+    if r.workloads and (r.run_status != "skipped" or any(w.status != "skipped" for w in r.workloads)):
+        t = Table(title="workloads", title_justify="left")
+        for col in ("workload", "split", "result", "max abs err", "kernel ms", "baseline", "baseline ms", "speedup",
+                    "TFLOP/s"):
+            t.add_column(col)
+        for w in r.workloads:
+            status = {"passed": "[green]passed[/green]", "failed": f"[red]{w.reason}[/red]"}.get(w.status, w.status)
+            err = max((m.max_abs_err for m in w.outputs), default=None)
+            t.add_row(w.workload, w.split, status, "" if err is None else f"{err:.3g}", _ms(w.timing),
+                      escape(w.baseline_name or ""), _ms(w.baseline), f"{w.speedup:.3f}" if w.speedup else "",
+                      f"{w.tflops:.0f}" if w.tflops else "")
+        console.print(t)
+        for w in r.workloads:
+            if w.detail and w.status != "passed":
+                say(f"  {w.workload}: {escape(w.detail)}")
+    elif r.run_status == "failed":
+        say(f"[red]run failed[/red]: {escape(r.run_reason or '')}")
+    v = r.verdicts()
+    say("verdict: " + ", ".join(f"{k} {_mark(x) if not isinstance(x, float) else f'{x:.3f}'}" for k, x in v.items())
+        + (f" (spread ×{r.speedup_spread:.3f})" if r.speedup_spread else "") + f" — {r.seconds:.1f} s")
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("eval")
+    def eval_cmd(
+        solution_dir: Annotated[Path, typer.Argument(help="folder with kernel.cu or kernel.ptx + launch.json")],
+        task: Annotated[str, typer.Option("--task", help="task name, alias or Definition JSON path")],
+        arch: Annotated[str, typer.Option("--arch", help="sm_90a or sm_100a")] = "sm_90a",
+        workloads: Annotated[str, typer.Option("--workloads", help="visible, held_out or all")] = "visible",
+        executed: Annotated[bool, typer.Option("--executed/--no-executed",
+                                               help="count executed instructions with ncu (GPU + ncu only)")] = True,
+        sanitize: Annotated[bool, typer.Option("--sanitize", help="also run compute-sanitizer memcheck")] = False,
+        no_time: Annotated[bool, typer.Option("--no-time", help="check correctness only")] = False,
+        timeout: Annotated[float, typer.Option("--timeout", help="seconds per workload before the worker is killed")] = 180.0,
+        as_json: Annotated[bool, typer.Option("--json", help="print the EvalResult as JSON")] = False,
+    ) -> None:
+        """Compile, inspect, check and time one solution folder against a task."""
+        from tasks import UnknownTask, get_task
+        from tools.evaluator import Evaluator
+        from tools.solution import Solution, SolutionError
+
+        if arch not in ARCHES:
+            raise CliError(f"unknown arch {arch!r} (known: {', '.join(ARCHES)})")
+        if workloads not in WORKLOADS:
+            raise CliError(f"--workloads must be one of {', '.join(WORKLOADS)}, not {workloads!r}")
+        try:
+            sol = Solution.from_dir(solution_dir)
+            t = get_task(task)
+        except (SolutionError, UnknownTask) as exc:
+            raise CliError(str(exc)) from None
+        with Evaluator(timeout_s=timeout) as ev:
+            result = ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed, sanitize=sanitize,
+                                 time=not no_time)
+        if as_json:
+            # the PTX text would drown the verdict; `agent check --json` prints it
+            print_json({**result.model_dump(mode="json", exclude={"compile": {"ptx"}}), "verdicts": result.verdicts()})
+        else:
+            render(result)

@@ -1,0 +1,53 @@
+"""The run's budget: turns, tokens, cost, wall time. Whichever runs out first ends the run.
+
+Checked after every turn (the graph's decide node), so a run may overshoot a token or cost
+limit by at most one turn's calls; a turn is never cut in half.
+"""
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel
+
+from agent.trajectory import Budget, StopReason
+
+
+class Spent(BaseModel):
+    turns: int = 0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0  # active seconds; resumed segments add up, time spent dead does not
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def exhausted(budget: Budget, spent: Spent) -> tuple[StopReason, str] | None:
+    """(reason, one-line detail) for the first limit reached, else None."""
+    if spent.turns >= budget.max_turns:
+        return "max_turns", f"{spent.turns} of {budget.max_turns} turns used"
+    if budget.max_tokens is not None and spent.tokens >= budget.max_tokens:
+        return "max_tokens", f"{spent.tokens} tokens used, limit {budget.max_tokens}"
+    if budget.max_cost is not None and spent.cost_usd >= budget.max_cost:
+        return "max_cost", f"${spent.cost_usd:.4f} spent, limit ${budget.max_cost:.4f}"
+    if budget.max_time_s is not None and spent.wall_s >= budget.max_time_s:
+        return "max_time", f"{spent.wall_s:.0f} s used, limit {budget.max_time_s:.0f} s"
+    return None
+
+
+class Clock:
+    """Active wall time of a run: `offset` carries what earlier segments (before a resume) used."""
+
+    def __init__(self, offset: float = 0.0):
+        self.offset, self._start = offset, time.monotonic()
+
+    def elapsed(self) -> float:
+        return self.offset + time.monotonic() - self._start
+
+
+def recursion_limit(budget: Budget) -> int:
+    """LangGraph's step limit from the budget: five nodes a turn, plus slack."""
+    return 5 * budget.max_turns + 10

@@ -1,0 +1,253 @@
+"""From an EvalResult to what the agent decides and what the model is told next.
+
+`classify` names a candidate's outcome (the first problem to fix), `rank` orders
+candidates, and `render_feedback` turns the full EvalResult into the next user message:
+compile diagnostics with lines, ptxas info lines (C7515 serialized wgmma, C7508 ignored
+setmaxnreg), requested instructions present or missing in the SASS, mismatch summaries for
+the visible workloads, held-out failures only as counts (their shapes are never shown),
+and speed with the resource figures. Rendering goes through agent.prompts.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from agent import prompts
+from agent.trajectory import CandidateRecord, Outcome, Verdicts
+from tools.results import EvalResult, Mismatch, WorkloadResult
+
+MAX_DIAGNOSTICS = 30
+# Workload failures that mean "ran, wrong numbers" rather than "did not run properly".
+WRONG_NUMBERS = {"incorrect", "nan_output", "unwritten_output", "wrong_after_first_call"}
+
+
+# ---------------------------------------------------------------------------------------
+# Outcome, verdicts, ranking
+# ---------------------------------------------------------------------------------------
+def ran(ev: EvalResult) -> bool:
+    """Correctness was checked on a GPU. (The evaluator sets run_status "failed" only for a
+    manifest found wrong without running, where no GPU is; on a GPU it is "ok" and the
+    workloads say what passed.)"""
+    return ev.run_status == "ok"
+
+
+def visible(ev: EvalResult) -> list[WorkloadResult]:
+    return [w for w in ev.workloads if w.split == "visible"]
+
+
+def classify(ev: EvalResult) -> Outcome:
+    if not ev.compiled:
+        return "compile_error"
+    if ev.run_status == "failed":  # the manifest is wrong, found without running
+        return "run_failed"
+    if ran(ev):
+        failed = [w for w in visible(ev) if w.status == "failed"]
+        if any(w.reason not in WRONG_NUMBERS for w in failed):
+            return "run_failed"
+        if failed:
+            return "incorrect"
+        return "correct_with_arch" if ev.correct_with_arch else "arch_missing"
+    return "unverified" if ev.arch_ok else "arch_missing"
+
+
+def candidate_record(turn: int, sample: int, path: str, ev: EvalResult | None = None,
+                     format_error: str | None = None) -> CandidateRecord:
+    if ev is None:
+        return CandidateRecord(turn=turn, sample=sample, path=path, outcome="format_error", error=format_error)
+    outcome = classify(ev)
+    error = ev.compile.error if outcome == "compile_error" else None
+    if outcome == "run_failed":
+        error = ev.run_reason or next((f"{w.reason}: {w.detail or ''}".strip(": ") for w in visible(ev)
+                                       if w.status == "failed"), None)
+    return CandidateRecord(turn=turn, sample=sample, path=path, outcome=outcome,
+                           verdicts=Verdicts(**ev.verdicts()), verified=ran(ev), error=error)
+
+
+def best_eligible(c: CandidateRecord) -> bool:
+    """Correct with the requested instructions; on CPU: compiled with them, flagged unverified."""
+    return c.outcome in ("correct_with_arch", "unverified")
+
+
+def rank(c: CandidateRecord) -> tuple:
+    """Higher is better; choosing the sample that continues the conversation."""
+    v = c.verdicts
+    return (c.outcome == "correct_with_arch", c.outcome == "unverified", v.correct is True, v.arch, v.compiled,
+            c.outcome not in ("format_error", "model_error"), v.speedup or 0.0)
+
+
+def better_best(new: CandidateRecord, old: CandidateRecord | None) -> bool:
+    if not best_eligible(new):
+        return False
+    if old is None:
+        return True
+    return (new.verified, new.verdicts.speedup or 0.0) > (old.verified, old.verdicts.speedup or 0.0)
+
+
+# ---------------------------------------------------------------------------------------
+# Feedback text
+# ---------------------------------------------------------------------------------------
+def render_feedback(turn: int, action: str, lang: str, chosen: CandidateRecord, ev: EvalResult | None,
+                    others: list[CandidateRecord] = (), samples: int = 1, best: CandidateRecord | None = None) -> str:
+    """The user message that follows the chosen candidate's reply. `best`: the best candidate
+    so far; when a repair is asked for after a regression, the model is pointed back to it."""
+    sections = format_section(chosen, lang) if ev is None else eval_sections(ev, lang)
+    other_line = ""
+    if others:
+        other_line = "Other samples this turn: " + ", ".join(
+            f"{c.turn}-{c.sample} {c.outcome.replace('_', ' ')}" for c in others) + ".\n"
+    if action == "optimise":
+        status = ("is correct and uses the requested instructions" if chosen.verified else
+                  "compiles with the requested instructions (its correctness is not known yet)")
+        next_step = prompts.render("next_optimise", status=status)
+    else:
+        next_step = prompts.render("next_repair")
+        if best is not None and best.path != chosen.path:
+            v = best.verdicts
+            status = best.outcome.replace("_", " ") + (f", speedup {v.speedup:.3g}x" if v.speedup is not None else "")
+            next_step += prompts.render("feedback_best", turn=best.turn, status=status)
+    sample_note = f" (sample {chosen.sample} of {samples}, the best this turn)" if samples > 1 else ""
+    text = prompts.render("feedback", turn=turn, sample_note=sample_note, sections=sections.strip() + "\n",
+                          others=other_line, next_step=next_step)
+    return re.sub(r"\n{3,}", "\n\n", text)
+
+
+def format_section(chosen: CandidateRecord, lang: str) -> str:
+    return prompts.render("feedback_format", error=(chosen.error or "no solution found").rstrip("."),
+                          fence=prompts.fence(lang))
+
+
+def eval_sections(ev: EvalResult, lang: str) -> str:
+    parts = [compile_section(ev, lang)]
+    if ev.compiled:
+        parts.append(arch_section(ev))
+        parts.append(run_section(ev))
+        parts.append(timing_section(ev))
+    return "\n".join(p for p in parts if p)
+
+
+def compile_section(ev: EvalResult, lang: str) -> str:
+    c = ev.compile
+    source_file = "kernel.cu" if c.language == "cuda" else "kernel.ptx"
+    if not c.ok:
+        diags = c.errors() + [d for d in c.diagnostics if d.severity != "error"]
+        lines = [d.render() for d in diags[:MAX_DIAGNOSTICS]]
+        if len(diags) > MAX_DIAGNOSTICS:
+            lines.append(f"... {len(diags) - MAX_DIAGNOSTICS} more")
+        if not lines:
+            lines = [c.error or "compilation failed without diagnostics"]
+        stage = "NVRTC" if any(d.tool == "nvrtc" and d.severity == "error" for d in c.diagnostics) else "ptxas"
+        return prompts.render("feedback_compile", stage=stage, source_file=source_file, diagnostics="\n".join(lines))
+    notes = [d.render() for d in c.diagnostics if d.severity == "warning" or (d.severity == "info" and d.code)]
+    info = ""
+    if notes:
+        listed = "\n".join(notes[:MAX_DIAGNOSTICS])
+        info = f"ptxas reported (lines refer to your {source_file}):\n```\n{listed}\n```\n"
+    resources = "\n".join(_resource_line(name, k) for name, k in (ev.inspect.kernels or c.kernels).items()) \
+        or "- (ptxas reported no kernels)"
+    return prompts.render("feedback_ptxas", info=info, resources=resources)
+
+
+def _resource_line(name: str, k) -> str:
+    spills = f"{k.spill_stores} B spill stores, {k.spill_loads} B spill loads"
+    return (f"- `{name}`: {k.registers if k.registers is not None else '?'} registers, "
+            f"{k.shared_bytes} B static shared memory, {k.stack_frame} B stack, {spills}")
+
+
+def arch_section(ev: EvalResult) -> str:
+    requested = ev.requested_features
+    if not requested:
+        return ""
+    insp = ev.inspect
+    if insp.status != "ok":
+        return prompts.render("feedback_arch", verdict="not checked",
+                              lines=f"SASS inspection skipped: {insp.reason or 'unknown reason'}.")
+    lines = []
+    for f in requested:
+        v = insp.features.get(f)
+        if v and v.present:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(v.opcodes.items()))
+            lines.append(f"- `{f}`: present in SASS ({ops})")
+        else:
+            lines.append(f"- `{f}`: MISSING - no instruction proving it is in the SASS")
+    for flag, label in (("wgmma_serialized", "wgmma is serialized by ptxas (runs without overlap)"),
+                        ("setmaxnreg_ignored", "setmaxnreg is ignored by ptxas")):
+        if insp.flags.get(flag):
+            why = insp.flag_evidence.get(flag)
+            lines.append(f"- {label}" + (f": {why}" if why else ""))
+    ex = ev.executed
+    if ex.status == "ok":
+        for f in requested:
+            if not ex.executed.get(f, False):
+                lines.append(f"- `{f}`: in the SASS but never executed at run time "
+                             f"({ex.counts.get(f, 0)} instructions executed)")
+    missing = insp.missing(requested)
+    problems = []
+    if missing:
+        problems.append("missing " + ", ".join(missing))
+    if insp.flags.get("wgmma_serialized"):
+        problems.append("wgmma serialized")
+    if ex.status == "ok" and not all(ex.executed.get(f, False) for f in requested):
+        problems.append("not executed")
+    verdict = "; ".join(problems) if problems else "all requested instructions present"
+    return prompts.render("feedback_arch", verdict=verdict, lines="\n".join(lines))
+
+
+def run_section(ev: EvalResult) -> str:
+    if ev.run_status == "skipped":
+        reason = ev.run_reason or "evaluation did not run"
+        return prompts.render("feedback_skipped", reason=reason[0].upper() + reason[1:].rstrip("."))
+    lines = []
+    vis = visible(ev)
+    for w in vis:
+        axes = ", ".join(f"{k}={v}" for k, v in w.axes.items())
+        if w.status == "passed":
+            worst = max((m.max_abs_err for m in w.outputs), default=0.0)
+            lines.append(f"- `{w.workload}` ({axes}): passed (max abs error {worst:.3g})")
+        elif w.status == "skipped":
+            lines.append(f"- `{w.workload}` ({axes}): skipped{': ' + w.detail if w.detail else ''}")
+        else:
+            lines.append(f"- `{w.workload}` ({axes}): FAILED ({w.reason}{': ' + w.detail if w.detail else ''})")
+            lines.extend(_mismatch_line(m) for m in w.outputs if not m.passed)
+    held = [w for w in ev.workloads if w.split == "held_out" and w.status != "skipped"]
+    if held:
+        # Counts only: the held-out shapes must stay unseen.
+        failed = sum(w.status == "failed" for w in held)
+        lines.append(f"- held-out workloads (not shown): {len(held) - failed} of {len(held)} passed")
+    if not ran(ev):  # checked without a GPU: the launch manifest cannot work
+        verdict = "FAILED before running (the launch manifest is wrong)"
+        lines.append(f"- {(ev.run_reason or 'not run').split(';')[0]}: correctness and timing were not checked.")
+    else:
+        verdict = "passed" if ev.correct else "FAILED"
+    return prompts.render("feedback_run", verdict=verdict, lines="\n".join(lines))
+
+
+def _mismatch_line(m: Mismatch) -> str:
+    where = f", first mismatch at index {tuple(m.first_mismatch)}" if m.first_mismatch else ""
+    got = ""
+    if m.got is not None and m.expected is not None:
+        got = f" (got {m.got:.4g}, expected {m.expected:.4g})"
+    nans = f", {m.nan_count} NaN" if m.nan_count else ""
+    return (f"  - output `{m.output}`: max abs error {m.max_abs_err:.3g}, max rel error {m.max_rel_err:.3g}, "
+            f"{m.mismatch_frac:.2%} of elements out of tolerance{nans}{where}{got}")
+
+
+def timing_section(ev: EvalResult) -> str:
+    timed = [w for w in visible(ev) if w.timing is not None]
+    if not timed:
+        return ""
+    lines = []
+    for w in timed:
+        axes = ", ".join(f"{k}={v}" for k, v in w.axes.items())
+        t = w.timing
+        line = f"- `{w.workload}` ({axes}): {t.median_ms:.4g} ms (spread {t.spread:.1%})"
+        if w.baseline is not None:
+            line += f" vs {w.baseline_name or 'library'} {w.baseline.median_ms:.4g} ms"
+        if w.speedup is not None:
+            line += f" -> speedup {w.speedup:.3g}x"
+        if w.tflops is not None:
+            line += f", {w.tflops:.4g} TFLOP/s"
+        lines.append(line)
+    if ev.speedup is not None and not math.isnan(ev.speedup):
+        lines.append(f"- geometric-mean speedup over the library: {ev.speedup:.3g}x"
+                     + (" (above 1 is faster than the library)" if ev.speedup < 1 else ""))
+    return prompts.render("feedback_timing", lines="\n".join(lines))

@@ -1,0 +1,338 @@
+"""The agent graph's nodes. Each is small, takes the state, returns the keys it changes,
+and records what it did in the trajectory.
+
+    retrieve_context  architecture docs for the next prompt (the context ablation)
+    draft             the LLM writes N candidates (best-of-N); replies are extracted
+    evaluate          compile -> inspect -> run per candidate (tools.evaluator)
+    decide            pick the turn's best sample, update the best so far, check the budget,
+                      choose repair / optimise / stop
+    repair, optimise  render the feedback the model sees next turn
+
+Nodes are idempotent across a crash: a reply already in events.jsonl or an eval.json
+already on disk is reused on resume, never asked for or computed again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from agent import feedback as fb
+from agent import prompts
+from agent.budget import Clock, Spent, exhausted
+from agent.models import RETRYABLE, Fault, Model, ModelError
+from agent.state import NOT_RUN, AgentState, Reply, summary_from_state
+from agent.trajectory import (CandidateRecord, RunConfig, TrajectoryWriter, TurnRecord, candidate_relpath,
+                              read_events, write_text_atomic)
+from tools.results import EvalResult
+from tools.solution import Solution, SolutionError, extract_solution
+
+
+@dataclass
+class Deps:
+    """What the nodes work with; rebuilt from config.json on resume."""
+
+    config: RunConfig
+    task: Any  # tasks.schema.Task
+    task_text: str  # tasks.describe.render_task(task, arch, lang)
+    model: Model
+    evaluator: Any  # tools.evaluator.Evaluator
+    writer: TrajectoryWriter
+    clock: Clock
+    retrieve: Callable | None = None  # knowledge.retriever.retrieve
+
+
+class Nodes:
+    """Node functions bound to their dependencies (deps=None is enough to draw the graph)."""
+
+    names = ("retrieve_context", "draft", "evaluate", "decide", "repair", "optimise")
+
+    def __init__(self, deps: Deps | None):
+        self.deps = deps
+
+    def node(self, name: str) -> Callable[[AgentState], dict]:
+        fn = getattr(self, name)
+
+        def run(state: AgentState) -> dict:
+            w, t0 = self.deps.writer, time.monotonic()
+            turn = state.get("turn", 0) + (1 if name in ("retrieve_context", "draft") else 0)
+            w.event("node", node=name, phase="start", turn=turn, inputs=_brief(state, _READS[name]))
+            update = fn(state)
+            w.event("node", node=name, phase="end", turn=turn, seconds=round(time.monotonic() - t0, 3),
+                    outputs=_brief(update, update.keys()))
+            return update
+
+        run.__name__ = name
+        return run
+
+    # -------------------------------------------------------------------------------
+    def retrieve_context(self, state: AgentState) -> dict:
+        """Docs for the next prompt. Turn 1 gets the retriever's whole selection; later turns,
+        retrieved again with the feedback, get only the sections not yet in the chat."""
+        d, cfg = self.deps, self.deps.config
+        turn = state["turn"] + 1
+        if cfg.context == "none" or d.retrieve is None:
+            d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=[], new_sections=[], tokens=0)
+            return {"context": ""}
+        r = d.retrieve(task=cfg.task, arch=cfg.arch, features=cfg.requested_features,
+                       feedback=state.get("feedback"), mode=cfg.context, token_budget=cfg.context_tokens)
+        refs = [{"id": f"{s.doc}#{s.heading}", "doc": s.doc, "heading": s.heading, "tokens": s.tokens,
+                 "why": s.why} for s in r.sections]
+        seen = set(state.get("context_sections") or [])
+        new = [x for x in refs if x["id"] not in seen]
+        why = " and the last result" if turn > 1 else ""
+        if turn == 1 or not seen:
+            block = prompts.context_block([r.text], why=why)  # exactly what the retriever rendered
+        else:
+            block = prompts.context_block(_section_texts([x["id"] for x in new]), why=why)
+        d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=refs, new_sections=[x["id"] for x in new],
+                       tokens=r.tokens, prompt_tokens=len(block) // 4, truncated=getattr(r, "truncated", False))
+        return {"context": block, "context_sections": sorted(seen | {x["id"] for x in new})}
+
+    # -------------------------------------------------------------------------------
+    def draft(self, state: AgentState) -> dict:
+        d, cfg = self.deps, self.deps.config
+        turn = state["turn"] + 1
+        messages = list(state["messages"])
+        if not messages:
+            messages = [{"role": "system", "content": prompts.system_prompt(cfg.arch, cfg.lang, cfg.prompt_version)},
+                        {"role": "user", "content": prompts.task_prompt(d.task_text, cfg.arch, state.get("context", ""),
+                                                                        cfg.prompt_version)}]
+        else:
+            content = (state.get("feedback") or "").rstrip() + "\n" + state.get("context", "")
+            messages.append({"role": "user", "content": content.strip() + "\n"})
+        spent = Spent(**state["spent"])
+        recorded = _recorded_responses(d.writer.run_dir, turn)
+        replies: list[Reply] = []
+        model_error = None
+        faults = state.get("faults", 0)
+        for sample in range(cfg.samples):
+            if sample in recorded:  # answered before a crash: do not ask again
+                ev = recorded[sample]
+                d.writer.event("llm_response_reused", turn=turn, sample=sample, seq_of_response=ev["seq"])
+                text, usage, finish = ev.get("text") or "", ev.get("usage") or {}, ev.get("finish_reason")
+                faults += sum(1 for f in read_events(d.writer.run_dir, "fault")
+                              if f.get("turn") == turn and f.get("sample") == sample)
+            else:
+                try:
+                    text, usage, finish, n_faults = self._call(messages, turn, sample)
+                    faults += n_faults
+                except ModelError as exc:
+                    faults += len(exc.faults)
+                    model_error = {"kind": exc.kind, "message": exc.message or str(exc), "retryable": exc.retryable}
+                    d.writer.event("llm_error", turn=turn, sample=sample, **model_error)
+                    break
+            spent.llm_calls += 1
+            spent.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            spent.completion_tokens += int(usage.get("completion_tokens") or 0)
+            spent.cost_usd += float(usage.get("cost_usd") or 0.0)
+            replies.append(self._extract(turn, sample, text, finish))
+        spent.wall_s = d.clock.elapsed()
+        return {"turn": turn, "messages": messages, "replies": replies, "spent": spent.model_dump(),
+                "model_error": model_error, "faults": faults}
+
+    def _call(self, messages: list[dict], turn: int, sample: int) -> tuple[str, dict, str | None, int]:
+        d, cfg = self.deps, self.deps.config
+        w = d.writer
+        w.event("llm_request", turn=turn, sample=sample, model=cfg.model, messages=messages)
+
+        def on_fault(f: Fault) -> None:
+            w.event("fault", turn=turn, sample=sample, retryable=f.kind in RETRYABLE, **dataclasses.asdict(f))
+
+        seed = None if cfg.seed is None else cfg.seed + 1000 * turn + sample  # samples must differ
+        c = d.model.complete(messages, temperature=cfg.temperature, seed=seed, on_fault=on_fault)
+        usage = dataclasses.asdict(c.usage)
+        finish = (c.raw or {}).get("finish_reason") or _finish_reason(c.raw)
+        w.event("llm_response", turn=turn, sample=sample, model=c.model, text=c.text, usage=usage,
+                latency_s=round(c.latency_s, 3), attempts=c.attempts, finish_reason=finish)
+        return c.text, usage, finish, len(c.faults)
+
+    def _extract(self, turn: int, sample: int, text: str, finish_reason: str | None = None) -> Reply:
+        d = self.deps
+        cdir = d.writer.candidate_dir(turn, sample)
+        cdir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(cdir / "reply.md", text)
+        try:
+            solution = extract_solution(text)
+        except SolutionError as exc:
+            message = str(exc)
+            if finish_reason == "length":  # the usual cause of a missing block: the reply was cut off
+                message += "; the reply was cut off at the output-token limit, so keep the prose short"
+            d.writer.event("format_error", turn=turn, sample=sample, message=message, finish_reason=finish_reason)
+            return Reply(sample=sample, text=text, has_solution=False, format_error=message)
+        solution.to_dir(cdir)
+        return Reply(sample=sample, text=text, has_solution=True, format_error=None)
+
+    # -------------------------------------------------------------------------------
+    def evaluate(self, state: AgentState) -> dict:
+        d = self.deps
+        turn = state["turn"]
+        records: list[CandidateRecord] = []
+        evaluation = state.get("evaluation") or NOT_RUN
+        for reply in state.get("replies") or []:
+            sample, rel = reply["sample"], candidate_relpath(turn, reply["sample"])
+            if not reply["has_solution"]:
+                rec = fb.candidate_record(turn, sample, rel, None, reply["format_error"])
+            else:
+                ev = self._evaluate_one(turn, sample)
+                rec = fb.candidate_record(turn, sample, rel, ev)
+                if ev.compiled:  # "did not compile" says nothing about the evaluation itself
+                    evaluation = "ok" if fb.ran(ev) else (
+                        evaluation if evaluation == "ok" else f"skipped: {ev.run_reason or 'unknown reason'}")
+            d.writer.event("candidate", turn=turn, sample=sample, path=rel, outcome=rec.outcome,
+                           verdicts=rec.verdicts, verified=rec.verified, error=rec.error)
+            records.append(rec)
+        current = [r.model_dump() for r in records]
+        return {"current": current, "attempts": list(state.get("attempts") or []) + current, "evaluation": evaluation}
+
+    def _evaluate_one(self, turn: int, sample: int) -> EvalResult:
+        d, cfg = self.deps, self.deps.config
+        w, cdir = d.writer, d.writer.candidate_dir(turn, sample)
+        eval_path = cdir / "eval.json"
+        if eval_path.exists():  # evaluated before a crash: do not evaluate again
+            w.event("eval_reused", turn=turn, sample=sample)
+            return EvalResult.model_validate_json(eval_path.read_text())
+        solution = Solution.from_dir(cdir)
+        ev = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="all", executed_check=cfg.executed_check,
+                                  time=True)
+        write_text_atomic(eval_path, ev.model_dump_json(indent=2) + "\n")
+        w.event("compile", turn=turn, sample=sample, result=ev.compile.model_dump(mode="json", exclude={"ptx"}))
+        w.event("inspect", turn=turn, sample=sample, result=ev.inspect.model_dump(mode="json"))
+        w.event("run", turn=turn, sample=sample, **run_summary(ev))
+        return ev
+
+    # -------------------------------------------------------------------------------
+    def decide(self, state: AgentState) -> dict:
+        d, cfg = self.deps, self.deps.config
+        turn = state["turn"]
+        current = [CandidateRecord(**c) for c in state.get("current") or []]
+        spent = Spent(**state["spent"])
+        messages = list(state["messages"])
+        per_turn = list(state.get("per_turn") or [])
+        best = CandidateRecord(**state["best"]) if state.get("best") else None
+        chosen = None
+        if current:
+            spent.turns += 1
+            chosen = max(current, key=fb.rank)  # ties: the lowest sample
+            for c in current:
+                if fb.better_best(c, best):
+                    best = c
+            reply = next(r for r in state["replies"] if r["sample"] == chosen.sample)
+            messages.append({"role": "assistant", "content": reply["text"]})
+        spent.wall_s = d.clock.elapsed()
+
+        stop_reason = stop_detail = None
+        if state.get("model_error"):
+            err = state["model_error"]
+            stop_reason = "replay_end" if err["kind"] == "replay_exhausted" else "model_error"
+            stop_detail = f"{err['kind']}: {err['message']}"
+        elif (ended := exhausted(cfg.budget, spent)) is not None:
+            stop_reason, stop_detail = ended
+        if stop_reason:
+            action, why = "stop", stop_detail
+        elif fb.best_eligible(chosen):
+            action = "optimise"
+            why = "correct with the requested instructions" if chosen.verified else \
+                "compiled with the requested instructions; correctness unverified (" + state["evaluation"] + ")"
+        else:
+            action, why = "repair", chosen.outcome.replace("_", " ")
+
+        if current:
+            per_turn.append(TurnRecord(turn=turn, candidates=current, chosen=chosen.sample, action=action,
+                                       best=best).model_dump())
+        decisions = list(state.get("decisions") or []) + [action]
+        d.writer.event("decision", turn=turn, action=action, outcome=chosen.outcome if chosen else None,
+                       chosen=chosen.sample if chosen else None, reason=why,
+                       best=best.path if best else None, best_speedup=best.verdicts.speedup if best else None,
+                       best_verified=best.verified if best else None)
+        d.writer.event("budget", turn=turn, spent=spent.model_dump(), limits=cfg.budget.model_dump())
+        update = {"messages": messages, "per_turn": per_turn, "best": best.model_dump() if best else None,
+                  "spent": spent.model_dump(), "action": action, "decisions": decisions,
+                  "stop_reason": stop_reason, "stop_detail": stop_detail}
+        # A summary after every turn: a kill leaves an up-to-date one behind.
+        d.writer.write_summary(summary_from_state(cfg, {**state, **update}, "running"))
+        return update
+
+    def repair(self, state: AgentState) -> dict:
+        return self._feedback(state, "repair")
+
+    def optimise(self, state: AgentState) -> dict:
+        return self._feedback(state, "optimise")
+
+    def _feedback(self, state: AgentState, action: str) -> dict:
+        d, cfg = self.deps, self.deps.config
+        last = TurnRecord(**state["per_turn"][-1])
+        chosen = next(c for c in last.candidates if c.sample == last.chosen)
+        others = [c for c in last.candidates if c.sample != last.chosen]
+        eval_path = d.writer.run_dir / chosen.path / "eval.json"
+        ev = EvalResult.model_validate_json(eval_path.read_text()) if eval_path.exists() else None
+        best = CandidateRecord(**state["best"]) if state.get("best") else None
+        text = fb.render_feedback(last.turn, action, cfg.lang, chosen, ev, others, cfg.samples, best=best)
+        d.writer.event("feedback", turn=last.turn, kind=action, outcome=chosen.outcome, text=text)
+        return {"feedback": text}
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+def route(state: AgentState) -> str:
+    return state["action"]
+
+
+def run_summary(ev: EvalResult) -> dict:
+    """The run stage for events.jsonl: visible workloads in full, held-out ones as counts."""
+    vis = [w.model_dump(mode="json") for w in ev.workloads if w.split == "visible"]
+    held = [w for w in ev.workloads if w.split == "held_out"]
+    return {"run_status": ev.run_status, "run_reason": ev.run_reason, "gpu": ev.gpu, "workloads": vis,
+            "held_out": {"total": len(held), "passed": sum(w.status == "passed" for w in held),
+                         "failed": sum(w.status == "failed" for w in held)},
+            "speedup": ev.speedup, "executed": ev.executed.model_dump(mode="json"), "verdicts": ev.verdicts()}
+
+
+def _recorded_responses(run_dir: Path, turn: int) -> dict[int, dict]:
+    return {e["sample"]: e for e in read_events(run_dir, "llm_response") if e.get("turn") == turn}
+
+
+def _finish_reason(raw: dict | None) -> str | None:
+    try:
+        return raw["choices"][0]["finish_reason"]
+    except (TypeError, KeyError, IndexError):
+        return None
+
+
+def _section_texts(ids: list[str]) -> list[str]:
+    """The markdown of sections named "doc#heading" (their heading line included)."""
+    from knowledge.retriever import load_docs
+
+    by_id = {f"{s.doc}#{s.heading}": s for doc in load_docs() for s in doc.sections}
+    return [f"(from {by_id[i].doc})\n{by_id[i].text.strip()}" for i in ids if i in by_id]
+
+
+_READS = {
+    "retrieve_context": ("turn", "feedback", "context_sections"),
+    "draft": ("turn", "messages", "feedback", "context"),
+    "evaluate": ("turn", "replies"),
+    "decide": ("turn", "current", "best", "spent", "model_error"),
+    "repair": ("turn", "per_turn"),
+    "optimise": ("turn", "per_turn"),
+}
+
+
+def _brief(values: Any, keys) -> dict:
+    """A short description of state values for node events (the full values are elsewhere)."""
+    out = {}
+    for k in keys:
+        v = values.get(k) if isinstance(values, dict) else None
+        if isinstance(v, str):
+            out[k] = f"{len(v)} chars"
+        elif isinstance(v, list):
+            out[k] = f"{len(v)} items"
+        elif isinstance(v, dict) and k == "best":
+            out[k] = v.get("path")
+        elif isinstance(v, dict) and k == "spent":
+            out[k] = {x: v.get(x) for x in ("turns", "llm_calls", "cost_usd")}
+        else:
+            out[k] = v
+    return out

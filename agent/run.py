@@ -1,0 +1,340 @@
+"""Start or resume one agent run: the entry point of `agent solve` and of sweeps.
+
+    summary = solve(SolveRequest(task="mha_bwd_d128", model="openai/gpt-4o"))
+    summary = resume("20261129-160102-mha_bwd_d128-gpt-4o-3fa2")
+    summary = repair(config, solution, feedback)   # start from a given kernel + feedback (fixit)
+
+All three return the RunSummary also written to runs/<id>/summary.json. Bad input (unknown
+task, bad model spec, unreachable endpoint, unknown run) raises SolveError with one line.
+A run that ends for any reason (budget, model failure, Ctrl-C, a bug) still writes its
+summary; Ctrl-C and kills are resumable from the SQLite checkpoint.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import signal
+import socket
+import sqlite3
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from agent import prompts
+from agent.budget import Clock, recursion_limit
+from agent.graph import build_graph
+from agent.nodes import Deps, Nodes
+from agent.state import initial_state, summary_from_state
+from agent.trajectory import (Budget, RunConfig, RunSummary, TrajectoryWriter, new_run_id, read_config,
+                              read_events, utc_now)
+
+DEFAULT_RUNS_DIR = "runs"
+ARCHES = ("sm_90a", "sm_100a")
+LANGS = ("cuda", "ptx")
+CONTEXT_MODES = ("none", "docs", "docs+headers", "full")
+
+
+class SolveError(ValueError):
+    """Bad input to a run; the message is one line for a person."""
+
+
+@dataclass
+class SolveRequest:
+    task: str
+    model: str
+    arch: str = "sm_90a"
+    lang: str = "cuda"
+    context: str = "docs"
+    context_tokens: int = 6000
+    budget: Budget = field(default_factory=Budget)
+    samples: int = 1
+    api_base: str | None = None
+    model_options: dict = field(default_factory=dict)  # max_retries, retry_base_s, timeout_s
+    runs_dir: str | Path = DEFAULT_RUNS_DIR
+    run_id: str | None = None
+    seed: int | None = 0
+    temperature: float | None = None
+    executed_check: bool = False
+    human_reply_file: str | None = None
+    command: list[str] = field(default_factory=list)
+
+
+def solve(req: SolveRequest, *, progress: bool = True, evaluator=None) -> RunSummary:
+    """Start a new run and drive it to its end. `evaluator`: a shared Evaluator (sweeps); the
+    run closes only one it made itself."""
+    task = _get_task(req.task)
+    if req.arch not in ARCHES:
+        raise SolveError(f"unknown arch {req.arch!r}; choose one of {', '.join(ARCHES)}")
+    if req.lang not in LANGS:
+        raise SolveError(f"unknown language {req.lang!r}; choose cuda or ptx")
+    if req.context not in CONTEXT_MODES:
+        raise SolveError(f"unknown context mode {req.context!r}; choose one of {', '.join(CONTEXT_MODES)}")
+    if req.samples < 1 or req.budget.max_turns < 1:
+        raise SolveError("--samples and --max-turns must be at least 1")
+    if req.api_base:
+        _check_reachable(req.api_base)
+    model = _get_model(req.model, req.api_base, req.model_options, req.human_reply_file)
+    run_id = req.run_id or new_run_id(task.name, req.model)
+    config = RunConfig(
+        run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=req.model,
+        api_base=req.api_base, model_options=req.model_options, lang=req.lang, context=req.context,
+        context_tokens=req.context_tokens, budget=req.budget, samples=req.samples,
+        requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
+        executed_check=req.executed_check, command=req.command or list(sys.argv))
+    return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator)
+
+
+def repair(config: RunConfig, solution, feedback: str, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
+           quiet: bool = False, evaluator=None) -> RunSummary:
+    """A run that starts from a given kernel and the feedback on it (fixit's teacher repairs):
+    the chat opens with the task, the kernel as the model's reply, then the feedback."""
+    task = _get_task(config.task)
+    if config.api_base:
+        _check_reachable(config.api_base)
+    model = _get_model(config.model, config.api_base, config.model_options, None)
+    config = config.model_copy(update={"created": utc_now(), "command": list(sys.argv),
+                                       "requested_features": task.features_for(config.arch)})
+    state = initial_state()
+    task_text = _render_task(task, config)
+    fence = "ptx" if solution.language == "ptx" else "cuda"
+    reply = (f"```{fence}\n{solution.source.rstrip()}\n```\n\n```json\n"
+             f"{solution.manifest.model_dump_json(indent=2, exclude_defaults=True)}\n```\n")
+    state["messages"] = [
+        {"role": "system", "content": prompts.system_prompt(config.arch, config.lang, config.prompt_version)},
+        {"role": "user", "content": prompts.task_prompt(task_text, config.arch, "", config.prompt_version)},
+        {"role": "assistant", "content": reply}]
+    state["feedback"] = feedback
+    return _start(config, task, model, state, runs_dir, not quiet, evaluator, task_text=task_text)
+
+
+def resume(run: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress: bool = True,
+           human_reply_file: str | None = None, evaluator=None) -> RunSummary:
+    """Continue a run from its last checkpoint: finished LLM calls and evaluations are not repeated."""
+    run_dir = Path(run) if (Path(run) / "config.json").exists() else Path(runs_dir) / run
+    if not (run_dir / "config.json").exists():
+        raise SolveError(f"no run {run!r} in {runs_dir} (no config.json)")
+    config = read_config(run_dir)
+    task = _get_task(config.task)
+    model = _get_model(config.model, config.api_base, config.model_options, human_reply_file)
+    _continue_script(model, run_dir)
+    owned = evaluator is None
+    deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
+                evaluator=evaluator or _get_evaluator(), writer=TrajectoryWriter(run_dir), clock=Clock(),
+                retrieve=_get_retriever(config.context))
+    return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned)
+
+
+def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool, evaluator,
+           task_text: str | None = None) -> RunSummary:
+    run_dir = Path(runs_dir) / config.run_id
+    if (run_dir / "config.json").exists():
+        raise SolveError(f"run {config.run_id} already exists in {runs_dir}; resume it with --resume {config.run_id}")
+    retrieve = _get_retriever(config.context)
+    owned = evaluator is None
+    evaluator = evaluator or _get_evaluator()
+    config = config.model_copy(update={"prompt_version": prompts.PROMPT_VERSION,
+                                       "template_hash": prompts.template_hash(),
+                                       "tool_versions": tool_versions(), "gpu": _gpu_name(evaluator)})
+    writer = TrajectoryWriter(run_dir)
+    writer.write_config(config)
+    deps = Deps(config=config, task=task, task_text=task_text or _render_task(task, config), model=model,
+                evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
+    return _drive(deps, state, resumed=False, progress=progress, close_evaluator=owned)
+
+
+# ---------------------------------------------------------------------------------------
+def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: bool,
+           close_evaluator: bool = True) -> RunSummary:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from agent.progress import RunProgress
+
+    config, writer = deps.config, deps.writer
+    conn = sqlite3.connect(str(writer.checkpoint_path), check_same_thread=False)
+    graph = build_graph(Nodes(deps), checkpointer=SqliteSaver(conn))
+    thread = {"configurable": {"thread_id": config.run_id}, "recursion_limit": recursion_limit(config.budget)}
+    snapshot = graph.get_state(thread)
+    retry_turn = resumed and not snapshot.next and _retry_failed_turn(graph, thread, snapshot.values)
+    if retry_turn:
+        snapshot = graph.get_state(thread)
+    if resumed and not snapshot.values:
+        start_state = initial_state()  # killed before the first checkpoint: start over
+    elif resumed and not snapshot.next:
+        summary = summary_from_state(config, snapshot.values, "finished")
+        writer.write_summary(summary)
+        conn.close()
+        if close_evaluator:
+            deps.evaluator.close()
+        return summary
+    if resumed and snapshot.values:
+        deps.clock = Clock(offset=(snapshot.values.get("spent") or {}).get("wall_s", 0.0))
+    live = RunProgress(config, enabled=progress)
+    writer.subscribe(live.on_event)
+    writer.event("run_start", resumed=resumed, retried_turn=retry_turn or None, run_id=config.run_id,
+                 task=config.task, arch=config.arch,
+                 model=config.model, lang=config.lang, context=config.context, samples=config.samples,
+                 budget=config.budget.model_dump(), gpu=config.gpu)
+    status, stop_reason, stop_detail, tb = "finished", None, None, None
+    try:
+        with live, _sigterm_as_interrupt():
+            final = graph.invoke(start_state, thread)
+    except KeyboardInterrupt:
+        status, stop_reason = "interrupted", "interrupted"
+        stop_detail = f"resume with: agent solve --resume {config.run_id}"
+        final = graph.get_state(thread).values
+    except Exception as exc:  # a bug in ptxbench or a tool, not a bad kernel: record it, keep it resumable
+        status, stop_reason = "failed", "error"
+        stop_detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        tb = traceback.format_exc()
+        final = graph.get_state(thread).values
+    finally:
+        conn.close()
+        if close_evaluator:
+            deps.evaluator.close()
+    summary = summary_from_state(config, final or initial_state(), status, stop_reason=stop_reason,
+                                 stop_detail=stop_detail)
+    writer.event("run_end", status=summary.status, stop_reason=summary.stop_reason, stop_detail=summary.stop_detail,
+                 turns=summary.turns, best=summary.best_path, traceback=tb)
+    writer.write_summary(summary)
+    return summary
+
+
+def _retry_failed_turn(graph, thread: dict, values: dict) -> int | None:
+    """A run stopped because the model failed (retries exhausted, an outage) before any reply
+    of its last turn is resumable too: rewind that turn's draft and go on. Returns the turn."""
+    per_turn = values.get("per_turn") or []
+    turn = values.get("turn", 0)
+    if values.get("stop_reason") != "model_error" or (per_turn and per_turn[-1]["turn"] == turn):
+        return None
+    messages = values.get("messages") or []
+    graph.update_state(thread, {
+        "turn": turn - 1, "messages": messages[:-1] if turn > 1 else [], "model_error": None,
+        "stop_reason": None, "stop_detail": None, "decisions": (values.get("decisions") or [])[:-1],
+        "action": None}, as_node="repair")  # the edge repair -> retrieve_context starts the turn again
+    return turn
+
+
+class _sigterm_as_interrupt:
+    """SIGTERM (a sweep stopping a run) ends the run like Ctrl-C: summary written, resumable."""
+
+    def __enter__(self):
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def _continue_script(model, run_dir: Path) -> None:
+    """A scripted, replayed or folder-fed human model starts at its first reply in a new process;
+    on resume it must go on where the run stopped. (A scripted fault uses an entry too.)"""
+    kind = type(model).__name__
+    if kind == "ScriptedModel":
+        used = ("llm_response", "fault")
+    elif kind == "ReplayModel" or (kind == "HumanModel" and model.reply_file and Path(model.reply_file).is_dir()):
+        used = ("llm_response",)
+    else:
+        return
+    model.index = sum(1 for e in read_events(run_dir) if e["type"] in used)
+
+
+def _get_task(name: str):
+    from tasks import UnknownTask, get_task
+
+    try:
+        return get_task(name)
+    except UnknownTask as exc:
+        raise SolveError(str(exc)) from None
+
+
+def _get_model(spec: str, api_base: str | None, options: dict, human_reply_file: str | None):
+    from agent.models import get_model
+
+    extra = {"reply_file": human_reply_file} if spec == "human" and human_reply_file else None
+    # The key comes from the environment, never from the run's files. A local OpenAI-compatible
+    # server (vLLM, Ollama) needs none, but the openai client refuses to send a request without one.
+    api_key = os.environ.get("PTXBENCH_API_KEY")
+    if api_key is None and api_base and spec.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+        api_key = "EMPTY"
+    try:
+        model = get_model(spec, api_base=api_base, api_key=api_key, extra=extra, **options)
+    except (ValueError, OSError) as exc:
+        raise SolveError(str(exc).splitlines()[0]) from None
+    if type(model).__name__ == "LiteLLMModel" and not api_base and not api_key:
+        import litellm  # imported by the model already
+
+        missing = litellm.validate_environment(model=spec)
+        if not missing.get("keys_in_environment", True):  # say so now, not after the first call's retries
+            keys = " or ".join(missing.get("missing_keys") or ["its API key"])
+            raise SolveError(f"model {spec}: set {keys} in the environment (or --api-base for a local server)")
+    return model
+
+
+def _check_reachable(api_base: str) -> None:
+    """A dead endpoint is a one-line error now, not minutes of retries later."""
+    u = urlparse(api_base)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise SolveError(f"--api-base {api_base!r} is not an http(s) URL")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        socket.create_connection((u.hostname, port), timeout=5).close()
+    except OSError as exc:
+        raise SolveError(f"cannot reach {api_base}: {exc.strerror or exc}") from None
+
+
+def _get_retriever(mode: str):
+    if mode == "none":
+        return None
+    try:
+        from knowledge.retriever import retrieve
+    except ImportError as exc:
+        raise SolveError(f"--context {mode} needs knowledge.retriever, which is not available: {exc}") from None
+    return retrieve
+
+
+def _get_evaluator():
+    from tools.evaluator import Evaluator
+
+    return Evaluator()
+
+
+def _gpu_name(evaluator) -> str | None:
+    """The GPU the evaluator will run on (None: no GPU, evaluation will be skipped)."""
+    if not getattr(evaluator, "has_gpu", False):
+        return None
+    try:
+        return (evaluator.gpu_info() or {}).get("gpu")  # starts the worker the first evaluation needs anyway
+    except Exception as exc:  # the worker could not start: every evaluation will say why
+        return f"unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+
+
+def _render_task(task, config: RunConfig) -> str:
+    from tasks.describe import render_task
+
+    return render_task(task, config.arch, config.lang)
+
+
+def tool_versions() -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for dist in ("ptxbench", "litellm", "langgraph", "torch"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    try:
+        from tools.toolchain import find_toolchain
+
+        versions.update(find_toolchain().versions())
+    except Exception as exc:  # a missing tool shows up in the evaluation; the record says why
+        versions["toolchain"] = f"unavailable: {exc}"
+    return versions

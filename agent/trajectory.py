@@ -1,0 +1,318 @@
+"""Trajectories: what one agent run leaves on disk, and the types other tools read back.
+
+    runs/<run id>/
+      config.json          RunConfig: everything needed to repeat or resume the run
+      events.jsonl         append-only, one JSON object per line, fsync'd per event
+      checkpoint.sqlite    LangGraph checkpoint (resume)
+      candidates/<turn>-<sample>/
+          reply.md         the model's reply, verbatim
+          kernel.cu|kernel.ptx, launch.json   the extracted solution (absent if none)
+          eval.json        EvalResult (compile, inspect, run) of this candidate
+      summary.json         RunSummary: status, stop reason, per-turn verdicts, best candidate
+
+RunConfig and RunSummary are the contract with sweeps, reports and fixit: add fields
+with defaults, never rename. Event types are listed in EVENT_TYPES; every event carries
+`seq`, `time` (UTC ISO) and `type`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+Language = Literal["cuda", "ptx"]
+ContextMode = Literal["none", "docs", "docs+headers", "full"]
+
+# What each event type records (payload fields besides seq/time/type).
+EVENT_TYPES = {
+    "run_start": "resumed, retried_turn (a turn redone after the model failed), task, arch, model, budget, gpu",
+    "node": "node, phase (start|end), turn, inputs | outputs (a short description), seconds",
+    "retrieval": "turn, mode, sections [{id, doc, heading, tokens, why}] as retrieved, new_sections (the ids put "
+                 "into this turn's prompt), tokens, prompt_tokens, truncated",
+    "llm_request": "turn, sample, model, messages (the full chat sent)",
+    "llm_response": "turn, sample, model, text, usage {prompt_tokens, completion_tokens, cost_usd}, latency_s, "
+                    "attempts, finish_reason",
+    "llm_response_reused": "turn, sample, seq_of_response: recorded before a crash, used again on resume (no call)",
+    "fault": "turn, sample, kind, status, message, attempt, wait_s, retryable (one per failed request)",
+    "llm_error": "turn, sample, kind, message, retryable: the call failed for good",
+    "format_error": "turn, sample, message, finish_reason: no solution could be extracted from the reply",
+    "compile": "turn, sample, result: CompileResult (without the PTX, which is in eval.json)",
+    "inspect": "turn, sample, result: InspectResult",
+    "run": "turn, sample, run_status, run_reason, gpu, workloads (visible ones), held_out {total, passed, failed}, "
+           "speedup, executed, verdicts",
+    "eval_reused": "turn, sample: eval.json written before a crash, used again on resume",
+    "candidate": "turn, sample, path, outcome, verdicts, verified, error",
+    "decision": "turn, action (repair|optimise|stop), outcome and chosen sample of the turn, reason, "
+                "best, best_speedup, best_verified",
+    "feedback": "turn, kind (repair|optimise), outcome, text (the next user message, before any new docs)",
+    "budget": "turn, spent {turns, llm_calls, prompt_tokens, completion_tokens, cost_usd, wall_s}, limits",
+    "run_end": "status, stop_reason, stop_detail, turns, best, traceback (when ptxbench itself failed)",
+}
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_run_id(task: str, model: str) -> str:
+    """Sortable, readable and unique: 20261129-160102-mha_bwd_d128-gpt-4o-3fa2."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    short_model = "".join(c if c.isalnum() or c in "-_." else "-" for c in model.split("/")[-1].split(":")[0])[:24]
+    return f"{stamp}-{task}-{short_model}-{secrets.token_hex(2)}"
+
+
+# ---------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------
+class Budget(BaseModel):
+    """Whichever limit is reached first ends the run cleanly with the best result so far."""
+
+    max_turns: int = 8
+    max_tokens: int | None = None  # prompt + completion tokens over all calls
+    max_cost: float | None = None  # USD, as litellm prices it
+    max_time_s: float | None = None  # wall seconds the run was active (resumes add up)
+
+
+class RunConfig(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    task: str  # canonical task name (aliases resolved)
+    task_requested: str = ""  # what the user typed, e.g. "attn_bwd"
+    arch: str = "sm_90a"
+    model: str  # model spec as given to agent.models.get_model
+    api_base: str | None = None
+    model_options: dict[str, float | int] = Field(default_factory=dict)  # max_retries, retry_base_s, timeout_s
+    lang: Language = "cuda"
+    context: ContextMode = "docs"
+    context_tokens: int = 6000  # retrieval token budget
+    budget: Budget = Field(default_factory=Budget)
+    samples: int = 1  # candidates drafted per turn (best-of-N)
+    requested_features: list[str] = Field(default_factory=list)
+    prompt_version: str = "v1"
+    template_hash: str = ""  # sha256 over the prompt template files of prompt_version
+    tool_versions: dict[str, str] = Field(default_factory=dict)  # ptxas, nvrtc, cuobjdump, ptxbench, litellm, ...
+    gpu: str | None = None  # what the evaluator found; None = no GPU (evaluation skipped)
+    executed_check: bool = False  # count executed instructions with Nsight Compute (GPU only)
+    seed: int | None = 0  # base seed sent to the model (varied per turn and sample); None: none sent
+    temperature: float | None = None
+    created: str = Field(default_factory=utc_now)
+    command: list[str] = Field(default_factory=list)  # argv that started the run
+
+
+# ---------------------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------------------
+Outcome = Literal[
+    "model_error",  # the LLM call failed for good: no reply
+    "format_error",  # reply without a usable kernel + manifest
+    "compile_error",
+    "run_failed",  # ran on the GPU and crashed, hung, wrote out of bounds, bad manifest ...
+    "incorrect",  # ran, wrong numbers on a visible workload
+    "arch_missing",  # correct (or not checked), but requested features absent / serialized / not executed
+    "unverified",  # compiled with the requested features; correctness not checked (no GPU)
+    "correct_with_arch",
+]
+# The first problem to fix wins: compile_error > run_failed > incorrect > arch_missing.
+
+StopReason = Literal[
+    "max_turns", "max_tokens", "max_cost", "max_time",
+    "model_error",  # auth error, retries exhausted, script used up ... (stop_detail says which)
+    "replay_end",  # a replay:<run> model has no recorded response left: the natural end of a replay
+    "interrupted",  # Ctrl-C or a kill; resumable
+    "error",  # a bug in ptxbench itself (stop_detail has the exception)
+]
+
+
+class Verdicts(BaseModel):
+    """The benchmark's verdicts for one candidate (EvalResult.verdicts()), None = not checked."""
+
+    compiled: bool = False
+    arch: bool = False
+    arch_executed: bool | None = None
+    correct: bool | None = None
+    correct_held_out: bool | None = None
+    correct_with_arch: bool | None = None
+    speedup: float | None = None
+
+
+class CandidateRecord(BaseModel):
+    turn: int
+    sample: int
+    path: str  # relative to the run dir: "candidates/3-0"
+    outcome: Outcome
+    verdicts: Verdicts = Field(default_factory=Verdicts)
+    verified: bool = False  # correctness was checked on a GPU (False on CPU: "unverified")
+    error: str | None = None  # one line: format error / model error / compile error summary
+
+
+class TurnRecord(BaseModel):
+    turn: int
+    candidates: list[CandidateRecord] = Field(default_factory=list)
+    chosen: int | None = None  # sample whose reply continues the conversation
+    action: Literal["repair", "optimise", "stop"] | None = None
+    best: CandidateRecord | None = None  # best candidate up to and including this turn
+
+
+class Usage(BaseModel):
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class RunSummary(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    task: str
+    arch: str
+    model: str
+    lang: Language = "cuda"
+    context: ContextMode = "docs"
+    samples: int = 1
+    status: Literal["running", "finished", "interrupted", "failed"] = "running"
+    stop_reason: StopReason | None = None
+    stop_detail: str | None = None
+    turns: int = 0  # turns completed (draft rounds that produced at least one reply)
+    per_turn: list[TurnRecord] = Field(default_factory=list)
+    best: CandidateRecord | None = None  # best correct-with-arch (on CPU: compiled with features, unverified)
+    best_path: str | None = None  # relative to the run dir
+    best_speedup: float | None = None
+    evaluation: str = "ok"  # "ok" or "skipped: <reason>" (e.g. no GPU)
+    usage: Usage = Field(default_factory=Usage)
+    faults: int = 0  # failed requests that were retried or ended the run
+    wall_s: float = 0.0
+    decisions: list[str] = Field(default_factory=list)  # action per turn, for replay comparison
+    created: str = ""
+    finished: str | None = None
+
+    def best_at(self, turn_limit: int) -> CandidateRecord | None:
+        """Best candidate within the first `turn_limit` turns (metrics at turn limits 1, 4, 8)."""
+        rows = [t for t in self.per_turn if t.turn <= turn_limit and t.best is not None]
+        return rows[-1].best if rows else None
+
+    def verdicts_at(self, turn_limit: int) -> dict[str, bool]:
+        """Did any candidate in the first `turn_limit` turns reach each verdict?"""
+        cands = [c for t in self.per_turn if t.turn <= turn_limit for c in t.candidates]
+        return {
+            "compiled": any(c.verdicts.compiled for c in cands),
+            "arch": any(c.verdicts.arch for c in cands),
+            "correct": any(c.verdicts.correct is True for c in cands),
+            "correct_with_arch": any(c.verdicts.correct_with_arch is True for c in cands),
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Writer / reader
+# ---------------------------------------------------------------------------------------
+class TrajectoryWriter:
+    """Writes one run's folder. Events are appended and fsync'd one by one, so a kill
+    loses at most the event being written (readers skip a torn last line)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "candidates").mkdir(exist_ok=True)
+        self.events_path = self.run_dir / "events.jsonl"
+        self._seq = 0
+        if self.events_path.exists() and self.events_path.stat().st_size:
+            self._seq = max((e.get("seq", 0) for e in read_events(self.run_dir)), default=0)
+            if not _ends_with_newline(self.events_path):  # torn line from a kill: keep it, start afresh
+                with open(self.events_path, "a", encoding="utf-8") as f:
+                    f.write("\n")
+        self._listeners: list = []
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoint.sqlite"
+
+    def write_config(self, config: RunConfig) -> None:
+        write_text_atomic(self.run_dir / "config.json", config.model_dump_json(indent=2) + "\n")
+
+    def write_summary(self, summary: RunSummary) -> None:
+        write_text_atomic(self.run_dir / "summary.json", summary.model_dump_json(indent=2) + "\n")
+
+    def subscribe(self, listener) -> None:
+        """listener(event: dict) is called after each event is on disk (live progress)."""
+        self._listeners.append(listener)
+
+    def event(self, type: str, **payload: Any) -> dict:
+        self._seq += 1
+        record = {"seq": self._seq, "time": utc_now(), "type": type, **payload}
+        line = json.dumps(record, default=_json_default, ensure_ascii=False)
+        with open(self.events_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        for listener in self._listeners:
+            listener(record)
+        return record
+
+    def candidate_dir(self, turn: int, sample: int) -> Path:
+        return self.run_dir / "candidates" / f"{turn}-{sample}"
+
+
+def candidate_relpath(turn: int, sample: int) -> str:
+    return f"candidates/{turn}-{sample}"
+
+
+def read_config(run_dir: str | Path) -> RunConfig:
+    return RunConfig.model_validate_json((Path(run_dir) / "config.json").read_text())
+
+
+def read_summary(run_dir: str | Path) -> RunSummary | None:
+    p = Path(run_dir) / "summary.json"
+    return RunSummary.model_validate_json(p.read_text()) if p.exists() else None
+
+
+def read_events(run_dir: str | Path, type: str | None = None) -> Iterator[dict]:
+    """Events in file order; a torn last line (the process was killed mid-write) is skipped."""
+    path = Path(run_dir) / "events.jsonl"
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if type is None or record.get("type") == type:
+                yield record
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, (bytes, bytearray)):
+        return f"<{len(obj)} bytes>"
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)

@@ -1,0 +1,612 @@
+"""The evaluator without a GPU: manifest planning, the worker's verdict logic (run on CPU
+tensors with a stand-in for the CUDA side), timing statistics, the baseline cache, ncu and
+compute-sanitizer output parsing, the watchdog (with a fake worker process), and the
+Evaluator's CPU path (compile + inspect with the real ptxas, run skipped with a reason)."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from tasks import get_task
+from tasks.schema import Axis, Workload
+from tools import worker
+from tools.baseline_cache import BaselineCache, cache_key
+from tools.correctness import CANARY, Guarded, compare, poison_, poison_mask
+from tools.evaluator import Evaluator, WorkerHandle, WorkerStartError, detect_gpus
+from tools.launch import NOMINAL_LIMITS, CudaError, ManifestError, plan_launches
+from tools.ncu import counts_from_rows, parse_instances, parse_raw_csv, parse_sanitizer
+from tools.solution import LaunchManifest, Solution
+from tools.timing import KernelTimeout, geo_spread, geomean, plan_runs, summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
+H100 = NOMINAL_LIMITS["sm_90a"]
+
+
+def small_gemm():
+    """The GEMM task shrunk to CPU size: N=64, K=32, M=128 visible and M=70 held out."""
+    task = get_task("gemm_n7168_k5120")
+    task.axes["N"] = Axis(type="const", value=64)
+    task.axes["K"] = Axis(type="const", value=32)
+    task.workloads = [Workload(name="M128", axes={"M": 128}), Workload(name="M70", axes={"M": 70}, split="held_out")]
+    return task
+
+
+def manifest(**launch) -> LaunchManifest:
+    base = {"kernel": "gemm_simt", "grid": ["cdiv(N, 64)", "cdiv(M, 64)"], "block": [256],
+            "args": ["A", "B", "C", "M", "N", "K"]}
+    extra = {k: launch.pop(k) for k in ("buffers", "tensor_maps") if k in launch}
+    return LaunchManifest.model_validate({"launches": [{**base, **launch}], **extra})
+
+
+# ---------------------------------------------------------------- planning
+
+def test_plan_evaluates_expressions():
+    task = get_task("gemm")
+    plan = plan_launches(manifest(grid=["min(num_sms, cdiv(M, 128) * (N // 256))"], block=[384],
+                                  shared_bytes="200 * 1024"), task, {"M": 8192}, H100)
+    lp = plan.launches[0]
+    assert lp.grid == (132, 1, 1) and lp.block == (384, 1, 1) and lp.shared_bytes == 204800
+    assert [a.kind for a in lp.args] == ["pointer", "pointer", "pointer", "i32", "i32", "i32"]
+    assert [a.value for a in lp.args[3:]] == [8192, 7168, 5120]
+    assert plan.tensors["C"] == ("bfloat16", (8192, 7168))
+
+
+def test_plan_tensor_maps_and_buffers():
+    task = get_task("gemm")
+    m = manifest(buffers=[{"name": "ws", "dtype": "float32", "shape": ["M", 4]}],
+                 tensor_maps=[{"name": "tmA", "tensor": "A", "box": [128, 64], "swizzle": "128B"},
+                              {"name": "tmW", "tensor": "ws", "view": ["M * 4"], "box": [64]}],
+                 args=["tmA", "ws", "tmW", {"type": "f32", "value": "1 / sqrt(K)"}, "num_sms"])
+    plan = plan_launches(m, task, {"M": 256}, H100)
+    assert plan.buffers[0].shape == (256, 4) and plan.buffers[0].nbytes == 4096
+    assert plan.tensor_maps[0].view == (256, 5120) and plan.tensor_maps[0].box == (128, 64)
+    assert plan.tensor_maps[1].view == (1024,)
+    kinds = [(a.kind, a.nbytes) for a in plan.launches[0].args]
+    assert kinds == [("tensor_map", 128), ("pointer", 8), ("tensor_map", 128), ("f32", 4), ("i32", 4)]
+    assert abs(plan.launches[0].args[3].value - 5120 ** -0.5) < 1e-12
+
+
+@pytest.mark.parametrize("launch, reason, needle", [
+    ({"args": ["A", "B", "C", "MM"]}, "manifest_error", "launches[0] ('gemm_simt').args[3]: unknown name 'MM'"),
+    ({"grid": ["cdiv(N, 64", 1]}, "manifest_error", "launches[0] ('gemm_simt').grid[0]"),
+    ({"grid": ["M - M"]}, "manifest_error", "grid[0]: 'M - M' = 0, must be at least 1"),
+    ({"grid": [1, 70000]}, "launch_error", "grid[1] = 70000 exceeds the device limit 65535"),
+    ({"block": [2048]}, "launch_error", "block = [2048, 1, 1]"),
+    ({"shared_bytes": 300000}, "launch_error", "shared_bytes = 300000 exceeds"),
+    ({"cluster": [3]}, "launch_error", "cluster[0] = 3 does not divide grid[0] = 112"),
+    ({"cluster": [4, 4, 2], "grid": [112, 128, 2]}, "launch_error", "at most 16 blocks per cluster"),
+    ({"shared_bytes": "K / 3"}, "manifest_error", "is not an integer"),
+])
+def test_plan_errors_name_the_field(launch, reason, needle):
+    with pytest.raises(ManifestError) as err:
+        plan_launches(manifest(**launch), get_task("gemm"), {"M": 8192}, H100)
+    assert err.value.reason == reason and needle in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("tmap, needle", [
+    ({"name": "t", "tensor": "Q", "box": [64, 64]}, "unknown tensor 'Q'"),
+    ({"name": "t", "tensor": "A", "box": [512, 64]}, "at most 256 elements"),
+    ({"name": "t", "tensor": "A", "box": [64, 4]}, "not a multiple of 16 bytes"),
+    ({"name": "t", "tensor": "A", "box": [64, 128], "swizzle": "128B"}, "swizzle 128B"),
+    ({"name": "t", "tensor": "A", "view": ["M", "K", 2], "box": [1, 64, 2]}, "has 83886080 elements"),
+    ({"name": "t", "tensor": "A", "box": [64]}, "1 dims but the tensor has 2"),
+])
+def test_plan_tensor_map_errors(tmap, needle):
+    with pytest.raises(ManifestError) as err:
+        plan_launches(manifest(tensor_maps=[tmap]), get_task("gemm"), {"M": 8192}, H100)
+    assert needle in str(err.value) and "tensor_maps[0]" in str(err.value)
+
+
+def test_buffer_name_clash_and_size():
+    with pytest.raises(ManifestError, match="clashes with the task's tensor 'C'"):
+        plan_launches(manifest(buffers=[{"name": "C", "dtype": "float32", "shape": [4]}]), get_task("gemm"),
+                      {"M": 64}, H100)
+    with pytest.raises(ManifestError, match="GiB is more than"):
+        plan_launches(manifest(buffers=[{"name": "w", "dtype": "float32", "shape": ["M", "N", "K"]}]),
+                      get_task("gemm"), {"M": 8192}, H100)
+
+
+# ---------------------------------------------------------------- guards, poison, compare
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.int32])
+def test_guard_and_poison(dtype):
+    g = Guarded((5, 7), dtype, device="cpu")
+    assert g.data_ptr() % 256 == 0 and g.guard_damage() == (0, 0)
+    poison_(g.tensor)
+    assert poison_mask(g.tensor).all()
+    if dtype.is_floating_point:
+        assert torch.isnan(g.tensor.float()).all()
+    g.tensor.view(torch.uint8).fill_(0)  # writing the whole tensor touches no guard
+    assert g.guard_damage() == (0, 0) and not poison_mask(g.tensor).any()
+    g.raw[g.start - 1] = 0
+    g.raw[g.end] = 0
+    assert g.guard_damage() == (1, 1)
+    g.reset_guards()
+    assert g.guard_damage() == (0, 0) and int(g.raw[0]) == CANARY
+
+
+def test_canonical_nan_is_not_poison():
+    t = torch.empty(4, dtype=torch.bfloat16)
+    poison_(t)
+    t[1] = float("nan")  # what arithmetic writes
+    assert poison_mask(t).tolist() == [True, False, True, True]
+
+
+def test_compare_reports_first_mismatch_and_nan():
+    e = torch.randn(6, 8)
+    m = compare("C", e.bfloat16(), e, 1e-2, 1e-2)
+    assert m.passed and m.mismatch_frac == 0 and m.first_mismatch is None
+    got = e.clone()
+    got[2, 5] += 3
+    got[4, 1] = float("nan")
+    m = compare("C", got, e, 1e-2, 1e-2)
+    assert not m.passed and m.first_mismatch == [2, 5] and m.nan_count == 1
+    assert m.mismatch_frac == pytest.approx(2 / 48) and m.max_abs_err == pytest.approx(3, rel=1e-5)
+    assert compare("C", torch.full((2,), float("nan")), torch.full((2,), float("nan")), 1, 1).passed is False
+    assert compare("C", torch.zeros(3), torch.zeros(4), 1, 1).passed is False
+
+
+# ---------------------------------------------------------------- the worker's verdicts, on CPU
+
+class FakeBound:
+    def __init__(self, ws, kernel):
+        self.ws, self.kernel, self.calls = ws, kernel, 0
+
+    def launch(self):
+        self.calls += 1
+        self.kernel(self.ws, self.calls)
+
+
+class CpuState:
+    """Stands in for tools.worker.State: CPU tensors, a Python 'kernel' instead of a cubin."""
+
+    device = "cpu"
+    limits = H100
+    info = {"gpu": "cpu"}
+
+    def __init__(self, kernel, wait=None):
+        self.kernel, self._wait = kernel, wait
+
+    def bind(self, plan, cubin, symbols, ws):
+        return FakeBound(ws, self.kernel)
+
+    def wait(self, limit_s):
+        if self._wait:
+            self._wait()
+
+    def sticky_error(self):
+        return None
+
+
+def gemm(ws, call):
+    ws.outputs["C"].copy_((ws.inputs["A"].float() @ ws.inputs["B"].float().T).bfloat16())
+
+
+def run(kernel, workload=0, wait=None, seeds=(11, 12), manifest_dict=None, task=None):
+    task = task or small_gemm()
+    sol = Solution.from_dir(FIXTURES / "good")
+    req = {"cubin": b"", "manifest": manifest_dict or sol.manifest.model_dump(mode="json"),
+           "task": task.model_dump(mode="json"), "workload": task.workloads[workload].model_dump(mode="json"),
+           "seeds": list(seeds), "time": False}
+    result, fatal = worker.run_workload(CpuState(kernel, wait), req)
+    return result, fatal
+
+
+def corrupt(ws):
+    g = ws.guarded["C"]
+    g.raw[g.end + 10] = 0
+
+
+@pytest.mark.parametrize("kernel, reason, needle", [
+    (gemm, None, None),
+    (lambda ws, c: (gemm(ws, c), corrupt(ws)), "out_of_bounds_write", "outside output 'C'"),
+    (lambda ws, c: (gemm(ws, c), ws.inputs["B"].view(torch.int16)[0, 0].add_(1)), "input_modified", "input 'B'"),
+    (lambda ws, c: ws.outputs["C"][:-1].copy_((ws.inputs["A"][:-1].float() @ ws.inputs["B"].float().T).bfloat16()),
+     "unwritten_output", "64 of 8192 elements were never written"),
+    (lambda ws, c: (gemm(ws, c), ws.outputs["C"].__setitem__((3, 3), float("nan"))), "nan_output", "1 NaN"),
+    (lambda ws, c: (gemm(ws, c), ws.outputs["C"].mul_(1.05)), "incorrect", "first at"),
+    (lambda ws, c: gemm(ws, c) if c == 1 else ws.outputs["C"].zero_(), "wrong_after_first_call", "call 2"),
+    (lambda ws, c: None if c > 1 else gemm(ws, c), "wrong_after_first_call", "never written"),  # replays a cache
+])
+def test_worker_verdicts(kernel, reason, needle):
+    result, fatal = run(kernel)
+    assert result["reason"] == reason, result["detail"]
+    assert result["status"] == ("passed" if reason is None else "failed") and not fatal
+    if needle:
+        assert needle in result["detail"]
+    assert result["seeds"] == [11, 12]
+
+
+def test_fresh_inputs_each_check():
+    seen = []
+    run(lambda ws, c: (seen.append(ws.inputs["A"].clone()), gemm(ws, c)))
+    assert len(seen) == 2 and not torch.equal(seen[0], seen[1])
+
+
+def test_zero_false_buffers_get_garbage_and_zero_true_get_zeros():
+    seen = {}
+
+    def kernel(ws, call):
+        seen.update({k: t.clone() for k, (t, _) in ws.buffers.items()})
+        gemm(ws, call)
+
+    m = manifest(buffers=[{"name": "z", "dtype": "float32", "shape": [8]},
+                          {"name": "g", "dtype": "float32", "shape": [8], "zero": False}],
+                 args=["A", "B", "C", "z", "g"]).model_dump(mode="json")
+    result, _ = run(kernel, manifest_dict=m)
+    assert result["status"] == "passed"
+    assert (seen["z"] == 0).all() and torch.isnan(seen["g"]).all()
+
+
+def test_held_out_workload_and_timeout_and_cuda_error():
+    result, _ = run(gemm, workload=1)
+    assert result["status"] == "passed" and result["split"] == "held_out" and result["axes"]["M"] == 70
+
+    def hang():
+        raise KernelTimeout("the GPU did not finish within 15 s")
+    result, fatal = run(gemm, wait=hang)
+    assert result["reason"] == "timeout" and fatal
+
+    def illegal():
+        raise CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "kernel execution")
+    result, fatal = run(gemm, wait=illegal)
+    assert result["reason"] == "cuda_error" and "CUDA_ERROR_ILLEGAL_ADDRESS" in result["detail"] and fatal
+
+
+def test_manifest_error_in_worker_is_a_result():
+    m = manifest(args=["A", "B", "C", "nope"]).model_dump(mode="json")
+    result, fatal = run(gemm, manifest_dict=m)
+    assert result["reason"] == "manifest_error" and "unknown name 'nope'" in result["detail"] and not fatal
+
+
+# ---------------------------------------------------------------- protocol framing
+
+def test_framing_roundtrip():
+    msgs = [{"op": "run", "cubin": bytes(range(256)) * 100}, {"op": "exit"}]
+    stream = io.BytesIO(b"".join(worker.encode(m) for m in msgs))
+    assert worker.read_msg(stream) == msgs[0]
+    assert worker.read_msg(stream) == msgs[1]
+    assert worker.read_msg(stream) is None  # clean end
+    with pytest.raises(EOFError):
+        worker.read_msg(io.BytesIO(worker.encode(msgs[0])[:-5]))
+
+
+# ---------------------------------------------------------------- timing statistics
+
+def test_summarize_and_plan_runs():
+    t = summarize([1.0, 1.1, 0.9, 1.0, 5.0])
+    assert t.median_ms == 1.0 and t.runs == 5 and t.iqr_ms == pytest.approx(0.1) and t.cv > 0.5
+    assert plan_runs(0.01, rounds=5) * 5 == 100  # fast kernel: capped at 100 runs
+    assert plan_runs(4.0, rounds=5) * 5 == 50  # ~200 ms in total
+    assert plan_runs(50.0, rounds=5) == 2  # at least 10 runs
+    assert plan_runs(2000.0, rounds=5) == 1  # very slow: one per round, within budget
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0) and geo_spread([2.0, 2.0]) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- baseline cache
+
+def test_baseline_cache(tmp_path):
+    cache = BaselineCache(tmp_path / "b.json")
+    env = {"gpu": "NVIDIA H200", "driver": "13.0", "torch": "2.11", "cuda": "13.0", "cudnn": 91900}
+    key = cache_key("gemm_n7168_k5120", "M8192", {"M": 8192, "N": 7168, "K": 5120}, env)
+    assert cache.get(key) is None
+    threads = [threading.Thread(target=cache.update, args=(key,), kwargs={f"b{i}": i}) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    entry = cache.get(key)
+    assert all(entry[f"b{i}"] == i for i in range(8)) and "NVIDIA H200" in key
+    (tmp_path / "b.json").write_text("{broken")
+    assert cache.get(key) is None  # a damaged cache is only a cache
+
+
+# ---------------------------------------------------------------- ncu / compute-sanitizer parsing
+
+NCU_CSV = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","sass__inst_executed_per_opcode","smsp__inst_executed_pipe_tensor_op_gmma.sum"
+"","","","","","","","","","","","inst","inst"
+"0","42","python3","h","gemm","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","1500 (HGMMA: 300; IMAD: 1000; UTMALDG.2D: 200)","300"
+"1","42","python3","h","gemm","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","1200 (IMAD: 1000; UTMALDG: 200)","0"
+'''
+
+
+def test_ncu_parsing():
+    assert parse_instances("1500 (HGMMA: 300; IMAD: 1,000)") == {"HGMMA": 300, "IMAD": 1000}
+    rows = parse_raw_csv("==PROF== Disconnected\n" + NCU_CSV)
+    assert len(rows) == 2 and rows[0]["Kernel Name"] == "gemm"
+    counts, uncounted = counts_from_rows(rows, ["wgmma", "tma", "mbarrier"])
+    assert counts == {"wgmma": 300, "tma": 400, "mbarrier": 0} and not uncounted
+    counts, uncounted = counts_from_rows([{"ID": "0", "sass__inst_executed_per_opcode": "n/a"}], ["tma"])
+    assert uncounted == ["tma"]
+
+
+def test_sanitizer_parsing():
+    out = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at gemm_simt+0x1f0
+=========     by thread (0,0,0) in block (0,0,0)
+=========     Address 0x40 is out of bounds
+========= ERROR SUMMARY: 1 error"""
+    assert parse_sanitizer(out, ["gemm_simt"]) == ["Invalid __global__ write of size 4 bytes at gemm_simt+0x1f0"]
+
+
+# ---------------------------------------------------------------- watchdog, with a fake worker
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    mode = tmp_path / "mode"
+    monkeypatch.setenv("FAKE_WORKER_MODE", str(mode))
+
+    def set_mode(m):
+        mode.write_text(m)
+    set_mode("pass")
+    return set_mode, [sys.executable, str(ROOT / "tests" / "fake_worker.py")]
+
+
+def test_watchdog_kills_a_hung_worker_and_restarts(fake, tmp_path):
+    set_mode, cmd = fake
+    sol = Solution.from_dir(FIXTURES / "good")
+    with Evaluator(gpus=[0], worker_cmd=cmd, timeout_s=2, cache_dir=tmp_path) as ev:
+        set_mode("hang")
+        r = ev.evaluate(sol, small_gemm(), "sm_90a", workloads="all")
+        first, second = r.workloads
+        assert first.reason == "timeout" and first.status == "failed" and "killed" in first.detail
+        assert second.status == "skipped" and "ended with timeout" in second.detail
+        assert r.correct is False and r.speedup is None and r.gpu == "Fake H200"
+        set_mode("pass")
+        r = ev.evaluate(sol, small_gemm(), "sm_90a")
+        assert r.correct is True and ev._workers[0].starts == 2
+
+
+def test_crash_and_fatal_error_restart(fake, tmp_path):
+    set_mode, cmd = fake
+    sol = Solution.from_dir(FIXTURES / "good")
+    with Evaluator(gpus=[0], worker_cmd=cmd, timeout_s=20, cache_dir=tmp_path) as ev:
+        set_mode("crash")
+        r = ev.evaluate(sol, small_gemm(), "sm_90a")
+        assert r.workloads[0].reason == "worker_crash" and "SIGSEGV" in r.workloads[0].detail
+        set_mode("fatal")
+        r = ev.evaluate(sol, small_gemm(), "sm_90a")
+        assert r.workloads[0].reason == "cuda_error" and "ILLEGAL_ADDRESS" in r.workloads[0].detail
+        set_mode("pass")
+        r = ev.evaluate(sol, small_gemm(), "sm_90a")
+        assert r.correct is True and ev._workers[0].starts == 3
+
+
+def test_worker_that_cannot_start_skips_the_run(fake, tmp_path):
+    set_mode, cmd = fake
+    set_mode("nostart")
+    with Evaluator(gpus=[0], worker_cmd=cmd, cache_dir=tmp_path) as ev:
+        r = ev.evaluate(Solution.from_dir(FIXTURES / "good"), small_gemm(), "sm_90a")
+    assert r.run_status == "skipped" and "did not start" in r.run_reason and r.correct is None
+    with pytest.raises(WorkerStartError, match="torch sees no CUDA device"):
+        WorkerHandle("0", cmd).start()
+
+
+def test_arch_mismatch_is_skipped(fake, tmp_path):
+    _, cmd = fake
+    with Evaluator(gpus=[0], worker_cmd=cmd, cache_dir=tmp_path) as ev:
+        r = ev.evaluate(Solution.from_dir(FIXTURES / "good"), small_gemm(), "sm_100a")
+    # the SIMT fixture compiles for sm_100a too; the run needs a B200
+    assert r.run_status == "skipped" and "sm_100a needs a B200" in r.run_reason and "Fake H200" in r.run_reason
+
+
+# ---------------------------------------------------------------- the CPU path of Evaluator
+
+def test_detect_gpus_without_driver(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert detect_gpus() == ([], "CUDA_VISIBLE_DEVICES='' hides every GPU")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    ids, reason = detect_gpus()
+    assert ids == [] and "nvidia-smi not found" in reason
+
+
+def test_evaluator_on_cpu_compiles_inspects_and_skips(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with Evaluator() as ev:
+        r = ev.evaluate(Solution.from_dir(FIXTURES / "unreachable_wgmma"), "gemm", "sm_90a", workloads="all")
+    assert r.compiled and r.inspect.status == "ok" and r.inspect.feature_present("wgmma")
+    assert r.run_status == "skipped" and r.run_reason.startswith("no GPU:")
+    assert [w.status for w in r.workloads] == ["skipped"] * 5 and r.workloads[0].split == "visible"
+    v = r.verdicts()
+    assert v["correct"] is None and v["correct_with_arch"] is None and v["speedup"] is None
+    assert v["arch"] is False  # tma is requested too and absent
+    assert r.executed.status == "skipped"
+    json.loads(r.model_dump_json())  # serialisable as is
+
+
+def test_evaluator_on_cpu_reports_manifest_errors(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    sol = Solution.from_dir(FIXTURES / "too_much_smem")
+    with Evaluator() as ev:
+        r = ev.evaluate(sol, "gemm", "sm_90a")
+        assert r.run_status == "failed" and "shared_bytes = 300000" in r.run_reason
+        assert r.workloads[0].reason == "launch_error" and r.correct is None
+        sol.manifest.launches[0].shared_bytes = 0
+        sol.manifest.launches[0].kernel = "gemm"
+        r = ev.evaluate(sol, "gemm", "sm_90a")
+        assert r.workloads[0].reason == "manifest_error" and "'gemm' is not in the compiled module" in r.workloads[0].detail
+        assert "gemm_simt" in r.workloads[0].detail
+
+
+def test_evaluator_compile_failure(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    sol = Solution.from_dir(FIXTURES / "good")
+    sol.source = sol.source.replace("float acc[4][4] = {};", "float acc[4][4] = {}")
+    with Evaluator() as ev:
+        r = ev.evaluate(sol, "gemm", "sm_90a")
+    assert not r.compiled and r.run_status == "skipped" and r.run_reason == "did not compile"
+    assert r.inspect.status == "skipped" and r.correct is None
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if (p / "expect.json").exists()))
+def test_fixtures_compile_with_expected_static_features(name):
+    from tools.compile import compile_solution
+    from tools.sass import inspect
+
+    exp = json.loads((FIXTURES / name / "expect.json").read_text())
+    sol = Solution.from_dir(FIXTURES / name)
+    comp = compile_solution(sol, exp["arch"])
+    assert comp.ok, comp.error
+    insp = inspect(comp)
+    assert insp.status == "ok", insp.reason
+    for feature, present in exp.get("static", {}).items():
+        assert insp.feature_present(feature) is present
+    assert exp["visible"]["status"] in ("passed", "failed") and get_task(exp["task"])
+
+
+def test_real_worker_without_gpu_says_why(monkeypatch):
+    """The real `python -m tools.worker` on a CPU machine: a clean hello with the reason."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(WorkerStartError, match="GPU worker did not start: RuntimeError: torch sees no CUDA device"):
+        WorkerHandle("").start()
+
+
+# ---------------------------------------------------------------- driver calls, against a recording fake
+
+class FakeDriver:
+    """Replaces the cuda.bindings.driver functions Bound and encode_tensor_map call (types and
+    enums stay the real ones) and records what they were given."""
+
+    def __init__(self, d, param_sizes, static_smem=0):
+        self.d, self.param_sizes, self.static_smem = d, param_sizes, static_smem
+        self.encoded, self.launches, self.attrs = [], [], {}
+        self.maps = []
+
+    def install(self, monkeypatch):
+        for name in ("cuModuleLoadData", "cuModuleGetFunction", "cuFuncGetParamCount", "cuFuncGetParamInfo",
+                     "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"):
+            monkeypatch.setattr(self.d, name, getattr(self, name))
+
+    ok = property(lambda self: self.d.CUresult.CUDA_SUCCESS)
+
+    def cuModuleLoadData(self, image):
+        return self.ok, "module"
+
+    def cuModuleGetFunction(self, module, name):
+        return (self.ok, name.decode()) if name.decode() in self.param_sizes else \
+            (self.d.CUresult.CUDA_ERROR_NOT_FOUND, None)
+
+    def cuFuncGetParamCount(self, fn):
+        return self.ok, len(self.param_sizes[fn])
+
+    def cuFuncGetParamInfo(self, fn, i):
+        offsets = [sum(self.param_sizes[fn][:j]) for j in range(len(self.param_sizes[fn]))]
+        return self.ok, offsets[i], self.param_sizes[fn][i]
+
+    def cuFuncGetAttribute(self, attr, fn):
+        return self.ok, self.static_smem
+
+    def cuFuncSetAttribute(self, fn, attr, value):
+        self.attrs[(fn, attr.name)] = value
+        return (self.ok,)
+
+    def cuTensorMapEncodeTiled(self, dtype, rank, address, dims, strides, box, estrides, interleave, swizzle, l2, oob):
+        import ctypes
+
+        assert isinstance(rank, self.d.cuuint32_t)  # plain ints raise TypeError there (FACTS.md)
+        assert all(isinstance(x, self.d.cuuint64_t) for x in dims + strides)
+        assert all(isinstance(x, self.d.cuuint32_t) for x in box + estrides)
+        self.encoded.append({"dtype": dtype.name, "rank": int(rank), "address": address, "dims": [int(x) for x in dims],
+                             "strides": [int(x) for x in strides], "box": [int(x) for x in box],
+                             "estrides": [int(x) for x in estrides], "swizzle": swizzle.name, "l2": l2.name,
+                             "oob": oob.name})
+        raw = ctypes.create_string_buffer(bytes([len(self.encoded)] * 128), 128)
+        self.maps.append(raw)
+        return self.ok, type("Map", (), {"getPtr": lambda _self, r=raw: ctypes.addressof(r)})()
+
+    def cuLaunchKernelEx(self, cfg, fn, params, extra):
+        import ctypes
+
+        ptrs = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        blobs = [ctypes.string_at(ptrs[i], size) for i, size in enumerate(self.param_sizes[fn])]
+        cluster = None
+        if cfg.numAttrs:
+            a = cfg.attrs[0]
+            cluster = (a.id.name, a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z)
+        self.launches.append({"fn": fn, "grid": (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
+                              "block": (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), "smem": cfg.sharedMemBytes,
+                              "cluster": cluster, "params": blobs})
+        return (self.ok,)
+
+
+def test_bound_packs_parameters_and_tensor_maps(monkeypatch):
+    import struct
+
+    from cuda.bindings import driver as d
+
+    from tools.launch import Bound, Module
+
+    fake = FakeDriver(d, {"gemm": [128, 128, 8, 4, 4, 4], "fix": [8, 4]})
+    fake.install(monkeypatch)
+    m = manifest(kernel="gemm", grid=["min(num_sms, 64)", 2], block=[384], cluster=[2, 1, 1], shared_bytes=200000,
+                 args=["tmA", "tmW", "C", "M", {"type": "f32", "value": "1 / sqrt(K)"}, {"type": "u32", "value": 7}],
+                 buffers=[{"name": "ws", "dtype": "float32", "shape": ["M", 8]}],
+                 tensor_maps=[{"name": "tmA", "tensor": "A", "box": [128, 64], "swizzle": "128B",
+                               "l2_promotion": "256B"},
+                              {"name": "tmW", "tensor": "ws", "view": [2, "M // 2", 8], "box": [1, 32, 8],
+                               "oob_fill": "nan"}])
+    m.launches.append(m.launches[0].model_copy(update={"kernel": "fix", "cluster": None, "shared_bytes": 1024,
+                                                       "args": ["ws", "N"]}))
+    plan = plan_launches(m, get_task("gemm"), {"M": 256}, H100)
+    pointers = {"A": 0x10000, "B": 0x20000, "C": 0x30000, "ws": 0x40000}
+    bound = Bound(plan, Module(b"cubin"), pointers)
+    bound.launch()
+    a, w = fake.encoded
+    assert a == {"dtype": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "rank": 2, "address": 0x10000, "dims": [5120, 256],
+                 "strides": [10240], "box": [64, 128], "estrides": [1, 1], "swizzle": "CU_TENSOR_MAP_SWIZZLE_128B",
+                 "l2": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "oob": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE"}
+    assert w["dims"] == [8, 128, 2] and w["strides"] == [32, 4096] and w["box"] == [8, 32, 1]
+    assert w["dtype"] == "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" and w["oob"].endswith("NAN_REQUEST_ZERO_FMA")
+    first, second = fake.launches
+    assert first["grid"] == (64, 2, 1) and first["block"] == (384, 1, 1) and first["smem"] == 200000
+    assert first["cluster"] == ("CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION", 2, 1, 1) and second["cluster"] is None
+    p = first["params"]
+    assert p[0] == bytes([1] * 128) and p[1] == bytes([2] * 128)  # the descriptors, by value
+    assert struct.unpack("<Q", p[2])[0] == 0x30000 and struct.unpack("<i", p[3])[0] == 256
+    assert struct.unpack("<f", p[4])[0] == pytest.approx(5120 ** -0.5) and struct.unpack("<I", p[5])[0] == 7
+    assert struct.unpack("<Q", second["params"][0])[0] == 0x40000 and struct.unpack("<i", second["params"][1])[0] == 7168
+    assert fake.attrs[("gemm", "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES")] == 200000
+
+
+def test_bound_rejects_mismatched_parameters(monkeypatch):
+    from cuda.bindings import driver as d
+
+    from tools.launch import Bound, Module
+
+    fake = FakeDriver(d, {"gemm_simt": [8, 8, 8, 4, 4, 8]})
+    fake.install(monkeypatch)
+    plan = plan_launches(manifest(), get_task("gemm"), {"M": 256}, H100)
+    with pytest.raises(ManifestError, match=r"args\[5\] 'K' is passed as i32 \(4 bytes\) but kernel parameter 5 is 8 "
+                                            r"bytes \(give it as \{\"type\": \"i64\", \"value\": \"K\"\}\)"):
+        Bound(plan, Module(b""), {"A": 1, "B": 2, "C": 3})
+    fake.param_sizes["gemm_simt"] = [8, 8, 8, 4, 4]
+    with pytest.raises(ManifestError, match="kernel takes 5 parameters, the manifest gives 6"):
+        Bound(plan, Module(b""), {"A": 1, "B": 2, "C": 3})
+    plan.launches[0].kernel = "gemm"
+    with pytest.raises(ManifestError, match="kernel 'gemm' is not in the compiled module"):
+        Bound(plan, Module(b""), {"A": 1, "B": 2, "C": 3})
+
+
+def test_compare_with_term_scales():
+    e = torch.tensor([0.001, 10.0])
+    got = torch.tensor([0.05, 10.0])
+    assert not compare("O", got, e, 1e-2, 1e-2).passed  # |0.049| > 0.01 + 0.01 * 0.001
+    assert compare("O", got, e, 1e-2, 1e-2, scale=torch.tensor([5.0, 1.0])).passed  # 0.049 <= 0.01 + 0.01 * 5
+
+
+def test_worker_judges_term_scaled_tasks():
+    task = small_gemm()
+    if "scale" not in type(task.tolerance).model_fields:
+        pytest.skip("this task schema has no tolerance.scale")
+    task.tolerance.scale = "terms"
+    assert run(gemm, task=task)[0]["status"] == "passed"
+    bad, _ = run(lambda ws, c: (gemm(ws, c), ws.outputs["C"].add_(1.0)), task=task)
+    assert bad["reason"] == "incorrect"

@@ -1,0 +1,128 @@
+"""What makes a correctness check hard to fool (worker side, torch on the GPU).
+
+- Every output and scratch buffer sits between two 64 KB guard regions filled with a
+  canary byte; a changed guard byte is an out-of-bounds write.
+- Outputs are poisoned before every run with a NaN of a payload no arithmetic produces
+  (GPUs write the canonical NaN), so "still poison" means "never written".
+- Inputs are compared bit for bit with a pristine copy after the run.
+- Outputs are compared in fp32 with the reference at the task's tolerance; NaN never passes.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tools.results import Mismatch
+
+GUARD_BYTES = 64 * 1024
+CANARY = 0xA5
+_ALIGN = 256
+
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+                "float8_e4m3fn": torch.float8_e4m3fn, "int32": torch.int32, "int64": torch.int64,
+                "uint8": torch.uint8}
+# Poison bit patterns, viewed through a same-width integer dtype. Float ones are quiet NaNs
+# with a distinctive payload; fp8 e4m3fn has a single NaN (0x7F), so there "unwritten" and
+# "wrote NaN" look alike (both fail).
+_POISON = {torch.bfloat16: (torch.int16, 0x7FD5), torch.float16: (torch.int16, 0x7ED5),
+           torch.float32: (torch.int32, 0x7FD55A5A), torch.float8_e4m3fn: (torch.uint8, 0x7F),
+           torch.int32: (torch.int32, 0x5AA5A55A), torch.int64: (torch.int64, 0x5AA5A55A5AA5A55A),
+           torch.uint8: (torch.uint8, 0xA5)}
+
+
+class Guarded:
+    """A tensor with canary-filled guard regions before and after it, in one allocation.
+
+    The tensor starts 256-byte aligned (TMA needs 16); everything in the allocation that is
+    not the tensor is guard."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: str = "cuda"):
+        self.nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        self.raw = torch.empty(2 * GUARD_BYTES + self.nbytes + 2 * _ALIGN, dtype=torch.uint8, device=device)
+        self.start = GUARD_BYTES + (-(self.raw.data_ptr() + GUARD_BYTES)) % _ALIGN
+        self.end = self.start + self.nbytes
+        self.raw.fill_(CANARY)
+        self.tensor = self.raw[self.start:self.end].view(dtype).view(shape)
+
+    def data_ptr(self) -> int:
+        return self.tensor.data_ptr()
+
+    def reset_guards(self) -> None:
+        self.raw[:self.start].fill_(CANARY)
+        self.raw[self.end:].fill_(CANARY)
+
+    def guard_damage(self) -> tuple[int, int]:
+        """(bytes changed before, bytes changed after) the tensor."""
+        return int((self.raw[:self.start] != CANARY).sum()), int((self.raw[self.end:] != CANARY).sum())
+
+
+def _poison_bits(dtype: torch.dtype) -> tuple[torch.dtype, int]:
+    view_dtype, bits = _POISON[dtype]
+    width = 8 * torch.empty((), dtype=view_dtype).element_size()
+    if view_dtype != torch.uint8 and bits >= 2 ** (width - 1):
+        bits -= 2 ** width  # as the signed integer fill_ expects
+    return view_dtype, bits
+
+
+def poison_(t: torch.Tensor) -> None:
+    view_dtype, bits = _poison_bits(t.dtype)
+    t.view(view_dtype).fill_(bits)
+
+
+def poison_mask(t: torch.Tensor) -> torch.Tensor:
+    view_dtype, bits = _poison_bits(t.dtype)
+    return t.view(view_dtype) == bits
+
+
+def garbage_(t: torch.Tensor) -> None:
+    """Fill a zero=False scratch buffer with NaN (floats) or a pattern (ints), so a kernel
+    that relies on it being zero fails instead of passing by luck."""
+    if t.dtype.is_floating_point and t.dtype != torch.float8_e4m3fn:
+        t.fill_(float("nan"))
+    else:
+        t.view(torch.uint8).fill_(0x5A)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+
+
+def compare(name: str, got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float,
+            scale: torch.Tensor | None = None) -> Mismatch:
+    """Element passes if |got - expected| <= atol + rtol * s, in fp32, where s is |expected|, or
+    max(|expected|, scale) when the task judges against term scales (tasks.reference.term_scales).
+    NaN never passes."""
+    if tuple(got.shape) != tuple(expected.shape):
+        return Mismatch(output=name, max_abs_err=math.inf, max_rel_err=math.inf, mismatch_frac=1.0, passed=False,
+                        first_mismatch=None, got=None, expected=None)
+    g, e = got.float(), expected.float()
+    diff = (g - e).abs()
+    s = e.abs() if scale is None else torch.maximum(e.abs(), scale.float())
+    ok = (diff <= atol + rtol * s) | ((g == e) & ~torch.isnan(g))  # equal infinities pass
+    ok &= ~torch.isnan(g)
+    bad = ~ok
+    n_bad = int(bad.sum())
+    finite = torch.isfinite(g) & torch.isfinite(e)
+    fdiff = torch.where(finite, diff, torch.zeros_like(diff))
+    max_abs = float(fdiff.max()) if fdiff.numel() else 0.0
+    rel = fdiff / s.clamp_min(max(atol, 1e-30))
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    if n_bad and not bool((bad & finite).any()):
+        max_abs = max_rel = math.inf  # every failure is a NaN or an infinity
+    first, gv, ev = None, None, None
+    if n_bad:
+        flat = int(bad.reshape(-1).nonzero()[0])
+        first = list(_unravel(flat, tuple(g.shape)))
+        gv, ev = float(g.reshape(-1)[flat]), float(e.reshape(-1)[flat])
+    return Mismatch(output=name, max_abs_err=max_abs, max_rel_err=max_rel,
+                    mismatch_frac=n_bad / max(1, g.numel()), nan_count=int(torch.isnan(g).sum()),
+                    first_mismatch=first, got=gv, expected=ev, passed=n_bad == 0)
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    idx = []
+    for dim in reversed(shape):
+        idx.append(flat % dim)
+        flat //= dim
+    return tuple(reversed(idx))

@@ -1,0 +1,442 @@
+"""The evaluator: compile -> inspect -> (on a GPU) correctness, timing, executed instructions.
+
+    with Evaluator() as ev:
+        result = ev.evaluate(solution, task, "sm_90a", workloads="all", executed_check=True)
+
+This process never initialises CUDA. GPU work happens in worker subprocesses
+(tools/worker.py), one per GPU, started on first use and reused. A watchdog kills a
+worker whose request runs past its deadline (reason "timeout"); a worker that exits
+without answering is a "worker_crash"; after a sticky CUDA error the worker exits by
+itself. Either way the next request starts a fresh worker.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import queue
+import random
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tools import worker as protocol
+from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
+from tools.results import EvalResult, ExecutedCheck, InspectResult, SanitizeResult, WorkloadResult
+from tools.timing import geo_spread, geomean
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run on exactly this
+ARCH_GPU = {"sm_90a": "an H100/H200", "sm_100a": "a B200/GB200"}
+
+
+class WorkerTimeout(RuntimeError):
+    pass
+
+
+class WorkerCrash(RuntimeError):
+    pass
+
+
+class WorkerStartError(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------------------
+# GPU discovery without CUDA
+
+def detect_gpus() -> tuple[list[str], str | None]:
+    """(device ids to hand to CUDA_VISIBLE_DEVICES, reason when there are none).
+
+    Uses nvidia-smi, so this process creates no CUDA context. Honours CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return [], f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return [], "nvidia-smi not found (no NVIDIA driver on this machine)"
+    try:
+        proc = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"nvidia-smi failed: {exc}"
+    rows = [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not rows:
+        return [], f"nvidia-smi lists no GPU ({(proc.stderr or proc.stdout).strip()[:200] or 'no output'})"
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        known = {r[0] for r in rows} | {r[1] for r in rows if len(r) > 1}
+        ids = [w for w in wanted if w in known or any(len(r) > 1 and r[1].startswith(w) for r in rows)]
+        return (ids, None) if ids else ([], f"CUDA_VISIBLE_DEVICES={visible!r} matches no GPU nvidia-smi lists")
+    return [r[0] for r in rows], None
+
+
+# ----------------------------------------------------------------------------------------
+# One worker subprocess
+
+class WorkerHandle:
+    """Client side of one worker: start, request with a deadline, kill, restart lazily."""
+
+    def __init__(self, device: str, cmd: list[str] | None = None, startup_timeout_s: float = 300.0,
+                 log_path: Path | None = None):
+        self.device = device
+        self.cmd = cmd or [sys.executable, "-m", "tools.worker"]
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self.info: dict | None = None
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=60)
+        self.starts = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        return env
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> dict:
+        """Start the worker if it is not running; returns its device info."""
+        if self.alive() and self.info is not None:
+            return self.info
+        self.kill()
+        self.stderr_tail.clear()
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=self.env, start_new_session=True)
+        self.starts += 1
+        threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
+        try:
+            hello = self._recv(time.monotonic() + self.startup_timeout_s)
+        except (WorkerTimeout, WorkerCrash) as exc:
+            self.kill()
+            raise WorkerStartError(f"GPU worker did not start: {exc}") from None
+        if hello.get("error"):
+            self.kill()
+            raise WorkerStartError(f"GPU worker did not start: {hello['error']}")
+        self.info = hello.get("info") or {}
+        return self.info
+
+    def request(self, msg: dict, timeout_s: float) -> dict:
+        self.start()
+        assert self.proc and self.proc.stdin
+        try:
+            self.proc.stdin.write(protocol.encode(msg))
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerCrash(self._death_note()) from None
+        return self._recv(time.monotonic() + timeout_s)
+
+    def _recv(self, deadline: float) -> dict:
+        assert self.proc and self.proc.stdout
+        fd = self.proc.stdout.fileno()
+        buf = bytearray()
+        need = protocol._HEADER.size
+        while True:
+            if len(buf) >= protocol._HEADER.size:
+                need = protocol._HEADER.size + protocol._HEADER.unpack(bytes(buf[:protocol._HEADER.size]))[0]
+                if len(buf) >= need:
+                    import pickle
+
+                    return pickle.loads(bytes(buf[protocol._HEADER.size:need]))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise WorkerTimeout("no answer before the deadline; the worker was killed")
+            ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(fd, max(need - len(buf), 1 << 16))
+            if not chunk:
+                raise WorkerCrash(self._death_note())
+            buf += chunk
+
+    def _death_note(self) -> str:
+        rc = None
+        if self.proc is not None:
+            try:
+                rc = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.info = None
+        how = f"was killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with status {rc}"
+        time.sleep(0.05)  # let the stderr drain catch the last lines
+        tail = " | ".join(line for line in list(self.stderr_tail)[-3:] if line)
+        return f"the worker {how}" + (f"; its last words: {tail}" if tail else "")
+
+    def _drain_stderr(self, proc: subprocess.Popen) -> None:
+        log = open(self.log_path, "a") if self.log_path else None
+        try:
+            for raw in iter(proc.stderr.readline, b""):
+                line = raw.decode(errors="replace").rstrip()
+                self.stderr_tail.append(line)
+                if log:
+                    log.write(line + "\n")
+                    log.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            if log:
+                log.close()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        self.info = None
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                self.proc.stdin.write(protocol.encode({"op": "exit"}))  # type: ignore[union-attr]
+                self.proc.stdin.flush()  # type: ignore[union-attr]
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+# ----------------------------------------------------------------------------------------
+
+def static_check(solution, compile_result, task, axes: dict[str, int], limits) -> ManifestError | None:
+    """Manifest problems visible without a GPU: names, expressions, shapes, nominal limits,
+    kernels missing from the compiled module."""
+    try:
+        plan = plan_launches(solution.manifest, task, axes, limits)
+    except ManifestError as exc:
+        return exc
+    known = set(compile_result.kernels) | set(getattr(compile_result, "symbols", {}) or {})
+    if compile_result.kernels:  # ptxas -v listed the module's kernels
+        for lp in plan.launches:
+            if lp.kernel not in known:
+                avail = ", ".join(sorted(getattr(compile_result, "symbols", {}) or compile_result.kernels))
+                return ManifestError(f"launches[{lp.index}].kernel: {lp.kernel!r} is not in the compiled module "
+                                     f"(kernels: {avail}); declare it extern \"C\" or use the name it has")
+    return None
+
+
+class Evaluator:
+    """Compile, inspect and (where a matching GPU exists) run candidates. One worker per GPU."""
+
+    def __init__(self, gpus: list[int | str] | None = None, timeout_s: float = 180.0, cache_dir: str | Path | None = None,
+                 kernel_timeout_s: float | None = None, startup_timeout_s: float = 300.0,
+                 worker_cmd: list[str] | None = None, rounds: int = 5, seed: int | None = None,
+                 ncu_timeout_s: float = 600.0):
+        self.timeout_s = timeout_s
+        self.kernel_timeout_s = kernel_timeout_s or max(5.0, min(60.0, timeout_s / 3))
+        self.cache_dir = (Path(cache_dir) if cache_dir else Path("runs") / ".cache").resolve()
+        self.rounds = rounds
+        self.ncu_timeout_s = ncu_timeout_s
+        self._rng = secrets.SystemRandom() if seed is None else random.Random(seed)  # seed: reproducible tests
+        if gpus is None:
+            devices, self.no_gpu_reason = detect_gpus()
+        else:
+            devices, self.no_gpu_reason = [str(g) for g in gpus], (None if gpus else "no GPU given (gpus=[])")
+        self._workers = [WorkerHandle(d, worker_cmd, startup_timeout_s,
+                                      log_path=self.cache_dir / f"worker-gpu{d}.log") for d in devices]
+        self._free: queue.Queue[WorkerHandle] = queue.Queue()
+        for w in self._workers:
+            self._free.put(w)
+        if self._workers:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- lifecycle
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for w in self._workers:
+            w.close()
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self._workers)
+
+    def gpu_info(self) -> dict | None:
+        """Device info from a worker (starts one); None without a GPU."""
+        if not self._workers:
+            return None
+        with self._worker() as w:
+            return w.start()
+
+    @contextlib.contextmanager
+    def _worker(self):
+        w = self._free.get()
+        try:
+            yield w
+        finally:
+            self._free.put(w)
+
+    def _seed(self) -> int:
+        return self._rng.randrange(1, 2**31 - 1)
+
+    # -- the whole verdict
+    def evaluate(self, solution, task, arch: str, workloads: str = "visible", executed_check: bool = False,
+                 sanitize: bool = False, time: bool = True) -> EvalResult:
+        import time as _time
+
+        from tools.compile import compile_solution
+        from tools.sass import inspect
+
+        t0 = _time.perf_counter()
+        if workloads not in ("visible", "held_out", "all"):
+            raise ValueError(f"workloads must be visible, held_out or all, not {workloads!r}")
+        if isinstance(task, str):
+            from tasks import get_task
+
+            task = get_task(task)
+        with protocol.nvtx_range("compile") if _has_nvtx() else contextlib.nullcontext():
+            comp = compile_solution(solution, arch)
+        insp = inspect(comp) if comp.ok else InspectResult(status="skipped", reason="did not compile", arch=arch)
+        res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
+                         requested_features=task.features_for(arch))
+        wls = task.workloads_for(workloads)  # type: ignore[arg-type]
+        wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
+        if not comp.ok:
+            res.run_reason = "did not compile"
+            res.executed = ExecutedCheck(status="skipped", reason="did not compile")
+        elif not wls:
+            from tasks import missing_workloads_reason
+
+            res.run_reason = missing_workloads_reason(task, workloads) or "no workloads"
+        else:
+            reason = self._cannot_run(arch)
+            if reason:
+                self._static_only(res, solution, task, wls, arch, reason)
+                if executed_check:
+                    res.executed = ExecutedCheck(status="skipped", reason=reason)
+                if sanitize:
+                    res.sanitize = SanitizeResult(status="skipped", reason=reason)
+            else:
+                self._run(res, solution, task, wls, arch, executed_check, sanitize, time)
+        res.seconds = _time.perf_counter() - t0
+        return res
+
+    def _cannot_run(self, arch: str) -> str | None:
+        if not self._workers:
+            return f"no GPU: {self.no_gpu_reason}"
+        if arch not in ARCH_CC:
+            return f"unknown arch {arch!r}"
+        try:
+            info = self.gpu_info() or {}
+        except WorkerStartError as exc:
+            return str(exc)
+        if info.get("cc") != ARCH_CC[arch]:
+            return (f"{arch} needs {ARCH_GPU[arch]} (compute capability {ARCH_CC[arch]}); this machine has "
+                    f"{info.get('gpu')} (compute capability {info.get('cc')})")
+        return None
+
+    def _static_only(self, res: EvalResult, solution, task, wls, arch: str, reason: str) -> None:
+        """No run possible: still report manifest errors that need no GPU."""
+        limits = NOMINAL_LIMITS.get(arch, NOMINAL_LIMITS["sm_90a"])
+        res.run_status, res.run_reason = "skipped", reason
+        for w in wls:
+            axes = task.axis_values(w)
+            err = static_check(solution, res.compile, task, axes, limits)
+            if err is not None:
+                res.workloads.append(WorkloadResult(workload=w.name, split=w.split, axes=axes, status="failed",
+                                                    reason=err.reason, detail=str(err)))
+            else:
+                res.workloads.append(WorkloadResult(workload=w.name, split=w.split, axes=axes, status="skipped",
+                                                    detail=reason))
+        bad = [w for w in res.workloads if w.status == "failed"]
+        if bad:
+            res.run_status = "failed"
+            res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
+
+    def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
+             time: bool) -> None:
+        with self._worker() as w:
+            info = w.start()
+            res.gpu = info.get("gpu")
+            limits = info.get("limits") or NOMINAL_LIMITS[arch]
+            stop: str | None = None
+            for wl in wls:
+                axes = task.axis_values(wl)
+                if stop:
+                    res.workloads.append(WorkloadResult(workload=wl.name, split=wl.split, axes=axes, status="skipped",
+                                                        detail=stop))
+                    continue
+                err = static_check(solution, res.compile, task, axes, limits)
+                if err is not None:
+                    res.workloads.append(WorkloadResult(workload=wl.name, split=wl.split, axes=axes, status="failed",
+                                                        reason=err.reason, detail=str(err)))
+                    continue
+                req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
+                wr = self._ask(w, req, wl, axes)
+                res.workloads.append(wr)
+                if wr.reason in ("timeout", "cuda_error", "worker_crash"):
+                    stop = f"not run: workload {wl.name} ended with {wr.reason}"
+            res.run_status = "ok"
+            visible = [x for x in res.workloads if x.split == "visible"]
+            speedups = [x.speedup for x in visible if x.speedup]
+            if visible and all(x.status == "passed" for x in visible) and len(speedups) == len(visible):
+                res.speedup, res.speedup_spread = geomean(speedups), geo_spread(speedups)
+            first = next((x for x in wls if x.split == "visible"), wls[0])
+            # A kernel that hangs would hang under the tools too; one that faults is still worth a
+            # memcheck run (it says where), but its executed-instruction counts mean nothing.
+            req = self._request(solution, res.compile, task, first, seeds=[self._seed()], time=False)
+            symbols = getattr(res.compile, "symbols", {}) or {}
+            names = [symbols.get(lc.kernel, lc.kernel) for lc in solution.manifest.launches]
+            if executed_check:
+                from tools import ncu
+
+                res.executed = (ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: ")) if stop else
+                                ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s))
+            if sanitize:
+                from tools import ncu
+
+                hung = stop is not None and stop.endswith("timeout")
+                res.sanitize = (SanitizeResult(status="skipped", reason=stop.removeprefix("not run: ")) if hung else
+                                ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
+
+    def _request(self, solution, comp, task, wl, seeds: list[int], time: bool) -> dict:
+        return {"op": "run", "cubin": comp.cubin, "symbols": getattr(comp, "symbols", {}) or {},
+                "manifest": solution.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
+                "workload": wl.model_dump(mode="json"), "seeds": seeds, "time": time, "rounds": self.rounds,
+                "kernel_timeout_s": self.kernel_timeout_s,
+                "baseline_cache": str(self.cache_dir / "baselines.json")}
+
+    def _ask(self, w: WorkerHandle, req: dict, wl, axes: dict[str, int]) -> WorkloadResult:
+        def failed(reason: str, detail: str) -> WorkloadResult:
+            return WorkloadResult(workload=wl.name, split=wl.split, axes=axes, status="failed", reason=reason,
+                                  detail=detail, seeds=req["seeds"])
+
+        try:
+            reply = w.request(req, self.timeout_s)
+        except WorkerTimeout:
+            return failed("timeout", f"no result within {self.timeout_s:.0f} s; the worker was killed (a hang?)")
+        except WorkerCrash as exc:
+            return failed("worker_crash", str(exc))
+        except WorkerStartError as exc:
+            return WorkloadResult(workload=wl.name, split=wl.split, axes=axes, status="skipped", detail=str(exc))
+        if reply.get("op") != "result":
+            return WorkloadResult(workload=wl.name, split=wl.split, axes=axes, status="skipped",
+                                  detail=f"harness error in the worker: {reply.get('error')}")
+        if reply.get("fatal"):
+            w.kill()  # it exits by itself; make sure before the next request
+        return WorkloadResult.model_validate(reply["result"])
+
+
+def _has_nvtx() -> bool:
+    try:
+        import nvtx  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+__all__ = ["Evaluator", "WorkerHandle", "WorkerTimeout", "WorkerCrash", "WorkerStartError", "detect_gpus",
+           "static_check"]

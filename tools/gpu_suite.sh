@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU suite, run on the device machine from anywhere in the repo:
+#   bash tools/gpu_suite.sh
+# 1. installs the wheels carried in .whl/ (pydantic, ...; the device has no package index)
+#    into /tmp/site with pip --target and puts it on PYTHONPATH;
+# 2. runs the GPU tests (tests/gpu, marker `gpu`);
+# 3. runs tools/bench_harness.py (evaluation wall times, timing spread, our baseline
+#    figures beside triton's do_bench).
+# Into $OUT (default runs/gpu_suite), at most 8 files as the device tool returns them:
+#   suite.log (environment + pytest), bench.log, bench.json, bench.md, worker_tests.log,
+#   baselines_tests.json, worker_bench.log.
+# Exit status: the tests' (the benchmark is informative).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-runs/gpu_suite}"
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
+PY="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+TESTS_CACHE=/tmp/ptxbench_gpu_tests BENCH_CACHE=/tmp/ptxbench_bench
+rm -rf "$TESTS_CACHE" "$BENCH_CACHE"
+
+{
+  if compgen -G ".whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  echo "== $(date -u +%FT%TZ) $(hostname) $(uname -r)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+  "$PY" -c 'import sys, torch, pydantic; import cuda.bindings as cb; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "cuda-bindings", cb.__version__, "pydantic", pydantic.__version__)'
+  command -v ncu compute-sanitizer ptxas cuobjdump || true
+} 2>&1 | tee "$OUT/suite.log"
+if compgen -G ".whl/*.whl" > /dev/null; then export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"; fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+export PTXBENCH_GPU_LOGS="$TESTS_CACHE"  # worker log + baseline cache of the GPU tests
+timeout "${GPU_TEST_TIMEOUT:-330}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider --timeout "${GPU_TEST_EACH:-240}" tests \
+  2>&1 | tee -a "$OUT/suite.log"
+status=${PIPESTATUS[0]}
+cp -f "$TESTS_CACHE"/worker-gpu*.log "$OUT/worker_tests.log" 2>/dev/null || true
+cp -f "$TESTS_CACHE/baselines.json" "$OUT/baselines_tests.json" 2>/dev/null || true
+
+timeout "${BENCH_TIMEOUT:-200}" "$PY" tools/bench_harness.py --out "$OUT" --cache "$BENCH_CACHE" 2>&1 | tee "$OUT/bench.log"
+cp -f "$BENCH_CACHE"/worker-gpu*.log "$OUT/worker_bench.log" 2>/dev/null || true
+echo "gpu tests exit status: $status" | tee -a "$OUT/suite.log"
+exit "$status"

@@ -1,0 +1,206 @@
+"""Run-time evidence from NVIDIA's tools, each in its own subprocess (client side).
+
+executed_check: runs the candidate once under Nsight Compute (`ncu`) and counts the SASS
+instructions that actually executed, per requested feature (tools.features.executed_opcodes).
+A wgmma that sits in a branch never taken is in the binary but counts zero here.
+
+sanitize_check: runs the candidate once under compute-sanitizer memcheck.
+
+Both start `python -m tools.worker --once REQ RES` (one correctness check, no timing) under
+the tool, with the same CUDA_VISIBLE_DEVICES as the evaluator's worker. Without the tool,
+or when it fails, the result is "skipped" with the reason: never a pass.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tools.results import ExecutedCheck, SanitizeResult
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+OPCODE_METRIC = "sass__inst_executed_per_opcode"
+GMMA_METRIC = "smsp__inst_executed_pipe_tensor_op_gmma.sum"  # executed wgmma, measured on the H200 (FACTS.md)
+
+
+def _opcodes_for(feature: str) -> set[str]:
+    from tools.features import executed_opcodes
+
+    return executed_opcodes(feature)
+
+
+def _worker_cmd(req_path: Path, res_path: Path) -> list[str]:
+    return [sys.executable, "-m", "tools.worker", "--once", str(req_path), str(res_path)]
+
+
+def _tail(text: str, n: int = 3) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])[-400:]
+
+
+def parse_instances(cell: str) -> dict[str, float]:
+    """'1234 (HGMMA: 64; IMAD: 1170)' (--print-metric-instances details) -> {opcode: count}."""
+    m = re.search(r"\((.*)\)", cell or "")
+    out: dict[str, float] = {}
+    if not m:
+        return out
+    for item in m[1].split(";"):
+        if ":" in item:
+            key, _, value = item.rpartition(":")
+            try:
+                out[key.strip()] = out.get(key.strip(), 0) + float(value.strip().replace(",", ""))
+            except ValueError:
+                continue
+    return out
+
+
+def parse_raw_csv(text: str) -> list[dict[str, str]]:
+    """ncu --page raw --csv: a header row, a units row, then one row per profiled launch."""
+    rows = list(csv.reader(io.StringIO("\n".join(ln for ln in text.splitlines() if not ln.startswith("==")))))
+    if len(rows) < 2:
+        return []
+    header = rows[0]
+    data = [dict(zip(header, r)) for r in rows[1:] if len(r) == len(header)]
+    return [r for r in data if r.get("ID", "0").strip().isdigit()]  # drops the units row
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float((cell or "").split("(")[0].strip().replace(",", ""))
+    except ValueError:
+        return None
+
+
+def counts_from_rows(rows: list[dict[str, str]], features: list[str]) -> tuple[dict[str, int], list[str]]:
+    """Executed instructions per feature summed over profiled launches; and features that
+    could not be counted (no per-opcode instances and no dedicated metric)."""
+    per_opcode: dict[str, float] = {}
+    gmma = 0.0
+    have_opcodes = have_gmma = False
+    for row in rows:
+        if OPCODE_METRIC in row:
+            inst = parse_instances(row[OPCODE_METRIC])
+            total = _number(row[OPCODE_METRIC])
+            if inst or total == 0:
+                have_opcodes = True
+            for k, v in inst.items():
+                per_opcode[k.split(".")[0]] = per_opcode.get(k.split(".")[0], 0) + v
+        if GMMA_METRIC in row and _number(row[GMMA_METRIC]) is not None:
+            have_gmma = True
+            gmma += _number(row[GMMA_METRIC]) or 0
+    counts: dict[str, int] = {}
+    uncounted = []
+    for f in features:
+        try:
+            opcodes = _opcodes_for(f)
+        except KeyError:  # a feature tools.features does not know: cannot be counted
+            uncounted.append(f)
+            continue
+        if have_opcodes:
+            counts[f] = int(sum(per_opcode.get(op, 0) for op in opcodes))
+        if f == "wgmma" and have_gmma:
+            counts[f] = max(counts.get(f, 0), int(gmma))
+        if f not in counts:
+            uncounted.append(f)
+    return counts, uncounted
+
+
+def executed_check(request: dict, features: list[str], kernel_names: list[str], env: dict[str, str],
+                   timeout_s: float = 600.0) -> ExecutedCheck:
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        return ExecutedCheck(status="skipped", reason="ncu (Nsight Compute) is not on PATH")
+    if not features:
+        return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
+    names = list(dict.fromkeys(kernel_names))
+    with tempfile.TemporaryDirectory(prefix="ptxbench-ncu-") as tmp:
+        req, res, rep = Path(tmp) / "req.pkl", Path(tmp) / "res.pkl", Path(tmp) / "profile"
+        req.write_bytes(pickle.dumps(request))
+        last_error = ""
+        for metrics in ([OPCODE_METRIC, GMMA_METRIC], [OPCODE_METRIC]):  # retry without a metric this ncu lacks
+            cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name-base", "mangled",
+                   "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
+                   "--launch-count", str(len(request["manifest"]["launches"])), "--export", str(rep),
+                   "--force-overwrite", *_worker_cmd(req, res)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                                      env=env, cwd=str(REPO_ROOT))
+            except subprocess.TimeoutExpired:
+                return ExecutedCheck(status="skipped", reason=f"ncu ran longer than {timeout_s:.0f} s")
+            report = rep.with_suffix(".ncu-rep")
+            if report.exists():
+                break
+            last_error = _tail(proc.stdout + proc.stderr)
+            if "metric" not in last_error.lower():
+                break  # not a metric this ncu lacks: retrying without one would not help
+        if not report.exists():
+            return ExecutedCheck(status="skipped", reason=f"ncu produced no report: {last_error}")
+        imported = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
+                                   "--print-metric-instances", "details"],
+                                  capture_output=True, text=True, errors="replace", timeout=120)
+        rows = parse_raw_csv(imported.stdout)
+        if not rows:
+            return ExecutedCheck(status="skipped", reason="ncu profiled no launch of the solution's kernels "
+                                                          f"({', '.join(names)}): {_tail(imported.stderr or proc.stdout)}")
+        counts, uncounted = counts_from_rows(rows, features)
+    if uncounted:
+        return ExecutedCheck(status="skipped", counts=counts,
+                             reason=f"ncu gave no per-opcode counts for {', '.join(uncounted)}")
+    return ExecutedCheck(status="ok", counts=counts, executed={f: counts[f] > 0 for f in features})
+
+
+_SAN_HEADER = re.compile(r"^=========\s+((?:Invalid|Out-of-range|Misaligned|Program hit|Barrier error|"
+                         r"Race|Uninitialized|Malformed|Hardware exception|Error:)[^\n]*)")
+_SAN_AT = re.compile(r"^=========\s+at\s+(\S+)")
+
+
+def parse_sanitizer(text: str, kernel_names: list[str]) -> list[str]:
+    """compute-sanitizer output -> one line per error ("Invalid __global__ write ... at gemm+0x70")."""
+    errors: list[list[str]] = []
+    for line in text.splitlines():
+        h = _SAN_HEADER.match(line)
+        if h:
+            errors.append([h[1].strip()])
+            continue
+        a = _SAN_AT.match(line)
+        if a and errors and len(errors[-1]) == 1:
+            errors[-1].append(a[1])
+    lines = [f"{e[0]} at {e[1]}" if len(e) > 1 else e[0] for e in errors]
+    ours = [ln for ln in lines if any(n in ln for n in kernel_names)]
+    return ours or lines
+
+
+def sanitize_check(request: dict, kernel_names: list[str], env: dict[str, str],
+                   timeout_s: float = 600.0) -> SanitizeResult:
+    cs = shutil.which("compute-sanitizer")
+    if cs is None:
+        return SanitizeResult(status="skipped", reason="compute-sanitizer is not on PATH")
+    names = list(dict.fromkeys(kernel_names))
+    only = ["--kernel-name", f"kne={names[0]}"] if len(names) == 1 else []  # leave torch's own kernels alone
+    with tempfile.TemporaryDirectory(prefix="ptxbench-sanitize-") as tmp:
+        req, res = Path(tmp) / "req.pkl", Path(tmp) / "res.pkl"
+        req.write_bytes(pickle.dumps(request))
+        cmd = [cs, "--tool", "memcheck", "--error-exitcode", "86", "--print-limit", "20", *only, *_worker_cmd(req, res)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                                  env={**env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, cwd=str(REPO_ROOT))
+        except subprocess.TimeoutExpired:
+            return SanitizeResult(status="skipped", reason=f"compute-sanitizer ran longer than {timeout_s:.0f} s")
+        out = proc.stdout + proc.stderr
+        errors = parse_sanitizer(out, names)
+        if errors or proc.returncode == 86:
+            return SanitizeResult(status="failed", errors=errors or [_tail(out)])
+        if not res.exists() or proc.returncode != 0:
+            return SanitizeResult(status="skipped", reason=f"the sanitized run did not finish (status "
+                                                            f"{proc.returncode}): {_tail(out)}")
+    return SanitizeResult(status="ok")
+
+
+__all__ = ["executed_check", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
+           "parse_sanitizer"]
