@@ -22,9 +22,12 @@ from tools.toolchain import find_toolchain  # noqa: E402
 HERE = Path(__file__).resolve().parent
 OUT = ROOT / "build" / "attn_bwd_expert"
 VARIANTS = {
-    "shipped": [],                    # kernel.cu defaults: STAGES=2, DQ_COMP=0 (checked on the H200, v1)
-    "comp": ["-DDQ_COMP=1"],          # dQ from dS = hi + lo: ~exact dQ, one more GEMM per step (not yet run)
-    "st3": ["-DSTAGES=3"],            # a 3-deep Q/dO ring (not yet run)
+    "shipped": [],                                           # kernel.cu defaults (v3: DQ_TMA=1, DQ_DEFER=1, STAGES=2)
+    "st3": ["-DSTAGES=3"],                                   # v3 with a 3-deep Q/dO ring
+    "tma": ["-DDQ_DEFER=0", "-DSTAGES=2"],                   # TMA reduce-add of a staged dQ tile, dK before dQ
+    "defer": ["-DDQ_TMA=0", "-DSTAGES=2"],                   # per-thread reds, drained while dK runs
+    "v2": ["-DDQ_TMA=0", "-DDQ_DEFER=0", "-DSTAGES=2"],      # v2: per-thread red.global.add.v2 after wait_group 0
+    "comp": ["-DDQ_COMP=1", "-DSTAGES=2"],                   # dQ from dS = hi + lo (one more GEMM per step)
 }
 
 

@@ -30,14 +30,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 CUBINS = ROOT / "build" / "attn_bwd_expert"
 B, H, D = 4, 48, 128
-CHECK_S = [4096, 3000, 77, 1024]
-TIME_S = [4096, 8192]
+CHECK_S = [int(x) for x in os.environ.get("CHECK_S", "4096,3000,77,1024").split(",")]
+TIME_S = [int(x) for x in os.environ.get("TIME_S", "4096,8192").split(",")]
 SAMPLE_HEADS = [0, 1, 95, B * H - 1]
 MANIFESTS = {False: ROOT / "tasks" / "mha_bwd_d128" / "expert" / "launch.json",
              True: ROOT / "tasks" / "mha_bwd_d128_causal" / "expert" / "launch.json"}
-VARIANTS = {"shipped": {}, "comp": {"shared_bytes": 198784}, "st3": {"shared_bytes": 199296}}
-CHILD_TIMEOUT_S = 60
-BUDGET_S = 100
+# main kernel's dynamic smem per variant: 1 KiB alignment slack, K, V, STAGES x (Q, dO, LSE/Delta), dS (x2 with
+# DQ_COMP), dQ staging (DQ_TMA), barriers; None = the manifest's value
+SMEM = lambda stages=2, comp=0, tma=1: -(-(1024 + 65536 + stages * 33280 + 32768 * (1 + comp) + 32768 * tma + 8 * (1 + 2 * stages)) // 128) * 128
+VARIANTS = {"shipped": {}, "st3": {"shared_bytes": SMEM(stages=3)}, "tma": {"shared_bytes": SMEM()},
+            "defer": {"shared_bytes": SMEM(tma=0)}, "v2": {"shared_bytes": SMEM(tma=0)}, "comp": {"shared_bytes": SMEM(comp=1)}}
+CHILD_TIMEOUT_S = int(os.environ.get("CHILD_TIMEOUT_S", 60))
+BUDGET_S = int(os.environ.get("BUDGET_S", 100))
 
 
 def ev(expr, env):
@@ -249,6 +253,17 @@ def child(variant: str) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def summarize(r: dict) -> None:
+    print(f"{r['variant']} ({r.get('wall_s')} s){' ERROR ' + r['error'][-400:] if 'error' in r else ''}")
+    for c in r.get("checks", []):
+        parts = "  ".join(f"{n} {c[n]['rel']:.1e}/{c[n]['bad']}/{c[n]['bad_ref']}/{c[n]['nan']}/{c[n]['lib_bad']}" for n in ("dQ", "dK", "dV"))
+        print(f"   {'C' if c['causal'] else 'N'} S={c['S']:<5} {parts}{'' if c['ok'] else '  FAIL'}")
+    for t in r.get("timings", []):
+        print(f"   {'C' if t['causal'] else 'N'} S={t['S']:<5} kernel {t['kernel_tflops']:6.1f} TF ({t['kernel_ms']:.3f} ms)  "
+              f"cuDNN {t['cudnn_tflops']:6.1f} TF ({t['cudnn_ms']:.3f} ms)  speedup {t['speedup']:.3f}"
+              f"{'' if t['timed_output_matches_cudnn'] else ' MISMATCH'}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         child(argv[1])
@@ -275,16 +290,11 @@ def main(argv: list[str]) -> int:
             r["error"] = f"rc={rc}: " + text[-500:]
         r["wall_s"] = round(time.time() - t0, 1)
         results.append(r)
-    (outdir / "bwd_results.json").write_text(json.dumps(results, indent=1))
+        summarize(r)  # now, so a run cut off by its time limit still reports the variants it finished
+        (outdir / "bwd_results.json").write_text(json.dumps(results, indent=1))
     print("\nbackward variant | check c/S: dQ dK dV rel/bad(terms)/bad(|ref|)/nan/lib_bad")
     for r in results:
-        print(f"{r['variant']} ({r.get('wall_s')} s){' ERROR ' + r['error'][-400:] if 'error' in r else ''}")
-        for c in r.get("checks", []):
-            parts = "  ".join(f"{n} {c[n]['rel']:.1e}/{c[n]['bad']}/{c[n]['bad_ref']}/{c[n]['nan']}/{c[n]['lib_bad']}" for n in ("dQ", "dK", "dV"))
-            print(f"   {'C' if c['causal'] else 'N'} S={c['S']:<5} {parts}{'' if c['ok'] else '  FAIL'}")
-        for t in r.get("timings", []):
-            print(f"   {'C' if t['causal'] else 'N'} S={t['S']:<5} kernel {t['kernel_tflops']:6.1f} TF ({t['kernel_ms']:.3f} ms)  "
-                  f"cuDNN {t['cudnn_tflops']:6.1f} TF  speedup {t['speedup']:.3f}{'' if t['timed_output_matches_cudnn'] else ' MISMATCH'}")
+        summarize(r)
     return 0
 
 

@@ -16,17 +16,24 @@
 //        dQ_blk = dS K         (dS^T of both warpgroups through shared memory as an M-major A operand;
 //                               warpgroup c computes head-dim columns 64c..64c+63 over all 128 keys)
 //                               with DQ_COMP, dS = hi + lo in two bf16 parts and two products
-//        dQacc += dQ_blk       (red.global.add.v2.f32, rows < S only)
+//        dQacc += dQ_blk       (DQ_TMA: staged in smem as fp32, added by cp.reduce.async.bulk.tensor (TMA
+//                               reduce-add; clips rows >= S); issued before dK, so the drain overlaps dK)
 //      dK, dV are scaled by sm_scale, rounded to bf16 and stored by TMA (which clips keys >= S).
 //   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc).
 // Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
 // queries >= S and keys >= S (and for keys after the query when causal), and stores are clipped.
 
 #ifndef STAGES
-#define STAGES 2
+#define STAGES 2  // Q/dO ring depth (v3: 2 and 3 measured within +-2% of each other; 2 needs 33 KiB less smem)
 #endif
 #ifndef DQ_COMP
 #define DQ_COMP 0  // 1: dQ from dS = hi + lo (two bf16 parts), 0: from bf16(dS) alone
+#endif
+#ifndef DQ_TMA
+#define DQ_TMA 1  // 1: dQ_blk staged in smem, added by a TMA tensor reduce; 0: red.global.add.v2 per thread
+#endif
+#ifndef DQ_DEFER
+#define DQ_DEFER 1  // 1: dQ is issued before dK and drained (staged, reduced) while dK runs
 #endif
 
 #define BN 128                   // keys per CTA
@@ -36,6 +43,7 @@
 #define QO_HALF (64 * 128)       // 64 rows x 64 columns bf16
 #define QO_TILE (2 * QO_HALF)
 #define DS_BYTES (128 * 128)     // dS^T: 128 keys x 64 queries bf16
+#define DQ_STAGE (64 * 64 * 4)   // one warpgroup's dQ_blk: 64 queries x 64 columns fp32 (two 32-column boxes)
 #define CONSUMER_REGS 240
 #define PRODUCER_REGS 24
 
@@ -81,6 +89,12 @@ static __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* m
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
+}
+// dst += src, elementwise in fp32 (the type comes from the map); rows past S of a head are clipped.
+static __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
 }
 static __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, u32 src, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map), "r"(src), "r"(c0),
@@ -161,7 +175,8 @@ template <bool CAUSAL>
 static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
                                                      const CUtensorMap* tmdO, const CUtensorMap* tmLSE2,
                                                      const CUtensorMap* tmDelta, const CUtensorMap* tmdK,
-                                                     const CUtensorMap* tmdV, float* __restrict__ dQacc, int S,
+                                                     const CUtensorMap* tmdV, const CUtensorMap* tmdQacc,
+                                                     float* __restrict__ dQacc, int S,
                                                      float scale_log2, float sm_scale) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -171,7 +186,8 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
   const u32 sdO = sQ + STAGES * QO_TILE;       // STAGES x QO_TILE
   const u32 sdS = sdO + STAGES * QO_TILE;      // 2 x DS_BYTES (double-buffered)
   const u32 sdSlo = sdS + 2 * DS_BYTES;        // 2 x DS_BYTES: dS - bf16(dS) (DQ_COMP)
-  const u32 sLD = sdSlo + (DQ_COMP ? 2 : 0) * DS_BYTES;  // per stage: 64 LSE*log2e floats, then 64 Delta floats
+  const u32 sdQ = sdSlo + (DQ_COMP ? 2 : 0) * DS_BYTES;  // 2 x DQ_STAGE, one per consumer warpgroup (DQ_TMA)
+  const u32 sLD = sdQ + (DQ_TMA ? 2 : 0) * DQ_STAGE;     // per stage: 64 LSE*log2e floats, then 64 Delta floats
   const u32 bars = sLD + STAGES * 512;
   const u32 kv_full = bars;
 #define FULL(s) (bars + 8 * (1 + (s)))
@@ -230,7 +246,43 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     const int key0 = n0 + cw * 64 + r_in;      // S^T rows are keys
     const bool mask_keys = !CAUSAL && n0 + BN > S;
 
-    float dv[64], dk[64];
+    // dQacc[query][64cw + col] += dq (accumulator rows are queries here).
+    auto dq_out = [&](const float(&dq)[32], int mq, bool issue) {
+#if DQ_TMA
+      // 128B-swizzled fp32 staging, two boxes of 64 rows x 32 columns: 16-byte unit u of row r at
+      // u ^ (r & 7) (conflict-free 8-byte stores). The previous reduce from this buffer finished
+      // reading before the last bar.sync 1, 256 (the issuing thread waits for it there).
+      const u32 stg = sdQ + cw * DQ_STAGE;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const u32 a = stg + (j >> 2) * (DQ_STAGE / 2) + r_in * 128 + (((2 * (j & 3) + (q2 >> 2)) ^ (r_in & 7)) << 4) + (lane & 1) * 8;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(dq[4 * j]), "f"(dq[4 * j + 1]) : "memory");
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a + 8 * 128), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+      if (issue && t128 == 0) {
+        tma_reduce_add_3d(tmdQacc, stg, cw * 64, mq, bh);
+        tma_reduce_add_3d(tmdQacc, stg + DQ_STAGE / 2, cw * 64 + 32, mq, bh);
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+#else
+      const int qa = mq + r_in;
+      float* row_a = dQacc + ((size_t)bh * S + qa) * 128 + cw * 64 + q2;
+      float* row_b = row_a + 8 * 128;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (issue && qa < S)
+          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row_a + 8 * j), "f"(dq[4 * j]), "f"(dq[4 * j + 1])
+                       : "memory");
+        if (issue && qa + 8 < S)
+          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row_b + 8 * j), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                       : "memory");
+      }
+#endif
+    };
+
+    float dv[64], dk[64], dq[32];
 #pragma unroll
     for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
 
@@ -339,17 +391,22 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
         }
       }
+#if !DQ_DEFER
       // dK += dS^T Q
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
       wgmma_commit();
+#endif
 
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#if DQ_TMA
+      // this warpgroup's last dQ reduce has read its staging buffer (the next dq_out rewrites it)
+      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
       asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups' dS^T rows are in place
 
       // dQ_blk[:, 64cw..64cw+63] = dS K[:, 64cw..]: A = dS (M = queries) M-major from dS^T, B = K N-major.
-      float dq[32];
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const u64 da = desc_sw128(ds_buf + kk * 2048, DS_BYTES);
@@ -363,24 +420,22 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
       }
       wgmma_commit();
+#if DQ_DEFER
+      // dK after dQ: dQ_blk leaves the accumulators (staging, reduce) while dK runs on the tensor cores.
+      // dK += dS^T Q
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
+      wgmma_commit();
+      wgmma_wait<1>();  // dV and dQ done, dK may still run
+      dq_out(dq, mq, true);
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
-
-      // dQacc[query][64cw + col] += dq (accumulator rows are queries here).
-      {
-        const int qa = mq + r_in;
-        float* row_a = dQacc + ((size_t)bh * S + qa) * 128 + cw * 64 + q2;
-        float* row_b = row_a + 8 * 128;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (qa < S)
-            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row_a + 8 * j), "f"(dq[4 * j]), "f"(dq[4 * j + 1])
-                         : "memory");
-          if (qa + 8 < S)
-            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row_b + 8 * j), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
-                         : "memory");
-        }
-      }
+#else
+      wgmma_wait<0>();
+      if (t128 == 0) mbar_arrive(EMPTY(s));
+      dq_out(dq, mq, true);
+#endif
     }
 
     // ---------------------------------------------------------- epilogue: dK, dV via TMA stores
@@ -406,8 +461,8 @@ attn_bwd_main_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                    const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
                    const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
-                   float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
-  attn_bwd_body<false>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, dQacc, S, scale_log2, sm_scale);
+                   const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
+  attn_bwd_body<false>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -415,8 +470,8 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
                           const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                           const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
                           const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
-                          float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
-  attn_bwd_body<true>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, dQacc, S, scale_log2, sm_scale);
+                          const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
+  attn_bwd_body<true>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
 }
 
 // Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
