@@ -85,12 +85,14 @@ def test_the_shipped_example_runs_the_whole_loop_on_cpu(tmp_path):
     example = REPO / "runs" / "examples" / "attn_bwd_human"
     assert "--model human" in (example / "README.md").read_text()
     s = solve(SolveRequest(task="attn_bwd", model=f"replay:{example}", runs_dir=tmp_path), progress=False)
-    assert s.status == "finished" and s.stop_reason == "replay_end" and s.turns == 1
+    assert s.status == "finished" and s.stop_reason == "replay_end" and s.turns == 2
     run_dir = tmp_path / s.run_id
     kinds = {e["type"] for e in events(run_dir)}
     assert {"retrieval", "llm_request", "llm_response", "compile", "inspect", "run", "decision", "feedback"} <= kinds
-    [c] = s.per_turn[0].candidates
-    assert c.outcome == "arch_missing" and c.verdicts.compiled and c.verdicts.correct is None
+    [simt] = s.per_turn[0].candidates
+    assert simt.outcome == "arch_missing" and simt.verdicts.compiled and simt.verdicts.correct is None
+    [expert] = s.per_turn[1].candidates  # wgmma + TMA present, but nothing ran: unverified, never correct
+    assert expert.verdicts.arch and expert.verdicts.correct is None and not expert.verified
     assert s.evaluation.startswith("skipped: no GPU")
     assert replay.through_graph(example, runs_dir=tmp_path / "replays").match
 
@@ -106,5 +108,8 @@ def test_the_shipped_example_evaluates_and_times_on_a_gpu(tmp_path):
     assert c.verdicts.correct is True and c.verdicts.arch is False and c.outcome == "arch_missing"
     ev = EvalResult.model_validate_json((tmp_path / s.run_id / c.path / "eval.json").read_text())
     assert ev.gpu and all(w.timing is not None for w in ev.workloads if w.split == "visible")
-    [fb1] = events(tmp_path / s.run_id, "feedback")
+    fb1 = events(tmp_path / s.run_id, "feedback")[0]
     assert "Correctness: passed" in fb1["text"] and "### Speed" in fb1["text"] and "`wgmma`: MISSING" in fb1["text"]
+    [expert] = s.per_turn[1].candidates  # the expert kernel: correct with the requested instructions, timed
+    assert expert.verified and expert.verdicts.correct is True and expert.verdicts.arch is True
+    assert expert.verdicts.speedup and expert.verdicts.speedup > 0.5

@@ -1,0 +1,512 @@
+// Expert sm_90a attention backward, head dim 128. Given Q, K, V, O, dO ([B, H, S, 128] bf16, D contiguous)
+// and the forward's LSE ([B, H, S] fp32, natural log): dQ, dK, dV (bf16). Three launches:
+//   1. attn_bwd_pre_sm90:   Delta = rowsum(dO * O) (fp32) and dQacc = 0 (fp32 scratch), one warp per row.
+//   2. attn_bwd_main_sm90 / attn_bwd_main_causal_sm90: one CTA per (128-key block, batch*head), 384
+//      threads. Warpgroup 0 produces (one thread issues TMA; setmaxnreg.dec), warpgroups 1-2 consume
+//      (setmaxnreg.inc), each owning 64 of the block's keys. K and V stay in shared memory; 64-query
+//      blocks of Q, dO, LSE and Delta stream through a STAGES-deep ring. Per query block, per warpgroup,
+//      everything is computed transposed (keys are the M dimension), so P^T and dS^T come out of the
+//      wgmma accumulators in exactly the A-fragment layout and feed the next products from registers:
+//        S^T  = K Q^T          (wgmma m64n64k16, K and Q from shared memory, both K-major)
+//        dP^T = V dO^T         (same)
+//        P^T  = exp2(S^T * scale*log2e - LSE*log2e)     (0 where masked)
+//        dV  += P^T dO         (wgmma m64n128k16, A = P^T bf16 from registers, dO N-major from smem)
+//        dS^T = P^T * (dP^T - Delta)
+//        dK  += dS^T Q         (same shape, A = dS^T from registers)
+//        dQ_blk = dS K         (dS^T of both warpgroups through shared memory as an M-major A operand;
+//                               warpgroup c computes head-dim columns 64c..64c+63 over all 128 keys)
+//                               with DQ_COMP, dS = hi + lo in two bf16 parts and two products
+//        dQacc += dQ_blk       (DQ_TMA: staged in smem as fp32, added by cp.reduce.async.bulk.tensor (TMA
+//                               reduce-add; clips rows >= S); issued before dK, so the drain overlaps dK)
+//      dK, dV are scaled by sm_scale, rounded to bf16 and stored by TMA (which clips keys >= S).
+//   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc).
+// Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
+// queries >= S and keys >= S (and for keys after the query when causal), and stores are clipped.
+
+#ifndef STAGES
+#define STAGES 2  // Q/dO ring depth (v3: 2 and 3 measured within +-2% of each other; 2 needs 33 KiB less smem)
+#endif
+#ifndef DQ_COMP
+#define DQ_COMP 0  // 1: dQ from dS = hi + lo (two bf16 parts), 0: from bf16(dS) alone
+#endif
+#ifndef DQ_TMA
+#define DQ_TMA 1  // 1: dQ_blk staged in smem, added by a TMA tensor reduce; 0: red.global.add.v2 per thread
+#endif
+#ifndef DQ_DEFER
+#define DQ_DEFER 1  // 1: dQ is issued before dK and drained (staged, reduced) while dK runs
+#endif
+
+#define BN 128                   // keys per CTA
+#define BM 64                    // queries per step
+#define KV_HALF (128 * 128)      // 128 rows x 64 columns bf16 (one swizzled box)
+#define KV_TILE (2 * KV_HALF)
+#define QO_HALF (64 * 128)       // 64 rows x 64 columns bf16
+#define QO_TILE (2 * QO_HALF)
+#define DS_BYTES (128 * 128)     // dS^T: 128 keys x 64 queries bf16
+#define DQ_STAGE (64 * 64 * 4)   // one warpgroup's dQ_blk: 64 queries x 64 columns fp32 (two 32-column boxes)
+#define CONSUMER_REGS 240
+#define PRODUCER_REGS 24
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+static __device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 a;
+  asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// ---------------------------------------------------------------- mbarrier
+static __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---------------------------------------------------------------- TMA
+static __device__ __forceinline__ void tma_load_3d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+static __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+// dst += src, elementwise in fp32 (the type comes from the map); rows past S of a head are clipped.
+static __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+static __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map), "r"(src), "r"(c0),
+               "r"(c1), "r"(c2)
+               : "memory");
+}
+
+// ---------------------------------------------------------------- wgmma
+// 128B-swizzled shared-memory operand. K-major: rows of 128 bytes along K, SBO = 1 KiB between 8-row
+// groups, LBO unused. MN-major: 64 elements of M/N per 128-byte row, rows along K; LBO = bytes between
+// 64-element M/N chunks, SBO = 1 KiB between 8-row (K) groups.
+static __device__ __forceinline__ u64 desc_sw128(u32 saddr, u32 lbo_bytes) {
+  return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)(lbo_bytes >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+#define ACC8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define ACC32(d, i) ACC8(d, i), ACC8(d, i + 8), ACC8(d, i + 16), ACC8(d, i + 24)
+#define REGS32                                                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define REGS64                                                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
+  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (64x64 fp32) (+)= A (smem) * B (smem); TA/TB: 0 = K-major, 1 = M/N-major.
+template <int SCALE_D, int TA, int TB>
+static __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 da, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " REGS32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : ACC32(d, 0)
+      : "l"(da), "l"(db), "n"(SCALE_D), "n"(TA), "n"(TB));
+}
+// d (64x128 fp32) += A (registers, 64x16 bf16) * B (smem, N-major 16x128)
+static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : ACC32(d, 0), ACC32(d, 32)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
+}
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+static __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+
+static __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static __device__ __forceinline__ float2 lds_f2(u32 addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+static __device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Stage a warpgroup's 64 rows x 128 columns (accumulator layout, scaled) as bf16 in two 128B-swizzled
+// boxes of 64 rows x 64 columns at base and base + half_bytes: 16-byte unit u of row r lives at unit
+// u ^ (r & 7); rows r and r + 8 share the XOR. Conflict-free 4-byte stores.
+static __device__ __forceinline__ void stage_rows(u32 base, u32 half_bytes, int r, int q4, const float (&a)[64], float scale) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const u32 addr = base + (j >> 3) * half_bytes + r * 128 + (((j & 7) ^ (r & 7)) << 4) + q4;
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pack_bf16x2(a[4 * j] * scale, a[4 * j + 1] * scale)) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr + 8 * 128), "r"(pack_bf16x2(a[4 * j + 2] * scale, a[4 * j + 3] * scale))
+                 : "memory");
+  }
+}
+
+template <bool CAUSAL>
+static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
+                                                     const CUtensorMap* tmdO, const CUtensorMap* tmLSE2,
+                                                     const CUtensorMap* tmDelta, const CUtensorMap* tmdK,
+                                                     const CUtensorMap* tmdV, const CUtensorMap* tmdQacc,
+                                                     float* __restrict__ dQacc, int S,
+                                                     float scale_log2, float sm_scale) {
+  extern __shared__ unsigned char smem_raw[];
+  const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const u32 sK = base;
+  const u32 sV = sK + KV_TILE;
+  const u32 sQ = sV + KV_TILE;                 // STAGES x QO_TILE
+  const u32 sdO = sQ + STAGES * QO_TILE;       // STAGES x QO_TILE
+  const u32 sdS = sdO + STAGES * QO_TILE;      // 2 x DS_BYTES (double-buffered)
+  const u32 sdSlo = sdS + 2 * DS_BYTES;        // 2 x DS_BYTES: dS - bf16(dS) (DQ_COMP)
+  const u32 sdQ = sdSlo + (DQ_COMP ? 2 : 0) * DS_BYTES;  // 2 x DQ_STAGE, one per consumer warpgroup (DQ_TMA)
+  const u32 sLD = sdQ + (DQ_TMA ? 2 : 0) * DQ_STAGE;     // per stage: 64 LSE*log2e floats, then 64 Delta floats
+  const u32 bars = sLD + STAGES * 512;
+  const u32 kv_full = bars;
+#define FULL(s) (bars + 8 * (1 + (s)))
+#define EMPTY(s) (bars + 8 * (1 + STAGES + (s)))
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int nb = blockIdx.x, bh = blockIdx.y;
+  const int n0 = nb * BN;
+  const int num_m = (S + BM - 1) / BM;
+  const int m_begin = CAUSAL ? n0 / BM : 0;  // earlier query blocks see none of these keys
+  const int n_iter = num_m - m_begin;
+
+  if (tid == 0) {
+    mbar_init(kv_full, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(FULL(s), 1);
+      mbar_init(EMPTY(s), 2);  // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ------------------------------------------------------------ producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
+    if (tid == 0) {
+      mbar_expect_tx(kv_full, 2 * KV_TILE);
+      tma_load_3d(sK, tmK, kv_full, 0, n0, bh);
+      tma_load_3d(sK + KV_HALF, tmK, kv_full, 64, n0, bh);
+      tma_load_3d(sV, tmV, kv_full, 0, n0, bh);
+      tma_load_3d(sV + KV_HALF, tmV, kv_full, 64, n0, bh);
+      for (int i = 0; i < n_iter; ++i) {
+        const int s = i % STAGES;
+        const int mq = (m_begin + i) * BM;
+        mbar_wait(EMPTY(s), ((i / STAGES) & 1) ^ 1);
+        mbar_expect_tx(FULL(s), 2 * QO_TILE + 512);
+        tma_load_3d(sQ + s * QO_TILE, tmQ, FULL(s), 0, mq, bh);
+        tma_load_3d(sQ + s * QO_TILE + QO_HALF, tmQ, FULL(s), 64, mq, bh);
+        tma_load_3d(sdO + s * QO_TILE, tmdO, FULL(s), 0, mq, bh);
+        tma_load_3d(sdO + s * QO_TILE + QO_HALF, tmdO, FULL(s), 64, mq, bh);
+        // LSE*log2(e) and Delta from the padded [B*H, Spad] scratch the pre kernel wrote (a [B*H, S]
+        // fp32 TMA view of LSE itself would need S*4 % 16 == 0); entries past S are masked below.
+        tma_load_2d(sLD + s * 512, tmLSE2, FULL(s), mq, bh);
+        tma_load_2d(sLD + s * 512 + 256, tmDelta, FULL(s), mq, bh);
+      }
+    }
+  } else {
+    // ------------------------------------------------------------ consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
+    const int cw = wg - 1;  // keys n0 + 64cw .. +63
+    const int t128 = tid & 127;
+    const int warp = t128 >> 5, lane = tid & 31;
+    const int r_in = warp * 16 + (lane >> 2);  // first accumulator row of this thread (also r_in + 8)
+    const int q2 = 2 * (lane & 3);             // first accumulator column within each 8-column chunk
+    const int key0 = n0 + cw * 64 + r_in;      // S^T rows are keys
+    const bool mask_keys = !CAUSAL && n0 + BN > S;
+
+    // dQacc[query][64cw + col] += dq (accumulator rows are queries here).
+    auto dq_out = [&](const float(&dq)[32], int mq, bool issue) {
+#if DQ_TMA
+      // 128B-swizzled fp32 staging, two boxes of 64 rows x 32 columns: 16-byte unit u of row r at
+      // u ^ (r & 7) (conflict-free 8-byte stores). The previous reduce from this buffer finished
+      // reading before the last bar.sync 1, 256 (the issuing thread waits for it there).
+      const u32 stg = sdQ + cw * DQ_STAGE;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const u32 a = stg + (j >> 2) * (DQ_STAGE / 2) + r_in * 128 + (((2 * (j & 3) + (q2 >> 2)) ^ (r_in & 7)) << 4) + (lane & 1) * 8;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(dq[4 * j]), "f"(dq[4 * j + 1]) : "memory");
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a + 8 * 128), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+      if (issue && t128 == 0) {
+        tma_reduce_add_3d(tmdQacc, stg, cw * 64, mq, bh);
+        tma_reduce_add_3d(tmdQacc, stg + DQ_STAGE / 2, cw * 64 + 32, mq, bh);
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+#else
+      const int qa = mq + r_in;
+      float* row_a = dQacc + ((size_t)bh * S + qa) * 128 + cw * 64 + q2;
+      float* row_b = row_a + 8 * 128;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (issue && qa < S)
+          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row_a + 8 * j), "f"(dq[4 * j]), "f"(dq[4 * j + 1])
+                       : "memory");
+        if (issue && qa + 8 < S)
+          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row_b + 8 * j), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                       : "memory");
+      }
+#endif
+    };
+
+    float dv[64], dk[64], dq[32];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
+
+    mbar_wait(kv_full, 0);
+    for (int i = 0; i < n_iter; ++i) {
+      const int s = i % STAGES;
+      const int mq = (m_begin + i) * BM;
+      const u32 q_s = sQ + s * QO_TILE, do_s = sdO + s * QO_TILE, ld_s = sLD + s * 512;
+      const u32 ds_buf = sdS + (i & 1) * DS_BYTES;
+#if DQ_COMP
+      const u32 dslo_buf = sdSlo + (i & 1) * DS_BYTES;
+#endif
+      mbar_wait(FULL(s), (i / STAGES) & 1);
+
+      float st[32], dp[32];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {  // S^T = K Q^T over the head dim
+        const u32 off_a = (kk >> 2) * KV_HALF + cw * (64 * 128) + (kk & 3) * 32;
+        const u32 off_b = (kk >> 2) * QO_HALF + (kk & 3) * 32;
+        if (kk == 0)
+          wgmma_ss_n64<0, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
+        else
+          wgmma_ss_n64<1, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {  // dP^T = V dO^T
+        const u32 off_a = (kk >> 2) * KV_HALF + cw * (64 * 128) + (kk & 3) * 32;
+        const u32 off_b = (kk >> 2) * QO_HALF + (kk & 3) * 32;
+        if (kk == 0)
+          wgmma_ss_n64<0, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
+        else
+          wgmma_ss_n64<1, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // S^T done
+
+      // P^T = exp2(S^T * scale*log2e - LSE*log2e); columns are queries mq + 8j + q2 + e.
+      const bool mask_q = mq + BM > S;  // padded queries: their LSE/Delta entries are not data
+      const bool mask = (CAUSAL && mq < n0 + BN) || mask_keys || mask_q;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 lse = lds_f2(ld_s + (8 * j + q2) * 4);
+        const float l0 = lse.x, l1 = lse.y;  // already * log2(e)
+        st[4 * j] = fast_exp2(fmaf(st[4 * j], scale_log2, -l0));
+        st[4 * j + 1] = fast_exp2(fmaf(st[4 * j + 1], scale_log2, -l1));
+        st[4 * j + 2] = fast_exp2(fmaf(st[4 * j + 2], scale_log2, -l0));
+        st[4 * j + 3] = fast_exp2(fmaf(st[4 * j + 3], scale_log2, -l1));
+        if (mask) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int qi = mq + 8 * j + q2 + e;
+            if (qi >= S || (CAUSAL ? qi < key0 : key0 >= S)) st[4 * j + e] = 0.f;
+            if (qi >= S || (CAUSAL ? qi < key0 + 8 : key0 + 8 >= S)) st[4 * j + 2 + e] = 0.f;
+          }
+        }
+      }
+      u32 p[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) p[k] = pack_bf16x2(st[2 * k], st[2 * k + 1]);
+      // dV += P^T dO: 4 k-steps of 16 queries; dO is N-major (rows = queries), halves QO_HALF apart.
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128(dv, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc_sw128(do_s + kk * 2048, QO_HALF));
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T done (dV may still run)
+
+      // dS^T = P^T * (dP^T - Delta)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 dl = lds_f2(ld_s + 256 + (8 * j + q2) * 4);
+        float d0 = dl.x, d1 = dl.y;
+        if (mask_q) {  // padding entries may hold anything; P is 0 there, keep dS 0 too
+          if (mq + 8 * j + q2 >= S) d0 = 0.f;
+          if (mq + 8 * j + q2 + 1 >= S) d1 = 0.f;
+        }
+        dp[4 * j] = st[4 * j] * (dp[4 * j] - d0);
+        dp[4 * j + 1] = st[4 * j + 1] * (dp[4 * j + 1] - d1);
+        dp[4 * j + 2] = st[4 * j + 2] * (dp[4 * j + 2] - d0);
+        dp[4 * j + 3] = st[4 * j + 3] * (dp[4 * j + 3] - d1);
+      }
+      u32 ds[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) ds[k] = pack_bf16x2(dp[2 * k], dp[2 * k + 1]);
+      // dS^T -> shared memory (rows = keys, 64 queries per 128-byte swizzled row) for dQ = dS K.
+      // Written before dK is issued so the fp32 dS registers die early (with them live across the
+      // dK issue, ptxas serializes the wgmmas for lack of registers: C7512).
+      {
+        const int r = cw * 64 + r_in;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const u32 a = ds_buf + r * 128 + ((j ^ (r & 7)) << 4) + (lane & 3) * 4;
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(ds[2 * j]) : "memory");
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(a + 8 * 128), "r"(ds[2 * j + 1]) : "memory");
+#if DQ_COMP
+          // The rounding residue of dS, so that dQ = (hi + lo) K keeps ~16 mantissa bits of dS: dQ
+          // rows sum dS over keys with heavy cancellation (sum_j dS_ij = 0), so bf16(dS) alone
+          // leaves errors of 2^-9 |dS K| on results much smaller than that.
+          const u32 h0 = ds[2 * j], h1 = ds[2 * j + 1];
+          const u32 lo0 = pack_bf16x2(dp[4 * j] - __uint_as_float(h0 << 16), dp[4 * j + 1] - __uint_as_float(h0 & 0xffff0000u));
+          const u32 lo1 = pack_bf16x2(dp[4 * j + 2] - __uint_as_float(h1 << 16), dp[4 * j + 3] - __uint_as_float(h1 & 0xffff0000u));
+          const u32 b = dslo_buf + r * 128 + ((j ^ (r & 7)) << 4) + (lane & 3) * 4;
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(b), "r"(lo0) : "memory");
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(b + 8 * 128), "r"(lo1) : "memory");
+#endif
+        }
+      }
+#if !DQ_DEFER
+      // dK += dS^T Q
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
+      wgmma_commit();
+#endif
+
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#if DQ_TMA
+      // this warpgroup's last dQ reduce has read its staging buffer (the next dq_out rewrites it)
+      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+      asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups' dS^T rows are in place
+
+      // dQ_blk[:, 64cw..64cw+63] = dS K[:, 64cw..]: A = dS (M = queries) M-major from dS^T, B = K N-major.
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const u64 da = desc_sw128(ds_buf + kk * 2048, DS_BYTES);
+        const u64 db = desc_sw128(sK + cw * KV_HALF + kk * 2048, KV_HALF);
+        if (kk == 0)
+          wgmma_ss_n64<0, 1, 1>(dq, da, db);
+        else
+          wgmma_ss_n64<1, 1, 1>(dq, da, db);
+#if DQ_COMP
+        wgmma_ss_n64<1, 1, 1>(dq, desc_sw128(dslo_buf + kk * 2048, DS_BYTES), db);
+#endif
+      }
+      wgmma_commit();
+#if DQ_DEFER
+      // dK after dQ: dQ_blk leaves the accumulators (staging, reduce) while dK runs on the tensor cores.
+      // dK += dS^T Q
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
+      wgmma_commit();
+      wgmma_wait<1>();  // dV and dQ done, dK may still run
+      dq_out(dq, mq, true);
+      wgmma_wait<0>();
+      if (t128 == 0) mbar_arrive(EMPTY(s));
+#else
+      wgmma_wait<0>();
+      if (t128 == 0) mbar_arrive(EMPTY(s));
+      dq_out(dq, mq, true);
+#endif
+    }
+
+    // ---------------------------------------------------------- epilogue: dK, dV via TMA stores
+    asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups are done reading K and V
+    const u32 kb = sK + cw * (64 * 128), vb = sV + cw * (64 * 128);
+    stage_rows(kb, KV_HALF, r_in, (lane & 3) * 4, dk, sm_scale);
+    stage_rows(vb, KV_HALF, r_in, (lane & 3) * 4, dv, 1.f);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+    if (t128 == 0) {
+      tma_store_3d(tmdK, kb, 0, n0 + cw * 64, bh);
+      tma_store_3d(tmdK, kb + KV_HALF, 64, n0 + cw * 64, bh);
+      tma_store_3d(tmdV, vb, 0, n0 + cw * 64, bh);
+      tma_store_3d(tmdV, vb + KV_HALF, 64, n0 + cw * 64, bh);
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+attn_bwd_main_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                   const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
+                   const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
+                   const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
+                   const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
+  attn_bwd_body<false>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                          const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
+                          const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
+                          const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
+                          const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
+  attn_bwd_body<true>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
+}
+
+// Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
+// written to padded [B*H, Spad] scratch (Spad = S rounded up to 64, so TMA can read 64-row boxes),
+// and dQacc[row, :] = 0.
+extern "C" __global__ void __launch_bounds__(256)
+attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __restrict__ dO, const float* __restrict__ LSE,
+                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S, int Spad) {
+  const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const uint2 o = *reinterpret_cast<const uint2*>(O + (size_t)row * 128 + lane * 4);
+  const uint2 g = *reinterpret_cast<const uint2*>(dO + (size_t)row * 128 + lane * 4);
+  // bf16 -> fp32 is a 16-bit shift.
+  float acc = __uint_as_float(o.x << 16) * __uint_as_float(g.x << 16) +
+              __uint_as_float(o.x & 0xffff0000u) * __uint_as_float(g.x & 0xffff0000u) +
+              __uint_as_float(o.y << 16) * __uint_as_float(g.y << 16) +
+              __uint_as_float(o.y & 0xffff0000u) * __uint_as_float(g.y & 0xffff0000u);
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);
+  if (lane == 0) {
+    const int bh = row / S, s = row - bh * S;
+    Delta[(size_t)bh * Spad + s] = acc;
+    LSE2[(size_t)bh * Spad + s] = LSE[row] * 1.4426950408889634f;
+  }
+  *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + lane * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// dQ = bf16(sm_scale * dQacc), 4 elements per thread per step.
+extern "C" __global__ void __launch_bounds__(256)
+attn_bwd_dq_sm90(const float* __restrict__ dQacc, unsigned short* __restrict__ dQ, int n4, float sm_scale) {
+  for (int i = blockIdx.x * 256 + threadIdx.x; i < n4; i += gridDim.x * 256) {
+    const float4 a = reinterpret_cast<const float4*>(dQacc)[i];
+    uint2 r;
+    r.x = pack_bf16x2(a.x * sm_scale, a.y * sm_scale);
+    r.y = pack_bf16x2(a.z * sm_scale, a.w * sm_scale);
+    reinterpret_cast<uint2*>(dQ)[i] = r;
+  }
+}
