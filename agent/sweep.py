@@ -40,6 +40,9 @@ class ModelEntry(BaseModel):
     api_base: str | None = None
     name: str = ""  # slug in run ids and reports; derived from spec when empty
     options: dict = Field(default_factory=dict)  # get_model options: max_retries, retry_base_s, timeout_s
+    # Only these of the sweep's tasks (names or aliases); None: all of them. For models bound
+    # to one task, e.g. scripted or replayed replies written for that task.
+    tasks: list[str] | None = None
 
     @model_validator(mode="after")
     def _slug(self):
@@ -164,7 +167,13 @@ def expand(config: SweepConfig) -> list[SweepRun]:
     resolved = [(t, get_task(t).name) for t in config.tasks]  # raises UnknownTask with close names
     runs = []
     for m in config.models:
+        only = None if m.tasks is None else {get_task(t).name for t in m.tasks}
+        if only is not None and not only <= {task for _, task in resolved}:
+            raise ValueError(f"model {m.name!r} lists tasks the sweep does not run: "
+                             f"{sorted(only - {task for _, task in resolved})}")
         for requested, task in resolved:
+            if only is not None and task not in only:
+                continue
             for arch in config.arches:
                 for context in config.contexts:
                     for k in range(config.replicas):

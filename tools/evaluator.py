@@ -360,7 +360,7 @@ class Evaluator:
              time: bool) -> None:
         with self._worker() as w:
             info = w.start()
-            res.gpu = info.get("gpu")
+            res.gpu, res.device = info.get("gpu"), w.device
             limits = info.get("limits") or NOMINAL_LIMITS[arch]
             stop: str | None = None
             for wl in wls:

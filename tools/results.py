@@ -171,6 +171,7 @@ class EvalResult(BaseModel):
     speedup: float | None = None  # geometric mean over timed visible workloads
     speedup_spread: float | None = None  # geometric std factor over workloads
     gpu: str | None = None
+    device: str | None = None  # which GPU ran it: its CUDA_VISIBLE_DEVICES id (None: nothing ran)
     seconds: float = 0.0
 
     # --- the benchmark's verdicts (DESIGN.md, Metrics) ---
