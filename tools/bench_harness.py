@@ -8,7 +8,7 @@
 3. Our baseline figures beside triton.testing.do_bench on the same workloads.
 
 Writes OUT/bench.json and OUT/bench.md.
-    python tools/bench_harness.py --out runs/gpu_suite [--tasks gemm_n7168_k5120,mha_fwd_d128] [--repeats 8]
+    python tools/bench_harness.py --out runs/gpu_suite [--tasks gemm_n7168_k5120,mha_bwd_d128] [--repeats 8]
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def markdown(report: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="runs/gpu_suite")
-    ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_fwd_d128")
+    ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_fwd_d128,mha_fwd_d128_causal,mha_bwd_d128,mha_bwd_d128_causal")
     ap.add_argument("--spread-task", default="gemm_n7168_k5120")
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--cache", default=None, help="evaluator cache folder (worker logs, baseline cache)")
