@@ -73,6 +73,16 @@ def test_grid_expands_to_deterministic_ids(tmp_path):
     assert y.budget.max_turns == 3
 
 
+def test_a_model_can_be_bound_to_some_tasks():
+    cfg = SweepConfig(name="x", tasks=["gemm", "attn_fwd"], contexts=["docs"], replicas=1,
+                      models=[{"spec": "openai/a", "tasks": ["gemm"]}, "openai/b"])
+    assert sorted(r.run_id for r in expand(cfg)) == ["x/openai-a/gemm_n7168_k5120/sm_90a/docs/r0",
+                                                      "x/openai-b/gemm_n7168_k5120/sm_90a/docs/r0",
+                                                      "x/openai-b/mha_fwd_d128/sm_90a/docs/r0"]
+    with pytest.raises(ValueError, match="attn_bwd|mha_bwd"):  # a task the sweep does not run
+        expand(SweepConfig(name="x", tasks=["gemm"], models=[{"spec": "openai/a", "tasks": ["attn_bwd"]}]))
+
+
 def test_bad_configs_are_one_line_errors(tmp_path):
     with pytest.raises(ValueError, match="share the name"):
         SweepConfig(name="x", models=["openai/a", {"spec": "openai/b", "name": "openai-a"}], tasks=["gemm"])
