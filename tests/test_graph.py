@@ -124,6 +124,22 @@ def test_context_docs_records_the_sections_in_the_prompt(tmp_path):
         assert s["heading"] in prompt
 
 
+def test_every_context_mode_reaches_the_prompt(tmp_path):
+    tokens = {}
+    for mode in ("none", "docs", "docs+headers", "full"):
+        here = tmp_path / mode.replace("+", "_")
+        here.mkdir()
+        summary, run_dir = run(here, GEMM_TASK, [NO_CODE], max_turns=1, context=mode)
+        [r] = events(run_dir, "retrieval")
+        prompt = requests(run_dir)[0]["messages"][1]["content"]
+        tokens[mode] = sum(sec["tokens"] for sec in r["sections"])
+        if mode == "none":
+            assert not r["sections"] and "Reference material" not in prompt
+        else:
+            assert r["sections"] and all(sec["heading"] in prompt for sec in r["sections"])
+    assert tokens["full"] > tokens["docs"] > 0
+
+
 @pytest.mark.parametrize("limit, expected_turns", [({"max_turns": 2}, 2), ({"max_tokens": 50}, 1),
                                                    ({"max_cost": 1.0}, 2), ({"max_time_s": 0.001}, 1)])
 def test_budget_ends_the_run_cleanly(tmp_path, limit, expected_turns):
