@@ -168,7 +168,10 @@ def arch_section(ev: EvalResult) -> str:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(v.opcodes.items()))
             lines.append(f"- `{f}`: present in SASS ({ops})")
         else:
-            lines.append(f"- `{f}`: MISSING - no instruction proving it is in the SASS")
+            lines.append(f"- `{f}`: MISSING - no instruction proving it is in the SASS of the launched kernels")
+    if insp.uncounted_kernels:
+        lines.append("- not counted, since launch.json never launches them: "
+                     + ", ".join(f"`{k}`" for k in insp.uncounted_kernels))
     for flag, label in (("wgmma_serialized", "wgmma is serialized by ptxas (runs without overlap)"),
                         ("setmaxnreg_ignored", "setmaxnreg is ignored by ptxas")):
         if insp.flags.get(flag):

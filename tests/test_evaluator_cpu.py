@@ -610,3 +610,21 @@ def test_worker_judges_term_scaled_tasks():
     assert run(gemm, task=task)[0]["status"] == "passed"
     bad, _ = run(lambda ws, c: (gemm(ws, c), ws.outputs["C"].add_(1.0)), task=task)
     assert bad["reason"] == "incorrect"
+
+
+def test_wgmma_in_a_kernel_never_launched_does_not_count():
+    """Dead code must not pass the static arch check: a module whose launched kernel is the
+    SIMT GEMM and which also carries a wgmma kernel nobody launches (real NVRTC, ptxas,
+    cuobjdump)."""
+    simple = Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "simple")
+    decoy = (ROOT / "tests" / "corpus" / "sm_90a" / "wgmma_pos.cu").read_text()
+    sol = simple.model_copy(update={"source": simple.source + "\n" + decoy})
+    with Evaluator(gpus=[]) as ev:
+        res = ev.evaluate(sol, get_task("gemm"), "sm_90a")
+    assert res.compiled and res.inspect.status == "ok"
+    assert "wgmma_pos" in res.inspect.kernels and res.inspect.uncounted_kernels == ["wgmma_pos"]
+    assert not res.inspect.feature_present("wgmma") and not res.arch_ok
+    # Without a manifest (agent inspect) the module as a whole does carry wgmma.
+    from tools.compile import compile_solution
+    from tools.sass import inspect
+    assert inspect(compile_solution(sol, "sm_90a")).feature_present("wgmma")

@@ -299,7 +299,9 @@ class Evaluator:
             task = get_task(task)
         with protocol.nvtx_range("compile") if _has_nvtx() else contextlib.nullcontext():
             comp = compile_solution(solution, arch)
-        insp = inspect(comp) if comp.ok else InspectResult(status="skipped", reason="did not compile", arch=arch)
+        launched = [launch.kernel for launch in solution.manifest.launches]
+        insp = (inspect(comp, kernels=launched) if comp.ok
+                else InspectResult(status="skipped", reason="did not compile", arch=arch))
         res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
                          requested_features=task.features_for(arch))
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]

@@ -84,6 +84,9 @@ class InspectResult(BaseModel):
     flags: dict[str, bool] = Field(default_factory=lambda: {"wgmma_serialized": False, "setmaxnreg_ignored": False})
     flag_evidence: dict[str, str] = Field(default_factory=dict)  # flag -> why it was raised
     tool: str | None = None  # "cuobjdump 13.0.88" / "nvdisasm ..."
+    # Kernels in the module that no launch runs: listed in `kernels`, but their instructions
+    # do not count for `features` or the SASS-derived flags.
+    uncounted_kernels: list[str] = Field(default_factory=list)
 
     def feature_present(self, name: str) -> bool:
         v = self.features.get(name)

@@ -114,9 +114,13 @@ def kernel_sass(instructions: list[Instruction], resources=None) -> KernelSass:
     return KernelSass(**base, opcodes=dict(sorted(counts.items())), instructions=len(instructions))
 
 
-def inspect(compile_result: CompileResult) -> InspectResult:
+def inspect(compile_result: CompileResult, kernels: list[str] | None = None) -> InspectResult:
     """Feature verdicts and flags for a compiled module. skipped (with why) when there is
-    no cubin or no disassembler; failed when the disassembly cannot be read."""
+    no cubin or no disassembler; failed when the disassembly cannot be read.
+
+    `kernels` (the names a launch manifest launches): only these count for the feature
+    verdicts and the SASS-derived flags, so a wgmma in a kernel that is never launched
+    cannot pass for a wgmma kernel. None counts every kernel (no manifest: `agent inspect`)."""
     arch = compile_result.arch
     if not compile_result.ok or compile_result.cubin is None:
         return InspectResult(status="skipped", arch=arch, reason="did not compile")
@@ -127,15 +131,20 @@ def inspect(compile_result: CompileResult) -> InspectResult:
     programs = parse_sass(text)
     if not programs:
         return InspectResult(status="failed", arch=arch, reason=f"{tool} printed no functions", tool=tool)
-    kernels = {name: kernel_sass(insns, compile_result.kernels.get(name)) for name, insns in programs.items()}
+    all_kernels = {name: kernel_sass(insns, compile_result.kernels.get(name)) for name, insns in programs.items()}
+    uncounted: list[str] = []
+    if kernels is not None:
+        launched = {compile_result.symbols.get(k, k) for k in kernels}  # plain -> mangled names
+        uncounted = sorted(n for n in programs if n not in launched)
+        programs = {n: insns for n, insns in programs.items() if n in launched}
     features = {}
     for name in F.features_for(arch):
         proving = F.FEATURES[name].sass_opcodes
         totals: dict[str, int] = {}
-        for k in kernels.values():
+        for k in (all_kernels[n] for n in programs):
             for op in sorted(proving & k.opcodes.keys()):
                 totals[op] = totals.get(op, 0) + k.opcodes[op]
         features[name] = FeatureVerdict(present=bool(totals), opcodes=totals)
     flags, evidence = F.flags(compile_result, programs)
-    return InspectResult(status="ok", arch=arch, kernels=kernels, features=features, flags=flags,
-                         flag_evidence=evidence, tool=tool)
+    return InspectResult(status="ok", arch=arch, kernels=all_kernels, features=features, flags=flags,
+                         flag_evidence=evidence, tool=tool, uncounted_kernels=uncounted)

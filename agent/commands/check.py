@@ -26,8 +26,9 @@ LangOpt = Annotated[Optional[str], typer.Option("--lang", help="cuda or ptx (def
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def load_source(path: Path, lang: str | None, arch: str) -> tuple[str, str]:
-    """A kernel file (or a solution folder) -> (source, language); CliError for anything unusable."""
+def load_source(path: Path, lang: str | None, arch: str) -> tuple[str, str, list[str] | None]:
+    """A kernel file (or a solution folder) -> (source, language, launched kernels: a folder's
+    manifest names them, a bare file has none); CliError for anything unusable."""
     if arch not in ARCHES:
         raise CliError(f"unknown arch {arch!r} (known: {', '.join(ARCHES)})")
     if lang is not None and lang not in ("cuda", "ptx"):
@@ -38,7 +39,9 @@ def load_source(path: Path, lang: str | None, arch: str) -> tuple[str, str]:
         except SolutionError as exc:
             raise CliError(str(exc)) from None
         source, language = sol.source, lang or sol.language
+        launched = [launch.kernel for launch in sol.manifest.launches]
     else:
+        launched = None
         if not path.is_file():
             raise CliError(f"{path}: no such file")
         language = lang or LANGUAGES.get(path.suffix.lower())
@@ -60,7 +63,7 @@ def load_source(path: Path, lang: str | None, arch: str) -> tuple[str, str]:
             tc.require("nvrtc")
     except ToolchainError as exc:
         raise CliError(f"{exc} (see `agent doctor`)") from None
-    return source, language
+    return source, language, launched
 
 
 def report(compiled: CompileResult, info: InspectResult) -> dict:
@@ -86,9 +89,10 @@ def report(compiled: CompileResult, info: InspectResult) -> dict:
     }
 
 
-def _compile_and_inspect(source: str, language: str, arch: str) -> tuple[CompileResult, InspectResult]:
+def _compile_and_inspect(source: str, language: str, arch: str,
+                         launched: list[str] | None) -> tuple[CompileResult, InspectResult]:
     compiled = compile_source(source, language, arch)
-    return compiled, inspect_sass(compiled)
+    return compiled, inspect_sass(compiled, kernels=launched)
 
 
 def _yes(ok: bool) -> str:
@@ -118,6 +122,8 @@ def _show(compiled: CompileResult, info: InspectResult, requested: list[str]) ->
     if info.status != "ok":
         say(f"[yellow]SASS inspection {info.status}: {info.reason}[/yellow]")
         return
+    if info.uncounted_kernels:
+        say(f"  not counted (launch.json never launches them): {', '.join(info.uncounted_kernels)}")
     for f in requested:
         v = info.features.get(f)
         if v is None:
@@ -141,7 +147,7 @@ def check(
     json_out: JsonOpt = False,
 ) -> None:
     """Compile a kernel, inspect its SASS and check the task's requested features."""
-    text, language = load_source(source, lang, arch)
+    text, language, launched = load_source(source, lang, arch)
     requested: list[str] = []
     if task is not None:
         from tasks import UnknownTask, get_task
@@ -150,7 +156,7 @@ def check(
             requested = get_task(task).features_for(arch)
         except UnknownTask as exc:
             raise CliError(str(exc)) from None
-    compiled, info = _compile_and_inspect(text, language, arch)
+    compiled, info = _compile_and_inspect(text, language, arch, launched)
     missing = info.missing(requested) if info.status == "ok" else requested
     if json_out:
         print_json({**report(compiled, info), "task": task, "requested": requested, "missing": missing})
@@ -167,8 +173,8 @@ def inspect(
     json_out: JsonOpt = False,
 ) -> None:
     """Compile a kernel and report its SASS: opcodes, resources, features, flags."""
-    text, language = load_source(file, lang, arch)
-    compiled, info = _compile_and_inspect(text, language, arch)
+    text, language, launched = load_source(file, lang, arch)
+    compiled, info = _compile_and_inspect(text, language, arch, launched)
     if json_out:
         print_json(report(compiled, info))
     else:
