@@ -162,7 +162,9 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
         snapshot = graph.get_state(thread)
     if resumed and not snapshot.values:
         start_state = initial_state()  # killed before the first checkpoint: start over
-    elif resumed and not snapshot.next:
+    elif resumed and not snapshot.next and not snapshot.tasks:
+        # Finished. (Killed after a node's writes were saved but before the next checkpoint:
+        # `next` is empty yet `tasks` holds that node; invoke(None) applies its writes and goes on.)
         summary = summary_from_state(config, snapshot.values, "finished")
         writer.write_summary(summary)
         conn.close()
