@@ -628,3 +628,43 @@ def test_wgmma_in_a_kernel_never_launched_does_not_count():
     from tools.compile import compile_solution
     from tools.sass import inspect
     assert inspect(compile_solution(sol, "sm_90a")).feature_present("wgmma")
+
+
+def test_timed_runs_rotate_inputs_so_a_replayed_output_fails():
+    """The inputs of the timed runs alternate between input sets, each judged against its own
+    reference: an honest kernel passes the check of the last timed run, one that replays the
+    output it computed on its first call (a cache) does not."""
+    from tasks.generators import generate_inputs
+    from tasks.reference import run_reference
+
+    task = small_gemm()
+    axes = task.axis_values(task.workloads[0])
+    seeds = [5, 6]
+    sets = []
+    for seed in (seeds[-1], worker.timing_seed_for(seeds)):
+        fresh = generate_inputs(task, axes, seed)
+        sets.append((fresh, run_reference(task, fresh), None))
+    assert not torch.equal(sets[0][0]["A"], sets[1][0]["A"])
+
+    def timed_runs(kernel, n):
+        ws = worker.Workspace(task, plan_launches(manifest(), task, axes, H100), "cpu")
+        ws.load_inputs(sets[0][0])
+        rotation = worker.InputRotation(ws, sets)
+        for call in range(1, n + 1):
+            rotation.prepare()
+            kernel(ws, call)
+        return ws.verdict(rotation.expected, task.tolerance.rtol, task.tolerance.atol, rotation.scales)
+
+    for n in (1, 2, 3):
+        assert timed_runs(gemm, n)[0] is None
+    cache = {}
+
+    def replaying(ws, call):
+        if call == 1:
+            gemm(ws, call)
+            cache["C"] = ws.outputs["C"].clone()
+        else:
+            ws.outputs["C"].copy_(cache["C"])
+
+    assert timed_runs(replaying, 2)[0] == "incorrect"
+    assert worker.timing_seed_for(seeds) not in seeds
