@@ -8,7 +8,8 @@ runs hold; GPU work waits for a free GPU whatever the number of runs in flight.
          queues requests per GPU; compile + inspect run in the caller's thread. Without a
          GPU: compile + inspect only (each EvalResult says run skipped, and why).
   ray    one evaluator actor per GPU of a Ray cluster (an existing one by address, or a
-         local one started with ray.init()); each request goes to the next free actor. On
+         local one started with ray.init()); compile + inspect run in the driver's run
+         threads, then each request goes to the next free actor. On
          a cluster without GPUs, one actor per CPU doing compile + inspect. Needs the
          optional extra: pip install -e '.[ray]'.
 
@@ -151,6 +152,11 @@ class RayExecutor:
     def _evaluate(self, solution, task, arch, **kwargs):
         import ray
 
+        from tools.evaluator import Evaluator
+
+        # Compile and inspect here, in the run's own thread, in parallel with other runs; the
+        # actor (a GPU) is taken only for the GPU work.
+        kwargs.setdefault("compiled", Evaluator.compile_and_inspect(solution, arch))
         actor = self._free.get()  # blocks while every actor (GPU) is busy: the per-GPU queue
         try:
             return ray.get(actor.evaluate.remote(solution, task, arch, **kwargs))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tools import worker as protocol
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
-from tools.results import EvalResult, ExecutedCheck, InspectResult, SanitizeResult, WorkloadResult
+from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult, WorkloadResult
 from tools.timing import geo_spread, geomean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -283,12 +283,27 @@ class Evaluator:
         return self._rng.randrange(1, 2**31 - 1)
 
     # -- the whole verdict
-    def evaluate(self, solution, task, arch: str, workloads: str = "visible", executed_check: bool = False,
-                 sanitize: bool = False, time: bool = True) -> EvalResult:
-        import time as _time
-
+    @staticmethod
+    def compile_and_inspect(solution, arch: str) -> tuple[CompileResult, InspectResult]:
+        """The GPU-free first half of evaluate(): NVRTC + ptxas, then the SASS verdicts of the
+        kernels the manifest launches. A Ray driver runs it in its own threads, so the GPU
+        actors only run kernels."""
         from tools.compile import compile_solution
         from tools.sass import inspect
+
+        with protocol.nvtx_range("compile") if _has_nvtx() else contextlib.nullcontext():
+            comp = compile_solution(solution, arch)
+        launched = [launch.kernel for launch in solution.manifest.launches]
+        insp = (inspect(comp, kernels=launched) if comp.ok
+                else InspectResult(status="skipped", reason="did not compile", arch=arch))
+        return comp, insp
+
+    def evaluate(self, solution, task, arch: str, workloads: str = "visible", executed_check: bool = False,
+                 sanitize: bool = False, time: bool = True,
+                 compiled: tuple[CompileResult, InspectResult] | None = None) -> EvalResult:
+        """The whole verdict. `compiled`: compile_and_inspect()'s result for this solution and
+        arch when the caller already has it."""
+        import time as _time
 
         t0 = _time.perf_counter()
         if workloads not in ("visible", "held_out", "all"):
@@ -297,11 +312,7 @@ class Evaluator:
             from tasks import get_task
 
             task = get_task(task)
-        with protocol.nvtx_range("compile") if _has_nvtx() else contextlib.nullcontext():
-            comp = compile_solution(solution, arch)
-        launched = [launch.kernel for launch in solution.manifest.launches]
-        insp = (inspect(comp, kernels=launched) if comp.ok
-                else InspectResult(status="skipped", reason="did not compile", arch=arch))
+        comp, insp = compiled or self.compile_and_inspect(solution, arch)
         res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
                          requested_features=task.features_for(arch))
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
