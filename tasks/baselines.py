@@ -2,7 +2,12 @@
 
 - cublas: `torch.matmul(A, B.T)` on bf16 tensors (cuBLAS; the transposed view is free).
 - sdpa:cudnn / sdpa:flash / sdpa:efficient: PyTorch's scaled-dot-product-attention backends.
-  cuDNN is the fastest on Hopper (FACTS.md) and the default.
+  cuDNN is the fastest on Hopper (FACTS.md) and the default; its backward is called
+  directly (no autograd host work in the timed region).
+
+Every baseline reads the task's input tensors it was made with: the worker copies fresh
+inputs into those same tensors before each paired run, so the library and the candidate
+always run on the same data.
 
 `make_baseline(task, inputs, backend)` does all setup (forward graphs, output allocation)
 up front and returns a Baseline whose `run()` launches only the library work being timed,
@@ -31,6 +36,7 @@ class Baseline:
     name: str  # "cublas", "sdpa:cudnn", ...
     run: Callable[[], dict[str, torch.Tensor]]  # launches the timed library work; returns the task's outputs
     detail: str  # what exactly is timed, one line (reports, methodology)
+    prepare: Callable[[], None] = lambda: None  # untimed set-up before each run (after fresh inputs are loaded)
 
 
 def list_backends(task: Task) -> list[str]:
@@ -110,26 +116,71 @@ def _sdpa_forward(backend: str, inputs: dict[str, torch.Tensor], scale: float, c
 
 
 def _sdpa_backward(backend: str, inputs: dict[str, torch.Tensor], scale: float, causal: bool) -> Baseline:
+    """The library's backward on the task's own inputs (the worker loads fresh ones into the
+    same tensors before every run). cuDNN: its backward op is called directly with Q, K, V,
+    O, dO and LSE, so the timed region holds one library launch and no autograd host work.
+    Other backends go through autograd: prepare() re-runs their forward on the fresh Q, K, V
+    (not timed) and run() times the backward alone."""
+    if backend == "sdpa:cudnn":
+        return _cudnn_backward(inputs, scale, causal)
     import torch.nn.functional as F
 
-    # Time the backward only. The forward runs once here, with the backend pinned, and its
-    # autograd graph is kept (retain_graph) so every timed call is exactly one launch of that
-    # backend's backward op (which recomputes P from Q, K and the saved LSE, like a candidate).
-    # torch.autograd.grad returns fresh gradients instead of accumulating into .grad, so no
-    # extra add kernels run. Calling the private aten backward ops directly would save only
-    # host overhead, and their signatures change between PyTorch releases.
-    q, k, v = (inputs[n].detach().clone().requires_grad_(True) for n in ("Q", "K", "V"))
-    d_out = inputs["dO"]
-    with _sdpa_context(backend), torch.enable_grad():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    torch.autograd.grad(out, (q, k, v), d_out, retain_graph=True)  # fails here if unsupported
+    state: dict = {}
+
+    def prepare() -> None:
+        q, k, v = (inputs[n].detach().requires_grad_(True) for n in ("Q", "K", "V"))
+        with _sdpa_context(backend), torch.enable_grad():
+            state.update(q=q, k=k, v=v, out=F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale))
+
+    prepare()
+    torch.autograd.grad(state["out"], (state["q"], state["k"], state["v"]), inputs["dO"])  # fails here if unsupported
 
     def run() -> dict[str, torch.Tensor]:
-        dq, dk, dv = torch.autograd.grad(out, (q, k, v), d_out, retain_graph=True)
+        dq, dk, dv = torch.autograd.grad(state["out"], (state["q"], state["k"], state["v"]), inputs["dO"])
         return {"dQ": dq, "dK": dk, "dV": dv}
 
-    return Baseline(backend, run, f"autograd backward of F.scaled_dot_product_attention "
-                                  f"({SDPA_BACKENDS[backend]}), forward excluded")
+    return Baseline(backend, run, f"autograd backward of F.scaled_dot_product_attention ({SDPA_BACKENDS[backend]}); "
+                                  "its forward re-run untimed before each run", prepare)
+
+
+def _cudnn_backward(inputs: dict[str, torch.Tensor], scale: float, causal: bool) -> Baseline:
+    """cuDNN's attention backward called directly on the task's tensors. Its forward runs once
+    here, only for the bookkeeping tensors the backward op takes (sequence offsets, the LSE's
+    shape, the dropout RNG state, unused at p=0); the result is checked against autograd on
+    the same inputs, so a signature that changed between PyTorch releases refuses here."""
+    q, k, v, o, d_out, lse = (inputs[n] for n in ("Q", "K", "V", "O", "dO", "LSE"))
+    aten = torch.ops.aten
+    try:
+        fwd = aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
+    except (RuntimeError, AttributeError) as exc:
+        raise BaselineUnavailable(f"sdpa:cudnn forward refused: {str(exc).splitlines()[0][:200]}") from None
+    _out, lse_lib, cum_q, cum_k, max_q, max_k, seed, offset = fwd[:8]
+    lse_view = lse.view(lse_lib.shape) if lse.numel() == lse_lib.numel() else None
+    if lse_view is None:
+        raise BaselineUnavailable(f"sdpa:cudnn keeps its LSE as {tuple(lse_lib.shape)}, the task's is {tuple(lse.shape)}")
+
+    def run() -> dict[str, torch.Tensor]:
+        dq, dk, dv = aten._scaled_dot_product_cudnn_attention_backward(
+            d_out, q, k, v, o, lse_view, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal, scale=scale)
+        return {"dQ": dq, "dK": dk, "dV": dv}
+
+    try:
+        got = run()
+    except (RuntimeError, TypeError) as exc:
+        raise BaselineUnavailable(f"sdpa:cudnn backward refused: {str(exc).splitlines()[0][:200]}") from None
+    ref = _sdpa_backward("sdpa:flash", inputs, scale, causal).run() if _flash_ok(q) else None
+    if ref is not None:
+        for name in ("dQ", "dK", "dV"):
+            err = float((got[name].float() - ref[name].float()).norm() / ref[name].float().norm().clamp_min(1e-30))
+            if not err < 0.05:
+                raise BaselineUnavailable(f"sdpa:cudnn direct backward disagrees with autograd on {name} "
+                                          f"(relative L2 {err:.3g}); not used")
+    return Baseline("sdpa:cudnn", run, "aten._scaled_dot_product_cudnn_attention_backward on the task's Q, K, V, O, "
+                                       "dO, LSE (one cuDNN launch, no autograd)")
+
+
+def _flash_ok(q: torch.Tensor) -> bool:
+    return q.is_cuda and q.shape[-1] <= 256
 
 
 def first_available(task: Task, inputs: dict[str, torch.Tensor]) -> Baseline:

@@ -5,7 +5,8 @@
 - Outputs are poisoned before every run with a NaN of a payload no arithmetic produces
   (GPUs write the canonical NaN), so "still poison" means "never written".
 - Inputs are compared bit for bit with a pristine copy after the run.
-- Outputs are compared in fp32 with the reference at the task's tolerance; NaN never passes.
+- Outputs are compared in fp32 with the reference at the task's tolerance, elementwise and,
+  where the task sets one, by relative L2 error of the whole output; NaN never passes.
 """
 from __future__ import annotations
 
@@ -88,11 +89,16 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
 
 
-def compare(name: str, got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float,
-            scale: torch.Tensor | None = None) -> Mismatch:
-    """Element passes if |got - expected| <= atol + rtol * s, in fp32, where s is |expected|, or
-    max(|expected|, scale) when the task judges against term scales (tasks.reference.term_scales).
-    NaN never passes."""
+def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: torch.Tensor | None = None) -> Mismatch:
+    """Judge one output against its fp32 reference under the task's Tolerance `tol`.
+
+    Elementwise (the seed paper's rule): |got - expected| <= atol + rtol * s in fp32, where s
+    is |expected|, or max(|expected|, scale) when the task judges against term scales
+    (tasks.reference.term_scales). NaN never passes. Aggregate: where tol.rel_l2 names this
+    output, ||got - expected||_2 / ||expected||_2 must not exceed it, so a small bias, noise
+    or a share of zeroed elements that each stay under atol still fail."""
+    rtol, atol = tol.rtol, tol.atol
+    bound = (getattr(tol, "rel_l2", None) or {}).get(name)
     if tuple(got.shape) != tuple(expected.shape):
         return Mismatch(output=name, max_abs_err=math.inf, max_rel_err=math.inf, mismatch_frac=1.0, passed=False,
                         first_mismatch=None, got=None, expected=None)
@@ -110,14 +116,17 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, rtol: float, a
     max_rel = float(rel.max()) if rel.numel() else 0.0
     if n_bad and not bool((bad & finite).any()):
         max_abs = max_rel = math.inf  # every failure is a NaN or an infinity
+    ref_norm = float(torch.where(finite, e, torch.zeros_like(e)).norm())
+    rel_l2 = float(fdiff.norm()) / ref_norm if ref_norm > 0 else (0.0 if float(fdiff.norm()) == 0 else math.inf)
     first, gv, ev = None, None, None
     if n_bad:
         flat = int(bad.reshape(-1).nonzero()[0])
         first = list(_unravel(flat, tuple(g.shape)))
         gv, ev = float(g.reshape(-1)[flat]), float(e.reshape(-1)[flat])
+    passed = n_bad == 0 and (bound is None or rel_l2 <= bound)
     return Mismatch(output=name, max_abs_err=max_abs, max_rel_err=max_rel,
                     mismatch_frac=n_bad / max(1, g.numel()), nan_count=int(torch.isnan(g).sum()),
-                    first_mismatch=first, got=gv, expected=ev, passed=n_bad == 0)
+                    first_mismatch=first, got=gv, expected=ev, rel_l2=rel_l2, rel_l2_bound=bound, passed=passed)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -229,12 +229,12 @@ class Evaluator:
 
     def __init__(self, gpus: list[int | str] | None = None, timeout_s: float = 180.0, cache_dir: str | Path | None = None,
                  kernel_timeout_s: float | None = None, startup_timeout_s: float = 300.0,
-                 worker_cmd: list[str] | None = None, rounds: int = 5, seed: int | None = None,
-                 ncu_timeout_s: float = 600.0):
+                 worker_cmd: list[str] | None = None, seed: int | None = None,
+                 ncu_timeout_s: float = 600.0, timing_budget_s: float = 2.0):
         self.timeout_s = timeout_s
         self.kernel_timeout_s = kernel_timeout_s or max(5.0, min(60.0, timeout_s / 3))
         self.cache_dir = (Path(cache_dir) if cache_dir else Path("runs") / ".cache").resolve()
-        self.rounds = rounds
+        self.timing_budget_s = timing_budget_s  # wall time of the paired runs per workload, roughly
         self.ncu_timeout_s = ncu_timeout_s
         self._rng = secrets.SystemRandom() if seed is None else random.Random(seed)  # seed: reproducible tests
         if gpus is None:
@@ -312,9 +312,28 @@ class Evaluator:
             from tasks import get_task
 
             task = get_task(task)
-        comp, insp = compiled or self.compile_and_inspect(solution, arch)
+        try:
+            comp, insp = compiled or self.compile_and_inspect(solution, arch)
+        except Exception as exc:  # noqa: BLE001 - a toolchain failure is a verdict, not a crash
+            comp = CompileResult(status="failed", arch=arch, language=getattr(solution, "language", "cuda"),
+                                 error=f"harness_error: compile/inspect failed: {type(exc).__name__}: {str(exc)[:300]}")
+            insp = InspectResult(status="skipped", reason="did not compile", arch=arch)
         res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
                          requested_features=task.features_for(arch))
+        try:
+            self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time)
+        except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
+            import traceback
+
+            res.run_status, res.run_reason = "failed", f"harness_error: {type(exc).__name__}: {str(exc)[:300]}"
+            res.workloads.append(WorkloadResult(workload="*", split="visible", axes={}, status="failed",
+                                                reason="harness_error", detail=traceback.format_exc()[-2000:]))
+        res.seconds = _time.perf_counter() - t0
+        return res
+
+    def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
+               sanitize: bool, time: bool) -> None:
+        comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
         if not comp.ok:
@@ -334,8 +353,6 @@ class Evaluator:
                     res.sanitize = SanitizeResult(status="skipped", reason=reason)
             else:
                 self._run(res, solution, task, wls, arch, executed_check, sanitize, time)
-        res.seconds = _time.perf_counter() - t0
-        return res
 
     def _cannot_run(self, arch: str) -> str | None:
         if not self._workers:
@@ -393,10 +410,7 @@ class Evaluator:
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             res.run_status = "ok"
-            visible = [x for x in res.workloads if x.split == "visible"]
-            speedups = [x.speedup for x in visible if x.speedup]
-            if visible and all(x.status == "passed" for x in visible) and len(speedups) == len(visible):
-                res.speedup, res.speedup_spread = geomean(speedups), geo_spread(speedups)
+            _summarise_speed(res)
             first = next((x for x in wls if x.split == "visible"), wls[0])
             # A kernel that hangs would hang under the tools too; one that faults is still worth a
             # memcheck run (it says where), but its executed-instruction counts mean nothing.
@@ -418,7 +432,9 @@ class Evaluator:
     def _request(self, solution, comp, task, wl, seeds: list[int], time: bool) -> dict:
         return {"op": "run", "cubin": comp.cubin, "symbols": getattr(comp, "symbols", {}) or {},
                 "manifest": solution.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
-                "workload": wl.model_dump(mode="json"), "seeds": seeds, "time": time, "rounds": self.rounds,
+                "workload": wl.model_dump(mode="json"), "seeds": seeds, "time": time,
+                # secret: the timed phase's fresh inputs, run counts and sampled rows all derive from it
+                "timing_seed": self._rng.getrandbits(62), "timing_budget_s": self.timing_budget_s,
                 "kernel_timeout_s": self.kernel_timeout_s,
                 "baseline_cache": str(self.cache_dir / "baselines.json")}
 
@@ -436,11 +452,28 @@ class Evaluator:
         except WorkerStartError as exc:
             return WorkloadResult(workload=wl.name, split=wl.split, axes=axes, status="skipped", detail=str(exc))
         if reply.get("op") != "result":
-            return WorkloadResult(workload=wl.name, split=wl.split, axes=axes, status="skipped",
-                                  detail=f"harness error in the worker: {reply.get('error')}")
+            return failed("harness_error", f"the worker failed on this candidate: {reply.get('error')}")
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+def _summarise_speed(res: EvalResult) -> None:
+    """Speedups over workloads: geometric means, visible and held-out apart, each only when
+    every workload of its split passed and was timed. The interval is the geometric mean of
+    the workloads' interval ends (an approximation: the workloads are measured independently)."""
+    for split in ("visible", "held_out"):
+        ws = [x for x in res.workloads if x.split == split]
+        speedups = [x.speedup for x in ws if x.speedup]
+        if not ws or not all(x.status == "passed" for x in ws) or len(speedups) != len(ws):
+            continue
+        if split == "held_out":
+            res.speedup_held_out = geomean(speedups)
+            continue
+        res.speedup, res.speedup_spread = geomean(speedups), geo_spread(speedups)
+        cis = [x.speedup_ci for x in ws if x.speedup_ci]
+        if len(cis) == len(ws):
+            res.speedup_ci = (geomean([c[0] for c in cis]), geomean([c[1] for c in cis]))
 
 
 def _has_nvtx() -> bool:

@@ -107,7 +107,20 @@ class Mismatch(BaseModel):
     first_mismatch: list[int] | None = None  # multi-index of the first failing element
     got: float | None = None
     expected: float | None = None
+    rel_l2: float | None = None  # ||out - ref|| / ||ref|| over what was compared
+    rel_l2_bound: float | None = None  # the task's aggregate bound for this output, if any
     passed: bool
+
+    def describe(self) -> str:
+        """One line on why this output failed."""
+        if self.rel_l2_bound is not None and self.rel_l2 is not None and self.rel_l2 > self.rel_l2_bound \
+                and self.first_mismatch is None:
+            return (f"output {self.output!r}: relative L2 error {self.rel_l2:.3g} exceeds the bound "
+                    f"{self.rel_l2_bound:g} (every element is within the elementwise tolerance, the whole is not)")
+        where = (f"; first at {self.first_mismatch}: got {self.got:.6g}, expected {self.expected:.6g}"
+                 if self.first_mismatch is not None and self.got is not None and self.expected is not None else "")
+        l2 = f", relative L2 error {self.rel_l2:.3g}" if self.rel_l2 is not None else ""
+        return f"output {self.output!r}: {self.mismatch_frac:.2%} of elements off (max abs err {self.max_abs_err:.3g}{l2}){where}"
 
 
 class Timing(BaseModel):
@@ -126,6 +139,9 @@ FailReason = Literal[
     "incorrect", "nan_output", "unwritten_output", "out_of_bounds_write", "input_modified",
     "timeout", "cuda_error", "launch_error", "manifest_error", "wrong_after_first_call",
     "worker_crash", "oom",
+    "wrong_in_timed_run",  # a timed run's output failed its check (every timed run is judged)
+    "implausible",  # faster than the GPU's physical ceiling: no speedup is credited
+    "harness_error",  # the evaluator itself failed on this candidate (its message in detail)
 ]
 
 
@@ -140,18 +156,36 @@ class WorkloadResult(BaseModel):
     timing: Timing | None = None
     baseline: Timing | None = None
     baseline_name: str | None = None  # e.g. "cublas", "sdpa:cudnn"
-    speedup: float | None = None  # baseline median / kernel median, from one interleaved run
+    speedup: float | None = None  # median of the per-pair ratios baseline/candidate (paired timing)
+    speedup_ci: tuple[float, float] | None = None  # bootstrap 95% interval of that median
     tflops: float | None = None
+    gbps: float | None = None  # the task's compulsory bytes / median time
     seeds: list[int] = Field(default_factory=list)  # input seeds of the correctness checks, in order
+    # the timed phase: its secret seed (inputs, run counts and sampled rows derive from it), how
+    # many runs were timed and warmed up (drawn at random), and how many were judged whole
+    timing_seed: int | None = None
+    timed_runs: int = 0
+    warmup_runs: int = 0
+    full_checks: int = 0
+    gpu_state: dict[str, dict[str, float]] = Field(default_factory=dict)  # "start"/"end" -> sm_mhz, temp_c, power_w
 
 
 class ExecutedCheck(BaseModel):
-    """Executed-instruction counts from Nsight Compute, per requested feature."""
+    """Executed-instruction counts from Nsight Compute, per requested feature and per launch.
+
+    `executed[f]`: feature f ran at least once in a launched kernel (the seed paper's
+    criterion). `carries[f]`: f did the task's work: wgmma/tcgen05 issued >= 90% of the
+    task's matrix FLOPs, TMA moved >= half of the bytes the task must read. `shares[f]`
+    is the measured fraction behind `carries` (None where it could not be measured)."""
 
     status: Status
     reason: str | None = None
-    counts: dict[str, int] = Field(default_factory=dict)  # feature -> executed instructions
+    counts: dict[str, int] = Field(default_factory=dict)  # feature -> executed instructions, all launches
     executed: dict[str, bool] = Field(default_factory=dict)
+    per_kernel: dict[str, dict[str, int]] = Field(default_factory=dict)  # launched kernel -> feature -> count
+    shares: dict[str, float | None] = Field(default_factory=dict)  # feature -> measured share of the task's work
+    carries: dict[str, bool] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)  # raw totals behind the shares (names in METHODOLOGY)
 
 
 class SanitizeResult(BaseModel):
@@ -172,7 +206,9 @@ class EvalResult(BaseModel):
     executed: ExecutedCheck = Field(default_factory=lambda: ExecutedCheck(status="skipped", reason="not requested"))
     sanitize: SanitizeResult = Field(default_factory=lambda: SanitizeResult(status="skipped", reason="not requested"))
     speedup: float | None = None  # geometric mean over timed visible workloads
+    speedup_ci: tuple[float, float] | None = None  # from the workloads' bootstrap intervals (geometric mean of ends)
     speedup_spread: float | None = None  # geometric std factor over workloads
+    speedup_held_out: float | None = None  # geometric mean over timed held-out workloads
     gpu: str | None = None
     device: str | None = None  # which GPU ran it: its CUDA_VISIBLE_DEVICES id (None: nothing ran)
     seconds: float = 0.0
@@ -192,10 +228,18 @@ class EvalResult(BaseModel):
         return not self.inspect.flags.get("wgmma_serialized", False)
 
     @property
-    def arch_executed(self) -> bool | None:
+    def arch_executed_any(self) -> bool | None:
+        """Every requested feature executed at least once (the seed paper's criterion); None: not checked."""
         if self.executed.status != "ok":
             return None
         return all(self.executed.executed.get(f, False) for f in self.requested_features)
+
+    @property
+    def arch_executed(self) -> bool | None:
+        """Every requested feature executed and carried the task's work; None: not checked."""
+        if self.executed.status != "ok":
+            return None
+        return all(self.executed.carries.get(f, False) for f in self.requested_features)
 
     def split_correct(self, split: str) -> bool | None:
         ws = [w for w in self.workloads if w.split == split]
@@ -209,13 +253,28 @@ class EvalResult(BaseModel):
         return self.split_correct("visible")
 
     @property
+    def implausible(self) -> str | None:
+        """Why a workload's throughput is above the physical ceiling, if one is."""
+        return next((w.detail for w in self.workloads if w.reason == "implausible"), None)
+
+    @property
     def correct_with_arch(self) -> bool | None:
+        """Correct, the features in the SASS, and executed carrying the work. None when
+        correctness or the executed check could not run ("unverified"): never true unverified."""
         c = self.correct
-        return None if c is None else (c and self.arch_ok and self.arch_executed is not False)
+        if c is None:
+            return None
+        if not c or not self.arch_ok or self.arch_executed is False:
+            return False
+        return True if self.arch_executed else None
 
     def verdicts(self) -> dict[str, object]:
+        """The benchmark's verdicts. `arch_sass` is the static verdict; the target
+        architecture itself is `EvalResult.arch` (never mix the two)."""
         return {
-            "compiled": self.compiled, "arch": self.arch_ok, "arch_executed": self.arch_executed,
-            "correct": self.correct, "correct_held_out": self.split_correct("held_out"),
-            "correct_with_arch": self.correct_with_arch, "speedup": self.speedup,
+            "compiled": self.compiled, "arch_sass": self.arch_ok, "arch_executed_any": self.arch_executed_any,
+            "arch_executed": self.arch_executed, "correct": self.correct,
+            "correct_held_out": self.split_correct("held_out"), "correct_with_arch": self.correct_with_arch,
+            "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
+            "speedup_held_out": self.speedup_held_out,
         }

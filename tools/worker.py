@@ -99,6 +99,39 @@ def nvtx_range(name: str):
 # ----------------------------------------------------------------------------------------
 # Worker state: one CUDA context, loaded modules, the L2 flush buffer.
 
+RESTART_LOST_BYTES = 2 << 30  # more device memory than this missing after a candidate: restart
+
+
+def _nvml_handle():
+    """NVML handle of this worker's GPU, or None (nvidia-ml-py missing, no NVML)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        if visible.startswith("GPU-"):
+            return pynvml.nvmlDeviceGetHandleByUUID(visible)
+        return pynvml.nvmlDeviceGetHandleByIndex(int(visible or 0))
+    except Exception:  # noqa: BLE001 - telemetry is optional; its absence shows as an empty record
+        return None
+
+
+def _nvml_state(handle) -> dict[str, float]:
+    if handle is None:
+        return {}
+    import pynvml
+
+    out: dict[str, float] = {}
+    for key, read in (("sm_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                      ("temp_c", lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+                      ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)):
+        try:
+            out[key] = float(read())
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
 class State:
     """The worker's CUDA side. Tests on CPU substitute a stand-in with the same methods
     (device, limits, info, flusher, bind, wait, sticky_error)."""
@@ -144,6 +177,11 @@ class State:
         }
         self._flusher = None
         self._module = None
+        # What a candidate may change in the context, as it was at start: restored after each workload
+        self._limits0 = {lim: int(check(d.cuCtxGetLimit(lim), f"cuCtxGetLimit({lim.name})")) for lim in (
+            d.CUlimit.CU_LIMIT_STACK_SIZE, d.CUlimit.CU_LIMIT_PRINTF_FIFO_SIZE, d.CUlimit.CU_LIMIT_MALLOC_HEAP_SIZE)}
+        self._free0 = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
+        self._nvml = _nvml_handle()
 
     @property
     def flusher(self):
@@ -169,6 +207,37 @@ class State:
         from tools.timing import wait_idle
 
         wait_idle(limit_s)
+
+    def event(self):
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def gpu_state(self) -> dict[str, float]:
+        """SM clock, temperature and power now (NVML), so drift is visible in every result."""
+        return _nvml_state(self._nvml)
+
+    def restore(self) -> str | None:
+        """Undo what the last candidate may have changed in the context (stack size, printf
+        FIFO and malloc heap limits; its module; cached memory). Returns why the worker must
+        restart when that is not enough: device memory it could not get back."""
+        import torch
+        from cuda.bindings import driver as d
+
+        from tools.launch import check
+
+        if self._module is not None:
+            self._module.unload()
+            self._module = None
+        for lim, value in self._limits0.items():
+            check(d.cuCtxSetLimit(lim, value), f"cuCtxSetLimit({lim.name})")
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        free = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
+        lost = self._free0 - free - (self._flusher.buffer.numel() if self._flusher is not None else 0)
+        if lost > RESTART_LOST_BYTES:
+            return f"{lost / 2**30:.1f} GiB of device memory was not given back after the candidate"
+        return None
 
     def sticky_error(self) -> str | None:
         """The context's error after something failed, or None if it is healthy."""
@@ -210,16 +279,32 @@ class Workspace:
             self.pristine[n].copy_(fresh[n])
 
     def prepare(self) -> None:
-        """Before every run: outputs poisoned, scratch zeroed (or filled with garbage)."""
+        """Before every run, not timed: outputs poisoned, zero=false scratch filled with garbage."""
         from tools.correctness import garbage_, poison_
 
         for t in self.outputs.values():
             poison_(t)
         for t, zero in self.buffers.values():
-            t.zero_() if zero else garbage_(t)
+            if not zero:
+                garbage_(t)
 
-    def verdict(self, expected: dict, rtol: float, atol: float, scales: dict | None = None):
-        """(reason or None, detail, mismatches) for the outputs as they are now."""
+    def zero_scratch(self) -> None:
+        """The reset of zero=true scratch: a memset on the launch stream, timed as the
+        candidate's work (the kernel relies on it, so it is part of what the kernel costs)."""
+        for t, zero in self.buffers.values():
+            if zero:
+                t.zero_()
+
+    def reset(self) -> None:
+        """Everything a run needs before its launches (the checks run it whole)."""
+        self.prepare()
+        self.zero_scratch()
+
+    def verdict(self, expected: dict | None, tol, scales: dict | None = None, samples: dict | None = None):
+        """(reason or None, detail, mismatches) for the outputs as they are now: guards, inputs
+        unchanged, every output element written and not NaN, then the values against
+        `expected` (whole outputs) or against `samples` (tasks.sampled: random rows only)."""
+        from tasks.sampled import view_rows
         from tools.correctness import compare, poison_mask, same_bits
 
         for name, g in self.guarded.items():
@@ -232,56 +317,89 @@ class Workspace:
         for name, t in self.inputs.items():
             if not same_bits(t, self.pristine[name]):
                 return "input_modified", f"input {name!r} changed during the run (inputs are read-only)", []
-        scales = scales or {}
-        mismatches = [compare(n, self.outputs[n], expected[n], rtol, atol, scales.get(n)) for n in self.outputs]
         for name, t in self.outputs.items():
             unwritten = int(poison_mask(t).sum())
             if unwritten:
                 return "unwritten_output", (f"output {name!r}: {unwritten} of {t.numel()} elements were never "
-                                            f"written (still the poison NaN)"), mismatches
+                                            f"written (still the poison NaN)"), []
+        if samples is not None:
+            mismatches = [compare(n, view_rows(self.outputs[n])[smp.rows], smp.expected, tol, smp.scale)
+                          for n, smp in samples.items()]
+        else:
+            mismatches = [compare(n, self.outputs[n], expected[n], tol, (scales or {}).get(n)) for n in self.outputs]
         for m in mismatches:
             if m.nan_count:
                 return "nan_output", f"output {m.output!r} has {m.nan_count} NaN elements", mismatches
         bad = [m for m in mismatches if not m.passed]
         if bad:
-            m = bad[0]
-            return "incorrect", (f"output {m.output!r}: {m.mismatch_frac:.2%} of elements off (max abs err "
-                                 f"{m.max_abs_err:.3g}); first at {m.first_mismatch}: got {m.got:.6g}, expected "
-                                 f"{m.expected:.6g}"), mismatches
+            return "incorrect", bad[0].describe() + (" (on randomly sampled rows)" if samples is not None else ""), \
+                mismatches
         return None, None, mismatches
 
 
-def timing_seed_for(seeds: list[int]) -> int:
-    """The seed of the second input set used while timing: derived, so a run is reproducible."""
-    return (seeds[-1] * 1_000_003 + 12_345) % (2**31 - 1) or 1
+SAMPLED_ROWS = 64  # rows of each output judged against an fp32 reference on every timed run
 
 
-class InputRotation:
-    """Inputs for the timed runs: before every one, the next of several input sets (each with
-    its own reference) is copied in, so a kernel that replays an output it cached for the
-    inputs it saw last cannot look fast or pass the check of the last timed run. The copy
-    happens in prepare(), before the L2 flush, so it warms nothing that is timed."""
+class TimedJudge:
+    """Fresh inputs for every timed (and warm-up) pair, and a verdict on every candidate run.
 
-    def __init__(self, ws: Workspace, sets: list[tuple[dict, dict, dict | None]]):
-        self.ws, self.sets, self.runs, self.loaded = ws, sets, 0, 0
+    Each pair gets inputs generated on the GPU from a new seed drawn from the evaluation's
+    secret timing seed, never a transform of an earlier set, so a cache keyed on any part of
+    the inputs never hits. Every run's output is scanned whole (guards, inputs unchanged,
+    poison, NaN) and compared on SAMPLED_ROWS random rows of each output against an fp32
+    reference of those rows (tasks.sampled); on one or two randomly chosen runs it is
+    compared whole. Tasks without a sampler are compared whole on every run."""
 
-    def prepare(self) -> None:
-        self.runs += 1
-        self.loaded = self.runs % len(self.sets)
-        self.ws.load_inputs(self.sets[self.loaded][0])
-        self.ws.prepare()
+    def __init__(self, task, axes: dict, ws: "Workspace", rng, device: str, rows: int = SAMPLED_ROWS):
+        from tasks.sampled import has_sampler
 
-    @property
-    def expected(self) -> dict:
-        return self.sets[self.loaded][1]
+        self.task, self.axes, self.ws, self.rng, self.device, self.rows = task, axes, ws, rng, device, rows
+        self.sampled = has_sampler(task)
+        self.fresh: dict | None = None
+        self.full_at: set[int] | None = None
+        self.full_checks = 0
 
-    @property
-    def scales(self) -> dict | None:
-        return self.sets[self.loaded][2]
+    def before_pair(self, i: int, total: int) -> None:
+        from tasks.generators import generate_inputs
 
-    def seed_label(self, seeds: list[int]) -> int:
-        """The seed of the set loaded last: the last check's seed, or the timing seed."""
-        return seeds[-2] if self.loaded == 0 else seeds[-1]
+        self.fresh = generate_inputs(self.task, self.axes, self.rng.getrandbits(31), device=self.device, fast=True)
+        self.ws.load_inputs(self.fresh)
+
+    def after_pair(self, i: int, total: int) -> None:
+        if total > 1 and self.full_at is None:  # the count is known from pair 1 on: choose the runs judged whole
+            self.full_at = set(self.rng.sample(range(1, total), k=min(total - 1, self.rng.randint(1, 2))))
+        full = not self.sampled or i in (self.full_at or ())
+        if full:
+            from tasks.reference import run_reference
+
+            expected, scales = run_reference(self.task, self.fresh), _term_scales(self.task, self.fresh)
+            reason, detail, mism = self.ws.verdict(expected, self.task.tolerance, scales)
+            self.full_checks += 1
+        else:
+            import torch
+
+            from tasks.sampled import sample
+
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(self.rng.getrandbits(63))
+            reason, detail, mism = self.ws.verdict(None, self.task.tolerance,
+                                                   samples=sample(self.task, self.fresh, gen, self.rows))
+        if reason is None:
+            return
+        what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
+        if reason in ("incorrect", "unwritten_output", "nan_output"):
+            raise Failed("wrong_in_timed_run", f"{what} (fresh inputs, right in the checks before): {detail}",
+                         outputs=mism)
+        raise Failed(reason, f"{what}: {detail}", outputs=mism)
+
+
+def _term_scales(task, fresh: dict) -> dict | None:
+    """Term scales for tasks judged with tolerance.scale == "terms", else None."""
+    if getattr(task.tolerance, "scale", "ref") != "terms":
+        return None
+    from tasks.reference import term_scales
+
+    return term_scales(task, fresh)
 
 
 class Failed(Exception):
@@ -293,8 +411,10 @@ class Failed(Exception):
 def run_workload(state: State, req: dict) -> tuple[dict, bool]:
     """Request fields: cubin (bytes), symbols (plain -> mangled kernel names), manifest and
     task (JSON-able dicts), workload ({name, axes, split}), seeds (>= 2 for a full check),
-    time (bool), rounds, kernel_timeout_s, baseline_cache (path or None).
-    Returns (WorkloadResult as a dict, fatal)."""
+    time (bool), timing_seed (secret: drives the timed phase's inputs, run counts and
+    sampled rows), kernel_timeout_s, baseline_cache (path or None).
+    Returns (WorkloadResult as a dict, fatal). fatal: the worker must not serve another
+    request (dead context, or a context the candidate changed beyond repair)."""
     import torch
 
     from tasks.schema import Task, Workload
@@ -321,85 +441,97 @@ def run_workload(state: State, req: dict) -> tuple[dict, bool]:
         result.reason, result.detail, fatal = "cuda_error", f"{exc.name} ({exc.what})", True
     except torch.cuda.OutOfMemoryError as exc:
         result.reason, result.detail = "oom", str(exc).splitlines()[0]
-    except Exception as exc:  # noqa: BLE001 - maybe the context died under torch: ask the driver
+    except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: maybe the context died under torch
         sticky = state.sticky_error()
         if sticky:
             result.reason, result.detail, fatal = "cuda_error", f"{sticky} (seen as {type(exc).__name__}: {exc})", True
         else:
-            raise
+            log(traceback.format_exc())
+            result.reason, result.detail = "harness_error", f"{type(exc).__name__}: {str(exc)[:500]}"
     if result.reason == "cuda_error" and result.detail and result.detail.split()[0] not in STICKY_ERRORS:
         fatal = state.sticky_error() is not None
     if result.reason is None:
         result.status = "passed"
-    if not fatal and state.device == "cuda":
-        torch.cuda.empty_cache()  # workloads differ in size: give the memory back between them
+    if not fatal:
+        try:
+            why = state.restore()
+        except Exception as exc:  # noqa: BLE001 - a context that cannot be restored is not reused
+            why = f"{type(exc).__name__}: {exc}"
+        if why:
+            log(f"restarting after {wl.name}: {why}")
+            fatal = True
     return result.model_dump(mode="json"), fatal
 
 
 def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
+    import random
+
     from tasks.generators import generate_inputs
     from tasks.reference import run_reference
     from tools.launch import plan_launches
-    from tools.timing import Side, interleaved, summarize
 
     limit = float(req.get("kernel_timeout_s", 30.0))
     axes = task.axis_values(wl)
-    tol = task.tolerance
     plan = plan_launches(manifest, task, axes, state.limits)
     ws = Workspace(task, plan, state.device)
     bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
-    expected, scales = None, None
 
-    def check(call: int, what: str) -> None:
-        reason, detail, mism = ws.verdict(expected, tol.rtol, tol.atol, scales)
-        result.outputs = mism
-        if reason is None:
-            return
-        if call > 1 and reason in ("incorrect", "unwritten_output", "nan_output"):
-            raise Failed("wrong_after_first_call", f"right on the first call, wrong on {what}: {detail}",
-                         outputs=mism)
-        raise Failed(reason, detail, outputs=mism)
-
-    def judged(seed: int) -> tuple[dict, dict, dict | None]:
-        """Fresh inputs for a seed, their fp32 reference, and the term scales if the task uses them."""
-        fresh = generate_inputs(task, axes, seed, device=state.device)
-        terms = None
-        if getattr(tol, "scale", "ref") == "terms":  # judged against max(|ref|, rss of the summed terms)
-            from tasks.reference import term_scales
-
-            terms = term_scales(task, fresh)
-        return fresh, run_reference(task, fresh), terms
-
-    timed = bool(req.get("time")) and wl.split == "visible"
     with nvtx_range("verify"):
         for call, seed in enumerate(req["seeds"], 1):
-            fresh, expected, scales = judged(seed)
+            fresh = generate_inputs(task, axes, seed, device=state.device)
+            expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
             ws.load_inputs(fresh)
-            ws.prepare()
+            ws.reset()
             bound.launch()
             state.wait(limit)
-            check(call, f"call {call} (fresh inputs, seed {seed})")
-            if not (timed and call == len(req["seeds"])):
-                del fresh
+            reason, detail, mism = ws.verdict(expected, task.tolerance, scales)
+            result.outputs = mism
+            if reason is None:
+                continue
+            if call > 1 and reason in ("incorrect", "unwritten_output", "nan_output"):
+                raise Failed("wrong_after_first_call", f"right on the first call, wrong on call {call} (fresh "
+                                                       f"inputs, seed {seed}): {detail}", outputs=mism)
+            raise Failed(reason, detail, outputs=mism)
 
-    if not timed:
-        return
-    with nvtx_range("time"):
-        timing_seed = timing_seed_for(req["seeds"])
-        result.seeds = list(req["seeds"]) + [timing_seed]
-        rotation = InputRotation(ws, [(fresh, expected, scales), judged(timing_seed)])
-        baseline, base_name, note = _baseline(state, req, task, wl, ws.inputs, limit)
-        cand = Side("candidate", bound.launch, rotation.prepare)
-        ct, bt = interleaved(cand, baseline, state.flusher, rounds=int(req.get("rounds", 5)), limit_s=limit)
-    expected, scales = rotation.expected, rotation.scales
-    check(len(req["seeds"]) + 1, f"the last timed run (inputs of seed {rotation.seed_label(result.seeds)})")
-    result.timing = summarize(ct)
-    flops = task.flop_count(axes)
-    if flops > 0 and result.timing.median_ms > 0:
-        result.tflops = flops / (result.timing.median_ms * 1e-3) / 1e12
-    if baseline is not None and bt:
-        result.baseline, result.baseline_name = summarize(bt), base_name
-        result.speedup = result.baseline.median_ms / result.timing.median_ms
+    if req.get("time"):
+        with nvtx_range("time"):
+            _time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result, limit)
+
+
+def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result, limit: float) -> None:
+    """The timed phase: candidate and baseline alternate run by run on fresh inputs, every
+    candidate run judged; then the speedup (median of per-pair ratios, bootstrap interval),
+    the throughput against the physical ceilings, and the GPU's state before and after."""
+    import statistics
+
+    from tools.ceilings import implausible
+    from tools.timing import Side, median_ci, paired, summarize
+
+    baseline, base_name, note = _baseline(state, req, task, wl, ws.inputs, limit)
+    judge = TimedJudge(task, axes, ws, rng, state.device)
+
+    def candidate_run() -> None:
+        ws.zero_scratch()
+        bound.launch()
+
+    result.timing_seed = int(req["timing_seed"])
+    result.gpu_state["start"] = state.gpu_state()
+    times = paired(Side("candidate", candidate_run, ws.prepare), baseline, state, rng, judge.before_pair,
+                   judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", 2.0)))
+    result.gpu_state["end"] = state.gpu_state()
+    result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks
+    result.timing = summarize(times.candidate_ms)
+    seconds = result.timing.median_ms * 1e-3
+    flops, nbytes = task.flop_count(axes), task.min_bytes(axes)
+    result.tflops = flops / seconds / 1e12 if flops > 0 and seconds > 0 else None
+    result.gbps = nbytes / seconds / 1e9 if seconds > 0 else None
+    broken = implausible(state.info.get("gpu"), task, axes, result.timing.median_ms)
+    if broken:
+        raise Failed("implausible", broken)
+    if baseline is not None and times.baseline_ms:
+        result.baseline, result.baseline_name = summarize(times.baseline_ms), base_name
+        result.speedup = statistics.median(times.ratios)
+        result.speedup_ci = median_ci(times.ratios, rng)
         if req.get("baseline_cache"):
             from tools.baseline_cache import BaselineCache, cache_key
 
@@ -414,8 +546,10 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
 def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
     """(Side for the best library backend or None, its name, a note when there is none).
 
-    The backend is chosen once per (task, workload, GPU, library versions): each candidate
-    backend timed cold, the fastest kept in the cache; later evaluations time only it."""
+    The library reads the workspace's own input tensors, so in each pair it runs on the same
+    fresh inputs as the candidate. The backend is chosen once per (task, workload, GPU,
+    library versions): each backend timed cold, the fastest kept in the cache; later
+    evaluations time only it."""
     from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
     from tools.timing import Side, measure, summarize
 
@@ -435,7 +569,8 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
         made, refused = {}, []
         for name in candidates:
             try:
-                made[name] = make_baseline(task, inputs, name).run
+                b = make_baseline(task, inputs, name)
+                made[name] = Side(f"baseline:{name}", b.run, b.prepare)
             except BaselineUnavailable as exc:
                 refused.append(str(exc))
             except Exception as exc:  # noqa: BLE001 - a library failure is not the candidate's fault
@@ -448,9 +583,9 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
         if not backends:
             return None, None, "none: " + "; ".join(refused)
         medians = {}
-        for name, fn in backends.items():
+        for name, side in backends.items():
             try:
-                medians[name] = summarize(measure(Side(name, fn), state.flusher, 5, limit)).median_ms
+                medians[name] = summarize(measure(side, state, 5, limit)).median_ms
             except Exception as exc:  # noqa: BLE001 - e.g. a backend that rejects this shape late
                 log(f"baseline backend {name} failed: {type(exc).__name__}: {exc}")
         if not medians:
@@ -458,7 +593,7 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
         best = min(medians, key=medians.get)
         if cache is not None:
             cache.update(key, best=best, backends=medians)
-    return Side(f"baseline:{best}", backends[best]), best, None
+    return backends[best], best, None
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""Sampled references: the exact fp32 answer for a random subset of an output, cheaply.
+
+Every timed run of a candidate is judged (docs/METHODOLOGY.md), on inputs it has never
+seen, so the judge must be cheap: a full attention reference costs more than the kernel.
+For the op types below, a few random rows of each output are computed in fp32 from that
+run's inputs, at a cost linear in the sequence length per row:
+
+- gemm:    rows of C (C[m, :] = A[m, :] @ B^T).
+- mha_fwd: query rows (b, h, i) of O and LSE.
+- mha_bwd: query rows of dQ and key rows (b, h, j) of dK and dV.
+
+`sample(task, inputs, gen, rows)` returns, per output, the indices into the output
+(flattened to [rows_total, row_len] as `view_rows` does), the expected fp32 rows and, for
+tasks judged with tolerance.scale == "terms", the root-sum-square term scale of each
+element (as tasks.reference.term_scales computes for the whole output). A task of another
+op type has no sampler: the caller falls back to the full reference.
+
+Which rows are drawn comes from a torch.Generator the caller seeds with a secret; the
+kernel cannot know them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tasks.reference import _ieee_fp32, _widen
+from tasks.schema import Task
+
+SAMPLED_OP_TYPES = ("gemm", "mha_fwd", "mha_bwd")
+
+
+@dataclass
+class Sample:
+    rows: torch.Tensor  # int64 row indices into view_rows(output)
+    expected: torch.Tensor  # fp32 [len(rows), row_len]
+    scale: torch.Tensor | None = None  # fp32, same shape, for tolerance.scale == "terms"
+
+
+def has_sampler(task: Task) -> bool:
+    return task.op_type in SAMPLED_OP_TYPES
+
+
+def view_rows(t: torch.Tensor) -> torch.Tensor:
+    """An output as [rows, row_len]: its last dim is the row, except for 3-D LSE-like outputs
+    [B, H, S], whose rows are single elements."""
+    if t.dim() == 3:
+        return t.reshape(-1, 1)
+    return t.reshape(-1, t.shape[-1])
+
+
+def sample(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, rows: int) -> dict[str, Sample]:
+    """Expected values of `rows` random rows of every output (see the module docstring)."""
+    x = {name: _widen(inputs[name]) for name in task.inputs}
+    terms = task.tolerance.scale == "terms"
+    with torch.no_grad(), _ieee_fp32():
+        if task.op_type == "gemm":
+            return _gemm(x, gen, rows, terms)
+        sm_scale = float(task.scalar_values(_axes(task, inputs))["sm_scale"])
+        causal = "causal" in task.tags
+        if task.op_type == "mha_fwd":
+            return _mha_fwd(x, gen, rows, sm_scale, causal, terms)
+        if task.op_type == "mha_bwd":
+            return _mha_bwd(x, gen, rows, sm_scale, causal, terms)
+    raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
+
+
+def _axes(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
+    axes: dict[str, int] = {}
+    for name, spec in task.inputs.items():
+        axes.update(zip(spec.shape, (int(s) for s in inputs[name].shape)))
+    return task.axis_values({k: v for k, v in axes.items() if k in task.axes})
+
+
+def _pick(n: int, k: int, gen: torch.Generator, device) -> torch.Tensor:
+    """k distinct indices in [0, n) (all of them when k >= n)."""
+    if k >= n:
+        return torch.arange(n, device=device)
+    return torch.randperm(n, generator=gen, device=gen.device)[:k].to(device)
+
+
+def _gemm(x, gen, rows, terms) -> dict[str, Sample]:
+    a, b = x["A"], x["B"]
+    m = _pick(a.shape[0], rows, gen, a.device)
+    c = a[m] @ b.T
+    scale = (a[m].square() @ b.square().T).sqrt_() if terms else None
+    return {"C": Sample(m, c, scale)}
+
+
+def _heads(x: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
+    B, H, S, D = x["Q"].shape
+    return [x[n].reshape(B * H, S, D) for n in names]
+
+
+def _mha_fwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
+    q, k, v = _heads(x, ("Q", "K", "V"))
+    BH, S, D = q.shape
+    flat = _pick(BH * S, rows, gen, q.device)  # query rows (b*H + h) * S + i
+    bh, i = flat // S, flat % S
+    scores = torch.einsum("rd,rsd->rs", q[bh, i], k[bh]) * sm_scale
+    if causal:
+        scores.masked_fill_(torch.arange(S, device=q.device)[None, :] > i[:, None], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    p = torch.exp(scores - lse[:, None])
+    o = torch.einsum("rs,rsd->rd", p, v[bh])
+    o_scale = torch.einsum("rs,rsd->rd", p.square(), v[bh].square()).sqrt_() if terms else None
+    return {"O": Sample(flat, o, o_scale), "LSE": Sample(flat, lse[:, None])}
+
+
+def _mha_bwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
+    q, k, v, o, do = _heads(x, ("Q", "K", "V", "O", "dO"))
+    BH, S, D = q.shape
+    lse = x["LSE"].reshape(BH, S)
+    pos = torch.arange(S, device=q.device)
+
+    # dQ[i] = sm_scale * sum_j dS[i, j] K[j], over the query rows drawn
+    fq = _pick(BH * S, rows, gen, q.device)
+    bh, i = fq // S, fq % S
+    p = torch.exp(torch.einsum("rd,rsd->rs", q[bh, i], k[bh]) * sm_scale - lse[bh, i][:, None])
+    if causal:
+        p = p.masked_fill(pos[None, :] > i[:, None], 0.0)
+    delta = (do[bh, i] * o[bh, i]).sum(-1, keepdim=True)
+    ds = p * (torch.einsum("rd,rsd->rs", do[bh, i], v[bh]) - delta)
+    dq = torch.einsum("rs,rsd->rd", ds, k[bh]) * sm_scale
+    dq_scale = torch.einsum("rs,rsd->rd", ds.square(), k[bh].square()).sqrt_() * sm_scale if terms else None
+
+    # dV[j] = sum_i P[i, j] dO[i] and dK[j] = sm_scale * sum_i dS[i, j] Q[i], over the key rows drawn
+    fk = _pick(BH * S, rows, gen, q.device)
+    bh, j = fk // S, fk % S
+    pt = torch.exp(torch.einsum("rd,rsd->rs", k[bh, j], q[bh]) * sm_scale - lse[bh])  # [r, i]
+    if causal:
+        pt = pt.masked_fill(pos[None, :] < j[:, None], 0.0)  # query i sees key j only when j <= i
+    delta_all = (do[bh] * o[bh]).sum(-1)  # [r, S]
+    dst = pt * (torch.einsum("rd,rsd->rs", v[bh, j], do[bh]) - delta_all)
+    dv = torch.einsum("rs,rsd->rd", pt, do[bh])
+    dk = torch.einsum("rs,rsd->rd", dst, q[bh]) * sm_scale
+    dv_scale = dk_scale = None
+    if terms:
+        dv_scale = torch.einsum("rs,rsd->rd", pt.square(), do[bh].square()).sqrt_()
+        dk_scale = torch.einsum("rs,rsd->rd", dst.square(), q[bh].square()).sqrt_() * sm_scale
+    return {"dQ": Sample(fq, dq, dq_scale), "dK": Sample(fk, dk, dk_scale), "dV": Sample(fk, dv, dv_scale)}
