@@ -7,11 +7,12 @@ runs hold; GPU work waits for a free GPU whatever the number of runs in flight.
   local  one tools.evaluator.Evaluator, which owns one worker subprocess per local GPU and
          queues requests per GPU; compile + inspect run in the caller's thread. Without a
          GPU: compile + inspect only (each EvalResult says run skipped, and why).
-  ray    one evaluator actor per GPU of a Ray cluster (an existing one by address, or a
-         local one started with ray.init()); compile + inspect run in the driver's run
-         threads, then each request goes to the next free actor. On
-         a cluster without GPUs, one actor per CPU doing compile + inspect. Needs the
-         optional extra: pip install -e '.[ray]'.
+  ray    a Ray cluster (an existing one by address, or a local one started with ray.init()):
+         compile + inspect as Ray CPU tasks anywhere in the cluster, then each request goes
+         to the next free GPU actor (one per GPU), which only runs kernels; dead actors are
+         replaced, nodes that join get actors (agent/ray_evaluator.py). On a cluster without
+         GPUs the CPU tasks do compile + inspect only. Needs the optional extra:
+         pip install -e '.[ray]'.
 
 Both run the same agent code and the same evaluator code, so a sweep gives the same
 per-run verdicts on either.
@@ -19,7 +20,7 @@ per-run verdicts on either.
 from __future__ import annotations
 
 import os
-import queue
+import time
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -88,27 +89,8 @@ class LocalExecutor:
 # ---------------------------------------------------------------------------------------
 # Ray
 # ---------------------------------------------------------------------------------------
-class _EvaluatorActor:
-    """One Evaluator inside a Ray actor. Ray pins a GPU actor to its GPU (CUDA_VISIBLE_DEVICES),
-    so the Evaluator's GPU discovery finds exactly that one."""
-
-    def __init__(self):
-        from tools.evaluator import Evaluator
-
-        self._evaluator = Evaluator()
-
-    def describe(self) -> tuple[str | None, str | None]:
-        return _gpu_name(self._evaluator), getattr(self._evaluator, "no_gpu_reason", None)
-
-    def evaluate(self, solution, task, arch, **kwargs):
-        return self._evaluator.evaluate(solution, task, arch, **kwargs)
-
-    def close(self) -> None:
-        self._evaluator.close()
-
-
 def _code_dirs() -> list[str]:
-    """The packages an actor on another machine imports: this module (the actor class), tools,
+    """The packages a worker on another machine imports: agent (the actor and task code), tools,
     and what tools imports (tasks, knowledge). Nothing here needs litellm or langgraph."""
     import agent
     import knowledge
@@ -119,65 +101,76 @@ def _code_dirs() -> list[str]:
 
 
 class RayExecutor:
-    """One evaluator actor per GPU of the cluster (per CPU when it has none); each call goes
-    to the next free actor, so GPU work is queued per GPU."""
+    """Evaluations spread over a Ray cluster (agent/ray_evaluator.py): compile + inspect as CPU
+    tasks anywhere, one GPU actor per GPU for the kernels, dead actors replaced, new nodes used.
 
-    def __init__(self, address: str | None = None, cpu_actors: int | None = None):
+    `address`: an existing cluster ("auto", "ray://host:10001", "host:6379"); None starts a
+    local one. `stages`: stubs for tests and the scaling simulation. `gpu_actor_cpus`: CPUs
+    each GPU actor reserves; None: 1 where the cluster has at least two CPUs per GPU (the
+    actor's host work then never competes with compiles), else 0 (so compiles still run)."""
+
+    def __init__(self, address: str | None = None, *, stages=None, gpu_actor_cpus: float | None = None,
+                 poll_s: float = 1.0, ready_timeout_s: float = 900.0):
         try:
             import ray
         except ImportError:
             raise RuntimeError("executor 'ray' needs the optional extra: pip install -e '.[ray]'") from None
+        from agent.ray_evaluator import ClusterEvaluator
+
         self._started = not ray.is_initialized()
         if self._started:
             if address:  # an existing cluster: ship our packages to its workers
                 ray.init(address=address, runtime_env={"py_modules": _code_dirs()}, log_to_driver=False)
             else:
                 ray.init(num_cpus=max(1, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
+        self._cpu0, self._cpu_end = time.process_time(), None  # the driver's CPU over the executor's life
         resources = ray.cluster_resources()
-        gpus = int(resources.get("GPU", 0))
-        actor = ray.remote(_EvaluatorActor)
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        if gpu_actor_cpus is None:
+            gpu_actor_cpus = 1.0 if cpus >= 2 * gpus else 0.0
+        self._cluster = ClusterEvaluator(stages, actor_cpus=gpu_actor_cpus, poll_s=poll_s)
         if gpus:
-            self._actors = [actor.options(num_gpus=1, num_cpus=1).remote() for _ in range(gpus)]
-            self._what = f"ray: {gpus} GPU evaluator actor(s)"
+            # The first actor's GPU names the sweep's GPU; the others join as they come up.
+            infos = self._cluster.pool.wait_live(1, ready_timeout_s)
+            if not infos:
+                self.close()
+                raise RuntimeError(f"no GPU actor came up within {ready_timeout_s:.0f} s on a cluster with {gpus} "
+                                   f"GPU(s): {self._cluster.pool.last_error or 'no GPU free for it?'}")
+            gpu, reason = infos[0].gpu, infos[0].no_gpu_reason
+            self._what = f"ray: {gpus} GPU evaluator actor(s), compile + inspect as CPU tasks ({cpus} CPUs)"
         else:
-            n = cpu_actors or max(1, int(resources.get("CPU", 1)))
-            self._actors = [actor.options(num_cpus=1).remote() for _ in range(n)]
-            self._what = f"ray: {n} CPU evaluator actor(s), no GPU; compile + inspect only"
-        self._free: queue.Queue = queue.Queue()
-        for a in self._actors:
-            self._free.put(a)
-        gpu, reason = ray.get(self._actors[0].describe.remote())
-        self._shared = SharedEvaluator(self._evaluate, gpu, reason)
-
-    def _evaluate(self, solution, task, arch, **kwargs):
-        import ray
-
-        from tools.evaluator import Evaluator
-
-        # Compile and inspect here, in the run's own thread, in parallel with other runs; the
-        # actor (a GPU) is taken only for the GPU work.
-        kwargs.setdefault("compiled", Evaluator.compile_and_inspect(solution, arch))
-        actor = self._free.get()  # blocks while every actor (GPU) is busy: the per-GPU queue
-        try:
-            return ray.get(actor.evaluate.remote(solution, task, arch, **kwargs))
-        finally:
-            self._free.put(actor)
+            gpu, reason = None, self._cluster.no_gpu_reason
+            self._what = f"ray: no GPU in the cluster ({cpus} CPUs); compile + inspect only, as CPU tasks"
+        self._shared = SharedEvaluator(self._cluster.evaluate, gpu, reason)
 
     def evaluator(self) -> SharedEvaluator:
         return self._shared
 
+    def driver_cpu_s(self) -> float:
+        """CPU this process spent from the executor's start to its close (or now): every thread,
+        the runs' own work and Ray's client included."""
+        return (self._cpu_end if self._cpu_end is not None else time.process_time()) - self._cpu0
+
     def describe(self) -> str:
-        return self._what
+        s = self._cluster.stats()
+        if not s.evaluations:
+            return self._what
+        per_eval = 1000.0 / s.evaluations
+        return (f"{self._what}; {s.evaluations} evaluations, driver CPU {self.driver_cpu_s() * per_eval:.1f} "
+                f"ms/evaluation (executor bookkeeping {s.bookkeeping_cpu_s * per_eval:.1f} ms), "
+                f"{s.retried} retried, {s.pool.replaced} GPU actors replaced")
+
+    def stats(self):
+        """agent.ray_evaluator.DriverStats: evaluations, retries, bookkeeping CPU, the pool."""
+        return self._cluster.stats()
 
     def close(self) -> None:
         import ray
 
-        for a in self._actors:
-            try:
-                ray.get(a.close.remote())
-            except Exception:  # an actor that died already has nothing to close
-                pass
-            ray.kill(a)
+        if self._cpu_end is not None:
+            return
+        self._cpu_end = time.process_time()  # describe() after the sweep reports up to here
+        self._cluster.close()
         if self._started:
             ray.shutdown()
 

@@ -146,13 +146,15 @@ def test_ray_executor_gives_the_same_results(local_sweep, tmp_path):
 
     d, local = local_sweep
     cfg = load_sweep_config(d / "sweep.toml", runs_dir=str(tmp_path / "runs"), executor="ray")
-    executor = RayExecutor(cpu_actors=2)
+    executor = RayExecutor()  # a local Ray without GPUs: every evaluation ends in a compile + inspect CPU task
     try:
-        assert executor.describe().startswith("ray: 2 CPU evaluator actor(s)")
+        assert executor.describe().startswith("ray: no GPU in the cluster")
         result = run_sweep(cfg, executor)
     finally:
         executor.close()
     assert (result.total, result.ran, result.failed) == (16, 16, 0)
+    assert executor.stats().evaluations == 24 and executor.stats().on_gpu == 0  # 16 runs, 8 fixes: 24 candidates
+    assert "ms/evaluation" in result.executor  # the driver's CPU per evaluation, reported
     assert {o.run_id: o.verdicts for o in result.outcomes} == {o["run_id"]: o["verdicts"] for o in local["outcomes"]}
 
 

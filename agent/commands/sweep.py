@@ -32,7 +32,8 @@ def sweep(
     config: Path = typer.Argument(..., help="sweep config, TOML or YAML (see docs/examples/sweep_*.toml)"),
     executor: Optional[str] = typer.Option(None, help="local | ray (overrides the config)"),
     ray_address: Optional[str] = typer.Option(
-        None, help="an existing Ray cluster (auto, ray://host:10001); implies --executor ray"),
+        None, "--address", "--ray-address",
+        help="an existing Ray cluster (auto, host:6379, ray://host:10001); implies --executor ray"),
     runs_dir: Optional[str] = typer.Option(None, help="where runs go (overrides the config)"),
     concurrency: Optional[int] = typer.Option(None, help="runs (LLM calls) in flight at once"),
     retry_failed: bool = typer.Option(False, help="resume runs that ended with a ptxbench error"),
