@@ -109,17 +109,44 @@ class Plan:
         return list(dict.fromkeys(lp.kernel for lp in self.launches))
 
 
-def _int(expr, env: dict, where: str, minimum: int = 1) -> int:
+# The values a by-value scalar argument can hold: a manifest value outside them is a
+# manifest_error naming the argument, not a silent wrap-around or an OverflowError in ctypes.
+SCALAR_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-2**63, 2**63 - 1),
+                 "u64": (0, 2**64 - 1)}
+F32_MAX = 3.4028234663852886e38
+
+
+def _value(expr, env: dict, where: str) -> float | int:
+    """evaluate() with every failure as a ManifestError naming the field. evaluate raises
+    only ValueError by contract; the rest are caught too, as the last line of defence."""
     try:
-        v = evaluate(expr, env)
-    except (ValueError, TypeError, ZeroDivisionError, OverflowError) as exc:
+        return evaluate(expr, env)
+    except (ValueError, TypeError, ArithmeticError, RecursionError, MemoryError) as exc:
         raise ManifestError(f"{where}: {exc}") from None
+
+
+def _scalar(a: ScalarArg, env: dict, where: str) -> ArgPlan:
+    v = _value(a.value, env, where)
+    if a.type == "f32":
+        if abs(v) > F32_MAX:
+            raise ManifestError(f"{where}: {a.value!r:.80} = {v:.6g} does not fit in f32 (|v| <= {F32_MAX:.6g})")
+        return ArgPlan("f32", a.name or str(a.value), float(v))
+    if isinstance(v, float) and not v.is_integer():
+        raise ManifestError(f"{where}: {a.value!r:.80} = {v} is not an integer ({a.type})")
+    lo, hi = SCALAR_RANGES[a.type]
+    if not lo <= int(v) <= hi:
+        raise ManifestError(f"{where}: {a.value!r:.80} = {int(v)} is outside the {a.type} range {lo}..{hi}")
+    return ArgPlan(a.type, a.name or str(a.value), int(v))
+
+
+def _int(expr, env: dict, where: str, minimum: int = 1) -> int:
+    v = _value(expr, env, where)
     if isinstance(v, float):
         if not v.is_integer():
-            raise ManifestError(f"{where}: {expr!r} = {v} is not an integer")
+            raise ManifestError(f"{where}: {expr!r:.80} = {v} is not an integer")
         v = int(v)
     if v < minimum:
-        raise ManifestError(f"{where}: {expr!r} = {v}, must be at least {minimum}")
+        raise ManifestError(f"{where}: {expr!r:.80} = {v}, must be at least {minimum}")
     return int(v)
 
 
@@ -209,11 +236,7 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
         for j, a in enumerate(lc.args):
             aw = f"{where}.args[{j}]"
             if isinstance(a, ScalarArg):
-                try:
-                    v = evaluate(a.value, env)
-                except (ValueError, TypeError, ZeroDivisionError, OverflowError) as exc:
-                    raise ManifestError(f"{aw}: {exc}") from None
-                args.append(ArgPlan(a.type, a.name or str(a.value), float(v) if a.type == "f32" else int(v)))
+                args.append(_scalar(a, env, aw))
             elif a in plan.tensors:
                 args.append(ArgPlan("pointer", a))
             elif a in maps:
@@ -273,11 +296,15 @@ class Module:
     def function(self, name: str):
         if name not in self._functions:
             d = self._d
+            found = {}
             for candidate in dict.fromkeys([name, self.symbols.get(name, name)]):
                 err, fn = d.cuModuleGetFunction(self.handle, candidate.encode())
                 if err == d.CUresult.CUDA_SUCCESS:
-                    self._functions[name] = fn
-                    break
+                    found[candidate] = fn
+            if len(found) > 1:  # tools.kernel_names: the same rule as inspection and the executed check
+                raise ManifestError(f"kernel name {name!r} is ambiguous: both {' and '.join(found)} exist")
+            if found:
+                self._functions[name] = next(iter(found.values()))
             else:
                 plain = {v: k for k, v in self.symbols.items()}
                 avail = ", ".join(plain.get(n, n) for n in self.names()) or "none"

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+# Names are short words; a bounded length keeps every message that quotes one a short line.
+Name = Annotated[str, Field(max_length=256)]
 DType = Literal["bfloat16", "float16", "float32", "float8_e4m3fn", "int32", "int64", "uint8"]
 ScalarType = Literal["i32", "u32", "i64", "u64", "f32"]
 Expr = Union[str, int]
@@ -23,7 +25,7 @@ Expr = Union[str, int]
 class Buffer(BaseModel):
     """Scratch memory the kernels may use (e.g. dQ accumulators in fp32, semaphores)."""
 
-    name: str
+    name: Name
     dtype: DType
     shape: list[Expr]
     zero: bool = True  # zero-filled before every run; otherwise filled with NaN/garbage
@@ -37,8 +39,8 @@ class TensorMap(BaseModel):
     the harness reverses them into the driver's innermost-first order.
     """
 
-    name: str
-    tensor: str  # an input, output or buffer name
+    name: Name
+    tensor: Name  # an input, output or buffer name
     view: list[Expr] | None = None
     box: list[Expr]
     element_strides: list[int] | None = None
@@ -60,16 +62,16 @@ class TensorMap(BaseModel):
 class ScalarArg(BaseModel):
     """An explicit by-value argument: {"type": "f32", "value": "sm_scale * 1.4426950408889634"}."""
 
-    name: str = ""
+    name: Name = ""
     type: ScalarType
     value: Expr
 
 
-Arg = Union[str, ScalarArg]
+Arg = Union[Name, ScalarArg]
 
 
 class Launch(BaseModel):
-    kernel: str
+    kernel: Annotated[str, Field(max_length=1024)]  # room for a mangled C++ name
     grid: list[Expr] = Field(min_length=1, max_length=3)
     block: list[Expr] = Field(min_length=1, max_length=3)
     cluster: list[Expr] | None = Field(default=None, min_length=1, max_length=3)
@@ -152,11 +154,19 @@ def _first_error(exc: ValidationError) -> str:
     return "; ".join(parts) + more
 
 
+MAX_MANIFEST_CHARS = 100_000  # a real manifest is a few kB
+
+
 def parse_manifest(text: str, where: str = "launch manifest") -> LaunchManifest:
+    """JSON text -> LaunchManifest; raises SolutionError (and nothing else) with one line."""
+    if len(text) > MAX_MANIFEST_CHARS:
+        raise SolutionError(f"{where}: {len(text)} characters; a manifest may have at most {MAX_MANIFEST_CHARS}")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SolutionError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:  # json's C scanner refuses deep nesting with RecursionError
+        raise SolutionError(f"{where}: the JSON is nested too deeply") from None
     try:
         return LaunchManifest.model_validate(data)
     except ValidationError as exc:
