@@ -23,6 +23,9 @@ SEED_HEAD_DIM = 128
 VISIBLE_S = 4096
 HELD_OUT_S = (1024, 3000, 8192, 77)  # 3000: not a multiple of 128/64/16; 77: less than one tile
 VARIANT_HELD_OUT_S = (1024, 3000)
+# ||out - ref|| / ||ref|| at most this (calibrated with tools/calibrate_tolerance.py on the H200)
+REL_L2 = 5e-3
+REL_L2_LSE = 1e-4
 
 _FORWARD_REFERENCE = '''\
 import torch
@@ -133,8 +136,10 @@ def forward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Task:
         # The seed paper's 1e-2, against max(|ref|, rss) for the reason given at backward_task: a
         # FlashAttention-style kernel rounds P to bf16 before P @ V, an error of ~2^-9 * rss, which
         # exceeds 1e-2 * |O| only where an element of O cancels (outlier values of opposite sign).
-        # LSE has no such terms: it is judged against |ref|.
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms"),
+        # LSE has no such terms: it is judged against |ref|. Aggregate bounds (calibrated on the H200,
+        # docs/METHODOLOGY.md): every shipped kernel and cuDNN stay under 1.6e-3 on O and 1.1e-7 on
+        # LSE; a bias, noise or zeroed elements that pass 1e-2 elementwise land at 0.009-0.05.
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={"O": REL_L2, "LSE": REL_L2_LSE}),
         flops="2*B*H*S*S*D" if causal else "4*B*H*S*S*D",
         scalars={"sm_scale": "1/sqrt(D)"},
         requested_features=REQUESTED_FEATURES,
@@ -171,8 +176,9 @@ def backward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Task:
         # growing with size), while against rss it stays near 0.6. Kernels that are really wrong still
         # fail by 8-150x: dS in fp8, 16 keys dropped, Delta off by 2% (tests/test_tasks.py).
         # The reference itself is fp32 from the very same bf16 inputs (O and LSE included), never
-        # rounded, so the only error measured is the kernel's.
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms"),
+        # rounded, so the only error measured is the kernel's. Aggregate bound as for the forward:
+        # correct kernels and cuDNN 1.7e-3-2.4e-3, wrong variants 0.007-0.11 (docs/METHODOLOGY.md).
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={n: REL_L2 for n in ("dQ", "dK", "dV")}),
         flops="5*B*H*S*S*D" if causal else "10*B*H*S*S*D",  # 2.5x the forward
         scalars={"sm_scale": "1/sqrt(D)"},
         requested_features=REQUESTED_FEATURES,

@@ -37,6 +37,7 @@ class Baseline:
     run: Callable[[], dict[str, torch.Tensor]]  # launches the timed library work; returns the task's outputs
     detail: str  # what exactly is timed, one line (reports, methodology)
     prepare: Callable[[], None] = lambda: None  # untimed set-up before each run (after fresh inputs are loaded)
+    inputs_as_given: bool = True  # False: derives some inputs itself (autograd backward: its own forward's O)
 
 
 def list_backends(task: Task) -> list[str]:
@@ -133,14 +134,16 @@ def _sdpa_backward(backend: str, inputs: dict[str, torch.Tensor], scale: float, 
             state.update(q=q, k=k, v=v, out=F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale))
 
     prepare()
-    torch.autograd.grad(state["out"], (state["q"], state["k"], state["v"]), inputs["dO"])  # fails here if unsupported
+    # retain_graph: run() may be called again without a prepare() in between (e.g. to read outputs)
+    torch.autograd.grad(state["out"], (state["q"], state["k"], state["v"]), inputs["dO"], retain_graph=True)
 
     def run() -> dict[str, torch.Tensor]:
-        dq, dk, dv = torch.autograd.grad(state["out"], (state["q"], state["k"], state["v"]), inputs["dO"])
+        dq, dk, dv = torch.autograd.grad(state["out"], (state["q"], state["k"], state["v"]), inputs["dO"],
+                                         retain_graph=True)
         return {"dQ": dq, "dK": dk, "dV": dv}
 
     return Baseline(backend, run, f"autograd backward of F.scaled_dot_product_attention ({SDPA_BACKENDS[backend]}); "
-                                  "its forward re-run untimed before each run", prepare)
+                                  "its forward re-run untimed before each run", prepare, inputs_as_given=False)
 
 
 def _cudnn_backward(inputs: dict[str, torch.Tensor], scale: float, causal: bool) -> Baseline:

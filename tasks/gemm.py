@@ -51,7 +51,8 @@ def gemm_task(n: int = 7168, k: int = 5120) -> Task:
         ],
         # The seed paper's tolerance. bf16 output rounding is 2^-9 relative; fp32 accumulation in any
         # order over K=5120 stays far below 1e-2 of the result's scale.
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2),
+        # rel-L2: the SIMT and expert kernels measure 1.7e-3 (bf16 rounding of C) on the H200
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"C": 5e-3}),
         flops="2*M*N*K",
         requested_features=REQUESTED_FEATURES,
         baseline="cublas",

@@ -773,3 +773,30 @@ def test_harness_error_is_a_verdict(monkeypatch):
     monkeypatch.setattr(worker, "_time_paired", boom)
     result, fatal = run(gemm, time=True)
     assert result["reason"] == "harness_error" and "NaN" in result["detail"] and not fatal
+
+
+def test_a_kernel_name_with_two_meanings_is_a_manifest_error(monkeypatch):
+    """extern "C" gemm_simt (SIMT) beside a C++ hopper::gemm_simt: inspection, launch and the
+    executed check would each pick their own; the one mapping refuses the name instead."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    good = Solution.from_dir(FIXTURES / "good")
+    decoy = (ROOT / "tests" / "corpus" / "sm_90a" / "wgmma_pos.cu").read_text()
+    decoy = decoy.replace('extern "C" __global__ void wgmma_pos(', 'namespace hopper { __global__ void gemm_simt(')
+    sol = good.model_copy(update={"source": good.source + "\n" + decoy + "\n}\n"})
+    with Evaluator() as ev:
+        r = ev.evaluate(sol, "gemm", "sm_90a")
+    assert r.compiled and not r.arch_ok  # the wgmma of the other gemm_simt is not credited
+    assert r.run_status == "failed" and "ambiguous" in r.run_reason, r.run_reason
+
+
+def test_instruction_credit_needs_the_work():
+    from tools.ncu import HGMMA_OPS_METRICS, TMA_BYTES_METRIC, TaskWork, verdict
+
+    work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+    counts = {"wgmma": 8, "tma": 1}
+    decoy = verdict(["wgmma", "tma"], counts, {}, {HGMMA_OPS_METRICS[0]: 2 * 64 * 8 * 16, TMA_BYTES_METRIC: 8192}, work)
+    assert decoy.executed == {"wgmma": True, "tma": True} and decoy.carries == {"wgmma": False, "tma": False}
+    real = verdict(["wgmma", "tma"], counts, {}, {HGMMA_OPS_METRICS[0]: work.flops / 2, TMA_BYTES_METRIC: 3e9}, work)
+    assert real.carries == {"wgmma": True, "tma": True} and real.shares["tma"] == 1.0
+    unmeasured = verdict(["wgmma"], counts, {}, {}, work)
+    assert unmeasured.executed["wgmma"] and not unmeasured.carries["wgmma"]

@@ -214,11 +214,17 @@ def static_check(solution, compile_result, task, axes: dict[str, int], limits) -
         plan = plan_launches(solution.manifest, task, axes, limits)
     except ManifestError as exc:
         return exc
-    known = set(compile_result.kernels) | set(getattr(compile_result, "symbols", {}) or {})
+    from tools.kernel_names import AmbiguousKernel, resolve_kernel
+
+    symbols = getattr(compile_result, "symbols", {}) or {}
     if compile_result.kernels:  # ptxas -v listed the module's kernels
         for lp in plan.launches:
-            if lp.kernel not in known:
-                avail = ", ".join(sorted(getattr(compile_result, "symbols", {}) or compile_result.kernels))
+            try:
+                entry = resolve_kernel(lp.kernel, set(compile_result.kernels), symbols)
+            except AmbiguousKernel as exc:
+                return ManifestError(f"launches[{lp.index}].kernel: {exc}")
+            if entry is None:
+                avail = ", ".join(sorted(symbols or compile_result.kernels))
                 return ManifestError(f"launches[{lp.index}].kernel: {lp.kernel!r} is not in the compiled module "
                                      f"(kernels: {avail}); declare it extern \"C\" or use the name it has")
     return None
@@ -415,13 +421,15 @@ class Evaluator:
             # A kernel that hangs would hang under the tools too; one that faults is still worth a
             # memcheck run (it says where), but its executed-instruction counts mean nothing.
             req = self._request(solution, res.compile, task, first, seeds=[self._seed()], time=False)
-            symbols = getattr(res.compile, "symbols", {}) or {}
-            names = [symbols.get(lc.kernel, lc.kernel) for lc in solution.manifest.launches]
+            names = _entries(res.compile, solution)
             if executed_check:
                 from tools import ncu
 
+                axes0 = task.axis_values(first)
+                work = ncu.TaskWork(flops=task.flop_count(axes0), read_bytes=_input_bytes(task, axes0))
                 res.executed = (ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: ")) if stop else
-                                ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s))
+                                ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s,
+                                                   work=work))
             if sanitize:
                 from tools import ncu
 
@@ -456,6 +464,28 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+def _entries(comp: CompileResult, solution) -> list[str]:
+    """The PTX entry of every launched kernel, by the one mapping every stage uses."""
+    from tools.kernel_names import AmbiguousKernel, resolve_kernel
+
+    out = []
+    for lc in solution.manifest.launches:
+        try:
+            out.append(resolve_kernel(lc.kernel, set(comp.kernels), comp.symbols) or lc.kernel)
+        except AmbiguousKernel:
+            out.append(lc.kernel)
+    return list(dict.fromkeys(out))
+
+
+def _input_bytes(task, axes: dict[str, int]) -> int:
+    """Bytes of the task's inputs: what TMA must carry at least half of to carry the work."""
+    import math
+
+    from tasks.schema import DTYPE_BYTES
+
+    return sum(math.prod(task.shape(n, axes)) * DTYPE_BYTES[s.dtype] for n, s in task.inputs.items())
 
 
 def _summarise_speed(res: EvalResult) -> None:

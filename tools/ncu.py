@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 import pickle
 import re
 import shutil
@@ -27,6 +28,13 @@ from tools.results import ExecutedCheck, SanitizeResult
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OPCODE_METRIC = "sass__inst_executed_per_opcode"
 GMMA_METRIC = "smsp__inst_executed_pipe_tensor_op_gmma.sum"  # executed wgmma, measured on the H200 (FACTS.md)
+# The work behind the instructions (names from `ncu --query-metrics --chip gh100` on the H200):
+# math ops of the tensor path issued by HGMMA (bf16 and fp16 sources), and bytes TMA loads
+# brought from L2 into shared memory.
+HGMMA_OPS_METRICS = ("sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum", "sm__ops_path_tensor_op_hgmma_src_fp16.sum")
+TMA_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
+FLOPS_PER_OP = 1.0  # the ops metric counts FLOPs: 601.3e9 on the expert GEMM at M=8192, = 2*M*N*K (H200, 2026-11-30)
+WORK_SHARE = {"wgmma": 0.9, "tma": 0.5}  # carries the work: >= 90% of the matrix FLOPs, >= half the input bytes
 
 
 def _opcodes_for(feature: str) -> set[str]:
@@ -111,8 +119,49 @@ def counts_from_rows(rows: list[dict[str, str]], features: list[str]) -> tuple[d
     return counts, uncounted
 
 
+@dataclass
+class TaskWork:
+    """What the task must do on the profiled workload: its matrix FLOPs and input bytes."""
+
+    flops: float
+    read_bytes: float
+
+
+def per_kernel(rows: list[dict[str, str]], features: list[str]) -> dict[str, dict[str, int]]:
+    """Executed instructions per feature for each profiled kernel (by name)."""
+    by_kernel: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        by_kernel.setdefault(row.get("Kernel Name", "?"), []).append(row)
+    return {name: counts_from_rows(rs, features)[0] for name, rs in by_kernel.items()}
+
+
+def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
+    """Totals over the profiled launches of the metrics behind the work shares."""
+    out: dict[str, float] = {}
+    for metric in (*HGMMA_OPS_METRICS, TMA_BYTES_METRIC):
+        values = [_number(r[metric]) for r in rows if metric in r]
+        if values and all(v is not None for v in values):
+            out[metric] = float(sum(values))  # type: ignore[arg-type]
+    return out
+
+
+def work_shares(metrics: dict[str, float], work: TaskWork | None) -> dict[str, float | None]:
+    """Share of the task's work each feature carried: wgmma FLOPs / task FLOPs, TMA bytes /
+    task input bytes (capped at 1: re-reads through TMA do not count twice). None where the
+    metric is missing or the task has no such work."""
+    shares: dict[str, float | None] = {"wgmma": None, "tma": None}
+    if work is None:
+        return shares
+    ops = [metrics[m] for m in HGMMA_OPS_METRICS if m in metrics]
+    if ops and work.flops > 0:
+        shares["wgmma"] = sum(ops) * FLOPS_PER_OP / work.flops
+    if TMA_BYTES_METRIC in metrics and work.read_bytes > 0:
+        shares["tma"] = min(1.0, metrics[TMA_BYTES_METRIC] / work.read_bytes)
+    return shares
+
+
 def executed_check(request: dict, features: list[str], kernel_names: list[str], env: dict[str, str],
-                   timeout_s: float = 600.0) -> ExecutedCheck:
+                   timeout_s: float = 600.0, work: TaskWork | None = None) -> ExecutedCheck:
     ncu = shutil.which("ncu")
     if ncu is None:
         return ExecutedCheck(status="skipped", reason="ncu (Nsight Compute) is not on PATH")
@@ -123,7 +172,8 @@ def executed_check(request: dict, features: list[str], kernel_names: list[str], 
         req, res, rep = Path(tmp) / "req.pkl", Path(tmp) / "res.pkl", Path(tmp) / "profile"
         req.write_bytes(pickle.dumps(request))
         last_error = ""
-        for metrics in ([OPCODE_METRIC, GMMA_METRIC], [OPCODE_METRIC]):  # retry without a metric this ncu lacks
+        full = [OPCODE_METRIC, GMMA_METRIC, *HGMMA_OPS_METRICS, TMA_BYTES_METRIC]
+        for metrics in (full, [OPCODE_METRIC, GMMA_METRIC], [OPCODE_METRIC]):  # retry without metrics this ncu lacks
             cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name-base", "mangled",
                    "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
                    "--launch-count", str(len(request["manifest"]["launches"])), "--export", str(rep),
@@ -142,17 +192,39 @@ def executed_check(request: dict, features: list[str], kernel_names: list[str], 
         if not report.exists():
             return ExecutedCheck(status="skipped", reason=f"ncu produced no report: {last_error}")
         imported = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
-                                   "--print-metric-instances", "details"],
+                                   "--print-metric-instances", "details", "--print-kernel-base", "mangled"],
                                   capture_output=True, text=True, errors="replace", timeout=120)
         rows = parse_raw_csv(imported.stdout)
         if not rows:
             return ExecutedCheck(status="skipped", reason="ncu profiled no launch of the solution's kernels "
                                                           f"({', '.join(names)}): {_tail(imported.stderr or proc.stdout)}")
         counts, uncounted = counts_from_rows(rows, features)
+        kernels = per_kernel(rows, features)
+        metrics = work_metrics(rows)
     if uncounted:
-        return ExecutedCheck(status="skipped", counts=counts,
+        return ExecutedCheck(status="skipped", counts=counts, per_kernel=kernels,
                              reason=f"ncu gave no per-opcode counts for {', '.join(uncounted)}")
-    return ExecutedCheck(status="ok", counts=counts, executed={f: counts[f] > 0 for f in features})
+    return verdict(features, counts, kernels, metrics, work)
+
+
+def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict[str, int]],
+            metrics: dict[str, float], work: TaskWork | None) -> ExecutedCheck:
+    """executed: ran at least once (the seed's criterion). carries: for wgmma and TMA, the
+    measured share of the task's work reaches WORK_SHARE (a decoy launch that issues a few
+    wgmmas beside a SIMT kernel does not); other features carry when they executed. A share
+    that could not be measured does not carry."""
+    shares = work_shares(metrics, work)
+    executed = {f: counts.get(f, 0) > 0 for f in features}
+    carries = {}
+    for f in features:
+        if f in WORK_SHARE:
+            share = shares.get(f)
+            carries[f] = bool(executed[f] and share is not None and share >= WORK_SHARE[f])
+        else:
+            carries[f] = executed[f]
+    return ExecutedCheck(status="ok", counts=counts, executed=executed, per_kernel=kernels,
+                         shares={f: shares.get(f) for f in features if f in WORK_SHARE}, carries=carries,
+                         metrics=metrics)
 
 
 _SAN_HEADER = re.compile(r"^=========\s+((?:Invalid|Out-of-range|Misaligned|Program hit|Barrier error|"
@@ -202,5 +274,5 @@ def sanitize_check(request: dict, kernel_names: list[str], env: dict[str, str],
     return SanitizeResult(status="ok")
 
 
-__all__ = ["executed_check", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
+__all__ = ["executed_check", "verdict", "work_shares", "TaskWork", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
            "parse_sanitizer"]

@@ -134,7 +134,14 @@ def inspect(compile_result: CompileResult, kernels: list[str] | None = None) -> 
     all_kernels = {name: kernel_sass(insns, compile_result.kernels.get(name)) for name, insns in programs.items()}
     uncounted: list[str] = []
     if kernels is not None:
-        launched = {compile_result.symbols.get(k, k) for k in kernels}  # plain -> mangled names
+        from tools.kernel_names import AmbiguousKernel, resolve_kernel
+
+        launched = set()
+        for k in kernels:  # the same mapping as the launch and the executed check (an ambiguous name counts nothing)
+            try:
+                launched.add(resolve_kernel(k, programs, compile_result.symbols) or k)
+            except AmbiguousKernel:
+                pass
         uncounted = sorted(n for n in programs if n not in launched)
         programs = {n: insns for n, insns in programs.items() if n in launched}
     features = {}

@@ -69,6 +69,10 @@ def check_expectation(r: EvalResult, exp: dict) -> None:
     if exp.get("executed") and r.executed.status == "ok":
         for feature, ran in exp["executed"].items():
             assert r.executed.executed[feature] is ran, r.executed.counts
+        for feature, carries in exp.get("carries", {}).items():
+            assert r.executed.carries[feature] is carries, (r.executed.shares, r.executed.metrics)
+        if exp.get("carries") and not all(exp["carries"].values()):
+            assert r.correct_with_arch is False and r.arch_executed_any is True, r.verdicts()
 
 
 def skip_unless_counted(r: EvalResult) -> None:
@@ -123,7 +127,9 @@ def test_expert_gemm_tma_wgmma(evaluator):
     assert r.arch_ok, (r.inspect.features, r.inspect.flags)
     assert r.speedup and r.speedup > 0.5, r.speedup
     skip_unless_counted(r)
-    assert r.arch_executed is True, r.executed.counts
+    print("expert GEMM work shares:", r.executed.shares, r.executed.metrics, r.executed.per_kernel)
+    assert r.arch_executed is True, (r.executed.counts, r.executed.shares, r.executed.metrics)
+    assert r.correct_with_arch is True
 
 
 def test_baseline_cache_written(evaluator):
