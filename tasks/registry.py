@@ -80,7 +80,9 @@ def load_definition(path: str | Path) -> Task:
     if not path.is_file():
         raise UnknownTask(f"task file {str(path)!r} does not exist")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:  # a binary file given as --task: say so, not its decoder position
+        raise UnknownTask(f"{path}: not a JSON Definition (not UTF-8 text)") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise UnknownTask(f"{path}: not a readable JSON Definition ({exc})") from None
     if not isinstance(data, dict):
