@@ -9,11 +9,29 @@ import sys
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer  # noqa: E402
+from rich.markup import escape  # noqa: E402
 
 from agent.commands import common  # noqa: E402
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"ptxbench {version('ptxbench')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            print("ptxbench (not installed: pip install -e .)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print ptxbench's version and exit.")) -> None:
+    """ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM)."""
 
 
 def _register() -> None:
@@ -28,7 +46,8 @@ def main() -> None:
     try:
         app()
     except common.CliError as exc:
-        common.err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        # the message is text, not markup: "pip install -e '.[ray]'" must keep its [ray]
+        common.err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         common.err_console.print("interrupted")

@@ -46,7 +46,8 @@ def classify(ev: EvalResult) -> Outcome:
             return "run_failed"
         if failed:
             return "incorrect"
-        return "correct_with_arch" if ev.correct_with_arch else "arch_missing"
+        # correct; None: features in the SASS but the executed-instruction check did not run
+        return {True: "correct_with_arch", None: "unverified"}.get(ev.correct_with_arch, "arch_missing")
     return "unverified" if ev.arch_ok else "arch_missing"
 
 
@@ -71,7 +72,7 @@ def best_eligible(c: CandidateRecord) -> bool:
 def rank(c: CandidateRecord) -> tuple:
     """Higher is better; choosing the sample that continues the conversation."""
     v = c.verdicts
-    return (c.outcome == "correct_with_arch", c.outcome == "unverified", v.correct is True, v.arch, v.compiled,
+    return (c.outcome == "correct_with_arch", c.outcome == "unverified", v.correct is True, v.arch_sass, v.compiled,
             c.outcome not in ("format_error", "model_error"), v.speedup or 0.0)
 
 
@@ -183,6 +184,10 @@ def arch_section(ev: EvalResult) -> str:
             if not ex.executed.get(f, False):
                 lines.append(f"- `{f}`: in the SASS but never executed at run time "
                              f"({ex.counts.get(f, 0)} instructions executed)")
+            elif not ex.carries.get(f, False):
+                share = ex.shares.get(f)
+                lines.append(f"- `{f}`: executed, but did not carry the task's work"
+                             + (f" (it did {share:.0%} of it)" if share is not None else ""))
     missing = insp.missing(requested)
     problems = []
     if missing:
@@ -191,6 +196,8 @@ def arch_section(ev: EvalResult) -> str:
         problems.append("wgmma serialized")
     if ex.status == "ok" and not all(ex.executed.get(f, False) for f in requested):
         problems.append("not executed")
+    elif ex.status == "ok" and not all(ex.carries.get(f, False) for f in requested):
+        problems.append("executed without carrying the work")
     verdict = "; ".join(problems) if problems else "all requested instructions present"
     return prompts.render("feedback_arch", verdict=verdict, lines="\n".join(lines))
 

@@ -247,17 +247,13 @@ class ReplayModel(_RetryingModel):
         path = path / "events.jsonl" if path.is_dir() else path
         if not path.is_file():
             raise ValueError(f"replay: no events.jsonl at {path}")
+        from agent.trajectory import RunFolderError, read_event_file
+
         self.name, self.path = f"replay:{run}", path
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
-        events = []
-        for n, line in enumerate(lines, 1):
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                if n < len(lines):
-                    raise ValueError(f"replay: {path}:{n} is not JSON") from None
-                # a last line cut short by a crash is not a recorded response
-        self.responses = [e for e in events if e.get("type") == "llm_response"]
+        try:  # a line cut short by a crash is not a recorded response; any other damage is an error
+            self.responses = list(read_event_file(path, "llm_response"))
+        except RunFolderError as exc:
+            raise ValueError(f"replay: {exc}") from None
         self.index = 0
 
     def _attempt(self, messages, attempt, **params):
@@ -330,6 +326,8 @@ class HumanModel(_RetryingModel):
         super().__init__(max_retries=0)
         self.reply_file = reply_file or os.environ.get("PTXBENCH_HUMAN_REPLY_FILE")
         self.index = 0
+        if self.reply_file and not Path(self.reply_file).exists():  # say so now, not after the first prompt
+            raise ValueError(f"human: reply file {self.reply_file} does not exist (a reply file, or a folder of them)")
 
     def _attempt(self, messages, attempt, **params):
         prompt = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
@@ -345,7 +343,10 @@ class HumanModel(_RetryingModel):
             if self.index >= len(files):
                 raise ModelError("human_exhausted", f"no reply file left in {path}")
             path, self.index = files[self.index], self.index + 1
-        return path.read_text()
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # gone or binary since the run started: no reply
+            raise ModelError("human_no_reply", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
     def _from_editor(self, prompt: str) -> str:
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"

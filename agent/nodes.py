@@ -234,8 +234,12 @@ class Nodes:
             action, why = "stop", stop_detail
         elif fb.best_eligible(chosen):
             action = "optimise"
-            why = "correct with the requested instructions" if chosen.verified else \
-                "compiled with the requested instructions; correctness unverified (" + state["evaluation"] + ")"
+            if chosen.outcome == "correct_with_arch":
+                why = "correct with the requested instructions"
+            elif chosen.verified:  # ran correct on the GPU; the executed-instruction check did not run
+                why = "correct, the requested instructions in the SASS; their execution unverified"
+            else:
+                why = "compiled with the requested instructions; correctness unverified (" + state["evaluation"] + ")"
         else:
             action, why = "repair", chosen.outcome.replace("_", " ")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from agent import feedback as fb
-from agent.trajectory import Verdicts, read_config, read_events, read_summary
+from agent.trajectory import RunConfig, RunFolderError, RunSummary, Verdicts, read_config, read_events, read_summary
 
 SPEEDUP_NOISE = 0.10  # relative change below which two speedups count as the same (timing noise)
 
@@ -73,9 +73,34 @@ class GraphReplayReport(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------
-def _check_run_dir(run_dir: Path) -> None:
+class Recorded(BaseModel):
+    """A recorded run as read back: its config, its summary (None while it never ended) and
+    its events. Only a consistent record is replayed: a damaged or cut log would otherwise
+    replay as a shorter run and "match"."""
+
+    config: RunConfig
+    summary: RunSummary | None
+    events: list[dict]
+
+
+def load_recorded(run_dir: Path) -> Recorded:
     if not (run_dir / "config.json").exists() or not (run_dir / "events.jsonl").exists():
         raise ReplayError(f"{run_dir}: not a recorded run (needs config.json and events.jsonl)")
+    try:
+        rec = Recorded(config=read_config(run_dir), summary=read_summary(run_dir), events=list(read_events(run_dir)))
+    except RunFolderError as exc:
+        raise ReplayError(str(exc)) from None
+    starts = [i for i, e in enumerate(rec.events) if e["type"] == "run_start"]
+    if not starts:
+        raise ReplayError(f"{run_dir}/events.jsonl records no run (no run_start event)")
+    ended = any(e["type"] == "run_end" for e in rec.events[starts[-1]:])
+    if rec.summary is not None and rec.summary.status != "running" and not ended:
+        raise ReplayError(f"{run_dir}/events.jsonl stops before the run's end (summary.json says "
+                          f"{rec.summary.status}): the log is cut short")
+    for e in rec.events:
+        if e["type"] == "candidate" and not (run_dir / str(e.get("path", ""))).is_dir():
+            raise ReplayError(f"{run_dir}: events.jsonl records {e.get('path')} but that folder is missing")
+    return rec
 
 
 def reevaluate(run_dir: str | Path) -> ReevaluateReport:
@@ -87,8 +112,7 @@ def reevaluate(run_dir: str | Path) -> ReevaluateReport:
     from agent.run import tool_versions
 
     run_dir = Path(run_dir)
-    _check_run_dir(run_dir)
-    config = read_config(run_dir)
+    config = load_recorded(run_dir).config
     try:
         task = get_task(config.task)
     except UnknownTask as exc:
@@ -146,12 +170,11 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
     from agent.run import SolveRequest, solve
 
     run_dir = Path(run_dir)
-    _check_run_dir(run_dir)
-    config = read_config(run_dir)
-    recorded_summary = read_summary(run_dir)
-    recorded = recorded_summary.decisions if recorded_summary else [
-        e["action"] for e in read_events(run_dir, "decision")]
-    recorded_outcomes = {e["turn"]: e.get("outcome") for e in read_events(run_dir, "decision")}
+    rec = load_recorded(run_dir)
+    config, recorded_summary = rec.config, rec.summary
+    decisions = [e for e in rec.events if e["type"] == "decision"]
+    recorded = recorded_summary.decisions if recorded_summary else [e["action"] for e in decisions]
+    recorded_outcomes = {e["turn"]: e.get("outcome") for e in decisions}
     finished = bool(recorded_summary and recorded_summary.status == "finished")
     # Same configuration; wall time is not reproducible, so a run stopped by max_time
     # replays exactly the turns it had.
@@ -182,9 +205,12 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
 
 # ---------------------------------------------------------------------------------------
 def print_report(report, console) -> None:
+    from agent.commands.common import plural
+
     p = lambda s: console.print(s, highlight=False, soft_wrap=True)  # noqa: E731
     if isinstance(report, ReevaluateReport):
-        p(f"re-evaluated {len(report.candidates)} candidates of {report.run_dir} ({report.task}, {report.arch})")
+        p(f"re-evaluated {plural(len(report.candidates), 'candidate')} of {report.run_dir} "
+          f"({report.task}, {report.arch})")
         then, now = report.tools_then, report.tools_now
         diff = [f"{k} {then.get(k)} -> {now.get(k)}" for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
         p("tools: " + ("; ".join(diff) if diff else "same versions as recorded"))
@@ -197,11 +223,16 @@ def print_report(report, console) -> None:
             p(f"  {c.path}: CHANGED {c.before} -> {c.after}")
             for ch in c.changes:
                 p(f"      {ch.verdict}: {ch.before} -> {ch.after}")
-        p("result: " + ("no verdict changed" if report.match else "verdicts changed"))
+        if not report.candidates:
+            p("result: nothing to compare (the run recorded no candidate)")
+        else:
+            p("result: " + ("no verdict changed" if report.match else "verdicts changed"))
     else:
         p(f"replayed {report.run_dir} through the graph -> {report.replay_run_dir}")
         for t in report.turns:
-            mark = "same" if t.recorded == t.replayed else "DIFFERENT"
+            # an unfinished recorded run has no decision for later turns: nothing to differ from
+            mark = ("same" if t.recorded == t.replayed else
+                    "not recorded" if t.recorded is None and report.partial else "DIFFERENT")
             p(f"  turn {t.turn}: recorded {t.recorded}  replayed {t.replayed}  {mark}")
         p(f"stop: recorded {report.recorded_stop}, replayed {report.replayed_stop}")
         note = " (recorded run unfinished: its decisions so far compared)" if report.partial else ""

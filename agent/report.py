@@ -5,7 +5,8 @@ A cell is (model, task, arch, context); its replicas are the runs that share it.
 metric is computed per run at a turn limit T from the run's per-turn verdicts (every
 candidate of turns 1..T counts), then summarised over the cell's replicas:
 
-  compiled, arch              any candidate compiled / had the requested features in SASS
+  compiled, arch_sass         any candidate compiled / had the requested features in SASS
+                              (`arch` is the cell's target architecture, sm_90a or sm_100a)
   correct                     any candidate passed the visible workloads on a GPU
   cwa                         correct with arch: correct and features in SASS (and not
                               shown unexecuted by Nsight Compute), as EvalResult.correct_with_arch
@@ -33,7 +34,7 @@ from agent.trajectory import CandidateRecord, RunConfig, RunSummary, read_config
 
 FAST_P = (0.0, 0.5, 0.8, 1.0)
 DEFAULT_TURN_LIMITS = (1, 4, 8)
-PROPORTIONS = ("compiled", "arch", "correct", "cwa", "cwa_executed") + tuple(f"fast_{p:g}" for p in FAST_P)
+PROPORTIONS = ("compiled", "arch_sass", "correct", "cwa", "cwa_executed") + tuple(f"fast_{p:g}" for p in FAST_P)
 # Outcomes that settle correctness as False without a GPU verdict (nothing ran, or it failed).
 _NOT_CORRECT = {"model_error", "format_error", "compile_error", "run_failed", "incorrect"}
 
@@ -103,7 +104,7 @@ def candidate_correct(c: CandidateRecord) -> Tri:
 def candidate_cwa(c: CandidateRecord, executed: bool) -> Tri:
     """Correct with arch; `executed` demands the features were counted at run time."""
     correct = candidate_correct(c)
-    if correct is False or not c.verdicts.arch:
+    if correct is False or not c.verdicts.arch_sass:
         return False
     ran = c.verdicts.arch_executed
     if ran is False:
@@ -129,7 +130,7 @@ def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
     best = max(speeds) if speeds else None
     values: dict[str, Tri] = {
         "compiled": any(c.verdicts.compiled for c in cands),
-        "arch": any(c.verdicts.compiled and c.verdicts.arch for c in cands),
+        "arch_sass": any(c.verdicts.compiled and c.verdicts.arch_sass for c in cands),
         "correct": _any(candidate_correct(c) for c in cands),
         "cwa": cwa,
         "cwa_executed": _any(candidate_cwa(c, executed=True) for c in cands),
@@ -234,7 +235,7 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
 # ---------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------
-COLUMNS = [("compiled", "compiled"), ("arch", "arch (SASS)"), ("correct", "correct"), ("cwa", "correct+arch"),
+COLUMNS = [("compiled", "compiled"), ("arch_sass", "arch (SASS)"), ("correct", "correct"), ("cwa", "correct+arch"),
            ("cwa_executed", "correct+arch executed")] + [(f"fast_{p:g}", f"fast_{p:g}") for p in FAST_P]
 
 
@@ -371,6 +372,9 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], path: Path) -> None:
         else:
             _na(ax, "no timed correct-with-arch kernel")
         ax.set_xlabel("turn limit")
+        # turn limits are 1..the longest run, drawn or not (an empty axis would show 0..1)
+        longest = max((t.turn for r in members for t in r.summary.per_turn), default=1)  # type: ignore[union-attr]
+        ax.set_xlim(0.5, max(longest, 1) + 0.5)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel("speedup vs library (geomean)")
     fig.tight_layout()
@@ -386,7 +390,7 @@ def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
     contexts = sorted({r.key[3] for r in rows}, key=lambda c: (c != "none", c))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
     width = 0.8 / max(1, len(contexts))
-    for ax, metric, title in ((axes[0][0], "arch", "compiled with requested features (SASS)"),
+    for ax, metric, title in ((axes[0][0], "arch_sass", "compiled with requested features (SASS)"),
                               (axes[0][1], "cwa", "correct with arch")):
         any_known = False
         for i, context in enumerate(contexts):
@@ -444,12 +448,14 @@ PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "cont
 def write_report(paths: Iterable[str | Path], out_dir: str | Path,
                  turn_limits: Sequence[int] | None = None) -> Report:
     """Read runs under `paths`, write report.md/html/csv and the plots into `out_dir`."""
+    if turn_limits is not None and any(t < 1 for t in turn_limits):
+        raise ValueError(f"turn limits must be at least 1, not {sorted(turn_limits)}")
     runs = load_runs(paths)
     if not runs:
         raise ValueError("no runs found (a run folder holds config.json)")
     longest = max(r.config.budget.max_turns for r in runs)
     # A limit past every run's budget says the same as the budget itself.
-    limits = sorted({min(t, longest) for t in (turn_limits or _default_limits(runs)) if t >= 1})
+    limits = sorted({min(t, longest) for t in (turn_limits or _default_limits(runs))})
     rows = summarise(runs, limits)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

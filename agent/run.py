@@ -12,7 +12,9 @@ summary; Ctrl-C and kills are resumable from the SQLite checkpoint.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
+import shlex
 import signal
 import socket
 import sqlite3
@@ -28,11 +30,11 @@ from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
 from agent.nodes import Deps, Nodes
 from agent.state import initial_state, summary_from_state
-from agent.trajectory import (Budget, RunConfig, RunSummary, TrajectoryWriter, new_run_id, read_config,
-                              read_events, utc_now)
+from agent.trajectory import (EXECUTED_CHECK_DEFAULT, Budget, RunConfig, RunFolderError, RunSummary,
+                              TrajectoryWriter, new_run_id, read_config, read_events, shipped_example, utc_now)
+from tools.toolchain import ARCHES
 
 DEFAULT_RUNS_DIR = "runs"
-ARCHES = ("sm_90a", "sm_100a")
 LANGS = ("cuda", "ptx")
 CONTEXT_MODES = ("none", "docs", "docs+headers", "full")
 
@@ -57,23 +59,62 @@ class SolveRequest:
     run_id: str | None = None
     seed: int | None = 0
     temperature: float | None = None
-    executed_check: bool = False
+    executed_check: bool = EXECUTED_CHECK_DEFAULT
     human_reply_file: str | None = None
     command: list[str] = field(default_factory=list)
+
+
+MODEL_OPTIONS = ("max_retries", "retry_base_s", "retry_max_s", "timeout_s")  # get_model's knobs
+
+
+def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str = "docs", samples: int = 1,
+                     budget: Budget | None = None, context_tokens: int = 0, temperature: float | None = None,
+                     model_options: dict | None = None) -> str | None:
+    """What is wrong with a run's settings, in one line naming the setting as a sweep config
+    and `agent solve` spell it, or None. Shared by both, so they refuse the same things up
+    front instead of failing once per run."""
+    if arch not in ARCHES:
+        return f"unknown arch {arch!r}; choose one of {', '.join(ARCHES)}"
+    if lang not in LANGS:
+        return f"unknown language {lang!r}; choose cuda or ptx"
+    if context not in CONTEXT_MODES:
+        return f"unknown context mode {context!r}; choose one of {', '.join(CONTEXT_MODES)}"
+    if samples < 1:
+        return f"samples (--samples) must be at least 1, not {samples}"
+    if context_tokens < 0:
+        return f"context_tokens (--context-tokens) must be >= 0, not {context_tokens}"
+    if temperature is not None and not (math.isfinite(temperature) and temperature >= 0):
+        return f"temperature (--temperature) must be >= 0, not {temperature}"
+    b = budget or Budget()
+    if b.max_turns < 1:
+        return f"max_turns (--max-turns) must be at least 1, not {b.max_turns}"
+    for key, flag, value in (("max_tokens", "--max-tokens", b.max_tokens), ("max_cost", "--max-cost", b.max_cost),
+                             ("max_time_s", "--max-time", b.max_time_s)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"{key} ({flag}) must be positive, not {value}"
+    opts = model_options or {}
+    unknown = sorted(set(opts) - set(MODEL_OPTIONS))
+    if unknown:
+        return f"unknown model option {unknown[0]!r}; known: {', '.join(MODEL_OPTIONS)}"
+    for key, flag in (("max_retries", "--max-retries"), ("retry_base_s", "--retry-wait"), ("retry_max_s", None),
+                      ("timeout_s", "--request-timeout")):
+        value = opts.get(key)
+        positive = key == "timeout_s"
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
+                                      and (value > 0 if positive else value >= 0)):
+            return f"{key}{f' ({flag})' if flag else ''} must be {'positive' if positive else '>= 0'}, not {value}"
+    return None
 
 
 def solve(req: SolveRequest, *, progress: bool = True, evaluator=None) -> RunSummary:
     """Start a new run and drive it to its end. `evaluator`: a shared Evaluator (sweeps); the
     run closes only one it made itself."""
     task = _get_task(req.task)
-    if req.arch not in ARCHES:
-        raise SolveError(f"unknown arch {req.arch!r}; choose one of {', '.join(ARCHES)}")
-    if req.lang not in LANGS:
-        raise SolveError(f"unknown language {req.lang!r}; choose cuda or ptx")
-    if req.context not in CONTEXT_MODES:
-        raise SolveError(f"unknown context mode {req.context!r}; choose one of {', '.join(CONTEXT_MODES)}")
-    if req.samples < 1 or req.budget.max_turns < 1:
-        raise SolveError("--samples and --max-turns must be at least 1")
+    problem = settings_problem(arch=req.arch, lang=req.lang, context=req.context, samples=req.samples,
+                               budget=req.budget, context_tokens=req.context_tokens, temperature=req.temperature,
+                               model_options=req.model_options)
+    if problem:
+        raise SolveError(problem)
     if req.api_base:
         _check_reachable(req.api_base)
     model = _get_model(req.model, req.api_base, req.model_options, req.human_reply_file)
@@ -85,6 +126,26 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None) -> RunSum
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
         executed_check=req.executed_check, command=req.command or list(sys.argv))
     return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator)
+
+
+def replay_mismatch(req: SolveRequest) -> str | None:
+    """A replay:<run> model answers what its run was asked; say so when this run asks
+    something else (another task, arch or language), where the replies are likely wrong."""
+    if not req.model.startswith("replay:"):
+        return None
+    source = Path(req.model.removeprefix("replay:"))
+    source = source if source.is_dir() else source.parent
+    try:
+        recorded = read_config(source)
+    except RunFolderError:  # no config next to the events: nothing to compare with
+        return None
+    asked = {"task": _get_task(req.task).name, "arch": req.arch, "lang": req.lang}
+    differ = [k for k, v in asked.items() if getattr(recorded, k) != v]
+    if not differ:
+        return None
+    then = ", ".join(f"{k} {getattr(recorded, k)}" for k in differ)
+    now = ", ".join(f"{k} {asked[k]}" for k in differ)
+    return f"{req.model} was recorded on {then}; this run is {now}: its replies answer the other problem"
 
 
 def repair(config: RunConfig, solution, feedback: str, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
@@ -110,19 +171,49 @@ def repair(config: RunConfig, solution, feedback: str, *, runs_dir: str | Path =
     return _start(config, task, model, state, runs_dir, not quiet, evaluator, task_text=task_text)
 
 
-def resume(run: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress: bool = True,
+def find_run_dir(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:
+    """A run given as its folder or as its id under `runs_dir`; SolveError if neither holds one."""
+    for candidate in (Path(run), Path(runs_dir) / run):
+        if (candidate / "config.json").exists():
+            return candidate
+    raise SolveError(f"no run {str(run)!r} in {runs_dir} (no config.json)")
+
+
+def resume_command(run_dir: str | Path) -> str:
+    """The command that continues this run, runnable as printed from the current folder."""
+    return f"agent solve --resume {shlex.quote(str(run_dir))}"
+
+
+def load_resumable(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[Path, RunConfig]:
+    """The run's folder and config, refusing what must not be continued in place."""
+    run_dir = find_run_dir(run, runs_dir)
+    try:
+        config = read_config(run_dir)
+    except RunFolderError as exc:
+        raise SolveError(str(exc)) from None
+    if shipped_example(run_dir):
+        # Resuming writes into the folder (events, summary, checkpoint); a shipped example
+        # is tracked by git and stays as shipped. Its replies can be driven through the loop.
+        raise SolveError(f"{run_dir} is a shipped example (read-only); to run the loop on its replies: "
+                         f"agent solve --task {config.task_requested or config.task} --model replay:{run_dir}")
+    return run_dir, config
+
+
+def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress: bool = True,
            human_reply_file: str | None = None, evaluator=None) -> RunSummary:
-    """Continue a run from its last checkpoint: finished LLM calls and evaluations are not repeated."""
-    run_dir = Path(run) if (Path(run) / "config.json").exists() else Path(runs_dir) / run
-    if not (run_dir / "config.json").exists():
-        raise SolveError(f"no run {run!r} in {runs_dir} (no config.json)")
-    config = read_config(run_dir)
+    """Continue a run (its folder, or its id under `runs_dir`) from its last checkpoint:
+    finished LLM calls and evaluations are not repeated."""
+    run_dir, config = load_resumable(run, runs_dir)
     task = _get_task(config.task)
     model = _get_model(config.model, config.api_base, config.model_options, human_reply_file)
-    _continue_script(model, run_dir)
+    try:
+        _continue_script(model, run_dir)
+        writer = TrajectoryWriter(run_dir)
+    except RunFolderError as exc:
+        raise SolveError(str(exc)) from None
     owned = evaluator is None
     deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
-                evaluator=evaluator or _get_evaluator(), writer=TrajectoryWriter(run_dir), clock=Clock(),
+                evaluator=evaluator or _get_evaluator(), writer=writer, clock=Clock(),
                 retrieve=_get_retriever(config.context))
     return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned)
 
@@ -131,7 +222,9 @@ def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool
            task_text: str | None = None) -> RunSummary:
     run_dir = Path(runs_dir) / config.run_id
     if (run_dir / "config.json").exists():
-        raise SolveError(f"run {config.run_id} already exists in {runs_dir}; resume it with --resume {config.run_id}")
+        raise SolveError(f"run {config.run_id} already exists in {runs_dir}; resume it with: {resume_command(run_dir)}")
+    if shipped_example(run_dir):
+        raise SolveError(f"{run_dir} is inside a shipped example (read-only): choose another --runs-dir")
     retrieve = _get_retriever(config.context)
     owned = evaluator is None
     evaluator = evaluator or _get_evaluator()
@@ -185,7 +278,7 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
             final = graph.invoke(start_state, thread)
     except KeyboardInterrupt:
         status, stop_reason = "interrupted", "interrupted"
-        stop_detail = f"resume with: agent solve --resume {config.run_id}"
+        stop_detail = f"resume with: {resume_command(writer.run_dir)}"
         final = graph.get_state(thread).values
     except Exception as exc:  # a bug in ptxbench or a tool, not a bad kernel: record it, keep it resumable
         status, stop_reason = "failed", "error"
@@ -263,6 +356,11 @@ def _get_model(spec: str, api_base: str | None, options: dict, human_reply_file:
     from agent.models import get_model
 
     extra = {"reply_file": human_reply_file} if spec == "human" and human_reply_file else None
+    if (spec == "human" and not (human_reply_file or os.environ.get("PTXBENCH_HUMAN_REPLY_FILE"))
+            and not (sys.stdin.isatty() and sys.stdout.isatty())):
+        # The reply would come from $EDITOR, which needs a terminal (in a pipe it prints escape codes).
+        raise SolveError("--model human needs a terminal for $EDITOR; without one, give --human-reply-file "
+                         "FILE or FOLDER (or set PTXBENCH_HUMAN_REPLY_FILE)")
     # The key comes from the environment, never from the run's files. A local OpenAI-compatible
     # server (vLLM, Ollama) needs none, but the openai client refuses to send a request without one.
     api_key = os.environ.get("PTXBENCH_API_KEY")
@@ -280,6 +378,39 @@ def _get_model(spec: str, api_base: str | None, options: dict, human_reply_file:
             keys = " or ".join(missing.get("missing_keys") or ["its API key"])
             raise SolveError(f"model {spec}: set {keys} in the environment (or --api-base for a local server)")
     return model
+
+
+# Faults that may pass by themselves (the runs retry them); any other failed probe stops a sweep.
+_TRANSIENT = {"rate_limit", "server_error", "timeout"}
+
+
+def check_model(spec: str, api_base: str | None = None, options: dict | None = None, *,
+                probe: bool = True) -> str | None:
+    """Can runs use this model at all? Raises SolveError (one line) if not: an unknown
+    provider or model, a missing key, a closed port, a missing replay or script. A litellm
+    model is also sent one tiny request (`probe`), which is what finds a wrong model name
+    or key. Returns a warning when that request met a fault that may pass (429, 5xx)."""
+    options = dict(options or {})
+    try:
+        if api_base:
+            _check_reachable(api_base)
+        model = _get_model(spec, api_base, options, None)
+    except SolveError as exc:  # name the model: a sweep has several
+        message = str(exc)
+        raise SolveError(message if message.startswith("model ") else f"model {spec}: {message}") from None
+    if not probe or type(model).__name__ != "LiteLLMModel":
+        return None
+    from agent.models import ModelError, get_model
+
+    quick = get_model(spec, api_base=api_base, api_key=getattr(model, "api_key", None),
+                      timeout_s=min(float(options.get("timeout_s", 60)), 60.0), max_retries=1, retry_base_s=1.0)
+    try:
+        quick.complete([{"role": "user", "content": "Reply with OK."}], max_tokens=16)
+    except ModelError as exc:
+        if exc.kind in _TRANSIENT:
+            return f"model {spec}: a test request met {exc} (runs will retry)"
+        raise SolveError(f"model {spec}: a test request failed: {str(exc).splitlines()[0]}") from None
+    return None
 
 
 def _check_reachable(api_base: str) -> None:

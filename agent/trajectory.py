@@ -23,7 +23,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 SCHEMA_VERSION = 1
 
@@ -71,6 +71,13 @@ def new_run_id(task: str, model: str) -> str:
 # ---------------------------------------------------------------------------------------
 # Config
 # ---------------------------------------------------------------------------------------
+# Count executed instructions with Nsight Compute (needs a GPU and ncu; where they are
+# missing the check is skipped and says so). One default for `solve`, `eval`, `bench` and
+# sweeps: without the check a correct kernel is not called correct-with-arch (it stays
+# "unverified"), so leaving it off by default would make every run look unverified.
+EXECUTED_CHECK_DEFAULT = True
+
+
 class Budget(BaseModel):
     """Whichever limit is reached first ends the run cleanly with the best result so far."""
 
@@ -133,13 +140,19 @@ StopReason = Literal[
 class Verdicts(BaseModel):
     """The benchmark's verdicts for one candidate (EvalResult.verdicts()), None = not checked."""
 
+    model_config = ConfigDict(populate_by_name=True)
+
     compiled: bool = False
-    arch: bool = False
-    arch_executed: bool | None = None
+    # the static SASS verdict; runs recorded before 2026-11-30 call it "arch"
+    arch_sass: bool = Field(default=False, validation_alias=AliasChoices("arch_sass", "arch"))
+    arch_executed_any: bool | None = None  # every requested feature executed at least once
+    arch_executed: bool | None = None  # ... and carried the task's work
     correct: bool | None = None
     correct_held_out: bool | None = None
     correct_with_arch: bool | None = None
     speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    speedup_held_out: float | None = None
 
 
 class CandidateRecord(BaseModel):
@@ -206,7 +219,7 @@ class RunSummary(BaseModel):
         cands = [c for t in self.per_turn if t.turn <= turn_limit for c in t.candidates]
         return {
             "compiled": any(c.verdicts.compiled for c in cands),
-            "arch": any(c.verdicts.arch for c in cands),
+            "arch_sass": any(c.verdicts.arch_sass for c in cands),
             "correct": any(c.verdicts.correct is True for c in cands),
             "correct_with_arch": any(c.verdicts.correct_with_arch is True for c in cands),
         }
@@ -215,11 +228,28 @@ class RunSummary(BaseModel):
 # ---------------------------------------------------------------------------------------
 # Writer / reader
 # ---------------------------------------------------------------------------------------
+# Recorded runs shipped with the repository (tracked by git): inputs to read and replay,
+# never folders to write into. New examples may still be recorded next to them.
+SHIPPED_EXAMPLES = Path(__file__).resolve().parents[1] / "runs" / "examples"
+
+
+def shipped_example(path: str | Path) -> Path | None:
+    """The shipped example run that `path` is or lies inside, if any."""
+    try:
+        rel = Path(path).resolve().relative_to(SHIPPED_EXAMPLES)
+    except ValueError:
+        return None
+    example = SHIPPED_EXAMPLES / rel.parts[0] if rel.parts else None
+    return example if example is not None and (example / "config.json").exists() else None
+
+
 class TrajectoryWriter:
     """Writes one run's folder. Events are appended and fsync'd one by one, so a kill
     loses at most the event being written (readers skip a torn last line)."""
 
     def __init__(self, run_dir: str | Path):
+        if shipped_example(run_dir):
+            raise RunFolderError(f"{run_dir} is a shipped example run: read-only, never written to")
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "candidates").mkdir(exist_ok=True)
@@ -266,31 +296,74 @@ def candidate_relpath(turn: int, sample: int) -> str:
     return f"candidates/{turn}-{sample}"
 
 
+class RunFolderError(ValueError):
+    """A run folder that cannot be read as one (bad config.json, summary.json or events.jsonl),
+    or that must not be written (a shipped example); the message is one line for a person."""
+
+
 def read_config(run_dir: str | Path) -> RunConfig:
-    return RunConfig.model_validate_json((Path(run_dir) / "config.json").read_text())
+    return _read_model(Path(run_dir) / "config.json", RunConfig)
 
 
 def read_summary(run_dir: str | Path) -> RunSummary | None:
     p = Path(run_dir) / "summary.json"
-    return RunSummary.model_validate_json(p.read_text()) if p.exists() else None
+    return _read_model(p, RunSummary) if p.exists() else None
+
+
+def _read_model(path: Path, model: type[BaseModel]) -> Any:
+    """A pydantic record from a JSON file, or RunFolderError naming the file and the first problem."""
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(x) for x in e["loc"])
+        where = f"{where}: " if where else ""
+        raise RunFolderError(f"{path}: not a valid {model.__name__}: {where}{e['msg']}") from None
+
+
+# A line the writer was killed in the middle of starts like every event it writes; after a
+# resume such a line is followed by the resumed run's events.
+_EVENT_PREFIX = '{"seq": '
 
 
 def read_events(run_dir: str | Path, type: str | None = None) -> Iterator[dict]:
-    """Events in file order; a torn last line (the process was killed mid-write) is skipped."""
+    """Events of a run folder in file order (none if it has no events.jsonl); see read_event_file."""
     path = Path(run_dir) / "events.jsonl"
-    if not path.exists():
-        return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
+    if path.exists():
+        yield from read_event_file(path, type)
+
+
+def read_event_file(path: str | Path, type: str | None = None) -> Iterator[dict]:
+    """Events in file order. A line cut short by a kill is skipped: the last line if it
+    starts as a JSON object does, or any line that starts as the writer's events do.
+    Anything else that is not a JSON event raises RunFolderError: a damaged log must not
+    read as a short one."""
+    path = Path(path)
+    torn: tuple[int, str] | None = None  # an unparsable line, judged once we know whether it is the last
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise RunFolderError(f"{path}:{n}: not UTF-8 text (not an events log)") from None
             if not line:
                 continue
+            if torn is not None and not torn[1].startswith(_EVENT_PREFIX):
+                raise RunFolderError(f"{path}:{torn[0]}: not a JSON event")
+            torn = None
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
+                torn = (n, line)
                 continue
+            if not isinstance(record, dict) or "type" not in record:
+                raise RunFolderError(f"{path}:{n}: not an event (no \"type\")")
             if type is None or record.get("type") == type:
                 yield record
+    if torn is not None and not torn[1].startswith("{"):
+        raise RunFolderError(f"{path}:{torn[0]}: not a JSON event")
 
 
 def _ends_with_newline(path: Path) -> bool:

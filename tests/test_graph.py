@@ -55,7 +55,7 @@ def test_compile_error_then_repair_then_success(tmp_path):
     assert summary.stop_reason == "max_turns" and summary.status == "finished" and summary.turns == 3
     assert [t.candidates[0].outcome for t in summary.per_turn] == ["compile_error", "unverified", "unverified"]
     assert summary.best_path == "candidates/2-0" and summary.best.verified is False
-    assert summary.best.verdicts.compiled and summary.best.verdicts.arch
+    assert summary.best.verdicts.compiled and summary.best.verdicts.arch_sass
     assert summary.best.verdicts.correct is None and summary.best.verdicts.correct_with_arch is None  # never "correct"
     assert summary.best_at(1) is None and summary.best_at(2).path == "candidates/2-0"
     assert summary.evaluation.startswith("skipped: no GPU")
@@ -86,7 +86,7 @@ def test_simt_kernel_gets_feedback_naming_missing_features(tmp_path):
     summary, run_dir = run(tmp_path, "attn_bwd", [simple_attn_bwd_reply(), NO_CODE], max_turns=2)
     assert summary.task == "mha_bwd_d128"  # the alias resolved
     first = summary.per_turn[0].candidates[0]
-    assert first.outcome == "arch_missing" and first.verdicts.compiled and not first.verdicts.arch
+    assert first.outcome == "arch_missing" and first.verdicts.compiled and not first.verdicts.arch_sass
     [fb1] = [e for e in events(run_dir, "feedback") if e["turn"] == 1]
     assert "missing wgmma, tma" in fb1["text"]
     assert "`wgmma`: MISSING" in fb1["text"] and "`tma`: MISSING" in fb1["text"]

@@ -43,10 +43,11 @@ def test_reevaluate_reports_each_changed_verdict(tmp_path):
     report = replay.reevaluate(run_dir)
     [c] = report.candidates
     assert (c.before, c.after) == ("arch_missing", "unverified")
-    assert [(x.verdict, x.before, x.after) for x in c.changes] == [("arch", False, True)]
+    assert [(x.verdict, x.before, x.after) for x in c.changes] == [("arch_sass", False, True)]
     p = agent_cli("replay", str(run_dir), "--json")
     assert p.returncode == 1  # like diff: 1 when something changed
-    assert json.loads(p.stdout)["candidates"][0]["changes"] == [{"verdict": "arch", "before": False, "after": True}]
+    assert json.loads(p.stdout)["candidates"][0]["changes"] == [
+        {"verdict": "arch_sass", "before": False, "after": True}]
 
 
 def test_through_graph_reproduces_the_decisions(tmp_path):
@@ -92,7 +93,7 @@ def test_the_shipped_example_runs_the_whole_loop_on_cpu(tmp_path):
     [simt] = s.per_turn[0].candidates
     assert simt.outcome == "arch_missing" and simt.verdicts.compiled and simt.verdicts.correct is None
     [expert] = s.per_turn[1].candidates  # wgmma + TMA present, but nothing ran: unverified, never correct
-    assert expert.verdicts.arch and expert.verdicts.correct is None and not expert.verified
+    assert expert.verdicts.arch_sass and expert.verdicts.correct is None and not expert.verified
     assert s.evaluation.startswith("skipped: no GPU")
     assert replay.through_graph(example, runs_dir=tmp_path / "replays").match
 
@@ -105,11 +106,11 @@ def test_the_shipped_example_evaluates_and_times_on_a_gpu(tmp_path):
     s = solve(SolveRequest(task="attn_bwd", model=f"replay:{example}", runs_dir=tmp_path), progress=False)
     [c] = s.per_turn[0].candidates
     assert s.evaluation == "ok" and c.verified
-    assert c.verdicts.correct is True and c.verdicts.arch is False and c.outcome == "arch_missing"
+    assert c.verdicts.correct is True and c.verdicts.arch_sass is False and c.outcome == "arch_missing"
     ev = EvalResult.model_validate_json((tmp_path / s.run_id / c.path / "eval.json").read_text())
     assert ev.gpu and all(w.timing is not None for w in ev.workloads if w.split == "visible")
     fb1 = events(tmp_path / s.run_id, "feedback")[0]
     assert "Correctness: passed" in fb1["text"] and "### Speed" in fb1["text"] and "`wgmma`: MISSING" in fb1["text"]
     [expert] = s.per_turn[1].candidates  # the expert kernel: correct with the requested instructions, timed
-    assert expert.verified and expert.verdicts.correct is True and expert.verdicts.arch is True
+    assert expert.verified and expert.verdicts.correct is True and expert.verdicts.arch_sass is True
     assert expert.verdicts.speedup and expert.verdicts.speedup > 0.5

@@ -45,7 +45,7 @@ def test_run_metrics_follow_turn_limits(runs):
     # Best speedup within the limit, not the last one.
     assert run_metrics(by_id["good/gemm/docs/r1"].summary, 2).speedup == 1.2
     cpu = run_metrics(by_id["good/gemm/none/r0"].summary, 2)
-    assert cpu.values["compiled"] is True and cpu.values["arch"] is True
+    assert cpu.values["compiled"] is True and cpu.values["arch_sass"] is True
     assert cpu.values["correct"] is None and cpu.values["cwa"] is None and cpu.values["fast_0"] is None
     # A compile failure is settled as "not correct" even without a GPU.
     assert run_metrics(by_id["good/gemm/none/r0"].summary, 1).values["correct"] is False
@@ -63,7 +63,7 @@ def test_cells_proportions_and_unknowns(runs):
     assert gpu2.speedup == pytest.approx(math.sqrt(0.9 * 1.2))
     cpu = rows[(("scripted:weak", GEMM, "sm_90a", "none"), 2)]
     assert cpu.metrics["correct"].rate is None and cpu.metrics["correct"].unknown == 2
-    assert cpu.metrics["arch"].rate == 1.0
+    assert cpu.metrics["arch_sass"].rate == 1.0
     unfinished = rows[(("scripted:weak", ATTN, "sm_90a", "docs"), 1)]
     assert unfinished.runs == 0 and unfinished.unfinished == 1 and unfinished.metrics["cwa"].rate is None
 

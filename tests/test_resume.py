@@ -6,6 +6,7 @@ with the next reply; nothing recorded before the kill may be lost.
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -96,9 +97,12 @@ def test_interrupt_writes_a_resumable_summary(tmp_path, sig):
         return
     assert proc.returncode == 130, (proc.returncode, err)
     assert summary.status == "interrupted" and summary.stop_reason == "interrupted", (summary, err)
-    assert "--resume r1" in err
     assert events(run_dir, "run_end")[-1]["status"] == "interrupted"
-    p = agent_cli("solve", "--resume", "r1", "--runs-dir", str(runs), "--quiet")
+    # The printed hint works as printed, from anywhere (it names the run's folder, not its id).
+    [hint] = [line for line in err.splitlines() if "resume with" in line]
+    command = shlex.split(hint.split("resume with", 1)[1])
+    assert command[:3] == ["agent", "solve", "--resume"] and summary.stop_detail.endswith(" ".join(command))
+    p = agent_cli(*command[1:], "--quiet", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     check_completed_without_repeats(run_dir, script, len(events(run_dir, "candidate")))
 

@@ -2,14 +2,16 @@
 `agent replay` (re-check a recorded run with today's tools or through the graph)."""
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
-from agent.commands.common import CliError, console, err_console, print_json
-from agent.trajectory import Budget, RunSummary
+from agent.commands.common import CliError, console, err_console, plural, print_json
+from agent.trajectory import EXECUTED_CHECK_DEFAULT, Budget, RunSummary
 
 
 def register(app: typer.Typer) -> None:
@@ -19,6 +21,7 @@ def register(app: typer.Typer) -> None:
 
 
 def solve_cmd(
+    ctx: typer.Context,
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task name or alias (e.g. mha_bwd_d128, attn_bwd)."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
                                         help="litellm model (openai/<name>, anthropic/...), replay:<run dir>, human, "
@@ -38,12 +41,16 @@ def solve_cmd(
     max_retries: Optional[int] = typer.Option(None, help="Retries of a failed model request (default 6)."),
     retry_wait: Optional[float] = typer.Option(None, help="Base backoff seconds between retries (default 2)."),
     request_timeout: Optional[float] = typer.Option(None, help="Seconds one model request may take (default 600)."),
-    executed_check: bool = typer.Option(False, help="Count executed instructions with Nsight Compute (GPU)."),
+    executed_check: bool = typer.Option(
+        EXECUTED_CHECK_DEFAULT, "--executed/--no-executed", "--executed-check/--no-executed-check",
+        help="Count executed instructions with Nsight Compute (GPU + ncu only; skipped and said so elsewhere). "
+             "Same default as eval and bench."),
     human_reply_file: Optional[str] = typer.Option(None, help="For --model human: reply file, or a folder of them "
                                                               "(default $PTXBENCH_HUMAN_REPLY_FILE, else $EDITOR)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where runs are written."),
     run_id: Optional[str] = typer.Option(None, help="Name the run (default: time-task-model-random)."),
-    resume: Optional[str] = typer.Option(None, help="Resume this run id (or run folder) from its checkpoint."),
+    resume: Optional[str] = typer.Option(None, help="Resume this run (its folder, or its id under --runs-dir) from "
+                                                    "its checkpoint, as recorded."),
     json_out: bool = typer.Option(False, "--json", help="Print the RunSummary as JSON on stdout (nothing else)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress on stderr."),
 ) -> None:
@@ -52,10 +59,12 @@ def solve_cmd(
 
     try:
         if resume:
-            summary = run.resume(resume, runs_dir, progress=not quiet, human_reply_file=human_reply_file)
+            run_dir, config = run.load_resumable(resume, runs_dir)
+            _refuse_changes_on_resume(ctx, config, task, model)
+            summary = run.resume(run_dir, progress=not quiet, human_reply_file=human_reply_file)
         else:
             if not task or not model:
-                raise CliError("give --task and --model (or --resume <run id>)")
+                raise CliError("give --task and --model (or --resume <run folder>)")
             options = {k: v for k, v in (("max_retries", max_retries), ("retry_base_s", retry_wait),
                                          ("timeout_s", request_timeout)) if v is not None}
             req = run.SolveRequest(
@@ -64,14 +73,51 @@ def solve_cmd(
                 samples=samples, api_base=api_base, model_options=options, runs_dir=runs_dir, run_id=run_id,
                 seed=seed, temperature=temperature, executed_check=executed_check,
                 human_reply_file=human_reply_file, command=["agent", *sys.argv[1:]])
+            warning = run.replay_mismatch(req)
+            if warning:
+                err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
             summary = run.solve(req, progress=not quiet)
+            run_dir = runs_dir / summary.run_id
     except run.SolveError as exc:
         raise CliError(str(exc)) from None
     if json_out:
         print_json(summary)
     else:
-        print_summary(summary, runs_dir)
+        print_summary(summary, run_dir)
     raise typer.Exit(exit_code(summary))
+
+
+# What --resume takes from the command line; the run's own settings come from its config.json.
+RESUME_OPTIONS = {"resume", "runs_dir", "json_out", "quiet", "human_reply_file"}
+
+
+def _refuse_changes_on_resume(ctx: typer.Context, config, task: str | None, model: str | None) -> None:
+    """--resume continues a run exactly as recorded: an option that would change it is an
+    error, not silently ignored (repeating the recorded --task or --model is fine)."""
+    from tasks import UnknownTask, get_task
+
+    def same(name: str) -> bool:
+        if name == "model":
+            return model == config.model
+        if name == "task":
+            try:
+                return get_task(task).name == config.task
+            except UnknownTask:
+                return False
+        return False
+
+    changed = [p.opts[0] for p in ctx.command.params
+               if p.name not in RESUME_OPTIONS and _given(ctx, p.name)
+               and not same(p.name)]
+    if changed:
+        raise CliError(f"--resume continues run {config.run_id} as recorded (task {config.task}, model "
+                       f"{config.model}) and cannot change {', '.join(changed)}; start a new run for that")
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """The option was typed on the command line (typer ships its own click: compare by name)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 def exit_code(summary: RunSummary) -> int:
@@ -82,39 +128,48 @@ def exit_code(summary: RunSummary) -> int:
     return 0
 
 
-def print_summary(s: RunSummary, runs_dir: Path) -> None:
-    out = console
+def print_summary(s: RunSummary, run_dir: Path) -> None:
+    from agent.run import resume_command
+
+    out = functools.partial(console.print, highlight=False, soft_wrap=True)
     reason = f"{s.stop_reason}" + (f" ({s.stop_detail})" if s.stop_detail else "")
-    out.print(f"[bold]run {s.run_id}[/bold]: {s.status}, stopped by {reason}", highlight=False, soft_wrap=True)
-    out.print(f"task {s.task} on {s.arch}, model {s.model}, lang {s.lang}, context {s.context}, samples {s.samples}",
-              highlight=False, soft_wrap=True)
+    out(f"[bold]run {s.run_id}[/bold]: {s.status}, stopped by {escape(reason)}")
+    out(f"task {s.task} on {s.arch}, model {escape(s.model)}, lang {s.lang}, context {s.context}, samples {s.samples}")
     for t in s.per_turn:
         cands = ", ".join(f"{c.turn}-{c.sample} {c.outcome.replace('_', ' ')}"
                           + (f" {c.verdicts.speedup:.3g}x" if c.verdicts.speedup is not None else "")
                           for c in t.candidates)
-        out.print(f"  turn {t.turn}: {cands} -> {t.action}", highlight=False, soft_wrap=True)
+        out(f"  turn {t.turn}: {cands} -> {t.action}")
     if s.best:
-        v = s.best.verdicts
-        how = f"speedup {v.speedup:.3g}x" if v.speedup is not None else (
-            "verified correct" if s.best.verified else "unverified: correctness not checked")
-        out.print(f"best: {s.best_path} ({s.best.outcome.replace('_', ' ')}, {how})", highlight=False, soft_wrap=True)
+        out(f"best: {s.best_path} ({_best_status(s.best)})")
     else:
-        out.print("best: none (no candidate was correct with the requested instructions"
-                  + ("" if s.evaluation == "ok" else ", nor compiled with them") + ")", highlight=False, soft_wrap=True)
-    out.print(f"evaluation: {s.evaluation}", highlight=False, soft_wrap=True)
+        out("best: none (no candidate was correct with the requested instructions"
+            + ("" if s.evaluation == "ok" else ", nor compiled with them") + ")")
+    out(f"evaluation: {escape(s.evaluation)}")
     u = s.usage
-    out.print(f"spent: {u.llm_calls} LLM calls, {u.prompt_tokens + u.completion_tokens} tokens "
-              f"({u.prompt_tokens} prompt, {u.completion_tokens} completion), ${u.cost_usd:.4f}, "
-              f"{s.faults} faults, {s.wall_s:.1f} s", highlight=False, soft_wrap=True)
-    out.print(f"folder: {Path(runs_dir) / s.run_id}", highlight=False, soft_wrap=True)
+    out(f"spent: {plural(u.llm_calls, 'LLM call')}, {plural(u.prompt_tokens + u.completion_tokens, 'token')} "
+        f"({u.prompt_tokens} prompt, {u.completion_tokens} completion), ${u.cost_usd:.4f}, "
+        f"{plural(s.faults, 'fault')}, {s.wall_s:.1f} s")
+    out(f"folder: {run_dir}")
+    err = functools.partial(err_console.print, highlight=False, soft_wrap=True)
     if s.status == "interrupted":
-        err_console.print(f"interrupted: resume with  agent solve --resume {s.run_id} --runs-dir {runs_dir}",
-                          highlight=False, soft_wrap=True)
+        err(f"interrupted: resume with  {escape(resume_command(run_dir))}")
     elif s.stop_reason == "model_error":
-        err_console.print(f"[red]error:[/red] the model failed: {s.stop_detail}", highlight=False, soft_wrap=True)
+        err(f"[red]error:[/red] the model failed: {escape(s.stop_detail or '')}")
     elif s.status == "failed":
-        err_console.print(f"[red]error:[/red] the run failed: {s.stop_detail} (traceback in events.jsonl; "
-                          f"resumable with --resume {s.run_id})", highlight=False, soft_wrap=True)
+        err(f"[red]error:[/red] the run failed: {escape(s.stop_detail or '')} (traceback in events.jsonl; "
+            f"resume with  {escape(resume_command(run_dir))})")
+
+
+def _best_status(c) -> str:
+    """How far the best candidate is known to be good, in words."""
+    v = c.verdicts
+    if c.outcome == "correct_with_arch":
+        return "correct with arch" + (f", speedup {v.speedup:.3g}x" if v.speedup is not None else "")
+    if c.verified:  # correct on the GPU, but the executed-instruction check did not run
+        return ("unverified: correct, but the executed-instruction check did not run"
+                + (f"; speedup {v.speedup:.3g}x" if v.speedup is not None else ""))
+    return "unverified: correctness not checked"
 
 
 def graph_cmd() -> None:
