@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent.trajectory import Budget, ContextMode, Language, RunSummary, read_summary
+from agent.trajectory import EXECUTED_CHECK_DEFAULT, Budget, ContextMode, Language, RunSummary, read_summary
 
 DONE_STATUSES = ("finished", "failed")
 
@@ -35,6 +35,8 @@ DONE_STATUSES = ("finished", "failed")
 # ---------------------------------------------------------------------------------------
 class ModelEntry(BaseModel):
     """A model of the grid: a get_model spec, where to reach it, and the name used in run ids."""
+
+    model_config = ConfigDict(extra="forbid")
 
     spec: str
     api_base: str | None = None
@@ -51,6 +53,11 @@ class ModelEntry(BaseModel):
 
 
 class SweepConfig(BaseModel):
+    """A sweep file, checked when it is loaded: a misspelt key (`replicaz`), an arch, budget
+    or option a run would refuse is an error here, once, not a failure of every run."""
+
+    model_config = ConfigDict(extra="forbid")
+
     name: str
     models: list[ModelEntry] = Field(min_length=1)
     tasks: list[str] = Field(min_length=1)  # names or aliases (resolved by expand)
@@ -65,7 +72,8 @@ class SweepConfig(BaseModel):
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None  # an existing cluster ("ray://host:10001", "auto"); None = start one
     runs_dir: str = "runs"
-    executed_check: bool = False
+    executed_check: bool = EXECUTED_CHECK_DEFAULT
+    check_models: bool = True  # before any run: each model is built and sent one tiny request
     context_tokens: int = 6000
     temperature: float | None = None
     seed: int = 0  # replica k runs with seed + k
@@ -82,12 +90,37 @@ class SweepConfig(BaseModel):
             raise ValueError(f"sweep name {v!r} must be a slug: letters, digits, '-', '_', '.'")
         return v
 
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget_keys(cls, v: Any) -> Any:  # Budget itself tolerates extra keys (old run configs)
+        unknown = sorted(set(v) - set(Budget.model_fields)) if isinstance(v, dict) else []
+        if unknown:
+            raise ValueError(f"unknown budget key {unknown[0]!r}; known: {', '.join(Budget.model_fields)}")
+        return v
+
     @model_validator(mode="after")
     def _unique_models(self):
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"two models share the name {dupes[0]!r}: give them distinct `name`s")
+        return self
+
+    @model_validator(mode="after")
+    def _runs_would_start(self):
+        """The same checks `agent solve` makes, for every arch, context and model of the grid."""
+        from agent.run import settings_problem
+
+        if not self.arches or not self.contexts:
+            raise ValueError("arches and contexts need at least one entry each")
+        for arch in self.arches:
+            for context in self.contexts:
+                for m in self.models:
+                    problem = settings_problem(arch=arch, lang=self.lang, context=context, samples=self.samples,
+                                               budget=self.budget, context_tokens=self.context_tokens,
+                                               temperature=self.temperature, model_options=m.options)
+                    if problem:
+                        raise ValueError(problem)
         return self
 
 
@@ -203,12 +236,15 @@ class RunOutcome(BaseModel):
     state_before: RunState
     status: Literal["skipped", "finished", "failed", "interrupted", "running", "error"]
     stop_reason: str | None = None
+    stop_detail: str | None = None
     evaluation: str | None = None  # "ok" or "skipped: <why>" (no GPU: compile + inspect only)
     best_outcome: str | None = None
     turns: int = 0
     verdicts: list[dict] = Field(default_factory=list)  # per candidate, in turn order (for comparisons)
     error: str | None = None  # a crash in ptxbench itself, one line
     seconds: float = 0.0
+    # ended on its own terms (budget, replay end) with the model answering: the run measured something
+    succeeded: bool = False
 
 
 class SweepResult(BaseModel):
@@ -220,14 +256,16 @@ class SweepResult(BaseModel):
     skipped: int  # finished before this invocation
     resumed: int
     failed: int  # runs that ended with an error
+    succeeded: int = 0  # runs (now or before) that finished with the model answering
     seconds: float
     outcomes: list[RunOutcome]
+    warnings: list[str] = Field(default_factory=list)  # e.g. a model's test request was rate limited
 
 
 def verdict_sequence(summary: RunSummary) -> list[dict]:
     """What a run decided, candidate by candidate: equal sequences mean equal runs."""
     return [{"turn": t.turn, "sample": c.sample, "outcome": c.outcome,
-             **c.verdicts.model_dump(include={"compiled", "arch", "correct", "correct_with_arch"})}
+             **c.verdicts.model_dump(include={"compiled", "arch_sass", "correct", "correct_with_arch"})}
             for t in summary.per_turn for c in t.candidates]
 
 
@@ -239,21 +277,37 @@ def outcome_from(run_id: str, before: RunState, summary: RunSummary | None, seco
     if error is None and summary.status == "failed":  # the run recorded its own crash
         error = summary.stop_detail
     return RunOutcome(run_id=run_id, state_before=before, status="skipped" if skipped else summary.status,
-                      stop_reason=summary.stop_reason, evaluation=summary.evaluation,
+                      stop_reason=summary.stop_reason, stop_detail=summary.stop_detail, evaluation=summary.evaluation,
                       best_outcome=summary.best.outcome if summary.best else None, turns=summary.turns,
-                      verdicts=verdict_sequence(summary), error=error, seconds=seconds)
+                      verdicts=verdict_sequence(summary), error=error, seconds=seconds,
+                      succeeded=summary.status == "finished" and summary.stop_reason != "model_error")
 
 
 ProgressFn = Callable[[RunOutcome, int, int], None]  # (outcome, runs accounted for, total)
 
 
 def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None = None,
-              retry_failed: bool = False) -> SweepResult:
-    """Run every cell that is not finished yet; `executor` defaults to the config's (and is closed after)."""
+              retry_failed: bool = False, models_checked: list[str] | None = None) -> SweepResult:
+    """Run every cell that is not finished yet; `executor` defaults to the config's (and is closed after).
+    `models_checked`: the warnings of a check_models the caller already made (else it is made here)."""
     from agent.executors import make_executor
 
     runs = expand(config)
     runs_dir = Path(config.runs_dir)
+    done: list[tuple[SweepRun, RunState, RunSummary]] = []
+    todo: list[tuple[SweepRun, RunState]] = []
+    for r in runs:
+        state = run_state(runs_dir / r.run_id)
+        summary = read_summary(runs_dir / r.run_id) if state == "done" else None
+        if summary is not None and not (retry_failed and summary.status == "failed"):
+            done.append((r, state, summary))
+        else:
+            todo.append((r, "partial" if state == "done" else state))
+    # Before anything is written: a model no run could use stops the sweep here, once.
+    if models_checked is not None:
+        warnings = models_checked
+    else:
+        warnings = check_models(config, {r.model.name for r, _ in todo}) if todo else []
     sweep_dir = runs_dir / config.name
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.json").write_text(json.dumps(
@@ -268,14 +322,8 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
             if progress:
                 progress(o, len(outcomes), len(runs))
 
-    todo: list[tuple[SweepRun, RunState]] = []
-    for r in runs:
-        state = run_state(runs_dir / r.run_id)
-        summary = read_summary(runs_dir / r.run_id) if state == "done" else None
-        if summary is not None and not (retry_failed and summary.status == "failed"):
-            record(outcome_from(r.run_id, state, summary, 0.0, skipped=True))
-        else:
-            todo.append((r, "partial" if state == "done" else state))
+    for r, state, summary in done:
+        record(outcome_from(r.run_id, state, summary, 0.0, skipped=True))
     own_executor = executor is None
     if todo and executor is None:
         executor = make_executor(config)
@@ -300,8 +348,31 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
         sweep=config.name, runs_dir=str(runs_dir), executor=executor.describe() if executor else "none (all done)",
         total=len(runs), ran=len(todo), skipped=len(runs) - len(todo),
         resumed=sum(1 for _, s in todo if s == "partial"),
-        failed=sum(1 for o in ordered if o.status in ("failed", "error")), seconds=time.monotonic() - start,
-        outcomes=ordered)
+        failed=sum(1 for o in ordered if o.status in ("failed", "error")),
+        succeeded=sum(1 for o in ordered if o.succeeded), seconds=time.monotonic() - start,
+        outcomes=ordered, warnings=warnings)
+
+
+class SweepError(ValueError):
+    """The sweep cannot start (a model is unusable); one line, nothing was run."""
+
+
+def check_models(config: SweepConfig, names: set[str]) -> list[str]:
+    """Each model that has runs to do, checked once before fanning out (agent.run.check_model):
+    a missing key or a closed port is one error, not the same failure in every run."""
+    from agent.run import SolveError, check_model
+
+    warnings = []
+    for m in config.models:
+        if m.name not in names:
+            continue
+        try:
+            warning = check_model(m.spec, m.api_base, m.options, probe=config.check_models)
+        except SolveError as exc:
+            raise SweepError(str(exc)) from None
+        if warning:
+            warnings.append(warning)
+    return warnings
 
 
 def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, evaluator) -> RunOutcome:
@@ -333,3 +404,8 @@ class GridSummary:
 def plan(config: SweepConfig) -> GridSummary:
     runs = expand(config)
     return GridSummary(runs, {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs})
+
+
+def models_to_run(grid: GridSummary, retry_failed: bool = False) -> set[str]:
+    """Names of the models with runs left to do (all of them with retry_failed: a failed run may be redone)."""
+    return {r.model.name for r in grid.runs if retry_failed or grid.states[r.run_id] != "done"}

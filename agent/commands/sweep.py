@@ -1,13 +1,17 @@
 """`agent sweep CONFIG` (a grid of runs) and `agent report RUNS...` (metrics, tables, plots)."""
 from __future__ import annotations
 
+import difflib
+import functools
 import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
-from agent.commands.common import console, err_console, fail, print_json
+from agent.commands.common import console, err_console, fail, out_folder, plural, print_json
+from agent.trajectory import shipped_example
 
 
 SWEEP_HELP = (
@@ -40,7 +44,7 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="list the grid and each run's state; run nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the sweep summary as JSON"),
 ) -> None:
-    from agent.sweep import load_sweep_config, plan, run_sweep
+    from agent.sweep import SweepError, check_models, load_sweep_config, models_to_run, plan, run_sweep
 
     if not config.is_file():
         fail(f"no sweep config at {config}")
@@ -61,8 +65,13 @@ def sweep(
         else:
             for row in rows:
                 console.print(f"{row['state']:8} {row['run_id']}", highlight=False)
-            console.print(f"{len(rows)} runs", highlight=False)
+            console.print(plural(len(rows), "run"), highlight=False)
         return
+
+    try:  # once per model, before any run starts (and before the progress bar)
+        checked = check_models(cfg, models_to_run(grid, retry_failed))
+    except SweepError as exc:
+        fail(f"{config}: {exc}")
 
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
@@ -76,22 +85,35 @@ def sweep(
             bar.update(task_id, completed=done, last=f"{outcome.status}: {outcome.run_id}")
 
         try:
-            result = run_sweep(cfg, progress=on_run, retry_failed=retry_failed)
+            result = run_sweep(cfg, progress=on_run, retry_failed=retry_failed, models_checked=checked)
         except RuntimeError as exc:  # e.g. ray not installed
             fail(str(exc))
+    say = functools.partial(console.print, highlight=False, soft_wrap=True)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     if as_json:
         print_json(result)
-        return
-    console.print(f"sweep {result.sweep}: {result.total} runs ({result.skipped} already done, {result.ran} run now, "
-                  f"{result.resumed} resumed, {result.failed} failed) in {result.seconds:.0f}s on {result.executor}",
-                  highlight=False)
-    skipped_eval = sorted({o.evaluation for o in result.outcomes if o.evaluation and o.evaluation != "ok"})
-    for note in skipped_eval:
-        console.print(f"evaluation {note}", highlight=False)
-    for o in result.outcomes:
-        if o.status in ("failed", "error"):
-            console.print(f"[red]{o.status}[/red] {o.run_id}: {o.error}", highlight=False)
-    console.print(f"report: agent report {Path(result.runs_dir) / result.sweep}", highlight=False)
+    else:
+        say(f"sweep {result.sweep}: {plural(result.total, 'run')} ({result.skipped} already done, {result.ran} run "
+            f"now, {result.resumed} resumed, {result.failed} failed, {result.succeeded} succeeded) in "
+            f"{result.seconds:.0f}s on {escape(result.executor)}")
+        for note in sorted({o.evaluation for o in result.outcomes if o.evaluation and o.evaluation != "ok"}):
+            say(f"evaluation {escape(note)}")
+        # The same failure in every run is one line with a count, not sixty.
+        problems: dict[str, list[str]] = {}
+        for o in result.outcomes:
+            if not o.succeeded and o.status != "skipped":
+                why = o.error or (f"{o.stop_reason}: {o.stop_detail}" if o.stop_detail else o.stop_reason) or o.status
+                problems.setdefault(f"{o.status}, {why}", []).append(o.run_id)
+        for why, ids in problems.items():
+            more = f" and {plural(len(ids) - 1, 'other run')}" if len(ids) > 1 else ""
+            say(f"[red]{escape(why)}[/red] ({escape(ids[0])}{more})")
+        if result.succeeded:
+            say(f"report: agent report {Path(result.runs_dir) / result.sweep}")
+    if result.total and not result.succeeded:
+        err_console.print(f"[red]error:[/red] no run of sweep {escape(result.sweep)} succeeded", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def report(
@@ -110,18 +132,23 @@ def report(
         try:
             limits = [int(x) for x in turn_limits.split(",") if x.strip()]
         except ValueError:
-            fail(f"--turn-limits must be integers separated by commas, got {turn_limits!r}")
+            limits = []
+        if not limits or min(limits) < 1:
+            fail(f"--turn-limits must be turn counts of at least 1 separated by commas (e.g. 1,4,8), "
+                 f"not {turn_limits!r}")
     else:
         limits = _sweep_turn_limits(runs)
-    out_dir = out or (runs[0] / "report")
+    if out is None and shipped_example(runs[0]):
+        fail(f"{runs[0]} is a shipped example run, which is read-only: give --out DIR for the report")
+    out_dir = out_folder(out or (runs[0] / "report"))
     try:
         result = write_report(runs, out_dir, limits)
-    except ValueError as exc:
-        fail(str(exc))
+    except (ValueError, OSError) as exc:
+        fail(_one_line(exc))
     if as_json:
         print_json(report_json(result))
         return
-    console.print(f"{result.runs} runs ({result.unfinished} unfinished) -> {result.files['md']}, "
+    console.print(f"{plural(result.runs, 'run')} ({result.unfinished} unfinished) -> {result.files['md']}, "
                   f"{result.files['html']}, {result.files['csv']}", highlight=False)
 
 
@@ -131,7 +158,14 @@ def _one_line(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         e = exc.errors()[0]
         where = ".".join(str(x) for x in e["loc"])
-        return f"{where}: {e['msg']}" if where else e["msg"]
+        if e["type"] == "extra_forbidden":  # a misspelt key: name it and its likely spelling
+            from agent.sweep import ModelEntry, SweepConfig
+
+            fields = SweepConfig.model_fields if len(e["loc"]) == 1 else ModelEntry.model_fields
+            close = difflib.get_close_matches(str(e["loc"][-1]), list(fields), n=1)
+            return f"unknown key {where!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        msg = e["msg"].removeprefix("Value error, ")
+        return f"{where}: {msg}" if where else msg
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -141,7 +175,9 @@ def _sweep_turn_limits(paths: List[Path]) -> list[int] | None:
     for p in paths:
         f = p / "sweep.json"
         if f.is_file():
-            limits = json.loads(f.read_text()).get("config", {}).get("turn_limits")
-            if limits:
-                return [int(x) for x in limits]
+            try:
+                limits = json.loads(f.read_text()).get("config", {}).get("turn_limits")
+                return [int(x) for x in limits] if limits else None
+            except (OSError, ValueError, TypeError, AttributeError):  # unreadable: the report's defaults
+                return None
     return None
