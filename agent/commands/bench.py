@@ -5,14 +5,18 @@ benchmark's expert row."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import Progress
-from rich.table import Table
+from rich.markup import escape
 
-from agent.commands.common import CliError, console, print_json
+from agent.commands.common import CliError, console, err_console, out_file, plural, print_json, table
+from agent.commands.evaluate import WORKLOADS
+from agent.trajectory import EXECUTED_CHECK_DEFAULT
+from tools.toolchain import ARCHES
+
 
 def _mark(value) -> str:
     return {True: "[green]yes[/green]", False: "[red]no[/red]", None: "[dim]n/a[/dim]"}.get(value, str(value))
@@ -35,6 +39,7 @@ def solution_dir(task_name: str, kind: str, arch: str) -> Path | None:
 
 
 def _row(result) -> dict:
+    """One solution's row: `arch` is the target architecture, `arch_sass` the static verdict."""
     v = result.verdicts()
     baselines = sorted({w.baseline_name for w in result.workloads if w.baseline_name})
     return {
@@ -56,7 +61,9 @@ def register(app: typer.Typer) -> None:
         arch: Annotated[str, typer.Option("--arch", help="sm_90a or sm_100a")] = "sm_90a",
         task: Annotated[list[str] | None, typer.Option("--task", help="only these tasks (repeatable)")] = None,
         workloads: Annotated[str, typer.Option("--workloads", help="visible, held_out or all")] = "all",
-        executed: Annotated[bool, typer.Option("--executed/--no-executed", help="ncu executed-instruction check")] = True,
+        executed: Annotated[bool, typer.Option(
+            "--executed/--no-executed", help="count executed instructions with Nsight Compute (GPU + ncu only)")
+        ] = EXECUTED_CHECK_DEFAULT,
         out: Annotated[Path | None, typer.Option("--out", help="also write the rows as JSON here")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
     ) -> None:
@@ -67,6 +74,12 @@ def register(app: typer.Typer) -> None:
 
         if model not in KINDS:
             raise CliError(f"--model must be one of {', '.join(KINDS)} (shipped solutions), not {model!r}")
+        if arch not in ARCHES:
+            raise CliError(f"unknown arch {arch!r} (known: {', '.join(ARCHES)})")
+        if workloads not in WORKLOADS:
+            raise CliError(f"--workloads must be one of {', '.join(WORKLOADS)}, not {workloads!r}")
+        if out is not None:
+            out_file(out)
         try:
             chosen = [get_task(t) for t in task] if task else list_tasks()
         except UnknownTask as exc:
@@ -75,33 +88,43 @@ def register(app: typer.Typer) -> None:
         if not todo:
             raise CliError(f"no {model} solutions for {arch} among {', '.join(t.name for t in chosen)}")
         rows = []
-        with Evaluator() as ev, Progress(console=console, transient=True) as bar:
-            job = bar.add_task(f"{model} solutions on {arch}", total=len(todo))
-            for t, d in todo:
-                bar.update(job, description=f"{t.name}")
+        # One line per solution on stderr (each takes seconds to minutes; stdout keeps the table or JSON).
+        say = lambda text: err_console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
+        say(f"bench: {plural(len(todo), f'{model} solution')} on {arch}, {workloads} workloads")
+        with Evaluator() as ev:
+            for n, (t, d) in enumerate(todo, 1):
+                start = time.monotonic()
                 try:
                     sol = Solution.from_dir(d)
                 except SolutionError as exc:  # a broken shipped solution is a row, not a crash
                     rows.append({"task": t.name, "arch": arch, "compiled": False, "run": "failed",
                                  "run_reason": f"bad solution: {exc}"})
-                    bar.advance(job)
-                    continue
-                rows.append(_row(ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed)))
-                bar.advance(job)
+                else:
+                    rows.append(_row(ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed)))
+                r = rows[-1]
+                say(f"[{n}/{len(todo)}] {t.name}: compiled {_word(r.get('compiled'))}, "
+                    f"features in SASS {_word(r.get('arch_sass'))}, correct {_word(r.get('correct'))}"
+                    + (f", speedup {r['speedup']:.3f}" if r.get("speedup") else "")
+                    + f" ({time.monotonic() - start:.1f} s)")
         if out:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(rows, indent=2) + "\n")
         if as_json:
             print_json(rows)
             return
-        table = Table(title=f"{model} solutions, {arch}", title_justify="left")
-        for col in ("task", "compiled", "arch", "executed", "correct", "held-out", "speedup", "baseline"):
-            table.add_column(col)
-        for r in rows:
-            sp = r.get("speedup")
-            table.add_row(r["task"], _mark(r.get("compiled")), _mark(r.get("arch")), _mark(r.get("arch_executed")),
-                          _mark(r.get("correct")), _mark(r.get("correct_held_out")),
-                          f"{sp:.3f}" if sp else "", r.get("baseline") or "")
-        console.print(table)
+        console.print(table(
+            ("task", "compiled", "in SASS", "executed", "correct", "held out", "speedup"),
+            [(r["task"], _mark(r.get("compiled")), _mark(r.get("arch_sass")), _mark(r.get("arch_executed")),
+              _mark(r.get("correct")), _mark(r.get("correct_held_out")),
+              f"{r['speedup']:.3f}" if r.get("speedup") else "") for r in rows],
+            title=f"{model} solutions, {arch}"))
+        baselines = [f"{r['task']} vs {r['baseline']}" for r in rows if r.get("speedup") and r.get("baseline")]
+        if baselines:
+            console.print("speedup: " + "; ".join(baselines), highlight=False, soft_wrap=True)
         for reason in sorted({r["run_reason"] for r in rows if r.get("run") != "ok" and r.get("run_reason")}):
-            console.print(f"[yellow]correctness and timing skipped[/yellow]: {reason}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]correctness and timing skipped[/yellow]: {escape(reason)}", highlight=False,
+                          soft_wrap=True)
+
+
+def _word(value) -> str:
+    return {True: "yes", False: "no", None: "n/a"}.get(value, str(value))

@@ -8,15 +8,17 @@ import functools
 from pathlib import Path
 from typing import Annotated
 
+import math
+
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from agent.commands.common import CliError, console, print_json
+from agent.commands.common import CliError, console, print_json, table
+from agent.trajectory import EXECUTED_CHECK_DEFAULT
 from tools.results import EvalResult
+from tools.toolchain import ARCHES
 
 say = functools.partial(console.print, highlight=False, soft_wrap=True)
-ARCHES = ("sm_90a", "sm_100a")
 WORKLOADS = ("visible", "held_out", "all")
 
 
@@ -39,15 +41,15 @@ def render(r: EvalResult) -> None:
         say(f"  kernel {escape(name)}: {k.registers} registers, {k.shared_bytes} B static smem, "
             f"{k.spill_stores + k.spill_loads} spill ops")
     if r.requested_features:
-        t = Table(title="requested features", title_justify="left")
-        for col in ("feature", "in SASS", "SASS opcodes", "executed (ncu)"):
-            t.add_column(col)
+        rows = []
         for f in r.requested_features:
             v = r.inspect.features.get(f)
             ex = (f"{_mark(r.executed.executed.get(f))} ({r.executed.counts.get(f, 0)})"
                   if r.executed.status == "ok" else f"[dim]{r.executed.status}[/dim]")
-            t.add_row(f, _mark(v.present if v else None), ", ".join(f"{o}×{n}" for o, n in (v.opcodes if v else {}).items()), ex)
-        console.print(t)
+            rows.append((f, _mark(v.present if v else None),
+                         ", ".join(f"{o}×{n}" for o, n in (v.opcodes if v else {}).items()), ex))
+        console.print(table(("feature", "in SASS", "SASS opcodes", "executed (ncu)"), rows,
+                            title="requested features"))
     for flag, on in r.inspect.flags.items():
         if on:
             say(f"[yellow]{flag}[/yellow]: {escape(r.inspect.flag_evidence.get(flag, ''))}")
@@ -60,17 +62,15 @@ def render(r: EvalResult) -> None:
     if r.run_status == "skipped":
         say(f"[yellow]correctness and timing were skipped[/yellow]: {escape(r.run_reason or '')}")
     if r.workloads and (r.run_status != "skipped" or any(w.status != "skipped" for w in r.workloads)):
-        t = Table(title="workloads", title_justify="left")
-        for col in ("workload", "split", "result", "max abs err", "kernel ms", "baseline", "baseline ms", "speedup",
-                    "TFLOP/s"):
-            t.add_column(col)
+        rows = []
         for w in r.workloads:
             status = {"passed": "[green]passed[/green]", "failed": f"[red]{w.reason}[/red]"}.get(w.status, w.status)
             err = max((m.max_abs_err for m in w.outputs), default=None)
-            t.add_row(w.workload, w.split, status, "" if err is None else f"{err:.3g}", _ms(w.timing),
-                      escape(w.baseline_name or ""), _ms(w.baseline), f"{w.speedup:.3f}" if w.speedup else "",
-                      f"{w.tflops:.0f}" if w.tflops else "")
-        console.print(t)
+            rows.append((escape(w.workload), w.split, status, "" if err is None else f"{err:.3g}", _ms(w.timing),
+                         escape(w.baseline_name or ""), _ms(w.baseline), f"{w.speedup:.3f}" if w.speedup else "",
+                         f"{w.tflops:.0f}" if w.tflops else ""))
+        console.print(table(("workload", "split", "result", "max abs err", "kernel ms", "baseline", "baseline ms",
+                             "speedup", "TFLOP/s"), rows, title="workloads"))
         for w in r.workloads:
             if w.detail and w.status != "passed":
                 say(f"  {w.workload}: {escape(w.detail)}")
@@ -88,8 +88,9 @@ def register(app: typer.Typer) -> None:
         task: Annotated[str, typer.Option("--task", help="task name, alias or Definition JSON path")],
         arch: Annotated[str, typer.Option("--arch", help="sm_90a or sm_100a")] = "sm_90a",
         workloads: Annotated[str, typer.Option("--workloads", help="visible, held_out or all")] = "visible",
-        executed: Annotated[bool, typer.Option("--executed/--no-executed",
-                                               help="count executed instructions with ncu (GPU + ncu only)")] = True,
+        executed: Annotated[bool, typer.Option(
+            "--executed/--no-executed", help="count executed instructions with Nsight Compute (GPU + ncu only)")
+        ] = EXECUTED_CHECK_DEFAULT,
         sanitize: Annotated[bool, typer.Option("--sanitize", help="also run compute-sanitizer memcheck")] = False,
         no_time: Annotated[bool, typer.Option("--no-time", help="check correctness only")] = False,
         timeout: Annotated[float, typer.Option("--timeout", help="seconds per workload before the worker is killed")] = 180.0,
@@ -104,6 +105,8 @@ def register(app: typer.Typer) -> None:
             raise CliError(f"unknown arch {arch!r} (known: {', '.join(ARCHES)})")
         if workloads not in WORKLOADS:
             raise CliError(f"--workloads must be one of {', '.join(WORKLOADS)}, not {workloads!r}")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise CliError(f"--timeout must be a positive number of seconds, not {timeout}")
         try:
             sol = Solution.from_dir(solution_dir)
             t = get_task(task)

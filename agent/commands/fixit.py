@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from agent.commands.common import console, fail, print_json
+from agent.commands.common import console, fail, out_folder, plural, print_json
 
 fixit_app = typer.Typer(no_args_is_help=True, help="Fine-tuning data from a model's own mistakes, and LoRA training.")
 
@@ -47,6 +47,7 @@ def build(
     for name, cap in (("--cap-per-task", cap_per_task), ("--cap-per-error", cap_per_error)):
         if cap is not None and cap < 1:
             fail(f"{name} must be at least 1")
+    out_folder(out)
     options = BuildOptions(teacher=teacher, teacher_api_base=teacher_api_base, teacher_turns=teacher_turns,
                            explainer=explainer,
                            explainer_api_base=explainer_api_base,
@@ -54,13 +55,13 @@ def build(
                            cap_per_task=cap_per_task, cap_per_error=cap_per_error, seed=seed)
     try:
         result = build_data(runs, out, options)
-    except ValueError as exc:
-        fail(str(exc).splitlines()[0])
+    except (ValueError, OSError) as exc:
+        fail((str(exc).splitlines() or [type(exc).__name__])[0])
     if as_json:
         print_json(result.card)
         return
     card = result.card
-    console.print(f"{result.examples} examples -> {out / 'train.jsonl'} (by error: {card['by_error']}; "
+    console.print(f"{plural(result.examples, 'example')} -> {out / 'train.jsonl'} (by error: {card['by_error']}; "
                   f"by source: {card['by_source']}); data card: {out / 'data_card.md'}", highlight=False)
 
 
@@ -107,7 +108,8 @@ def train(
         print_json(asdict(result))
         return
     loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
-    console.print(f"adapter -> {result.out}: {result.examples} examples, {result.steps} steps, loss {loss} "
+    console.print(f"adapter -> {result.out}: {plural(result.examples, 'example')}, {plural(result.steps, 'step')}, "
+                  f"loss {loss} "
                   f"({result.loss_tokens} of {result.tokens} tokens) on {result.device} in {result.seconds:.0f}s",
                   highlight=False)
     console.print(f"serve: vllm serve {base_model} --enable-lora --lora-modules fixit={result.out} "

@@ -31,7 +31,12 @@ def register(app: typer.Typer) -> None:
             fail(f"unknown mode {mode!r} (use {', '.join(MODES)})")
         if budget < 0:
             fail("--budget must be >= 0")
+        from tools.features import FEATURES
+
         feats = [f.strip() for f in features.split(",") if f.strip()]
+        unknown = [f for f in feats if f not in FEATURES]
+        if unknown:  # an unknown name would silently rank nothing higher
+            fail(f"unknown feature {unknown[0]!r} in --features (known: {', '.join(FEATURES)})")
         r = retrieve(query, arch, feats, feedback or None, mode=mode, token_budget=budget)
         if as_json:
             print_json({"mode": r.mode, "tokens": r.tokens, "truncated": r.truncated,

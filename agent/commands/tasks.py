@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from agent.commands.common import console, fail, print_json
+from agent.commands.common import table as make_table
 
 ARCH_CHOICES = ("sm_90a", "sm_100a")
 LANG_CHOICES = ("cuda", "ptx")
@@ -54,17 +55,12 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(rows)
             return
-        from rich.table import Table
-
-        table = Table(show_lines=False)
-        table.add_column("task", no_wrap=True)
-        for col in ("op", "aliases", "sm_90a", "sm_100a", "visible/held out", "tags"):
-            table.add_column(col)
-        for r in rows:
-            feats = r["requested_features"]
-            table.add_row(r["name"], r["op_type"], ", ".join(r["aliases"]) or "-",
-                          ", ".join(feats.get("sm_90a", [])) or "-", ", ".join(feats.get("sm_100a", [])) or "-",
-                          f"{r['workloads']['visible']}/{r['workloads']['held_out']}", ", ".join(r["tags"]))
+        # op type and tags are in the name and in --json; held-out variants are marked under the name
+        table = make_table(("task", "aliases", "sm_90a", "sm_100a", "visible + held out"), [
+            (r["name"] + ("\n[dim](held-out variant)[/dim]" if "held_out_variant" in r["tags"] else ""),
+             ", ".join(r["aliases"]) or "-", ", ".join(r["requested_features"].get("sm_90a", [])) or "-",
+             ", ".join(r["requested_features"].get("sm_100a", [])) or "-",
+             f"{r['workloads']['visible']} + {r['workloads']['held_out']}") for r in rows])
         console.print(table)
 
     @tasks_app.command("show")

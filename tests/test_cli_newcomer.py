@@ -1,0 +1,308 @@
+"""A newcomer's pass over the CLI (issue 13), as a user meets it: the real `agent` in a
+subprocess. Bad input is one line and exit 2 with nothing written; machine-readable output
+keeps the target architecture (`arch`) apart from the SASS verdict (`arch_sass`); a sweep
+where no run succeeds says so and exits non-zero; shipped examples are never written to."""
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
+from agent_loop_helpers import (GEMM_TASK, REPO, agent_cli, broken_probe_reply, cli_env, probe_reply,
+                                write_script)
+from openai_server import OpenAIServer as S
+from openai_server import openai_server  # noqa: F401  (the fixture)
+
+from agent import replay
+from agent.run import SolveRequest, settings_problem, solve
+from agent.sweep import SweepConfig, SweepError, load_sweep_config, run_sweep
+from agent.trajectory import EXECUTED_CHECK_DEFAULT, Budget, RunFolderError, read_config
+
+EXAMPLE = REPO / "runs" / "examples" / "attn_bwd_human"
+
+
+def one_line_error(p: subprocess.CompletedProcess, *words: str) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    message = " ".join(p.stderr.split())  # rich may wrap one message when stderr is not a terminal
+    assert message.startswith("error:") and message.count("error:") == 1, p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == "", (p.stdout, p.stderr)
+    for w in words:
+        assert w in message, (w, message)
+    return message
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A real two-turn run (compile error, then wgmma + TMA), recorded with a scripted model."""
+    root = tmp_path_factory.mktemp("recorded")
+    model = write_script(root / "s.json", [broken_probe_reply(), probe_reply()])
+    s = solve(SolveRequest(task=GEMM_TASK, model=model, runs_dir=root / "runs", context="none",
+                           budget=Budget(max_turns=2)), progress=False)
+    return root / "runs" / s.run_id
+
+
+def copy_of(run_dir, tmp_path, name="copy"):
+    return shutil.copytree(run_dir, tmp_path / name)
+
+
+# ---- 1. no traceback --------------------------------------------------------------------------
+def test_a_binary_task_file_is_one_line(tmp_path):
+    blob = tmp_path / "task.bin"
+    blob.write_bytes(bytes(range(256)) * 8)
+    solution = str(REPO / "tasks" / GEMM_TASK / "expert")
+    for args in (("eval", solution, "--task", str(blob)), ("check", solution, "--task", str(blob)),
+                 ("tasks", "show", str(blob))):
+        one_line_error(agent_cli(*args), "not UTF-8")
+
+
+def test_a_bad_config_json_is_one_line(recorded, tmp_path):
+    run = copy_of(recorded, tmp_path)
+    (run / "config.json").write_text("{}")
+    for args in (("solve", "--resume", str(run)), ("replay", str(run))):
+        one_line_error(agent_cli(*args), "config.json", "run_id")
+    with pytest.raises(replay.ReplayError, match="config.json"):
+        replay.through_graph(run, runs_dir=tmp_path / "replays")
+    for text in ("not json", '{"run_id": "x"}'):
+        (run / "config.json").write_text(text)
+        with pytest.raises(RunFolderError, match="config.json: not a valid RunConfig"):
+            read_config(run)
+
+
+def test_a_damaged_events_log_is_an_error_not_a_match(recorded, tmp_path):
+    binary = copy_of(recorded, tmp_path, "binary")
+    (binary / "events.jsonl").write_bytes(bytes(range(128, 256)) * 20)
+    garbage = copy_of(recorded, tmp_path, "garbage")
+    (garbage / "events.jsonl").write_text("garbage\nmore garbage\n")
+    cut = copy_of(recorded, tmp_path, "cut")
+    text = (recorded / "events.jsonl").read_text()
+    (cut / "events.jsonl").write_text(text[:len(text) // 3])
+    for run, words in ((binary, "not UTF-8"), (garbage, "not a JSON event"), (cut, "cut short")):
+        with pytest.raises(replay.ReplayError, match=words):
+            replay.reevaluate(run)
+        with pytest.raises(replay.ReplayError, match=words):
+            replay.through_graph(run, runs_dir=tmp_path / "replays")
+    one_line_error(agent_cli("replay", str(binary), "--through-graph"), "not UTF-8")
+
+
+def test_an_unfinished_log_compares_only_its_recorded_turns(recorded, tmp_path):
+    run = copy_of(recorded, tmp_path)
+    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
+    first_decision = next(i for i, line in enumerate(lines) if '"type": "decision"' in line)
+    (run / "events.jsonl").write_text("".join(lines[:first_decision + 1]))
+    (run / "summary.json").unlink()  # killed during turn 2
+    p = agent_cli("replay", str(run), "--through-graph", "--runs-dir", str(tmp_path / "replays"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "DIFFERENT" not in p.stdout and "not recorded" in p.stdout and "match: decision sequence" in p.stdout
+
+
+def test_report_and_fixit_bad_input_are_one_line(recorded, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    one_line_error(agent_cli("report", str(recorded), "--turn-limits", "0,-1", "--out", str(tmp_path / "r")),
+                   "--turn-limits")
+    one_line_error(agent_cli("report", str(recorded), "--out", str(afile)), "not a folder")
+    one_line_error(agent_cli("fixit", "build", str(recorded), "--out", str(afile)), "not a folder")
+    assert afile.read_text() == "keep me" and not (tmp_path / "r").exists()
+
+
+def test_bench_eval_knowledge_bad_values_are_one_line():
+    one_line_error(agent_cli("bench", "--workloads", "bogus"), "--workloads", "bogus")
+    one_line_error(agent_cli("bench", "--arch", "sm_80"), "sm_80")
+    one_line_error(agent_cli("eval", str(REPO / "tasks" / GEMM_TASK / "expert"), "--task", "gemm", "--timeout", "-1"),
+                   "--timeout")
+    one_line_error(agent_cli("knowledge", "search", "wgmma", "--features", "wgmma,nosuch"), "nosuch")
+
+
+def test_solve_settings_are_checked_up_front(tmp_path):
+    one_line_error(agent_cli("solve", "--task", "gemm", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
+                             "--max-cost", "-1", "--runs-dir", str(tmp_path)), "max_cost (--max-cost)")
+    assert not any(tmp_path.iterdir())
+    assert "max_turns" in settings_problem(budget=Budget(max_turns=0))
+    assert "--request-timeout" in settings_problem(model_options={"timeout_s": 0})
+    assert "unknown model option 'timeout'" in settings_problem(model_options={"timeout": 5})
+    assert settings_problem(arch="sm_100a", context="full", budget=Budget(max_time_s=60)) is None
+
+
+def test_human_model_without_a_terminal_or_with_a_missing_file(tmp_path):
+    env = {"PTXBENCH_HUMAN_REPLY_FILE": ""}
+    p = agent_cli("solve", "--task", "gemm", "--model", "human", "--runs-dir", str(tmp_path), env=env,
+                  stdin=subprocess.DEVNULL)
+    one_line_error(p, "needs a terminal", "--human-reply-file")
+    p = agent_cli("solve", "--task", "gemm", "--model", "human", "--human-reply-file", str(tmp_path / "nope.md"),
+                  "--runs-dir", str(tmp_path), env=env)
+    one_line_error(p, "nope.md", "does not exist")  # and no 500-line prompt before it
+    assert not any(tmp_path.iterdir())
+
+
+def test_markup_in_a_message_is_printed_as_text():
+    # rich would read "[train]" as a style tag and drop it ("pip install -e '.'" was printed)
+    one_line_error(agent_cli("tasks", "show", "gemm[train]"), "gemm[train]")
+
+
+# ---- 2. the target architecture and the SASS verdict, apart ------------------------------------
+def test_report_keeps_arch_and_the_sass_verdict_apart(recorded, tmp_path):
+    p = agent_cli("report", str(recorded), "--out", str(tmp_path / "r"), "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["rows"]
+    assert {r["arch"] for r in rows} == {"sm_90a"}
+    assert [r["arch_sass"] for r in rows] == [0.0, 1.0]  # turn 1: compile error; by turn 2: wgmma + TMA
+    [first, second] = csv.DictReader(open(tmp_path / "r" / "report.csv"))
+    assert first["arch"] == second["arch"] == "sm_90a" and (first["arch_sass"], second["arch_sass"]) == ("0.0", "1.0")
+
+
+def test_bench_and_eval_json_keep_arch_and_the_sass_verdict_apart():
+    p = agent_cli("bench", "--task", "gemm", "--json")
+    assert p.returncode == 0, p.stderr
+    [row] = json.loads(p.stdout)
+    assert row["arch"] == "sm_90a" and row["arch_sass"] is True and row["compiled"] is True
+    assert "[1/1] gemm_n7168_k5120: compiled yes" in p.stderr  # a progress line per solution
+    p = agent_cli("eval", str(REPO / "tasks" / GEMM_TASK / "expert"), "--task", "gemm", "--json")
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["arch"] == "sm_90a" and result["verdicts"]["arch_sass"] is True and "arch" not in result["verdicts"]
+
+
+# ---- 3. no silent success ---------------------------------------------------------------------
+SWEEP = """\
+name = "s"
+models = [{models}]
+tasks = ["gemm"]
+contexts = ["none"]
+runs_dir = "runs"
+{extra}
+[budget]
+max_turns = {turns}
+"""
+
+
+def sweep_cli(tmp_path, models='"openai/gpt-4o"', extra="", turns=1):
+    """`agent sweep` on a one-model config, with no LLM key in the environment."""
+    (tmp_path / "s.toml").write_text(SWEEP.format(models=models, extra=extra, turns=turns))
+    env = {k: v for k, v in cli_env().items() if k not in ("OPENAI_API_KEY", "PTXBENCH_API_KEY")}
+    return subprocess.run([sys.executable, "-m", "agent.cli", "sweep", "s.toml"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_sweep_config_is_checked_when_loaded(tmp_path):
+    one_line_error(sweep_cli(tmp_path, extra="replicaz = 3"), "replicaz", "did you mean 'replicas'")
+    assert not (tmp_path / "runs").exists()
+    for models, extra, turns, words in [
+            ('"openai/a"', 'arches = ["sm_80"]', 1, "sm_80"),
+            ('"openai/a"', "", -1, "max_turns"),
+            ('"openai/a"', "", "1\nmax_turnz = 2", "max_turnz"),
+            ('{spec = "openai/a", options = {timeout = 5}}', "", 1, "timeout"),
+            ('{spec = "openai/a", replicas = 2}', "", 1, "replicas")]:
+        (tmp_path / "s.toml").write_text(SWEEP.format(models=models, extra=extra, turns=turns))
+        with pytest.raises(ValueError, match=words):
+            load_sweep_config(tmp_path / "s.toml")
+
+
+def test_a_sweep_with_an_unusable_model_stops_before_any_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("PTXBENCH_API_KEY", raising=False)
+    one_line_error(sweep_cli(tmp_path), "OPENAI_API_KEY")  # through the CLI, before the progress bar
+    assert not (tmp_path / "runs").exists()
+    for models, words in [('{spec = "openai/x", api_base = "http://127.0.0.1:9/v1"}', "cannot reach"),
+                          ('"nosuchmodel"', "no provider"), ('"replay:nope"', "replay: no events.jsonl")]:
+        (tmp_path / "s.toml").write_text(SWEEP.format(models=models, extra="", turns=1))
+        config = load_sweep_config(tmp_path / "s.toml")
+        with pytest.raises(SweepError, match=words):
+            run_sweep(config)
+        assert not (tmp_path / "runs").exists()
+
+
+def test_a_model_the_server_does_not_know_stops_the_sweep(tmp_path, openai_server):
+    openai_server.push(S.status(404, "The model `nosuch` does not exist"))
+    (tmp_path / "s.toml").write_text(SWEEP.format(
+        models=f'{{spec = "openai/nosuch", api_base = "{openai_server.base_url}"}}', extra="", turns=1))
+    with pytest.raises(SweepError, match="openai/nosuch: a test request failed: bad_request"):
+        run_sweep(load_sweep_config(tmp_path / "s.toml"))
+    assert len(openai_server.requests) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_where_every_run_fails_exits_nonzero_once(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"replies": [{"fault": "auth", "status": 401,
+                                                                "message": "invalid api key"}]}))
+    p = sweep_cli(tmp_path, '"scripted:bad.json"', "replicas = 3")
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.count("invalid api key") == 1 and "and 2 other runs" in p.stdout
+    assert "agent report" not in p.stdout and "no run of sweep s succeeded" in p.stderr
+
+
+def test_config_defaults_agree():
+    assert EXECUTED_CHECK_DEFAULT is True and SolveRequest(task="gemm", model="x").executed_check is True
+    assert SweepConfig(name="x", models=["openai/a"], tasks=["gemm"]).executed_check is True
+    with pytest.raises(ValueError, match="replicaz"):
+        SweepConfig(name="x", models=["openai/a"], tasks=["gemm"], replicaz=2)
+
+
+# ---- 4. shipped examples are read-only inputs ---------------------------------------------------
+def git_status(path):
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", str(path)], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the git checkout")
+def test_commands_on_the_shipped_example_leave_it_untouched(tmp_path):
+    assert git_status(EXAMPLE) == ""
+    message = one_line_error(agent_cli("solve", "--resume", str(EXAMPLE)), "shipped example")
+    # the hint is a command that works
+    hint = shlex.split(message.split("replies:", 1)[1])
+    assert hint[:2] == ["agent", "solve"]
+    one_line_error(agent_cli("solve", "--resume", "attn_bwd_human", "--runs-dir", str(EXAMPLE.parent)),
+                   "shipped example")
+    one_line_error(agent_cli("report", str(EXAMPLE)), "--out")
+    one_line_error(agent_cli("report", str(EXAMPLE), "--out", str(EXAMPLE / "report")), "read-only")
+    p = agent_cli("replay", str(EXAMPLE))  # 1 would mean today's tools judge a candidate differently
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr
+    assert agent_cli("report", str(EXAMPLE), "--out", str(tmp_path / "r")).returncode == 0
+    p = agent_cli(*hint[1:], "--runs-dir", str(tmp_path / "runs"), "--max-turns", "1", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert git_status(EXAMPLE) == ""
+
+
+def test_resume_refuses_options_it_would_ignore(recorded, tmp_path):
+    run = copy_of(recorded, tmp_path)
+    one_line_error(agent_cli("solve", "--resume", str(run), "--model", "openai/other", "--max-turns", "9"),
+                   "--model", "--max-turns")
+    config = read_config(run)
+    p = agent_cli("solve", "--resume", str(run), "--task", "gemm", "--model", config.model, "--json")
+    assert p.returncode == 0, p.stderr  # repeating what was recorded is fine
+    assert json.loads(p.stdout)["run_id"] == config.run_id
+
+
+def test_replaying_a_run_on_another_task_says_so(tmp_path):
+    p = agent_cli("solve", "--task", "gemm", "--model", f"replay:{EXAMPLE}", "--max-turns", "1", "--context",
+                  "none", "--runs-dir", str(tmp_path), "--quiet")
+    assert "warning:" in p.stderr and "task mha_bwd_d128" in p.stderr and "task gemm_n7168_k5120" in p.stderr
+
+
+# ---- 5. printed things work and read right ------------------------------------------------------
+def test_version_plurals_and_the_folder_printed(tmp_path):
+    p = agent_cli("--version")
+    assert p.returncode == 0 and p.stdout.startswith("ptxbench ")
+    model = write_script(tmp_path / "s.json", [probe_reply()])
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "1", "--context", "none",
+                  "--runs-dir", str(tmp_path / "runs"), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "1 LLM call," in p.stdout and "0 faults" in p.stdout
+    folder = p.stdout.split("folder: ", 1)[1].split()[0]
+    assert (tmp_path / "runs").resolve() in (REPO / folder).resolve().parents
+    assert read_config(REPO / folder).executed_check is EXECUTED_CHECK_DEFAULT  # solve's default, like eval's
+    p = agent_cli("report", folder, "--out", str(tmp_path / "r"))
+    assert p.returncode == 0 and p.stdout.startswith("1 run (")
+
+
+def test_tables_fold_instead_of_cutting_names():
+    p = agent_cli("tasks", env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    assert "…" not in p.stdout and max(len(line) for line in p.stdout.splitlines()) <= 80
+    for name in ("mha_fwd_d128_causal", "attn_fwd_causal", "mha_bwd_d128_causal", "attn_bwd_causal"):
+        assert name in p.stdout
+    narrow = agent_cli("tasks", env={"COLUMNS": "40"})
+    assert narrow.returncode == 0 and "…" not in narrow.stdout and "attn_bwd_causal" in narrow.stdout
