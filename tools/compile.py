@@ -1,25 +1,33 @@
-"""Compile a candidate: CUDA C++ -> PTX with NVRTC (in process), PTX -> cubin with ptxas.
+"""Compile a candidate: CUDA C++ -> PTX with NVRTC, PTX -> cubin with ptxas, both in a
+confined child process (tools/sandbox.py) with time, memory and output limits.
+
+Before anything runs, the candidate's includes are checked against the include policy
+(tools/includes.py): only literal, relative names without `..`, resolved in a private copy
+of the CUDA and helper headers. A refused include is one error naming the directive.
 
 Every line NVRTC and ptxas print becomes a Diagnostic; errors carry the line in the
 user's own file (CUDA: mapped through the `.loc` debug lines that -lineinfo puts in the
 PTX; raw PTX: the PTX line). ptxas -v gives per-kernel registers, shared memory, spills.
+Diagnostics are capped (MAX_DIAGNOSTICS, MAX_MESSAGE_CHARS) and so is the stored PTX.
 A bad kernel is a CompileResult with status "failed", never an exception.
 """
 from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 from typing import Iterable
 
+from tools.includes import header_root, refused_includes
 from tools.results import CompileResult, Diagnostic, KernelResources
+from tools.sandbox import Job, Limits, Outcome, run_toolchain
 from tools.toolchain import ARCHES, ToolchainError, find_toolchain
 
 SOURCE_NAME = {"cuda": "kernel.cu", "ptx": "kernel.ptx"}
-PTXAS_TIMEOUT_S = 300
+MAX_SOURCE_CHARS = 2_000_000  # the expert kernels are ~30 kB
+MAX_DIAGNOSTICS = 200  # errors first, then the rest in order; one info line says what was left out
+MAX_MESSAGE_CHARS = 500
+MAX_STORED_PTX_CHARS = 2_000_000  # CompileResult.ptx; the cubin is built from the whole PTX
 
 # NVRTC has no libc headers and no cuda.h (FACTS.md). The prelude gives kernels the
 # fixed-width integers and a CUtensorMap with the driver's layout (128 bytes, 64-byte
@@ -63,42 +71,46 @@ def knowledge_include_dir() -> Path:
     return d
 
 
-def _nvrtc_log(nvrtc, prog) -> str:
-    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    buf = bytearray(size)  # NVRTC writes into it: never hand it an (interned) bytes object
-    nvrtc.nvrtcGetProgramLog(prog, buf)
-    return bytes(buf).rstrip(b"\0").decode(errors="replace")
+def _include_trees(include_dirs: Iterable[str]) -> list[tuple[str, str]]:
+    """The header trees NVRTC may read, in -I order, with the label each has in messages."""
+    tc = find_toolchain()
+    trees = [("cuda", tc.include_dir)] if tc.include_dir else []
+    trees.append(("helpers", str(knowledge_include_dir())))
+    return trees + [(f"include{i}", str(d)) for i, d in enumerate(include_dirs)]
+
+
+def _nvrtc_library() -> str | None:
+    """The libnvrtc the toolchain found (the sandbox child loads it directly). When only a
+    soname is known, the copy that cuda.bindings mapped into this process."""
+    path = find_toolchain().nvrtc.path
+    if path and Path(path).is_file():
+        return path
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    found = re.search(r"(/\S*/libnvrtc\.so[\d.]*)$", maps, re.M)
+    return found[1] if found else None
+
+
+def _nvrtc_job(source: str, arch: str, include_dirs: Iterable[str], extra_flags: Iterable[str],
+               with_prelude: bool) -> Job:
+    root = header_root(_include_trees(include_dirs))
+    # --no-source-include: the folder of the source is not searched; only the copies are
+    opts = [f"-arch=compute_{arch.removeprefix('sm_')}", "-std=c++17", "-lineinfo", "-DPTXBENCH=1",
+            "--no-source-include", *(f"-I{d}" for d in root.dirs), *extra_flags]
+    if with_prelude:
+        opts.append(f"--pre-include={_PRELUDE_NAME}")
+    return Job(source=source, source_name=SOURCE_NAME["cuda"], nvrtc_library=_nvrtc_library(), nvrtc_options=opts,
+               headers=dict(_HEADERS) if with_prelude else {}, read_dirs=[root.path], strip_prefixes=[root.path])
 
 
 def nvrtc_to_ptx(source: str, arch: str, include_dirs: Iterable[str] = (), extra_flags: Iterable[str] = (),
-                 with_prelude: bool = True) -> tuple[str | None, str, float]:
-    """CUDA C++ -> PTX in process. Returns (ptx or None, NVRTC log, seconds)."""
-    from cuda.bindings import nvrtc
-
-    tc = find_toolchain()
-    incs = [tc.include_dir] if tc.include_dir else []
-    incs += [str(knowledge_include_dir()), *include_dirs]
-    opts = [f"-arch=compute_{arch.removeprefix('sm_')}", "-std=c++17", "-lineinfo", "-DPTXBENCH=1",
-            *(f"-I{d}" for d in incs), *extra_flags]
-    headers = _HEADERS if with_prelude else {}
-    if with_prelude:
-        opts.append(f"--pre-include={_PRELUDE_NAME}")
-    t0 = time.perf_counter()
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), SOURCE_NAME["cuda"].encode(), len(headers),
-                                         [h.encode() for h in headers.values()], [n.encode() for n in headers])
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        return None, f"nvrtcCreateProgram failed: {err.name}", 0.0
-    try:
-        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        log = _nvrtc_log(nvrtc, prog)
-        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            return None, log or result.name, time.perf_counter() - t0
-        _, size = nvrtc.nvrtcGetPTXSize(prog)
-        buf = bytearray(size)
-        nvrtc.nvrtcGetPTX(prog, buf)
-        return bytes(buf).rstrip(b"\0").decode(), log, time.perf_counter() - t0
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+                 with_prelude: bool = True, limits: Limits | None = None) -> tuple[str | None, str, float]:
+    """CUDA C++ -> PTX in the sandbox, no ptxas. Returns (ptx or None, NVRTC log, seconds)."""
+    out = run_toolchain(_nvrtc_job(source, arch, include_dirs, extra_flags, with_prelude), limits)
+    log = "\n".join(x for x in (out.nvrtc_log, out.error) if x)
+    return (out.ptx if out.nvrtc_ok and not out.error else None), log, out.seconds.get("nvrtc", 0.0)
 
 
 # ---------------------------------------------------------------- diagnostics
@@ -251,18 +263,20 @@ def _symbols(ptx: str) -> dict[str, str]:
 
 
 def compile_source(source: str, language: str, arch: str, include_dirs: Iterable[str] = (),
-                   extra_flags: Iterable[str] = ()) -> CompileResult:
-    """CUDA C++ or PTX source -> PTX -> cubin for `arch` (sm_90a, sm_100a). Never raises for a bad kernel."""
+                   extra_flags: Iterable[str] = (), limits: Limits | None = None) -> CompileResult:
+    """CUDA C++ or PTX source -> PTX -> cubin for `arch` (sm_90a, sm_100a). Never raises for a bad kernel.
+
+    include_dirs and extra_flags are the caller's (trusted); the source is not."""
     if language not in SOURCE_NAME:
         return _failed(arch, "cuda", f"unknown language {language!r} (use 'cuda' or 'ptx')")
     if arch not in ARCHES:
         return _failed(arch, language, f"unknown arch {arch!r} (known: {', '.join(ARCHES)})")
     if not source or not source.strip():
         return _failed(arch, language, "the kernel source is empty")
+    if len(source) > MAX_SOURCE_CHARS:
+        return _failed(arch, language, f"the kernel source has {len(source)} characters; at most {MAX_SOURCE_CHARS}")
     tc = find_toolchain()
     versions = tc.versions()
-    seconds: dict[str, float] = {}
-    diags: list[Diagnostic] = []
     try:
         ptxas = tc.require("ptxas")
         if language == "cuda":
@@ -271,45 +285,76 @@ def compile_source(source: str, language: str, arch: str, include_dirs: Iterable
         return _failed(arch, language, str(exc), toolchain=versions)
 
     if language == "cuda":
-        try:
-            ptx, log, seconds["nvrtc"] = nvrtc_to_ptx(source, arch, include_dirs, extra_flags)
-        except Exception as exc:  # noqa: BLE001 - a broken NVRTC install must not crash a run
-            return _failed(arch, language, f"NVRTC could not run: {type(exc).__name__}: {exc}", toolchain=versions)
-        diags += parse_nvrtc_log(log)
-        if ptx is None:
-            return _failed(arch, language, _first_error(diags, "nvrtc"), diagnostics=diags,
-                           seconds=seconds, toolchain=versions)
-        line_map = ptx_line_to_source(ptx)
+        if (refused := refused_includes(source)):
+            return _refused(arch, refused, versions)
+        job = _nvrtc_job(source, arch, include_dirs, extra_flags, with_prelude=True)
     else:
         if not source.isascii():
             bad = next(i for i, line in enumerate(source.splitlines(), 1) if not line.isascii())
             return _failed(arch, language, f"PTX must be ASCII; line {bad} has non-ASCII characters", toolchain=versions)
+        job = Job(ptx=source)
+    job.ptxas, job.ptxas_args = ptxas, [f"-arch={arch}", "-v"]
+    out = run_toolchain(job, limits)
+    return _result(out, language, arch, source, versions)
+
+
+def _result(out: Outcome, language: str, arch: str, source: str, versions: dict) -> CompileResult:
+    """The sandbox's outcome -> CompileResult: parsed and capped diagnostics, mapped lines."""
+    diags: list[Diagnostic] = []
+    common = dict(seconds=out.seconds, toolchain=versions)
+    if language == "cuda":
+        diags += parse_nvrtc_log(out.nvrtc_log)
+        if not out.nvrtc_ok or out.failed_tool in ("nvrtc", "sandbox"):
+            error = out.error if out.failed_tool in ("nvrtc", "sandbox") and out.error else _first_error(diags, "nvrtc")
+            return _failed(arch, language, error, diagnostics=_cap_diagnostics(diags), **common)
+        ptx, line_map = out.ptx, ptx_line_to_source(out.ptx)
+    else:
         ptx, line_map = source, None
-
-    with tempfile.TemporaryDirectory(prefix="ptxbench-") as tmp:
-        ptx_path, cubin_path = Path(tmp) / SOURCE_NAME["ptx"], Path(tmp) / "kernel.cubin"
-        ptx_path.write_text(ptx)
-        t0 = time.perf_counter()
-        try:
-            # run in the temp folder with relative names so messages say "kernel.ptx", not a temp path
-            proc = subprocess.run([ptxas, f"-arch={arch}", "-v", ptx_path.name, "-o", cubin_path.name], cwd=tmp,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # one stream keeps the order
-                                  text=True, errors="replace", timeout=PTXAS_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return _failed(arch, language, f"ptxas ran longer than {PTXAS_TIMEOUT_S} s", ptx=ptx,
-                           diagnostics=diags, seconds=seconds, toolchain=versions)
-        except OSError as exc:
-            return _failed(arch, language, f"ptxas could not run: {exc}", ptx=ptx, toolchain=versions)
-        seconds["ptxas"] = time.perf_counter() - t0
-        pdiags, kernels = parse_ptxas_output(proc.stdout, line_map)
-        diags += pdiags
-        cubin = cubin_path.read_bytes() if proc.returncode == 0 and cubin_path.exists() else None
-
-    common = dict(ptx=ptx, diagnostics=diags, kernels=kernels, seconds=seconds, toolchain=versions,
-                  symbols=_symbols(ptx))
-    if cubin is None:
+    pdiags, kernels = parse_ptxas_output(out.ptxas_output or "", line_map)
+    diags += pdiags
+    common.update(ptx=_cap_ptx(ptx), diagnostics=_cap_diagnostics(diags), kernels=kernels, symbols=_symbols(ptx))
+    if out.error:
+        return _failed(arch, language, out.error, **common)
+    if out.cubin is None:
         return _failed(arch, language, _first_error(diags, "ptxas"), **common)
-    return CompileResult(status="ok", arch=arch, language=language, cubin=cubin, **common)
+    return CompileResult(status="ok", arch=arch, language=language, cubin=out.cubin, **common)
+
+
+def _refused(arch: str, refused: list, versions: dict) -> CompileResult:
+    """One error per refused include, naming the directive as the candidate wrote it."""
+    diags = [Diagnostic(tool="harness", severity="error", line=inc.line, message=f"{inc.render()} refused: {why}")
+             for inc, why in refused]
+    first = diags[0]
+    more = f" (+{len(diags) - 1} more)" if len(diags) > 1 else ""
+    return _failed(arch, "cuda", f"include refused: line {first.line}: {first.message}{more}",
+                   diagnostics=_cap_diagnostics(diags), toolchain=versions)
+
+
+def _cap_diagnostics(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """At most MAX_DIAGNOSTICS, errors kept first, each message at most MAX_MESSAGE_CHARS,
+    then one info line counting what was left out (a flood of warnings must not bury the
+    error or fill the run's records)."""
+    for d in diags:
+        if len(d.message) > MAX_MESSAGE_CHARS:
+            d.message = d.message[:MAX_MESSAGE_CHARS - 1] + "\u2026"
+    if len(diags) <= MAX_DIAGNOSTICS:
+        return diags
+    errors = [i for i, d in enumerate(diags) if d.severity == "error"][:MAX_DIAGNOSTICS - 1]
+    others = [i for i, d in enumerate(diags) if d.severity != "error"][:MAX_DIAGNOSTICS - 1 - len(errors)]
+    kept = sorted(errors + others)
+    kept_set = set(kept)
+    left = [d for i, d in enumerate(diags) if i not in kept_set]
+    n_err = sum(d.severity == "error" for d in left)
+    n_warn = sum(d.severity == "warning" for d in left)
+    summary = Diagnostic(tool="harness", severity="info",
+                         message=f"\u2026 {len(left)} more diagnostics not shown ({n_err} errors, {n_warn} warnings)")
+    return [diags[i] for i in kept] + [summary]
+
+
+def _cap_ptx(ptx: str) -> str:
+    if len(ptx) <= MAX_STORED_PTX_CHARS:
+        return ptx
+    return ptx[:MAX_STORED_PTX_CHARS] + f"\n// [ptxbench: PTX truncated, {len(ptx) - MAX_STORED_PTX_CHARS} more characters]\n"
 
 
 def compile_solution(solution, arch: str) -> CompileResult:
