@@ -36,7 +36,7 @@ _MAX_NAME = 200
 _READS_FILES = ("include", "include_next", "import", "embed")
 _SPLICE = re.compile(r"\\[ \t\f\v]*(?:\r\n|\r|\n)")  # backslash-newline (gcc also allows spaces before the newline)
 _HASH = re.compile(r"#|%:|\?\?=")  # '#', its digraph and its trigraph
-_BLANK = " \t\f\v\ufeff"
+_BLANK = " \t\f\v\r\n\ufeff"
 
 
 @dataclass(frozen=True)
@@ -89,21 +89,21 @@ def find_includes(source: str) -> list[Include]:
     def line_of(pos: int) -> int:
         return 1 + text.count("\n", 0, pos) + bisect.bisect_right(splice_at, pos)
 
+    # Skipping more blank than the preprocessor does (newlines, lone CRs) only finds more.
     found: list[Include] = []
     for m in _HASH.finditer(text):
-        i = _skip_blank(text, m.end(), newlines=False)
+        i = _skip_blank(text, m.end())
         word = re.match(r"[A-Za-z_\\][\w\\]*", text[i:i + 64])
-        if not word or word[0] not in _READS_FILES:
-            if word and "\\" in word[0] and word[0].replace("\\", "").startswith(("inc", "imp", "emb")):
-                found.append(Include(line_of(m.start()), word[0], None))  # a UCN-spelled directive name
-            continue
-        name, quoted = _header_name(text, _skip_blank(text, i + len(word[0]), newlines=False))
-        found.append(Include(line_of(m.start()), word[0], name, quoted))
+        if word and "\\" in word[0]:  # a directive name spelled with \u escapes: refuse, whatever it is
+            found.append(Include(line_of(m.start()), word[0], None))
+        elif word and word[0] in _READS_FILES:
+            name, quoted = _header_name(text, _skip_blank(text, i + len(word[0])))
+            found.append(Include(line_of(m.start()), word[0], name, quoted))
     for m in re.finditer(r"__has_include(?:_next)?", text):
-        i = _skip_blank(text, m.end(), newlines=True)
+        i = _skip_blank(text, m.end())
         name, quoted = (None, True)
         if text.startswith("(", i):
-            name, quoted = _header_name(text, _skip_blank(text, i + 1, newlines=True))
+            name, quoted = _header_name(text, _skip_blank(text, i + 1))
         found.append(Include(line_of(m.start()), m[0], name, quoted))
     return sorted(found, key=lambda inc: inc.line)
 
@@ -121,12 +121,12 @@ def _splice(source: str) -> tuple[str, list[int]]:
     return "".join(parts), where
 
 
-def _skip_blank(text: str, i: int, newlines: bool) -> int:
+def _skip_blank(text: str, i: int) -> int:
     """Skip whitespace and /* */ comments (which may span lines even inside a directive)."""
     n = len(text)
     while i < n:
         c = text[i]
-        if c in _BLANK or (newlines and c in "\r\n"):
+        if c in _BLANK:
             i += 1
         elif text.startswith("/*", i):
             end = text.find("*/", i + 2)
