@@ -146,24 +146,32 @@ def run_toolchain(job: Job, limits: Limits | None = None) -> Outcome:
     request = json.dumps({"job": asdict(job), "limits": asdict(limits)}).encode()
     with tempfile.TemporaryDirectory(prefix="ptxbench-compile-") as work:
         t0 = time.monotonic()
-        try:
-            # -I: no PYTHON* variables, no user site; -S: no site-packages either (stdlib and ctypes suffice)
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _BOOT.format(root=root)], cwd=work,
-                                    env=scrubbed_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)  # own group: killed whole
-        except OSError as exc:
-            return Outcome(error=f"the compile sandbox could not start: {exc}", failed_tool="sandbox")
-        try:
-            out, err = proc.communicate(request, timeout=limits.wall_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = proc.communicate()
-            tool = _last_phase(err)
-            return Outcome(error=f"{tool} ran longer than {limits.wall_s:g} s (the compile time limit)",
-                           failed_tool=tool, seconds={tool: round(time.monotonic() - t0, 3)})
-        finally:
-            _kill_group(proc)  # nothing of the group outlives the compile
-    return _outcome(proc.returncode, out, err, limits)
+        # the child's stderr goes to a file: RLIMIT_FSIZE bounds it, a pipe would not
+        with open(os.path.join(work, "stderr.txt"), "w+b") as errfile:
+            try:
+                # -I: no PYTHON* variables, no user site; -S: no site-packages (stdlib and ctypes suffice)
+                proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _BOOT.format(root=root)], cwd=work,
+                                        env=scrubbed_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=errfile, start_new_session=True)  # own group: killed whole
+            except OSError as exc:
+                return Outcome(error=f"the compile sandbox could not start: {exc}", failed_tool="sandbox")
+            try:
+                out, _ = proc.communicate(request, timeout=limits.wall_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                proc.wait()
+                tool = _last_phase(_tail(errfile))
+                return Outcome(error=f"{tool} ran longer than {limits.wall_s:g} s (the compile time limit)",
+                               failed_tool=tool, seconds={tool: round(time.monotonic() - t0, 3)})
+            finally:
+                _kill_group(proc)  # nothing of the group outlives the compile
+            return _outcome(proc.returncode, out, _tail(errfile))
+
+
+def _tail(f, n: int = 1 << 16) -> bytes:
+    f.seek(0, os.SEEK_END)
+    f.seek(max(0, f.tell() - n))
+    return f.read()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -178,21 +186,28 @@ def _last_phase(stderr: bytes) -> str:
     return phases[-1].decode() if phases else "nvrtc"
 
 
-def _outcome(returncode: int, out: bytes, err: bytes, limits: Limits) -> Outcome:
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _outcome(returncode: int, out: bytes, err: bytes) -> Outcome:
     try:
         data = json.loads(out)
     except ValueError:
         data = None
     if not isinstance(data, dict):
         tool = _last_phase(err)
-        how = f"was killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited with {returncode}"
+        how = f"was killed by {_signal_name(-returncode)}" if returncode < 0 else f"exited with {returncode}"
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
         return Outcome(error=f"the compile sandbox {how} during {tool}: {' | '.join(tail)[:300]}", failed_tool=tool)
     cubin = data.pop("cubin", None)
     result = Outcome(**{k: v for k, v in data.items() if k in Outcome.__dataclass_fields__})
     result.cubin = base64.b64decode(cubin) if cubin else None
     global _confinement_warned
-    if result.confinement == "none" and not _confinement_warned:  # noqa: PLW0603
+    if result.confinement == "none" and not _confinement_warned:
         _confinement_warned = True
         log.warning("compile sandbox: this kernel offers no Landlock; NVRTC runs without file-system "
                     "confinement (the include scan still applies)")
@@ -286,9 +301,8 @@ def _signal_error(tool: str, sig: int, limits: Limits) -> str:
         return f"{tool} used more than {limits.cpu_s} s of CPU time (the compile CPU limit)"
     if sig == signal.SIGXFSZ:
         return f"{tool} wrote more than the output limit"
-    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
     # allocation failures under RLIMIT_AS usually end as an abort or a segfault
-    return f"{tool} crashed ({name}); it may have exceeded the memory limit ({_gib(limits.memory_bytes)})"
+    return f"{tool} crashed ({_signal_name(sig)}); it may have exceeded the memory limit ({_gib(limits.memory_bytes)})"
 
 
 def _load_nvrtc(path: str | None) -> ctypes.CDLL:
