@@ -122,7 +122,9 @@ class RayExecutor:
             if address:  # an existing cluster: ship our packages to its workers
                 ray.init(address=address, runtime_env={"py_modules": _code_dirs()}, log_to_driver=False)
             else:
-                ray.init(num_cpus=max(1, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
+                # "local": a new instance even when another Ray runs on this machine (never join it unasked)
+                ray.init(address="local", num_cpus=max(1, os.cpu_count() or 1), include_dashboard=False,
+                         log_to_driver=False)
         self._cpu0, self._cpu_end = time.process_time(), None  # the driver's CPU over the executor's life
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))

@@ -341,6 +341,7 @@ class ClusterEvaluator:
         self._retries = retries
         self._lock = threading.Lock()
         self._stats = DriverStats()
+        self._task_refs: dict[str, tuple[Any, Any]] = {}  # task name -> (task, its object)
 
     def evaluate(self, solution, task, arch: str, **kwargs) -> EvalResult:
         t0 = time.thread_time()
@@ -355,6 +356,7 @@ class ClusterEvaluator:
         import ray
 
         compiled = kwargs.pop("compiled", None)
+        task = self._shared(task)
         if compiled is None:
             done_ref, payload_ref = self._prepare.remote(solution, task, arch, kwargs, self.no_gpu_reason)
             if ray.get(done_ref):  # one bool: the cubin stays in the object store
@@ -391,6 +393,19 @@ class ClusterEvaluator:
             self._stats.lost += 1
         raise GpuActorsLost(f"the GPU actors running this evaluation died {len(died)} times ({', '.join(died)}); "
                             f"last: {self.pool.last_error}")
+
+    def _shared(self, task):
+        """The task as an object in the store, put once: a sweep sends the same few tasks
+        thousands of times, and pickling one per call is driver CPU for nothing."""
+        import ray
+
+        if isinstance(task, str):
+            return task
+        with self._lock:
+            held = self._task_refs.get(task.name)
+            if held is None or held[0] != task:  # each run has its own copy: equal is enough, and cheaper
+                held = self._task_refs[task.name] = (task, ray.put(task))
+            return held[1]
 
     def stats(self) -> DriverStats:
         with self._lock:

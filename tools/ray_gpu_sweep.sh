@@ -133,7 +133,7 @@ done
 
 # (d) compare and report
 "$PY" - "$WORK" "$OUT" "${DRY_CPU:-0}" <<'PYEOF' 2>&1 | tee -a "$LOG"
-import datetime, json, os, platform, subprocess, sys
+import datetime, json, os, platform, re, subprocess, sys
 from pathlib import Path
 
 from agent.sweep import expand, load_sweep_config, verdict_sequence
@@ -179,8 +179,13 @@ for name in ("local1", "local2", "ray2"):
     sequences[name] = seq
     mtimes.sort()
     steady = (60.0 * (len(mtimes) - 1) / (mtimes[-1] - mtimes[0])) if len(mtimes) > 2 and mtimes[-1] > mtimes[0] else None
+    executor = (result or {}).get("executor") or timing["executor"]
+    # The Ray executor's summary ends with its driver overhead (agent/executors.py, describe()).
+    overhead = re.search(r"driver CPU ([\d.]+) ms/evaluation \(executor bookkeeping ([\d.]+) ms\)", executor)
     rows.append({
-        "name": name, "ran": True, "executor": (result or {}).get("executor") or timing["executor"],
+        "name": name, "ran": True, "executor": executor.split(";")[0],
+        "driver_cpu_ms_per_eval": float(overhead.group(1)) if overhead else None,
+        "bookkeeping_cpu_ms_per_eval": float(overhead.group(2)) if overhead else None,
         "gpus": GPUS[name], "rc": timing["rc"], "limit_s": timing["limit_s"], "runs_total": len(run_ids),
         "runs_finished": finished, "evaluations": len(evals), "wall_s": round(wall, 1),
         "evals_per_min": round(60.0 * len(evals) / wall, 2) if wall > 0 else None,
@@ -229,17 +234,18 @@ lines = [f"## Sweep throughput: local and Ray executors ({meta['date']})", "",
          f"evaluation on all five workloads of its task, the visible one timed against the library; "
          f"executed check off; {cfg.concurrency} runs in flight. Wall time is the whole `agent sweep` "
          f"process (start-up, Ray or worker start, compile, inspect, GPU); 'steady' counts from the first "
-         f"to the last evaluation written.", "",
-         "| executor | GPUs | runs finished | evaluations | wall s | evaluations/min | steady evaluations/min | evaluations per GPU | identical verdicts |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         f"to the last evaluation written. Driver CPU per evaluation (Ray only): the `agent sweep` process's "
+         f"CPU time (every thread) over its evaluations; compile + inspect run in Ray CPU tasks, not in it.", "",
+         "| executor | GPUs | runs finished | evaluations | wall s | evaluations/min | steady evaluations/min | evaluations per GPU | driver CPU ms/evaluation | identical verdicts |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     if not r.get("ran"):
-        lines.append(f"| {r['name']} | | not run | | | | | | |")
+        lines.append(f"| {r['name']} | | not run | | | | | | | |")
         continue
     per = ", ".join(f"{k}: {v}" for k, v in r["per_gpu"].items()) or "—"
     lines.append(f"| {r['executor']} | {r['gpus']} | {r['runs_finished']}/{r['runs_total']} | {r['evaluations']} | "
                  f"{r['wall_s']} | {cell(r['evals_per_min'])} | {cell(r['evals_per_min_steady'])} | {per} | "
-                 f"{'yes' if r['identical'] else 'no'} |")
+                 f"{cell(r['driver_cpu_ms_per_eval'])} | {'yes' if r['identical'] else 'no'} |")
 lines += ["", f"Verdict sequences (compiled, arch, correct, correct_with_arch, outcome of every candidate) of "
           f"{len(common)} runs compared across the executors: {'identical' if identical else 'DIFFERENT'}"
           f"{'' if complete else ' (not every sweep finished: only runs finished in all are compared)'}. "
