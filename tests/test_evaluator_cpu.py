@@ -800,3 +800,13 @@ def test_instruction_credit_needs_the_work():
     assert real.carries == {"wgmma": True, "tma": True} and real.shares["tma"] == 1.0
     unmeasured = verdict(["wgmma"], counts, {}, {}, work)
     assert unmeasured.executed["wgmma"] and not unmeasured.carries["wgmma"]
+
+
+def test_a_nan_outside_the_sampled_rows_still_fails_a_timed_run():
+    def nan_late(ws, call):
+        gemm(ws, call)
+        if call >= 4:
+            ws.outputs["C"][-1, -1] = float("nan")  # one element, almost never among the sampled rows
+
+    result, _ = run(nan_late, time=True)
+    assert result["reason"] == "wrong_in_timed_run" and "NaN" in result["detail"], result

@@ -96,9 +96,12 @@ class WorkerHandle:
 
     @property
     def env(self) -> dict[str, str]:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-        return env
+        """The worker's environment (also ncu's and the sanitizer's): no credentials reach a
+        process that runs a candidate (tools.sandbox.scrubbed_env)."""
+        from tools.sandbox import scrubbed_env
+
+        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        return scrubbed_env({"CUDA_VISIBLE_DEVICES": self.device, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

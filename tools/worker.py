@@ -254,6 +254,12 @@ class State:
 # ----------------------------------------------------------------------------------------
 # One workload: allocate, check twice with fresh inputs, time against the baseline, re-check.
 
+def _nan_scanned():
+    import torch
+
+    return (torch.bfloat16, torch.float16, torch.float32)
+
+
 class Workspace:
     """Every tensor of one workload, guarded, at fixed addresses (tensor maps point at them)."""
 
@@ -322,6 +328,9 @@ class Workspace:
             if unwritten:
                 return "unwritten_output", (f"output {name!r}: {unwritten} of {t.numel()} elements were never "
                                             f"written (still the poison NaN)"), []
+            nans = int(t.isnan().sum()) if t.dtype in _nan_scanned() else 0  # whole output, also when rows are sampled
+            if nans:
+                return "nan_output", f"output {name!r} has {nans} NaN elements", []
         if samples is not None:
             mismatches = [compare(n, view_rows(self.outputs[n])[smp.rows], smp.expected, tol, smp.scale)
                           for n, smp in samples.items()]
