@@ -1,6 +1,6 @@
 """A stand-in GPU worker for CPU tests of the evaluator's client side (watchdog, restart,
 crash handling). Speaks tools.worker's protocol; what it does with a "run" request is
-read from the file named by FAKE_WORKER_MODE at each request:
+read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
 
   pass      answer with a passed WorkloadResult
   hang      sleep forever (the client's watchdog must kill it)
@@ -19,7 +19,7 @@ from tools.worker import read_msg, write_msg  # noqa: E402
 
 
 def mode() -> str:
-    with open(os.environ["FAKE_WORKER_MODE"]) as f:
+    with open(os.environ["PTXBENCH_FAKE_WORKER_MODE"]) as f:
         return f.read().strip()
 
 

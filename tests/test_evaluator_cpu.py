@@ -368,7 +368,7 @@ def test_sanitizer_parsing():
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     mode = tmp_path / "mode"
-    monkeypatch.setenv("FAKE_WORKER_MODE", str(mode))
+    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
 
     def set_mode(m):
         mode.write_text(m)
@@ -810,3 +810,12 @@ def test_a_nan_outside_the_sampled_rows_still_fails_a_timed_run():
 
     result, _ = run(nan_late, time=True)
     assert result["reason"] == "wrong_in_timed_run" and "NaN" in result["detail"], result
+
+
+def test_worker_environment_carries_no_credentials(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-SECRET")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-SECRET")
+    env = WorkerHandle("3").env
+    assert env["CUDA_VISIBLE_DEVICES"] == "3" and str(ROOT) in env["PYTHONPATH"]
+    assert not any("SECRET" in v for v in env.values()), [k for k, v in env.items() if "SECRET" in v]
