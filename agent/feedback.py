@@ -14,11 +14,10 @@ import re
 
 from agent import prompts
 from agent.trajectory import CandidateRecord, Outcome, Verdicts
-from tools.results import EvalResult, Mismatch, WorkloadResult
+from tools.results import WRONG_NUMBERS, EvalResult, Mismatch, WorkloadResult
 
 MAX_DIAGNOSTICS = 30
 # Workload failures that mean "ran, wrong numbers" rather than "did not run properly".
-WRONG_NUMBERS = {"incorrect", "nan_output", "unwritten_output", "wrong_after_first_call"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -237,8 +236,10 @@ def _mismatch_line(m: Mismatch) -> str:
     if m.got is not None and m.expected is not None:
         got = f" (got {m.got:.4g}, expected {m.expected:.4g})"
     nans = f", {m.nan_count} NaN" if m.nan_count else ""
+    l2 = (f", relative L2 error {m.rel_l2:.3g} (at most {m.rel_l2_bound:g} allowed)"
+          if m.rel_l2 is not None and m.rel_l2_bound is not None else "")
     return (f"  - output `{m.output}`: max abs error {m.max_abs_err:.3g}, max rel error {m.max_rel_err:.3g}, "
-            f"{m.mismatch_frac:.2%} of elements out of tolerance{nans}{where}{got}")
+            f"{m.mismatch_frac:.2%} of elements out of tolerance{nans}{l2}{where}{got}")
 
 
 def timing_section(ev: EvalResult) -> str:

@@ -143,6 +143,9 @@ FailReason = Literal[
     "implausible",  # faster than the GPU's physical ceiling: no speedup is credited
     "harness_error",  # the evaluator itself failed on this candidate (its message in detail)
 ]
+# Reasons that mean "ran, and the numbers are wrong" (as opposed to a crash, hang or bad manifest)
+WRONG_NUMBERS = frozenset({"incorrect", "nan_output", "unwritten_output", "wrong_after_first_call",
+                           "wrong_in_timed_run"})
 
 
 class WorkloadResult(BaseModel):

@@ -33,13 +33,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
 
 from agent.trajectory import CandidateRecord, RunConfig, read_config, read_events, read_summary
-from tools.results import EvalResult
+from tools.results import WRONG_NUMBERS, EvalResult
 from tools.solution import Solution, SolutionError
 
 ErrorClass = Literal["compile", "features_missing", "runtime", "timeout", "numerical"]
 ERROR_CLASSES: tuple[str, ...] = ("compile", "features_missing", "runtime", "timeout", "numerical")
-# Workload failures that mean "ran, wrong numbers" (as agent.feedback.WRONG_NUMBERS).
-_NUMERICAL = {"incorrect", "nan_output", "unwritten_output", "wrong_after_first_call"}
 SHINGLE = 5
 DUP_JACCARD = 0.9
 
@@ -99,7 +97,7 @@ def error_classes(a: Attempt) -> set[str]:
     if ev.run_status in ("ok", "failed"):  # it ran on a GPU
         failed = [w for w in ev.workloads if w.split == "visible" and w.status == "failed"]
         for w in failed:
-            found.add("timeout" if w.reason == "timeout" else "numerical" if w.reason in _NUMERICAL else "runtime")
+            found.add("timeout" if w.reason == "timeout" else "numerical" if w.reason in WRONG_NUMBERS else "runtime")
         if ev.run_status == "failed" and not failed:
             found.add("runtime")
     return found
