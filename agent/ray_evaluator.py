@@ -150,8 +150,10 @@ class GpuActorPool:
     def __init__(self, stages: RayStages, *, actor_cpus: float, poll_s: float = 1.0, max_start_failures: int = 3):
         import ray
 
+        # No task events: the GCS (one process for the whole cluster) would record every call;
+        # without them its CPU per evaluation drops threefold (measured with benchmarks/ray_sim.py).
         self._remote = ray.remote(stages.gpu_actor).options(
-            num_gpus=1, num_cpus=actor_cpus, max_restarts=0, max_task_retries=0)
+            num_gpus=1, num_cpus=actor_cpus, max_restarts=0, max_task_retries=0, enable_task_events=False)
         self._args = stages.actor_args
         self._poll_s = poll_s
         self._max_start_failures = max_start_failures
@@ -334,7 +336,8 @@ class ClusterEvaluator:
         import ray
 
         self.stages = stages or RayStages()
-        self._prepare = ray.remote(self.stages.prepare).options(num_cpus=self.stages.prepare_cpus, num_returns=2)
+        self._prepare = ray.remote(self.stages.prepare).options(  # no task events: as for the actors
+            num_cpus=self.stages.prepare_cpus, num_returns=2, enable_task_events=False)
         self.gpus = int(ray.cluster_resources().get("GPU", 0))
         self.no_gpu_reason = None if self.gpus else "the Ray cluster has no GPU"
         self.pool = GpuActorPool(self.stages, actor_cpus=actor_cpus, poll_s=poll_s) if self.gpus else None

@@ -237,39 +237,51 @@ def table(rows: list[SimRow]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[SimRow], meta: dict, path: Path) -> None:
+def plot(series: list[tuple[dict, list[SimRow]]], path: Path) -> None:
+    """One figure for one or more runs of this script (meta, rows): throughput against GPUs,
+    the share of linear, and the driver's CPU per evaluation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    g = [r.gpus for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(g, [r.steady_evals_per_min for r in rows], "o-", label="Ray executor (steady)")
-    left.plot(g, [r.ideal_evals_per_min for r in rows], "--", color="gray", label="linear: every GPU busy")
-    left.plot(g, [0.9 * r.ideal_evals_per_min for r in rows], ":", color="gray", label="0.9 x linear (goal)")
-    left.set_xscale("log", base=2)
-    left.set_yscale("log")
-    left.set_xticks(g, [str(x) for x in g])
-    left.set_xlabel("GPUs (simulated)")
-    left.set_ylabel("evaluations / min")
-    left.set_title(f"throughput ({meta['params']['gpu_s']} s GPU, {meta['params']['compile_s']} s compile)")
-    left.legend(fontsize=8)
-    right.plot(g, [r.driver_cpu_ms_per_eval for r in rows], "o-", label="driver process CPU")
-    right.plot(g, [r.driver_cpu_ms_per_eval_less_idle for r in rows], "^-", label="driver, less its idle CPU")
-    right.plot(g, [r.bookkeeping_cpu_ms_per_eval for r in rows], "s-", label="run threads in evaluate()")
-    right.axhline(10, ls=":", color="gray", label="goal: under 10 ms")
-    right.set_xscale("log", base=2)
-    right.set_xticks(g, [str(x) for x in g])
-    right.set_ylim(bottom=0)
-    right.set_xlabel("GPUs (simulated)")
-    right.set_ylabel("ms CPU per evaluation")
-    right.set_title("driver overhead")
-    right.legend(fontsize=8)
-    fig.suptitle(f"benchmarks/ray_sim.py, {meta['date']}, {meta['cpus']}-core CPU, Ray {meta['ray']}", fontsize=9)
+    fig, (rate, share, cpu) = plt.subplots(1, 3, figsize=(14, 4.2))
+    for meta, rows in series:
+        g = [r.gpus for r in rows]
+        label = f"{meta['params']['gpu_s']:g} s GPU + {meta['params']['compile_s']:g} s compile"
+        line, = rate.plot(g, [r.steady_evals_per_min for r in rows], "o-", label=label)
+        rate.plot(g, [r.ideal_evals_per_min for r in rows], "--", color=line.get_color(), alpha=0.5,
+                  label="every GPU busy")
+        share.plot(g, [r.of_ideal for r in rows], "o-", color=line.get_color(), label=label)
+        cpu.plot(g, [r.driver_cpu_ms_per_eval for r in rows], "o-", color=line.get_color(),
+                 label=f"{label}: driver process")
+        cpu.plot(g, [r.driver_cpu_ms_per_eval_less_idle for r in rows], "^:", color=line.get_color(),
+                 label=f"{label}: less its idle CPU")
+    share.axhline(0.9, ls=":", color="gray", label="goal: 0.9")
+    share.set_ylim(0, 1.05)
+    cpu.axhline(10, ls=":", color="gray", label="goal: under 10 ms")
+    cpu.set_ylim(bottom=0)
+    for ax, title, ylabel in ((rate, "throughput (steady)", "evaluations / min"),
+                              (share, "share of linear (every GPU busy)", "steady / ideal"),
+                              (cpu, "driver overhead", "ms CPU per evaluation")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(g, [str(x) for x in g])
+        ax.set_xlabel("GPUs (simulated)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7)
+    rate.set_yscale("log")
+    meta = series[0][0]
+    fig.suptitle(f"benchmarks/ray_sim.py, {meta['date']}: one {meta['cpus']}-core CPU VM (shared), Ray {meta['ray']}",
+                 fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def load(path: Path) -> tuple[dict, list[SimRow]]:
+    data = json.loads(path.read_text())
+    return data["meta"], [SimRow(**r) for r in data["rows"]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -298,7 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-s", type=float, default=SimParams.idle_s)
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--plot", type=Path, help="write the plot (PNG) here")
+    ap.add_argument("--replot", type=Path, nargs="+", metavar="JSON",
+                    help="measure nothing: draw --plot from earlier --json files (one curve each)")
     a = ap.parse_args(argv)
+    if a.replot:
+        if not a.plot:
+            ap.error("--replot needs --plot")
+        plot([load(p) for p in a.replot], a.plot)
+        return 0
     params = SimParams(a.gpu_s, a.compile_s, a.compile_cpus, a.evals_per_gpu, a.threads_per_gpu, a.idle_s)
     counts = [int(x) for x in a.gpus.split(",") if x.strip()]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -333,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
     if a.plot:
-        plot(rows, meta, a.plot)
+        plot([(meta, rows)], a.plot)
     return 0
 
 
