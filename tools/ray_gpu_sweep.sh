@@ -235,17 +235,21 @@ lines = [f"## Sweep throughput: local and Ray executors ({meta['date']})", "",
          f"executed check off; {cfg.concurrency} runs in flight. Wall time is the whole `agent sweep` "
          f"process (start-up, Ray or worker start, compile, inspect, GPU); 'steady' counts from the first "
          f"to the last evaluation written. Driver CPU per evaluation (Ray only): the `agent sweep` process's "
-         f"CPU time (every thread) over its evaluations; compile + inspect run in Ray CPU tasks, not in it.", "",
-         "| executor | GPUs | runs finished | evaluations | wall s | evaluations/min | steady evaluations/min | evaluations per GPU | driver CPU ms/evaluation | identical verdicts |",
+         f"CPU time (every thread: the runs' own agent work and start-up included) over its evaluations, and in "
+         f"parentheses the executor's part (the run threads inside evaluate()); compile + inspect run in Ray "
+         f"CPU tasks, not in the driver.", "",
+         "| executor | GPUs | runs finished | evaluations | wall s | evaluations/min | steady evaluations/min | evaluations per GPU | driver CPU ms/evaluation (executor's part) | identical verdicts |",
          "|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     if not r.get("ran"):
         lines.append(f"| {r['name']} | | not run | | | | | | | |")
         continue
     per = ", ".join(f"{k}: {v}" for k, v in r["per_gpu"].items()) or "—"
+    cpu = "—" if r["driver_cpu_ms_per_eval"] is None else \
+        f"{r['driver_cpu_ms_per_eval']} ({r['bookkeeping_cpu_ms_per_eval']})"
     lines.append(f"| {r['executor']} | {r['gpus']} | {r['runs_finished']}/{r['runs_total']} | {r['evaluations']} | "
                  f"{r['wall_s']} | {cell(r['evals_per_min'])} | {cell(r['evals_per_min_steady'])} | {per} | "
-                 f"{cell(r['driver_cpu_ms_per_eval'])} | {'yes' if r['identical'] else 'no'} |")
+                 f"{cpu} | {'yes' if r['identical'] else 'no'} |")
 lines += ["", f"Verdict sequences (compiled, arch, correct, correct_with_arch, outcome of every candidate) of "
           f"{len(common)} runs compared across the executors: {'identical' if identical else 'DIFFERENT'}"
           f"{'' if complete else ' (not every sweep finished: only runs finished in all are compared)'}. "
