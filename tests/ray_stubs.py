@@ -106,7 +106,12 @@ def main() -> None:
     from agent.executors import RayExecutor
     from agent.sweep import load_sweep_config, run_sweep
 
+    import ray
+
     _register_by_value()
+    # Connected here, so the executor ships no packages: the cluster's workers share this
+    # machine's install (the `agent sweep --address` test covers the shipping).
+    ray.init(address=a.address, log_to_driver=False)
     cfg = load_sweep_config(a.config, runs_dir=a.runs_dir, executor="ray", ray_address=a.address)
     executor = RayExecutor(a.address, stages=stub_stages(Path(a.log), a.gpu_s), poll_s=0.2)
     try:

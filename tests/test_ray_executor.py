@@ -193,7 +193,7 @@ def test_a_killed_driver_resumes_without_evaluating_anything_twice(cluster, tmp_
     def driver(log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, str(REPO / "tests" / "ray_stubs.py"), str(tmp_path / "sweep.toml"),
-             "--address", cluster.address, "--runs-dir", str(runs), "--log", str(log), "--gpu-s", "0.5"],
+             "--address", cluster.address, "--runs-dir", str(runs), "--log", str(log), "--gpu-s", "0.3"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     first = driver(tmp_path / "first.log")
