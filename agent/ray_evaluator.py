@@ -23,7 +23,7 @@ Faults, and what each costs:
   keeps every finished evaluation (eval.json), which a resumed run reuses (agent/nodes.py).
 - a node running a prepare task is lost: Ray re-runs the task (tasks retry by default).
 
-Tests and the scaling simulation (benchmarks/ray_sim.py) swap the stages for stubs through
+Tests and the scaling simulation (agent/ray_sim.py) swap the stages for stubs through
 RayStages: a fake GPU cannot run kernels, and a simulated compile should cost a fixed time.
 """
 from __future__ import annotations
@@ -151,7 +151,7 @@ class GpuActorPool:
         import ray
 
         # No task events: the GCS (one process for the whole cluster) would record every call;
-        # without them its CPU per evaluation drops threefold (measured with benchmarks/ray_sim.py).
+        # without them its CPU per evaluation drops threefold (measured with agent/ray_sim.py).
         self._remote = ray.remote(stages.gpu_actor).options(
             num_gpus=1, num_cpus=actor_cpus, max_restarts=0, max_task_retries=0, enable_task_events=False)
         self._args = stages.actor_args

@@ -1,6 +1,6 @@
 """How the Ray executor scales toward a cluster, simulated on one machine.
 
-    python -m benchmarks.ray_sim --gpus 1,8,32,64 --json runs/ray_sim.json --plot docs/ray_sim_scaling.png
+    python -m agent.ray_sim --gpus 1,8,32,64 --json runs/ray_sim.json --plot docs/ray_sim_scaling.png
 
 For each GPU count G: a local Ray instance with G logical GPUs (Ray does not check that
 they exist) and --compile-cpus logical CPUs; the real executor (agent/ray_evaluator.py:
@@ -272,7 +272,7 @@ def plot(series: list[tuple[dict, list[SimRow]]], path: Path) -> None:
         ax.legend(fontsize=7)
     rate.set_yscale("log")
     meta = series[0][0]
-    fig.suptitle(f"benchmarks/ray_sim.py, {meta['date']}: one {meta['cpus']}-core CPU VM (shared), Ray {meta['ray']}",
+    fig.suptitle(f"agent/ray_sim.py, {meta['date']}: one {meta['cpus']}-core CPU VM (shared), Ray {meta['ray']}",
                  fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": datetime.date.today().isoformat(), "host": platform.node(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "ray": ray.__version__, "params": asdict(params),
             "payload": {"cubin_kib": round(cubin_kb, 1), "ptx_kib": round(len(compiled[0].ptx or "") / 1024, 1)},
-            "command": "python -m benchmarks.ray_sim " + " ".join(argv if argv is not None else sys.argv[1:])}
+            "command": "python -m agent.ray_sim " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(table(rows))
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
