@@ -233,8 +233,8 @@ def print_report(report, console) -> None:
             # an unfinished recorded run has no decision for later turns: nothing to differ from
             mark = ("same" if t.recorded == t.replayed else
                     "not recorded" if t.recorded is None and report.partial else "DIFFERENT")
-            p(f"  turn {t.turn}: recorded {t.recorded}  replayed {t.replayed}  {mark}")
-        p(f"stop: recorded {report.recorded_stop}, replayed {report.replayed_stop}")
+            p(f"  turn {t.turn}: recorded {t.recorded or '-'}  replayed {t.replayed or '-'}  {mark}")
+        p(f"stop: recorded {report.recorded_stop or '- (unfinished)'}, replayed {report.replayed_stop}")
         note = " (recorded run unfinished: its decisions so far compared)" if report.partial else ""
         p(("match" if report.match else "MISMATCH") + ": decision sequence " +
           ("reproduced" if report.match else "differs") + note)
