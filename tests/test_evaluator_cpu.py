@@ -796,7 +796,7 @@ def test_instruction_credit_needs_the_work():
     counts = {"wgmma": 8, "tma": 1}
     decoy = verdict(["wgmma", "tma"], counts, {}, {HGMMA_OPS_METRICS[0]: 2 * 64 * 8 * 16, TMA_BYTES_METRIC: 8192}, work)
     assert decoy.executed == {"wgmma": True, "tma": True} and decoy.carries == {"wgmma": False, "tma": False}
-    real = verdict(["wgmma", "tma"], counts, {}, {HGMMA_OPS_METRICS[0]: work.flops / 2, TMA_BYTES_METRIC: 3e9}, work)
+    real = verdict(["wgmma", "tma"], counts, {}, {HGMMA_OPS_METRICS[0]: work.flops, TMA_BYTES_METRIC: 3e9}, work)
     assert real.carries == {"wgmma": True, "tma": True} and real.shares["tma"] == 1.0
     unmeasured = verdict(["wgmma"], counts, {}, {}, work)
     assert unmeasured.executed["wgmma"] and not unmeasured.carries["wgmma"]
