@@ -76,8 +76,25 @@ def render(r: EvalResult) -> None:
                 say(f"  {w.workload}: {escape(w.detail)}")
     elif r.run_status == "failed":
         say(f"[red]run failed[/red]: {escape(r.run_reason or '')}")
+    timed = next((w for w in r.workloads if w.gpu_state.get("start")), None)
+    if timed:  # drift is visible in every result: the GPU before and after the timed runs
+        st, en = timed.gpu_state["start"], timed.gpu_state.get("end", {})
+        say(f"GPU during {timed.workload}: SM {st.get('sm_mhz', 0):.0f}->{en.get('sm_mhz', 0):.0f} MHz, "
+            f"{st.get('temp_c', 0):.0f}->{en.get('temp_c', 0):.0f} °C, {st.get('power_w', 0):.0f}->"
+            f"{en.get('power_w', 0):.0f} W; {timed.timed_runs} paired runs, {timed.full_checks} judged whole")
+    if r.executed.shares:
+        say("work carried: " + ", ".join(f"{f} {s:.0%}" if s is not None else f"{f} unmeasured"
+                                         for f, s in r.executed.shares.items()))
+
+    def shown(x) -> str:
+        if isinstance(x, float):
+            return f"{x:.3f}"
+        if isinstance(x, list):
+            return "[" + ", ".join(f"{y:.3f}" for y in x) + "]"
+        return _mark(x)
+
     v = r.verdicts()
-    say("verdict: " + ", ".join(f"{k} {_mark(x) if not isinstance(x, float) else f'{x:.3f}'}" for k, x in v.items())
+    say("verdict: " + ", ".join(f"{k} {shown(x)}" for k, x in v.items())
         + (f" (spread ×{r.speedup_spread:.3f})" if r.speedup_spread else "") + f" — {r.seconds:.1f} s")
 
 
