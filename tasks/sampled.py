@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.reference import _ieee_fp32, _widen
+from tasks.reference import _axes_from_shapes, _ieee_fp32, _widen
 from tasks.schema import Task
 
 SAMPLED_OP_TYPES = ("gemm", "mha_fwd", "mha_bwd")
@@ -56,20 +56,13 @@ def sample(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, ro
     with torch.no_grad(), _ieee_fp32():
         if task.op_type == "gemm":
             return _gemm(x, gen, rows, terms)
-        sm_scale = float(task.scalar_values(_axes(task, inputs))["sm_scale"])
+        sm_scale = float(task.scalar_values(_axes_from_shapes(task, inputs))["sm_scale"])
         causal = "causal" in task.tags
         if task.op_type == "mha_fwd":
             return _mha_fwd(x, gen, rows, sm_scale, causal, terms)
         if task.op_type == "mha_bwd":
             return _mha_bwd(x, gen, rows, sm_scale, causal, terms)
     raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
-
-
-def _axes(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
-    axes: dict[str, int] = {}
-    for name, spec in task.inputs.items():
-        axes.update(zip(spec.shape, (int(s) for s in inputs[name].shape)))
-    return task.axis_values({k: v for k, v in axes.items() if k in task.axes})
 
 
 def _pick(n: int, k: int, gen: torch.Generator, device) -> torch.Tensor:

@@ -96,12 +96,17 @@ class Task(BaseModel):
     def flop_count(self, axes: dict[str, int]) -> float:
         return float(eval(self.flops, {"__builtins__": {}, "sqrt": math.sqrt}, dict(axes)))
 
+    def tensor_bytes(self, names, axes: dict[str, int]) -> int:
+        specs = {**self.inputs, **self.outputs}
+        return sum(math.prod(self.shape(n, axes)) * DTYPE_BYTES[specs[n].dtype] for n in names)
+
+    def input_bytes(self, axes: dict[str, int]) -> int:
+        """Every input read once: what TMA must carry at least half of to carry the work."""
+        return self.tensor_bytes(self.inputs, axes)
+
     def min_bytes(self, axes: dict[str, int]) -> int:
         """Each input read once and each output written once: the memory-traffic floor."""
-        total = 0
-        for name, spec in {**self.inputs, **self.outputs}.items():
-            total += math.prod(self.shape(name, axes)) * DTYPE_BYTES[spec.dtype]
-        return total
+        return self.tensor_bytes([*self.inputs, *self.outputs], axes)
 
     def scalar_values(self, axes: dict[str, int]) -> dict[str, float]:
         env = {"__builtins__": {}, "sqrt": math.sqrt, "log2": math.log2, "e": math.e}

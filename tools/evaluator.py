@@ -429,7 +429,7 @@ class Evaluator:
                 from tools import ncu
 
                 axes0 = task.axis_values(first)
-                work = ncu.TaskWork(flops=task.flop_count(axes0), read_bytes=_input_bytes(task, axes0))
+                work = ncu.TaskWork(flops=task.flop_count(axes0), read_bytes=task.input_bytes(axes0))
                 res.executed = (ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: ")) if stop else
                                 ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s,
                                                    work=work))
@@ -480,15 +480,6 @@ def _entries(comp: CompileResult, solution) -> list[str]:
         except AmbiguousKernel:
             out.append(lc.kernel)
     return list(dict.fromkeys(out))
-
-
-def _input_bytes(task, axes: dict[str, int]) -> int:
-    """Bytes of the task's inputs: what TMA must carry at least half of to carry the work."""
-    import math
-
-    from tasks.schema import DTYPE_BYTES
-
-    return sum(math.prod(task.shape(n, axes)) * DTYPE_BYTES[s.dtype] for n, s in task.inputs.items())
 
 
 def _summarise_speed(res: EvalResult) -> None:

@@ -140,15 +140,13 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
     after_pair(i, total) judges the candidate's output of pair i (raises to stop). The
     number of warm-up pairs (1-3) and of timed pairs are drawn from `rng`; total is -1
     while the count is still unknown (during the first warm-up pair)."""
-    import time as _time
-
     warmup = rng.randint(1, 3)
     total = -1
     cand: list[float] = []
     base: list[float] = []
     i = 0
     while total < 0 or i < total:
-        t0 = _time.perf_counter()
+        t0 = time.perf_counter()
         before_pair(i, total)
         sides = [candidate] + ([baseline] if baseline else [])
         if i % 2:
@@ -163,7 +161,7 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
                 b = events[baseline.name]
                 base.append(b[0].elapsed_time(b[1]))
         if total < 0:
-            total = warmup + plan_pairs(_time.perf_counter() - t0, rng, budget_s)
+            total = warmup + plan_pairs(time.perf_counter() - t0, rng, budget_s)
         i += 1
     return PairedTimes(cand, base, warmup)
 
