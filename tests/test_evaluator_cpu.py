@@ -789,17 +789,56 @@ def test_a_kernel_name_with_two_meanings_is_a_manifest_error(monkeypatch):
     assert r.run_status == "failed" and "ambiguous" in r.run_reason, r.run_reason
 
 
-def test_instruction_credit_needs_the_work():
-    from tools.ncu import HGMMA_OPS_METRICS, TMA_BYTES_METRIC, TaskWork, verdict
+def _ncu_row(kernel: str, opcodes: str = "", **values: float) -> dict[str, str]:
+    """One profiled launch as `ncu --page raw --csv` gives it: every work metric (0 unless
+    given; keys are metric names with '.' written as '__dot__')."""
+    from tools.ncu import OPCODE_METRIC, WORK_METRICS
 
+    row = {"ID": "0", "Kernel Name": kernel, OPCODE_METRIC: opcodes}
+    row.update({m: "0" for m in WORK_METRICS})
+    row.update({k.replace("__dot__", "."): str(v) for k, v in values.items()})
+    return row
+
+
+def test_instruction_credit_needs_the_work():
+    """Figures measured by ncu on the H200 (tools/probe_device.py, 2026-11-30), then the attacks
+    that would inflate them."""
+    from tools.ncu import TaskWork, verdict, work_metrics
+
+    hgmma = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
+    tma = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
+    ffma = "smsp__sass_thread_inst_executed_op_ffma_pred_on__dot__sum"
+    ldg = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld__dot__sum"
     work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+    simt = _ncu_row("gemm_simt", **{ffma: 3.006e11, ldg: 1.879e10})
     counts = {"wgmma": 8, "tma": 1}
-    decoy = verdict(["wgmma", "tma"], counts, {}, {HGMMA_OPS_METRICS[0]: 2 * 64 * 8 * 16, TMA_BYTES_METRIC: 8192}, work)
+
+    def check(*rows):
+        return verdict(["wgmma", "tma"], counts, {}, work_metrics(list(rows)), work)
+
+    expert = check(_ncu_row("gemm_bf16_tn_sm90", **{hgmma: 6.013e11, tma: 7.046e9}))
+    assert expert.carries == {"wgmma": True, "tma": True} and expert.shares["tma"] == 1.0, expert.notes
+    # a one-block decoy beside a SIMT GEMM (tests/fixtures/adversarial/decoy_wgmma_tma)
+    decoy = check(simt, _ncu_row("decoy", **{hgmma: 3.277e4, tma: 8192}))
     assert decoy.executed == {"wgmma": True, "tma": True} and decoy.carries == {"wgmma": False, "tma": False}
-    real = verdict(["wgmma", "tma"], counts, {}, {HGMMA_OPS_METRICS[0]: work.flops, TMA_BYTES_METRIC: 3e9}, work)
-    assert real.carries == {"wgmma": True, "tma": True} and real.shares["tma"] == 1.0
+    # the decoy inflated: wgmma on garbage for the task's FLOPs, TMA re-loading one tile from L2
+    # as many bytes as the SIMT kernel reads
+    inflated = check(simt, _ncu_row("decoy", **{hgmma: 6.1e11, tma: 2e10}))
+    assert inflated.carries == {"wgmma": False, "tma": False}
+    assert "FFMA" in inflated.notes["wgmma"] and "outside TMA" in inflated.notes["tma"]
+    # ... and ten times over: more wgmma than the task needs is not the task's work either
+    assert not check(simt, _ncu_row("decoy", **{hgmma: 6.1e12})).carries["wgmma"]
+    # an attention-style kernel whose softmax runs on FFMA still carries (expert fwd: 1.3e10 vs 1.6e12)
+    attn = check(_ncu_row("attn", **{hgmma: work.flops, ffma: 0.005 * work.flops, tma: 3e9, ldg: 0.3e9}))
+    assert attn.carries == {"wgmma": True, "tma": True}
+    # fp8 ops are wgmma's only where the kernel issued QGMMA and no HMMA
+    fp8 = "sm__ops_path_tensor_src_fp8__dot__sum"
+    q = check(_ncu_row("fp8", opcodes="1 (QGMMA: 1)", **{fp8: work.flops, tma: 3e9}))
+    h = check(_ncu_row("fp8", opcodes="1 (HMMA: 1)", **{fp8: work.flops, tma: 3e9}))
+    assert q.carries["wgmma"] and not h.carries["wgmma"]
     unmeasured = verdict(["wgmma"], counts, {}, {}, work)
     assert unmeasured.executed["wgmma"] and not unmeasured.carries["wgmma"]
+    assert "could not be measured" in unmeasured.notes["wgmma"]
 
 
 def test_a_nan_outside_the_sampled_rows_still_fails_a_timed_run():

@@ -26,8 +26,11 @@ from tools.evaluator import Evaluator  # noqa: E402
 from tools.solution import Solution  # noqa: E402
 
 
+SOLUTION = "simple"  # which shipped solution the wall times and spread use (--solution)
+
+
 def _solution(task: str) -> Solution:
-    return Solution.from_dir(ROOT / "tasks" / task / "simple")
+    return Solution.from_dir(ROOT / "tasks" / task / SOLUTION)
 
 
 def wall_times(tasks: list[str], cache: Path) -> list[dict]:
@@ -47,9 +50,17 @@ def wall_times(tasks: list[str], cache: Path) -> list[dict]:
                      "kernel_ms": w.timing.median_ms if w and w.timing else None,
                      "baseline": w.baseline_name if w else None,
                      "baseline_ms": w.baseline.median_ms if w and w.baseline else None,
-                     "speedup": warm.speedup, "detail": w.detail if w else warm.run_reason})
-        print(f"[wall] {task}: cold {t1 - t0:.1f} s, warm {t2 - t1:.1f} s, correct={warm.correct}", flush=True)
+                     "speedup": warm.speedup, "detail": w.detail if w else warm.run_reason,
+                     # where the warm evaluation's time went (evaluator stages; worker phases of workload 1)
+                     "phase_s": warm.phase_s, "worker_phase_s": w.phase_s if w else {},
+                     "timed_runs": w.timed_runs if w else 0})
+        print(f"[wall] {task}: cold {t1 - t0:.1f} s, warm {t2 - t1:.1f} s, correct={warm.correct}, "
+              f"stages {_fmt_phases(warm.phase_s)}, worker {_fmt_phases(w.phase_s if w else {})}", flush=True)
     return rows
+
+
+def _fmt_phases(phases: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.2f}" for k, v in phases.items()) or "-"
 
 
 def spread(task: str, repeats: int, cache: Path) -> dict:
@@ -107,12 +118,13 @@ def do_bench_baselines(tasks: list[str], ours: dict[str, float | None]) -> list[
 def markdown(report: dict) -> str:
     lines = ["# Evaluator benchmark", "", f"GPU: {report.get('gpu')}", "",
              "## Wall time per evaluation (visible workloads, timing on)", "",
-             "| task | cold s | warm s | compile s | kernel ms | baseline | baseline ms | speedup | correct |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| task | cold s | warm s | stages s | worker phases s (timed runs) | kernel ms | baseline | baseline ms | "
+             "speedup | correct |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda x, d=3: "" if x is None else (f"{x:.{d}f}" if isinstance(x, float) else str(x))  # noqa: E731
     for r in report["wall"]:
-        lines.append(f"| {r['task']} | {f(r['cold_s'], 1)} | {f(r['warm_s'], 1)} | {f(r['compile_s'], 2)} | "
-                     f"{f(r['kernel_ms'])} | {r['baseline']} | {f(r['baseline_ms'])} | {f(r['speedup'])} | {r['correct']} |")
+        lines.append(f"| {r['task']} | {f(r['cold_s'], 1)} | {f(r['warm_s'], 1)} | {_fmt_phases(r['phase_s'])} | "
+                     f"{_fmt_phases(r['worker_phase_s'])} ({r['timed_runs']}) | {f(r['kernel_ms'])} | {r['baseline']} | {f(r['baseline_ms'])} | {f(r['speedup'])} | {r['correct']} |")
     s = report["spread"]
     lines += ["", f"## Timing spread: {s['task']}, {s['repeats']} evaluations", "",
               f"- kernel medians (ms): {', '.join(f'{x:.3f}' for x in s['kernel_medians_ms'])} (CV {f(s['kernel_cv'], 4)})",
@@ -137,7 +149,11 @@ def main() -> int:
     ap.add_argument("--spread-task", default="gemm_n7168_k5120")
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--cache", default=None, help="evaluator cache folder (worker logs, baseline cache)")
+    ap.add_argument("--solution", default="simple", choices=["simple", "expert"])
+    ap.add_argument("--skip-do-bench", action="store_true")
     args = ap.parse_args()
+    global SOLUTION
+    SOLUTION = args.solution
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache) if args.cache else out / "cache"
@@ -147,7 +163,8 @@ def main() -> int:
     report["gpu"] = next((r["gpu"] for r in report["wall"] if r.get("gpu")), None)
     report["spread"] = spread(args.spread_task, args.repeats, cache)
     ours = {f"{r['task']}|{r['baseline']}": r["baseline_ms"] for r in report["wall"] if r.get("baseline")}
-    report["do_bench"] = do_bench_baselines(list(dict.fromkeys(tasks + ["mha_bwd_d128"])), ours)
+    report["do_bench"] = ([] if args.skip_do_bench else
+                          do_bench_baselines(list(dict.fromkeys(tasks + ["mha_bwd_d128"])), ours))
     (out / "bench.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (out / "bench.md").write_text(markdown(report))
     print(markdown(report))

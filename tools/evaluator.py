@@ -239,12 +239,14 @@ class Evaluator:
     def __init__(self, gpus: list[int | str] | None = None, timeout_s: float = 180.0, cache_dir: str | Path | None = None,
                  kernel_timeout_s: float | None = None, startup_timeout_s: float = 300.0,
                  worker_cmd: list[str] | None = None, seed: int | None = None,
-                 ncu_timeout_s: float = 600.0, timing_budget_s: float = 2.0):
+                 ncu_timeout_s: float = 600.0, timing_budget_s: float = 2.0,
+                 profile_metrics: tuple[str, ...] = ()):
         self.timeout_s = timeout_s
         self.kernel_timeout_s = kernel_timeout_s or max(5.0, min(60.0, timeout_s / 3))
         self.cache_dir = (Path(cache_dir) if cache_dir else Path("runs") / ".cache").resolve()
         self.timing_budget_s = timing_budget_s  # wall time of the paired runs per workload, roughly
         self.ncu_timeout_s = ncu_timeout_s
+        self.profile_metrics = tuple(profile_metrics)  # extra ncu metrics collected in the executed-check pass
         self._rng = secrets.SystemRandom() if seed is None else random.Random(seed)  # seed: reproducible tests
         if gpus is None:
             devices, self.no_gpu_reason = detect_gpus()
@@ -323,12 +325,16 @@ class Evaluator:
             task = get_task(task)
         try:
             comp, insp = compiled or self.compile_and_inspect(solution, arch)
+            compile_s = 0.0 if compiled else _time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 - a toolchain failure is a verdict, not a crash
             comp = CompileResult(status="failed", arch=arch, language=getattr(solution, "language", "cuda"),
                                  error=f"harness_error: compile/inspect failed: {type(exc).__name__}: {str(exc)[:300]}")
             insp = InspectResult(status="skipped", reason="did not compile", arch=arch)
+            compile_s = _time.perf_counter() - t0
         res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
                          requested_features=task.features_for(arch))
+        if not compiled:
+            res.phase_s["compile_inspect"] = compile_s
         try:
             self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time)
         except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
@@ -397,8 +403,11 @@ class Evaluator:
 
     def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
              time: bool) -> None:
+        import time as _time
+
         with self._worker() as w:
             info = w.start()
+            t0 = _time.perf_counter()
             res.gpu, res.device = info.get("gpu"), w.device
             limits = info.get("limits") or NOMINAL_LIMITS[arch]
             stop: str | None = None
@@ -419,6 +428,7 @@ class Evaluator:
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             res.run_status = "ok"
+            res.phase_s["workloads"] = _time.perf_counter() - t0
             _summarise_speed(res)
             first = next((x for x in wls if x.split == "visible"), wls[0])
             # A kernel that hangs would hang under the tools too; one that faults is still worth a
@@ -428,17 +438,21 @@ class Evaluator:
             if executed_check:
                 from tools import ncu
 
+                t0 = _time.perf_counter()
                 axes0 = task.axis_values(first)
                 work = ncu.TaskWork(flops=task.flop_count(axes0), read_bytes=task.input_bytes(axes0))
                 res.executed = (ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: ")) if stop else
                                 ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s,
-                                                   work=work))
+                                                   work=work, extra_metrics=self.profile_metrics))
+                res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
                 from tools import ncu
 
+                t0 = _time.perf_counter()
                 hung = stop is not None and stop.endswith("timeout")
                 res.sanitize = (SanitizeResult(status="skipped", reason=stop.removeprefix("not run: ")) if hung else
                                 ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
+                res.phase_s["sanitize"] = _time.perf_counter() - t0
 
     def _request(self, solution, comp, task, wl, seeds: list[int], time: bool) -> dict:
         return {"op": "run", "cubin": comp.cubin, "symbols": getattr(comp, "symbols", {}) or {},

@@ -28,13 +28,42 @@ from tools.results import ExecutedCheck, SanitizeResult
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OPCODE_METRIC = "sass__inst_executed_per_opcode"
 GMMA_METRIC = "smsp__inst_executed_pipe_tensor_op_gmma.sum"  # executed wgmma, measured on the H200 (FACTS.md)
-# The work behind the instructions (names from `ncu --query-metrics --chip gh100` on the H200):
-# math ops of the tensor path issued by HGMMA (bf16 and fp16 sources), and bytes TMA loads
-# brought from L2 into shared memory.
-HGMMA_OPS_METRICS = ("sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum", "sm__ops_path_tensor_op_hgmma_src_fp16.sum")
+# The work behind the instructions (names from `ncu --query-metrics --chip gh100` on the H200).
+# Tensor-core math issued by wgmma: HGMMA ops for 16-bit and tf32 sources. fp8 sources have one
+# metric for wgmma (QGMMA) and mma.sync alike, so a kernel's fp8 ops count as wgmma's only
+# when it issued QGMMA and no HMMA.
+HGMMA_OPS_METRICS = ("sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum", "sm__ops_path_tensor_op_hgmma_src_fp16.sum",
+                     "sm__ops_path_tensor_op_hgmma_src_tf32_dst_fp32.sum")
+FP8_OPS_METRIC = "sm__ops_path_tensor_src_fp8.sum"
+FLOPS_PER_OP = 1.0  # the ops metrics count FLOPs: 601.3e9 on the expert GEMM at M=8192, = 2*M*N*K (H200, 2026-11-30)
+# Floating-point math done any other way, with FLOPs per counted unit (thread-level instruction
+# counts: an FFMA is 2 FLOPs, an HFMA2 4), so "wgmma carried the work" can be checked against all
+# the math the candidate did, not only against the task's FLOPs.
+OTHER_FLOP_METRICS = {
+    "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum": 1.0, "sm__ops_path_tensor_op_hmma_src_fp16.sum": 1.0,
+    "sm__ops_path_tensor_op_hmma_src_tf32_dst_fp32.sum": 1.0,
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 2.0, "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1.0,
+    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 1.0, "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum": 4.0,
+    "smsp__sass_thread_inst_executed_op_hmul_pred_on.sum": 2.0, "smsp__sass_thread_inst_executed_op_hadd_pred_on.sum": 2.0,
+    "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum": 2.0, "smsp__sass_thread_inst_executed_op_dmul_pred_on.sum": 1.0,
+    "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum": 1.0,
+}
+# Bytes TMA loads brought into shared memory, and bytes read from global memory any other way
+# (LDG through the LSU pipe, cp.async's LDGSTS).
 TMA_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
-FLOPS_PER_OP = 1.0  # the ops metric counts FLOPs: 601.3e9 on the expert GEMM at M=8192, = 2*M*N*K (H200, 2026-11-30)
-WORK_SHARE = {"wgmma": 0.9, "tma": 0.5}  # carries the work: >= 90% of the matrix FLOPs, >= half the input bytes
+OTHER_READ_METRICS = ("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "sm__sass_data_bytes_mem_global_op_ldgsts.sum")
+WORK_METRICS = (*HGMMA_OPS_METRICS, FP8_OPS_METRIC, *OTHER_FLOP_METRICS, TMA_BYTES_METRIC, *OTHER_READ_METRICS)
+# When a feature carries the work (docs/METHODOLOGY.md, "Instruction credit"):
+#   wgmma: its FLOPs are >= 90% of the task's matrix FLOPs, <= 2x them (honest kernels measure
+#          1.00-1.05; a cap leaves no room for garbage wgmma beside the real math), and >= 90%
+#          of all the floating-point math the candidate did (honest: >= 99%);
+#   TMA:   it loaded >= half the task's input bytes, and other global reads stay <= 2x the input
+#          bytes (a tiled GEMM or attention that streams its operands by LDG re-reads them
+#          tens of times; the expert kernels' side passes read 1.2x).
+WORK_SHARE = {"wgmma": 0.9, "tma": 0.5}
+WGMMA_MAX_OVERWORK = 2.0
+WGMMA_MIN_OF_ALL_MATH = 0.9
+TMA_MAX_OTHER_READS = 2.0
 
 
 def _opcodes_for(feature: str) -> set[str]:
@@ -135,13 +164,55 @@ def per_kernel(rows: list[dict[str, str]], features: list[str]) -> dict[str, dic
     return {name: counts_from_rows(rs, features)[0] for name, rs in by_kernel.items()}
 
 
+def kernel_metrics(rows: list[dict[str, str]], metrics: list[str]) -> dict[str, dict[str, float]]:
+    """Raw values of `metrics` per profiled kernel (by name): counters (.sum) summed over that
+    kernel's launches, anything else (percentages, averages, limits) from its longest launch."""
+    out: dict[str, dict[str, float]] = {}
+    longest: dict[str, float] = {}
+    for row in rows:
+        name = row.get("Kernel Name", "?")
+        dur = _number(row.get("gpu__time_duration.sum", "")) or 0.0
+        mine = out.setdefault(name, {})
+        take_all = dur >= longest.get(name, -1.0)
+        longest[name] = max(longest.get(name, -1.0), dur)
+        for m in metrics:
+            v = _number(row.get(m, ""))
+            if v is None:
+                continue
+            if m.endswith(".sum"):
+                mine[m] = mine.get(m, 0.0) + v
+            elif take_all or m not in mine:
+                mine[m] = v
+        mine["launches"] = mine.get("launches", 0.0) + 1
+    return out
+
+
 def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
-    """Totals over the profiled launches of the metrics behind the work shares."""
+    """Totals over the profiled launches of the metrics behind the work shares, and the derived
+    sums the verdict uses: wgmma_flops, other_flops, tma_bytes, other_read_bytes. A derived sum
+    is absent when one of its metrics is missing from a launch (then it is not measured)."""
     out: dict[str, float] = {}
-    for metric in (*HGMMA_OPS_METRICS, TMA_BYTES_METRIC):
+    for metric in WORK_METRICS:
         values = [_number(r[metric]) for r in rows if metric in r]
-        if values and all(v is not None for v in values):
+        if rows and len(values) == len(rows) and all(v is not None for v in values):
             out[metric] = float(sum(values))  # type: ignore[arg-type]
+    have = lambda names: all(m in out for m in names)  # noqa: E731
+    if have(HGMMA_OPS_METRICS) and have([FP8_OPS_METRIC]):
+        wgmma_fp8 = 0.0
+        for row in rows:  # fp8 ops are wgmma's only in kernels that issued QGMMA and no HMMA
+            ops = parse_instances(row.get(OPCODE_METRIC, ""))
+            qgmma = sum(v for k, v in ops.items() if k.startswith("QGMMA"))
+            hmma = sum(v for k, v in ops.items() if k.startswith("HMMA"))
+            if qgmma > 0 and hmma == 0:
+                wgmma_fp8 += _number(row[FP8_OPS_METRIC]) or 0.0
+        out["wgmma_flops"] = (sum(out[m] for m in HGMMA_OPS_METRICS) + wgmma_fp8) * FLOPS_PER_OP
+        if have(OTHER_FLOP_METRICS):
+            out["other_flops"] = (sum(out[m] * w for m, w in OTHER_FLOP_METRICS.items())
+                                  + (out[FP8_OPS_METRIC] - wgmma_fp8) * FLOPS_PER_OP)
+    if have([TMA_BYTES_METRIC]):
+        out["tma_bytes"] = out[TMA_BYTES_METRIC]
+    if have(OTHER_READ_METRICS):
+        out["other_read_bytes"] = sum(out[m] for m in OTHER_READ_METRICS)
     return out
 
 
@@ -152,16 +223,49 @@ def work_shares(metrics: dict[str, float], work: TaskWork | None) -> dict[str, f
     shares: dict[str, float | None] = {"wgmma": None, "tma": None}
     if work is None:
         return shares
-    ops = [metrics[m] for m in HGMMA_OPS_METRICS if m in metrics]
-    if ops and work.flops > 0:
-        shares["wgmma"] = sum(ops) * FLOPS_PER_OP / work.flops
-    if TMA_BYTES_METRIC in metrics and work.read_bytes > 0:
-        shares["tma"] = min(1.0, metrics[TMA_BYTES_METRIC] / work.read_bytes)
+    if "wgmma_flops" in metrics and work.flops > 0:
+        shares["wgmma"] = metrics["wgmma_flops"] / work.flops
+    if "tma_bytes" in metrics and work.read_bytes > 0:
+        shares["tma"] = min(1.0, metrics["tma_bytes"] / work.read_bytes)
     return shares
 
 
+def carries(feature: str, metrics: dict[str, float], work: TaskWork | None) -> tuple[bool, str | None]:
+    """Did `feature` carry the task's work (WORK_SHARE and the limits beside it)? And if not, why,
+    in a sentence a model can act on."""
+    share = work_shares(metrics, work).get(feature)
+    if share is None:
+        return False, f"the share of the work {feature} carried could not be measured"
+    if share < WORK_SHARE[feature]:
+        what = "of the task's matrix FLOPs" if feature == "wgmma" else "of the task's input bytes"
+        return False, f"{feature} carried {share:.1%} {what} (needs {WORK_SHARE[feature]:.0%})"
+    assert work is not None
+    if feature == "wgmma":
+        if share > WGMMA_MAX_OVERWORK:
+            return False, (f"wgmma issued {share:.1f}x the task's matrix FLOPs (at most {WGMMA_MAX_OVERWORK:.0f}x "
+                           "counts as doing the task's work)")
+        other = metrics.get("other_flops")
+        if other is None:
+            return False, "the floating-point math done outside wgmma could not be measured"
+        of_all = metrics["wgmma_flops"] / max(metrics["wgmma_flops"] + other, 1.0)
+        if of_all < WGMMA_MIN_OF_ALL_MATH:
+            return False, (f"wgmma did {of_all:.1%} of the floating-point math the kernels did (needs "
+                           f"{WGMMA_MIN_OF_ALL_MATH:.0%}); the rest ran on FFMA/HMMA/other units")
+    if feature == "tma":
+        other = metrics.get("other_read_bytes")
+        if other is None:
+            return False, "the global-memory reads made outside TMA could not be measured"
+        if other > TMA_MAX_OTHER_READS * work.read_bytes:
+            return False, (f"{other / work.read_bytes:.1f}x the task's input bytes were read from global "
+                           f"memory outside TMA (LDG/cp.async; at most {TMA_MAX_OTHER_READS:.0f}x)")
+    return True, None
+
+
 def executed_check(request: dict, features: list[str], kernel_names: list[str], env: dict[str, str],
-                   timeout_s: float = 600.0, work: TaskWork | None = None) -> ExecutedCheck:
+                   timeout_s: float = 600.0, work: TaskWork | None = None,
+                   extra_metrics: tuple[str, ...] = ()) -> ExecutedCheck:
+    """One ncu pass over the candidate's launches: executed counts, work shares and, when
+    asked, `extra_metrics` (a profile) per kernel in the same pass."""
     ncu = shutil.which("ncu")
     if ncu is None:
         return ExecutedCheck(status="skipped", reason="ncu (Nsight Compute) is not on PATH")
@@ -172,8 +276,11 @@ def executed_check(request: dict, features: list[str], kernel_names: list[str], 
         req, res, rep = Path(tmp) / "req.pkl", Path(tmp) / "res.pkl", Path(tmp) / "profile"
         req.write_bytes(pickle.dumps(request))
         last_error = ""
-        full = [OPCODE_METRIC, GMMA_METRIC, *HGMMA_OPS_METRICS, TMA_BYTES_METRIC]
-        for metrics in (full, [OPCODE_METRIC, GMMA_METRIC], [OPCODE_METRIC]):  # retry without metrics this ncu lacks
+        work_list = [OPCODE_METRIC, GMMA_METRIC, *WORK_METRICS]
+        extra = [m for m in dict.fromkeys(("gpu__time_duration.sum", *extra_metrics)) if m not in work_list]
+        attempts = ([work_list + extra] if extra_metrics else []) + [work_list, [OPCODE_METRIC, GMMA_METRIC],
+                                                                     [OPCODE_METRIC]]
+        for metrics in attempts:  # retry without the metrics this ncu lacks
             cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name-base", "mangled",
                    "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
                    "--launch-count", str(len(request["manifest"]["launches"])), "--export", str(rep),
@@ -201,10 +308,13 @@ def executed_check(request: dict, features: list[str], kernel_names: list[str], 
         counts, uncounted = counts_from_rows(rows, features)
         kernels = per_kernel(rows, features)
         metrics = work_metrics(rows)
+        raw = kernel_metrics(rows, list(dict.fromkeys([*WORK_METRICS, *extra]))) if extra_metrics else {}
     if uncounted:
-        return ExecutedCheck(status="skipped", counts=counts, per_kernel=kernels,
+        return ExecutedCheck(status="skipped", counts=counts, per_kernel=kernels, kernel_metrics=raw,
                              reason=f"ncu gave no per-opcode counts for {', '.join(uncounted)}")
-    return verdict(features, counts, kernels, metrics, work)
+    out = verdict(features, counts, kernels, metrics, work)
+    out.kernel_metrics = raw
+    return out
 
 
 def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict[str, int]],
@@ -215,16 +325,19 @@ def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict
     that could not be measured does not carry."""
     shares = work_shares(metrics, work)
     executed = {f: counts.get(f, 0) > 0 for f in features}
-    carries = {}
+    carried, notes = {}, {}
     for f in features:
-        if f in WORK_SHARE:
-            share = shares.get(f)
-            carries[f] = bool(executed[f] and share is not None and share >= WORK_SHARE[f])
+        if not executed[f]:
+            carried[f] = False
+        elif f in WORK_SHARE:
+            carried[f], why = carries(f, metrics, work)
+            if why:
+                notes[f] = why
         else:
-            carries[f] = executed[f]
+            carried[f] = True
     return ExecutedCheck(status="ok", counts=counts, executed=executed, per_kernel=kernels,
-                         shares={f: shares.get(f) for f in features if f in WORK_SHARE}, carries=carries,
-                         metrics=metrics)
+                         shares={f: shares.get(f) for f in features if f in WORK_SHARE}, carries=carried,
+                         notes=notes, metrics=metrics)
 
 
 _SAN_HEADER = re.compile(r"^=========\s+((?:Invalid|Out-of-range|Misaligned|Program hit|Barrier error|"

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from tools.profile import Profile
+
 Status = Literal["ok", "failed", "skipped"]
 
 
@@ -163,6 +165,11 @@ class WorkloadResult(BaseModel):
     speedup_ci: tuple[float, float] | None = None  # bootstrap 95% interval of that median
     tflops: float | None = None
     gbps: float | None = None  # the task's compulsory bytes / median time
+    # roofline (tools/roofline.py): the speed-of-light time, which roof bounds it, and the
+    # SOL-ExecBench score 1/(1 + (T - T_SOL)/(T_lib - T_SOL)): 1 at the roofline, 0.5 at the library
+    sol_ms: float | None = None
+    roofline_bound: Literal["compute", "memory"] | None = None
+    sol_score: float | None = None
     seeds: list[int] = Field(default_factory=list)  # input seeds of the correctness checks, in order
     # the timed phase: its secret seed (inputs, run counts and sampled rows derive from it), how
     # many runs were timed and warmed up (drawn at random), and how many were judged whole
@@ -171,6 +178,9 @@ class WorkloadResult(BaseModel):
     warmup_runs: int = 0
     full_checks: int = 0
     gpu_state: dict[str, dict[str, float]] = Field(default_factory=dict)  # "start"/"end" -> sm_mhz, temp_c, power_w
+    # wall seconds in the worker: "verify" (the seeded checks), "baseline" (choosing/building the
+    # library side), "timed" (the paired runs, inputs and judging included)
+    phase_s: dict[str, float] = Field(default_factory=dict)
 
 
 class ExecutedCheck(BaseModel):
@@ -188,7 +198,11 @@ class ExecutedCheck(BaseModel):
     per_kernel: dict[str, dict[str, int]] = Field(default_factory=dict)  # launched kernel -> feature -> count
     shares: dict[str, float | None] = Field(default_factory=dict)  # feature -> measured share of the task's work
     carries: dict[str, bool] = Field(default_factory=dict)
+    notes: dict[str, str] = Field(default_factory=dict)  # feature -> why it executed but did not carry the work
     metrics: dict[str, float] = Field(default_factory=dict)  # raw totals behind the shares (names in METHODOLOGY)
+    # when a profile was asked for: kernel -> metric -> value, from the same ncu pass
+    kernel_metrics: dict[str, dict[str, float]] = Field(default_factory=dict)
+    profile: Profile | None = None  # built from kernel_metrics (tools/profile.py); None: not asked for
 
 
 class SanitizeResult(BaseModel):
@@ -212,9 +226,13 @@ class EvalResult(BaseModel):
     speedup_ci: tuple[float, float] | None = None  # from the workloads' bootstrap intervals (geometric mean of ends)
     speedup_spread: float | None = None  # geometric std factor over workloads
     speedup_held_out: float | None = None  # geometric mean over timed held-out workloads
+    sol_score: float | None = None  # geometric mean of the visible workloads' SOL scores (tools/roofline.py)
     gpu: str | None = None
     device: str | None = None  # which GPU ran it: its CUDA_VISIBLE_DEVICES id (None: nothing ran)
     seconds: float = 0.0
+    # wall seconds per stage of this evaluation: compile, inspect, workloads (all worker round
+    # trips), executed (the ncu pass), sanitize; where an evaluation's time goes
+    phase_s: dict[str, float] = Field(default_factory=dict)
 
     # --- the benchmark's verdicts (DESIGN.md, Metrics) ---
     @property
@@ -279,5 +297,5 @@ class EvalResult(BaseModel):
             "arch_executed": self.arch_executed, "correct": self.correct,
             "correct_held_out": self.split_correct("held_out"), "correct_with_arch": self.correct_with_arch,
             "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
-            "speedup_held_out": self.speedup_held_out,
+            "speedup_held_out": self.speedup_held_out, "sol_score": self.sol_score,
         }

@@ -230,7 +230,10 @@ class State:
             self._module.unload()
             self._module = None
         for lim, value in self._limits0.items():
-            check(d.cuCtxSetLimit(lim, value), f"cuCtxSetLimit({lim.name})")
+            # Set only what changed: the driver refuses some limits once kernels have run (the
+            # printf FIFO after any launch), so an unconditional reset would restart every time.
+            if int(check(d.cuCtxGetLimit(lim), f"cuCtxGetLimit({lim.name})")) != value:
+                check(d.cuCtxSetLimit(lim, value), f"cuCtxSetLimit({lim.name})")
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         free = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
@@ -476,6 +479,7 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     ws = Workspace(task, plan, state.device)
     bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
 
+    t0 = time.perf_counter()
     with nvtx_range("verify"):
         for call, seed in enumerate(req["seeds"], 1):
             fresh = generate_inputs(task, axes, seed, device=state.device)
@@ -493,6 +497,7 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
                                                        f"inputs, seed {seed}): {detail}", outputs=mism)
             raise Failed(reason, detail, outputs=mism)
 
+    result.phase_s["verify"] = time.perf_counter() - t0
     if req.get("time"):
         with nvtx_range("time"):
             _time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result, limit)
@@ -507,7 +512,9 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     from tools.ceilings import implausible
     from tools.timing import Side, median_ci, paired, summarize
 
+    t0 = time.perf_counter()
     baseline, base_name, note = _baseline(state, req, task, wl, ws.inputs, limit)
+    result.phase_s["baseline"] = time.perf_counter() - t0
     judge = TimedJudge(task, axes, ws, rng, state.device)
 
     def candidate_run() -> None:
@@ -516,8 +523,10 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
 
     result.timing_seed = int(req["timing_seed"])
     result.gpu_state["start"] = state.gpu_state()
+    t0 = time.perf_counter()
     times = paired(Side("candidate", candidate_run, ws.prepare), baseline, state, rng, judge.before_pair,
                    judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", 2.0)))
+    result.phase_s["timed"] = time.perf_counter() - t0
     result.gpu_state["end"] = state.gpu_state()
     result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks
     result.timing = summarize(times.candidate_ms)

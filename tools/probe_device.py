@@ -1,0 +1,178 @@
+"""What the GPU machine offers, probed in one call (run by hand on the device):
+
+1. versions of torch, triton, cuDNN and the optional libraries the task families use;
+2. which Nsight Compute metrics this ncu knows, among those the executed check and the
+   profile block might use (`ncu --query-metrics`);
+3. one executed-check pass per listed solution with all of those metrics, printing each
+   kernel's raw values and the pass's wall time with and without them.
+
+    python tools/probe_device.py --out OUT [--solutions tasks/gemm_n7168_k5120/simple,...]
+
+Writes OUT/probe.json (and OUT/ncu_metrics.txt, the filtered query).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# name fragments worth seeing in the metric query (work shares, profile block)
+QUERY_PATTERN = re.compile(r"tensor_op|ops_path|inst_executed_op_[fhd](fma|add|mul)|op_integer|issue_stalled|"
+                           r"ldgsts|lsu_mem_global_op_ld|op_tma|dram__bytes|sector_hit_rate|occupancy_limit|"
+                           r"warps_active|registers_per_thread|time_duration")
+CANDIDATES = [
+    "gpu__time_duration.sum",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_integer_pred_on.sum",
+    "sm__inst_executed_pipe_tensor_op_hmma.sum",
+    "smsp__inst_executed_pipe_tensor_op_hmma.sum",
+    "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum",
+    "sm__ops_path_tensor_op_hmma_src_fp16.sum",
+    "sm__ops_path_tensor_op_hgmma_src_fp8.sum",
+    "sm__ops_path_tensor_op_hgmma_src_e4m3_dst_fp32.sum",
+    "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum",
+    "l1tex__m_xbar2l1tex_read_bytes.sum",
+    "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_ldgsts_cache_bypass.sum",
+    "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_ldgsts_cache_access.sum",
+    "lts__t_bytes_srcunit_tex_op_read.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "sm__pipe_tensor_op_hgmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "lts__t_sector_hit_rate.pct",
+    "launch__registers_per_thread",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks",
+]
+
+
+def versions() -> dict:
+    out = {}
+    for mod in ("torch", "triton", "cuda.bindings", "fla", "cudnn", "pynvml"):
+        try:
+            m = importlib.import_module(mod)
+            out[mod] = getattr(m, "__version__", "?")
+        except Exception as exc:  # noqa: BLE001 - a probe reports, never fails
+            out[mod] = f"absent: {type(exc).__name__}: {str(exc)[:120]}"
+    try:
+        import torch
+
+        out["cuda"], out["cudnn_version"] = torch.version.cuda, torch.backends.cudnn.version()
+        out["gpu"] = torch.cuda.get_device_name()
+    except Exception as exc:  # noqa: BLE001
+        out["torch_cuda"] = str(exc)[:200]
+    return out
+
+
+def scaled_mm_probe() -> dict:
+    """Does torch's scaled matmul take DeepSeek-style block scales (A 1x128, B 128x128) here?"""
+    import torch
+
+    out = {}
+    m, n, k = 256, 512, 1024
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa = torch.rand(m, k // 128, device="cuda") + 0.5
+    sb = torch.rand(n // 128, k // 128, device="cuda") + 0.5
+    ref = (a.float() * sa.repeat_interleave(128, 1)) @ (b.float() * sb.repeat_interleave(128, 0).repeat_interleave(128, 1)).T
+    tries = {
+        "_scaled_mm(a, b.T, sa, sb) outer-dim-major": lambda: torch._scaled_mm(
+            a, b.t(), scale_a=sa.t().contiguous().t(), scale_b=sb.t(), out_dtype=torch.bfloat16),
+        "_scaled_mm(a, b.T, sa, sb.T)": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb.t(),
+                                                                 out_dtype=torch.bfloat16),
+    }
+    try:
+        from torch.nn.functional import ScalingType, SwizzleType, scaled_mm  # torch >= 2.10
+
+        tries["F.scaled_mm BlockWise1x128/128x128"] = lambda: scaled_mm(
+            a, b.t(), sa, ScalingType.BlockWise1x128, sb, ScalingType.BlockWise128x128,
+            swizzle_a=SwizzleType.NO_SWIZZLE, swizzle_b=SwizzleType.NO_SWIZZLE, output_dtype=torch.bfloat16)
+    except Exception as exc:  # noqa: BLE001
+        out["F.scaled_mm"] = f"absent: {exc}"
+    for name, fn in tries.items():
+        try:
+            c = fn().float()
+            err = ((c - ref).norm() / ref.norm()).item()
+            out[name] = f"ran, rel L2 vs reference {err:.2e}"
+        except Exception as exc:  # noqa: BLE001
+            out[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return out
+
+
+def known_metrics(out: Path) -> set[str]:
+    ncu = shutil.which("ncu")
+    if not ncu:
+        return set()
+    text = subprocess.run([ncu, "--query-metrics", "--chip", "gh100"], capture_output=True, text=True).stdout
+    lines = [ln for ln in text.splitlines() if QUERY_PATTERN.search(ln)]
+    (out / "ncu_metrics.txt").write_text("\n".join(lines) + "\n")
+    return {ln.split()[0] for ln in text.splitlines() if ln.strip() and "__" in ln.split()[0]}
+
+
+def profile_solutions(solutions: list[str], metrics: list[str]) -> list[dict]:
+    from tasks import get_task
+    from tools.evaluator import Evaluator
+    from tools.solution import Solution
+
+    rows = []
+    for item in solutions:  # "tasks/NAME/simple" or "some/dir@TASK"
+        path, _, name = item.partition("@")
+        sol = Solution.from_dir(ROOT / path)
+        task = get_task(name or Path(path).parts[1])
+        for extra in ((), tuple(metrics)):
+            with Evaluator(profile_metrics=extra, cache_dir="/tmp/ptxbench_probe") as ev:
+                t0 = time.perf_counter()
+                res = ev.evaluate(sol, task, "sm_90a", executed_check=True, time=False)
+                rows.append({"solution": path, "extra_metrics": len(extra), "wall_s": time.perf_counter() - t0,
+                             "phase_s": res.phase_s, "executed": res.executed.model_dump(mode="json"),
+                             "correct": res.correct})
+                print(f"[probe] {path} extra={len(extra)}: executed {res.executed.status} "
+                      f"{res.executed.reason or ''} shares {res.executed.shares} "
+                      f"ncu {res.phase_s.get('executed', 0):.1f} s", flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="runs/probe")
+    ap.add_argument("--solutions", default="tasks/gemm_n7168_k5120/simple,tasks/gemm_n7168_k5120/expert,"
+                                           "tasks/mha_fwd_d128/expert,tasks/mha_bwd_d128/simple")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"versions": versions()}
+    print(json.dumps(report["versions"]), flush=True)
+    try:
+        report["scaled_mm"] = scaled_mm_probe()
+    except Exception as exc:  # noqa: BLE001
+        report["scaled_mm"] = {"error": str(exc)[:300]}
+    print(json.dumps(report["scaled_mm"], indent=1), flush=True)
+    known = known_metrics(out)
+    base = lambda m: m.split(".")[0]  # noqa: E731 - the query lists base names
+    report["metrics_known"] = [m for m in CANDIDATES if base(m) in known]
+    report["metrics_unknown"] = [m for m in CANDIDATES if base(m) not in known]
+    print("unknown metrics:", report["metrics_unknown"], flush=True)
+    sols = [s for s in args.solutions.split(",") if s]
+    report["profiles"] = profile_solutions(sols, report["metrics_known"])
+    (out / "probe.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
