@@ -10,10 +10,13 @@ and speed with the resource figures. Rendering goes through agent.prompts.
 from __future__ import annotations
 
 import math
+import random
 import re
 
 from agent import prompts
 from agent.trajectory import CandidateRecord, Outcome, Verdicts
+from tools.profile import render as render_profile
+from tools.profile import skipped as skipped_profile
 from tools.results import WRONG_NUMBERS, EvalResult, Mismatch, WorkloadResult
 
 MAX_DIAGNOSTICS = 30
@@ -75,6 +78,19 @@ def rank(c: CandidateRecord) -> tuple:
             c.outcome not in ("format_error", "model_error"), v.speedup or 0.0)
 
 
+def population(attempts: list[CandidateRecord], k: int) -> list[CandidateRecord]:
+    """Evolve's parents: the best k candidates so far by `rank` (correct with the requested
+    instructions first, then speedup), earlier ones first among equals."""
+    return sorted(attempts, key=rank, reverse=True)[:k]  # sorted() is stable under reverse
+
+
+def draw_parent(pop: list[CandidateRecord], seed: int | None, turn: int) -> CandidateRecord:
+    """A parent drawn from the population, weighted by rank (the best k times the k-th). The
+    draw depends only on the run's seed and the turn, so a resumed or replayed run draws the same."""
+    rng = random.Random(f"evolve:{seed}:{turn}")  # str seeds are hashed with sha512: stable across processes
+    return rng.choices(pop, weights=range(len(pop), 0, -1))[0]
+
+
 def better_best(new: CandidateRecord, old: CandidateRecord | None) -> bool:
     if not best_eligible(new):
         return False
@@ -87,10 +103,12 @@ def better_best(new: CandidateRecord, old: CandidateRecord | None) -> bool:
 # Feedback text
 # ---------------------------------------------------------------------------------------
 def render_feedback(turn: int, action: str, lang: str, chosen: CandidateRecord, ev: EvalResult | None,
-                    others: list[CandidateRecord] = (), samples: int = 1, best: CandidateRecord | None = None) -> str:
+                    others: list[CandidateRecord] = (), samples: int = 1, best: CandidateRecord | None = None,
+                    profile: bool = False) -> str:
     """The user message that follows the chosen candidate's reply. `best`: the best candidate
-    so far; when a repair is asked for after a regression, the model is pointed back to it."""
-    sections = format_section(chosen, lang) if ev is None else eval_sections(ev, lang)
+    so far; when a repair is asked for after a regression, the model is pointed back to it.
+    `profile`: add the Nsight Compute profile block (the --profile-feedback ablation)."""
+    sections = format_section(chosen, lang) if ev is None else eval_sections(ev, lang, profile)
     other_line = ""
     if others:
         other_line = "Other samples this turn: " + ", ".join(
@@ -116,12 +134,14 @@ def format_section(chosen: CandidateRecord, lang: str) -> str:
                           fence=prompts.fence(lang))
 
 
-def eval_sections(ev: EvalResult, lang: str) -> str:
+def eval_sections(ev: EvalResult, lang: str, profile: bool = False) -> str:
     parts = [compile_section(ev, lang)]
     if ev.compiled:
         parts.append(arch_section(ev))
         parts.append(run_section(ev))
         parts.append(timing_section(ev))
+        if profile:
+            parts.append(profile_section(ev))
     return "\n".join(p for p in parts if p)
 
 
@@ -257,8 +277,27 @@ def timing_section(ev: EvalResult) -> str:
             line += f" -> speedup {w.speedup:.3g}x"
         if w.tflops is not None:
             line += f", {w.tflops:.4g} TFLOP/s"
+        if w.sol_ms is not None:
+            line += (f"; roofline ({w.roofline_bound}-bound) {w.sol_ms:.4g} ms, so "
+                     f"{w.sol_ms / t.median_ms:.0%} of speed of light")
+            if w.sol_score is not None:
+                line += f", SOL score {w.sol_score:.2f}"
         lines.append(line)
     if ev.speedup is not None and not math.isnan(ev.speedup):
         lines.append(f"- geometric-mean speedup over the library: {ev.speedup:.3g}x"
                      + (" (above 1 is faster than the library)" if ev.speedup < 1 else ""))
+    if ev.sol_score is not None:
+        lines.append(f"- SOL score {ev.sol_score:.2f} (1 = at the roofline, 0.5 = as fast as the library)")
     return prompts.render("feedback_timing", lines="\n".join(lines))
+
+
+def profile_section(ev: EvalResult) -> str:
+    """The Nsight Compute profile of the candidate (tools/profile.py), or one line on why there
+    is none. Left out for a kernel that computed wrong numbers: its speed is not the problem."""
+    if ev.correct is False:
+        return ""
+    ex = ev.executed
+    if ex.profile is None:
+        why = ex.reason if ex.status != "ok" else "the Nsight Compute pass collected no profile"
+        return prompts.render("feedback_profile", lines=render_profile(skipped_profile(why or "not measured")))
+    return prompts.render("feedback_profile", lines=render_profile(ex.profile))

@@ -5,8 +5,11 @@ and records what it did in the trajectory.
     draft             the LLM writes N candidates (best-of-N); replies are extracted
     evaluate          compile -> inspect -> run per candidate (tools.evaluator)
     decide            pick the turn's best sample, update the best so far, check the budget,
-                      choose repair / optimise / stop
-    repair, optimise  render the feedback the model sees next turn
+                      choose the parent the next turn answers (that sample; for the evolve
+                      strategy one drawn from the best `population` candidates) and
+                      repair / optimise / stop by it
+    repair, optimise  render the feedback the model sees next turn (evolve: a branch of
+                      turn 1's prompt, the parent's reply and the parent's feedback)
 
 Nodes are idempotent across a crash: a reply already in events.jsonl or an eval.json
 already on disk is reused on resume, never asked for or computed again.
@@ -89,7 +92,10 @@ class Nodes:
             block = prompts.context_block(_section_texts([x["id"] for x in new]), why=why)
         d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=refs, new_sections=[x["id"] for x in new],
                        tokens=r.tokens, prompt_tokens=len(block) // 4, truncated=getattr(r, "truncated", False))
-        return {"context": block, "context_sections": sorted(seen | {x["id"] for x in new})}
+        update = {"context": block, "context_sections": sorted(seen | {x["id"] for x in new})}
+        if turn == 1:  # evolve starts every branch from turn 1's prompt, with these sections in it
+            update["base_sections"] = update["context_sections"]
+        return update
 
     # -------------------------------------------------------------------------------
     def draft(self, state: AgentState) -> dict:
@@ -181,8 +187,9 @@ class Nodes:
                 if ev.compiled:  # "did not compile" says nothing about the evaluation itself
                     evaluation = "ok" if fb.ran(ev) else (
                         evaluation if evaluation == "ok" else f"skipped: {ev.run_reason or 'unknown reason'}")
+            rec.parent = state.get("parent") if turn > 1 else None
             d.writer.event("candidate", turn=turn, sample=sample, path=rel, outcome=rec.outcome,
-                           verdicts=rec.verdicts, verified=rec.verified, error=rec.error)
+                           verdicts=rec.verdicts, verified=rec.verified, error=rec.error, parent=rec.parent)
             records.append(rec)
         current = [r.model_dump() for r in records]
         return {"current": current, "attempts": list(state.get("attempts") or []) + current, "evaluation": evaluation}
@@ -230,18 +237,27 @@ class Nodes:
             stop_detail = f"{err['kind']}: {err['message']}"
         elif (ended := exhausted(cfg.budget, spent)) is not None:
             stop_reason, stop_detail = ended
+        # `basis`: the candidate the next turn answers, and so the action: this turn's best, or for
+        # evolve a parent drawn from the best candidates so far
+        basis, pop = chosen, []
+        if cfg.strategy == "evolve" and not stop_reason:
+            pop = fb.population([CandidateRecord(**c) for c in state.get("attempts") or []], cfg.population)
+            basis = fb.draw_parent(pop, cfg.seed, turn) if pop else chosen
+        parent = basis.path if basis else state.get("parent")
         if stop_reason:
             action, why = "stop", stop_detail
-        elif fb.best_eligible(chosen):
+        elif fb.best_eligible(basis):
             action = "optimise"
-            if chosen.outcome == "correct_with_arch":
+            if basis.outcome == "correct_with_arch":
                 why = "correct with the requested instructions"
-            elif chosen.verified:  # ran correct on the GPU; the executed-instruction check did not run
+            elif basis.verified:  # ran correct on the GPU; the executed-instruction check did not run
                 why = "correct, the requested instructions in the SASS; their execution unverified"
             else:
                 why = "compiled with the requested instructions; correctness unverified (" + state["evaluation"] + ")"
         else:
-            action, why = "repair", chosen.outcome.replace("_", " ")
+            action, why = "repair", basis.outcome.replace("_", " ")
+        if pop:
+            why = f"parent {parent}: {why}"
 
         if current:
             per_turn.append(TurnRecord(turn=turn, candidates=current, chosen=chosen.sample, action=action,
@@ -250,10 +266,11 @@ class Nodes:
         d.writer.event("decision", turn=turn, action=action, outcome=chosen.outcome if chosen else None,
                        chosen=chosen.sample if chosen else None, reason=why,
                        best=best.path if best else None, best_speedup=best.verdicts.speedup if best else None,
-                       best_verified=best.verified if best else None)
+                       best_verified=best.verified if best else None, parent=parent,
+                       population=[c.path for c in pop] or None)
         d.writer.event("budget", turn=turn, spent=spent.model_dump(), limits=cfg.budget.model_dump())
         update = {"messages": messages, "per_turn": per_turn, "best": best.model_dump() if best else None,
-                  "spent": spent.model_dump(), "action": action, "decisions": decisions,
+                  "spent": spent.model_dump(), "action": action, "decisions": decisions, "parent": parent,
                   "stop_reason": stop_reason, "stop_detail": stop_detail}
         # A summary after every turn: a kill leaves an up-to-date one behind.
         d.writer.write_summary(summary_from_state(cfg, {**state, **update}, "running"))
@@ -267,15 +284,32 @@ class Nodes:
 
     def _feedback(self, state: AgentState, action: str) -> dict:
         d, cfg = self.deps, self.deps.config
+        if cfg.strategy == "evolve":
+            return self._evolve_feedback(state, action)
         last = TurnRecord(**state["per_turn"][-1])
         chosen = next(c for c in last.candidates if c.sample == last.chosen)
         others = [c for c in last.candidates if c.sample != last.chosen]
         eval_path = d.writer.run_dir / chosen.path / "eval.json"
         ev = EvalResult.model_validate_json(eval_path.read_text()) if eval_path.exists() else None
         best = CandidateRecord(**state["best"]) if state.get("best") else None
-        text = fb.render_feedback(last.turn, action, cfg.lang, chosen, ev, others, cfg.samples, best=best)
-        d.writer.event("feedback", turn=last.turn, kind=action, outcome=chosen.outcome, text=text)
+        text = fb.render_feedback(last.turn, action, cfg.lang, chosen, ev, others, cfg.samples, best=best,
+                                  profile=cfg.profile_feedback)
+        d.writer.event("feedback", turn=last.turn, kind=action, outcome=chosen.outcome, text=text, parent=chosen.path)
         return {"feedback": text}
+
+    def _evolve_feedback(self, state: AgentState, action: str) -> dict:
+        """The next turn's chat is a branch: turn 1's prompt, the parent's reply, its feedback.
+        (The parent was drawn by `decide`; budgets still count every turn of every branch.)"""
+        d, cfg = self.deps, self.deps.config
+        parent = next(CandidateRecord(**c) for c in state["attempts"] if c["path"] == state["parent"])
+        pdir = d.writer.run_dir / parent.path
+        ev = EvalResult.model_validate_json((pdir / "eval.json").read_text()) if (pdir / "eval.json").exists() else None
+        text = fb.render_feedback(parent.turn, action, cfg.lang, parent, ev, profile=cfg.profile_feedback)
+        reply = (pdir / "reply.md").read_text() if (pdir / "reply.md").exists() else ""
+        d.writer.event("feedback", turn=state["turn"], kind=action, outcome=parent.outcome, text=text,
+                       parent=parent.path)
+        return {"feedback": text, "messages": list(state["messages"][:2]) + [{"role": "assistant", "content": reply}],
+                "context_sections": list(state.get("base_sections") or [])}
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,8 +353,8 @@ _READS = {
     "draft": ("turn", "messages", "feedback", "context"),
     "evaluate": ("turn", "replies"),
     "decide": ("turn", "current", "best", "spent", "model_error"),
-    "repair": ("turn", "per_turn"),
-    "optimise": ("turn", "per_turn"),
+    "repair": ("turn", "per_turn", "parent"),
+    "optimise": ("turn", "per_turn", "parent"),
 }
 
 

@@ -174,7 +174,9 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
     config, recorded_summary = rec.config, rec.summary
     decisions = [e for e in rec.events if e["type"] == "decision"]
     recorded = recorded_summary.decisions if recorded_summary else [e["action"] for e in decisions]
-    recorded_outcomes = {e["turn"]: e.get("outcome") for e in decisions}
+    with_parents = any("parent" in e for e in decisions)  # recorded since parents were: the tree is compared too
+    tree = config.strategy == "evolve"  # only there does the parent differ from the last turn's pick
+    recorded_outcomes = {e["turn"]: _decided(e, tree) for e in decisions}
     finished = bool(recorded_summary and recorded_summary.status == "finished")
     # Same configuration; wall time is not reproducible, so a run stopped by max_time
     # replays exactly the turns it had.
@@ -184,23 +186,35 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
     out_root = Path(runs_dir) if runs_dir else Path(tempfile.mkdtemp(prefix="ptxbench-replay-"))
     req = SolveRequest(task=config.task, model=f"replay:{run_dir}", arch=config.arch, lang=config.lang,
                        context=config.context, context_tokens=config.context_tokens, budget=budget,
-                       samples=config.samples, runs_dir=out_root, seed=config.seed, temperature=config.temperature,
+                       samples=config.samples, strategy=config.strategy, population=config.population,
+                       profile_feedback=config.profile_feedback,
+                       runs_dir=out_root, seed=config.seed, temperature=config.temperature,
                        executed_check=config.executed_check,
                        command=["agent", "replay", "--through-graph", str(run_dir)])
     summary = solve(req, progress=False)
     replay_dir = out_root / summary.run_id
     replayed = summary.decisions
-    replayed_outcomes = {e["turn"]: e.get("outcome") for e in read_events(replay_dir, "decision")}
+    replayed_outcomes = {e["turn"]: _decided(e, tree) for e in read_events(replay_dir, "decision")}
     turns = []
     for i in range(max(len(recorded), len(replayed))):  # one decision per turn
         r = f"{recorded[i]} ({recorded_outcomes.get(i + 1)})" if i < len(recorded) else None
         p = f"{replayed[i]} ({replayed_outcomes.get(i + 1)})" if i < len(replayed) else None
         turns.append(TurnComparison(turn=i + 1, recorded=r, replayed=p))
-    match = recorded == replayed if finished else replayed[:len(recorded)] == recorded
+    # evolve's parents make a tree: a replay must draw the same parents (outcomes may differ
+    # with the machine, e.g. unverified on a CPU; the decisions and the tree may not)
+    replayed_parents = {e["turn"]: e.get("parent") for e in read_events(replay_dir, "decision")}
+    same_tree = not with_parents or all(replayed_parents.get(e["turn"]) == e.get("parent") for e in decisions)
+    match = (recorded == replayed if finished else replayed[:len(recorded)] == recorded) and same_tree
     return GraphReplayReport(
         run_dir=str(run_dir), replay_run_dir=str(replay_dir), recorded=recorded, replayed=replayed, turns=turns,
         recorded_stop=recorded_summary.stop_reason if recorded_summary else None, replayed_stop=summary.stop_reason,
         partial=not finished, match=match)
+
+
+def _decided(decision: dict, with_parent: bool) -> str:
+    """A decision's outcome, and for evolve the candidate the next turn answers (its drawn parent)."""
+    parent = decision.get("parent") if with_parent and decision.get("action") != "stop" else None
+    return f"{decision.get('outcome')}" + (f" -> next from {parent}" if parent else "")
 
 
 # ---------------------------------------------------------------------------------------

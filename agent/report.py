@@ -1,7 +1,9 @@
 """Sweep reports: read run folders, compute the benchmark's metrics per cell and turn limit,
 write report.md, report.html, report.csv and PNG plots.
 
-A cell is (model, task, arch, context); its replicas are the runs that share it. Each
+A cell is (model, task, arch, context, strategy, profile feedback); its replicas are the
+runs that share it. Context and profile feedback are the two ablations: the report shows
+every metric with each setting side by side (and a plot of each). Each
 metric is computed per run at a turn limit T from the run's per-turn verdicts (every
 candidate of turns 1..T counts), then summarised over the cell's replicas:
 
@@ -13,6 +15,8 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
   cwa_executed                correct, features in SASS and counted at run time (needs ncu)
   fast_p                      the run's best cwa kernel beats p x library (fast_0 = cwa)
   speedup                     geometric mean over the cell's cwa runs of each run's best speedup
+  sol_score                   mean over the cell's cwa runs of each run's best SOL score
+                              (tools/roofline.py: 1 at the roofline, 0.5 at the library)
 
 A verdict that could not be checked (no GPU, no ncu) is unknown: a run is unknown when
 none of its candidates reached the verdict and at least one was unchecked. Proportions
@@ -120,6 +124,7 @@ class RunMetrics:
 
     values: dict[str, Tri]  # the PROPORTIONS
     speedup: float | None  # best speedup among its cwa candidates (None: none, or untimed)
+    sol_score: float | None = None  # best SOL score among its cwa candidates
 
 
 def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
@@ -128,6 +133,8 @@ def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
     speeds = [c.verdicts.speedup for c in cands
               if candidate_cwa(c, executed=False) is True and c.verdicts.speedup is not None]
     best = max(speeds) if speeds else None
+    sols = [c.verdicts.sol_score for c in cands
+            if candidate_cwa(c, executed=False) is True and c.verdicts.sol_score is not None]
     values: dict[str, Tri] = {
         "compiled": any(c.verdicts.compiled for c in cands),
         "arch_sass": any(c.verdicts.compiled and c.verdicts.arch_sass for c in cands),
@@ -140,7 +147,7 @@ def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
             values[f"fast_{p:g}"] = cwa
         else:  # a cwa kernel that was not timed cannot be said to beat the library
             values[f"fast_{p:g}"] = None if best is None else best > p
-    return RunMetrics(values, best)
+    return RunMetrics(values, best, max(sols) if sols else None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -187,7 +194,8 @@ def bootstrap_geomean_ci(xs: Sequence[float], *, resamples: int = 2000, seed: in
 # ---------------------------------------------------------------------------------------
 # Cells
 # ---------------------------------------------------------------------------------------
-CellKey = tuple[str, str, str, str]  # model, task, arch, context
+CellKey = tuple[str, str, str, str, str, str]  # model, task, arch, context, strategy, profile feedback (on/off)
+KEY_NAMES = ("model", "task", "arch", "context", "strategy", "profile")
 
 
 @dataclass
@@ -198,6 +206,11 @@ class CellRow:
     unfinished: int
     metrics: dict[str, Proportion]
     speedups: list[float] = field(default_factory=list)  # best speedup of each timed cwa run
+    sol_scores: list[float] = field(default_factory=list)  # best SOL score of each scored cwa run
+
+    @property
+    def sol_score(self) -> float | None:
+        return sum(self.sol_scores) / len(self.sol_scores) if self.sol_scores else None
 
     @property
     def speedup(self) -> float | None:
@@ -210,7 +223,7 @@ class CellRow:
 
 def cell_key(run: RunRecord) -> CellKey:
     c = run.config
-    return (model_label(c.model), c.task, c.arch, c.context)
+    return (model_label(c.model), c.task, c.arch, c.context, c.strategy, "on" if c.profile_feedback else "off")
 
 
 def group_cells(runs: Sequence[RunRecord]) -> dict[CellKey, list[RunRecord]]:
@@ -228,7 +241,8 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
             per_run = [run_metrics(r.summary, limit) for r in done]  # type: ignore[arg-type]
             metrics = {m: proportion([pr.values[m] for pr in per_run]) for m in PROPORTIONS}
             speedups = [pr.speedup for pr in per_run if pr.values["cwa"] is True and pr.speedup]
-            rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups))
+            sols = [pr.sol_score for pr in per_run if pr.values["cwa"] is True and pr.sol_score is not None]
+            rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols))
     return rows
 
 
@@ -257,7 +271,7 @@ def _fmt_speedup(row: CellRow) -> str:
 def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
     out = []
     for r in rows:
-        d: dict[str, object] = dict(zip(("model", "task", "arch", "context"), r.key))
+        d: dict[str, object] = dict(zip(KEY_NAMES, r.key))
         d.update(turn_limit=r.turn_limit, runs=r.runs, unfinished=r.unfinished)
         for m in PROPORTIONS:
             p = r.metrics[m]
@@ -272,6 +286,8 @@ def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
         d["speedup_lo"] = "" if ci is None else round(ci[0], 4)
         d["speedup_hi"] = "" if ci is None else round(ci[1], 4)
         d["speedup_n"] = len(r.speedups)
+        d["sol_score_mean"] = "n/a" if r.sol_score is None else round(r.sol_score, 4)
+        d["sol_score_n"] = len(r.sol_scores)
         out.append(d)
     return out
 
@@ -288,11 +304,12 @@ def write_csv(rows: Sequence[CellRow], path: Path) -> None:
 
 
 def _table(rows: Sequence[CellRow]) -> tuple[list[str], list[list[str]]]:
-    head = ["model", "task", "arch", "context", "runs"] + [label for _, label in COLUMNS] + ["speedup (geomean)"]
+    head = [*KEY_NAMES, "runs"] + [label for _, label in COLUMNS] + ["speedup (geomean)", "SOL score (mean)"]
     body = []
     for r in rows:
         runs = f"{r.runs}" + (f" (+{r.unfinished} unfinished)" if r.unfinished else "")
-        body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS] + [_fmt_speedup(r)])
+        sol = "n/a" if r.sol_score is None else f"{r.sol_score:.2f} (n={len(r.sol_scores)})"
+        body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS] + [_fmt_speedup(r), sol])
     return head, body
 
 
@@ -308,8 +325,8 @@ def _pyplot():
     return plt
 
 
-def _series_label(model: str, context: str) -> str:
-    return f"{model} ({context})"
+def _series_label(model: str, setting: str) -> str:
+    return f"{model} ({setting})"
 
 
 def _na(ax, what: str) -> None:
@@ -325,14 +342,15 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
     for ax, ((task, arch), members) in zip(axes[0], groups.items()):
         ax.set_title(f"{task} {arch} (turn {turn_limit})", fontsize=9)
         drawn = False
-        for (model, context), series in _by_model_context(members).items():
+        for (model, context), series in _by_model_setting(members).items():
             metrics = [run_metrics(r.summary, turn_limit) for r in series]  # type: ignore[arg-type]
             known = [m for m in metrics if m.values["cwa"] is not None]
             if not known:
                 continue
             ys = [sum(1 for m in known if m.values["cwa"] and (p == 0 or (m.speedup or 0) > p)) / len(known)
                   for p in ps]
-            ax.plot(ps, ys, label=_series_label(model, context), linestyle="-" if context != "none" else "--")
+            ax.plot(ps, ys, label=_series_label(model, context),
+                    linestyle="--" if context.split(",")[0] == "none" else "-")
             drawn = True
         if drawn:
             ax.legend(fontsize=7)
@@ -354,7 +372,7 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], path: Path) -> None:
     for ax, ((task, arch), members) in zip(axes[0], groups.items()):
         ax.set_title(f"{task} {arch}", fontsize=9)
         drawn = False
-        for (model, context), series in _by_model_context(members).items():
+        for (model, context), series in _by_model_setting(members).items():
             last = max((t.turn for r in series for t in r.summary.per_turn), default=0)  # type: ignore[union-attr]
             xs, ys = [], []
             for turn in range(1, last + 1):
@@ -384,10 +402,16 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], path: Path) -> None:
 
 def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
     """Context modes side by side per model: arch-in-SASS rate and correct-with-arch rate."""
+    plot_ablation(rows, turn_limit, path, KEY_NAMES.index("context"), "context")
+
+
+def plot_ablation(rows: Sequence[CellRow], turn_limit: int, path: Path, index: int, name: str) -> None:
+    """The settings of one ablation (the cell key's `index`: context, profile feedback) side by
+    side per model: arch-in-SASS rate and correct-with-arch rate, pooled over the other keys."""
     plt = _pyplot()
     rows = [r for r in rows if r.turn_limit == turn_limit]
     models = sorted({r.key[0] for r in rows})
-    contexts = sorted({r.key[3] for r in rows}, key=lambda c: (c != "none", c))
+    contexts = sorted({r.key[index] for r in rows}, key=lambda c: (c not in ("none", "off"), c))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
     width = 0.8 / max(1, len(contexts))
     for ax, metric, title in ((axes[0][0], "arch_sass", "compiled with requested features (SASS)"),
@@ -396,7 +420,7 @@ def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
         for i, context in enumerate(contexts):
             labelled = False
             for j, model in enumerate(models):
-                pooled = [r.metrics[metric] for r in rows if r.key[0] == model and r.key[3] == context]
+                pooled = [r.metrics[metric] for r in rows if r.key[0] == model and r.key[index] == context]
                 succ, n = sum(p.successes for p in pooled), sum(p.n for p in pooled)
                 x = j + (i - (len(contexts) - 1) / 2) * width
                 if n:
@@ -409,7 +433,7 @@ def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{title}, turn {turn_limit}", fontsize=9)
         if any_known:
-            ax.legend(title="context", fontsize=7)
+            ax.legend(title=name, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -423,10 +447,14 @@ def _by_task_arch(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[RunRe
     return dict(sorted(out.items()))
 
 
-def _by_model_context(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+def _by_model_setting(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+    """Plot series: model x (context, and the strategy and profile feedback where not the plain loop's)."""
     out: dict[tuple[str, str], list[RunRecord]] = {}
     for r in runs:
-        out.setdefault((model_label(r.config.model), r.config.context), []).append(r)
+        c = r.config
+        setting = ", ".join([c.context] + ([c.strategy] if c.strategy != "linear" else [])
+                            + (["profile on"] if c.profile_feedback else []))
+        out.setdefault((model_label(c.model), setting), []).append(r)
     return dict(sorted(out.items()))
 
 
@@ -442,7 +470,8 @@ class Report:
     unfinished: int
 
 
-PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "context": "context.png"}
+PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "context": "context.png",
+         "profile": "profile.png"}
 
 
 def write_report(paths: Iterable[str | Path], out_dir: str | Path,
@@ -463,6 +492,7 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     plot_fast_p(runs, limits[-1], files["fast_p"])
     plot_speedup_by_turn(runs, files["speedup_by_turn"])
     plot_context(rows, limits[-1], files["context"])
+    plot_ablation(rows, limits[-1], files["profile"], KEY_NAMES.index("profile"), "profile feedback")
     files["csv"] = out / "report.csv"
     write_csv(rows, files["csv"])
     unfinished = sum(1 for r in runs if not r.finished)
@@ -483,9 +513,11 @@ def _evaluation_notes(runs: Sequence[RunRecord]) -> list[str]:
     return [f"evaluation {n} (correctness and speed are n/a for those runs)" for n in notes]
 
 
-_INTRO = ("Per cell (model x task x arch x context) and turn limit: the share of runs that reached each verdict "
-          "with a Wilson 95% interval and (successes/known runs); speedup is the geometric mean of each "
-          "correct-with-arch run's best speedup vs the library, with a bootstrap 95% interval. "
+_INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback) and turn limit: the share of "
+          "runs that reached each verdict with a Wilson 95% interval and (successes/known runs); speedup is the "
+          "geometric mean of each correct-with-arch run's best speedup vs the library, with a bootstrap 95% "
+          "interval; SOL score the mean of each such run's best score against the roofline (1 = speed of light, "
+          "0.5 = the library). "
           "n/a = not checked (e.g. no GPU), never a pass.")
 
 

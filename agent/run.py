@@ -30,8 +30,9 @@ from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
 from agent.nodes import Deps, Nodes
 from agent.state import initial_state, summary_from_state
-from agent.trajectory import (EXECUTED_CHECK_DEFAULT, Budget, RunConfig, RunFolderError, RunSummary,
-                              TrajectoryWriter, new_run_id, read_config, read_events, shipped_example, utc_now)
+from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
+                              RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
+                              shipped_example, utc_now)
 from tools.toolchain import ARCHES
 
 DEFAULT_RUNS_DIR = "runs"
@@ -53,6 +54,9 @@ class SolveRequest:
     context_tokens: int = 6000
     budget: Budget = field(default_factory=Budget)
     samples: int = 1
+    strategy: str | None = None  # linear | best-of-n | evolve; None: best-of-n when samples > 1, else linear
+    population: int = 4  # evolve: the best candidates parents are drawn from
+    profile_feedback: bool = PROFILE_FEEDBACK_DEFAULT
     api_base: str | None = None
     model_options: dict = field(default_factory=dict)  # max_retries, retry_base_s, timeout_s
     runs_dir: str | Path = DEFAULT_RUNS_DIR
@@ -67,9 +71,15 @@ class SolveRequest:
 MODEL_OPTIONS = ("max_retries", "retry_base_s", "retry_max_s", "timeout_s")  # get_model's knobs
 
 
+def implied_strategy(samples: int) -> str:
+    """The strategy `--samples` alone means: best-of-n for several samples a turn, else linear."""
+    return "best-of-n" if samples > 1 else "linear"
+
+
 def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str = "docs", samples: int = 1,
                      budget: Budget | None = None, context_tokens: int = 0, temperature: float | None = None,
-                     model_options: dict | None = None) -> str | None:
+                     model_options: dict | None = None, strategy: str | None = None,
+                     population: int = 4) -> str | None:
     """What is wrong with a run's settings, in one line naming the setting as a sweep config
     and `agent solve` spell it, or None. Shared by both, so they refuse the same things up
     front instead of failing once per run."""
@@ -81,6 +91,14 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
         return f"unknown context mode {context!r}; choose one of {', '.join(CONTEXT_MODES)}"
     if samples < 1:
         return f"samples (--samples) must be at least 1, not {samples}"
+    if strategy is not None and strategy not in STRATEGIES:
+        return f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}"
+    if strategy == "best-of-n" and samples < 2:
+        return f"strategy best-of-n needs samples (--samples) of at least 2, not {samples}"
+    if strategy == "linear" and samples > 1:
+        return f"strategy linear drafts one candidate a turn; samples {samples} is best-of-n (--strategy best-of-n)"
+    if population < 1:
+        return f"population (--population) must be at least 1, not {population}"
     if context_tokens < 0:
         return f"context_tokens (--context-tokens) must be >= 0, not {context_tokens}"
     if temperature is not None and not (math.isfinite(temperature) and temperature >= 0):
@@ -112,7 +130,7 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None) -> RunSum
     task = _get_task(req.task)
     problem = settings_problem(arch=req.arch, lang=req.lang, context=req.context, samples=req.samples,
                                budget=req.budget, context_tokens=req.context_tokens, temperature=req.temperature,
-                               model_options=req.model_options)
+                               model_options=req.model_options, strategy=req.strategy, population=req.population)
     if problem:
         raise SolveError(problem)
     if req.api_base:
@@ -123,6 +141,8 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None) -> RunSum
         run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=req.model,
         api_base=req.api_base, model_options=req.model_options, lang=req.lang, context=req.context,
         context_tokens=req.context_tokens, budget=req.budget, samples=req.samples,
+        strategy=req.strategy or implied_strategy(req.samples), population=req.population,
+        profile_feedback=req.profile_feedback,
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
         executed_check=req.executed_check, command=req.command or list(sys.argv))
     return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator)
@@ -271,6 +291,7 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
     writer.event("run_start", resumed=resumed, retried_turn=retry_turn or None, run_id=config.run_id,
                  task=config.task, arch=config.arch,
                  model=config.model, lang=config.lang, context=config.context, samples=config.samples,
+                 strategy=config.strategy, profile_feedback=config.profile_feedback,
                  budget=config.budget.model_dump(), gpu=config.gpu)
     status, stop_reason, stop_detail, tb = "finished", None, None, None
     try:

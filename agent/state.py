@@ -27,11 +27,13 @@ class AgentState(TypedDict, total=False):
     feedback: str | None  # the next user message, from repair/optimise
     context: str  # documentation block to add to the next user message ("" if none)
     context_sections: list[str]  # ids of sections already in the chat
+    base_sections: list[str]  # ids of turn 1's sections (evolve starts every branch from turn 1's prompt)
     replies: list[Reply]  # this turn's replies, one per sample
     current: list[dict]  # this turn's CandidateRecords
     attempts: list[dict]  # every CandidateRecord so far
     per_turn: list[dict]  # TurnRecord per finished turn
     best: dict | None  # best CandidateRecord (correct-with-arch, or on CPU unverified)
+    parent: str | None  # path of the candidate whose feedback the next turn answers
     spent: dict  # Spent
     action: str | None  # last decision: repair | optimise | stop
     decisions: list[str]
@@ -43,8 +45,8 @@ class AgentState(TypedDict, total=False):
 
 
 def initial_state() -> AgentState:
-    return AgentState(turn=0, messages=[], feedback=None, context="", context_sections=[], replies=[], current=[],
-                      attempts=[], per_turn=[], best=None, spent=Spent().model_dump(), action=None, decisions=[],
+    return AgentState(turn=0, messages=[], feedback=None, context="", context_sections=[], base_sections=[],
+                      replies=[], current=[], attempts=[], per_turn=[], best=None, parent=None, spent=Spent().model_dump(), action=None, decisions=[],
                       model_error=None, stop_reason=None, stop_detail=None, evaluation=NOT_RUN, faults=0)
 
 
@@ -54,7 +56,8 @@ def summary_from_state(config: RunConfig, state: dict[str, Any], status: str, *,
     best = CandidateRecord(**state["best"]) if state.get("best") else None
     return RunSummary(
         run_id=config.run_id, task=config.task, arch=config.arch, model=config.model, lang=config.lang,
-        context=config.context, samples=config.samples, status=status,
+        context=config.context, samples=config.samples, strategy=config.strategy,
+        profile_feedback=config.profile_feedback, status=status,
         stop_reason=stop_reason or state.get("stop_reason"), stop_detail=stop_detail or state.get("stop_detail"),
         turns=spent.turns, per_turn=[TurnRecord(**t) for t in state.get("per_turn") or []],
         best=best, best_path=best.path if best else None, best_speedup=best.verdicts.speedup if best else None,

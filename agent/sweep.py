@@ -1,12 +1,14 @@
 """Sweeps: a grid of independent agent runs (models x tasks x arches x context modes x
-replicas), each with a deterministic run id, run concurrently and resumably.
+search strategies x profile feedback x replicas), each with a deterministic run id, run
+concurrently and resumably.
 
     load_sweep_config(path) -> SweepConfig        TOML or YAML
     expand(config) -> list[SweepRun]              the grid, in a fixed order
     run_sweep(config, executor) -> SweepResult    runs every cell not yet finished
 
-Run ids are <sweep>/<model>/<task>/<arch>/<context>/r<k>, so a second `agent sweep` on the
-same config finds what the first one did: runs with a finished summary.json are skipped,
+Run ids are <sweep>/<model>/<task>/<arch>/<context>/r<k>, with a segment before r<k> for
+settings other than the plain loop's (`evolve`, `profile-on`, `evolve+profile-on`; see
+`variant`), so a second `agent sweep` on the same config finds what the first one did: runs with a finished summary.json are skipped,
 runs with a config.json but no finished summary are resumed through agent.run's resume,
 the rest start fresh. Each run lives in a thread of the driver (its LLM calls are I/O);
 evaluations go through the executor's shared evaluator, which queues GPU work per GPU
@@ -25,7 +27,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent.trajectory import EXECUTED_CHECK_DEFAULT, Budget, ContextMode, Language, RunSummary, read_summary
+from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, ContextMode, Language,
+                              RunSummary, Strategy, read_summary)
 
 DONE_STATUSES = ("finished", "failed")
 
@@ -63,6 +66,13 @@ class SweepConfig(BaseModel):
     tasks: list[str] = Field(min_length=1)  # names or aliases (resolved by expand)
     arches: list[str] = Field(default_factory=lambda: ["sm_90a"])
     contexts: list[ContextMode] = Field(default_factory=lambda: ["none", "docs"])
+    # search strategies; None: the one `samples` implies (best-of-n for several, else linear).
+    # linear runs draft one candidate a turn; best-of-n and evolve draft `samples`.
+    strategies: list[Strategy] | None = None
+    population: int = Field(default=4, ge=1)  # evolve: the best candidates parents are drawn from
+    # the --profile-feedback ablation: "on", "off" or both
+    profile_feedback: list[Literal["on", "off"]] = Field(
+        default_factory=lambda: ["on" if PROFILE_FEEDBACK_DEFAULT else "off"])
     replicas: int = Field(default=1, ge=1)
     lang: Language = "cuda"
     samples: int = Field(default=1, ge=1)
@@ -111,17 +121,29 @@ class SweepConfig(BaseModel):
         """The same checks `agent solve` makes, for every arch, context and model of the grid."""
         from agent.run import settings_problem
 
-        if not self.arches or not self.contexts:
-            raise ValueError("arches and contexts need at least one entry each")
+        if not self.arches or not self.contexts or not self.profile_feedback or self.strategies == []:
+            raise ValueError("arches, contexts, strategies and profile_feedback need at least one entry each")
         for arch in self.arches:
             for context in self.contexts:
-                for m in self.models:
-                    problem = settings_problem(arch=arch, lang=self.lang, context=context, samples=self.samples,
-                                               budget=self.budget, context_tokens=self.context_tokens,
-                                               temperature=self.temperature, model_options=m.options)
-                    if problem:
-                        raise ValueError(problem)
+                for strategy in self.strategy_list:
+                    for m in self.models:
+                        problem = settings_problem(arch=arch, lang=self.lang, context=context,
+                                                   samples=self.samples_for(strategy), budget=self.budget,
+                                                   context_tokens=self.context_tokens, temperature=self.temperature,
+                                                   model_options=m.options, strategy=strategy,
+                                                   population=self.population)
+                        if problem:
+                            raise ValueError(problem)
         return self
+
+    @property
+    def strategy_list(self) -> list[str]:
+        from agent.run import implied_strategy
+
+        return list(self.strategies) if self.strategies is not None else [implied_strategy(self.samples)]
+
+    def samples_for(self, strategy: str) -> int:
+        return 1 if strategy == "linear" else self.samples
 
 
 def slugify(text: str) -> str:
@@ -179,6 +201,8 @@ class SweepRun:
     arch: str
     context: str
     replica: int
+    strategy: str = "linear"
+    profile_feedback: bool = PROFILE_FEEDBACK_DEFAULT
 
     def request(self, sweep: SweepConfig, runs_dir: Path):
         """The agent.run.SolveRequest of this cell; replica k gets seed sweep.seed + k."""
@@ -186,15 +210,29 @@ class SweepRun:
 
         return SolveRequest(
             task=self.task, model=self.model.spec, arch=self.arch, lang=sweep.lang, context=self.context,
-            context_tokens=sweep.context_tokens, budget=sweep.budget, samples=sweep.samples,
+            context_tokens=sweep.context_tokens, budget=sweep.budget, samples=sweep.samples_for(self.strategy),
+            strategy=self.strategy, population=sweep.population, profile_feedback=self.profile_feedback,
             api_base=self.model.api_base, model_options=dict(self.model.options), runs_dir=runs_dir,
             run_id=self.run_id, seed=sweep.seed + self.replica, temperature=sweep.temperature,
             executed_check=sweep.executed_check,
             command=["agent", "sweep", sweep.name, self.run_id])
 
 
+def variant(strategy: str, samples: int, profile_feedback: bool) -> str:
+    """The run-id segment for settings other than the plain loop's ("" for none): the strategy
+    unless the sweep's `samples` implies it, and the profile feedback unless it is the default.
+    Runs of sweeps made before these settings existed keep their ids."""
+    from agent.run import implied_strategy
+
+    parts = [strategy] if strategy != implied_strategy(samples) else []
+    if profile_feedback != PROFILE_FEEDBACK_DEFAULT:
+        parts.append("profile-on" if profile_feedback else "profile-off")
+    return "+".join(parts)
+
+
 def expand(config: SweepConfig) -> list[SweepRun]:
-    """Every cell x replica, in a fixed order (model, task, arch, context, replica)."""
+    """Every cell x replica, in a fixed order (model, task, arch, context, strategy, profile
+    feedback, replica)."""
     from tasks import get_task
 
     resolved = [(t, get_task(t).name) for t in config.tasks]  # raises UnknownTask with close names
@@ -209,9 +247,14 @@ def expand(config: SweepConfig) -> list[SweepRun]:
                 continue
             for arch in config.arches:
                 for context in config.contexts:
-                    for k in range(config.replicas):
-                        run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/r{k}"
-                        runs.append(SweepRun(run_id, m, task, requested, arch, context, k))
+                    for strategy in config.strategy_list:
+                        for profile in config.profile_feedback:
+                            cell = variant(strategy, config.samples, profile == "on")
+                            for k in range(config.replicas):
+                                run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/" + \
+                                    (f"{cell}/" if cell else "") + f"r{k}"
+                                runs.append(SweepRun(run_id, m, task, requested, arch, context, k, strategy,
+                                                     profile == "on"))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise ValueError("the grid names one run twice (a task listed twice, or two aliases of one task?)")

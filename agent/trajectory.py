@@ -23,12 +23,17 @@ import secrets
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
 
 Language = Literal["cuda", "ptx"]
 ContextMode = Literal["none", "docs", "docs+headers", "full"]
+# How a run searches (agent/nodes.py): linear continues one chat, one candidate a turn;
+# best-of-n drafts `samples` a turn and continues from the best; evolve keeps the best
+# `population` candidates and asks each turn for an improvement of a parent drawn from them.
+Strategy = Literal["linear", "best-of-n", "evolve"]
+STRATEGIES = ("linear", "best-of-n", "evolve")
 
 # What each event type records (payload fields besides seq/time/type).
 EVENT_TYPES = {
@@ -48,9 +53,10 @@ EVENT_TYPES = {
     "run": "turn, sample, run_status, run_reason, gpu, workloads (visible ones), held_out {total, passed, failed}, "
            "speedup, executed, verdicts",
     "eval_reused": "turn, sample: eval.json written before a crash, used again on resume",
-    "candidate": "turn, sample, path, outcome, verdicts, verified, error",
+    "candidate": "turn, sample, path, outcome, verdicts, verified, error, parent",
     "decision": "turn, action (repair|optimise|stop), outcome and chosen sample of the turn, reason, "
-                "best, best_speedup, best_verified",
+                "best, best_speedup, best_verified, parent (whose feedback the next turn answers), "
+                "population (evolve: the candidates it was drawn from, best first)",
     "feedback": "turn, kind (repair|optimise), outcome, text (the next user message, before any new docs)",
     "budget": "turn, spent {turns, llm_calls, prompt_tokens, completion_tokens, cost_usd, wall_s}, limits",
     "run_end": "status, stop_reason, stop_detail, turns, best, traceback (when ptxbench itself failed)",
@@ -76,6 +82,10 @@ def new_run_id(task: str, model: str) -> str:
 # sweeps: without the check a correct kernel is not called correct-with-arch (it stays
 # "unverified"), so leaving it off by default would make every run look unverified.
 EXECUTED_CHECK_DEFAULT = True
+# Show the model the Nsight Compute profile of its kernel (tools/profile.py) in the feedback:
+# the --profile-feedback ablation. Off by default: the loop as it was, the profile opt-in until
+# sweeps say it helps. One default for `solve` and sweeps.
+PROFILE_FEEDBACK_DEFAULT = False
 
 
 class Budget(BaseModel):
@@ -101,6 +111,9 @@ class RunConfig(BaseModel):
     context_tokens: int = 6000  # retrieval token budget
     budget: Budget = Field(default_factory=Budget)
     samples: int = 1  # candidates drafted per turn (best-of-N)
+    strategy: Strategy = "linear"  # runs recorded before strategies: best-of-n when samples > 1 (below)
+    population: int = 4  # evolve: how many of the best candidates parents are drawn from
+    profile_feedback: bool = False  # runs recorded before the flag had no profile block
     requested_features: list[str] = Field(default_factory=list)
     prompt_version: str = "v1"
     template_hash: str = ""  # sha256 over the prompt template files of prompt_version
@@ -111,6 +124,14 @@ class RunConfig(BaseModel):
     temperature: float | None = None
     created: str = Field(default_factory=utc_now)
     command: list[str] = Field(default_factory=list)  # argv that started the run
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strategy_of_old_runs(cls, data):
+        """Runs recorded before `strategy` existed: several samples a turn was best-of-n."""
+        if isinstance(data, dict) and "strategy" not in data and int(data.get("samples") or 1) > 1:
+            data = {**data, "strategy": "best-of-n"}
+        return data
 
 
 # ---------------------------------------------------------------------------------------
@@ -153,6 +174,7 @@ class Verdicts(BaseModel):
     speedup: float | None = None
     speedup_ci: list[float] | None = None
     speedup_held_out: float | None = None
+    sol_score: float | None = None  # SOL-ExecBench-style score vs the roofline (tools/roofline.py)
 
 
 class CandidateRecord(BaseModel):
@@ -163,6 +185,9 @@ class CandidateRecord(BaseModel):
     verdicts: Verdicts = Field(default_factory=Verdicts)
     verified: bool = False  # correctness was checked on a GPU (False on CPU: "unverified")
     error: str | None = None  # one line: format error / model error / compile error summary
+    # the candidate whose feedback this one answered (its path); None in turn 1. A chain for
+    # linear and best-of-n runs, a tree for evolve.
+    parent: str | None = None
 
 
 class TurnRecord(BaseModel):
@@ -193,6 +218,8 @@ class RunSummary(BaseModel):
     lang: Language = "cuda"
     context: ContextMode = "docs"
     samples: int = 1
+    strategy: Strategy = "linear"
+    profile_feedback: bool = False
     status: Literal["running", "finished", "interrupted", "failed"] = "running"
     stop_reason: StopReason | None = None
     stop_detail: str | None = None

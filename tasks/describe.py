@@ -33,19 +33,39 @@ FEATURE_TEXT = {
     "mma_sync": "`mma.sync` (legacy warp-level MMA)",
 }
 
-_TERM_OUTPUTS = {"gemm": ("C",), "mha_fwd": ("O",), "mha_bwd": ("dQ", "dK", "dV")}  # see reference.term_scales
+_TERM_OUTPUTS = {"gemm": ("C",), "fp8_gemm": ("D",), "mha_fwd": ("O",), "fp8_mha_fwd": ("O",),
+                 "mha_bwd": ("dQ", "dK", "dV")}  # see reference.term_scales
 
 _RSS_EXAMPLE = {"gemm": "C[m,n]: sqrt(sum_k (A[m,k] * B[n,k])^2)",
                 "mha_fwd": "O[i,d]: sqrt(sum_j (P[i,j] * V[j,d])^2)",
-                "mha_bwd": "dV[j,d]: sqrt(sum_i (P[i,j] * dO[i,d])^2); dQ, dK likewise with dS"}
+                "mha_bwd": "dV[j,d]: sqrt(sum_i (P[i,j] * dO[i,d])^2); dQ, dK likewise with dS",
+                "fp8_mha_fwd": "O[i,d]: sqrt(sum_j (P[i,j] * V[j,d] * descale_v)^2)",
+                "fp8_gemm": "D[i,j]: sqrt(sum_k (A[i,k] * SF_A[i,k/128] * B[j,k] * SF_B[j/128,k/128])^2)"}
 
 BASELINE_TEXT = {
     "cublas": "cuBLAS (`torch.matmul` in bf16)",
     "sdpa_fwd": "the fastest PyTorch scaled-dot-product-attention backend (cuDNN, FlashAttention or memory-efficient)",
     "sdpa_bwd": "the backward of the fastest PyTorch scaled-dot-product-attention backend (cuDNN, FlashAttention or "
                 "memory-efficient), forward excluded",
+    "sdpa_fp8_fwd": "cuDNN's FP8 attention (cudnn-frontend sdpa_fp8 on the same e4m3 inputs and descales) where it "
+                    "runs, else bf16 cuDNN attention on the dequantised inputs (results name which)",
+    "fla_gdn": "flash-linear-attention's Gated DeltaNet kernels (fla-core: fused recurrent for decode, the faster of "
+               "chunked and fused recurrent for prefill), gates and k-last state fused in",
+    "fp8_block_gemm": "cuBLASLt's block-scaled FP8 GEMM (`torch._scaled_mm` with 1x128 scales for A and 128x128 "
+                      "for B), or a Triton block-scaled FP8 GEMM where cuBLASLt refuses (results name which)",
     "none": "no library (speed is reported, not compared)",
 }
+
+# How the "fp8_block_scaled" generator draws inputs (tasks/fp8_gemm.py), added to the stress distribution.
+_FP8_BLOCK_INPUTS = (", times a random magnitude 2^U(-3, 3) per scale block; each e4m3 tensor X is then quantised "
+                     "per block as DeepGEMM does: SF_X = amax(|x| over the block) / 448 and X = x / SF_X, so every "
+                     "block spans the e4m3 range and scales differ from block to block by up to ~64x")
+
+# How the "gdn" generator draws inputs (tasks/gdn.py), said instead of the stress distribution.
+_GDN_INPUTS = ("fresh random values for every check: q and k are l2-normalised per head (as the model feeds them), "
+               "v and state are N(0, 1) with rare large outliers (N(0, 100) with probability 1e-3), the gates are in "
+               "trained models' ranges (g mostly near 1, sometimes near 0; beta in about (0.02, 0.98)), and (prefill) "
+               "cu_seqlens cuts the tokens into sequences of arbitrary lengths")
 
 
 def render_task(task: Task, arch: str = "sm_90a", language: str = "cuda") -> str:
@@ -88,7 +108,8 @@ def _tensors(task: Task) -> str:
 
 def _offset(shape: list[str]) -> str:
     """Row-major element offset, e.g. ((b*H + h)*S + s)*D + d for [B, H, S, D]."""
-    idx = [a.lower() if a.upper() != a.lower() else f"i{k}" for k, a in enumerate(shape)]
+    # an upper-case axis gives its lower-case index; a lower-case one (batch_size) an i<k>
+    idx = [a.lower() if a != a.lower() else f"i{k}" for k, a in enumerate(shape)]
     if len(set(idx)) != len(idx):
         idx = [f"i{k}" for k in range(len(shape))]
     expr = idx[0]
@@ -152,15 +173,23 @@ def _judging(task: Task) -> str:
         example = _RSS_EXAMPLE.get(task.op_type, "computed by the harness")
         rule = (f"|out - ref| <= {tol.atol:g} + {tol.rtol:g} * max(|ref|, rss), where rss is the root-sum-square "
                 f"of the products summed into that element ({example})."
-                " It only forgives bf16 rounding of those factors where a sum cancels"
+                " It only forgives "
+                + ("the tensor cores' reduced-precision fp8 accumulation" if task.op_type == "fp8_gemm"
+                   else f"{'e4m3' if task.op_type.startswith('fp8') else 'bf16'} rounding of those factors")
+                + " where a sum cancels"
                 + (f"; for {', '.join(plain)}, rss = |ref|" if plain else ""))
     else:
         rule = f"|out - ref| <= {tol.atol:g} + {tol.rtol:g} * |ref|"
     return ("## How it is judged\n"
             "- Correctness: ref is the fp32 result of the reference above on the same inputs (not rounded to the "
             f"output dtype). Every element of every output must satisfy {rule}. NaN never passes.\n"
-            "- Inputs are fresh random values for every check: N(0, 1) with rare large outliers (N(0, 100) "
-            "with probability 1e-3). Outputs are filled with a poison value before every run, so every "
+            "- Inputs are " + (_GDN_INPUTS if task.generator == "gdn" else
+                               "fresh random values for every check: N(0, 1) with rare large outliers (N(0, 100) "
+                               "with probability 1e-3)") + (", drawn in bf16; each e4m3 tensor X is then quantised with one scale, "
+                                          "X = x * 448/amax(|x|), and its descale_x input is amax/448"
+                                          if task.generator == "stress_fp8_per_tensor" else
+                                          _FP8_BLOCK_INPUTS if task.generator == "fp8_block_scaled" else "") +
+            ". Outputs are filled with a poison value before every run, so every "
             "element must be written; writes outside an output are detected.\n"
             "- Speed: median time with a cold L2 cache, compared with "
             f"{BASELINE_TEXT.get(task.baseline, task.baseline)} timed the same way on the same GPU.")
@@ -234,19 +263,57 @@ def example_manifest(task: Task, arch: str) -> dict:
                 "args": ["tmap_A", "tmap_B", "C", "M", "N", "K"],
             }],
         }
+    if task.op_type == "fp8_gemm":
+        # 128x128 e4m3 tiles: 128 bytes per row, the 128B swizzle's width; the scales are read by pointer.
+        return {
+            "tensor_maps": [
+                {"name": "tmap_A", "tensor": "A", "box": [128, 128], "swizzle": "128B"},
+                {"name": "tmap_B", "tensor": "B", "box": [128, 128], "swizzle": "128B"},
+            ],
+            "launches": [{
+                "kernel": "fp8_gemm_kernel",
+                "grid": ["cdiv(m, 128) * cdiv(n, 128)"],
+                "block": [384],
+                "shared_bytes": "4 * (128 * 128 + 128 * 128) + 1024",
+                "args": ["tmap_A", "SF_A", "tmap_B", "SF_B", "D", "m", "n", "k"],
+            }],
+        }
+    # Rows per attention tile: 128, or 64 above d128, where these 128-row bf16 tiles would not fit
+    # the 227 KB of shared memory a block can have.
+    head_dim = task.axes["D"].value if "D" in task.axes else None
+    rows = 64 if (head_dim or 0) > 128 else 128
     if task.op_type == "mha_fwd":
-        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "S", "D"], "box": [1, 128, 64],
+        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "S", "D"], "box": [1, rows, 64],
                  "swizzle": "128B"} for t in ("Q", "K", "V")]
         return {
             "tensor_maps": maps,
             "launches": [{
                 "kernel": "attn_fwd_kernel",
-                "grid": ["cdiv(S, 128)", "B * H"],
+                "grid": [f"cdiv(S, {rows})", "B * H"],
                 "block": [384],
-                "shared_bytes": "(128 * D + 2 * 2 * 128 * D) * 2 + 1024",
+                "shared_bytes": f"({rows} * D + 2 * 2 * {rows} * D) * 2 + 1024",
                 "args": ["tmap_Q", "tmap_K", "tmap_V", "O", "LSE", "S", "sm_scale",
                          {"type": "f32", "value": "sm_scale * 1.4426950408889634"}],
             }],
+        }
+    if task.op_type == "fp8_mha_fwd":
+        # e4m3 wgmma reads B K-major only: a first kernel writes V^T [B*H, D, L'] (keys contiguous, L'
+        # rounded up to 16 so that TMA's 16-byte stride rule holds, the pad written as zeros).
+        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "L", "D"], "box": [1, 128, "min(D, 128)"],
+                 "swizzle": "128B"} for t in ("Q", "K")]
+        maps.append({"name": "tmap_Vt", "tensor": "Vt", "box": [1, 64, 128], "swizzle": "128B"})
+        return {
+            "buffers": [{"name": "Vt", "dtype": "float8_e4m3fn", "shape": ["B * H", "D", "round_up(L, 16)"],
+                         "zero": False}],
+            "tensor_maps": maps,
+            "launches": [
+                {"kernel": "transpose_v", "grid": ["cdiv(L, 64)", "B * H"], "block": [256],
+                 "args": ["V", "Vt", "L"]},
+                {"kernel": "fp8_attn_fwd_kernel", "grid": ["cdiv(L, 128)", "B * H"], "block": [384],
+                 "shared_bytes": "128 * D + 2 * 2 * 128 * D + 1024",
+                 "args": ["tmap_Q", "tmap_K", "tmap_Vt", "descale_q", "descale_k", "descale_v", "O", "LSE", "L",
+                          "sm_scale"]},
+            ],
         }
     if task.op_type == "mha_bwd":
         maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "S", "D"], "box": [1, 64, 64], "swizzle": "128B"}
@@ -258,14 +325,31 @@ def example_manifest(task: Task, arch: str) -> dict:
             "launches": [
                 {"kernel": "attn_bwd_preprocess", "grid": ["cdiv(B * H * S, 8)"], "block": [256],
                  "args": ["O", "dO", "Delta", {"type": "i32", "value": "B * H * S"}]},
-                {"kernel": "attn_bwd_main", "grid": ["cdiv(S, 128)", "B * H"], "block": [384],
-                 "shared_bytes": "6 * 128 * D * 2 + 2048",
+                {"kernel": "attn_bwd_main", "grid": [f"cdiv(S, {rows})", "B * H"], "block": [384],
+                 "shared_bytes": f"6 * {rows} * D * 2 + 2048",
                  "args": ["tmap_Q", "tmap_K", "tmap_V", "tmap_dO", "LSE", "Delta", "dQ_accum", "dK", "dV", "S",
                           "sm_scale"]},
                 {"kernel": "attn_bwd_convert_dq", "grid": ["cdiv(B * H * S * D, 256)"], "block": [256],
                  "args": ["dQ_accum", "dQ", {"type": "i64", "value": "B * H * S * D"}, "sm_scale"]},
             ],
         }
+    if task.op_type in ("gdn_decode", "gdn_prefill"):
+        # TMA for the state rows (both) and the token chunks (prefill); the rest by pointer.
+        state_map = {"name": "tmap_state", "tensor": "state", "box": [32, 128],
+                     "view": [f"{'batch_size' if task.op_type == 'gdn_decode' else 'num_seqs'} * num_v_heads * head_size",
+                              "head_size"]}
+        heads = ["num_q_heads", "num_v_heads", "scale"]
+        if task.op_type == "gdn_decode":
+            return {"tensor_maps": [state_map], "launches": [{
+                "kernel": "gdn_decode_kernel", "grid": ["batch_size * num_v_heads"], "block": [128],
+                "shared_bytes": "head_size * head_size * 4 + 1024",
+                "args": ["q", "k", "v", "tmap_state", "A_log", "a", "dt_bias", "b", "output", "new_state", *heads]}]}
+        chunk_maps = [{"name": f"tmap_{t}", "tensor": t, "box": [64, 1, 64], "swizzle": "128B"} for t in ("q", "k", "v")]
+        return {"tensor_maps": [*chunk_maps, state_map], "launches": [{
+            "kernel": "gdn_prefill_kernel", "grid": ["num_seqs * num_v_heads"], "block": [384],
+            "shared_bytes": "head_size * head_size * 4 + 2 * 3 * 64 * head_size * 2 + 1024",
+            "args": ["tmap_q", "tmap_k", "tmap_v", "tmap_state", "A_log", "a", "dt_bias", "b", "cu_seqlens", "output",
+                     "new_state", *heads]}]}
     # Any other Definition: one kernel over the first var axis, every tensor by pointer.
     first = var[0] if var else "1"
     return {"launches": [{

@@ -33,9 +33,10 @@ def stress(shape: tuple[int, ...], gen: torch.Generator, device: str | torch.dev
 def generate_inputs(task: Task, axes: dict[str, int], seed: int, device: str | torch.device = "cpu",
                     fast: bool = False) -> dict[str, torch.Tensor]:
     """Every input tensor of `task` for the given axis values (var axes at least), contiguous, in
-    its declared dtype. The generator is the task's `generator` field: "stress", or
+    its declared dtype. The generator is the task's `generator` field: "stress",
     "stress_with_forward:<task>" (attention backward: O and LSE come from that forward task's
-    reference on the same Q, K, V).
+    reference on the same Q, K, V), "fp8_block_scaled" (tasks.fp8_gemm.generate_block_scaled_inputs)
+    or "gdn" (tasks.gdn.generate_gdn_inputs).
 
     fast: for the timed runs, which need fresh inputs every run. Derived inputs (O and LSE)
     come from a bf16 tensor-core forward instead of the fp32 reference: they are still the
@@ -47,8 +48,19 @@ def generate_inputs(task: Task, axes: dict[str, int], seed: int, device: str | t
         return _stress_inputs(task, axes, seed, device)
     if kind == "stress_with_forward":
         return _stress_with_forward(task, axes, seed, device, argument, fast)
+    if kind == "stress_fp8_per_tensor":  # e4m3 inputs with amax-based per-tensor descales (tasks/fp8_attention.py)
+        return _stress_fp8_per_tensor(task, axes, seed, device)
+    if kind == "fp8_block_scaled":  # e4m3 inputs with 1x128 / 128x128 block scales (tasks/fp8_gemm.py)
+        from tasks.fp8_gemm import generate_block_scaled_inputs
+
+        return generate_block_scaled_inputs(task, axes, _generator(seed, device), device)
+    if kind == "gdn":  # Gated DeltaNet: normalised q/k, realistic gates, packed sequences (tasks/gdn.py)
+        from tasks.gdn import generate_gdn_inputs
+
+        return generate_gdn_inputs(task, axes, _generator(seed, device), device)
     raise ValueError(f"task {task.name}: unknown input generator {task.generator!r} "
-                     "(known: stress, stress_with_forward:<forward task>)")
+                     "(known: stress, stress_with_forward:<forward task>, gdn, stress_fp8_per_tensor, "
+                     "fp8_block_scaled)")
 
 
 def _generator(seed: int, device: str | torch.device) -> torch.Generator:
@@ -65,6 +77,33 @@ def _stress_inputs(task: Task, axes: dict[str, int], seed: int, device) -> dict[
             raise ValueError(f"task {task.name}: the stress generator makes floating-point inputs only; "
                              f"input {name!r} is {spec.dtype} and needs a task-specific generator")
         out[name] = stress(task.shape(name, axes), gen, device).to(_DTYPES[spec.dtype])
+    return out
+
+
+E4M3_MAX = 448.0  # largest finite float8_e4m3fn
+
+
+def _stress_fp8_per_tensor(task: Task, axes: dict[str, int], seed: int, device) -> dict[str, torch.Tensor]:
+    """Each float8_e4m3fn input X quantised, as a real FP8 pipeline (and PTXBench) does, from
+    stress values in bf16 with one scale per tensor: scale = 448 / amax(|x|), X = x * scale
+    in e4m3, and the float32 input `descale_<x>` (every dim 1) = amax / 448, so that
+    X.float() * descale_x ~ x. The outliers set amax, so ordinary values land in e4m3's normal
+    range. Other float inputs are plain stress values."""
+    gen = _generator(seed, device)
+    out: dict[str, torch.Tensor] = {}
+    for name, spec in task.inputs.items():
+        if name.startswith("descale_"):
+            continue
+        x = stress(task.shape(name, axes), gen, device).to(torch.bfloat16).float()
+        if spec.dtype != "float8_e4m3fn":
+            out[name] = x.to(_DTYPES[spec.dtype])
+            continue
+        descale_name = f"descale_{name.lower()}"
+        if descale_name not in task.inputs:
+            raise ValueError(f"task {task.name}: fp8 input {name!r} has no {descale_name!r} input")
+        amax = x.abs().amax().clamp_min(1e-12)
+        out[name] = (x * (E4M3_MAX / amax)).clamp_(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        out[descale_name] = (amax / E4M3_MAX).reshape(task.shape(descale_name, axes)).float().contiguous()
     return out
 
 

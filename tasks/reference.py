@@ -123,7 +123,7 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
     A kernel that rounds each product's factor to bf16 (as tensor-core kernels do with P and dS
     in attention) errs by about 2^-9 * rss on an element, whatever the element's own value: where
     the sum cancels (|ref| << rss) that exceeds rtol * |ref|. Tasks with tolerance.scale == "terms"
-    are judged against max(|ref|, rss). Known for op types gemm, mha_fwd and mha_bwd; outputs
+    are judged against max(|ref|, rss). Known for op types gemm, mha_fwd, fp8_mha_fwd and mha_bwd; outputs
     without a term structure (LSE) are left out (their scale is |ref|).
     """
     axes = _axes_from_shapes(task, inputs)
@@ -134,8 +134,22 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
         if task.op_type in ("mha_fwd", "mha_bwd"):
             sm_scale = task.scalar_values(axes)["sm_scale"]
             return _attention_term_scales(task.op_type, x, sm_scale, "causal" in task.tags)
+        if task.op_type == "fp8_mha_fwd":  # as mha_fwd, over the dequantised Q, K, V (tasks/fp8_attention.py)
+            sm_scale = task.scalar_values(axes)["sm_scale"]
+            return _attention_term_scales("mha_fwd", dequantised(inputs, ("Q", "K", "V")), sm_scale,
+                                          "causal" in task.tags)
+        if task.op_type == "fp8_gemm":  # as gemm, over the block-dequantised A and B (tasks/fp8_gemm.py)
+            from tasks.fp8_gemm import dequantize
+
+            a, b = dequantize(inputs["A"], inputs["SF_A"]), dequantize(inputs["B"], inputs["SF_B"])
+            return {"D": torch.matmul(a.square(), b.square().T).sqrt_()}
     raise BrokenReference(f"no term scales are known for op type {task.op_type!r} (task {task.name}); "
                           "use tolerance.scale = \"ref\"")
+
+
+def dequantised(inputs: dict[str, torch.Tensor], names) -> dict[str, torch.Tensor]:
+    """fp32 real values of per-tensor-scaled fp8 inputs: X.float() * descale_x (one scale per tensor)."""
+    return {n: inputs[n].float() * inputs[f"descale_{n.lower()}"].float().reshape(()) for n in names}
 
 
 def _attention_term_scales(op_type: str, x: dict[str, torch.Tensor], sm_scale: float, causal: bool

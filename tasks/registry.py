@@ -13,6 +13,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tasks.attention import backward_task, forward_task
+from tasks.fp8_attention import fp8_forward_task
+from tasks.fp8_gemm import fp8_gemm_task
+from tasks.gdn import gdn_tasks
 from tasks.gemm import gemm_task
 from tasks.schema import Task, Workload
 
@@ -28,6 +31,12 @@ def _build() -> dict[str, Task]:
         backward_task(128), backward_task(128, causal=True),
         # held-out head-dimension variants (non-causal)
         forward_task(64), forward_task(96), backward_task(64), backward_task(96),
+        forward_task(256), backward_task(256),
+        fp8_gemm_task(),  # PTXBench's fp8_gemm_nt_1d2d_n4096_k7168: e4m3, 1x128 / 128x128 block scales
+        *gdn_tasks(),  # Gated DeltaNet decode and prefill, qk4_v8 and qk8_v16
+        # FP8 attention forward with LSE (PTXBench's fp8_mha_with_lse); d64/d96/d256 held out
+        fp8_forward_task(128), fp8_forward_task(128, causal=True),
+        fp8_forward_task(64), fp8_forward_task(96), fp8_forward_task(256),
     ]
     return {t.name: t for t in tasks}
 
@@ -36,10 +45,15 @@ TASKS: dict[str, Task] = _build()
 
 ALIASES: dict[str, str] = {
     "gemm": "gemm_n7168_k5120",
+    "fp8_gemm": "fp8_gemm_nt_1d2d_n4096_k7168",
     "attn_fwd": "mha_fwd_d128",
     "attn_fwd_causal": "mha_fwd_d128_causal",
     "attn_bwd": "mha_bwd_d128",
     "attn_bwd_causal": "mha_bwd_d128_causal",
+    "gdn_decode": "gdn_decode_qk4_v8_d128_k_last",
+    "gdn_prefill": "gdn_prefill_qk4_v8_d128_k_last",
+    "fp8_attn_fwd": "fp8_mha_with_lse_d128",
+    "fp8_attn_fwd_causal": "fp8_mha_with_lse_d128_causal",
 }
 
 

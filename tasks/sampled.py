@@ -6,7 +6,10 @@ For the op types below, a few random rows of each output are computed in fp32 fr
 run's inputs, at a cost linear in the sequence length per row:
 
 - gemm:    rows of C (C[m, :] = A[m, :] @ B^T).
+- fp8_gemm: rows of D, from the drawn rows of A and all of B, dequantised (tasks/fp8_gemm.py).
 - mha_fwd: query rows (b, h, i) of O and LSE.
+- fp8_mha_fwd: the same, the rows' keys and values dequantised (X.float() * descale_x) after
+  they are gathered, so no full fp32 copy of Q, K, V is made.
 - mha_bwd: query rows of dQ and key rows (b, h, j) of dK and dV.
 
 `sample(task, inputs, gen, rows)` returns, per output, the indices into the output
@@ -27,7 +30,7 @@ import torch
 from tasks.reference import _axes_from_shapes, _ieee_fp32, _widen
 from tasks.schema import Task
 
-SAMPLED_OP_TYPES = ("gemm", "mha_fwd", "mha_bwd")
+SAMPLED_OP_TYPES = ("gemm", "fp8_gemm", "mha_fwd", "fp8_mha_fwd", "mha_bwd")
 
 
 @dataclass
@@ -56,10 +59,14 @@ def sample(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, ro
     with torch.no_grad(), _ieee_fp32():
         if task.op_type == "gemm":
             return _gemm(x, gen, rows, terms)
+        if task.op_type == "fp8_gemm":
+            return _fp8_gemm(inputs, gen, rows, terms)
         sm_scale = float(task.scalar_values(_axes_from_shapes(task, inputs))["sm_scale"])
         causal = "causal" in task.tags
         if task.op_type == "mha_fwd":
             return _mha_fwd(x, gen, rows, sm_scale, causal, terms)
+        if task.op_type == "fp8_mha_fwd":
+            return _fp8_mha_fwd(inputs, gen, rows, sm_scale, causal, terms)
         if task.op_type == "mha_bwd":
             return _mha_bwd(x, gen, rows, sm_scale, causal, terms)
     raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
@@ -80,6 +87,18 @@ def _gemm(x, gen, rows, terms) -> dict[str, Sample]:
     return {"C": Sample(m, c, scale)}
 
 
+def _fp8_gemm(inputs, gen, rows, terms) -> dict[str, Sample]:
+    from tasks.fp8_gemm import dequantize
+
+    m = _pick(inputs["A"].shape[0], rows, gen, inputs["A"].device)
+    # Gather A's rows through a uint8 view (indexing kernels need not exist for fp8), then dequantise.
+    a_rows = inputs["A"].view(torch.uint8)[m].view(inputs["A"].dtype)
+    a, b = dequantize(a_rows, inputs["SF_A"][m]), dequantize(inputs["B"], inputs["SF_B"])
+    d = a @ b.T
+    scale = (a.square() @ b.square().T).sqrt_() if terms else None
+    return {"D": Sample(m, d, scale)}
+
+
 def _heads(x: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
     B, H, S, D = x["Q"].shape
     return [x[n].reshape(B * H, S, D) for n in names]
@@ -90,13 +109,32 @@ def _mha_fwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
     BH, S, D = q.shape
     flat = _pick(BH * S, rows, gen, q.device)  # query rows (b*H + h) * S + i
     bh, i = flat // S, flat % S
-    scores = torch.einsum("rd,rsd->rs", q[bh, i], k[bh]) * sm_scale
+    return _fwd_rows(flat, i, q[bh, i], k[bh], v[bh], sm_scale, causal, terms)
+
+
+def _fp8_mha_fwd(inputs, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
+    # Gather through uint8 views (indexing kernels need not exist for fp8), then dequantise.
+    q, k, v = (t.view(torch.uint8) for t in _heads(inputs, ("Q", "K", "V")))
+    BH, S, D = q.shape
+    flat = _pick(BH * S, rows, gen, q.device)
+    bh, i = flat // S, flat % S
+
+    def real(t: torch.Tensor, name: str) -> torch.Tensor:
+        return t.view(torch.float8_e4m3fn).float() * inputs[f"descale_{name.lower()}"].float().reshape(())
+
+    return _fwd_rows(flat, i, real(q[bh, i], "Q"), real(k[bh], "K"), real(v[bh], "V"), sm_scale, causal, terms)
+
+
+def _fwd_rows(flat, i, q, k, v, sm_scale, causal, terms) -> dict[str, Sample]:
+    """O and LSE of the query rows q [r, D] against their heads' keys k and values v [r, S, D]."""
+    S = k.shape[1]
+    scores = torch.einsum("rd,rsd->rs", q, k) * sm_scale
     if causal:
         scores.masked_fill_(torch.arange(S, device=q.device)[None, :] > i[:, None], float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     p = torch.exp(scores - lse[:, None])
-    o = torch.einsum("rs,rsd->rd", p, v[bh])
-    o_scale = torch.einsum("rs,rsd->rd", p.square(), v[bh].square()).sqrt_() if terms else None
+    o = torch.einsum("rs,rsd->rd", p, v)
+    o_scale = torch.einsum("rs,rsd->rd", p.square(), v.square()).sqrt_() if terms else None
     return {"O": Sample(flat, o, o_scale), "LSE": Sample(flat, lse[:, None])}
 
 

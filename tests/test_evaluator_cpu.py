@@ -388,7 +388,7 @@ def test_watchdog_kills_a_hung_worker_and_restarts(fake, tmp_path):
         assert r.correct is False and r.speedup is None and r.gpu == "Fake H200"
         set_mode("pass")
         r = ev.evaluate(sol, small_gemm(), "sm_90a")
-        assert r.correct is True and ev._workers[0].starts == 2
+        assert r.correct is True and ev._workers[0].starts == 2, (r.run_reason, r.workloads)
 
 
 def test_crash_and_fatal_error_restart(fake, tmp_path):
@@ -836,6 +836,10 @@ def test_instruction_credit_needs_the_work():
     q = check(_ncu_row("fp8", opcodes="1 (QGMMA: 1)", **{fp8: work.flops, tma: 3e9}))
     h = check(_ncu_row("fp8", opcodes="1 (HMMA: 1)", **{fp8: work.flops, tma: 3e9}))
     assert q.carries["wgmma"] and not h.carries["wgmma"]
+    # a memory-bound task (TMA requested alone): the bulk of the input must come through TMA
+    reads = work_metrics([_ncu_row("decode", **{tma: 0.6 * work.read_bytes, ldg: 0.9 * work.read_bytes})])
+    assert verdict(["wgmma", "tma"], counts, {}, reads, work).notes.get("tma") is None
+    assert not verdict(["tma"], {"tma": 1}, {}, reads, work).carries["tma"]
     unmeasured = verdict(["wgmma"], counts, {}, {}, work)
     assert unmeasured.executed["wgmma"] and not unmeasured.carries["wgmma"]
     assert "could not be measured" in unmeasured.notes["wgmma"]

@@ -28,8 +28,10 @@ from pathlib import Path
 
 from tools import worker as protocol
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
+from tools.profile import build_profile, skipped as profile_skipped
+from tools.roofline import apply_roofline, computes_in_fp8
 from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult, WorkloadResult
-from tools.timing import geo_spread, geomean
+from tools.timing import TIMING_BUDGET_S, geo_spread, geomean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run on exactly this
@@ -239,14 +241,20 @@ class Evaluator:
     def __init__(self, gpus: list[int | str] | None = None, timeout_s: float = 180.0, cache_dir: str | Path | None = None,
                  kernel_timeout_s: float | None = None, startup_timeout_s: float = 300.0,
                  worker_cmd: list[str] | None = None, seed: int | None = None,
-                 ncu_timeout_s: float = 600.0, timing_budget_s: float = 2.0,
-                 profile_metrics: tuple[str, ...] = ()):
+                 ncu_timeout_s: float = 600.0, timing_budget_s: float = TIMING_BUDGET_S,
+                 profile_metrics: tuple[str, ...] | None = None):
         self.timeout_s = timeout_s
         self.kernel_timeout_s = kernel_timeout_s or max(5.0, min(60.0, timeout_s / 3))
         self.cache_dir = (Path(cache_dir) if cache_dir else Path("runs") / ".cache").resolve()
         self.timing_budget_s = timing_budget_s  # wall time of the paired runs per workload, roughly
         self.ncu_timeout_s = ncu_timeout_s
-        self.profile_metrics = tuple(profile_metrics)  # extra ncu metrics collected in the executed-check pass
+        if profile_metrics is None:
+            from tools.profile import PROFILE_METRICS
+
+            profile_metrics = PROFILE_METRICS
+        # collected in the executed check's ncu pass (so the profile costs no extra run), whether or
+        # not the agent shows it to the model: both arms of the profile ablation are measured alike
+        self.profile_metrics = tuple(profile_metrics)
         self._rng = secrets.SystemRandom() if seed is None else random.Random(seed)  # seed: reproducible tests
         if gpus is None:
             devices, self.no_gpu_reason = detect_gpus()
@@ -299,22 +307,17 @@ class Evaluator:
         """The GPU-free first half of evaluate(): NVRTC + ptxas, then the SASS verdicts of the
         kernels the manifest launches. A Ray driver runs it in its own threads, so the GPU
         actors only run kernels."""
-        from tools.compile import compile_solution
-        from tools.sass import inspect
-
-        with protocol.nvtx_range("compile") if _has_nvtx() else contextlib.nullcontext():
-            comp = compile_solution(solution, arch)
-        launched = [launch.kernel for launch in solution.manifest.launches]
-        insp = (inspect(comp, kernels=launched) if comp.ok
-                else InspectResult(status="skipped", reason="did not compile", arch=arch))
-        return comp, insp
+        comp = _compile(solution, arch)
+        return comp, _inspect(comp, solution, arch)
 
     def evaluate(self, solution, task, arch: str, workloads: str = "visible", executed_check: bool = False,
                  sanitize: bool = False, time: bool = True,
                  compiled: tuple[CompileResult, InspectResult] | None = None) -> EvalResult:
         """The whole verdict. `compiled`: compile_and_inspect()'s result for this solution and
-        arch when the caller already has it."""
+        arch when the caller already has it. Otherwise the SASS inspection (a disassembler run
+        of ~0.6 s) overlaps the GPU work: nothing on the GPU side needs it."""
         import time as _time
+        from concurrent.futures import ThreadPoolExecutor
 
         t0 = _time.perf_counter()
         if workloads not in ("visible", "held_out", "all"):
@@ -323,26 +326,38 @@ class Evaluator:
             from tasks import get_task
 
             task = get_task(task)
-        try:
-            comp, insp = compiled or self.compile_and_inspect(solution, arch)
-            compile_s = 0.0 if compiled else _time.perf_counter() - t0
-        except Exception as exc:  # noqa: BLE001 - a toolchain failure is a verdict, not a crash
-            comp = CompileResult(status="failed", arch=arch, language=getattr(solution, "language", "cuda"),
-                                 error=f"harness_error: compile/inspect failed: {type(exc).__name__}: {str(exc)[:300]}")
-            insp = InspectResult(status="skipped", reason="did not compile", arch=arch)
-            compile_s = _time.perf_counter() - t0
-        res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
-                         requested_features=task.features_for(arch))
-        if not compiled:
-            res.phase_s["compile_inspect"] = compile_s
-        try:
-            self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time)
-        except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
-            import traceback
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            inspecting = None
+            try:
+                if compiled:
+                    comp, insp = compiled
+                else:
+                    comp = _compile(solution, arch)
+                    inspecting = pool.submit(_inspect, comp, solution, arch)
+                    insp = InspectResult(status="skipped", reason="inspection still running", arch=arch)
+            except Exception as exc:  # noqa: BLE001 - a toolchain failure is a verdict, not a crash
+                comp = _harness_compile_failure(solution, arch, exc)
+                insp = InspectResult(status="skipped", reason="did not compile", arch=arch)
+            res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
+                             requested_features=task.features_for(arch))
+            if not compiled:
+                res.phase_s["compile"] = _time.perf_counter() - t0
+            try:
+                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time)
+            except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
+                import traceback
 
-            res.run_status, res.run_reason = "failed", f"harness_error: {type(exc).__name__}: {str(exc)[:300]}"
-            res.workloads.append(WorkloadResult(workload="*", split="visible", axes={}, status="failed",
-                                                reason="harness_error", detail=traceback.format_exc()[-2000:]))
+                res.run_status, res.run_reason = "failed", f"harness_error: {type(exc).__name__}: {str(exc)[:300]}"
+                res.workloads.append(WorkloadResult(workload="*", split="visible", axes={}, status="failed",
+                                                    reason="harness_error", detail=traceback.format_exc()[-2000:]))
+            if inspecting is not None:
+                t1 = _time.perf_counter()
+                try:
+                    res.inspect = inspecting.result()
+                except Exception as exc:  # noqa: BLE001
+                    res.compile = _harness_compile_failure(solution, arch, exc, comp)
+                    res.inspect = InspectResult(status="skipped", reason="did not compile", arch=arch)
+                res.phase_s["inspect_wait"] = _time.perf_counter() - t1  # beyond what overlapped the runs
         res.seconds = _time.perf_counter() - t0
         return res
 
@@ -430,6 +445,10 @@ class Evaluator:
             res.run_status = "ok"
             res.phase_s["workloads"] = _time.perf_counter() - t0
             _summarise_speed(res)
+            try:
+                apply_roofline(res, task)
+            except Exception as exc:  # noqa: BLE001 - the roofline is information, never a verdict
+                res.run_reason = f"roofline not computed: {type(exc).__name__}: {exc}"
             first = next((x for x in wls if x.split == "visible"), wls[0])
             # A kernel that hangs would hang under the tools too; one that faults is still worth a
             # memcheck run (it says where), but its executed-instruction counts mean nothing.
@@ -444,6 +463,10 @@ class Evaluator:
                 res.executed = (ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: ")) if stop else
                                 ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s,
                                                    work=work, extra_metrics=self.profile_metrics))
+                ex = res.executed
+                ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),
+                                            fp8=computes_in_fp8(task))
+                              if ex.kernel_metrics else profile_skipped(ex.reason or "ncu collected no profile", res.gpu))
                 res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
                 from tools import ncu
@@ -481,6 +504,30 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+def _compile(solution, arch: str) -> CompileResult:
+    from tools.compile import compile_solution
+
+    with protocol.nvtx_range("compile") if _has_nvtx() else contextlib.nullcontext():
+        return compile_solution(solution, arch)
+
+
+def _inspect(comp: CompileResult, solution, arch: str) -> InspectResult:
+    """The SASS verdicts of the kernels the manifest launches."""
+    from tools.sass import inspect
+
+    if not comp.ok:
+        return InspectResult(status="skipped", reason="did not compile", arch=arch)
+    return inspect(comp, kernels=[launch.kernel for launch in solution.manifest.launches])
+
+
+def _harness_compile_failure(solution, arch: str, exc: Exception, comp: CompileResult | None = None) -> CompileResult:
+    """A toolchain failure (ours, not the candidate's) as a failed compile with the reason."""
+    error = f"harness_error: compile/inspect failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if comp is not None:
+        return comp.model_copy(update={"status": "failed", "error": error})
+    return CompileResult(status="failed", arch=arch, language=getattr(solution, "language", "cuda"), error=error)
 
 
 def _entries(comp: CompileResult, solution) -> list[str]:

@@ -18,6 +18,10 @@ from typing import Callable
 from tools.results import Timing
 
 FLUSH_MIN_BYTES = 256 << 20
+# Wall seconds of paired runs per workload (the pair count is then held within [10, 60]). 1 s keeps
+# a warm evaluation of the SIMT GEMM within 1.5x its pre-integrity time (docs/BENCHMARKS.md);
+# kernels under ~15 ms per pair reach the 60-pair cap anyway.
+TIMING_BUDGET_S = 1.0
 
 
 class KernelTimeout(RuntimeError):
@@ -123,7 +127,7 @@ class PairedTimes:
         return [b / c for c, b in zip(self.candidate_ms, self.baseline_ms) if c > 0]
 
 
-def plan_pairs(pair_wall_s: float, rng, budget_s: float = 2.0, lo: int = 10, hi: int = 60) -> int:
+def plan_pairs(pair_wall_s: float, rng, budget_s: float = TIMING_BUDGET_S, lo: int = 10, hi: int = 60) -> int:
     """How many timed pairs: about `budget_s` of wall time, within [lo, hi], plus a random
     extra of up to half that, so no kernel can know which run is the last."""
     n = int(min(hi, max(lo, budget_s / max(pair_wall_s, 1e-4))))
@@ -131,7 +135,7 @@ def plan_pairs(pair_wall_s: float, rng, budget_s: float = 2.0, lo: int = 10, hi:
 
 
 def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Callable[[int, int], None],
-           after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = 2.0) -> PairedTimes:
+           after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S) -> PairedTimes:
     """Time candidate and baseline alternating run by run, each run cold, the order flipped
     every pair, so both sides see the same clocks and temperature (FACTS.md: the A/A noise
     of this estimator is 0.01-0.07%, against 1-1.5% for separately taken medians).

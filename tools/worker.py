@@ -510,7 +510,7 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     import statistics
 
     from tools.ceilings import implausible
-    from tools.timing import Side, median_ci, paired, summarize
+    from tools.timing import TIMING_BUDGET_S, Side, median_ci, paired, summarize
 
     t0 = time.perf_counter()
     baseline, base_name, note = _baseline(state, req, task, wl, ws.inputs, limit)
@@ -525,7 +525,7 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     result.gpu_state["start"] = state.gpu_state()
     t0 = time.perf_counter()
     times = paired(Side("candidate", candidate_run, ws.prepare), baseline, state, rng, judge.before_pair,
-                   judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", 2.0)))
+                   judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)))
     result.phase_s["timed"] = time.perf_counter() - t0
     result.gpu_state["end"] = state.gpu_state()
     result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks

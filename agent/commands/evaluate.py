@@ -68,9 +68,11 @@ def render(r: EvalResult) -> None:
             err = max((m.max_abs_err for m in w.outputs), default=None)
             rows.append((escape(w.workload), w.split, status, "" if err is None else f"{err:.3g}", _ms(w.timing),
                          escape(w.baseline_name or ""), _ms(w.baseline), f"{w.speedup:.3f}" if w.speedup else "",
-                         f"{w.tflops:.0f}" if w.tflops else ""))
+                         f"{w.tflops:.0f}" if w.tflops else "",
+                         f"{w.sol_ms:.4g} ({w.roofline_bound})" if w.sol_ms is not None else "",
+                         f"{w.sol_score:.3f}" if w.sol_score is not None else ""))
         console.print(table(("workload", "split", "result", "max abs err", "kernel ms", "baseline", "baseline ms",
-                             "speedup", "TFLOP/s"), rows, title="workloads"))
+                             "speedup", "TFLOP/s", "roofline ms", "SOL score"), rows, title="workloads"))
         for w in r.workloads:
             if w.detail and w.status != "passed":
                 say(f"  {w.workload}: {escape(w.detail)}")
@@ -85,6 +87,11 @@ def render(r: EvalResult) -> None:
     if r.executed.shares:
         say("work carried: " + ", ".join(f"{f} {s:.0%}" if s is not None else f"{f} unmeasured"
                                          for f, s in r.executed.shares.items()))
+    if r.executed.profile is not None:  # the Nsight Compute profile, as the model reads it
+        from tools.profile import render as render_profile
+
+        say("[bold]profile[/bold] (Nsight Compute, first visible workload):")
+        say(escape(render_profile(r.executed.profile)))
 
     def shown(x) -> str:
         if isinstance(x, float):

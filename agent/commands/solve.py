@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from agent.commands.common import CliError, console, err_console, plural, print_json
-from agent.trajectory import EXECUTED_CHECK_DEFAULT, Budget, RunSummary
+from agent.trajectory import EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, RunSummary
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +35,15 @@ def solve_cmd(
     max_cost: Optional[float] = typer.Option(None, help="USD at most (checked after each turn)."),
     max_time: Optional[float] = typer.Option(None, help="Active wall seconds at most (checked after each turn)."),
     samples: int = typer.Option(1, help="Candidates drafted per turn (best-of-N)."),
+    strategy: Optional[str] = typer.Option(
+        None, help="Search: linear (one chat, one candidate a turn) | best-of-n (--samples N a turn, continue from "
+                   "the best) | evolve (improve a parent drawn from the best --population candidates). "
+                   "Default: best-of-n with --samples > 1, else linear."),
+    population: int = typer.Option(4, help="evolve: how many of the best candidates parents are drawn from."),
+    profile_feedback: str = typer.Option(
+        "on" if PROFILE_FEEDBACK_DEFAULT else "off", "--profile-feedback",
+        help="on | off: show the model the Nsight Compute profile of its kernel (GPU + ncu; needs the executed "
+             "check, which runs that pass)."),
     api_base: Optional[str] = typer.Option(None, help="URL of an OpenAI-compatible server (vLLM, Ollama, ...)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (provider default if unset)."),
     seed: int = typer.Option(0, help="Base seed sent to the model (varied per turn and sample)."),
@@ -65,12 +74,16 @@ def solve_cmd(
         else:
             if not task or not model:
                 raise CliError("give --task and --model (or --resume <run folder>)")
+            if profile_feedback not in ("on", "off"):
+                raise CliError(f"--profile-feedback must be on or off, not {profile_feedback!r}")
             options = {k: v for k, v in (("max_retries", max_retries), ("retry_base_s", retry_wait),
                                          ("timeout_s", request_timeout)) if v is not None}
             req = run.SolveRequest(
                 task=task, model=model, arch=arch, lang=lang, context=context, context_tokens=context_tokens,
                 budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, max_time_s=max_time),
-                samples=samples, api_base=api_base, model_options=options, runs_dir=runs_dir, run_id=run_id,
+                samples=samples, strategy=strategy, population=population,
+                profile_feedback=profile_feedback == "on",
+                api_base=api_base, model_options=options, runs_dir=runs_dir, run_id=run_id,
                 seed=seed, temperature=temperature, executed_check=executed_check,
                 human_reply_file=human_reply_file, command=["agent", *sys.argv[1:]])
             warning = run.replay_mismatch(req)
@@ -134,12 +147,19 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
     out = functools.partial(console.print, highlight=False, soft_wrap=True)
     reason = f"{s.stop_reason}" + (f" ({s.stop_detail})" if s.stop_detail else "")
     out(f"[bold]run {s.run_id}[/bold]: {s.status}, stopped by {escape(reason)}")
-    out(f"task {s.task} on {s.arch}, model {escape(s.model)}, lang {s.lang}, context {s.context}, samples {s.samples}")
-    for t in s.per_turn:
-        cands = ", ".join(f"{c.turn}-{c.sample} {c.outcome.replace('_', ' ')}"
-                          + (f" {c.verdicts.speedup:.3g}x" if c.verdicts.speedup is not None else "")
-                          for c in t.candidates)
-        out(f"  turn {t.turn}: {cands} -> {t.action}")
+    out(f"task {s.task} on {s.arch}, model {escape(s.model)}, lang {s.lang}, context {s.context}, samples {s.samples}, "
+        f"strategy {s.strategy}, profile feedback {'on' if s.profile_feedback else 'off'}")
+    if s.strategy == "evolve":  # the search tree: each candidate under the one whose feedback it answered
+        out("  candidates (each under its parent):")
+        for line in candidate_tree(s):
+            out(f"    {escape(line)}")
+    else:
+        for t in s.per_turn:
+            cands = ", ".join(f"{c.turn}-{c.sample} {c.outcome.replace('_', ' ')}"
+                              + (f" {c.verdicts.speedup:.3g}x" if c.verdicts.speedup is not None else "")
+                              + (f" SOL {c.verdicts.sol_score:.2f}" if c.verdicts.sol_score is not None else "")
+                              for c in t.candidates)
+            out(f"  turn {t.turn}: {cands} -> {t.action}")
     if s.best:
         out(f"best: {s.best_path} ({_best_status(s.best)})")
     else:
@@ -159,6 +179,25 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
     elif s.status == "failed":
         err(f"[red]error:[/red] the run failed: {escape(s.stop_detail or '')} (traceback in events.jsonl; "
             f"resume with  {escape(resume_command(run_dir))})")
+
+
+def candidate_tree(s: RunSummary) -> list[str]:
+    """The run's candidates as an indented tree, children under their parent, in turn order."""
+    cands = [c for t in s.per_turn for c in t.candidates]
+    children: dict[str | None, list] = {}
+    for c in cands:
+        children.setdefault(c.parent, []).append(c)
+    lines: list[str] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for c in children.get(parent, []):
+            speed = f" {c.verdicts.speedup:.3g}x" if c.verdicts.speedup is not None else ""
+            sol = f" SOL {c.verdicts.sol_score:.2f}" if c.verdicts.sol_score is not None else ""
+            lines.append("  " * depth + f"{c.turn}-{c.sample} {c.outcome.replace('_', ' ')}{speed}{sol}")
+            walk(c.path, depth + 1)
+
+    walk(None, 0)
+    return lines
 
 
 def _best_status(c) -> str:

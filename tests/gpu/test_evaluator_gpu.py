@@ -152,7 +152,8 @@ def test_sanitize_flags_oob_write(evaluator):
 def test_simple_solution_passes(evaluator, task):
     """Every task's plain solution is correct (held-out workloads too where they are cheap)."""
     sol = Solution.from_dir(ROOT / "tasks" / task / "simple")
-    which = "all" if task.startswith("gemm") else "visible"
+    # held-out sizes too where they are cheap, and for d256, whose kernels own 16 rows per block, not 32
+    which = "all" if task.startswith(("gemm", "fp8_gemm")) or task.endswith("_d256") else "visible"
     r = evaluator.evaluate(sol, task, "sm_90a", workloads=which, time=False)
     assert r.correct is True, _show(r)
     if which == "all":

@@ -23,7 +23,7 @@ def _largest(task):
     return max(task.workloads, key=lambda w: task.flop_count(task.axis_values(w)))
 
 
-@pytest.mark.parametrize("name", SEED_TASKS + ["mha_bwd_d96"])
+@pytest.mark.parametrize("name", SEED_TASKS + ["mha_bwd_d96", "mha_fwd_d256", "mha_bwd_d256"])
 def test_full_size_inputs_and_reference(name):
     import torch
 
@@ -46,7 +46,7 @@ def test_full_size_inputs_and_reference(name):
     assert t_gen < 30 and t_ref < 60 and peak < 100
 
 
-@pytest.mark.parametrize("name", SEED_TASKS)
+@pytest.mark.parametrize("name", SEED_TASKS + ["mha_fwd_d256", "mha_bwd_d256"])
 def test_baselines_match_the_reference(name):
     import torch
 

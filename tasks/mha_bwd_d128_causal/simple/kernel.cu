@@ -5,42 +5,47 @@
 //   dQ = sm_scale * dS K                        attn_bwd_dq      (a block per 32 queries)
 // with dS = P * (dO V^T - Delta). P is recomputed in each kernel; nothing is accumulated with
 // atomics. Plain CUDA cores, fp32 math. In the last two kernels each row (a key's or a
-// query's) belongs to a quad of 4 consecutive lanes, and lane `quad` holds the columns
-// 16*f + 4*quad + {0..3} of it, so a dot product is 4 partial sums joined by 2 shuffles.
-// The other side streams through shared memory 32 rows at a time. Any S works: rows and
-// keys past S are masked, not assumed away.
+// query's) belongs to LANES consecutive lanes, and lane `part` of them holds the columns
+// 4*LANES*f + 4*part + {0..3} of it, so a dot product is LANES partial sums joined by shuffles.
+// The other side streams through shared memory TILE rows at a time. Any S works: rows and
+// keys past S are masked, not assumed away. Everything below follows from HEAD_DIM and CAUSAL.
 #include <cuda_bf16.h>
 
 #define HEAD_DIM 128
 #define CAUSAL 1  // 1: query i attends to keys j <= i
-#define ROWS 32            // rows owned per block (4 lanes each: 128 threads)
-#define TILE 32            // rows of the other side per shared-memory tile
-#define CHUNKS (HEAD_DIM / 16)  // float4 chunks of a row each lane holds
+// Lanes per row: 8 above d128 keeps a lane's share of the four rows dK/dV holds (k, v, dk, dv)
+// at 32 floats each, as at d128, so nothing spills; then a block of 128 threads owns 16 rows.
+#define LANES (HEAD_DIM > 128 ? 8 : 4)
+#define ROWS (128 / LANES)      // rows owned per block (LANES lanes each: 128 threads)
+// Rows of the other side per shared-memory tile: two fp32 tiles must fit the 48 KB of static
+// shared memory.
+#define TILE (HEAD_DIM > 128 ? 16 : 32)
+#define CHUNKS (HEAD_DIM / (4 * LANES))  // float4 chunks of a row each lane holds
 
-__device__ __forceinline__ float quad_sum(float x) {  // sum over the 4 lanes of a quad
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    x += __shfl_xor_sync(0xffffffffu, x, 2);
+__device__ __forceinline__ float row_sum(float x) {  // sum over the LANES lanes that share a row
+#pragma unroll
+    for (int offset = 1; offset < LANES; offset *= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
     return x;
 }
 
-// Dot product of this lane's columns (r[]) with the same columns of a shared-memory row, over the quad.
-__device__ __forceinline__ float quad_dot(const float* r, const float* smem_row, int quad) {
+// Dot product of this lane's columns (r[]) with the same columns of a shared-memory row, over the row's lanes.
+__device__ __forceinline__ float row_dot(const float* r, const float* smem_row, int part) {
     const float4* s4 = reinterpret_cast<const float4*>(smem_row);
     float dot = 0.0f;
 #pragma unroll
     for (int f = 0; f < CHUNKS; ++f) {
-        const float4 v = s4[4 * f + quad];
+        const float4 v = s4[LANES * f + part];
         dot += r[4 * f] * v.x + r[4 * f + 1] * v.y + r[4 * f + 2] * v.z + r[4 * f + 3] * v.w;
     }
-    return quad_sum(dot);
+    return row_sum(dot);
 }
 
 // acc[] += w * (this lane's columns of a shared-memory row)
-__device__ __forceinline__ void quad_axpy(float* acc, float w, const float* smem_row, int quad) {
+__device__ __forceinline__ void row_axpy(float* acc, float w, const float* smem_row, int part) {
     const float4* s4 = reinterpret_cast<const float4*>(smem_row);
 #pragma unroll
     for (int f = 0; f < CHUNKS; ++f) {
-        const float4 v = s4[4 * f + quad];
+        const float4 v = s4[LANES * f + part];
         acc[4 * f] += w * v.x;
         acc[4 * f + 1] += w * v.y;
         acc[4 * f + 2] += w * v.z;
@@ -49,20 +54,20 @@ __device__ __forceinline__ void quad_axpy(float* acc, float w, const float* smem
 }
 
 // This lane's columns of row `row` of a [S, HEAD_DIM] bf16 matrix (zeros past S).
-__device__ __forceinline__ void load_row(float* r, const __nv_bfloat16* M, int row, int S, int quad) {
+__device__ __forceinline__ void load_row(float* r, const __nv_bfloat16* M, int row, int S, int part) {
 #pragma unroll
     for (int f = 0; f < CHUNKS; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            r[4 * f + e] = row < S ? __bfloat162float(M[(size_t)row * HEAD_DIM + 16 * f + 4 * quad + e]) : 0.0f;
+            r[4 * f + e] = row < S ? __bfloat162float(M[(size_t)row * HEAD_DIM + 4 * LANES * f + 4 * part + e]) : 0.0f;
 }
 
-__device__ __forceinline__ void store_row(__nv_bfloat16* M, int row, const float* r, float scale, int quad) {
+__device__ __forceinline__ void store_row(__nv_bfloat16* M, int row, const float* r, float scale, int part) {
 #pragma unroll
     for (int f = 0; f < CHUNKS; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            M[(size_t)row * HEAD_DIM + 16 * f + 4 * quad + e] = __float2bfloat16(r[4 * f + e] * scale);
+            M[(size_t)row * HEAD_DIM + 4 * LANES * f + 4 * part + e] = __float2bfloat16(r[4 * f + e] * scale);
 }
 
 // Rows [r0, r0 + TILE) of two [S, HEAD_DIM] bf16 matrices into shared memory as fp32 (zeros past S).
@@ -99,14 +104,14 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restri
     __shared__ __align__(16) float dOs[TILE][HEAD_DIM];
     __shared__ float lse_s[TILE], delta_s[TILE];
     const float LOG2E = 1.4426950408889634f;
-    const int quad = threadIdx.x % 4;
-    const int key = blockIdx.x * ROWS + threadIdx.x / 4;
+    const int part = threadIdx.x % LANES;
+    const int key = blockIdx.x * ROWS + threadIdx.x / LANES;
     const size_t head = (size_t)blockIdx.y * S * HEAD_DIM;
     const size_t head_rows = (size_t)blockIdx.y * S;
 
     float k[4 * CHUNKS], v[4 * CHUNKS], dk[4 * CHUNKS], dv[4 * CHUNKS];
-    load_row(k, K + head, key, S, quad);
-    load_row(v, V + head, key, S, quad);
+    load_row(k, K + head, key, S, part);
+    load_row(v, V + head, key, S, part);
 #pragma unroll
     for (int c = 0; c < 4 * CHUNKS; ++c) dk[c] = dv[c] = 0.0f;
 
@@ -123,18 +128,18 @@ attn_bwd_dkdv(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restri
         __syncthreads();
         for (int r = 0; r < TILE; ++r) {
             const int qi = i0 + r;
-            const float s = quad_dot(k, Qs[r], quad);   // q_i . k_j
-            const float dp = quad_dot(v, dOs[r], quad); // dO_i . v_j
+            const float s = row_dot(k, Qs[r], part);   // q_i . k_j
+            const float dp = row_dot(v, dOs[r], part); // dO_i . v_j
             const bool masked = qi >= S || key >= S || (CAUSAL && key > qi);
             const float p = masked ? 0.0f : exp2f(s * (sm_scale * LOG2E) - lse_s[r]);
             const float ds = p * (dp - delta_s[r]);
-            quad_axpy(dv, p, dOs[r], quad);
-            quad_axpy(dk, ds, Qs[r], quad);
+            row_axpy(dv, p, dOs[r], part);
+            row_axpy(dk, ds, Qs[r], part);
         }
     }
     if (key < S) {
-        store_row(dK + head, key, dk, sm_scale, quad);
-        store_row(dV + head, key, dv, 1.0f, quad);
+        store_row(dK + head, key, dk, sm_scale, part);
+        store_row(dV + head, key, dv, 1.0f, part);
     }
 }
 
@@ -147,14 +152,14 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict
     __shared__ __align__(16) float Ks[TILE][HEAD_DIM];
     __shared__ __align__(16) float Vs[TILE][HEAD_DIM];
     const float LOG2E = 1.4426950408889634f;
-    const int quad = threadIdx.x % 4;
-    const int row = blockIdx.x * ROWS + threadIdx.x / 4;
+    const int part = threadIdx.x % LANES;
+    const int row = blockIdx.x * ROWS + threadIdx.x / LANES;
     const bool valid = row < S;
     const size_t head = (size_t)blockIdx.y * S * HEAD_DIM;
 
     float q[4 * CHUNKS], d_o[4 * CHUNKS], dq[4 * CHUNKS];
-    load_row(q, Q + head, row, S, quad);
-    load_row(d_o, dO + head, row, S, quad);
+    load_row(q, Q + head, row, S, part);
+    load_row(d_o, dO + head, row, S, part);
 #pragma unroll
     for (int c = 0; c < 4 * CHUNKS; ++c) dq[c] = 0.0f;
     const float lse = valid ? LSE[(size_t)blockIdx.y * S + row] * LOG2E : 0.0f;  // log2 units
@@ -168,12 +173,12 @@ attn_bwd_dq(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict
         __syncthreads();
         for (int j = 0; j < TILE; ++j) {
             const int key = k0 + j;
-            const float s = quad_dot(q, Ks[j], quad);
-            const float dp = quad_dot(d_o, Vs[j], quad);
+            const float s = row_dot(q, Ks[j], part);
+            const float dp = row_dot(d_o, Vs[j], part);
             const bool masked = !valid || key >= S || (CAUSAL && key > row);
             const float p = masked ? 0.0f : exp2f(s * (sm_scale * LOG2E) - lse);
-            quad_axpy(dq, p * (dp - delta), Ks[j], quad);
+            row_axpy(dq, p * (dp - delta), Ks[j], part);
         }
     }
-    if (valid) store_row(dQ + head, row, dq, sm_scale, quad);
+    if (valid) store_row(dQ + head, row, dq, sm_scale, part);
 }

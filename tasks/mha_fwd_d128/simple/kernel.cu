@@ -1,22 +1,26 @@
 // Simple SIMT attention forward (correct, not fast), one (batch, head) per blockIdx.y:
 //   O = softmax(sm_scale * Q K^T [causal]) V,  LSE = natural-log logsumexp of the scaled scores.
-// Plain CUDA cores, fp32 math. A block of 128 threads owns 32 query rows; each row belongs to
-// a quad of 4 consecutive lanes, and lane `quad` of it holds the columns 16*f + 4*quad + {0..3}
-// (f < HEAD_DIM/16) of the row, so a row's dot product is 4 partial sums joined by 2 shuffles.
-// Keys and values stream through shared memory 32 at a time; the softmax is online (running
+// Plain CUDA cores, fp32 math. A block of 128 threads owns ROWS query rows; each row belongs to
+// LANES consecutive lanes, and lane `part` of them holds the columns 4*LANES*f + 4*part + {0..3}
+// (f < CHUNKS) of the row, so a row's dot product is LANES partial sums joined by shuffles.
+// Keys and values stream through shared memory KEYS at a time; the softmax is online (running
 // max and sum, in the log2 domain), so O is written once. Any S works: keys past S and rows
-// past S are masked, not assumed away.
+// past S are masked, not assumed away. Everything below follows from HEAD_DIM and CAUSAL.
 #include <cuda_bf16.h>
 
 #define HEAD_DIM 128
 #define CAUSAL 0  // 1: query i attends to keys j <= i
-#define ROWS 32            // query rows per block (4 lanes each: 128 threads)
-#define KEYS 32            // keys per shared-memory tile
-#define CHUNKS (HEAD_DIM / 16)  // float4 chunks of a row each lane holds
+// Lanes per row: 8 above d128 keeps a lane's share of a row (q and acc) at 32 floats, as at
+// d128, so nothing spills; then a block of 128 threads owns 16 rows instead of 32.
+#define LANES (HEAD_DIM > 128 ? 8 : 4)
+#define ROWS (128 / LANES)      // query rows per block (LANES lanes each: 128 threads)
+// Keys per shared-memory tile: K and V tiles in fp32 must fit the 48 KB of static shared memory.
+#define KEYS (HEAD_DIM > 128 ? 16 : 32)
+#define CHUNKS (HEAD_DIM / (4 * LANES))  // float4 chunks of a row each lane holds
 
-__device__ __forceinline__ float quad_sum(float x) {  // sum over the 4 lanes of a quad
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    x += __shfl_xor_sync(0xffffffffu, x, 2);
+__device__ __forceinline__ float row_sum(float x) {  // sum over the LANES lanes that share a row
+#pragma unroll
+    for (int offset = 1; offset < LANES; offset *= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
     return x;
 }
 
@@ -27,8 +31,8 @@ attn_fwd_simple(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __rest
     __shared__ __align__(16) float Ks[KEYS][HEAD_DIM];
     __shared__ __align__(16) float Vs[KEYS][HEAD_DIM];
     const float LOG2E = 1.4426950408889634f, NEG_INF = -__int_as_float(0x7f800000);
-    const int quad = threadIdx.x % 4;
-    const int row = blockIdx.x * ROWS + threadIdx.x / 4;
+    const int part = threadIdx.x % LANES;
+    const int row = blockIdx.x * ROWS + threadIdx.x / LANES;
     const bool valid = row < S;
     const size_t head = (size_t)blockIdx.y * S * HEAD_DIM;  // start of this (batch, head)
 
@@ -38,7 +42,7 @@ attn_fwd_simple(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __rest
     for (int f = 0; f < CHUNKS; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int d = 16 * f + 4 * quad + e;
+            const int d = 4 * LANES * f + 4 * part + e;
             q[4 * f + e] = valid ? __bfloat162float(Q[head + (size_t)row * HEAD_DIM + d]) * (sm_scale * LOG2E) : 0.0f;
             acc[4 * f + e] = 0.0f;
         }
@@ -64,10 +68,10 @@ attn_fwd_simple(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __rest
             float dot = 0.0f;
 #pragma unroll
             for (int f = 0; f < CHUNKS; ++f) {
-                const float4 kv = k4[4 * f + quad];
+                const float4 kv = k4[LANES * f + part];
                 dot += q[4 * f] * kv.x + q[4 * f + 1] * kv.y + q[4 * f + 2] * kv.z + q[4 * f + 3] * kv.w;
             }
-            dot = quad_sum(dot);  // all 4 lanes now hold the full score
+            dot = row_sum(dot);  // all LANES lanes now hold the full score
             const int key = k0 + j;
             const bool masked = key >= S || (CAUSAL && key > row);
             s[j] = masked ? NEG_INF : dot;
@@ -86,7 +90,7 @@ attn_fwd_simple(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __rest
             const float4* v4 = reinterpret_cast<const float4*>(Vs[j]);
 #pragma unroll
             for (int f = 0; f < CHUNKS; ++f) {
-                const float4 vv = v4[4 * f + quad];
+                const float4 vv = v4[LANES * f + part];
                 acc[4 * f] += p * vv.x;
                 acc[4 * f + 1] += p * vv.y;
                 acc[4 * f + 2] += p * vv.z;
@@ -103,6 +107,6 @@ attn_fwd_simple(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __rest
     for (int f = 0; f < CHUNKS; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            O[head + (size_t)row * HEAD_DIM + 16 * f + 4 * quad + e] = __float2bfloat16(acc[4 * f + e] * inv_l);
-    if (quad == 0) LSE[(size_t)blockIdx.y * S + row] = (m + log2f(l)) * 0.6931471805599453f;  // log2 -> ln
+            O[head + (size_t)row * HEAD_DIM + 4 * LANES * f + 4 * part + e] = __float2bfloat16(acc[4 * f + e] * inv_l);
+    if (part == 0) LSE[(size_t)blockIdx.y * S + row] = (m + log2f(l)) * 0.6931471805599453f;  // log2 -> ln
 }

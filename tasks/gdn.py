@@ -1,0 +1,344 @@
+"""Gated DeltaNet (GDN) tasks: one decode step and chunked prefill, k-last state.
+
+Matched definitions: FlashInfer-Bench's (flashinfer-trace `definitions/gdn/`), as PTXBench
+imports them (zhang677/PTXBench, packages/mini-ptx-agent/fib_runtime/multiturn/gdn-problems):
+`gdn_decode_qk4_v8_d128_k_last`, `gdn_prefill_qk4_v8_d128_k_last` and the qk8_v16 pair. Names,
+axes, dtypes, layouts and outputs are theirs: q/k/v bf16, the recurrent state fp32 in k-last
+layout [.., num_v_heads, V, K] (K contiguous), the raw gate inputs (A_log, a, dt_bias, b), the
+scalar `scale` (1/sqrt(head_size)), and two outputs: `output` (bf16) and the final state
+`new_state` (fp32, same layout). The definitions mark `state` optional; here it is always given.
+
+The recurrence, per value head h (query/key head h // (num_v_heads // num_q_heads), as the
+definitions' repeat_interleave does) and per token t, with S the [V, K] state:
+
+    g    = exp(-exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]))     decay in (0, 1]
+    beta = sigmoid(b[t, h])                                          write strength in (0, 1)
+    S    = g * S                                                     decay first
+    S    = S + beta * (v_t - S k_t) k_t^T                            delta rule (rank-1 update)
+    o_t  = scale * S q_t                                             read with the updated state
+
+This equals the definitions' `old_state - k^T old_v + k^T new_v` form with
+new_v = beta * v + (1 - beta) * old_v. q and k are taken as given (the definitions do not
+normalise them; the model l2-normalises them before this op, and so does our generator).
+
+Prefill packs sequences: tokens [total_seq_len, ...], sequence n spans
+cu_seqlens[n] .. cu_seqlens[n+1] and starts from state[n]. Its outputs are every token's o and
+each sequence's final state.
+
+Requested instructions. Decode is one token: per (batch, value head) it reads a 64 KB fp32
+state, does three matrix-vector products and writes 64 KB back, so it is memory-bound and has no
+matrix-matrix product for a tensor core; what is architecture-specific is how the state moves:
+`tma` (bulk tensor copies of state tiles into shared memory, completing on an mbarrier), and
+on the checker's terms TMA must carry at least half of the input bytes (the state is ~99% of
+them). Prefill runs the chunked form (chunks of 64 tokens: the WY representation of the
+chunk's rank-1 updates, then chunk-level products S K^T, Q S, Q K^T, K^T U), which is
+matrix-matrix work: `wgmma` for those products and `tma` for the q/k/v chunks on sm_90a;
+`tcgen05_mma`, `tmem` and `tma` on sm_100a.
+
+FLOPs counted: 6 * K * V per token and value head (S k, the rank-1 update, S q: the
+recurrence's own arithmetic; gates and the decay are lower order). A chunked kernel does more
+(the intra-chunk triangular work), so its wgmma FLOPs exceed this count when it carries the work.
+
+Tolerance (both outputs judged with the seed paper's elementwise |out-ref| <= 1e-2 + 1e-2|ref|,
+plus a relative-L2 bound per output, which is what has teeth here: o ~ scale * |S q| is only
+~0.01-0.05 and state elements ~0.2-1). Decode needs no reduced precision anywhere (matrix-vector
+products in fp32, the state stays fp32): a correct kernel errs only by the bf16 rounding of
+`output` (rel-L2 ~1.1e-3) and fp32 summation order on `new_state` (~1e-7): bounds 5e-3 and
+1e-4. Decaying after the update instead of before gives rel-L2 1.1e-2 (output) and 1.3e-2
+(new_state) at batch 16 (CPU, tests/test_gdn.py). Prefill with tensor cores rounds chunk
+operands to bf16 (the state fed to the MMA, the WY intermediates W and U, the masked Q K^T): a
+float64 emulation of such a chunked kernel (64-token chunks, 600 tokens) errs by rel-L2
+2.7e-3-2.8e-3 on output and 1.8e-3-2.3e-3 on the state (max abs 1.2e-3 and 2.4e-3, under
+atol), while decaying after the update errs by 0.09-0.5 and 0.15-0.8: bounds 1e-2 for both.
+On the H200 (2026-11-30, tests/gpu/test_gdn_gpu.py) fla's chunked kernel errs by rel-L2
+1.7e-3-2.9e-3 on output and 0.5e-3-2.1e-3 on new_state, but its worst state element over an
+8192-token batch is off by 0.0266 (one element of 7.5 million, |expected| 0.035): the seed's
+elementwise atol of 1e-2 would fail the library itself, so prefill's atol is 5e-2 and the
+relative-L2 bound (3.5x fla's worst) does the judging.
+
+Baseline: flash-linear-attention (`fla-core`): fused_recurrent_gated_delta_rule for decode,
+and for prefill the faster of chunk_gated_delta_rule and the fused recurrent kernel; both
+called with the gate, sigmoid and the k-last layout fused in (tasks/baselines.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tasks.schema import Axis, Task, TensorSpec, Tolerance, Workload
+
+HEAD_SIZE = 128
+CHUNK = 64  # the chunk length of the chunked algorithm (FlashInfer's and fla's prefill kernels)
+VARIANTS = ((4, 8), (8, 16))  # (num_q_heads = num_k_heads, num_v_heads): Qwen3-Next at TP=4 and TP=2
+DECODE_FEATURES = {"sm_90a": ["tma"], "sm_100a": ["tma"]}
+PREFILL_FEATURES = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen05_mma", "tmem", "tma"]}
+FLOPS_PER_TOKEN_HEAD = "6*head_size*head_size"
+
+# Decode batch sizes: PTXBench's six (1, 4, 8, 16, 32, 64) plus one that is no power of two.
+DECODE_VISIBLE = (64, 8)  # the first visible workload is the one tools profile: the larger
+DECODE_HELD_OUT = (1, 4, 16, 32, 100)
+# Prefill (total_seq_len, num_seqs): PTXBench's six token/sequence counts (its 8192-token row
+# packs 57 sequences for qk4_v8, 51 for qk8_v16), plus 1000 tokens in 3 sequences held out.
+# Every length is cut at random (fixed per workload) so chunks end mid-sequence.
+PREFILL_VISIBLE = ((8192, None), (959, 4))
+PREFILL_HELD_OUT = ((6, 1), (32, 2), (401, 4), (3271, 2), (1000, 3))
+PREFILL_MAX_SEQS = {(4, 8): 57, (8, 16): 51}
+
+_GATE_TEXT = ("g = exp(-exp(A_log) * softplus(a + dt_bias)) (softplus(x) = log(1 + e^x), x for x > 20), "
+              "beta = sigmoid(b)")
+
+DECODE_REFERENCE = '''\
+import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    """One Gated DeltaNet decode step per (batch, value head), fp32 math from the bf16 inputs.
+    state / new_state are k-last: [batch, value head, V, K], K contiguous.
+    Value head h reads query/key head h // (num_v_heads // num_q_heads)."""
+    B, _, HQ, K = q.shape
+    HV = v.shape[2]
+    qh = q[:, 0].float().repeat_interleave(HV // HQ, dim=1)  # [B, HV, K]
+    kh = k[:, 0].float().repeat_interleave(HV // HQ, dim=1)  # [B, HV, K]
+    vh = v[:, 0].float()                                      # [B, HV, V]
+    g = torch.exp(-torch.exp(A_log.float()) * F.softplus(a[:, 0].float() + dt_bias.float()))  # [B, HV]
+    beta = torch.sigmoid(b[:, 0].float())                                                   # [B, HV]
+
+    S = state.float() * g[:, :, None, None]                   # decay first
+    old = torch.einsum("bhvk,bhk->bhv", S, kh)                # what the state recalls for k: S k
+    delta = beta[:, :, None] * (vh - old)                     # delta rule: move S k toward v
+    S = S + delta[:, :, :, None] * kh[:, :, None, :]          # rank-1 update: S += delta k^T
+    out = scale * torch.einsum("bhvk,bhk->bhv", S, qh)        # read with the updated state
+    return {"output": out[:, None], "new_state": S}
+'''
+
+PREFILL_REFERENCE = '''\
+import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def run(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale):
+    """Gated DeltaNet over packed sequences, token by token (the plain recurrence; a fast kernel
+    computes the same thing chunk by chunk). Sequence n is tokens cu_seqlens[n] .. cu_seqlens[n+1]
+    and starts from state[n]; state / new_state are k-last: [seq, value head, V, K], K contiguous.
+    Value head h reads query/key head h // (num_v_heads // num_q_heads). fp32 math from the bf16
+    inputs; all sequences step together (step i handles token i of every sequence that long)."""
+    T, HQ, K = q.shape
+    HV = v.shape[1]
+    qh = q.float().repeat_interleave(HV // HQ, dim=1)         # [T, HV, K]
+    kh = k.float().repeat_interleave(HV // HQ, dim=1)         # [T, HV, K]
+    vh = v.float()                                            # [T, HV, V]
+    g = torch.exp(-torch.exp(A_log.float()) * F.softplus(a.float() + dt_bias.float()))  # [T, HV]
+    beta = torch.sigmoid(b.float())                                                   # [T, HV]
+
+    bounds = [int(x) for x in cu_seqlens.tolist()]
+    starts, ends = bounds[:-1], bounds[1:]
+    S = state.float().clone()                                 # [N, HV, V, K]
+    out = torch.zeros(T, HV, v.shape[2], dtype=torch.float32, device=q.device)
+    live = None
+    for i in range(max([e - s for s, e in zip(starts, ends)], default=0)):
+        now = [m for m in range(len(starts)) if starts[m] + i < ends[m]]  # sequences with a token i
+        if now != live:  # (index tensors rebuilt only when a sequence has ended)
+            live = now
+            n = torch.tensor(live, device=q.device)
+            t = torch.tensor([starts[m] + i for m in live], device=q.device)  # token i of each of them
+        Sn = S[n] * g[t][:, :, None, None]                    # decay first
+        old = torch.einsum("nhvk,nhk->nhv", Sn, kh[t])        # S k
+        delta = beta[t][:, :, None] * (vh[t] - old)           # delta rule
+        Sn = Sn + delta[:, :, :, None] * kh[t][:, :, None, :] # S += delta k^T
+        out[t] = scale * torch.einsum("nhvk,nhk->nhv", Sn, qh[t])
+        S[n] = Sn
+        t = t + 1
+    return {"output": out, "new_state": S}
+'''
+
+
+def _head_axes(hq: int, hv: int) -> dict[str, Axis]:
+    return {
+        "num_q_heads": Axis(type="const", value=hq, description="query heads"),
+        "num_k_heads": Axis(type="const", value=hq, description="key heads (= query heads)"),
+        "num_v_heads": Axis(type="const", value=hv, description="value heads: state, gates and outputs are per value "
+                                                                "head; value head h uses query/key head "
+                                                                f"h // {hv // hq}"),
+        "head_size": Axis(type="const", value=HEAD_SIZE, description="K = V = head size"),
+    }
+
+
+def _gate_inputs(tokens: list[str]) -> dict[str, TensorSpec]:
+    return {
+        "A_log": TensorSpec(shape=["num_v_heads"], dtype="float32", description="log decay rate per value head"),
+        "a": TensorSpec(shape=[*tokens, "num_v_heads"], dtype="bfloat16",
+                        description="decay input: g = exp(-exp(A_log) * softplus(a + dt_bias))"),
+        "dt_bias": TensorSpec(shape=["num_v_heads"], dtype="float32", description="added to a before softplus"),
+        "b": TensorSpec(shape=[*tokens, "num_v_heads"], dtype="bfloat16", description="update-gate input: beta = sigmoid(b)"),
+    }
+
+
+def _state(rows: str, what: str) -> TensorSpec:
+    return TensorSpec(shape=[rows, "num_v_heads", "head_size", "head_size"], dtype="float32",
+                      description=f"{what}, k-last: [{rows}, value head, V, K] (K contiguous): S[v, k]")
+
+
+def _name(stage: str, hq: int, hv: int) -> str:
+    return f"gdn_{stage}_qk{hq}_v{hv}_d{HEAD_SIZE}_k_last"
+
+
+def gdn_decode_task(hq: int = 4, hv: int = 8) -> Task:
+    seed = (hq, hv) == VARIANTS[0]
+    return Task(
+        name=_name("decode", hq, hv),
+        description=(f"Gated DeltaNet decode (one token per sequence) with {hq} query/key heads and {hv} value heads, "
+                     f"head size {HEAD_SIZE}, fp32 recurrent state in k-last layout [batch, value head, V, K]. "
+                     "Per (sequence, value head): decay the state by g, apply the delta rule with the token's k, v "
+                     "and beta, then read it with q; return the token's output and the updated state. "
+                     f"{_GATE_TEXT}. The op is memory-bound (64 KB of fp32 state read and written per head, three "
+                     "matrix-vector products): the architecture-specific part asked for is moving the state with TMA. "
+                     "Besides the elementwise rule, the relative L2 error must stay within 5e-3 on output and 1e-4 on "
+                     "new_state (keep the state and its arithmetic in fp32). The batch size varies. Matches "
+                     "FlashInfer-Bench's definition of the same name."),
+        op_type="gdn_decode",
+        axes={"batch_size": Axis(type="var", description="sequences decoded together"),
+              "seq_len": Axis(type="const", value=1, description="one token per sequence"),
+              **_head_axes(hq, hv)},
+        inputs={
+            "q": TensorSpec(shape=["batch_size", "seq_len", "num_q_heads", "head_size"], dtype="bfloat16",
+                            description="queries (l2-normalised by the model)"),
+            "k": TensorSpec(shape=["batch_size", "seq_len", "num_k_heads", "head_size"], dtype="bfloat16",
+                            description="keys (l2-normalised by the model)"),
+            "v": TensorSpec(shape=["batch_size", "seq_len", "num_v_heads", "head_size"], dtype="bfloat16",
+                            description="values"),
+            "state": _state("batch_size", "recurrent state before this token"),
+            **_gate_inputs(["batch_size", "seq_len"]),
+        },
+        outputs={
+            "output": TensorSpec(shape=["batch_size", "seq_len", "num_v_heads", "head_size"], dtype="bfloat16",
+                                 description="scale * S q with the updated state"),
+            "new_state": _state("batch_size", "state after this token"),
+        },
+        reference=DECODE_REFERENCE,
+        workloads=[Workload(name=f"B{n}", axes={"batch_size": n}, split="visible") for n in DECODE_VISIBLE]
+        + [Workload(name=f"B{n}", axes={"batch_size": n}, split="held_out") for n in DECODE_HELD_OUT],
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"output": 5e-3, "new_state": 1e-4}),
+        flops=f"batch_size*num_v_heads*{FLOPS_PER_TOKEN_HEAD}",
+        scalars={"scale": "1/sqrt(head_size)"},
+        requested_features=DECODE_FEATURES,
+        baseline="fla_gdn",
+        generator="gdn",
+        family="gdn",
+        tags=["gdn", "decode", "k_last"] + ([] if seed else ["head_variant"]),
+    )
+
+
+def gdn_prefill_task(hq: int = 4, hv: int = 8) -> Task:
+    seed = (hq, hv) == VARIANTS[0]
+    workloads = []
+    for split, sizes in (("visible", PREFILL_VISIBLE), ("held_out", PREFILL_HELD_OUT)):
+        for total, seqs in sizes:
+            seqs = seqs or PREFILL_MAX_SEQS[(hq, hv)]
+            workloads.append(Workload(name=f"T{total}_N{seqs}", split=split,
+                                      axes={"total_seq_len": total, "num_seqs": seqs, "len_cu_seqlens": seqs + 1}))
+    return Task(
+        name=_name("prefill", hq, hv),
+        description=(f"Gated DeltaNet prefill over packed variable-length sequences with {hq} query/key heads and "
+                     f"{hv} value heads, head size {HEAD_SIZE}, fp32 recurrent state in k-last layout "
+                     "[sequence, value head, V, K]. Sequence n is tokens cu_seqlens[n] .. cu_seqlens[n+1] and starts "
+                     "from state[n]; per token and value head: decay the state by g, apply the delta rule with the "
+                     "token's k, v and beta, then read it with q. Return every token's output and each sequence's "
+                     f"final state. {_GATE_TEXT}. Sequence lengths are arbitrary (not multiples of any chunk). The "
+                     "architecture-specific part asked for is the chunked form on tensor cores (chunks of 64 tokens: "
+                     "see the GDN pattern doc) with TMA loads of the token chunks. Besides the elementwise rule, the "
+                     "relative L2 error must stay within 1e-2 on output and on new_state (elementwise atol is 5e-2: "
+                     "a chunked tensor-core state drifts by up to ~0.03 on rare elements). Matches FlashInfer-Bench's "
+                     "definition of the same name."),
+        op_type="gdn_prefill",
+        axes={"total_seq_len": Axis(type="var", description="tokens of all sequences together"),
+              "num_seqs": Axis(type="var", description="packed sequences"),
+              **_head_axes(hq, hv),
+              "len_cu_seqlens": Axis(type="var", description="num_seqs + 1")},
+        inputs={
+            "q": TensorSpec(shape=["total_seq_len", "num_q_heads", "head_size"], dtype="bfloat16",
+                            description="queries (l2-normalised by the model)"),
+            "k": TensorSpec(shape=["total_seq_len", "num_k_heads", "head_size"], dtype="bfloat16",
+                            description="keys (l2-normalised by the model)"),
+            "v": TensorSpec(shape=["total_seq_len", "num_v_heads", "head_size"], dtype="bfloat16", description="values"),
+            "state": _state("num_seqs", "initial state of each sequence"),
+            **_gate_inputs(["total_seq_len"]),
+            "cu_seqlens": TensorSpec(shape=["len_cu_seqlens"], dtype="int64",
+                                     description="sequence boundaries: 0 = cu_seqlens[0] < ... < cu_seqlens[num_seqs] "
+                                                 "= total_seq_len"),
+        },
+        outputs={
+            "output": TensorSpec(shape=["total_seq_len", "num_v_heads", "head_size"], dtype="bfloat16",
+                                 description="scale * S q per token, with the state updated by that token"),
+            "new_state": _state("num_seqs", "final state of each sequence"),
+        },
+        reference=PREFILL_REFERENCE,
+        workloads=workloads,
+        tolerance=Tolerance(rtol=1e-2, atol=5e-2, rel_l2={"output": 1e-2, "new_state": 1e-2}),
+        flops=f"total_seq_len*num_v_heads*{FLOPS_PER_TOKEN_HEAD}",
+        scalars={"scale": "1/sqrt(head_size)"},
+        requested_features=PREFILL_FEATURES,
+        baseline="fla_gdn",
+        generator="gdn",
+        family="gdn",
+        tags=["gdn", "prefill", "k_last"] + ([] if seed else ["head_variant"]),
+    )
+
+
+def gdn_tasks() -> list[Task]:
+    return [build(hq, hv) for hq, hv in VARIANTS for build in (gdn_decode_task, gdn_prefill_task)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: what the model feeds this op.
+
+def cu_seqlens_for(total: int, num_seqs: int) -> torch.Tensor:
+    """Sequence boundaries for a workload, int64 on the CPU: num_seqs lengths >= 1 summing to
+    total, cut at random points that depend only on (total, num_seqs). Fixed per workload so
+    that timed runs compare like with like (the longest sequence sets a sequential kernel's
+    time) and a library can prepare its chunk index once; the values in the tokens are fresh."""
+    if not 1 <= num_seqs <= total:
+        raise ValueError(f"cannot cut {total} tokens into {num_seqs} non-empty sequences")
+    gen = torch.Generator().manual_seed(1_000_003 * total + num_seqs)
+    cuts = (torch.randperm(total - 1, generator=gen)[:num_seqs - 1] + 1).sort().values
+    return torch.cat([torch.zeros(1, dtype=torch.int64), cuts.to(torch.int64), torch.tensor([total])])
+
+
+def generate_gdn_inputs(task: Task, axes: dict[str, int], gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    """GDN inputs as the model produces them (called by tasks.generators for generator "gdn"):
+    - q, k: the stress distribution, then l2-normalised per head (as the model does before the
+      op; with |k| = 1 and beta < 1 each update is a contraction, so the state neither explodes
+      nor vanishes over thousands of tokens).
+    - v and state: the stress distribution (N(0,1), rare N(0,100) outliers).
+    - A_log = log(U(1, 16)) and dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1]
+      (Mamba2/GDN's initialisation ranges); a, b ~ N(0, 1) without outliers: g is then near 1
+      for most tokens (median ~0.97), below 0.3 for a few percent (fast-forgetting heads, the
+      odd near-reset), and beta in ~(0.02, 0.98), the range trained models run in. Gate
+      outliers would only saturate g to 0 or beta to 0/1, which tests nothing the values do not.
+    - cu_seqlens: cu_seqlens_for(total_seq_len, num_seqs)."""
+    from tasks.generators import stress  # tasks.generators dispatches here: import at call time
+
+    out: dict[str, torch.Tensor] = {}
+    hv = axes["num_v_heads"]
+    for name, spec in task.inputs.items():
+        shape = task.shape(name, axes)
+        if name in ("q", "k"):
+            x = stress(shape, gen, device)
+            out[name] = (x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)).to(torch.bfloat16)
+        elif name in ("v", "state"):
+            out[name] = stress(shape, gen, device).to(torch.float32 if spec.dtype == "float32" else torch.bfloat16)
+        elif name == "A_log":
+            out[name] = torch.log(1 + 15 * torch.rand(hv, generator=gen, device=device))
+        elif name == "dt_bias":
+            dt = torch.exp(math.log(1e-3) + (math.log(0.1) - math.log(1e-3)) * torch.rand(hv, generator=gen, device=device))
+            out[name] = dt + torch.log(-torch.expm1(-dt))  # softplus(dt_bias) = dt
+        elif name in ("a", "b"):
+            out[name] = torch.randn(shape, generator=gen, device=device).to(torch.bfloat16)
+        elif name == "cu_seqlens":
+            out[name] = cu_seqlens_for(axes["total_seq_len"], axes["num_seqs"]).to(device)
+        else:
+            raise ValueError(f"task {task.name}: the gdn generator does not know input {name!r}")
+    return out
