@@ -110,7 +110,6 @@ def fp8_gemm_task(n: int = 4096, k: int = 7168) -> Task:
         requested_features=REQUESTED_FEATURES,
         baseline="fp8_block_gemm",
         generator="fp8_block_scaled",
-        family="fp8_gemm",
         tags=["seed", "fp8"],  # a row of the seed artifact (PTXBench)
     )
 

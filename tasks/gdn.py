@@ -227,7 +227,6 @@ def gdn_decode_task(hq: int = 4, hv: int = 8) -> Task:
         requested_features=DECODE_FEATURES,
         baseline="fla_gdn",
         generator="gdn",
-        family="gdn",
         tags=["gdn", "decode", "k_last"] + ([] if seed else ["head_variant"]),
     )
 
@@ -283,7 +282,6 @@ def gdn_prefill_task(hq: int = 4, hv: int = 8) -> Task:
         requested_features=PREFILL_FEATURES,
         baseline="fla_gdn",
         generator="gdn",
-        family="gdn",
         tags=["gdn", "prefill", "k_last"] + ([] if seed else ["head_variant"]),
     )
 

@@ -56,6 +56,14 @@ class Tolerance(BaseModel):
     rel_l2: dict[str, float] = Field(default_factory=dict)
 
 
+# The benchmark's task families by op type, in the order `agent tasks` lists them.
+OP_FAMILIES: dict[str, str] = {
+    "gemm": "GEMM", "fp8_gemm": "FP8 GEMM (block-scaled)", "mha_fwd": "attention forward",
+    "mha_bwd": "attention backward", "fp8_mha_fwd": "FP8 attention forward", "gdn_decode": "Gated DeltaNet",
+    "gdn_prefill": "Gated DeltaNet",
+}
+
+
 class Task(BaseModel):
     # --- FlashInfer-Bench Definition fields ---
     name: str
@@ -114,6 +122,11 @@ class Task(BaseModel):
 
     def workloads_for(self, which: Literal["visible", "held_out", "all"] = "all") -> list[Workload]:
         return [w for w in self.workloads if which == "all" or w.split == which]
+
+    @property
+    def op_family(self) -> str:
+        """The family this task belongs to (OP_FAMILIES), for listings and reports."""
+        return OP_FAMILIES.get(self.op_type, self.op_type)
 
     def features_for(self, arch: str) -> list[str]:
         return list(self.requested_features.get(arch, []))

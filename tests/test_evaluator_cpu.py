@@ -862,3 +862,55 @@ def test_worker_environment_carries_no_credentials(monkeypatch):
     env = WorkerHandle("3").env
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and str(ROOT) in env["PYTHONPATH"]
     assert not any("SECRET" in v for v in env.values()), [k for k, v in env.items() if "SECRET" in v]
+
+
+class _ClockEvent:
+    def record(self):
+        import time as _t
+
+        self.t = _t.perf_counter()
+
+    def elapsed_time(self, other) -> float:
+        return (other.t - self.t) * 1e3
+
+
+class _CpuTimingState:
+    """What tools.timing.paired needs of the worker's State, on the CPU."""
+
+    class flusher:  # noqa: N801 - stands in for State.flusher
+        @staticmethod
+        def flush():
+            pass
+
+    event = staticmethod(_ClockEvent)
+
+    @staticmethod
+    def wait(limit_s):
+        pass
+
+
+def test_the_library_answer_is_gone_before_the_candidate_runs():
+    """In a pair where the library runs first, its outputs are zeroed before the candidate's
+    run, so a kernel that finds the library's output buffer finds nothing to copy; an output
+    that is one of the inputs (a library updating state in place) is left as it is."""
+    import random
+
+    import torch
+
+    from tasks.baselines import Baseline
+    from tools.timing import Side, paired
+    from tools.worker import _library_side
+
+    inputs = {"A": torch.ones(4, 4), "state": torch.ones(2)}
+    answer = torch.zeros(4, 4)
+    library = Baseline("lib", lambda: {"C": answer.fill_(7.0), "new_state": inputs["state"]}, "test")
+    seen = []
+
+    def candidate():
+        seen.append(float(answer.abs().sum()))
+
+    times = paired(Side("candidate", candidate), _library_side("lib", library, inputs), _CpuTimingState(),
+                   random.Random(1), lambda i, n: None, lambda i, n: None, budget_s=0.001)
+    assert len(seen) == len(times.candidate_ms) + times.warmup >= 10
+    assert seen == [0.0] * len(seen)  # library-first pairs included: never the library's 7s
+    assert float(inputs["state"].sum()) == 2.0  # an input the library returned is not scrubbed

@@ -45,7 +45,7 @@ def ptxbench_d64(x: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def test_definition_matches_ptxbench():
     t = get_task("fp8_gemm")
-    assert t.name == NAME and ALIASES["fp8_gemm"] == NAME and t.family == "fp8_gemm"
+    assert t.name == NAME and ALIASES["fp8_gemm"] == NAME and t.family == "" and t.op_family == "FP8 GEMM (block-scaled)"
     assert {n: (a.type, a.value) for n, a in t.axes.items()} == {
         "m": ("var", None), "n": ("const", 4096), "k": ("const", 7168), "num_nblock": ("const", 32),
         "num_kblock": ("const", 56)}

@@ -106,7 +106,7 @@ def _small_prefill(name: str, total: int = 23, seqs: int = 3) -> tuple:
 def test_registry_aliases_and_shape():
     for name in NAMES:
         task = get_task(name)
-        assert task.family == "gdn" and task.baseline == "fla_gdn" and task.generator == "gdn"
+        assert task.op_family == "Gated DeltaNet" and task.baseline == "fla_gdn" and task.generator == "gdn"
         assert task.op_type == ("gdn_decode" if "decode" in name else "gdn_prefill")
         assert set(task.outputs) == {"output", "new_state"}
         assert task.inputs["state"].dtype == task.outputs["new_state"].dtype == "float32"

@@ -406,10 +406,14 @@ def _cli() -> typer.Typer:
 
 
 def test_agent_tasks_json():
+    from tasks.schema import OP_FAMILIES
+
     r = CliRunner().invoke(_cli(), ["tasks", "--json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)
-    assert [row["name"] for row in rows] == [t.name for t in list_tasks()]
+    assert sorted(row["name"] for row in rows) == sorted(t.name for t in list_tasks())
+    families = [row["op_family"] for row in rows]  # grouped: each family's tasks together, in OP_FAMILIES order
+    assert families == sorted(families, key=list(dict.fromkeys(OP_FAMILIES.values())).index)
     gemm = rows[0]
     assert gemm["op_type"] == "gemm" and gemm["aliases"] == ["gemm"]
     assert gemm["workloads"] == {"visible": 1, "held_out": 4}

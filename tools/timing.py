@@ -96,16 +96,18 @@ class Side:
     name: str
     run: Callable[[], object]
     prepare: Callable[[], None] = lambda: None
+    finish: Callable[[], None] = lambda: None  # untimed, right after run() (the library: scrub its outputs)
 
 
 def _cold_run(side: Side, state) -> tuple:
-    """One cold run: prepare, flush L2, events around run() only."""
+    """One cold run: prepare, flush L2, events around run() only, then finish() (not timed)."""
     side.prepare()
     state.flusher.flush()
     start, end = state.event(), state.event()
     start.record()
     side.run()
     end.record()
+    side.finish()
     return start, end
 
 

@@ -483,11 +483,12 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     with nvtx_range("verify"):
         for call, seed in enumerate(req["seeds"], 1):
             fresh = generate_inputs(task, axes, seed, device=state.device)
-            expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
             ws.load_inputs(fresh)
             ws.reset()
             bound.launch()
             state.wait(limit)
+            # the answer is computed only now: while the candidate ran, it was nowhere in memory
+            expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
             reason, detail, mism = ws.verdict(expected, task.tolerance, scales)
             result.outputs = mism
             if reason is None:
@@ -552,6 +553,30 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
         result.baseline_name = note
 
 
+def _library_side(name: str, baseline, inputs: dict):
+    """The library as a timed Side whose outputs are zeroed right after each run (untimed, on
+    the same stream). In a pair where the library runs first, its answer for exactly these
+    inputs would otherwise sit in device memory while the candidate runs, at an address the
+    caching allocator reuses run after run: a kernel could copy it instead of computing. An
+    output that shares storage with an input (a library updating state in place) is left alone:
+    the library reads the workspace's input tensors, which the candidate reads too."""
+    from tools.timing import Side
+
+    shared = {t.untyped_storage().data_ptr() for t in inputs.values() if hasattr(t, "untyped_storage")}
+    last: dict = {}
+
+    def run() -> None:
+        last["out"] = baseline.run()
+
+    def finish() -> None:
+        out = last.pop("out", None)
+        for t in (out.values() if isinstance(out, dict) else ()):
+            if hasattr(t, "zero_") and t.untyped_storage().data_ptr() not in shared:
+                t.zero_()
+
+    return Side(f"baseline:{name}", run, baseline.prepare, finish)
+
+
 def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
     """(Side for the best library backend or None, its name, a note when there is none).
 
@@ -560,7 +585,7 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
     library versions): each backend timed cold, the fastest kept in the cache; later
     evaluations time only it."""
     from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
-    from tools.timing import Side, measure, summarize
+    from tools.timing import measure, summarize
 
     names = list_backends(task)
     if not names:
@@ -578,8 +603,7 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
         made, refused = {}, []
         for name in candidates:
             try:
-                b = make_baseline(task, inputs, name)
-                made[name] = Side(f"baseline:{name}", b.run, b.prepare)
+                made[name] = _library_side(name, make_baseline(task, inputs, name), inputs)
             except BaselineUnavailable as exc:
                 refused.append(str(exc))
             except Exception as exc:  # noqa: BLE001 - a library failure is not the candidate's fault

@@ -19,6 +19,7 @@ def _summary(task) -> dict:
         "name": task.name,
         "op_type": task.op_type,
         "aliases": aliases_of(task.name),
+        "op_family": task.op_family,
         "family": task.family or None,
         "tags": task.tags,
         "requested_features": task.requested_features,
@@ -51,17 +52,24 @@ def register(app: typer.Typer) -> None:
             return
         from tasks import list_tasks
 
-        rows = [_summary(t) for t in list_tasks()]
+        from tasks.schema import OP_FAMILIES
+
+        order = list(dict.fromkeys(OP_FAMILIES.values()))
+        tasks = sorted(list_tasks(), key=lambda t: (order.index(t.op_family) if t.op_family in order else len(order),
+                                                    "held_out_variant" in t.tags))
+        rows = [_summary(t) for t in tasks]
         if as_json:
             print_json(rows)
             return
-        # op type and tags are in the name and in --json; held-out variants are marked under the name
-        table = make_table(("task", "aliases", "sm_90a", "sm_100a", "visible + held out"), [
-            (r["name"] + ("\n[dim](held-out variant)[/dim]" if "held_out_variant" in r["tags"] else ""),
-             ", ".join(r["aliases"]) or "-", ", ".join(r["requested_features"].get("sm_90a", [])) or "-",
-             ", ".join(r["requested_features"].get("sm_100a", [])) or "-",
-             f"{r['workloads']['visible']} + {r['workloads']['held_out']}") for r in rows])
-        console.print(table)
+        # grouped by family; op type and tags are in --json; held-out variants are marked under the name
+        for family in dict.fromkeys(r["op_family"] for r in rows):
+            table = make_table(("task", "aliases", "sm_90a", "sm_100a", "visible + held out"), [
+                (r["name"] + ("\n[dim](held-out variant)[/dim]" if "held_out_variant" in r["tags"] else ""),
+                 ", ".join(r["aliases"]) or "-", ", ".join(r["requested_features"].get("sm_90a", [])) or "-",
+                 ", ".join(r["requested_features"].get("sm_100a", [])) or "-",
+                 f"{r['workloads']['visible']} + {r['workloads']['held_out']}") for r in rows if r["op_family"] == family])
+            table.title = family
+            console.print(table)
 
     @tasks_app.command("show")
     def tasks_show(
