@@ -204,9 +204,9 @@ def arch_section(ev: EvalResult) -> str:
                 lines.append(f"- `{f}`: in the SASS but never executed at run time "
                              f"({ex.counts.get(f, 0)} instructions executed)")
             elif not ex.carries.get(f, False):
-                share = ex.shares.get(f)
+                share, why = ex.shares.get(f), ex.notes.get(f)
                 lines.append(f"- `{f}`: executed, but did not carry the task's work"
-                             + (f" (it did {share:.0%} of it)" if share is not None else ""))
+                             + (f": {why}" if why else f" (it did {share:.0%} of it)" if share is not None else ""))
     missing = insp.missing(requested)
     problems = []
     if missing:

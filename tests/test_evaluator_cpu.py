@@ -914,3 +914,23 @@ def test_the_library_answer_is_gone_before_the_candidate_runs():
     assert len(seen) == len(times.candidate_ms) + times.warmup >= 10
     assert seen == [0.0] * len(seen)  # library-first pairs included: never the library's 7s
     assert float(inputs["state"].sum()) == 2.0  # an input the library returned is not scrubbed
+
+
+def test_feedback_says_why_an_instruction_did_not_carry_the_work():
+    """The model reads the measured reason (decoy beside a SIMT GEMM, H200 figures)."""
+    from agent.feedback import arch_section
+    from tools.ncu import TaskWork, verdict, work_metrics
+    from tools.results import CompileResult, EvalResult, InspectResult
+
+    work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+    rows = [_ncu_row("gemm_simt", **{"smsp__sass_thread_inst_executed_op_ffma_pred_on__dot__sum": 3.006e11,
+                                     "l1tex__t_bytes_pipe_lsu_mem_global_op_ld__dot__sum": 1.879e10}),
+            _ncu_row("decoy", **{"sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum": 6.1e11,
+                                 "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum": 2e10})]
+    ex = verdict(["wgmma", "tma"], {"wgmma": 8, "tma": 1}, {}, work_metrics(rows), work)
+    ev = EvalResult(task="gemm_n7168_k5120", arch="sm_90a", requested_features=["wgmma", "tma"], executed=ex,
+                    compile=CompileResult(status="ok", arch="sm_90a", language="cuda"),
+                    inspect=InspectResult(status="ok", arch="sm_90a"))
+    text = arch_section(ev)
+    assert "`wgmma`: executed, but did not carry the task's work: wgmma did 50.4% of the floating-point math" in text
+    assert "read from global memory outside TMA" in text

@@ -510,7 +510,7 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     the throughput against the physical ceilings, and the GPU's state before and after."""
     import statistics
 
-    from tools.ceilings import implausible
+    from tools.ceilings import ceiling_for, implausible
     from tools.timing import TIMING_BUDGET_S, Side, median_ci, paired, summarize
 
     t0 = time.perf_counter()
@@ -538,6 +538,8 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     broken = implausible(state.info.get("gpu"), task, axes, result.timing.median_ms)
     if broken:
         raise Failed("implausible", broken)
+    if ceiling_for(state.info.get("gpu")) is None:
+        result.detail = f"implausibility not checked: no physical ceiling known for {state.info.get('gpu')}"
     if baseline is not None and times.baseline_ms:
         result.baseline, result.baseline_name = summarize(times.baseline_ms), base_name
         result.speedup = statistics.median(times.ratios)
@@ -571,8 +573,11 @@ def _library_side(name: str, baseline, inputs: dict):
     def finish() -> None:
         out = last.pop("out", None)
         for t in (out.values() if isinstance(out, dict) else ()):
-            if hasattr(t, "zero_") and t.untyped_storage().data_ptr() not in shared:
-                t.zero_()
+            try:
+                if t.untyped_storage().data_ptr() not in shared:
+                    t.zero_()
+            except (AttributeError, RuntimeError) as exc:  # not a plain tensor (an expanded view): say so
+                log(f"could not scrub the library's output: {type(exc).__name__}: {exc}")
 
     return Side(f"baseline:{name}", run, baseline.prepare, finish)
 
