@@ -934,3 +934,26 @@ def test_feedback_says_why_an_instruction_did_not_carry_the_work():
     text = arch_section(ev)
     assert "`wgmma`: executed, but did not carry the task's work: wgmma did 50.4% of the floating-point math" in text
     assert "read from global memory outside TMA" in text
+
+
+def test_rewriting_every_reachable_copy_of_the_inputs_does_not_steer_the_judge():
+    """A kernel that can write anywhere (as a GPU kernel scanning device memory could) does no
+    work on the timed runs: it writes zeros, then zeroes its inputs, their pristine copies and
+    every tensor the judge holds, so that a reference computed from them would be zeros too.
+    The judge's inputs are generated again from the pair's seed after the run, so it fails."""
+    import gc
+
+    def tamper(ws, call):
+        if call <= 2:  # the seeded checks: honest
+            return gemm(ws, call)
+        ws.outputs["C"].zero_()
+        for t in list(ws.inputs.values()) + list(ws.pristine.values()):
+            t.zero_()
+        for judge in (o for o in gc.get_objects() if type(o) is worker.TimedJudge):
+            for v in vars(judge).values():
+                for t in (v.values() if isinstance(v, dict) else [v]):
+                    if isinstance(t, torch.Tensor):
+                        t.zero_()
+
+    result, _ = run(tamper, time=True)
+    assert result["reason"] == "wrong_in_timed_run", result["detail"]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tools import worker as protocol
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
-from tools.profile import build_profile, skipped as profile_skipped
+from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_skipped
 from tools.roofline import apply_roofline, computes_in_fp8
 from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult, WorkloadResult
 from tools.timing import TIMING_BUDGET_S, geo_spread, geomean
@@ -248,13 +248,9 @@ class Evaluator:
         self.cache_dir = (Path(cache_dir) if cache_dir else Path("runs") / ".cache").resolve()
         self.timing_budget_s = timing_budget_s  # wall time of the paired runs per workload, roughly
         self.ncu_timeout_s = ncu_timeout_s
-        if profile_metrics is None:
-            from tools.profile import PROFILE_METRICS
-
-            profile_metrics = PROFILE_METRICS
         # collected in the executed check's ncu pass (so the profile costs no extra run), whether or
         # not the agent shows it to the model: both arms of the profile ablation are measured alike
-        self.profile_metrics = tuple(profile_metrics)
+        self.profile_metrics = tuple(PROFILE_METRICS if profile_metrics is None else profile_metrics)
         self._rng = secrets.SystemRandom() if seed is None else random.Random(seed)  # seed: reproducible tests
         if gpus is None:
             devices, self.no_gpu_reason = detect_gpus()

@@ -351,31 +351,40 @@ class TimedJudge:
     the inputs never hits. Every run's output is scanned whole (guards, inputs unchanged,
     poison, NaN) and compared on SAMPLED_ROWS random rows of each output against an fp32
     reference of those rows (tasks.sampled); on one or two randomly chosen runs it is
-    compared whole. Tasks without a sampler are compared whole on every run."""
+    compared whole. Tasks without a sampler are compared whole on every run.
+
+    The judge's copy of a pair's inputs is generated again from the pair's seed after the
+    runs: while the candidate ran, nothing the reference is computed from existed in device
+    memory, so a kernel that rewrote every copy of its inputs it could reach (its own, their
+    pristine copies) cannot steer the reference."""
 
     def __init__(self, task, axes: dict, ws: "Workspace", rng, device: str, rows: int = SAMPLED_ROWS):
         from tasks.sampled import has_sampler
 
         self.task, self.axes, self.ws, self.rng, self.device, self.rows = task, axes, ws, rng, device, rows
         self.sampled = has_sampler(task)
-        self.fresh: dict | None = None
+        self.seed: int | None = None
         self.full_at: set[int] | None = None
         self.full_checks = 0
 
-    def before_pair(self, i: int, total: int) -> None:
+    def _inputs(self) -> dict:
         from tasks.generators import generate_inputs
 
-        self.fresh = generate_inputs(self.task, self.axes, self.rng.getrandbits(31), device=self.device, fast=True)
-        self.ws.load_inputs(self.fresh)
+        return generate_inputs(self.task, self.axes, self.seed, device=self.device, fast=True)
+
+    def before_pair(self, i: int, total: int) -> None:
+        self.seed = self.rng.getrandbits(31)
+        self.ws.load_inputs(self._inputs())  # the generated tensors are dropped once copied in
 
     def after_pair(self, i: int, total: int) -> None:
         if total > 1 and self.full_at is None:  # the count is known from pair 1 on: choose the runs judged whole
             self.full_at = set(self.rng.sample(range(1, total), k=min(total - 1, self.rng.randint(1, 2))))
         full = not self.sampled or i in (self.full_at or ())
+        fresh = self._inputs()  # made now, after the runs (see the class docstring)
         if full:
             from tasks.reference import run_reference
 
-            expected, scales = run_reference(self.task, self.fresh), _term_scales(self.task, self.fresh)
+            expected, scales = run_reference(self.task, fresh), _term_scales(self.task, fresh)
             reason, detail, mism = self.ws.verdict(expected, self.task.tolerance, scales)
             self.full_checks += 1
         else:
@@ -386,7 +395,7 @@ class TimedJudge:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(self.rng.getrandbits(63))
             reason, detail, mism = self.ws.verdict(None, self.task.tolerance,
-                                                   samples=sample(self.task, self.fresh, gen, self.rows))
+                                                   samples=sample(self.task, fresh, gen, self.rows))
         if reason is None:
             return
         what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
@@ -482,12 +491,13 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     t0 = time.perf_counter()
     with nvtx_range("verify"):
         for call, seed in enumerate(req["seeds"], 1):
-            fresh = generate_inputs(task, axes, seed, device=state.device)
-            ws.load_inputs(fresh)
+            ws.load_inputs(generate_inputs(task, axes, seed, device=state.device))
             ws.reset()
             bound.launch()
             state.wait(limit)
-            # the answer is computed only now: while the candidate ran, it was nowhere in memory
+            # The reference's inputs are generated again from the seed, and the answer computed,
+            # only now: while the candidate ran, neither was anywhere in device memory.
+            fresh = generate_inputs(task, axes, seed, device=state.device)
             expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
             reason, detail, mism = ws.verdict(expected, task.tolerance, scales)
             result.outputs = mism
