@@ -230,8 +230,9 @@ class EvalResult(BaseModel):
     gpu: str | None = None
     device: str | None = None  # which GPU ran it: its CUDA_VISIBLE_DEVICES id (None: nothing ran)
     seconds: float = 0.0
-    # wall seconds per stage of this evaluation: compile, inspect, workloads (all worker round
-    # trips), executed (the ncu pass), sanitize; where an evaluation's time goes
+    # wall seconds per stage of this evaluation, where its time goes: compile (NVRTC + ptxas),
+    # workloads (every worker round trip), inspect_wait (SASS inspection left after the runs it
+    # overlaps), executed (the ncu pass), sanitize
     phase_s: dict[str, float] = Field(default_factory=dict)
 
     # --- the benchmark's verdicts (DESIGN.md, Metrics) ---
