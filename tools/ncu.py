@@ -54,16 +54,17 @@ TMA_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
 OTHER_READ_METRICS = ("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "sm__sass_data_bytes_mem_global_op_ldgsts.sum")
 WORK_METRICS = (*HGMMA_OPS_METRICS, FP8_OPS_METRIC, *OTHER_FLOP_METRICS, TMA_BYTES_METRIC, *OTHER_READ_METRICS)
 # When a feature carries the work (docs/METHODOLOGY.md, "Instruction credit"):
-#   wgmma: its FLOPs are >= 90% of the task's matrix FLOPs, <= 2x them (honest kernels measure
-#          1.00-1.05; a cap leaves no room for garbage wgmma beside the real math), and >= 90%
-#          of all the floating-point math the candidate did (honest: >= 99%);
+#   wgmma: its FLOPs are >= 90% of the task's matrix FLOPs, <= 2.5x them (tuned kernels measure
+#          1.00-1.05; a causal kernel that computes every tile and masks does 2x: honest, slow;
+#          the cap leaves no room for garbage wgmma beside the real math), and >= 90% of all the
+#          floating-point math the candidate did (tuned kernels: >= 99%);
 #   TMA:   it loaded >= half the task's input bytes, and other global reads stay <= 2x the input
 #          bytes (a tiled GEMM or attention that streams its operands by LDG re-reads them
 #          tens of times; the expert kernels' side passes read 1.2x); for a task that asks for
 #          no matrix instruction (memory-bound, e.g. GDN decode: each input byte is read once)
 #          <= 0.5x, so the bulk of the input must come through TMA.
 WORK_SHARE = {"wgmma": 0.9, "tma": 0.5}
-WGMMA_MAX_OVERWORK = 2.0
+WGMMA_MAX_OVERWORK = 2.5
 WGMMA_MIN_OF_ALL_MATH = 0.9
 TMA_MAX_OTHER_READS = 2.0
 TMA_MAX_OTHER_READS_NO_MMA = 0.5
@@ -247,7 +248,7 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
     assert work is not None
     if feature == "wgmma":
         if share > WGMMA_MAX_OVERWORK:
-            return False, (f"wgmma issued {share:.1f}x the task's matrix FLOPs (at most {WGMMA_MAX_OVERWORK:.0f}x "
+            return False, (f"wgmma issued {share:.1f}x the task's matrix FLOPs (at most {WGMMA_MAX_OVERWORK:g}x "
                            "counts as doing the task's work)")
         other = metrics.get("other_flops")
         if other is None:
