@@ -26,17 +26,15 @@ from tools.evaluator import Evaluator  # noqa: E402
 from tools.solution import Solution  # noqa: E402
 
 
-SOLUTION = "simple"  # which shipped solution the wall times and spread use (--solution)
+def _solution(task: str, kind: str) -> Solution:
+    """A shipped solution: "simple" or "expert"."""
+    return Solution.from_dir(ROOT / "tasks" / task / kind)
 
 
-def _solution(task: str) -> Solution:
-    return Solution.from_dir(ROOT / "tasks" / task / SOLUTION)
-
-
-def wall_times(tasks: list[str], cache: Path) -> list[dict]:
+def wall_times(tasks: list[str], cache: Path, kind: str) -> list[dict]:
     rows = []
     for task in tasks:
-        sol = _solution(task)
+        sol = _solution(task, kind)
         t0 = time.perf_counter()
         with Evaluator(cache_dir=cache) as ev:
             cold = ev.evaluate(sol, task, "sm_90a")
@@ -63,8 +61,8 @@ def _fmt_phases(phases: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.2f}" for k, v in phases.items()) or "-"
 
 
-def spread(task: str, repeats: int, cache: Path) -> dict:
-    sol = _solution(task)
+def spread(task: str, repeats: int, cache: Path, kind: str) -> dict:
+    sol = _solution(task, kind)
     cand, base, speed = [], [], []
     with Evaluator(cache_dir=cache) as ev:
         for _ in range(repeats):
@@ -152,16 +150,14 @@ def main() -> int:
     ap.add_argument("--solution", default="simple", choices=["simple", "expert"])
     ap.add_argument("--skip-do-bench", action="store_true")
     args = ap.parse_args()
-    global SOLUTION
-    SOLUTION = args.solution
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache) if args.cache else out / "cache"
     tasks = [t for t in args.tasks.split(",") if t]
     report: dict = {"tasks": tasks}
-    report["wall"] = wall_times(tasks, cache)
+    report["wall"] = wall_times(tasks, cache, args.solution)
     report["gpu"] = next((r["gpu"] for r in report["wall"] if r.get("gpu")), None)
-    report["spread"] = spread(args.spread_task, args.repeats, cache)
+    report["spread"] = spread(args.spread_task, args.repeats, cache, args.solution)
     ours = {f"{r['task']}|{r['baseline']}": r["baseline_ms"] for r in report["wall"] if r.get("baseline")}
     report["do_bench"] = ([] if args.skip_do_bench else
                           do_bench_baselines(list(dict.fromkeys(tasks + ["mha_bwd_d128"])), ours))

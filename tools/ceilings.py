@@ -23,6 +23,10 @@ class Ceiling:
     tflops_8: float  # dense fp8 tensor-core peak
     hbm_tbps: float
 
+    def tensor_tflops(self, fp8: bool) -> float:
+        """The dense tensor peak a task's arithmetic runs against."""
+        return self.tflops_8 if fp8 else self.tflops_16
+
 
 CEILINGS = {"H100": Ceiling(989.0, 1979.0, 3.35), "H200": Ceiling(989.0, 1979.0, 4.8),
             "B200": Ceiling(2250.0, 4500.0, 8.0)}
@@ -38,6 +42,11 @@ def ceiling_for(gpu_name: str | None) -> Ceiling | None:
     return None
 
 
+def computes_in_fp8(task) -> bool:
+    """A task with an fp8 input is held to the fp8 tensor peak (implausibility, roofline, profile)."""
+    return any(spec.dtype.startswith("float8") for spec in task.inputs.values())
+
+
 def implausible(gpu_name: str | None, task, axes: dict[str, int], median_ms: float) -> str | None:
     """Which ceiling a kernel taking `median_ms` on this task and workload breaks, or None.
     An unknown GPU has no ceiling here (say so in results rather than guess)."""
@@ -45,8 +54,8 @@ def implausible(gpu_name: str | None, task, axes: dict[str, int], median_ms: flo
     if ceiling is None or median_ms <= 0:
         return None
     seconds = median_ms * 1e-3
-    fp8 = any(spec.dtype.startswith("float8") for spec in task.inputs.values())
-    peak = ceiling.tflops_8 if fp8 else ceiling.tflops_16
+    fp8 = computes_in_fp8(task)
+    peak = ceiling.tensor_tflops(fp8)
     tflops = task.flop_count(axes) / seconds / 1e12
     if tflops > peak * MARGIN:
         return (f"{tflops:.0f} TFLOP/s at {median_ms:.4g} ms is above the {gpu_name} dense "

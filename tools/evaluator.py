@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 
 from tools import worker as protocol
+from tools.ceilings import computes_in_fp8
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
 from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_skipped
-from tools.roofline import apply_roofline, computes_in_fp8
+from tools.roofline import apply_roofline
 from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult, WorkloadResult
 from tools.timing import TIMING_BUDGET_S, geo_spread, geomean
 

@@ -1,8 +1,8 @@
 """What the GPU machine offers, probed in one call (run by hand on the device):
 
 1. versions of torch, triton, cuDNN and the optional libraries the task families use;
-2. which Nsight Compute metrics this ncu knows, among those the executed check and the
-   profile block might use (`ncu --query-metrics`);
+2. whether this ncu knows every metric the executed check and the profile block use
+   (`ncu --query-metrics`);
 3. one executed-check pass per listed solution with all of those metrics, printing each
    kernel's raw values and the pass's wall time with and without them.
 
@@ -29,37 +29,15 @@ sys.path.insert(0, str(ROOT))
 QUERY_PATTERN = re.compile(r"tensor_op|ops_path|inst_executed_op_[fhd](fma|add|mul)|op_integer|issue_stalled|"
                            r"ldgsts|lsu_mem_global_op_ld|op_tma|dram__bytes|sector_hit_rate|occupancy_limit|"
                            r"warps_active|registers_per_thread|time_duration")
-CANDIDATES = [
-    "gpu__time_duration.sum",
-    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
-    "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
-    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
-    "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",
-    "smsp__sass_thread_inst_executed_op_integer_pred_on.sum",
-    "sm__inst_executed_pipe_tensor_op_hmma.sum",
-    "smsp__inst_executed_pipe_tensor_op_hmma.sum",
-    "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum",
-    "sm__ops_path_tensor_op_hmma_src_fp16.sum",
-    "sm__ops_path_tensor_op_hgmma_src_fp8.sum",
-    "sm__ops_path_tensor_op_hgmma_src_e4m3_dst_fp32.sum",
-    "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum",
-    "l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum",
-    "l1tex__m_xbar2l1tex_read_bytes.sum",
-    "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_ldgsts_cache_bypass.sum",
-    "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_ldgsts_cache_access.sum",
-    "lts__t_bytes_srcunit_tex_op_read.sum",
-    "dram__bytes_read.sum",
-    "dram__bytes_write.sum",
-    "sm__pipe_tensor_op_hgmma_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "lts__t_sector_hit_rate.pct",
-    "launch__registers_per_thread",
-    "launch__occupancy_limit_registers",
-    "launch__occupancy_limit_shared_mem",
-    "launch__occupancy_limit_warps",
-    "launch__occupancy_limit_blocks",
-]
+
+
+def candidates() -> list[str]:
+    """The metrics the evaluator's one ncu pass asks for: the work shares (tools.ncu) and the
+    profile (tools.profile), so the probe checks exactly the names in use."""
+    from tools.ncu import WORK_METRICS
+    from tools.profile import PROFILE_METRICS
+
+    return list(dict.fromkeys(["gpu__time_duration.sum", *WORK_METRICS, *PROFILE_METRICS]))
 
 
 def versions() -> dict:
@@ -165,8 +143,8 @@ def main() -> int:
     print(json.dumps(report["scaled_mm"], indent=1), flush=True)
     known = known_metrics(out)
     base = lambda m: m.split(".")[0]  # noqa: E731 - the query lists base names
-    report["metrics_known"] = [m for m in CANDIDATES if base(m) in known]
-    report["metrics_unknown"] = [m for m in CANDIDATES if base(m) not in known]
+    report["metrics_known"] = [m for m in candidates() if base(m) in known]
+    report["metrics_unknown"] = [m for m in candidates() if base(m) not in known]
     print("unknown metrics:", report["metrics_unknown"], flush=True)
     sols = [s for s in args.solutions.split(",") if s]
     report["profiles"] = profile_solutions(sols, report["metrics_known"])

@@ -103,7 +103,7 @@ def build_profile(per_kernel_metrics: dict[str, dict[str, float]], gpu_name: str
     `min_bytes`: the task's work on the profiled workload; `fp8`: the task computes in fp8
     (its tensor peak is the fp8 one)."""
     ceiling = ceiling_for(gpu_name)
-    peak_tflops = (ceiling.tflops_8 if fp8 else ceiling.tflops_16) if ceiling else None
+    peak_tflops = ceiling.tensor_tflops(fp8) if ceiling else None
     peak_tbps = ceiling.hbm_tbps if ceiling else None
     if not per_kernel_metrics:
         return Profile(status="skipped", reason="ncu profiled no kernel of the solution", gpu=gpu_name)

@@ -26,14 +26,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from tools.ceilings import ceiling_for
+from tools.ceilings import ceiling_for, computes_in_fp8
 
 Bound = Literal["compute", "memory"]
-
-
-def computes_in_fp8(task) -> bool:
-    """The same rule as tools.ceilings.implausible: an fp8 input means the fp8 tensor peak."""
-    return any(spec.dtype.startswith("float8") for spec in task.inputs.values())
 
 
 def speed_of_light(gpu_name: str | None, flops: float, min_bytes: float,
@@ -42,7 +37,7 @@ def speed_of_light(gpu_name: str | None, flops: float, min_bytes: float,
     ceiling = ceiling_for(gpu_name)
     if ceiling is None or (flops <= 0 and min_bytes <= 0):
         return None
-    peak_flops = (ceiling.tflops_8 if fp8 else ceiling.tflops_16) * 1e12
+    peak_flops = ceiling.tensor_tflops(fp8) * 1e12
     compute_s = max(flops, 0.0) / peak_flops
     memory_s = max(min_bytes, 0.0) / (ceiling.hbm_tbps * 1e12)
     return max(compute_s, memory_s) * 1e3, ("compute" if compute_s >= memory_s else "memory")
@@ -84,4 +79,4 @@ def apply_roofline(res, task) -> None:
         res.sol_score = 0.0 if min(scores) <= 0 else math.exp(sum(math.log(s) for s in scores) / len(scores))
 
 
-__all__ = ["speed_of_light", "sol_score", "apply_roofline", "computes_in_fp8"]
+__all__ = ["speed_of_light", "sol_score", "apply_roofline"]
