@@ -63,7 +63,7 @@ def _fmt_phases(phases: dict[str, float]) -> str:
 
 def spread(task: str, repeats: int, cache: Path, kind: str) -> dict:
     sol = _solution(task, kind)
-    cand, base, speed = [], [], []
+    cand, base, speed, states = [], [], [], []
     with Evaluator(cache_dir=cache) as ev:
         for _ in range(repeats):
             r = ev.evaluate(sol, task, "sm_90a")
@@ -72,10 +72,11 @@ def spread(task: str, repeats: int, cache: Path, kind: str) -> dict:
                 cand.append(w.timing.median_ms)
                 base.append(w.baseline.median_ms)
                 speed.append(w.speedup)
+                states.append(w.gpu_state)  # clock/temperature/power at start and end: is a drift thermal?
     def cv(xs):
         return statistics.pstdev(xs) / statistics.fmean(xs) if len(xs) > 1 else None
     out = {"task": task, "repeats": repeats, "kernel_medians_ms": cand, "baseline_medians_ms": base,
-           "speedups": speed, "kernel_cv": cv(cand), "baseline_cv": cv(base), "speedup_cv": cv(speed)}
+           "speedups": speed, "gpu_states": states, "kernel_cv": cv(cand), "baseline_cv": cv(base), "speedup_cv": cv(speed)}
     print(f"[spread] {task}: kernel CV {out['kernel_cv']}, baseline CV {out['baseline_cv']}, "
           f"speedup CV {out['speedup_cv']}", flush=True)
     return out
@@ -129,6 +130,9 @@ def markdown(report: dict) -> str:
               f"- baseline medians (ms): {', '.join(f'{x:.4f}' for x in s['baseline_medians_ms'])} "
               f"(CV {f(s['baseline_cv'], 4)})",
               f"- speedups: {', '.join(f'{x:.4f}' for x in s['speedups'])} (CV {f(s['speedup_cv'], 4)})",
+              "- GPU at start → end (SM MHz, °C, W): " + "; ".join(
+                  " → ".join(f"{g.get('sm_mhz', 0):.0f}/{g.get('temp_c', 0):.0f}/{g.get('power_w', 0):.0f}"
+                             for g in (st.get("start", {}), st.get("end", {}))) for st in s.get("gpu_states", [])),
               "", "## Our baseline timing vs triton do_bench (median)", "",
               "| task | backend | ours ms (cold L2) | do_bench ms | do_bench TFLOP/s |", "|---|---|---|---|---|"]
     for r in report["do_bench"]:

@@ -37,7 +37,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then export PYTHONPATH="/tmp/site${PYTHO
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 export PTXBENCH_GPU_LOGS="$TESTS_CACHE"  # worker log + baseline cache of the GPU tests
-timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider --timeout "${GPU_TEST_EACH:-240}" tests \
+timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider --timeout "${GPU_TEST_EACH:-240}" ${GPU_TESTS:-tests} \
   2>&1 | tee -a "$OUT/suite.log"
 status=${PIPESTATUS[0]}
 cp -f "$TESTS_CACHE"/worker-gpu*.log "$OUT/worker_tests.log" 2>/dev/null || true
