@@ -29,3 +29,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """With PTXBENCH_TEST_TIMES=file, each test's duration is appended as it finishes, so a
+    GPU suite cut off by the device call's time limit still says where its time went."""
+    path = os.environ.get("PTXBENCH_TEST_TIMES")
+    if path and (report.when == "call" or report.outcome != "passed"):
+        with open(path, "a") as f:
+            f.write(f"{report.duration:8.1f} s  {report.when:8s} {report.outcome:7s} {report.nodeid}\n")

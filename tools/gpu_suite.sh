@@ -5,11 +5,12 @@
 #    into /tmp/site with pip --target and puts it on PYTHONPATH;
 # 2. runs the GPU tests (tests/gpu, marker `gpu`);
 # 3. runs tools/bench_harness.py (evaluation wall times per stage, timing spread) in what is
-#    left of one device call (CALL_S, 590 s): the tests take about 8 minutes on the H200, so
-#    the bench often gets no time; run it in a call of its own (SKIP_BENCH=1 here, then
+#    left of one device call (CALL_S, 590 s): the tests took about 9.5 minutes on the H200 on
+#    2026-11-30 (94 tests; the 540 s test limit cut the 93rd), so split them over two calls
+#    (GPU_TESTS below) and run the bench in a call of its own (SKIP_BENCH=1 here, then
 #    `python3 tools/bench_harness.py`; `--solution expert`, `--tasks` for the new families).
 # Into $OUT (default runs/gpu_suite), at most 8 files as the device tool returns them:
-#   suite.log (environment + pytest), bench.log, bench.json, bench.md, worker_tests.log,
+#   suite.log (environment + pytest + per-test durations), bench.log, bench.json, bench.md, worker_tests.log,
 #   baselines_tests.json, worker_bench.log.
 # Exit status: the tests' (the benchmark is informative).
 set -uo pipefail
@@ -37,10 +38,15 @@ if compgen -G ".whl/*.whl" > /dev/null; then export PYTHONPATH="/tmp/site${PYTHO
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 export PTXBENCH_GPU_LOGS="$TESTS_CACHE"  # worker log + baseline cache of the GPU tests
+export PTXBENCH_TEST_TIMES="$TESTS_CACHE/test_times.txt"  # per test, as each finishes (tests/conftest.py)
+mkdir -p "$TESTS_CACHE"
 timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider --timeout "${GPU_TEST_EACH:-240}" ${GPU_TESTS:-tests} \
   2>&1 | tee -a "$OUT/suite.log"
 status=${PIPESTATUS[0]}
 cp -f "$TESTS_CACHE"/worker-gpu*.log "$OUT/worker_tests.log" 2>/dev/null || true
+{ echo "== test durations, slowest first (also of tests cut off by the time limit's end)"
+  sort -rn "$PTXBENCH_TEST_TIMES" 2>/dev/null | head -40
+  awk '{s += $1} END {printf "total %.0f s in %d tests\n", s, NR}' "$PTXBENCH_TEST_TIMES" 2>/dev/null; } >> "$OUT/suite.log"
 cp -f "$TESTS_CACHE/baselines.json" "$OUT/baselines_tests.json" 2>/dev/null || true
 
 left=$(( CALL_S - (SECONDS - START) ))
