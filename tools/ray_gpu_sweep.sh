@@ -144,8 +144,8 @@ cfg = load_sweep_config(work / "sweep.toml")
 run_ids = [r.run_id for r in expand(cfg)]
 # Each run: the simple solution (correct, no wgmma/TMA), then the expert one. The expert is
 # `correct_with_arch` only where the executed check (ncu) ran and credited the features; this
-# sweep turns it off (it would serialise the GPU), and without a GPU nothing runs, so there
-# the expert is "unverified": compiled with the features, correct or not run, never credited.
+# sweep turns it off (it would serialise the GPU), and without a GPU nothing runs; either way
+# the expert is "unverified": the features are in its SASS, but no instruction credit is given.
 EXPECTED_EXPERT = "correct_with_arch" if cfg.executed_check else "unverified"
 
 
