@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_helpers import show
 from tools.evaluator import Evaluator
 from tools.results import EvalResult
 from tools.solution import Solution
@@ -40,14 +41,9 @@ def control() -> Solution:
     return Solution.from_dir(FIXTURES / "good")
 
 
-def _show(r: EvalResult) -> str:
-    rows = [f"{w.workload}/{w.split}: {w.status} {w.reason or ''} {w.detail or ''}" for w in r.workloads]
-    return f"run {r.run_status} ({r.run_reason}); " + " | ".join(rows)
-
-
 def check_expectation(r: EvalResult, exp: dict) -> None:
     assert r.compiled, r.compile.error
-    assert r.run_status == "ok", _show(r)
+    assert r.run_status == "ok", show(r)
     for split in ("visible", "held_out"):
         want = exp.get(split)
         got = [w for w in r.workloads if w.split == split]
@@ -55,15 +51,15 @@ def check_expectation(r: EvalResult, exp: dict) -> None:
             continue
         assert got, f"no {split} workloads were run"
         if want["status"] == "passed":
-            assert all(w.status == "passed" for w in got), _show(r)
+            assert all(w.status == "passed" for w in got), show(r)
             continue
         failed = [w for w in got if w.status == "failed"]
-        assert failed, _show(r)
-        assert failed[0].reason in want["reason"], _show(r)
+        assert failed, show(r)
+        assert failed[0].reason in want["reason"], show(r)
         if "detail_contains" in want:
-            assert want["detail_contains"] in (failed[0].detail or ""), _show(r)
+            assert want["detail_contains"] in (failed[0].detail or ""), show(r)
     if "max_speedup" in exp:
-        assert r.speedup is not None and r.speedup < exp["max_speedup"], (r.speedup, _show(r))
+        assert r.speedup is not None and r.speedup < exp["max_speedup"], (r.speedup, show(r))
     for feature, present in exp.get("static", {}).items():
         assert r.inspect.feature_present(feature) is present, r.inspect.features
     if exp.get("executed") and r.executed.status == "ok":
@@ -83,7 +79,7 @@ def skip_unless_counted(r: EvalResult) -> None:
 
 def test_control_passes_with_timing(evaluator, control):
     r = evaluator.evaluate(control, "gemm_n7168_k5120", "sm_90a", workloads="all")
-    assert r.correct is True and r.split_correct("held_out") is True, _show(r)
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
     w = r.workloads[0]
     assert w.timing and w.timing.runs >= 10 and w.timed_runs == w.timing.runs and w.full_checks >= 1, w
     assert w.baseline and w.baseline_name == "cublas" and w.baseline.runs == w.timing.runs, w
@@ -101,10 +97,10 @@ def test_stack_hog_does_not_reach_the_next_candidate(evaluator):
     the worker restores its limits (or restarts) so the next candidate gets the whole GPU."""
     hog = evaluator.evaluate(Solution.from_dir(FIXTURES / "stack_hog"), "gemm_n7168_k5120", "sm_90a",
                              workloads="visible", time=False)
-    assert hog.run_status == "ok" and hog.workloads, _show(hog)  # whatever its own verdict: a verdict
+    assert hog.run_status == "ok" and hog.workloads, show(hog)  # whatever its own verdict: a verdict
     expert = Solution.from_dir(ROOT / "tasks" / "mha_bwd_d128" / "expert")
     r = evaluator.evaluate(expert, "mha_bwd_d128", "sm_90a", workloads="all", time=False)
-    assert r.correct is True and r.split_correct("held_out") is True, _show(r)
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
 
 
 @pytest.mark.parametrize("name", ADVERSARIAL)
@@ -114,7 +110,7 @@ def test_adversarial_fixture(evaluator, control, name):
                            workloads=exp.get("workloads", "visible"), executed_check=bool(exp.get("executed")))
     check_expectation(r, exp)
     after = evaluator.evaluate(control, "gemm_n7168_k5120", "sm_90a", workloads="visible", time=False)
-    assert after.correct is True, f"the next candidate after {name}: {_show(after)}"
+    assert after.correct is True, f"the next candidate after {name}: {show(after)}"
     if exp.get("executed"):
         skip_unless_counted(r)
 
@@ -123,7 +119,7 @@ def test_expert_gemm_tma_wgmma(evaluator):
     """TMA tensor maps (128B swizzle), 230 KB dynamic smem, a persistent grid over num_sms."""
     sol = Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert")
     r = evaluator.evaluate(sol, "gemm_n7168_k5120", "sm_90a", workloads="all", executed_check=True)
-    assert r.correct is True and r.split_correct("held_out") is True, _show(r)
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
     assert r.arch_ok, (r.inspect.features, r.inspect.flags)
     assert r.speedup and r.speedup > 0.5, r.speedup
     skip_unless_counted(r)
@@ -155,6 +151,6 @@ def test_simple_solution_passes(evaluator, task):
     # held-out sizes too where they are cheap, and for d256, whose kernels own 16 rows per block, not 32
     which = "all" if task.startswith(("gemm", "fp8_gemm")) or task.endswith("_d256") else "visible"
     r = evaluator.evaluate(sol, task, "sm_90a", workloads=which, time=False)
-    assert r.correct is True, _show(r)
+    assert r.correct is True, show(r)
     if which == "all":
-        assert r.split_correct("held_out") is True, _show(r)
+        assert r.split_correct("held_out") is True, show(r)

@@ -5,18 +5,17 @@ passes every workload, held-out ones included, through the Evaluator; and a kern
 out V's descale fails."""
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
 
 import pytest
 
+from gpu_helpers import show
 from tasks import get_task
 from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales
-from tools.evaluator import Evaluator
 from tools.solution import Solution
 
 pytestmark = pytest.mark.gpu
@@ -24,18 +23,6 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = ["fp8_mha_with_lse_d128", "fp8_mha_with_lse_d128_causal"]
 ALL = MAIN + ["fp8_mha_with_lse_d64", "fp8_mha_with_lse_d96", "fp8_mha_with_lse_d256"]
-
-
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    cache = Path(os.environ.get("PTXBENCH_GPU_LOGS") or tmp_path_factory.mktemp("cache"))
-    with Evaluator(timeout_s=300, kernel_timeout_s=30, cache_dir=cache) as ev:
-        yield ev
-
-
-def _show(r) -> str:
-    return f"run {r.run_status} ({r.run_reason}); " + " | ".join(
-        f"{w.workload}/{w.split}: {w.status} {w.reason or ''} {w.detail or ''}" for w in r.workloads)
 
 
 @pytest.mark.parametrize("name", MAIN)
@@ -101,8 +88,8 @@ def test_baselines_match_the_reference(name):
 def test_simple_solution_passes_every_workload(evaluator, name):
     sol = Solution.from_dir(ROOT / "tasks" / name / "simple")
     r = evaluator.evaluate(sol, name, "sm_90a", workloads="all", time=False)
-    assert r.correct is True, _show(r)
-    assert r.split_correct("held_out") is True, _show(r)
+    assert r.correct is True, show(r)
+    assert r.split_correct("held_out") is True, show(r)
 
 
 def test_missing_descale_of_v_fails(evaluator):
@@ -113,15 +100,15 @@ def test_missing_descale_of_v_fails(evaluator):
     assert n == 1
     r = evaluator.evaluate(sol.model_copy(update={"source": source}), "fp8_mha_with_lse_d128", "sm_90a",
                            workloads="visible", time=False)
-    assert r.correct is False, _show(r)
-    assert all(w.reason == "incorrect" for w in r.workloads), _show(r)
+    assert r.correct is False, show(r)
+    assert all(w.reason == "incorrect" for w in r.workloads), show(r)
 
 
 def test_simple_solution_timed_against_the_fp8_baseline(evaluator):
     """One timed evaluation: every timed run judged on sampled rows, and the baseline named."""
     sol = Solution.from_dir(ROOT / "tasks" / "fp8_mha_with_lse_d128" / "simple")
     r = evaluator.evaluate(sol, "fp8_mha_with_lse_d128", "sm_90a", workloads="visible", time=True)
-    assert r.correct is True, _show(r)
+    assert r.correct is True, show(r)
     w = r.workloads[0]
     print(f"simple fp8 d128: {w.timing.median_ms:.2f} ms, baseline {w.baseline_name} "
           f"{w.baseline.median_ms if w.baseline else None} ms, speedup {w.speedup}")

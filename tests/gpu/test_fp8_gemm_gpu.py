@@ -8,18 +8,16 @@ The printed worst ratios and relative L2 errors are the calibration of the task'
 (tasks/fp8_gemm.py's docstring quotes the CPU emulation; these are the real kernels)."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
+from gpu_helpers import show
 from tasks import get_task
 from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales
-from tools.evaluator import Evaluator
-from tools.results import EvalResult
 from tools.solution import Solution
 
 pytestmark = pytest.mark.gpu
@@ -28,19 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = "fp8_gemm_nt_1d2d_n4096_k7168"
 SIMPLE = ROOT / "tasks" / NAME / "simple"
 REQUIRED_ON_HOPPER = "scaled_mm:cublaslt"  # cuBLASLt >= 12.9 has the 1x128 / 128x128 recipe on sm_90
-
-
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    cache = Path(os.environ.get("PTXBENCH_GPU_LOGS") or tmp_path_factory.mktemp("cache"))
-    with Evaluator(timeout_s=300, kernel_timeout_s=30, cache_dir=cache) as ev:
-        yield ev
-
-
-def _show(r: EvalResult) -> str:
-    rows = [f"{w.workload}/{w.split}: {w.status} {w.reason or ''} {w.detail or ''} baseline={w.baseline_name}"
-            for w in r.workloads]
-    return f"run {r.run_status} ({r.run_reason}); " + " | ".join(rows)
 
 
 def _errors(task, got, ref, rss) -> tuple[float, float]:
@@ -126,9 +111,9 @@ def test_baseline_reads_fresh_inputs_in_place():
 def test_simple_solution_passes_every_workload_and_is_timed(evaluator):
     sol = Solution.from_dir(SIMPLE)
     r = evaluator.evaluate(sol, NAME, "sm_90a", workloads="all", time=False)
-    assert r.correct is True and r.split_correct("held_out") is True, _show(r)
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
     r = evaluator.evaluate(sol, NAME, "sm_90a", workloads="visible", time=True)
-    assert r.correct is True, _show(r)
+    assert r.correct is True, show(r)
     w = r.workloads[0]
     print(f"simple: {w.timing.median_ms:.2f} ms, baseline {w.baseline_name} {w.baseline.median_ms:.3f} ms, "
           f"speedup {w.speedup:.4f}; D relative L2 {[o.rel_l2 for o in w.outputs]}")
@@ -152,5 +137,5 @@ def test_misapplied_scales_fail(evaluator, fault):
     assert sol.source.count(old) == 1
     wrong = sol.model_copy(update={"source": sol.source.replace(old, new), "name": f"wrong_{fault}"})
     r = evaluator.evaluate(wrong, NAME, "sm_90a", workloads="visible", time=False)
-    assert r.compiled and r.correct is False, _show(r)
-    assert r.workloads[0].reason == "incorrect", _show(r)
+    assert r.compiled and r.correct is False, show(r)
+    assert r.workloads[0].reason == "incorrect", show(r)

@@ -5,18 +5,17 @@ tolerance (and print their errors: the numbers behind the prefill rel-L2 bounds)
 that decays the state after the update instead of before fails."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
+from gpu_helpers import show
 from tasks import get_task
 from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference
 from tools.correctness import compare
-from tools.evaluator import Evaluator
 from tools.solution import Solution
 
 pytestmark = pytest.mark.gpu
@@ -24,18 +23,6 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 GDN = ["gdn_decode_qk4_v8_d128_k_last", "gdn_prefill_qk4_v8_d128_k_last",
        "gdn_decode_qk8_v16_d128_k_last", "gdn_prefill_qk8_v16_d128_k_last"]
-
-
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    cache = Path(os.environ.get("PTXBENCH_GPU_LOGS") or tmp_path_factory.mktemp("cache"))
-    with Evaluator(timeout_s=300, kernel_timeout_s=30, cache_dir=cache) as ev:
-        yield ev
-
-
-def _show(r) -> str:
-    rows = [f"{w.workload}/{w.split}: {w.status} {w.reason or ''} {w.detail or ''}" for w in r.workloads]
-    return f"run {r.run_status} ({r.run_reason}); " + " | ".join(rows)
 
 
 @pytest.mark.parametrize("name", GDN)
@@ -90,9 +77,9 @@ def test_fla_baselines_match_the_reference(name):
 def test_simple_solution_passes_every_workload_and_is_timed(evaluator, name):
     sol = Solution.from_dir(ROOT / "tasks" / name / "simple")
     r = evaluator.evaluate(sol, name, "sm_90a", workloads="all", time=False)
-    assert r.correct is True and r.split_correct("held_out") is True, _show(r)
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
     timed = evaluator.evaluate(sol, name, "sm_90a", workloads="visible", time=True)
-    assert timed.correct is True, _show(timed)
+    assert timed.correct is True, show(timed)
     for w in timed.workloads:
         print(f"{name} {w.workload}: simple {w.timing.median_ms:.4g} ms, {w.baseline_name} "
               f"{w.baseline.median_ms if w.baseline else float('nan'):.4g} ms, speedup {w.speedup}, "
@@ -109,5 +96,5 @@ def test_decay_after_update_fails(evaluator, name):
     assert sol.source.count(decay) == 1 and sol.source.count(update) == 1
     wrong = sol.source.replace(decay, "").replace(update, update + " " + decay)
     r = evaluator.evaluate(sol.model_copy(update={"source": wrong}), name, "sm_90a", workloads="visible", time=False)
-    assert r.compiled and r.correct is False, _show(r)
-    assert all(w.reason == "incorrect" for w in r.workloads), _show(r)
+    assert r.compiled and r.correct is False, show(r)
+    assert all(w.reason == "incorrect" for w in r.workloads), show(r)
