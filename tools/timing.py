@@ -3,12 +3,14 @@
 Every timed run starts cold: fresh inputs loaded and outputs poisoned (so the kernel does
 its whole job on data it has never seen), then L2 flushed by writing a buffer larger than
 twice the L2, then device events around the timed work only (for a candidate: the reset of
-its zero-initialised scratch, then its launches). Candidate and baseline alternate run by
+its zero-initialised scratch, then its launches), issued while a gate kernel holds the
+stream, so what is timed is GPU work, never the host issuing it. Candidate and baseline alternate run by
 run (`paired`), because clocks drift as the card heats (FACTS.md): the speedup is the
 median of the per-pair ratios, with a bootstrap interval.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import statistics
 import time
@@ -22,6 +24,93 @@ FLUSH_MIN_BYTES = 256 << 20
 # a warm evaluation of the SIMT GEMM within 1.5x its pre-integrity time (docs/BENCHMARKS.md);
 # kernels under ~15 ms per pair reach the 60-pair cap anyway.
 TIMING_BUDGET_S = 1.0
+
+
+# The gate holds the stream while the host issues one side's timed work. Without it the start
+# event fires as soon as the L2 flush ends, and a side whose launches take the host longer than
+# that is timed partly as host time: a library's Python wrapper around a few microseconds of
+# GPU work (fla's GDN decode measured 0.151 ms in one session and 0.358 ms in the next, CV 3.4%
+# between two evaluations). Each hold takes a ticket; the kernel spins until the host has
+# released a ticket at least as new as its own, then writes 1 (opened) or, after GATE_LIMIT_S,
+# 2 (gave up: the side synchronised with the GPU inside its run, which would otherwise wait
+# for the gate forever) into the ticket's status word. The host's words live in mapped pinned
+# memory; PTX so that the driver builds it for whatever GPU the worker has.
+GATE_LIMIT_S = 0.2
+GATE_SLOTS = 512  # status words, indexed by ticket modulo this; far more than gates in flight (2 per pair)
+GATE_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry ptxbench_gate(.param .u64 words, .param .u32 ticket, .param .u64 limit_ns)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<8>;
+
+    ld.param.u64 %rd1, [words];
+    ld.param.u32 %r1, [ticket];
+    ld.param.u64 %rd2, [limit_ns];
+    rem.u32 %r2, %r1, 512;            // GATE_SLOTS
+    add.u32 %r2, %r2, 1;
+    mul.wide.u32 %rd6, %r2, 4;
+    add.u64 %rd6, %rd1, %rd6;
+    mov.u64 %rd3, %globaltimer;
+WAIT:
+    ld.volatile.global.u32 %r3, [%rd1];
+    setp.ge.u32 %p1, %r3, %r1;
+    @%p1 bra OPEN;
+    nanosleep.u32 500;
+    mov.u64 %rd4, %globaltimer;
+    sub.u64 %rd5, %rd4, %rd3;
+    setp.lt.u64 %p2, %rd5, %rd2;
+    @%p2 bra WAIT;
+    mov.u32 %r4, 2;
+    st.volatile.global.u32 [%rd6], %r4;
+    ret;
+OPEN:
+    mov.u32 %r4, 1;
+    st.volatile.global.u32 [%rd6], %r4;
+    ret;
+}
+"""
+
+
+class StreamGate:
+    """Holds the default stream until the host has issued a side's timed work (see GATE_PTX)."""
+
+    def __init__(self, limit_s: float = GATE_LIMIT_S):
+        from cuda.bindings import driver as d
+
+        from tools.launch import check
+
+        self._d, self._check = d, check
+        check(d.cuInit(0), "cuInit")  # idempotent; the primary context must already be current (torch's)
+        self._module = check(d.cuModuleLoadData(GATE_PTX.encode() + b"\0"), "cuModuleLoadData(gate)")
+        self._fn = check(d.cuModuleGetFunction(self._module, b"ptxbench_gate"), "cuModuleGetFunction(gate)")
+        self._host = int(check(d.cuMemHostAlloc(4 * (1 + GATE_SLOTS), d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc(gate)"))
+        self._words = (ctypes.c_uint32 * (1 + GATE_SLOTS)).from_address(self._host)
+        dev = int(check(d.cuMemHostGetDevicePointer(self._host, 0), "cuMemHostGetDevicePointer(gate)"))
+        self._args = (ctypes.c_uint64(dev), ctypes.c_uint32(0), ctypes.c_uint64(int(limit_s * 1e9)))
+        self._params = (ctypes.c_void_p * 3)(*(ctypes.addressof(a) for a in self._args))
+        self._ticket = 0
+
+    def hold(self) -> int:
+        """Enqueue the gate; returns its ticket."""
+        self._ticket += 1
+        self._words[1 + self._ticket % GATE_SLOTS] = 0
+        self._args[1].value = self._ticket  # the driver copies parameters at launch
+        d = self._d
+        self._check(d.cuLaunchKernel(self._fn, 1, 1, 1, 1, 1, 1, 0, d.CUstream(0), ctypes.addressof(self._params), 0),
+                    "cuLaunchKernel(gate)")
+        return self._ticket
+
+    def release(self, ticket: int) -> None:
+        self._words[0] = ticket
+
+    def gave_up(self, ticket: int) -> bool:
+        """After the stream has drained: did this ticket's gate open on its limit, not on release?"""
+        return self._words[1 + ticket % GATE_SLOTS] == 2
 
 
 class KernelTimeout(RuntimeError):
@@ -97,25 +186,43 @@ class Side:
     run: Callable[[], object]
     prepare: Callable[[], None] = lambda: None
     finish: Callable[[], None] = lambda: None  # untimed, right after run() (the library: scrub its outputs)
+    gated: bool = True  # False once its run() was seen to wait for the GPU: then it cannot be gated
 
 
 def _cold_run(side: Side, state) -> tuple:
-    """One cold run: prepare, flush L2, events around run() only, then finish() (not timed)."""
+    """One cold run: prepare, flush L2, then, behind the gate, events around run() only, then
+    finish() (not timed). Returns (start, end, gate ticket or None)."""
     side.prepare()
     state.flusher.flush()
+    gate = getattr(state, "gate", None) if side.gated else None  # None: CPU stand-ins, or no gate on this GPU
+    ticket = gate.hold() if gate else None
     start, end = state.event(), state.event()
     start.record()
     side.run()
     end.record()
+    if gate:
+        gate.release(ticket)
     side.finish()
-    return start, end
+    return start, end, ticket
+
+
+def _ungate_if_it_waited(side: Side, ticket: int | None, state) -> bool:
+    """After the stream drained: if the side's gate gave up, its run() waited for the GPU (a
+    synchronising library call); its later runs go ungated instead of each stalling for the
+    gate's limit. Returns whether that happened."""
+    if ticket is not None and state.gate.gave_up(ticket):
+        side.gated = False
+        return True
+    return False
 
 
 def measure(side: Side, state, n: int, limit_s: float) -> list[float]:
     """n cold runs of one side (choosing a baseline backend; no candidate is timed this way)."""
     events = [_cold_run(side, state) for _ in range(n)]
     state.wait(limit_s)
-    return [s.elapsed_time(e) for s, e in events]
+    for _, _, ticket in events:
+        _ungate_if_it_waited(side, ticket, state)
+    return [s.elapsed_time(e) for s, e, _ in events]
 
 
 @dataclass
@@ -123,6 +230,7 @@ class PairedTimes:
     candidate_ms: list[float]  # timed pairs only (warm-ups dropped)
     baseline_ms: list[float]  # empty without a baseline
     warmup: int  # pairs run before the timed ones (judged, not timed)
+    ungated: tuple[str, ...] = ()  # sides timed with their host time from some run on (their run() waited for the GPU)
 
     @property
     def ratios(self) -> list[float]:
@@ -150,6 +258,7 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
     total = -1
     cand: list[float] = []
     base: list[float] = []
+    ungated: set[str] = set()
     i = 0
     while total < 0 or i < total:
         t0 = time.perf_counter()
@@ -159,6 +268,7 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
             sides.reverse()
         events = {s.name: _cold_run(s, state) for s in sides}
         state.wait(limit_s)
+        ungated.update(s.name for s in sides if _ungate_if_it_waited(s, events[s.name][2], state))
         after_pair(i, total)
         if i >= warmup:
             c = events[candidate.name]
@@ -169,7 +279,7 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
         if total < 0:
             total = warmup + plan_pairs(time.perf_counter() - t0, rng, budget_s)
         i += 1
-    return PairedTimes(cand, base, warmup)
+    return PairedTimes(cand, base, warmup, tuple(sorted(ungated)))
 
 
 def median_ci(ratios: list[float], rng, resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:

@@ -27,14 +27,15 @@ EXPERTS = ["gemm_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal", "mha_bwd_d
 
 
 class _State:
-    """What tools.timing needs from a worker: an L2 flusher, events, a wait."""
+    """What tools.timing needs from a worker: an L2 flusher, the stream gate, events, a wait."""
 
     def __init__(self):
         import torch
 
-        from tools.timing import L2Flusher
+        from tools.timing import L2Flusher, StreamGate
 
         self.flusher = L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size)
+        self.gate = StreamGate()
 
     def event(self):
         import torch

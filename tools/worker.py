@@ -176,12 +176,27 @@ class State:
             "pid": os.getpid(), "limits": self.limits,
         }
         self._flusher = None
+        self._gate, self.gate_error = None, None
         self._module = None
         # What a candidate may change in the context, as it was at start: restored after each workload
         self._limits0 = {lim: int(check(d.cuCtxGetLimit(lim), f"cuCtxGetLimit({lim.name})")) for lim in (
             d.CUlimit.CU_LIMIT_STACK_SIZE, d.CUlimit.CU_LIMIT_PRINTF_FIFO_SIZE, d.CUlimit.CU_LIMIT_MALLOC_HEAP_SIZE)}
         self._free0 = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
         self._nvml = _nvml_handle()
+
+    @property
+    def gate(self):
+        """The stream gate (tools.timing.StreamGate), or None where it cannot be built: then
+        runs are timed ungated, and `gate_error` says why (each timed result repeats it)."""
+        from tools.timing import StreamGate
+
+        if self._gate is None and self.gate_error is None:
+            try:
+                self._gate = StreamGate()
+            except Exception as exc:  # noqa: BLE001 - timing without the gate beats no timing
+                self.gate_error = f"{type(exc).__name__}: {exc}"
+                log(f"no stream gate, timing includes host issue time: {self.gate_error}")
+        return self._gate
 
     @property
     def flusher(self):
@@ -548,8 +563,14 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     broken = implausible(state.info.get("gpu"), task, axes, result.timing.median_ms)
     if broken:
         raise Failed("implausible", broken)
+    notes = [f"{name} waited for the GPU inside its run: timed with its host time from then on"
+             for name in times.ungated]
+    if getattr(state, "gate_error", None):
+        notes.append(f"timed without the stream gate ({state.gate_error}): host issue time included")
     if ceiling_for(state.info.get("gpu")) is None:
-        result.detail = f"implausibility not checked: no physical ceiling known for {state.info.get('gpu')}"
+        notes.append(f"implausibility not checked: no physical ceiling known for {state.info.get('gpu')}")
+    if notes:
+        result.detail = "; ".join(notes)
     if baseline is not None and times.baseline_ms:
         result.baseline, result.baseline_name = summarize(times.baseline_ms), base_name
         result.speedup = statistics.median(times.ratios)
