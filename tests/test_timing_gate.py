@@ -1,7 +1,7 @@
 """The stream gate: each side's timed work is issued while a kernel holds the stream, so the
 events time GPU work, not the host issuing it (tools/timing.py). On CPU: the gate's PTX
 assembles with the real ptxas for every architecture we target, and the timing loop holds,
-issues, releases in that order and stops gating a side whose run waited for the GPU. The
+issues, releases in that order and stops gating a side whose run waits for the GPU every time. The
 GPU side (a host delay inside run() is not timed; a synchronising run does not hang) is
 tests/gpu/test_timing_gate_gpu.py."""
 from __future__ import annotations
@@ -9,10 +9,12 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
+import time
 
 import pytest
 
-from tools.timing import GATE_PTX, PairedTimes, Side, measure, paired
+from tools import timing
+from tools.timing import GATE_PTX, Hold, PairedTimes, Side, measure, paired
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
@@ -39,22 +41,18 @@ class _Event:
 
 
 class _Gate:
-    """Records holds and releases; gives up (as the GPU kernel does after its limit) on the
-    tickets of the sides named in `waits`."""
+    """Records holds and releases (the GPU side is tests/gpu/test_timing_gate_gpu.py)."""
 
-    def __init__(self, log, waits=()):
-        self.log, self.waits, self.ticket, self.owner = log, set(waits), 0, {}
+    def __init__(self, log):
+        self.log, self.count = log, 0
 
-    def hold(self) -> int:
-        self.ticket += 1
+    def hold(self) -> Hold:
+        self.count += 1
         self.log.append("hold")
-        return self.ticket
+        return Hold(self.count, self.count)
 
-    def release(self, ticket: int) -> None:
-        self.log.append(f"release {ticket}")
-
-    def gave_up(self, ticket: int) -> bool:
-        return self.owner.get(ticket) in self.waits
+    def release(self, hold: Hold) -> None:
+        self.log.append(f"release {hold.token}")
 
 
 class _State:
@@ -73,11 +71,17 @@ class _State:
         pass
 
 
-def _side(name, gate):
+def _side(name, gate, host_s=0.0):
     def run():
-        gate.owner.setdefault(gate.ticket, name)  # the ticket taken just before this run, if it took one
+        time.sleep(host_s)  # host_s >= the gate's limit: this run waited for the GPU, as a synchronising call does
         gate.log.append(f"run {name}")
     return Side(name, run)
+
+
+@pytest.fixture
+def short_limit(monkeypatch):
+    monkeypatch.setattr(timing, "GATE_LIMIT_S", 0.02)
+    return 0.02
 
 
 def test_each_run_is_issued_behind_its_own_gate():
@@ -93,27 +97,41 @@ def test_each_run_is_issued_behind_its_own_gate():
         assert log[i - 2:i + 3] == ["hold", "event", log[i], "event", f"release {k + 1}"]
 
 
-def test_a_side_that_waits_for_the_gpu_is_timed_ungated_from_then_on():
-    """A library whose run() synchronises would wait for its own gate until the gate's limit;
-    after the first time, its runs are issued without a gate (and the result says so)."""
+def test_a_side_that_waits_for_the_gpu_is_timed_ungated_from_then_on(short_limit):
+    """A library whose run() synchronises waits for its own gate until the gate's limit; after
+    two such runs in a row its runs are issued without a gate, and the result says so."""
     log: list[str] = []
-    gate = _Gate(log, waits={"baseline:lib"})
-    state = _State(gate)
-    cand, base = _side("candidate", gate), _side("baseline:lib", gate)
-    times = paired(cand, base, state, random.Random(1), lambda i, n: None, lambda i, n: None)
+    gate = _Gate(log)
+    cand, base = _side("candidate", gate), _side("baseline:lib", gate, host_s=short_limit)
+    times = paired(cand, base, _State(gate), random.Random(1), lambda i, n: None, lambda i, n: None)
     assert times.ungated == ("baseline:lib",)
     assert cand.gated and not base.gated
     holds_before_runs = [log[i - 2] == "hold" for i, x in enumerate(log) if x == "run baseline:lib"]
-    assert holds_before_runs[0] and not any(holds_before_runs[1:])
+    assert holds_before_runs[:2] == [True, True] and not any(holds_before_runs[2:])
     assert all(log[i - 2] == "hold" for i, x in enumerate(log) if x == "run candidate")
 
 
-def test_measure_ungates_too():
+def test_one_slow_first_call_does_not_ungate(short_limit):
+    """A first call that compiles (Triton, a cuDNN plan) is slow on the host once: still gated."""
     log: list[str] = []
-    gate = _Gate(log, waits={"baseline:lib"})
-    side = _side("baseline:lib", gate)
+    gate = _Gate(log)
+    calls = []
+
+    def run():
+        time.sleep(short_limit if not calls else 0.0)
+        calls.append(1)
+
+    side = Side("baseline:lib", run)
+    measure(side, _State(gate), 4, 1.0)
+    assert side.gated and side.stalls == 0 and log.count("hold") == 4
+
+
+def test_measure_ungates_too(short_limit):
+    log: list[str] = []
+    gate = _Gate(log)
+    side = _side("baseline:lib", gate, host_s=short_limit)
     assert measure(side, _State(gate), 3, 1.0) == [1.0, 1.0, 1.0]
-    assert not side.gated
+    assert not side.gated and log.count("hold") == 2
 
 
 def test_states_without_a_gate_time_as_before():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import secrets
 import statistics
 import time
 from dataclasses import dataclass
@@ -30,50 +31,48 @@ TIMING_BUDGET_S = 1.0
 # event fires as soon as the L2 flush ends, and a side whose launches take the host longer than
 # that is timed partly as host time: a library's Python wrapper around a few microseconds of
 # GPU work (fla's GDN decode measured 0.151 ms in one session and 0.358 ms in the next, CV 3.4%
-# between two evaluations). Each hold takes a ticket; the kernel spins until the host has
-# released a ticket at least as new as its own, then writes 1 (opened) or, after GATE_LIMIT_S,
-# 2 (gave up: the side synchronised with the GPU inside its run, which would otherwise wait
-# for the gate forever) into the ticket's status word. The host's words live in mapped pinned
-# memory; PTX so that the driver builds it for whatever GPU the worker has.
+# between two evaluations). Each hold has its own word in mapped pinned memory and a fresh
+# random 64-bit token: the kernel spins until the host writes that token into that word (the
+# release), or until GATE_LIMIT_S has passed. A gate can only delay a start event, never
+# advance one, and opening another side's gate early takes its token, which no kernel sees
+# before the host has already released it; so a candidate that writes into host memory cannot
+# get the baseline timed with its host time. PTX so that the driver builds it for whatever GPU
+# the worker has.
 GATE_LIMIT_S = 0.2
-GATE_SLOTS = 512  # status words, indexed by ticket modulo this; far more than gates in flight (2 per pair)
+GATE_SLOTS = 512  # words, used round robin; far more than gates in flight (2 per pair)
 GATE_PTX = r"""
 .version 7.0
 .target sm_70
 .address_size 64
 
-.visible .entry ptxbench_gate(.param .u64 words, .param .u32 ticket, .param .u64 limit_ns)
+.visible .entry ptxbench_gate(.param .u64 word, .param .u64 token, .param .u64 limit_ns)
 {
     .reg .pred %p<3>;
-    .reg .b32 %r<5>;
     .reg .b64 %rd<8>;
 
-    ld.param.u64 %rd1, [words];
-    ld.param.u32 %r1, [ticket];
-    ld.param.u64 %rd2, [limit_ns];
-    rem.u32 %r2, %r1, 512;            // GATE_SLOTS
-    add.u32 %r2, %r2, 1;
-    mul.wide.u32 %rd6, %r2, 4;
-    add.u64 %rd6, %rd1, %rd6;
-    mov.u64 %rd3, %globaltimer;
+    ld.param.u64 %rd1, [word];
+    ld.param.u64 %rd2, [token];
+    ld.param.u64 %rd3, [limit_ns];
+    mov.u64 %rd4, %globaltimer;
 WAIT:
-    ld.volatile.global.u32 %r3, [%rd1];
-    setp.ge.u32 %p1, %r3, %r1;
+    ld.volatile.global.u64 %rd5, [%rd1];
+    setp.eq.u64 %p1, %rd5, %rd2;
     @%p1 bra OPEN;
     nanosleep.u32 500;
-    mov.u64 %rd4, %globaltimer;
-    sub.u64 %rd5, %rd4, %rd3;
-    setp.lt.u64 %p2, %rd5, %rd2;
+    mov.u64 %rd6, %globaltimer;
+    sub.u64 %rd7, %rd6, %rd4;
+    setp.lt.u64 %p2, %rd7, %rd3;
     @%p2 bra WAIT;
-    mov.u32 %r4, 2;
-    st.volatile.global.u32 [%rd6], %r4;
-    ret;
 OPEN:
-    mov.u32 %r4, 1;
-    st.volatile.global.u32 [%rd6], %r4;
     ret;
 }
 """
+
+
+@dataclass(frozen=True)
+class Hold:
+    word: int  # index into the gate's words
+    token: int
 
 
 class StreamGate:
@@ -88,29 +87,27 @@ class StreamGate:
         check(d.cuInit(0), "cuInit")  # idempotent; the primary context must already be current (torch's)
         self._module = check(d.cuModuleLoadData(GATE_PTX.encode() + b"\0"), "cuModuleLoadData(gate)")
         self._fn = check(d.cuModuleGetFunction(self._module, b"ptxbench_gate"), "cuModuleGetFunction(gate)")
-        self._host = int(check(d.cuMemHostAlloc(4 * (1 + GATE_SLOTS), d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc(gate)"))
-        self._words = (ctypes.c_uint32 * (1 + GATE_SLOTS)).from_address(self._host)
-        dev = int(check(d.cuMemHostGetDevicePointer(self._host, 0), "cuMemHostGetDevicePointer(gate)"))
-        self._args = (ctypes.c_uint64(dev), ctypes.c_uint32(0), ctypes.c_uint64(int(limit_s * 1e9)))
+        self._host = int(check(d.cuMemHostAlloc(8 * GATE_SLOTS, d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc(gate)"))
+        self._words = (ctypes.c_uint64 * GATE_SLOTS).from_address(self._host)
+        self._dev = int(check(d.cuMemHostGetDevicePointer(self._host, 0), "cuMemHostGetDevicePointer(gate)"))
+        self._args = (ctypes.c_uint64(0), ctypes.c_uint64(0), ctypes.c_uint64(int(limit_s * 1e9)))
         self._params = (ctypes.c_void_p * 3)(*(ctypes.addressof(a) for a in self._args))
-        self._ticket = 0
+        self._count = 0
 
-    def hold(self) -> int:
-        """Enqueue the gate; returns its ticket."""
-        self._ticket += 1
-        self._words[1 + self._ticket % GATE_SLOTS] = 0
-        self._args[1].value = self._ticket  # the driver copies parameters at launch
+    def hold(self) -> Hold:
+        """Enqueue a gate on the default stream."""
+        hold = Hold(self._count % GATE_SLOTS, secrets.randbits(64) | 1)  # never 0, the cleared word
+        self._count += 1
+        self._words[hold.word] = 0
+        self._args[0].value = self._dev + 8 * hold.word  # the driver copies parameters at launch
+        self._args[1].value = hold.token
         d = self._d
         self._check(d.cuLaunchKernel(self._fn, 1, 1, 1, 1, 1, 1, 0, d.CUstream(0), ctypes.addressof(self._params), 0),
                     "cuLaunchKernel(gate)")
-        return self._ticket
+        return hold
 
-    def release(self, ticket: int) -> None:
-        self._words[0] = ticket
-
-    def gave_up(self, ticket: int) -> bool:
-        """After the stream has drained: did this ticket's gate open on its limit, not on release?"""
-        return self._words[1 + ticket % GATE_SLOTS] == 2
+    def release(self, hold: Hold) -> None:
+        self._words[hold.word] = hold.token
 
 
 class KernelTimeout(RuntimeError):
@@ -187,42 +184,43 @@ class Side:
     prepare: Callable[[], None] = lambda: None
     finish: Callable[[], None] = lambda: None  # untimed, right after run() (the library: scrub its outputs)
     gated: bool = True  # False once its run() was seen to wait for the GPU: then it cannot be gated
+    stalls: int = 0  # consecutive gated runs whose run() took the host the gate's whole limit
+
+    def issued(self, host_s: float) -> None:
+        """A gated run() took the host `host_s`. One that took the gate's whole limit either
+        waited for the GPU (a synchronising library call: it waited for its own gate, which gave
+        up) or was slow on the host once (a first call that compiles); two in a row mean the
+        former, and the side is issued ungated from then on instead of stalling every run."""
+        self.stalls = self.stalls + 1 if host_s >= 0.9 * GATE_LIMIT_S else 0
+        if self.stalls >= 2:
+            self.gated = False
 
 
 def _cold_run(side: Side, state) -> tuple:
     """One cold run: prepare, flush L2, then, behind the gate, events around run() only, then
-    finish() (not timed). Returns (start, end, gate ticket or None)."""
+    finish() (not timed). Returns the (start, end) events."""
     side.prepare()
     state.flusher.flush()
     gate = getattr(state, "gate", None) if side.gated else None  # None: CPU stand-ins, or no gate on this GPU
-    ticket = gate.hold() if gate else None
+    hold = gate.hold() if gate else None
     start, end = state.event(), state.event()
     start.record()
+    t0 = time.perf_counter()
     side.run()
+    host_s = time.perf_counter() - t0
     end.record()
     if gate:
-        gate.release(ticket)
+        gate.release(hold)
+        side.issued(host_s)
     side.finish()
-    return start, end, ticket
-
-
-def _ungate_if_it_waited(side: Side, ticket: int | None, state) -> bool:
-    """After the stream drained: if the side's gate gave up, its run() waited for the GPU (a
-    synchronising library call); its later runs go ungated instead of each stalling for the
-    gate's limit. Returns whether that happened."""
-    if ticket is not None and state.gate.gave_up(ticket):
-        side.gated = False
-        return True
-    return False
+    return start, end
 
 
 def measure(side: Side, state, n: int, limit_s: float) -> list[float]:
     """n cold runs of one side (choosing a baseline backend; no candidate is timed this way)."""
     events = [_cold_run(side, state) for _ in range(n)]
     state.wait(limit_s)
-    for _, _, ticket in events:
-        _ungate_if_it_waited(side, ticket, state)
-    return [s.elapsed_time(e) for s, e, _ in events]
+    return [s.elapsed_time(e) for s, e in events]
 
 
 @dataclass
@@ -258,7 +256,7 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
     total = -1
     cand: list[float] = []
     base: list[float] = []
-    ungated: set[str] = set()
+    gated = {s.name for s in (candidate, baseline) if s and s.gated}
     i = 0
     while total < 0 or i < total:
         t0 = time.perf_counter()
@@ -268,7 +266,6 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
             sides.reverse()
         events = {s.name: _cold_run(s, state) for s in sides}
         state.wait(limit_s)
-        ungated.update(s.name for s in sides if _ungate_if_it_waited(s, events[s.name][2], state))
         after_pair(i, total)
         if i >= warmup:
             c = events[candidate.name]
@@ -279,7 +276,8 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
         if total < 0:
             total = warmup + plan_pairs(time.perf_counter() - t0, rng, budget_s)
         i += 1
-    return PairedTimes(cand, base, warmup, tuple(sorted(ungated)))
+    ungated = tuple(sorted(s.name for s in (candidate, baseline) if s and s.name in gated and not s.gated))
+    return PairedTimes(cand, base, warmup, ungated)
 
 
 def median_ci(ratios: list[float], rng, resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:
