@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# Run as a script, tools/ would be first on sys.path and shadow the standard library's
+# `profile` (which Triton imports) with tools/profile.py.
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "tools"]
 
 DEFAULT_TASKS = ("gemm_n7168_k5120,mha_fwd_d128,mha_bwd_d128,mha_fwd_d256,mha_bwd_d256,"
                  "fp8_gemm_nt_1d2d_n4096_k7168,fp8_mha_with_lse_d64,fp8_mha_with_lse_d128,"
