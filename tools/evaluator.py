@@ -461,6 +461,8 @@ class Evaluator:
                                 ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s,
                                                    work=work, extra_metrics=self.profile_metrics))
                 ex = res.executed
+                timed = next((x.timing.median_ms for x in res.workloads if x.workload == first.name and x.timing), None)
+                ncu.tie_to_timed_run(ex, timed)
                 ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),
                                             fp8=computes_in_fp8(task))
                               if ex.kernel_metrics else profile_skipped(ex.reason or "ncu collected no profile", res.gpu))

@@ -52,7 +52,9 @@ OTHER_FLOP_METRICS = {
 # (LDG through the LSU pipe, cp.async's LDGSTS).
 TMA_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
 OTHER_READ_METRICS = ("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "sm__sass_data_bytes_mem_global_op_ldgsts.sum")
-WORK_METRICS = (*HGMMA_OPS_METRICS, FP8_OPS_METRIC, *OTHER_FLOP_METRICS, TMA_BYTES_METRIC, *OTHER_READ_METRICS)
+DURATION_METRIC = "gpu__time_duration.sum"  # ns per launch: ties the profiled run to the timed ones
+WORK_METRICS = (*HGMMA_OPS_METRICS, FP8_OPS_METRIC, *OTHER_FLOP_METRICS, TMA_BYTES_METRIC, *OTHER_READ_METRICS,
+                DURATION_METRIC)
 # When a feature carries the work (docs/METHODOLOGY.md, "Instruction credit"):
 #   wgmma: its FLOPs are >= 90% of the task's matrix FLOPs, <= 2.5x them (tuned kernels measure
 #          1.00-1.05; a causal kernel that computes every tile and masks does 2x: honest, slow;
@@ -69,6 +71,16 @@ WGMMA_MIN_OF_ALL_MATH = 0.9
 TMA_MAX_OTHER_READS = 2.0
 TMA_MAX_OTHER_READS_NO_MMA = 0.5
 MMA_FEATURES = ("wgmma", "tcgen05_mma")
+# The profiled run must be the kernel that was timed. A kernel can tell its runs apart (a
+# __device__ launch counter: Nsight Compute profiles the first launch after the module loads; a
+# coin from its input bits) and run the requested instructions only where it guesses it is
+# profiled, a faster generic path where it is timed. It cannot make the profiled run take the
+# timed runs' time without running the timed path there. So credit needs the profiled run's
+# kernel time (Nsight Compute, clocks not locked, L2 flushed per kernel) within SAME_RUN_RATIO
+# of the timed median of the same workload, plus SAME_RUN_SLACK_MS for launch gaps: a timed path
+# that is more than that faster than the credited one loses the credit.
+SAME_RUN_RATIO = 1.25
+SAME_RUN_SLACK_MS = 0.01
 
 
 def _opcodes_for(feature: str) -> set[str]:
@@ -218,6 +230,8 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
         out["tma_bytes"] = out[TMA_BYTES_METRIC]
     if have(OTHER_READ_METRICS):
         out["other_read_bytes"] = sum(out[m] for m in OTHER_READ_METRICS)
+    if have([DURATION_METRIC]):
+        out["kernel_ms"] = out[DURATION_METRIC] / 1e6
     return out
 
 
@@ -284,9 +298,9 @@ def executed_check(request: dict, features: list[str], kernel_names: list[str], 
         req.write_bytes(pickle.dumps(request))
         last_error = ""
         work_list = [OPCODE_METRIC, GMMA_METRIC, *WORK_METRICS]
-        extra = [m for m in dict.fromkeys(("gpu__time_duration.sum", *extra_metrics)) if m not in work_list]
-        attempts = ([work_list + extra] if extra_metrics else []) + [work_list, [OPCODE_METRIC, GMMA_METRIC],
-                                                                     [OPCODE_METRIC]]
+        extra = [m for m in extra_metrics if m not in work_list]
+        attempts = ([work_list + extra] if extra_metrics else []) + [
+            work_list, [OPCODE_METRIC, GMMA_METRIC, DURATION_METRIC], [OPCODE_METRIC, DURATION_METRIC]]
         for metrics in attempts:  # retry without the metrics this ncu lacks
             cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name-base", "mangled",
                    "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
@@ -347,6 +361,27 @@ def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict
                          notes=notes, metrics=metrics)
 
 
+def tie_to_timed_run(ex: ExecutedCheck, timed_ms: float | None) -> None:
+    """Withdraw the credit of a profiled run that was not the timed kernel (SAME_RUN_RATIO), in
+    place. `timed_ms`: the candidate's timed median on the profiled workload; None when it was
+    not timed (then no speed is claimed for the credited kernel and nothing is tied)."""
+    if ex.status != "ok" or timed_ms is None:
+        return
+    profiled = ex.metrics.get("kernel_ms")
+    ex.timed_ms = timed_ms
+    if profiled is None:
+        why = "the profiled run's kernel time was not measured, so it cannot be tied to the timed runs"
+    elif profiled > SAME_RUN_RATIO * timed_ms + SAME_RUN_SLACK_MS:
+        why = (f"the profiled run's kernels took {profiled:.4g} ms, the timed runs {timed_ms:.4g} ms (median): "
+               "the kernel that was timed is not the one whose instructions were counted")
+    else:
+        return
+    for f, carried in ex.carries.items():
+        if carried:
+            ex.carries[f] = False
+            ex.notes[f] = why
+
+
 _SAN_HEADER = re.compile(r"^=========\s+((?:Invalid|Out-of-range|Misaligned|Program hit|Barrier error|"
                          r"Race|Uninitialized|Malformed|Hardware exception|Error:)[^\n]*)")
 _SAN_AT = re.compile(r"^=========\s+at\s+(\S+)")
@@ -394,5 +429,5 @@ def sanitize_check(request: dict, kernel_names: list[str], env: dict[str, str],
     return SanitizeResult(status="ok")
 
 
-__all__ = ["executed_check", "verdict", "work_shares", "TaskWork", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
+__all__ = ["executed_check", "verdict", "tie_to_timed_run", "work_shares", "TaskWork", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
            "parse_sanitizer"]

@@ -203,6 +203,9 @@ class ExecutedCheck(BaseModel):
     # when a profile was asked for: kernel -> metric -> value, from the same ncu pass
     kernel_metrics: dict[str, dict[str, float]] = Field(default_factory=dict)
     profile: Profile | None = None  # built from kernel_metrics (tools/profile.py); None: not asked for
+    # the candidate's timed median on the profiled workload, when it was timed: the profiled run's
+    # kernel time (metrics["kernel_ms"]) must be within tools.ncu.SAME_RUN_RATIO of it for credit
+    timed_ms: float | None = None
 
 
 class SanitizeResult(BaseModel):

@@ -128,6 +128,52 @@ def test_expert_gemm_tma_wgmma(evaluator):
     assert r.correct_with_arch is True
 
 
+# The expert GEMM, made to borrow its credit: the first launch after the module loads (the one
+# Nsight Compute profiles) spins 20 ms before its work, the timed launches do not. The spin
+# stands in for any credited path slower than the timed one (a real attacker would time a
+# generic kernel and show wgmma only to the profiler).
+_SLOW_WHEN_PROFILED = r"""
+__device__ unsigned int launches_seen;  // survives between launches of one module
+extern "C" __global__ void count_launch() { launches_seen += 1; }
+__device__ __forceinline__ void slow_when_profiled() {
+  if (launches_seen != 0) return;
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < 20000000ull);
+}
+"""
+
+
+def slow_when_profiled_expert(folder: Path) -> Solution:
+    expert = ROOT / "tasks" / "gemm_n7168_k5120" / "expert"
+    src = (expert / "kernel.cu").read_text()
+    entry = 'extern "C" __global__ void __launch_bounds__(384, 1)'
+    body = "int* __restrict__ counters, int M, int N, int K, int splits) {"
+    assert src.count(entry) == 1 and src.count(body) == 1
+    src = src.replace(entry, _SLOW_WHEN_PROFILED + entry).replace(body, body + "\n  slow_when_profiled();")
+    manifest = json.loads((expert / "launch.json").read_text())
+    manifest["launches"].append({"kernel": "count_launch", "grid": [1], "block": [1]})
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.cu").write_text(src)
+    (folder / "launch.json").write_text(json.dumps(manifest))
+    return Solution.from_dir(folder)
+
+
+def test_credit_goes_to_the_kernel_that_was_timed(evaluator, tmp_path):
+    honest = evaluator.evaluate(Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert"), "gemm_n7168_k5120",
+                                "sm_90a", workloads="visible", executed_check=True)
+    r = evaluator.evaluate(slow_when_profiled_expert(tmp_path / "borrowed"), "gemm_n7168_k5120", "sm_90a",
+                           workloads="visible", executed_check=True)
+    skip_unless_counted(r)
+    for x in (honest, r):
+        print("profiled kernel ms", x.executed.metrics.get("kernel_ms"), "timed median ms", x.executed.timed_ms)
+    assert honest.correct_with_arch is True, (honest.executed.notes, honest.executed.metrics.get("kernel_ms"))
+    assert r.correct is True and r.arch_ok, show(r)
+    assert r.executed.executed == {"wgmma": True, "tma": True}
+    assert r.arch_executed is False and r.correct_with_arch is False
+    assert "not the one whose instructions were counted" in r.executed.notes["wgmma"], r.executed.notes
+
+
 def test_baseline_cache_written(evaluator):
     data = json.loads((evaluator.cache_dir / "baselines.json").read_text())
     entries = [v for k, v in data.items() if k.startswith("gemm_n7168_k5120|M8192|")]
