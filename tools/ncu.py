@@ -79,7 +79,7 @@ MMA_FEATURES = ("wgmma", "tcgen05_mma")
 # kernel time (Nsight Compute, clocks not locked, L2 flushed per kernel) within SAME_RUN_RATIO
 # of the timed median of the same workload, plus SAME_RUN_SLACK_MS for launch gaps: a timed path
 # that is more than that faster than the credited one loses the credit.
-SAME_RUN_RATIO = 1.25
+SAME_RUN_RATIO = 1.10  # the five expert kernels on the H200: 0.983-1.001 (docs/BENCHMARKS.md)
 SAME_RUN_SLACK_MS = 0.01
 
 
