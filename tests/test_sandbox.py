@@ -157,6 +157,47 @@ def test_no_machine_path_in_ptx_or_messages():
     assert not _leaks(r.model_dump_json())
 
 
+def _uleb128(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _ptx_naming(path: str, comment_first: bool = False) -> str:
+    """A PTX kernel whose line info names `path` (as a candidate may write it)."""
+    lead = '// a quote in a comment: "\n' if comment_first else ""
+    return (".version 8.0\n.target sm_90a\n.address_size 64\n" + lead
+            + f'.file 1 /* c */ "{path}"\n'
+            + ".visible .entry k(.param .u64 p)\n{\n .reg .b64 %rd<2>;\n .loc 1 3 0\n"
+            " ld.param.u64 %rd1, [p];\n st.global.u64 [%rd1], %rd1;\n ret;\n}\n")
+
+
+@pytest.mark.parametrize("comment_first", [False, True])
+def test_ptxas_learns_nothing_about_files_a_ptx_names(tmp_path, comment_first):
+    """ptxas stats every `.file` path and writes the file's size and mtime into the cubin's
+    line table (checked below on the raw PTX): a candidate could probe any file on the
+    machine, a held-out task's expert kernel included. Through the sandbox the path has no
+    folder left, so the probed file's size is nowhere in the cubin."""
+    import subprocess
+
+    from tools.toolchain import find_toolchain
+
+    probed = tmp_path / "probed.cu"
+    probed.write_bytes(b"x" * 777_777)
+    ptx = _ptx_naming(str(probed), comment_first)
+    raw = tmp_path / "raw.ptx"
+    raw.write_text(ptx)
+    ptxas = find_toolchain().require("ptxas")
+    subprocess.run([ptxas, "-arch=sm_90a", str(raw), "-o", str(tmp_path / "raw.cubin")], check=True)
+    assert _uleb128(777_777) in (tmp_path / "raw.cubin").read_bytes()  # the leak, unconfined
+    r = compile_source(ptx, "ptx", "sm_90a")
+    assert r.ok, r.error
+    assert _uleb128(777_777) not in r.cubin and str(tmp_path).encode() not in r.cubin
+
+
 # ---------------------------------------------------------------- bombs
 
 PREPROCESSOR_BOMB = ("\n".join(["#define A0 x = x + 1;"] + [f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 41)])

@@ -14,7 +14,8 @@ the standard library), in its own process group, with `scrubbed_env()`. In that 
   runs (`confinement: none`, logged once) and the include scan is the remaining guard;
   PTXBENCH_SANDBOX_STRICT=1 refuses to compile instead;
 - ptxas runs on the PTX in a private work folder (PTX has no #include; ptxas reads only
-  its input);
+  its input, and stats the files `.file` directives name, so every string it is given is
+  cut to a bare name: `folder_free_strings`);
 - output is capped: PTX larger than `ptx_bytes` fails ("PTX too large"), logs keep their
   head and tail, cubins are bounded.
 
@@ -394,10 +395,40 @@ def _strip_file_paths(ptx: str, prefixes: list[str]) -> str:
     return re.sub(rf'^(\s*\.file\s+\d+\s+")(?:{alternatives})', r"\1", ptx, flags=re.M)
 
 
+def folder_free_strings(ptx: str) -> str:
+    """Every string literal of `ptx` (as ptxas lexes it: `"` to `"`, no escapes, none inside
+    // or /* */ comments) cut to what follows its last '/'. ptxas opens no file a PTX names
+    (PTX has no #include), but it stats each `.file` path and writes the file's size and
+    mtime into the cubin's line table: with no folder left, the only folder it can look in is
+    its private work folder, which holds kernel.ptx alone."""
+    out, i, n = [], 0, len(ptx)
+    while i < n:
+        c = ptx[i]
+        if ptx.startswith("//", i):
+            j = ptx.find("\n", i)
+            j = n if j < 0 else j
+        elif ptx.startswith("/*", i):
+            j = ptx.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif c == '"':
+            j = ptx.find('"', i + 1)
+            if j < 0:  # unterminated: ptxas refuses it, and still sees no folder
+                out.append('"' + ptx[i + 1:].rsplit("/", 1)[-1])
+                break
+            out.append('"' + ptx[i + 1:j].rsplit("/", 1)[-1] + '"')
+            i = j + 1
+            continue
+        else:
+            j = i + 1
+        out.append(ptx[i:j])
+        i = j
+    return "".join(out)
+
+
 def _ptxas(job: Job, ptx: str, limits: Limits, result: Outcome) -> None:
     """PTX -> cubin in the work folder (the child's cwd), with relative names so messages
-    say "kernel.ptx"."""
-    Path("kernel.ptx").write_text(ptx)
+    say "kernel.ptx", and no folder in any string the PTX gives ptxas (folder_free_strings)."""
+    Path("kernel.ptx").write_text(folder_free_strings(ptx))
     t0 = time.monotonic()
     try:
         proc = subprocess.run([job.ptxas, *job.ptxas_args, "kernel.ptx", "-o", "kernel.cubin"],
