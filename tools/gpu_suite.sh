@@ -5,8 +5,10 @@
 #    into /tmp/site with pip --target and puts it on PYTHONPATH;
 # 2. runs the GPU tests (tests/gpu, marker `gpu`);
 # 3. runs tools/bench_harness.py (evaluation wall times per stage, timing spread) in what is
-#    left of one device call (CALL_S, 590 s): the tests took about 9.5 minutes on the H200 on
-#    2026-11-30 (94 tests; the 540 s test limit cut the 93rd), so split them over two calls
+#    left of one device call (CALL_S, 590 s): the tests took about 12.5 minutes on the H200 on
+#    2026-11-30 (97 tests: 484 s for test_timing_gate_gpu, test_evaluator_gpu, test_fp8_*,
+#    test_gdn_gpu and test_profile_gpu; 264 s for test_solve_gpu, test_tasks_gpu and
+#    tests/test_replay.py), so split them over two calls
 #    (GPU_TESTS below) and run the bench in a call of its own (SKIP_BENCH=1 here, then
 #    `python3 tools/bench_harness.py`; `--solution expert`, `--tasks` for the new families).
 # Into $OUT (default runs/gpu_suite), at most 8 files as the device tool returns them:
