@@ -5,12 +5,13 @@
 #    into /tmp/site with pip --target and puts it on PYTHONPATH;
 # 2. runs the GPU tests (tests/gpu, marker `gpu`);
 # 3. runs tools/bench_harness.py (evaluation wall times per stage, timing spread) in what is
-#    left of one device call (CALL_S, 590 s): the tests took about 12.5 minutes on the H200 on
-#    2026-11-30 (97 tests: 484 s for test_timing_gate_gpu, test_evaluator_gpu, test_fp8_*,
-#    test_gdn_gpu and test_profile_gpu; 264 s for test_solve_gpu, test_tasks_gpu and
-#    tests/test_replay.py), so split them over two calls
-#    (GPU_TESTS below) and run the bench in a call of its own (SKIP_BENCH=1 here, then
-#    `python3 tools/bench_harness.py`; `--solution expert`, `--tasks` for the new families).
+#    left of one device call (CALL_S, 590 s).
+# The tests took about 12.5 minutes on one H200 on 2026-11-30 (97 tests: 484 s for everything but
+# HALF_B below, 264 s for HALF_B), more than one 10-minute call. With two GPUs visible (the
+# device tool's nvidia-h200-x2) the two halves run side by side, one per GPU: the whole suite in
+# one call. On one GPU, split it over two calls with GPU_TESTS="..." and run the bench in a
+# call of its own (SKIP_BENCH=1 here, then `python3 tools/bench_harness.py`; `--solution
+# expert`, `--tasks` for the new families).
 # Into $OUT (default runs/gpu_suite), at most 8 files as the device tool returns them:
 #   suite.log (environment + pytest + per-test durations), bench.log, bench.json, bench.md, worker_tests.log,
 #   baselines_tests.json, worker_bench.log.
@@ -39,17 +40,46 @@ rm -rf "$TESTS_CACHE" "$BENCH_CACHE"
 if compgen -G ".whl/*.whl" > /dev/null; then export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"; fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-export PTXBENCH_GPU_LOGS="$TESTS_CACHE"  # worker log + baseline cache of the GPU tests
-export PTXBENCH_TEST_TIMES="$TESTS_CACHE/test_times.txt"  # per test, as each finishes (tests/conftest.py)
-mkdir -p "$TESTS_CACHE"
-timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider --timeout "${GPU_TEST_EACH:-240}" ${GPU_TESTS:-tests} \
-  2>&1 | tee -a "$OUT/suite.log"
-status=${PIPESTATUS[0]}
-cp -f "$TESTS_CACHE"/worker-gpu*.log "$OUT/worker_tests.log" 2>/dev/null || true
+# One pytest over the GPU tests: run_tests DEVICES CACHE LOG [pytest targets...]; DEVICES "" keeps
+# CUDA_VISIBLE_DEVICES as it is. Each run has its own cache (worker logs, baseline cache, per-test
+# durations written as each test finishes: tests/conftest.py).
+run_tests() {
+  local devices=$1 cache=$2 log=$3
+  shift 3
+  mkdir -p "$cache"
+  ( if [ -n "$devices" ]; then export CUDA_VISIBLE_DEVICES="$devices"; fi
+    PTXBENCH_GPU_LOGS="$cache" PTXBENCH_TEST_TIMES="$cache/test_times.txt" \
+      timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider \
+      --timeout "${GPU_TEST_EACH:-240}" "$@" > "$log" 2>&1 )
+}
+# The second half of the suite, as split on the H200 on 2026-11-30 (264 s against 484 s for the rest).
+HALF_B="tests/gpu/test_solve_gpu.py tests/gpu/test_tasks_gpu.py tests/test_replay.py"
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ -z "${GPU_TESTS:-}" ] && [ "${ngpu:-0}" -ge 2 ] && [ -z "${ONE_GPU:-}" ]; then
+  # Two GPUs: the halves run side by side, one per GPU, so the whole suite fits one call.
+  echo "== two GPUs: the suite's halves side by side (ONE_GPU=1 runs it on one)" | tee -a "$OUT/suite.log"
+  run_tests 0 "$TESTS_CACHE/a" "$TESTS_CACHE/a.log" tests $(printf -- '--ignore=%s ' $HALF_B) &
+  pid_a=$!
+  run_tests 1 "$TESTS_CACHE/b" "$TESTS_CACHE/b.log" $HALF_B &
+  pid_b=$!
+  wait "$pid_a"; status_a=$?
+  wait "$pid_b"; status_b=$?
+  status=$(( status_a > status_b ? status_a : status_b ))
+  parts="a b"
+else
+  run_tests "" "$TESTS_CACHE/a" "$TESTS_CACHE/a.log" ${GPU_TESTS:-tests}
+  status=$?
+  parts="a"
+fi
+: > "$OUT/worker_tests.log"
+for p in $parts; do
+  { if [ "$parts" != "a" ]; then echo "== half $p"; fi; cat "$TESTS_CACHE/$p.log"; } | tee -a "$OUT/suite.log"
+  cat "$TESTS_CACHE/$p"/worker-gpu*.log >> "$OUT/worker_tests.log" 2>/dev/null || true
+done
 { echo "== test durations, slowest first (also of tests cut off by the time limit's end)"
-  sort -rn "$PTXBENCH_TEST_TIMES" 2>/dev/null | head -40
-  awk '{s += $1} END {printf "total %.0f s in %d tests\n", s, NR}' "$PTXBENCH_TEST_TIMES" 2>/dev/null; } >> "$OUT/suite.log"
-cp -f "$TESTS_CACHE/baselines.json" "$OUT/baselines_tests.json" 2>/dev/null || true
+  cat "$TESTS_CACHE"/*/test_times.txt 2>/dev/null | sort -rn | head -40
+  cat "$TESTS_CACHE"/*/test_times.txt 2>/dev/null | awk '{s += $1} END {printf "total %.0f s in %d tests\n", s, NR}'; } >> "$OUT/suite.log"
+cp -f "$TESTS_CACHE/a/baselines.json" "$OUT/baselines_tests.json" 2>/dev/null || true
 
 left=$(( CALL_S - (SECONDS - START) ))
 if [ -n "${SKIP_BENCH:-}" ] || [ "$left" -lt 60 ]; then
