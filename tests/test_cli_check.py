@@ -45,7 +45,8 @@ def test_inspect_json_contract():
     k = data["kernels"]["wgmma_serialized"]
     assert k["opcodes"]["HGMMA"] >= 4 and k["registers"] > 0
     assert data["features"]["wgmma"] is True and data["features"]["tma"] is False
-    assert data["flags"] == {"wgmma_serialized": True, "setmaxnreg_ignored": False}
+    assert data["flags"] == {"wgmma_serialized": True, "setmaxnreg_ignored": False, "reads_clock": False,
+                             "reads_launch_id": False, "reads_perf_counters": False, "module_state": False}
     assert any(d["code"] and d["severity"] == "info" for d in data["diagnostics"])
 
 

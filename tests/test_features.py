@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tools.compile import compile_source
-from tools.features import FEATURES, executed_opcodes, features_for, ptx_features
+from tools.features import (FEATURES, SENSING_FLAGS, executed_opcodes, features_for, module_globals, ptx_features,
+                            sensing)
 from tools.results import CompileResult
 from tools.sass import inspect, parse_sass
 from tools.toolchain import ARCHES
@@ -135,3 +136,44 @@ def test_inspect_skips_without_a_disassembler(monkeypatch, tmp_path):
     finally:
         toolchain.find_toolchain.cache_clear()
     assert info.status == "skipped" and "PTXBENCH_CUOBJDUMP" in info.reason
+
+
+ADVERSARIAL = Path(__file__).resolve().parent / "fixtures" / "adversarial"
+EXPERTS = sorted(p for p in (Path(__file__).resolve().parents[1] / "tasks").glob("*/expert") if (p / "launch.json").exists())
+
+
+@pytest.mark.parametrize("folder", [*EXPERTS, ADVERSARIAL / "good"], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shipped_kernels_raise_no_sensing_flag(folder):
+    """The audit flags (clock, launch id, perf counters, state across launches) stay quiet on
+    honest kernels: the expert kernels and the control (simple solutions:
+    tests/test_simple_solutions.py)."""
+    from tools.compile import compile_solution
+    from tools.solution import Solution
+
+    r = compile_solution(Solution.from_dir(folder), "sm_90a")
+    assert r.ok, r.error
+    info = inspect(r)
+    assert not any(info.flags[f] for f in SENSING_FLAGS), info.flag_evidence
+
+
+def test_sensing_flags_name_what_a_kernel_could_tell_its_runs_apart_by():
+    """A launch counter in a `__device__` variable (the adversarial fixtures that skip work on
+    the runs they guess are timed), the clock, %gridid and the performance counters, in CUDA
+    and in hand-written PTX, comments and instruction spellings (`st.global`) not counted."""
+    from tools.compile import compile_solution
+    from tools.solution import Solution
+
+    counter = compile_solution(Solution.from_dir(ADVERSARIAL / "lazy_launch_counter"), "sm_90a")
+    info = inspect(counter)
+    assert info.flags["module_state"] and "launches" in info.flag_evidence["module_state"]
+    src = ('extern "C" __global__ void k(long long* p) { unsigned g, c;\n'
+           '  asm volatile("mov.u32 %0, %%gridid;" : "=r"(g)); asm volatile("mov.u32 %0, %%pm0;" : "=r"(c));\n'
+           '  p[0] = clock64() + g + c; }\n')
+    found = sensing(compile_source(src, "cuda", "sm_90a").ptx)
+    assert set(found) == {"reads_clock", "reads_launch_id", "reads_perf_counters"}, found
+    ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n// .global .u32 in_a_comment;\n"
+           "/* %globaltimer */\n.visible .global .align 4 .u32 seen;\n"
+           ".visible .entry k(.param .u64 .ptr .global .align 16 p)\n{\n .global .u32 inside;\n"
+           " .reg .b64 %rd<3>;\n ld.param.u64 %rd1, [p];\n st.global.u64 [%rd1], %rd1;\n ret;\n}\n")
+    assert module_globals(ptx) == ["seen", "inside"]
+    assert set(sensing(ptx)) == {"module_state"}

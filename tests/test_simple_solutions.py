@@ -10,6 +10,7 @@ import pytest
 
 from tasks import TASKS, get_task
 from tools.compile import compile_solution
+from tools.features import sensing
 from tools.launch import NOMINAL_LIMITS, plan_launches
 from tools.solution import Solution
 from tools.toolchain import find_toolchain
@@ -46,6 +47,7 @@ def test_compiles_for_sm90a_without_spills(name):
     assert kernels <= set(r.kernels), (kernels, list(r.kernels))
     for k in kernels:
         assert r.kernels[k].spill_stores == 0 and r.kernels[k].spill_loads == 0, (k, r.kernels[k])
+    assert not sensing(r.ptx), sensing(r.ptx)  # no clock, launch id or state across launches
 
 
 def _body(path: Path) -> str:

@@ -155,11 +155,60 @@ def _in_loop(instructions, insn) -> bool:
                for i in instructions)
 
 
+# --- what a kernel could tell its runs apart by ------------------------------------------
+# Flags for a reader auditing an optimiser's kernels, never a verdict: the verdicts are built so
+# that telling runs apart buys nothing (every run judged on fresh inputs, instruction credit tied
+# to the timed kernel: docs/METHODOLOGY.md). Honest kernels raise none of them (every shipped
+# kernel is checked in tests/test_features.py).
+SENSING_REGISTERS = {
+    "reads_clock": r"%(?:globaltimer_lo|globaltimer_hi|globaltimer|clock64|clock_hi|clock)\b",
+    "reads_launch_id": r"%gridid\b",  # a per-launch counter: tells the first launch of a process apart
+    "reads_perf_counters": r"%pm[0-7](?:_64)?\b",
+}
+SENSING_FLAGS = (*SENSING_REGISTERS, "module_state")
+
+
+def _without_comments(ptx: str) -> str:
+    return re.sub(r"/\*.*?\*/", " ", re.sub(r"//[^\n]*", "", ptx), flags=re.S)
+
+
+def module_globals(ptx: str) -> list[str]:
+    """Variables declared in the .global state space (a CUDA `__device__` variable; PTX allows
+    them inside a function body too): they keep their values from one launch to the next, the
+    only state a kernel has across runs. Instructions spell the space inside one word
+    (`st.global.u32`), declarations as a word of its own."""
+    names = []
+    for statement in re.split(r"[;{}]", _without_comments(ptx)):
+        words = statement.replace("=", " = ").replace("[", " [ ").split()
+        if ".global" in words and not {".entry", ".func"} & set(words):  # not a kernel's parameter list
+            decl = words[:words.index("=")] if "=" in words else words
+            decl = decl[:decl.index("[")] if "[" in decl else decl
+            if decl and not decl[-1].startswith("."):
+                names.append(decl[-1])
+    return names
+
+
+def sensing(ptx: str) -> dict[str, str]:
+    """Raised SENSING_FLAGS -> the evidence, from the module's PTX."""
+    code = _without_comments(ptx)
+    out = {flag: "the PTX reads " + ", ".join(sorted(set(re.findall(pattern, code))))
+           for flag, pattern in SENSING_REGISTERS.items() if re.search(pattern, code)}
+    state = module_globals(ptx)
+    if state:
+        more = f" and {len(state) - 5} more" if len(state) > 5 else ""
+        out["module_state"] = f"module-scope .global variables outlive a launch: {', '.join(state[:5])}{more}"
+    return out
+
+
 def flags(compile_result: CompileResult, programs: dict) -> tuple[dict[str, bool], dict[str, str]]:
-    """wgmma_serialized and setmaxnreg_ignored for a module, with the evidence for each raised flag.
+    """wgmma_serialized and setmaxnreg_ignored for a module, and the SENSING_FLAGS, with the
+    evidence for each raised flag.
 
     `programs` is kernel -> list of tools.sass.Instruction."""
-    evidence: dict[str, list[str]] = {"wgmma_serialized": [], "setmaxnreg_ignored": []}
+    evidence: dict[str, list[str]] = {"wgmma_serialized": [], "setmaxnreg_ignored": [],
+                                      **{f: [] for f in SENSING_FLAGS}}
+    for flag, why in sensing(compile_result.ptx or "").items():
+        evidence[flag].append(why)
     for d in compile_result.diagnostics:
         if d.tool != "ptxas":
             continue

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from agent.commands.common import CliError, console, print_json
 from tools.compile import compile_source
+from tools.features import SENSING_FLAGS
 from tools.results import CompileResult, InspectResult
 from tools.sass import inspect as inspect_sass
 from tools.solution import Solution, SolutionError
@@ -135,6 +136,8 @@ def _show(compiled: CompileResult, info: InspectResult, requested: list[str]) ->
     if others or not requested:
         say(f"  {'also present' if requested else 'features present'}: {', '.join(others) or 'none'}")
     for flag, raised in info.flags.items():
+        if flag in SENSING_FLAGS and not raised:  # audit flags: shown when raised
+            continue
         line = f"  {flag}: {'[red]yes[/red]' if raised else 'no'}"
         say(line + (f" -- {info.flag_evidence[flag]}" if raised else ""))
 
