@@ -875,6 +875,26 @@ def test_credit_goes_to_the_kernel_that_was_timed():
     assert not unmeasured.carries["wgmma"] and "not measured" in unmeasured.notes["wgmma"]
 
 
+def test_agent_eval_says_why_credit_was_withheld():
+    """`agent eval` prints the note of a feature that executed without carrying the work, and the
+    profiled and timed times behind the tie."""
+    from agent.commands.common import console
+    from agent.commands.evaluate import render
+    from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult
+
+    ex = ExecutedCheck(status="ok", executed={"wgmma": True}, carries={"wgmma": False}, metrics={"kernel_ms": 20.7},
+                       notes={"wgmma": "the kernel that was timed is not the one whose instructions were counted"},
+                       timed_ms=0.76)
+    r = EvalResult(task="gemm_n7168_k5120", arch="sm_90a", requested_features=["wgmma"], executed=ex,
+                   compile=CompileResult(status="ok", arch="sm_90a", language="cuda"),
+                   inspect=InspectResult(status="ok", arch="sm_90a"))
+    with console.capture() as cap:
+        render(r)
+    text = " ".join(cap.get().split())
+    assert "wgmma does not carry the work: the kernel that was timed is not the one" in text
+    assert "profiled run 20.7 ms, timed median 0.76 ms" in text
+
+
 def test_a_nan_outside_the_sampled_rows_still_fails_a_timed_run():
     def nan_late(ws, call):
         gemm(ws, call)

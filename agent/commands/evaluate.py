@@ -55,6 +55,13 @@ def render(r: EvalResult) -> None:
             say(f"[yellow]{flag}[/yellow]: {escape(r.inspect.flag_evidence.get(flag, ''))}")
     if r.executed.status != "ok":
         say(f"executed-instruction check: {r.executed.status} ({escape(r.executed.reason or '')})")
+    else:
+        for f, why in r.executed.notes.items():  # executed, but credit withheld: why
+            say(f"[yellow]{f} does not carry the work[/yellow]: {escape(why)}")
+        profiled = r.executed.metrics.get("kernel_ms")
+        if profiled is not None and r.executed.timed_ms:
+            say(f"profiled run {profiled:.4g} ms, timed median {r.executed.timed_ms:.4g} ms "
+                f"(credit needs the profiled run to be the timed kernel)")
     if r.sanitize.status != "skipped" or r.sanitize.reason != "not requested":
         say(f"compute-sanitizer: {r.sanitize.status} {escape(r.sanitize.reason or '')}")
         for e in r.sanitize.errors[:5]:
