@@ -91,7 +91,8 @@ def executed_opcodes(feature: str) -> set[str]:
 
 
 def _code_lines(ptx: str) -> str:
-    return re.sub(r"//[^\n]*", "", ptx)  # comments would otherwise match the patterns
+    """The PTX without its // and /* */ comments, which would otherwise match the patterns."""
+    return re.sub(r"/\*.*?\*/", " ", re.sub(r"//[^\n]*", "", ptx), flags=re.S)
 
 
 def ptx_features(ptx: str, arch: str | None = None) -> set[str]:
@@ -168,17 +169,13 @@ SENSING_REGISTERS = {
 SENSING_FLAGS = (*SENSING_REGISTERS, "module_state")
 
 
-def _without_comments(ptx: str) -> str:
-    return re.sub(r"/\*.*?\*/", " ", re.sub(r"//[^\n]*", "", ptx), flags=re.S)
-
-
 def module_globals(ptx: str) -> list[str]:
     """Variables declared in the .global state space (a CUDA `__device__` variable; PTX allows
     them inside a function body too): they keep their values from one launch to the next, the
     only state a kernel has across runs. Instructions spell the space inside one word
     (`st.global.u32`), declarations as a word of its own."""
     names = []
-    for statement in re.split(r"[;{}]", _without_comments(ptx)):
+    for statement in re.split(r"[;{}]", _code_lines(ptx)):
         words = statement.replace("=", " = ").replace("[", " [ ").split()
         if ".global" in words and not {".entry", ".func"} & set(words):  # not a kernel's parameter list
             decl = words[:words.index("=")] if "=" in words else words
@@ -190,7 +187,7 @@ def module_globals(ptx: str) -> list[str]:
 
 def sensing(ptx: str) -> dict[str, str]:
     """Raised SENSING_FLAGS -> the evidence, from the module's PTX."""
-    code = _without_comments(ptx)
+    code = _code_lines(ptx)
     out = {flag: "the PTX reads " + ", ".join(sorted(set(re.findall(pattern, code))))
            for flag, pattern in SENSING_REGISTERS.items() if re.search(pattern, code)}
     state = module_globals(ptx)

@@ -395,34 +395,25 @@ def _strip_file_paths(ptx: str, prefixes: list[str]) -> str:
     return re.sub(rf'^(\s*\.file\s+\d+\s+")(?:{alternatives})', r"\1", ptx, flags=re.M)
 
 
+# PTX tokens as ptxas lexes them: a // comment to the line's end, a /* */ comment, a string
+# from " to " (no escapes; an unterminated one runs to the end, and ptxas refuses it).
+_PTX_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"[^"]*"?', re.S)
+
+
 def folder_free_strings(ptx: str) -> str:
-    """Every string literal of `ptx` (as ptxas lexes it: `"` to `"`, no escapes, none inside
-    // or /* */ comments) cut to what follows its last '/'. ptxas opens no file a PTX names
-    (PTX has no #include), but it stats each `.file` path and writes the file's size and
-    mtime into the cubin's line table: with no folder left, the only folder it can look in is
-    its private work folder, which holds kernel.ptx alone."""
-    out, i, n = [], 0, len(ptx)
-    while i < n:
-        c = ptx[i]
-        if ptx.startswith("//", i):
-            j = ptx.find("\n", i)
-            j = n if j < 0 else j
-        elif ptx.startswith("/*", i):
-            j = ptx.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-        elif c == '"':
-            j = ptx.find('"', i + 1)
-            if j < 0:  # unterminated: ptxas refuses it, and still sees no folder
-                out.append('"' + ptx[i + 1:].rsplit("/", 1)[-1])
-                break
-            out.append('"' + ptx[i + 1:j].rsplit("/", 1)[-1] + '"')
-            i = j + 1
-            continue
-        else:
-            j = i + 1
-        out.append(ptx[i:j])
-        i = j
-    return "".join(out)
+    """Every string literal of `ptx` (comments left alone) cut to what follows its last '/'.
+    ptxas opens no file a PTX names (PTX has no #include), but it stats each `.file` path and
+    writes the file's size and mtime into the cubin's line table: with no folder left, the only
+    folder it can look in is its private work folder, which holds kernel.ptx alone."""
+    def cut(m: re.Match) -> str:
+        tok = m[0]
+        if not tok.startswith('"'):
+            return tok
+        closed = len(tok) > 1 and tok.endswith('"')
+        body = tok[1:-1] if closed else tok[1:]
+        return '"' + body.rsplit("/", 1)[-1] + ('"' if closed else "")
+
+    return _PTX_COMMENT_OR_STRING.sub(cut, ptx)
 
 
 def _ptxas(job: Job, ptx: str, limits: Limits, result: Outcome) -> None:
