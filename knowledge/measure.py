@@ -1,12 +1,14 @@
-"""Measure what knowledge retrieval costs: tokens added per mode and seed task, and latency.
+"""Measure what knowledge retrieval costs: tokens added per arm and seed task, and latency.
 
     python -m knowledge.measure            # print the markdown table
-    python -m knowledge.measure --write    # also replace "## Knowledge retrieval" in docs/BENCHMARKS.md
+    python -m knowledge.measure --write    # also add a dated "## Knowledge retrieval" section to docs/BENCHMARKS.md
 
-The task texts come from the `agent tasks` CLI (what a model is told), run as a
-subprocess so that the knowledge package itself imports nothing of tasks/ or agent/.
-Latency is the median of repeated in-process calls after one warm-up call (the first call
-of a process also loads and indexes the docs; that cold time is reported separately).
+The retriever's arguments are the agent's own: a subprocess asks agent.nodes.retrieval_call
+for every (task, arch, arm) with the run defaults (the context budget of `agent solve`), so
+the table describes what a run sends, and the knowledge package itself imports nothing of
+tasks/ or agent/. Latency is the median of repeated in-process calls after one warm-up call
+(the first call of a process also loads and indexes the docs; that cold time is reported
+separately).
 """
 from __future__ import annotations
 
@@ -19,64 +21,85 @@ import sys
 import time
 from pathlib import Path
 
-from knowledge.retriever import MODES, _index, load_docs, retrieve
+from knowledge.retriever import HEADER_BUDGET, MODES, _index, load_docs, retrieve
 
 ARCHES = ("sm_90a", "sm_100a")
 REPEATS = 50
-BUDGET = 12000
 SECTION = "## Knowledge retrieval"
 
+# Runs in a subprocess: the agent's retrieve_context arguments for every seed task x arch x arm.
+_CALLS = """
+import json
+from agent.nodes import retrieval_call
+from agent.trajectory import RunConfig
+from tasks import list_tasks
+out = []
+for t in list_tasks():
+    if "seed" not in t.tags:
+        continue
+    for arch in {arches!r}:
+        for mode in {modes!r}:
+            cfg = RunConfig(run_id="measure", task=t.name, model="scripted", arch=arch, context=mode,
+                            requested_features=t.features_for(arch))
+            out.append({{"task": t.name, "arch": arch, "mode": mode, "call": retrieval_call(t, cfg, None)}})
+print(json.dumps(out))
+"""
 
-def _cli(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], check=True, capture_output=True,
-                          text=True).stdout
+
+def agent_calls() -> list[dict]:
+    code = _CALLS.format(arches=ARCHES, modes=MODES)
+    return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                     text=True).stdout)
 
 
-def seed_tasks() -> list[dict]:
-    return [t for t in json.loads(_cli("tasks", "--json")) if "seed" in t.get("tags", [])]
-
-
-def measure() -> tuple[list[dict], dict]:
-    rows = []
+def measure() -> tuple[list[dict], dict, int]:
+    calls = agent_calls()
     latencies: dict[str, list[float]] = {m: [] for m in MODES}
     t0 = time.perf_counter()
     load_docs.cache_clear()
     _index.cache_clear()
-    retrieve("gemm", "sm_90a", ["wgmma"])
+    retrieve(**calls[0]["call"])
     cold_ms = (time.perf_counter() - t0) * 1e3
-    for task in seed_tasks():
-        for arch in ARCHES:
-            text = _cli("tasks", "show", task["name"], "--arch", arch)
-            feats = task["requested_features"].get(arch, [])
-            row = {"task": task["name"], "arch": arch}
-            for mode in MODES:
-                retrieve(text, arch, feats, mode=mode, token_budget=BUDGET)  # warm
-                times = []
-                for _ in range(REPEATS):
-                    t = time.perf_counter()
-                    r = retrieve(text, arch, feats, mode=mode, token_budget=BUDGET)
-                    times.append((time.perf_counter() - t) * 1e3)
-                row[mode] = r.tokens
-                row[f"{mode}_sections"] = len(r.sections)
-                latencies[mode].append(statistics.median(times))
-            rows.append(row)
-    lat = {m: statistics.median(v) for m, v in latencies.items()}
+    rows: dict[tuple[str, str], dict] = {}
+    for c in calls:
+        kwargs = c["call"]
+        retrieve(**kwargs)  # warm
+        times = []
+        for _ in range(REPEATS):
+            t = time.perf_counter()
+            r = retrieve(**kwargs)
+            times.append((time.perf_counter() - t) * 1e3)
+        row = rows.setdefault((c["task"], c["arch"]), {"task": c["task"], "arch": c["arch"]})
+        row[c["mode"]] = r.tokens
+        row[f"{c['mode']}_sections"] = len(r.sections)
+        row[f"{c['mode']}_parts"] = r.parts
+        latencies[c["mode"]].append(statistics.median(times))
+    lat = {m: statistics.median(v) for m, v in latencies.items() if v}
     lat["cold_first_call"] = cold_ms
-    return rows, lat
+    return list(rows.values()), lat, calls[0]["call"]["token_budget"]
 
 
-def render(rows: list[dict], lat: dict, date: str, machine: str, note: str = "") -> str:
-    lines = [SECTION, "",
-             f"Measured {date} on {machine} with `python -m knowledge.measure` (token budget {BUDGET}; "
-             "tokens = ceil(chars / 4); the task text itself is not counted).", "",
-             "Tokens added to the prompt per mode (sections in parentheses):", "",
+def render(rows: list[dict], lat: dict, date: str, machine: str, budget: int, note: str = "") -> str:
+    lines = [f"{SECTION} ({date})", "",
+             f"Measured {date} on {machine} with `python -m knowledge.measure`: the agent's own retrieval call "
+             f"(agent.nodes.retrieval_call: query = the task's description, family and op type; docs of the "
+             f"task's family only; context budget {budget} as `agent solve` defaults; header API budget "
+             f"{HEADER_BUDGET}). Tokens = ceil(chars / 4); the task statement itself is not counted.", "",
+             "Tokens added to the prompt per arm (sections in parentheses; the header API counts one section per "
+             "header):", "",
              "| task | arch | none | docs | docs+headers | full |", "|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [f"{r[m]} ({r[m + '_sections']})" if m != "none" else str(r[m]) for m in MODES]
+        cells = []
+        for m in MODES:
+            if m == "none":
+                cells.append(str(r[m]))
+                continue
+            n = sum(p["sections"] for p in r[m + "_parts"].values())
+            cells.append(f"{r[m]} ({n})")
         lines.append(f"| {r['task']} | {r['arch']} | " + " | ".join(cells) + " |")
     lines += ["", "Retrieval latency (median over seed tasks of the median of "
               f"{REPEATS} calls, warm):", "", "| mode | ms |", "|---|---|"]
-    lines += [f"| {m} | {lat[m]:.2f} |" for m in MODES]
+    lines += [f"| {m} | {lat[m]:.2f} |" for m in MODES if m in lat]
     lines += [f"| first call in a process (load + index docs) | {lat['cold_first_call']:.1f} |", ""]
     if note:
         lines += [note, ""]
@@ -84,15 +107,9 @@ def render(rows: list[dict], lat: dict, date: str, machine: str, note: str = "")
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace (or append) only our section of docs/BENCHMARKS.md."""
+    """Append the dated section to docs/BENCHMARKS.md, after the earlier measurements (history stays)."""
     text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    start = text.find(SECTION + "\n")
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[nxt + 1:] if nxt >= 0 else "")
-    path.write_text(text)
+    path.write_text(text.rstrip("\n") + "\n\n" + section)
 
 
 def main() -> None:
@@ -103,8 +120,8 @@ def main() -> None:
     ap.add_argument("--machine", default=f"CPU dev box ({platform.processor() or platform.machine()}, "
                                          f"Python {platform.python_version()})")
     args = ap.parse_args()
-    rows, lat = measure()
-    section = render(rows, lat, args.date, args.machine, args.note)
+    rows, lat, budget = measure()
+    section = render(rows, lat, args.date, args.machine, budget, args.note)
     print(section)
     if args.write:
         write_section(Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md", section)

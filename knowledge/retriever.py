@@ -1,8 +1,24 @@
-"""Pick the architecture-doc sections that go into a model's context.
+"""Pick the architecture-doc sections that go into a model's context (the context ablation).
 
 Docs are markdown files under knowledge/docs/<arch>/ (and knowledge/docs/common/ for
-every arch) with YAML front matter (title, arch, features, keywords). A *section* is the
-text under one `## ` heading (the part before the first `## ` is the doc's intro section).
+every arch) with YAML front matter (title, arch, features, keywords, and optionally `ops`:
+the task families, by op type, a doc is written for; a doc without `ops` is for every task).
+A *section* is the text under one `## ` heading (the part before the first `## ` is the
+doc's intro section). knowledge/examples/ holds worked kernels in the same format: they are
+compile-checked like the docs but never retrieved (no arm may hold a ready solution).
+
+The four arms are nested, and differ only in architecture knowledge (everything about the
+harness is in the task statement, tasks/describe.py):
+  none          nothing;
+  docs          the ranked sections below, within `token_budget`;
+  docs+headers  the same sections plus the helper-header API of the arch (its own budget,
+                `header_budget`, so it never displaces a doc section);
+  full          every section of the arch's docs for the task's family, plus the header API,
+                within FULL_MODE_BUDGET (and never less than what docs+headers holds).
+`Retrieval.parts` says how many tokens and sections each layer added.
+
+The query is the task as a model reads it (`task_query`: the description and the op
+type), never the task's id, and `op_type` keeps other families' docs (FP8, GDN) out.
 
 Ranking, in order:
   1. exact matches: a section whose doc declares a requested feature, or a feature / ptxas
@@ -34,9 +50,12 @@ DOCS_DIR = ROOT / "docs"
 INCLUDE_DIR = ROOT / "include"
 COMMON = "common"
 
+EXAMPLES_DIR = ROOT / "examples"
+
 Mode = Literal["none", "docs", "docs+headers", "full"]
 MODES: tuple[str, ...] = ("none", "docs", "docs+headers", "full")
 FULL_MODE_BUDGET = 200_000  # "full" includes every doc of the arch unless it passes this
+HEADER_BUDGET = 4000  # the header API's own budget in docs+headers and full (≈1,700-2,100 tokens per arch today)
 
 _CODE_RE = re.compile(r"\bC\d{4}\b")
 _WORD_RE = re.compile(r"[a-z0-9_]+(?:[.:][a-z0-9_]+)*")
@@ -95,6 +114,10 @@ class Doc:
     keywords: tuple[str, ...]
     sections: tuple[Section, ...]
     body: str
+    ops: tuple[str, ...] = ()  # task op types the doc is for; () = every task
+
+    def for_op(self, op_type: str | None) -> bool:
+        return op_type is None or not self.ops or op_type in self.ops
 
 
 @dataclass
@@ -113,6 +136,8 @@ class Retrieval:
     tokens: int = 0
     mode: str = "docs"
     truncated: bool = False  # a section or header block was left out for the budget
+    # what each layer of the arm added: {"docs": {"tokens", "sections"}, "headers": {...}, "full": {...}}
+    parts: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- loading
@@ -152,11 +177,10 @@ def _split_sections(body: str) -> list[tuple[str, str]]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def load_docs() -> tuple[Doc, ...]:
+def _load(folder: Path) -> tuple[Doc, ...]:
     docs = []
-    for path in sorted(DOCS_DIR.glob("*/*.md")):
-        rel = path.relative_to(DOCS_DIR).as_posix()
+    for path in sorted(folder.glob("*/*.md")):
+        rel = path.relative_to(folder).as_posix()
         meta, body = _front_matter(path.read_text(), rel)
         feats = tuple(meta.get("features") or ())
         kws = tuple(str(k) for k in (meta.get("keywords") or ()))
@@ -165,14 +189,34 @@ def load_docs() -> tuple[Doc, ...]:
         sections = tuple(
             Section(rel, i, h, t, arch, feats, kws, estimate_tokens(t))
             for i, (h, t) in enumerate(_split_sections(body)))
-        docs.append(Doc(rel, str(meta["title"]), arch, arches, feats, kws, sections, body))
+        ops = tuple(str(o) for o in (meta.get("ops") or ()))
+        docs.append(Doc(rel, str(meta["title"]), arch, arches, feats, kws, sections, body, ops))
     return tuple(docs)
 
 
-def docs_for(arch: str) -> list[Doc]:
-    """The arch's own docs first, then the common ones."""
-    docs = load_docs()
+@functools.lru_cache(maxsize=1)
+def load_docs() -> tuple[Doc, ...]:
+    """The retrievable docs (knowledge/docs)."""
+    return _load(DOCS_DIR)
+
+
+@functools.lru_cache(maxsize=1)
+def load_examples() -> tuple[Doc, ...]:
+    """Worked kernels (knowledge/examples): compile-checked, never retrieved."""
+    return _load(EXAMPLES_DIR) if EXAMPLES_DIR.is_dir() else ()
+
+
+def docs_for(arch: str, op_type: str | None = None) -> list[Doc]:
+    """The arch's own docs first, then the common ones; only those written for `op_type`'s family."""
+    docs = [d for d in load_docs() if d.for_op(op_type)]
     return [d for d in docs if arch in d.arches] + [d for d in docs if d.arch in (COMMON, "any")]
+
+
+def task_query(description: str, op_type: str, family: str = "") -> str:
+    """The retrieval query for a task: what a model reads about it (its description), its family
+    ("attention backward") and its op type, also spelled as words (mha_bwd -> "mha bwd"). Never
+    the task's id: `mha_bwd_d128` is one term that matches nothing."""
+    return " ".join(p for p in (description, family, op_type, op_type.replace("_", " ")) if p)
 
 
 def known_arches() -> list[str]:
@@ -192,7 +236,7 @@ def snippets(doc: Doc | None = None) -> list[Snippet]:
     Without a features marker a working snippet must show the doc's front-matter features.
     """
     out = []
-    for d in ([doc] if doc else load_docs()):
+    for d in ([doc] if doc else load_docs() + load_examples()):
         arch_defaults = [a for a in d.arches if a not in (COMMON, "any")] or ["sm_90a"]
         for sec in d.sections:
             lines = sec.text.splitlines()
@@ -236,11 +280,22 @@ def _first_sentence(comment_lines: list[str]) -> str:
     return (m[1] if m else text)[:240]
 
 
-@functools.lru_cache(maxsize=1)
-def header_api() -> str:
-    """The helper headers' API: each function signature with the comment above it."""
+def header_arches(path: Path) -> tuple[str, ...] | None:
+    """The arches a header is for: its first line says "sm_90a only" / "sm_100a only"; None = every arch."""
+    first = path.read_text().split("\n", 1)[0]
+    m = re.search(r"\b(sm_\d+a) only\b", first)
+    return (m[1],) if m else None
+
+
+@functools.lru_cache(maxsize=8)
+def header_api(arch: str | None = None) -> str:
+    """The helper headers' API for `arch` (every header when None): each function signature
+    with the comment above it. A header for another arch (wgmma.cuh on sm_100a) is left out."""
     parts = ["## Helper headers (#include <ptxbench/NAME.cuh>, namespace ptxbench)"]
     for path in sorted(INCLUDE_DIR.glob("ptxbench/*.cuh")):
+        only = header_arches(path)
+        if arch is not None and only is not None and arch not in only:
+            continue
         lines = path.read_text().splitlines()
         head = []
         for ln in lines:
@@ -317,9 +372,9 @@ class _BM25:
         return out
 
 
-@functools.lru_cache(maxsize=8)
-def _index(arch: str) -> tuple[tuple[Section, ...], _BM25]:
-    sections = tuple(s for d in docs_for(arch) for s in d.sections)
+@functools.lru_cache(maxsize=32)
+def _index(arch: str, op_type: str | None = None) -> tuple[tuple[Section, ...], _BM25]:
+    sections = tuple(s for d in docs_for(arch, op_type) for s in d.sections)
     corpus = [_terms(s.text + " " + " ".join(s.keywords) + " " + " ".join(s.features)) for s in sections]
     return sections, _BM25(corpus)
 
@@ -349,8 +404,9 @@ def feedback_signals(feedback: str | None) -> tuple[set[str], set[str]]:
     return feats, set(_CODE_RE.findall(feedback))
 
 
-def _rank(task: str, arch: str, features: list[str], feedback: str | None) -> list[tuple[Section, float, str]]:
-    sections, bm25 = _index(arch)
+def _rank(task: str, arch: str, features: list[str], feedback: str | None,
+          op_type: str | None = None) -> list[tuple[Section, float, str]]:
+    sections, bm25 = _index(arch, op_type)
     fb_feats, fb_codes = feedback_signals(feedback)
     fb_msgs = feedback_messages(feedback)
     req = set(features)
@@ -397,52 +453,91 @@ def _render(sections: list[Section]) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def retrieve(task: str, arch: str, features: list[str], feedback: str | None = None, mode: Mode = "docs",
-             token_budget: int = 12000) -> Retrieval:
-    """Doc sections for a model writing `task` on `arch` (see the module docstring)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown knowledge mode {mode!r} (use one of {', '.join(MODES)})")
-    if mode == "none" or token_budget <= 0:
-        return Retrieval(mode=mode)
-    if mode == "full":
-        chosen, refs, used, truncated = [], [], 0, False
-        for d in docs_for(arch):
-            for s in d.sections:
-                if used + s.tokens > max(token_budget, FULL_MODE_BUDGET):
-                    truncated = True
-                    continue
-                chosen.append(s)
-                refs.append(SectionRef(s.doc, s.heading, s.tokens, 0.0, "full"))
-                used += s.tokens
-        text = _render(chosen)
-        if truncated:
-            text += f"\n(Some sections were left out: the full docs exceed {max(token_budget, FULL_MODE_BUDGET)} tokens.)\n"
-        return Retrieval(refs, text, estimate_tokens(text), mode, truncated)
-
-    budget = token_budget
-    api = ""
-    if mode == "docs+headers":
-        api = header_api()
-        if estimate_tokens(api) <= budget // 2:  # never let the API crowd out the docs
-            budget -= estimate_tokens(api) + 1
-        else:
-            api = ""
+def _ranked_selection(task: str, arch: str, features: list[str], feedback: str | None, budget: int,
+                      op_type: str | None) -> tuple[list[Section], list[SectionRef], bool]:
+    """The docs arm: ranked sections added in order while they (and their doc titles) fit `budget`."""
     titles = {d.path: d.title for d in load_docs()}
     chosen, refs, truncated = [], [], False
-    overhead = 0
+    used = 0
     seen_docs: set[str] = set()
-    for sec, score, why in _rank(task, arch, features, feedback):
+    for sec, score, why in _rank(task, arch, features, feedback, op_type):
         if score <= 0:
             break
         title_cost = 0 if sec.doc in seen_docs else estimate_tokens(f"# {titles[sec.doc]}  ({sec.doc})") + 1
-        if overhead + sec.tokens + title_cost + 1 > budget:
+        if used + sec.tokens + title_cost + 1 > budget:
             truncated = True
             continue
         chosen.append(sec)
         seen_docs.add(sec.doc)
-        overhead += sec.tokens + title_cost + 1
+        used += sec.tokens + title_cost + 1
         refs.append(SectionRef(sec.doc, sec.heading, sec.tokens, round(score, 4), why))
-    text = _render(chosen) if chosen else ""
-    if api:
-        text = (text + "\n" + api) if text else api
-    return Retrieval(refs, text, estimate_tokens(text), mode, truncated)
+    return chosen, refs, truncated
+
+
+def _headers(arch: str, budget: int) -> tuple[str, bool]:
+    """The arch's header API if it fits its own budget; else as many whole headers as fit."""
+    api = header_api(arch)
+    if estimate_tokens(api) <= budget:
+        return api, False
+    blocks = api.split("\n### ")
+    kept = blocks[0]
+    for b in blocks[1:]:
+        if estimate_tokens(kept + "\n### " + b) > budget:
+            return kept + "\n(Some helper headers were left out for the budget.)\n", True
+        kept += "\n### " + b
+    return kept, True
+
+
+def retrieve(task: str, arch: str, features: list[str], feedback: str | None = None, mode: Mode = "docs",
+             token_budget: int = 12000, op_type: str | None = None, header_budget: int = HEADER_BUDGET) -> Retrieval:
+    """Doc sections for a model writing `task` on `arch` (see the module docstring).
+
+    `task` is the query text (task_query() for a benchmark task); `op_type` restricts the docs
+    to those written for that task family (None: every doc, as `agent knowledge search` does)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown knowledge mode {mode!r} (use one of {', '.join(MODES)})")
+    if mode == "none" or token_budget <= 0:
+        return Retrieval(mode=mode, parts={})
+    chosen, refs, truncated = _ranked_selection(task, arch, features, feedback, token_budget, op_type)
+    parts = {"docs": {"tokens": estimate_tokens(_render(chosen)) if chosen else 0, "sections": len(chosen)}}
+    if mode == "docs":
+        text = _render(chosen) if chosen else ""
+        return Retrieval(refs, text, estimate_tokens(text), mode, truncated, parts)
+
+    api, api_cut = _headers(arch, header_budget)
+    parts["headers"] = {"tokens": estimate_tokens(api), "sections": api.count("\n### ")}
+    if mode == "docs+headers":
+        text = (_render(chosen) + "\n" + api) if chosen else api
+        return Retrieval(refs, text, estimate_tokens(text), mode, truncated or api_cut, parts)
+
+    # full: the docs arm's sections first (so full holds everything docs+headers holds, whatever
+    # the feedback ranked), then every other section of the family's docs in doc order.
+    picked = {(s.doc, s.index) for s in chosen}
+    limit = max(token_budget, FULL_MODE_BUDGET)
+    used = sum(s.tokens for s in chosen)
+    extra: list[Section] = []
+    for d in docs_for(arch, op_type):
+        for s in d.sections:
+            if (s.doc, s.index) in picked:
+                continue
+            if used + s.tokens > limit:
+                truncated = True
+                continue
+            extra.append(s)
+            used += s.tokens
+    refs = refs + [SectionRef(s.doc, s.heading, s.tokens, 0.0, "full") for s in extra]
+    docs_text = _render(_doc_order(chosen + extra, arch, op_type))
+    parts["full"] = {"tokens": estimate_tokens(docs_text) - parts["docs"]["tokens"], "sections": len(extra)}
+    text = docs_text + "\n" + api
+    if truncated:
+        text += f"\n(Some sections were left out: the full docs exceed {limit} tokens.)\n"
+    total = estimate_tokens(text)
+    text = f"(All {len(chosen) + len(extra)} sections of the {arch} docs for this task and the helper headers: " \
+           f"about {total} tokens.)\n\n" + text
+    return Retrieval(refs, text, estimate_tokens(text), mode, truncated or api_cut, parts)
+
+
+def _doc_order(sections: list[Section], arch: str, op_type: str | None) -> list[Section]:
+    """Sections in the order of the docs (the arch's own docs first) and of each doc."""
+    order = {d.path: i for i, d in enumerate(docs_for(arch, op_type))}
+    return sorted(sections, key=lambda s: (order.get(s.doc, len(order)), s.index))

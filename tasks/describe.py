@@ -4,8 +4,11 @@ It states the operation, every tensor with its axes, dtype and row-major layout,
 reference code, the VISIBLE workloads (held-out values are never shown), the scalars, the
 instructions requested for the arch, how correctness and speed are judged, and the
 solution format (kernel source + launch manifest, tools/solution.py) with a complete
-example manifest for this task. Retrieval (architecture docs, helper headers) is added by
-the agent separately, so this text says nothing that depends on the context mode.
+example manifest for this task. Every fact about the harness lives here (what compiles the
+kernel, which headers exist, no INFINITY under NVRTC, what each manifest field means), so
+every arm of the context ablation gets it. Retrieval (architecture docs, the helper
+headers' API) is added by the agent separately, so this text says nothing that depends on
+the context mode.
 """
 from __future__ import annotations
 
@@ -201,7 +204,11 @@ def _format(task: Task, arch: str, language: str) -> str:
                   f"them), compiled with NVRTC for compute_{arch.removeprefix('sm_')} (C++17) and then ptxas "
                   f"-arch={arch}. Inline PTX with `asm volatile` is allowed. Available headers: `cuda_bf16.h`, "
                   "`cuda_fp16.h`, `cuda_fp8.h`; fixed-width integer types and the `CUtensorMap` type are "
-                  "predefined (`<stdint.h>` and `<cuda.h>` also resolve to them). No host code, no `main`.")
+                  "predefined (`<stdint.h>` and `<cuda.h>` also resolve to them), and ptxbench's helper headers "
+                  f"{_helper_headers(arch)} are always on the include path (namespace `ptxbench`). There is no "
+                  "C/C++ standard library: no `<cmath>`, `<math.h>` or `INFINITY` macro (write +inf as "
+                  "`__int_as_float(0x7f800000)`, -inf as `__int_as_float(0xff800000)`); CUDA's device math "
+                  "functions (`expf`, `exp2f`, `__expf`, `fmaxf`, ...) are built in. No host code, no `main`.")
         params = ("a device pointer (`const __nv_bfloat16*`, `float*`, ...)", "`int`", "`float`",
                   "`const __grid_constant__ CUtensorMap` (by value)")
     else:
@@ -217,13 +224,24 @@ def _format(task: Task, arch: str, language: str) -> str:
         "`tensor_maps`: TMA descriptors `{\"name\", \"tensor\", \"box\", \"view\", \"swizzle\", "
         "\"element_strides\", \"l2_promotion\", \"oob_fill\"}` over an input, output or buffer. `view` reshapes "
         "it (row-major, same element count); `view` and `box` are outermost first (the harness reverses them into "
-        "the driver's innermost-first order). `swizzle` is \"none\", \"32B\", \"64B\" or \"128B\"; elements "
-        "outside the tensor read as zero.",
-        "`launches`: run in order, each `{\"kernel\", \"grid\", \"block\", \"cluster\", \"shared_bytes\", "
-        "\"args\"}`. `shared_bytes` is dynamic shared memory (the per-kernel limit is raised for you, up to 227 KB).",
+        "the driver's innermost-first order, so kernel-side TMA coordinates are innermost first). `swizzle` is "
+        "\"none\" (default), \"32B\", \"64B\" or \"128B\". `oob_fill`: box elements outside the tensor "
+        "(or its view) read as zero with \"zero\" (default) or as NaN with \"nan\"; a load still delivers (and "
+        "counts in its transaction bytes) the whole box. `l2_promotion` (\"none\" default, \"64B\", \"128B\", "
+        "\"256B\") widens the L2 fetch of each box request. `element_strides` (default all 1) is the traversal "
+        "stride per box dimension.",
+        "`launches`: run in order on one stream, each `{\"kernel\", \"grid\", \"block\", \"cluster\", "
+        "\"shared_bytes\", \"args\"}`. `shared_bytes` is dynamic shared memory (the per-kernel limit is raised "
+        "for you, up to 227 KB; it starts only 16-byte aligned, so align it yourself where a swizzle needs more). "
+        "`cluster` (optional, `[x, y, z]`) launches the grid as thread-block clusters of that shape: each "
+        "cluster dimension must divide the grid dimension, and a cluster has at most 16 blocks (8 is the portable "
+        "size; above 8 the non-portable attribute is set for you). A kernel may instead declare "
+        "`__cluster_dims__`.",
         f"Sizes are numbers or expressions over the axes ({', '.join(task.axes)}), the scalars "
         f"({', '.join(task.scalars) or 'none'}) and `num_sms` ({ARCH_SMS.get(arch, '?')} on this GPU), with "
-        "`+ - * / // %`, `cdiv(a, b)`, `round_up(a, b)`, `min`, `max`.",
+        "`+ - * / // %`, `cdiv(a, b)`, `round_up(a, b)`, `min`, `max`. `/` is true division (`7 / 2` is 3.5, and a "
+        "size or integer argument that is not a whole number is an error): use `//`, `cdiv` or `round_up` for "
+        "integers.",
         f"`args` by name, in the kernel's parameter order: a tensor or buffer is passed as {params[0]}; an axis as "
         f"{params[1]}; a scalar as {params[2]}; a tensor map as {params[3]}. Anything else as "
         "`{\"type\": \"i32\"|\"u32\"|\"i64\"|\"u64\"|\"f32\", \"value\": <expression>}`.",
@@ -235,6 +253,13 @@ def _format(task: Task, arch: str, language: str) -> str:
             f"order.\n{manifest_text}\n\n"
             "Example manifest for this task (the shape of a valid answer, not a tuned design):\n\n"
             f"```json\n{example}\n```")
+
+
+def _helper_headers(arch: str) -> str:
+    """The ptxbench helper headers a kernel for `arch` can include (knowledge/include/ptxbench)."""
+    names = ["common", "mbarrier", "tma", "cluster"] + (["wgmma"] if arch == "sm_90a" else
+                                                        ["tcgen05"] if arch == "sm_100a" else [])
+    return ", ".join(f"`<ptxbench/{n}.cuh>`" for n in names)
 
 
 def manifest_json(manifest: dict) -> str:
