@@ -33,6 +33,11 @@ from tools.results import EvalResult
 from tools.solution import Solution, SolutionError, extract_solution
 
 
+class InfraFault(RuntimeError):
+    """The toolchain, GPU worker or profiler failed on a candidate (EvalResult.infra_error):
+    the run stops with stop_reason "infra_error" instead of blaming the model."""
+
+
 @dataclass
 class Deps:
     """What the nodes work with; rebuilt from config.json on resume."""
@@ -77,10 +82,9 @@ class Nodes:
         d, cfg = self.deps, self.deps.config
         turn = state["turn"] + 1
         if cfg.context == "none" or d.retrieve is None:
-            d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=[], new_sections=[], tokens=0)
+            d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=[], new_sections=[], tokens=0, added={})
             return {"context": ""}
-        r = d.retrieve(task=cfg.task, arch=cfg.arch, features=cfg.requested_features,
-                       feedback=state.get("feedback"), mode=cfg.context, token_budget=cfg.context_tokens)
+        r = d.retrieve(**retrieval_call(d.task, cfg, state.get("feedback")))
         refs = [{"id": f"{s.doc}#{s.heading}", "doc": s.doc, "heading": s.heading, "tokens": s.tokens,
                  "why": s.why} for s in r.sections]
         seen = set(state.get("context_sections") or [])
@@ -91,7 +95,8 @@ class Nodes:
         else:
             block = prompts.context_block(_section_texts([x["id"] for x in new]), why=why)
         d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=refs, new_sections=[x["id"] for x in new],
-                       tokens=r.tokens, prompt_tokens=len(block) // 4, truncated=getattr(r, "truncated", False))
+                       tokens=r.tokens, prompt_tokens=len(block) // 4, truncated=getattr(r, "truncated", False),
+                       added=getattr(r, "parts", {}))  # tokens and sections each layer of the arm added
         update = {"context": block, "context_sections": sorted(seen | {x["id"] for x in new})}
         if turn == 1:  # evolve starts every branch from turn 1's prompt, with these sections in it
             update["base_sections"] = update["context_sections"]
@@ -204,6 +209,9 @@ class Nodes:
         solution = Solution.from_dir(cdir)
         ev = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="all", executed_check=cfg.executed_check,
                                   time=True)
+        if ev.infra_error:  # the harness failed, not the kernel: no verdict, no feedback; resume redoes it
+            w.event("infra_error", turn=turn, sample=sample, detail=ev.infra_error)
+            raise InfraFault(ev.infra_error)
         write_text_atomic(eval_path, ev.model_dump_json(indent=2) + "\n")
         w.event("compile", turn=turn, sample=sample, result=ev.compile.model_dump(mode="json", exclude={"ptx"}))
         w.event("inspect", turn=turn, sample=sample, result=ev.inspect.model_dump(mode="json"))
@@ -338,6 +346,17 @@ def _finish_reason(raw: dict | None) -> str | None:
         return raw["choices"][0]["finish_reason"]
     except (TypeError, KeyError, IndexError):
         return None
+
+
+def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
+    """The retriever's arguments for a run: the query is the task as a model reads it
+    (description and op type), never its id, and the op type keeps other families' docs out.
+    knowledge/measure.py makes this same call for the token table in docs/BENCHMARKS.md."""
+    from knowledge.retriever import task_query
+
+    return {"task": task_query(task.description or "", task.op_type, task.op_family), "arch": cfg.arch,
+            "features": cfg.requested_features, "feedback": feedback, "mode": cfg.context,
+            "token_budget": cfg.context_tokens, "op_type": task.op_type}
 
 
 def _section_texts(ids: list[str]) -> list[str]:

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 from agent import prompts
 from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
-from agent.nodes import Deps, Nodes
+from agent.nodes import Deps, InfraFault, Nodes
 from agent.state import initial_state, summary_from_state
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
@@ -300,6 +300,10 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
     except KeyboardInterrupt:
         status, stop_reason = "interrupted", "interrupted"
         stop_detail = f"resume with: {resume_command(writer.run_dir)}"
+        final = graph.get_state(thread).values
+    except InfraFault as exc:  # not the model's fault: no verdict was drawn; resume evaluates the candidate again
+        status, stop_reason = "failed", "infra_error"
+        stop_detail = f"{exc}; fix it, then resume with: {resume_command(writer.run_dir)}"
         final = graph.get_state(thread).values
     except Exception as exc:  # a bug in ptxbench or a tool, not a bad kernel: record it, keep it resumable
         status, stop_reason = "failed", "error"

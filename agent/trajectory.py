@@ -53,6 +53,8 @@ EVENT_TYPES = {
     "run": "turn, sample, run_status, run_reason, gpu, workloads (visible ones), held_out {total, passed, failed}, "
            "speedup, executed, verdicts",
     "eval_reused": "turn, sample: eval.json written before a crash, used again on resume",
+    "infra_error": "turn, sample, detail: the toolchain, GPU worker or profiler failed on this candidate (no "
+                   "verdict, no eval.json; the run stops and resume evaluates it again)",
     "candidate": "turn, sample, path, outcome, verdicts, verified, error, parent",
     "decision": "turn, action (repair|optimise|stop), outcome and chosen sample of the turn, reason, "
                 "best, best_speedup, best_verified, parent (whose feedback the next turn answers), "
@@ -155,6 +157,7 @@ StopReason = Literal[
     "replay_end",  # a replay:<run> model has no recorded response left: the natural end of a replay
     "interrupted",  # Ctrl-C or a kill; resumable
     "error",  # a bug in ptxbench itself (stop_detail has the exception)
+    "infra_error",  # the toolchain, GPU worker or profiler failed (not the model's kernel); resumable
 ]
 
 

@@ -281,8 +281,8 @@ def compile_source(source: str, language: str, arch: str, include_dirs: Iterable
         ptxas = tc.require("ptxas")
         if language == "cuda":
             tc.require("nvrtc")
-    except ToolchainError as exc:
-        return _failed(arch, language, str(exc), toolchain=versions)
+    except ToolchainError as exc:  # ours, not the source's: no verdict (tools/results.py)
+        return _failed(arch, language, str(exc), toolchain=versions, infra_error=str(exc))
 
     if language == "cuda":
         if (refused := refused_includes(source)):
@@ -306,7 +306,8 @@ def _result(out: Outcome, language: str, arch: str, source: str, versions: dict)
         diags += parse_nvrtc_log(out.nvrtc_log)
         if not out.nvrtc_ok or out.failed_tool in ("nvrtc", "sandbox"):
             error = out.error if out.failed_tool in ("nvrtc", "sandbox") and out.error else _first_error(diags, "nvrtc")
-            return _failed(arch, language, error, diagnostics=_cap_diagnostics(diags), **common)
+            return _failed(arch, language, error, diagnostics=_cap_diagnostics(diags),
+                           infra_error=error if out.infra else None, **common)
         ptx, line_map = out.ptx, ptx_line_to_source(out.ptx)
     else:
         ptx, line_map = source, None
@@ -314,7 +315,7 @@ def _result(out: Outcome, language: str, arch: str, source: str, versions: dict)
     diags += pdiags
     common.update(ptx=_cap_ptx(ptx), diagnostics=_cap_diagnostics(diags), kernels=kernels, symbols=_symbols(ptx))
     if out.error:
-        return _failed(arch, language, out.error, **common)
+        return _failed(arch, language, out.error, infra_error=out.error if out.infra else None, **common)
     if out.cubin is None:
         return _failed(arch, language, _first_error(diags, "ptxas"), **common)
     return CompileResult(status="ok", arch=arch, language=language, cubin=out.cubin, **common)

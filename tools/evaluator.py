@@ -220,7 +220,8 @@ def static_check(solution, compile_result, task, axes: dict[str, int], limits) -
         plan = plan_launches(solution.manifest, task, axes, limits)
     except ManifestError as exc:
         return exc
-    from tools.kernel_names import AmbiguousKernel, resolve_kernel
+    from tools.kernel_names import AmbiguousKernel, entry_param_sizes, resolve_kernel
+    from tools.launch import check_param_sizes
 
     symbols = getattr(compile_result, "symbols", {}) or {}
     if compile_result.kernels:  # ptxas -v listed the module's kernels
@@ -233,6 +234,12 @@ def static_check(solution, compile_result, task, axes: dict[str, int], limits) -
                 avail = ", ".join(sorted(symbols or compile_result.kernels))
                 return ManifestError(f"launches[{lp.index}].kernel: {lp.kernel!r} is not in the compiled module "
                                      f"(kernels: {avail}); declare it extern \"C\" or use the name it has")
+            sizes = entry_param_sizes(compile_result.ptx or "").get(entry)
+            if sizes is not None:  # the launch checks again with the driver's figures
+                try:
+                    check_param_sizes(lp, list(sizes), f"launches[{lp.index}] ({lp.kernel!r})")
+                except ManifestError as exc:
+                    return exc
     return None
 
 
@@ -345,6 +352,7 @@ class Evaluator:
                 import traceback
 
                 res.run_status, res.run_reason = "failed", f"harness_error: {type(exc).__name__}: {str(exc)[:300]}"
+                res.harness_fault = res.run_reason
                 res.workloads.append(WorkloadResult(workload="*", split="visible", axes={}, status="failed",
                                                     reason="harness_error", detail=traceback.format_exc()[-2000:]))
             if inspecting is not None:
@@ -374,6 +382,8 @@ class Evaluator:
             reason = self._cannot_run(arch)
             if reason:
                 self._static_only(res, solution, task, wls, arch, reason)
+                if self._workers and reason.startswith("GPU worker did not start"):
+                    res.harness_fault = reason  # a GPU machine whose worker fails: ours (tools/results.py)
                 if executed_check:
                     res.executed = ExecutedCheck(status="skipped", reason=reason)
                 if sanitize:
@@ -437,6 +447,10 @@ class Evaluator:
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
+                if wr.reason == "harness_error" or (wr.status == "skipped" and
+                                                    (wr.detail or "").startswith("GPU worker did not start")):
+                    # the worker failed or could not start: ours, not the candidate's (tools/results.py)
+                    res.harness_fault = res.harness_fault or f"workload {wl.name}: {wr.detail}"
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             res.run_status = "ok"
@@ -525,8 +539,9 @@ def _harness_compile_failure(solution, arch: str, exc: Exception, comp: CompileR
     """A toolchain failure (ours, not the candidate's) as a failed compile with the reason."""
     error = f"harness_error: compile/inspect failed: {type(exc).__name__}: {str(exc)[:300]}"
     if comp is not None:
-        return comp.model_copy(update={"status": "failed", "error": error})
-    return CompileResult(status="failed", arch=arch, language=getattr(solution, "language", "cuda"), error=error)
+        return comp.model_copy(update={"status": "failed", "error": error, "infra_error": error})
+    return CompileResult(status="failed", arch=arch, language=getattr(solution, "language", "cuda"), error=error,
+                         infra_error=error)
 
 
 def _entries(comp: CompileResult, solution) -> list[str]:

@@ -97,6 +97,22 @@ class LaunchPlan:
     args: list[ArgPlan]
 
 
+def check_param_sizes(lp: LaunchPlan, sizes: list[int | None], where: str) -> None:
+    """The manifest's args against the kernel's parameter sizes (None: size unknown), as the
+    driver reports them at launch or the PTX signature gives them without a GPU
+    (tools.kernel_names.entry_param_sizes): a missing or misplaced argument is a clear
+    launch_error instead of garbage reads."""
+    if len(sizes) != len(lp.args):
+        raise ManifestError(f"{where}.args: kernel takes {len(sizes)} parameters, the manifest gives {len(lp.args)}",
+                            "launch_error")
+    for j, (a, size) in enumerate(zip(lp.args, sizes)):
+        if size is not None and size != a.nbytes:
+            hint = (" (give it as {\"type\": \"i64\", \"value\": \"%s\"})" % a.name
+                    if a.kind == "i32" and size == 8 else "")
+            raise ManifestError(f"{where}.args[{j}] {a.name!r} is passed as {a.kind} ({a.nbytes} bytes) but kernel "
+                                f"parameter {j} is {size} bytes{hint}", "launch_error")
+
+
 @dataclass
 class Plan:
     buffers: list[BufferPlan] = field(default_factory=list)
@@ -407,16 +423,11 @@ class Bound:
             return
         if err != d.CUresult.CUDA_SUCCESS:
             return
-        if count != len(lp.args):
-            raise ManifestError(f"{where}.args: kernel takes {count} parameters, the manifest gives {len(lp.args)}",
-                                "launch_error")
-        for j, a in enumerate(lp.args):
+        sizes: list[int | None] = []
+        for j in range(count):
             err, _offset, size = d.cuFuncGetParamInfo(fn, j)
-            if err == d.CUresult.CUDA_SUCCESS and size != a.nbytes:
-                hint = (" (give it as {\"type\": \"i64\", \"value\": \"%s\"})" % a.name
-                        if a.kind == "i32" and size == 8 else "")
-                raise ManifestError(f"{where}.args[{j}] {a.name!r} is passed as {a.kind} ({a.nbytes} bytes) but kernel "
-                                    f"parameter {j} is {size} bytes{hint}", "launch_error")
+            sizes.append(size if err == d.CUresult.CUDA_SUCCESS else None)
+        check_param_sizes(lp, sizes, where)
 
     def _config(self, lp: LaunchPlan):
         d = self._d

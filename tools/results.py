@@ -4,6 +4,11 @@ compile -> CompileResult, inspect -> InspectResult, evaluate -> EvalResult (whic
 the others). Every stage returns one of these and never raises for a bad kernel: a bad
 kernel is data. A stage that could not run has status "skipped" and a reason; it never
 counts as passed.
+
+A fault of the harness itself (the toolchain missing or broken, the GPU worker failing
+to start or failing on its own, the profiler failing) is not the candidate's: it sets
+`infra_error`, the candidate gets no verdict, the model is never told, and metrics leave
+it out (an agent run stops with stop_reason "infra_error" and can be resumed).
 """
 from __future__ import annotations
 
@@ -58,6 +63,9 @@ class CompileResult(BaseModel):
     toolchain: dict[str, str] = Field(default_factory=dict)  # tool -> version
     # kernel name -> PTX entry, for kernels with C++ linkage (mangled by NVRTC); extern "C" kernels need none
     symbols: dict[str, str] = Field(default_factory=dict)
+    # the toolchain failed, not the source (ptxas or NVRTC missing or unable to run, the compile
+    # sandbox unable to start): status is "failed", but no verdict may be drawn from it
+    infra_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -111,6 +119,9 @@ class Mismatch(BaseModel):
     expected: float | None = None
     rel_l2: float | None = None  # ||out - ref|| / ||ref|| over what was compared
     rel_l2_bound: float | None = None  # the task's aggregate bound for this output, if any
+    row_ratio: float | None = None  # worst row's error / its allowance (Tolerance.rows; > 1 fails)
+    bad_rows: int | None = None  # rows over their allowance
+    worst_row: list[int] | None = None  # index of the worst row (the output's dims without the row's own)
     passed: bool
 
     def describe(self) -> str:
@@ -119,6 +130,9 @@ class Mismatch(BaseModel):
                 and self.first_mismatch is None:
             return (f"output {self.output!r}: relative L2 error {self.rel_l2:.3g} exceeds the bound "
                     f"{self.rel_l2_bound:g} (every element is within the elementwise tolerance, the whole is not)")
+        if self.bad_rows and self.first_mismatch is None:
+            return (f"output {self.output!r}: {self.bad_rows} row(s) off (the worst, at {self.worst_row}, errs by "
+                    f"{self.row_ratio:.3g}x its row's allowance; every element is within the elementwise tolerance)")
         where = (f"; first at {self.first_mismatch}: got {self.got:.6g}, expected {self.expected:.6g}"
                  if self.first_mismatch is not None and self.got is not None and self.expected is not None else "")
         l2 = f", relative L2 error {self.rel_l2:.3g}" if self.rel_l2 is not None else ""
@@ -237,6 +251,14 @@ class EvalResult(BaseModel):
     # workloads (every worker round trip), inspect_wait (SASS inspection left after the runs it
     # overlaps), executed (the ncu pass), sanitize
     phase_s: dict[str, float] = Field(default_factory=dict)
+    # the GPU side failed, not the candidate (a worker that cannot start on a GPU machine, a
+    # worker error, the profiler failing); the compile side's fault is compile.infra_error
+    harness_fault: str | None = None
+
+    @property
+    def infra_error(self) -> str | None:
+        """Why this candidate has no verdict because the harness failed (module docstring), or None."""
+        return self.compile.infra_error or self.harness_fault
 
     # --- the benchmark's verdicts (DESIGN.md, Metrics) ---
     @property

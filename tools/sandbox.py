@@ -124,6 +124,9 @@ class Outcome:
     failed_tool: str | None = None
     confinement: str | None = None  # where NVRTC ran: "landlock" or "none"
     peak_rss_bytes: int = 0  # largest resident set of NVRTC / ptxas
+    # the tool could not run at all (not loadable, not executable, the sandbox not starting):
+    # the harness's fault, never the source's (CompileResult.infra_error)
+    infra: bool = False
 
 
 def _gib(n: int) -> str:
@@ -155,7 +158,7 @@ def run_toolchain(job: Job, limits: Limits | None = None) -> Outcome:
                                         env=scrubbed_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=errfile, start_new_session=True)  # own group: killed whole
             except OSError as exc:
-                return Outcome(error=f"the compile sandbox could not start: {exc}", failed_tool="sandbox")
+                return Outcome(error=f"the compile sandbox could not start: {exc}", failed_tool="sandbox", infra=True)
             try:
                 out, _ = proc.communicate(request, timeout=limits.wall_s)
             except subprocess.TimeoutExpired:
@@ -270,7 +273,7 @@ def _nvrtc_confined(job: Job, limits: Limits) -> Outcome:
     try:
         lib = _load_nvrtc(job.nvrtc_library)  # before the fork and before confinement
     except OSError as exc:
-        return Outcome(error=f"NVRTC could not be loaded: {exc}", failed_tool="nvrtc")
+        return Outcome(error=f"NVRTC could not be loaded: {exc}", failed_tool="nvrtc", infra=True)
     rfd, wfd = os.pipe()
     t0 = time.monotonic()
     pid = os.fork()
@@ -426,7 +429,7 @@ def _ptxas(job: Job, ptx: str, limits: Limits, result: Outcome) -> None:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # one stream keeps the order
                               stdin=subprocess.DEVNULL)
     except OSError as exc:
-        result.error, result.failed_tool = f"ptxas could not run: {exc}", "ptxas"
+        result.error, result.failed_tool, result.infra = f"ptxas could not run: {exc}", "ptxas", True
         return
     result.seconds["ptxas"] = round(time.monotonic() - t0, 4)
     result.ptxas_output = cap_text(proc.stdout.decode(errors="replace"), limits.log_bytes)
