@@ -1,6 +1,10 @@
 """Model clients: any litellm model, a replay of a recorded run, a human at the terminal, a script.
 
 `get_model(spec)` picks one; every client answers `complete(messages) -> Completion`.
+Model parameters (`--model-param key=value`: reasoning_effort, thinking, max_tokens, ...)
+go to the provider as given, never dropped silently; two of them configure ptxbench's side
+only (LOCAL_PARAMS). `context_size(messages)` says how large a prompt is against the model's
+context window, so the graph can end a run as `context_exceeded` before sending it.
 Transport faults (rate limits, 5xx, timeouts, dropped connections, malformed bodies) are
 retried here with exponential backoff and jitter; authentication and bad-request errors
 are not (repeating them cannot help). Each fault is handed to `on_fault` the moment it
@@ -24,12 +28,75 @@ import tenacity
 
 RETRYABLE = {"rate_limit", "server_error", "timeout", "connection", "malformed"}
 
+# Model parameters that configure ptxbench's side of a call; never sent to the provider.
+LOCAL_PARAMS = {
+    "context_window": "the model's context window in tokens (prompt + max_tokens must fit); overrides litellm's table",
+    "prompt_cache": "true | false: mark the stable prefix of the chat for prompt caching (default: on where the "
+                    "provider takes cache_control markers, i.e. Anthropic's Claude models)",
+}
+# Request fields ptxbench sets itself: a model parameter may not set them.
+RESERVED_PARAMS = ("model", "messages", "api_base", "base_url", "api_key", "timeout", "num_retries", "stream", "n",
+                   "seed", "mock_response")
+
 
 @dataclass
 class Usage:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float | None = None
+    cached_tokens: int = 0  # prompt tokens read from the provider's prompt cache (included in prompt_tokens)
+    cache_write_tokens: int = 0  # prompt tokens written to the cache this call (Anthropic bills them extra)
+
+
+def parse_model_param(text: str) -> tuple[str, Any]:
+    """`key=value` -> (key, value): the value as JSON where it parses (0.2, true, {"type": "enabled"}),
+    else the string itself (high)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"model parameter {text!r}: expected key=value, e.g. reasoning_effort=high")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def model_params_problem(params: dict, temperature: float | None = None) -> str | None:
+    """What is wrong with a run's model parameters, in one line, or None."""
+    if not isinstance(params, dict) or not all(isinstance(k, str) and k for k in params):
+        return "model parameters must be a table of name = value"
+    for key in params:
+        if key in RESERVED_PARAMS:
+            why = "use --seed (it varies per turn and sample)" if key == "seed" else "ptxbench sets it"
+            return f"model parameter {key!r} cannot be set: {why}"
+    if "temperature" in params and temperature is not None:
+        return "temperature is given twice (--temperature and --model-param temperature=...): give it once"
+    window = params.get("context_window")
+    if window is not None and not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+        return f"model parameter context_window must be a positive number of tokens, not {window!r}"
+    if "prompt_cache" in params and not isinstance(params["prompt_cache"], bool):
+        return f"model parameter prompt_cache must be true or false, not {params['prompt_cache']!r}"
+    return None
+
+
+@dataclass
+class ContextSize:
+    """A prompt's size against the model's context window, before it is sent."""
+
+    prompt_tokens: int
+    window: int | None  # None: unknown (no check)
+    reserve: int = 0  # output tokens the request asks room for (max_tokens), when it says
+    source: str = "unknown"  # where the window comes from
+
+    @property
+    def exceeded(self) -> bool:
+        return self.window is not None and self.prompt_tokens + self.reserve > self.window
+
+    def describe(self) -> str:
+        need = f"{self.prompt_tokens} prompt tokens" + (f" + {self.reserve} for the reply" if self.reserve else "")
+        if self.window is None:
+            return f"{need}; context window unknown"
+        return f"{need} against a context window of {self.window} ({self.source})"
 
 
 @dataclass
@@ -62,9 +129,12 @@ class ModelError(Exception):
 
 class Model(Protocol):
     name: str
+    params: dict  # model parameters as given (LOCAL_PARAMS included)
 
     def complete(self, messages: list[dict], *, max_tokens: int | None = None, temperature: float | None = None,
                  seed: int | None = None, on_fault: Callable[[Fault], None] | None = None) -> Completion: ...
+
+    def context_size(self, messages: list[dict]) -> ContextSize: ...
 
 
 class _AttemptFailed(Exception):
@@ -79,6 +149,7 @@ class _RetryingModel:
     """The retry loop shared by every client; subclasses implement one attempt."""
 
     name = "model"
+    params: dict = {}
 
     def __init__(self, *, max_retries: int = 6, retry_base_s: float = 2.0, retry_max_s: float = 60.0):
         self.max_retries, self.retry_base_s, self.retry_max_s = max_retries, retry_base_s, retry_max_s
@@ -88,6 +159,22 @@ class _RetryingModel:
 
     def _attempt(self, messages: list[dict], attempt: int, **params) -> tuple[str, str, Usage, dict | None]:
         raise NotImplementedError  # -> (text, model, usage, raw) or raise _AttemptFailed
+
+    def count_tokens(self, messages: list[dict]) -> int:
+        return sum(_estimate_tokens(_content_text(m.get("content"))) for m in messages)
+
+    def window(self) -> tuple[int | None, str]:
+        """The context window in tokens and where it comes from; (None, ...) when unknown."""
+        if self.params.get("context_window"):
+            return int(self.params["context_window"]), "model parameter context_window"
+        return None, "unknown"
+
+    def context_size(self, messages: list[dict]) -> ContextSize:
+        window, source = self.window()
+        reserve = self.params.get("max_tokens") or self.params.get("max_completion_tokens") or 0
+        # litellm's table gives the input limit; an explicit window is the whole one, the reply included
+        reserve = int(reserve) if source == "model parameter context_window" else 0
+        return ContextSize(self.count_tokens(messages), window, reserve, source)
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         # Honour the server's Retry-After when it asks for longer than our backoff, within the bound.
@@ -158,6 +245,8 @@ def classify(exc: BaseException, attempt: int) -> _AttemptFailed:
         status = None if any(isinstance(e, (httpx.TimeoutException, TimeoutError)) for e in chain) else status
     elif isinstance(exc, litellm.RateLimitError) or status == 429:
         kind = "rate_limit"
+    elif isinstance(exc, litellm.ContextWindowExceededError):  # the prompt outgrew the window: not the model's fault
+        kind, message = "context_exceeded", f"{type(exc).__name__}: {message}"
     elif isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)) or status in (401, 403):
         kind = "auth"  # litellm raises a plain APIError for 403
     elif isinstance(exc, litellm.BadRequestError) or (isinstance(status, int) and 400 <= status < 500):
@@ -190,29 +279,62 @@ class LiteLLMModel(_RetryingModel):
     """Any litellm model string; `openai/<name>` + api_base for vLLM, Ollama or any OpenAI-compatible server.
 
     Cost is litellm's price table for the model name (None where it has none, e.g. self-hosted).
-    `extra` goes to litellm.completion as is; drop_params defaults to True so a temperature or
-    seed a provider does not take is dropped, not an error.
+    `params` (model parameters) go to the provider as given: litellm's drop_params (on, so a
+    default temperature or seed a provider does not take is dropped, not an error) never drops
+    one of them. `extra` goes to litellm.completion as is (litellm-side settings).
     """
 
     def __init__(self, spec: str, *, api_base: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 600, extra: dict | None = None, **retry):
+                 timeout_s: float = 600, extra: dict | None = None, params: dict | None = None, **retry):
         super().__init__(**retry)
         try:  # fail at construction, in one line, rather than at the first call
-            _import_litellm().get_llm_provider(spec, api_base=api_base)
+            self.provider = _import_litellm().get_llm_provider(spec, api_base=api_base)[1]
         except Exception as exc:
             raise ValueError(f"model {spec!r}: litellm finds no provider; use e.g. openai/<name> (with api_base for "
                              "an OpenAI-compatible server), anthropic/..., gemini/..., ollama/..., hosted_vllm/...; "
                              "or replay:<run dir>, human, scripted:<file>") from exc
         self.name, self.api_base, self.api_key, self.timeout_s = spec, api_base, api_key, timeout_s
         self.extra = {"drop_params": True, **(extra or {})}
+        self.params = dict(params or {})
+
+    @property
+    def prompt_cache(self) -> bool:
+        """Mark the stable prefix with cache_control? Anthropic (and Claude served elsewhere) caches
+        only what is marked; OpenAI, Gemini and DeepSeek cache prefixes by themselves."""
+        if "prompt_cache" in self.params:
+            return bool(self.params["prompt_cache"])
+        return self.provider == "anthropic" or "claude" in self.name.lower()
+
+    def window(self) -> tuple[int | None, str]:
+        window, source = super().window()
+        if window is not None:
+            return window, source
+        try:
+            info = _import_litellm().get_model_info(self.name, custom_llm_provider=self.provider)
+        except Exception:  # a self-hosted or new model: litellm has no entry
+            return None, "unknown to litellm; give --model-param context_window=N"
+        window = info.get("max_input_tokens") or info.get("max_tokens")
+        return (int(window), "litellm's model table") if window else (None, "unknown to litellm")
+
+    def count_tokens(self, messages: list[dict]) -> int:
+        try:  # the model's tokenizer where litellm has it, else tiktoken's cl100k
+            return int(_import_litellm().token_counter(model=self.name, messages=messages))
+        except Exception:
+            return super().count_tokens(messages)
 
     def _attempt(self, messages, attempt, **params):
         litellm = _import_litellm()
         kwargs = {k: v for k, v in params.items() if v is not None}
+        sent = {k: v for k, v in self.params.items() if k not in LOCAL_PARAMS}
+        kwargs.update(sent)
+        if sent:  # asked for by name: an error from the provider beats a silent drop
+            kwargs["allowed_openai_params"] = sorted(sent)
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self.api_key:
             kwargs["api_key"] = self.api_key
+        if self.prompt_cache:
+            messages = with_cache_markers(messages)
         try:  # num_retries=0: litellm would otherwise retry on its own, unseen by the trajectory
             response = litellm.completion(model=self.name, messages=messages, timeout=self.timeout_s,
                                           num_retries=0, **self.extra, **kwargs)
@@ -221,8 +343,7 @@ class LiteLLMModel(_RetryingModel):
         raw = json.loads(json.dumps(response.model_dump(), default=str))
         if not response.choices or response.choices[0].message is None:
             raise _AttemptFailed(Fault("malformed", 200, "response has no choices", attempt))
-        u = response.usage
-        usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0)
+        usage = usage_of(response.usage)
         try:
             usage.cost_usd = float(litellm.completion_cost(completion_response=response))
         except Exception:  # a model without a price (self-hosted, new) must never fail a call
@@ -230,12 +351,48 @@ class LiteLLMModel(_RetryingModel):
         return response.choices[0].message.content or "", response.model or self.name, usage, raw
 
 
+def usage_of(u: Any) -> Usage:
+    """litellm's usage -> ours, cached prompt tokens included (OpenAI: prompt_tokens_details.cached_tokens;
+    Anthropic: cache_read_input_tokens and cache_creation_input_tokens, which litellm also maps)."""
+    details = getattr(u, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or getattr(u, "cache_read_input_tokens", None) or 0
+    written = getattr(u, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None) or 0
+    return Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0,
+                 cached_tokens=int(cached), cache_write_tokens=int(written))
+
+
+CACHE_MARK = {"type": "ephemeral"}
+
+
+def with_cache_markers(messages: list[dict]) -> list[dict]:
+    """The chat with cache_control on the stable prefix: the system prompt, the task (the same in
+    every turn under either history policy) and the last reply before the newest message (with the
+    full history, everything up to it is what the next call sends again). At most three marks
+    (Anthropic takes four). The messages given are not changed."""
+    marks = {i for i, m in enumerate(messages[:2]) if m.get("role") in ("system", "user")}
+    if len(messages) > 3 and messages[-2].get("role") == "assistant":
+        marks.add(len(messages) - 2)
+    out = []
+    for i, m in enumerate(messages):
+        if i in marks and isinstance(m.get("content"), str) and m["content"]:
+            m = {**m, "content": [{"type": "text", "text": m["content"], "cache_control": dict(CACHE_MARK)}]}
+        out.append(m)
+    return out
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # content blocks
+        return "".join(str(b.get("text") or "") for b in content if isinstance(b, dict))
+    return str(content or "")
+
+
 # ---- replay, human, scripted ----------------------------------------------------------------
 
 def _usage_from(d: dict | None, default: Usage) -> Usage:
     if not d:
         return default
-    return Usage(int(d.get("prompt_tokens") or 0), int(d.get("completion_tokens") or 0), d.get("cost_usd"))
+    return Usage(int(d.get("prompt_tokens") or 0), int(d.get("completion_tokens") or 0), d.get("cost_usd"),
+                 int(d.get("cached_tokens") or 0), int(d.get("cache_write_tokens") or 0))
 
 
 class ReplayModel(_RetryingModel):
@@ -275,12 +432,13 @@ class ScriptedModel(_RetryingModel):
     fault handling can be tested without a server. Usage defaults to a characters/4 estimate.
     """
 
-    def __init__(self, replies: list, *, name: str = "scripted", max_retries: int = 6):
+    def __init__(self, replies: list, *, name: str = "scripted", max_retries: int = 6, params: dict | None = None):
         super().__init__(max_retries=max_retries, retry_base_s=0.0, retry_max_s=0.0)
         self.name, self.replies, self.index = name, list(replies), 0
+        self.params = dict(params or {})  # recorded; context_window is honoured like a real model's
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "ScriptedModel":
+    def from_file(cls, path: str | os.PathLike, params: dict | None = None) -> "ScriptedModel":
         text = Path(path).read_text()
         if str(path).endswith((".yaml", ".yml")):
             import yaml
@@ -294,7 +452,9 @@ class ScriptedModel(_RetryingModel):
         replies = data.get("replies") if isinstance(data, dict) else data
         if not isinstance(replies, list):
             raise ValueError(f"scripted: {path} must hold a list of replies (or {{'replies': [...]}})")
-        return cls(replies, name=f"scripted:{path}")
+        params = {**({"context_window": data["context_window"]} if isinstance(data, dict) and
+                     data.get("context_window") else {}), **(params or {})}
+        return cls(replies, name=f"scripted:{path}", params=params)
 
     def _attempt(self, messages, attempt, **params):
         if self.index >= len(self.replies):
@@ -305,7 +465,7 @@ class ScriptedModel(_RetryingModel):
             kind = reply["fault"]
             raise _AttemptFailed(Fault(kind, reply.get("status"), reply.get("message", f"scripted {kind}"), attempt))
         text = reply.get("text") or ""
-        prompt = sum(_estimate_tokens(str(m.get("content") or "")) for m in messages)
+        prompt = self.count_tokens(messages)
         usage = _usage_from(reply.get("usage"), Usage(prompt, _estimate_tokens(text), 0.0))
         return text, self.name, usage, {"scripted_index": self.index - 1, "finish_reason": "stop"}
 
@@ -366,14 +526,18 @@ class HumanModel(_RetryingModel):
 
 def get_model(spec: str, *, api_base: str | None = None, api_key: str | None = None, timeout_s: float = 600,
               max_retries: int = 6, retry_base_s: float = 2.0, retry_max_s: float = 60.0,
-              extra: dict | None = None) -> Model:
-    """`replay:<run dir>`, `human`, `scripted:<file>`, or any litellm model string."""
-    extra = dict(extra or {})
+              extra: dict | None = None, params: dict | None = None) -> Model:
+    """`replay:<run dir>`, `human`, `scripted:<file>`, or any litellm model string. `params`:
+    model parameters (sent to a litellm model; recorded, and context_window honoured, for all)."""
+    extra, params = dict(extra or {}), dict(params or {})
     if spec.startswith("replay:"):
-        return ReplayModel(spec.removeprefix("replay:"))
-    if spec == "human":
-        return HumanModel(reply_file=extra.get("reply_file"))
-    if spec.startswith("scripted:"):
-        return ScriptedModel.from_file(spec.removeprefix("scripted:"))
-    return LiteLLMModel(spec, api_base=api_base, api_key=api_key, timeout_s=timeout_s, extra=extra,
-                        max_retries=max_retries, retry_base_s=retry_base_s, retry_max_s=retry_max_s)
+        model: Model = ReplayModel(spec.removeprefix("replay:"))
+    elif spec == "human":
+        model = HumanModel(reply_file=extra.get("reply_file"))
+    elif spec.startswith("scripted:"):
+        return ScriptedModel.from_file(spec.removeprefix("scripted:"), params)
+    else:
+        return LiteLLMModel(spec, api_base=api_base, api_key=api_key, timeout_s=timeout_s, extra=extra, params=params,
+                            max_retries=max_retries, retry_base_s=retry_base_s, retry_max_s=retry_max_s)
+    model.params = params
+    return model

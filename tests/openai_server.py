@@ -33,6 +33,7 @@ class Behaviour:
     kind: str  # "ok" | "status" | "delay" | "malformed_json" | "no_choices"
     text: str = ""
     usage: tuple[int, int] = (10, 5)
+    cached_tokens: int | None = None  # prompt tokens the server says came from its prompt cache
     finish_reason: str = "stop"
     status: int = 200
     message: str = ""
@@ -67,8 +68,9 @@ class OpenAIServer:
 
     # ---- behaviours -------------------------------------------------------------------
     @staticmethod
-    def ok(text: str = "ok", usage: tuple[int, int] = (10, 5), finish_reason: str = "stop") -> Behaviour:
-        return Behaviour("ok", text=text, usage=usage, finish_reason=finish_reason)
+    def ok(text: str = "ok", usage: tuple[int, int] = (10, 5), finish_reason: str = "stop",
+           cached_tokens: int | None = None) -> Behaviour:
+        return Behaviour("ok", text=text, usage=usage, finish_reason=finish_reason, cached_tokens=cached_tokens)
 
     @staticmethod
     def status(code: int, message: str | None = None, *, retry_after: float | None = None,
@@ -156,12 +158,15 @@ class OpenAIServer:
 
 def _completion_body(b: Behaviour, model: str | None) -> dict:
     prompt, completion = b.usage
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if b.cached_tokens is not None:  # OpenAI's shape for a prompt-cache hit
+        usage["prompt_tokens_details"] = {"cached_tokens": b.cached_tokens}
     return {
         "id": f"chatcmpl-test-{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()),
         "model": model or "test-model",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": b.text},
                      "finish_reason": b.finish_reason}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        "usage": usage,
     }
 
 

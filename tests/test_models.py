@@ -112,11 +112,12 @@ def test_missing_api_key_is_not_retried(openai_server, monkeypatch):
     assert openai_server.requests == []
 
 
-def test_context_window_exceeded_is_a_bad_request(openai_server):
+def test_context_window_exceeded_is_its_own_kind(openai_server):
+    # the prompt outgrew the window: the graph ends the run as context_exceeded, not a model error
     openai_server.push(S.context_window_exceeded())
     with pytest.raises(ModelError) as info:
         model_for(openai_server).complete(MESSAGES)
-    assert info.value.kind == "bad_request" and not info.value.retryable
+    assert info.value.kind == "context_exceeded" and not info.value.retryable
     assert "ContextWindowExceeded" in info.value.faults[0].message and len(openai_server.requests) == 1
 
 
