@@ -1,0 +1,197 @@
+"""Tests that fail when a verdict-deciding rule is broken (issue 28's planted bugs, caught here).
+
+Each group names the rule it pins down. Every test was checked by planting the bug in a scratch
+copy of the module: it fails with the bug and passes without (docs/BENCHMARKS.md, "Mutation
+scores", keeps the score per module).
+"""
+from __future__ import annotations
+
+import json
+import random
+import statistics
+
+import pytest
+from agent_loop_helpers import NO_CODE
+
+from agent.budget import Spent, exhausted
+from agent.sweep import load_sweep_config, models_to_run, plan, run_state, run_sweep
+from agent.trajectory import Budget, read_summary
+from tools import expressions
+from tools.expressions import MAX_MAGNITUDE, MAX_NODES, evaluate
+from tools.includes import refused_includes
+from tools.timing import PairedTimes, median_ci, plan_pairs
+
+
+# ------------------------------------------------------------------ expressions: bounds hold exactly
+def _refusal(expr: str, env: dict | None = None) -> str:
+    with pytest.raises(ValueError) as info:
+        evaluate(expr, env or {})
+    return str(info.value)
+
+
+def test_the_magnitude_bound_is_2_to_the_64_exactly():
+    """An intermediate product just past 2**64 is refused; 2**64 itself is the widest u64 argument."""
+    assert MAX_MAGNITUDE == 2**64
+    assert evaluate("4294967296 * 4294967296", {}) == 2**64
+    assert evaluate("-4294967296 * 4294967296", {}) == -(2**64)
+    assert "integer overflow" in _refusal("4294967296 * 4294967296 * 2")
+    assert "integer overflow" in _refusal("x * x + 1", {"x": 4294967296})
+    # Products that stay far below any looser bound (2**128, 2**256) are refused too.
+    assert "integer overflow" in _refusal("x * x * x", {"x": 4294967296})  # 2**96
+    assert "integer overflow" in _refusal("x * x * x * x * x", {"x": 4294967296})  # 2**160
+
+
+def test_a_power_is_refused_before_it_is_computed():
+    """The pre-check names the power (base**exp) at the 64-bit edge; only the after-the-fact
+    magnitude check would say 'an intermediate value', and would let the power be computed."""
+    assert evaluate("2**64", {}) == 2**64
+    assert evaluate("3**40", {}) == 3**40  # 63.4 bits
+    for expr, shown in [("2**65", "2**65"), ("3**41", "3**41"), ("(-2)**65", "-2**65"), ("2**128", "2**128"),
+                        ("x**200", "2**200"), ("16**17", "16**17"), ("2**4096", "2**4096"), ("7**500", "7**500")]:
+        message = _refusal(expr, {"x": 2})
+        assert f"{shown} exceeds 2**64" in message, (expr, message)
+    # The pre-check itself, without the evaluator around it.
+    with pytest.raises(ValueError, match="exceeds 2"):
+        expressions._check_power(2, 65, "'2**65'")
+    expressions._check_power(2, 64, "'2**64'")
+    expressions._check_power(1, 10**9, "'1**1e9'")  # |base| < 2 never grows
+    expressions._check_power(10, -3, "'10**-3'")  # a float between -1 and 1
+    with pytest.raises(ValueError, match="division by zero"):
+        expressions._check_power(0, -1, "'0**-1'")
+
+
+def test_the_node_limit_is_400():
+    """A flat expression (depth 2, under the character limit) with more than MAX_NODES syntax
+    nodes is refused for its size, before anything is evaluated."""
+    assert MAX_NODES == 400
+    wide = "[" + ",".join(["1"] * 420) + "]"  # 423 nodes, 841 characters
+    assert len(wide) < expressions.MAX_CHARS
+    assert "too large" in _refusal(wide)
+    ok = "[" + ",".join(["1"] * 390) + "]"  # 393 nodes: the shape passes; a list is then unsupported
+    assert "unsupported construct List" in _refusal(ok)
+    # A sum of 64 balanced terms (191 nodes, depth 14) is well within both limits.
+    def balanced(n: int) -> str:
+        return "1" if n == 1 else f"({balanced(n // 2)}+{balanced(n - n // 2)})"
+    assert evaluate(balanced(64), {}) == 64
+
+
+# ------------------------------------------------------------------ budget: a limit hit exactly ends the run
+def test_every_limit_is_reached_at_equality():
+    b = Budget(max_turns=8, max_tokens=1000, max_cost=0.5, max_time_s=60)
+    assert exhausted(b, Spent(turns=7, prompt_tokens=600, completion_tokens=399, cost_usd=0.4999, wall_s=59.9)) is None
+    reason, detail = exhausted(b, Spent(turns=1, prompt_tokens=600, completion_tokens=400))
+    assert reason == "max_tokens" and detail == "1000 tokens used, limit 1000"
+    assert exhausted(b, Spent(turns=1, cost_usd=0.5))[0] == "max_cost"
+    assert exhausted(b, Spent(turns=1, wall_s=60.0))[0] == "max_time"
+    assert exhausted(b, Spent(turns=8))[0] == "max_turns"
+    # The first limit reached is the one named: turns before tokens before cost before time.
+    assert exhausted(b, Spent(turns=8, prompt_tokens=1000, cost_usd=1, wall_s=99))[0] == "max_turns"
+    assert exhausted(b, Spent(turns=1, prompt_tokens=1000, cost_usd=1, wall_s=99))[0] == "max_tokens"
+    assert exhausted(b, Spent(turns=1, cost_usd=1, wall_s=99))[0] == "max_cost"
+    # No limit set: only turns count.
+    assert exhausted(Budget(max_turns=3), Spent(turns=2, prompt_tokens=10**9, cost_usd=1e9, wall_s=1e9)) is None
+
+
+# ------------------------------------------------------------------ timing: the speedup from pairs
+def test_a_faster_candidate_has_a_speedup_above_one():
+    """ratios are baseline/candidate per pair: a candidate twice as fast scores 2, not 0.5."""
+    t = PairedTimes(candidate_ms=[1.0, 2.0, 0.5, 4.0], baseline_ms=[2.0, 2.0, 2.0, 2.0], warmup=1)
+    assert t.ratios == [2.0, 1.0, 4.0, 0.5]
+    assert statistics.median(PairedTimes([1.0] * 5, [3.0] * 5, 2).ratios) == 3.0
+    # A pair whose candidate time is zero (no timed work) is left out, not divided by.
+    assert PairedTimes([0.0, 1.0], [1.0, 1.5], 1).ratios == [1.5]
+    assert PairedTimes([1.0, 1.0], [], 1).ratios == []  # no baseline: no ratio
+
+
+def test_median_interval_brackets_the_median():
+    rng = random.Random(0)
+    ratios = [1.0 + 0.01 * i for i in range(41)]
+    lo, hi = median_ci(ratios, rng)
+    assert lo < statistics.median(ratios) < hi and 1.1 < lo and hi < 1.3
+    assert median_ci([1.5], rng) == (1.5, 1.5)
+    assert all(x != x for x in median_ci([], rng))  # NaN: nothing to bound
+    wide = median_ci(ratios, random.Random(1), level=0.99)
+    narrow = median_ci(ratios, random.Random(1), level=0.5)
+    assert wide[0] <= narrow[0] and narrow[1] <= wide[1]
+
+
+def test_pair_counts_follow_the_budget_within_bounds():
+    class Fixed:  # the random extra drawn as its largest or as zero
+        def __init__(self, top: bool):
+            self.top = top
+
+        def randint(self, a, b):
+            return b if self.top else a
+
+    assert plan_pairs(0.1, Fixed(False), budget_s=2.0) == 20
+    assert plan_pairs(0.1, Fixed(True), budget_s=2.0) == 30  # up to half again, so no kernel knows the last run
+    assert plan_pairs(10.0, Fixed(False), budget_s=1.0) == 10  # at least lo
+    assert plan_pairs(1e-9, Fixed(False), budget_s=1.0) == 60  # at most hi
+    assert plan_pairs(0.5, Fixed(False), budget_s=1.0, lo=1, hi=100) == 2
+
+
+# ------------------------------------------------------------------ includes: `..` and absolute paths
+@pytest.mark.parametrize("name, why", [
+    ("/usr/include/stdio.h", "absolute paths are not allowed"),
+    ("\\\\server\\share\\x.h", "absolute paths are not allowed"),
+    ("C:/cuda/include/cuda.h", "absolute paths are not allowed"),
+    ("c:x.h", "absolute paths are not allowed"),
+    ("../secrets.h", "'..' is not allowed"),
+    ("ptxbench/../../etc/passwd", "'..' is not allowed"),
+    ("ptxbench\\..\\x.h", "'..' is not allowed"),
+    ("..", "'..' is not allowed"),
+])
+def test_absolute_and_parent_paths_are_refused_by_name(name, why):
+    """The reason names the rule broken (not the generic character rule), for both spellings."""
+    for src in (f'#include "{name}"\n', f"#include <{name}>\n", f'#if __has_include("{name}")\n#endif\n'):
+        [(inc, reason)] = refused_includes(src)
+        assert inc.name == name and why in reason, (src, reason)
+
+
+def test_plain_helper_and_cuda_headers_are_not_refused():
+    assert refused_includes('#include <cuda_bf16.h>\n#include "ptxbench/wgmma.cuh"\n#include <cuda/std/cstdint>\n') == []
+    assert "longer than" in refused_includes(f'#include "{"a" * 201}.h"\n')[0][1]
+    assert "written literally" in refused_includes("#define H <x.h>\n#include H\n")[0][1]
+    assert "may only use letters" in refused_includes('#include "a/.hidden.h"\n')[0][1]
+
+
+# ------------------------------------------------------------------ sweep: --retry-failed redoes failed runs
+SWEEP = """\
+name = "retry"
+models = [{spec = "scripted:prose.json", name = "prose"}]
+tasks = ["gemm"]
+contexts = ["none"]
+replicas = 1
+check_models = false
+concurrency = 1
+
+[budget]
+max_turns = 1
+"""
+
+
+def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    first = run_sweep(cfg)
+    [run_id] = [o.run_id for o in first.outcomes]
+    run_dir = tmp_path / "runs" / run_id
+    assert (first.ran, first.failed) == (1, 0) and read_summary(run_dir).status == "finished"
+    # The run recorded its own crash (a ptxbench bug): a failed run counts as done...
+    s = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**s, "status": "failed", "stop_reason": "error",
+                                                      "stop_detail": "RuntimeError: a bug"}))
+    assert run_state(run_dir) == "done"
+    assert models_to_run(plan(cfg)) == set()
+    again = run_sweep(cfg)
+    assert (again.ran, again.skipped) == (0, 1) and again.outcomes[0].status == "skipped"
+    assert read_summary(run_dir).status == "failed"
+    # ...unless the sweep is asked to retry failed runs: then it is resumed and finishes.
+    assert models_to_run(plan(cfg), retry_failed=True) == {"prose"}
+    retried = run_sweep(cfg, retry_failed=True)
+    assert (retried.ran, retried.skipped, retried.resumed, retried.failed) == (1, 0, 1, 0)
+    assert retried.outcomes[0].status == "finished" and retried.outcomes[0].state_before == "partial"
+    assert read_summary(run_dir).status == "finished"
+    # A finished run is not redone by --retry-failed.
+    assert run_sweep(cfg, retry_failed=True).ran == 0
