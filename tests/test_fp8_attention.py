@@ -106,7 +106,7 @@ def test_sampled_rows_match_the_full_reference():
 
 
 def test_workspace_carries_e4m3_inputs():
-    """The worker's Workspace (guards, pristine copies, poison, verdict) with e4m3 inputs, on CPU."""
+    """The worker's Workspace (guards, inputs judged against a regeneration, poison, verdict) with e4m3 inputs, on CPU."""
     from tools.launch import NOMINAL_LIMITS, plan_launches
     from tools.solution import Solution
     from tools.worker import Workspace
@@ -120,15 +120,15 @@ def test_workspace_carries_e4m3_inputs():
     ws.load_inputs(fresh)
     ws.reset()
     ref = run_reference(task, fresh)
-    reason, detail, _ = ws.verdict(ref, task.tolerance, term_scales(task, fresh))
+    reason, detail, _ = ws.verdict(ref, task.tolerance, term_scales(task, fresh), inputs=fresh)
     assert reason == "unwritten_output", detail
     ws.outputs["O"].copy_(ref["O"])
     ws.outputs["LSE"].copy_(ref["LSE"])
-    assert ws.verdict(ref, task.tolerance, term_scales(task, fresh))[0] is None
+    assert ws.verdict(ref, task.tolerance, term_scales(task, fresh), inputs=fresh)[0] is None
     smp = sample(task, fresh, torch.Generator().manual_seed(0), rows=16)
-    assert ws.verdict(None, task.tolerance, samples=smp)[0] is None
+    assert ws.verdict(None, task.tolerance, inputs=fresh, samples=smp)[0] is None
     ws.inputs["V"].view(torch.uint8)[0, 0, 0, 0] ^= 1  # a kernel that wrote to an e4m3 input
-    assert ws.verdict(ref, task.tolerance, term_scales(task, fresh))[0] == "input_modified"
+    assert ws.verdict(ref, task.tolerance, term_scales(task, fresh), inputs=fresh)[0] == "input_modified"
 
 
 def _emulated_kernel(x: dict, causal: bool, p_scale: float = 256.0, drop_descale_v: bool = False,

@@ -194,18 +194,18 @@ def test_workspace_loads_guards_and_judges_fp8_inputs():
     ws = Workspace(t, plan, device="cpu")
     ws.load_inputs(x)
     ws.reset()
-    reason, _, _ = ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x))
+    reason, _, _ = ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x), inputs=x)
     assert reason == "unwritten_output"  # D still holds the poison
     ws.outputs["D"].copy_(_kernel(x).to(torch.bfloat16))
     gen = torch.Generator()
     gen.manual_seed(0)
-    assert ws.verdict(None, t.tolerance, samples=sample(t, x, gen, 8))[0] is None
-    assert ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x))[0] is None
+    assert ws.verdict(None, t.tolerance, inputs=x, samples=sample(t, x, gen, 8))[0] is None
+    assert ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x), inputs=x)[0] is None
     ws.inputs["A"].view(torch.uint8)[0, 0] ^= 1  # one e4m3 input byte changed by the "kernel"
-    assert ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x))[0] == "input_modified"
+    assert ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x), inputs=x)[0] == "input_modified"
     ws.load_inputs(x)
     ws.outputs["D"].copy_(_kernel(x, "neighbour_n_block").to(torch.bfloat16))
-    assert ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x))[0] == "incorrect"
+    assert ws.verdict(run_reference(t, x), t.tolerance, term_scales(t, x), inputs=x)[0] == "incorrect"
 
 
 # ------------------------------------------------------------------ baselines (plumbing; the libraries run on the GPU)

@@ -37,6 +37,10 @@ from tools.timing import TIMING_BUDGET_S, geo_spread, geomean
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run on exactly this
 ARCH_GPU = {"sm_90a": "an H100/H200", "sm_100a": "a B200/GB200"}
+# Workload verdicts reached by running the kernel to the end: the executed check profiles these
+# (and passed ones), never a workload the manifest, a fault or a hang decided.
+CREDITABLE = ("incorrect", "unwritten_output", "nan_output", "wrong_after_first_call", "wrong_in_timed_run",
+              "implausible")
 
 
 class WorkerTimeout(RuntimeError):
@@ -466,20 +470,8 @@ class Evaluator:
             req = self._request(solution, res.compile, task, first, seeds=[self._seed()], time=False)
             names = _entries(res.compile, solution)
             if executed_check:
-                from tools import ncu
-
                 t0 = _time.perf_counter()
-                axes0 = task.axis_values(first)
-                work = ncu.TaskWork(flops=task.flop_count(axes0), read_bytes=task.input_bytes(axes0))
-                res.executed = (ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: ")) if stop else
-                                ncu.executed_check(req, res.requested_features, names, w.env, self.ncu_timeout_s,
-                                                   work=work, extra_metrics=self.profile_metrics))
-                ex = res.executed
-                timed = next((x.timing.median_ms for x in res.workloads if x.workload == first.name and x.timing), None)
-                ncu.tie_to_timed_run(ex, timed)
-                ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),
-                                            fp8=computes_in_fp8(task))
-                              if ex.kernel_metrics else profile_skipped(ex.reason or "ncu collected no profile", res.gpu))
+                res.executed = self._executed(res, solution, task, wls, stop, w.env)
                 res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
                 from tools import ncu
@@ -489,6 +481,34 @@ class Evaluator:
                 res.sanitize = (SanitizeResult(status="skipped", reason=stop.removeprefix("not run: ")) if hung else
                                 ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
                 res.phase_s["sanitize"] = _time.perf_counter() - t0
+
+    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, env: dict[str, str]) -> ExecutedCheck:
+        """The executed check on every judged workload that ran to a verdict of its own (one the
+        manifest, a fault or a hang did not decide: those run no profiler), each tied to its
+        timed median; the profile comes from the first visible workload."""
+        from tools import ncu
+
+        if stop:
+            return ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: "))
+        ran = {x.workload: x for x in res.workloads if x.status == "passed" or x.reason in CREDITABLE}
+        chosen = [w for w in wls if w.name in ran]
+        if not chosen:
+            bad = next((x for x in res.workloads if x.status == "failed"), None)
+            why = f"{bad.reason}: {bad.detail}" if bad else "no workload ran"
+            return ExecutedCheck(status="skipped", reason=f"not profiled: no workload ran to a verdict ({why})"[:400])
+        requests = [{**self._request(solution, res.compile, task, w, seeds=[self._seed(), self._seed()], time=False),
+                     "credit_seed": self._rng.getrandbits(62)} for w in chosen]
+        works = [ncu.TaskWork(flops=task.flop_count(task.axis_values(w)), read_bytes=task.input_bytes(task.axis_values(w)))
+                 for w in chosen]
+        timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
+        ex = ncu.executed_check(requests, res.requested_features, _entries(res.compile, solution), env,
+                                self.ncu_timeout_s, works=works, timed_ms=timed, extra_metrics=self.profile_metrics)
+        first = chosen[0]
+        axes0 = task.axis_values(first)
+        ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),
+                                    fp8=computes_in_fp8(task))
+                      if ex.kernel_metrics else profile_skipped(ex.reason or "ncu collected no profile", res.gpu))
+        return ex
 
     def _request(self, solution, comp, task, wl, seeds: list[int], time: bool) -> dict:
         return {"op": "run", "cubin": comp.cubin, "symbols": getattr(comp, "symbols", {}) or {},

@@ -1,14 +1,19 @@
 """Run-time evidence from NVIDIA's tools, each in its own subprocess (client side).
 
-executed_check: runs the candidate once under Nsight Compute (`ncu`) and counts the SASS
-instructions that actually executed, per requested feature (tools.features.executed_opcodes).
-A wgmma that sits in a branch never taken is in the binary but counts zero here.
+executed_check: counts, under Nsight Compute (`ncu`), the SASS instructions that actually
+executed per requested feature (tools.features.executed_opcodes) and the work they carried,
+on every judged workload. The process (`python -m tools.worker --credit REQ RES`) runs each
+workload as the evaluation does (fresh module, seeded checks, then judged runs on fresh
+inputs) and opens the profiler's window (`--profile-from-start off`) around one of those runs,
+drawn at random per evaluation. A wgmma that sits in a branch never taken is in the binary but
+counts zero here; one taken only on the module's first launch, or only at one shape, does not
+earn the credit either.
 
-sanitize_check: runs the candidate once under compute-sanitizer memcheck.
+sanitize_check: runs the candidate once under compute-sanitizer memcheck
+(`python -m tools.worker --once REQ RES`: one correctness check, no timing).
 
-Both start `python -m tools.worker --once REQ RES` (one correctness check, no timing) under
-the tool, with the same CUDA_VISIBLE_DEVICES as the evaluator's worker. Without the tool,
-or when it fails, the result is "skipped" with the reason: never a pass.
+Both run with the same CUDA_VISIBLE_DEVICES as the evaluator's worker. Without the tool, or
+when it fails, the result is "skipped" with the reason: never a pass.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.results import ExecutedCheck, SanitizeResult
+from tools.results import ExecutedCheck, SanitizeResult, WorkloadCredit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OPCODE_METRIC = "sass__inst_executed_per_opcode"
@@ -282,30 +287,38 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
     return True, None
 
 
-def executed_check(request: dict, features: list[str], kernel_names: list[str], env: dict[str, str],
-                   timeout_s: float = 600.0, work: TaskWork | None = None,
+def executed_check(requests: list[dict], features: list[str], kernel_names: list[str], env: dict[str, str],
+                   timeout_s: float = 600.0, works: list[TaskWork | None] | None = None,
+                   timed_ms: dict[str, float | None] | None = None,
                    extra_metrics: tuple[str, ...] = ()) -> ExecutedCheck:
-    """One ncu pass over the candidate's launches: executed counts, work shares and, when
-    asked, `extra_metrics` (a profile) per kernel in the same pass."""
+    """One ncu process over every judged workload (`requests`: one worker request each, with a
+    secret `credit_seed`): on each, one credit run drawn at random among several is profiled
+    (tools.worker.run_credit). Counts, work shares and the verdict per workload, each tied both
+    ways to that workload's timed median (`timed_ms` by workload name); then combined (a feature
+    carries only where it carries on every credited workload). `works`: the task's work per
+    request. `extra_metrics` (a profile) are collected in the same pass."""
     ncu = shutil.which("ncu")
     if ncu is None:
         return ExecutedCheck(status="skipped", reason="ncu (Nsight Compute) is not on PATH")
     if not features:
         return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
+    if not requests:
+        return ExecutedCheck(status="skipped", reason="no workload could be run (nothing to profile)")
+    works = list(works) if works is not None else [None] * len(requests)
     names = list(dict.fromkeys(kernel_names))
     with tempfile.TemporaryDirectory(prefix="ptxbench-ncu-") as tmp:
         req, res, rep = Path(tmp) / "req.pkl", Path(tmp) / "res.pkl", Path(tmp) / "profile"
-        req.write_bytes(pickle.dumps(request))
+        req.write_bytes(pickle.dumps(requests))
         last_error = ""
         work_list = [OPCODE_METRIC, GMMA_METRIC, *WORK_METRICS]
         extra = [m for m in extra_metrics if m not in work_list]
         attempts = ([work_list + extra] if extra_metrics else []) + [
             work_list, [OPCODE_METRIC, GMMA_METRIC, DURATION_METRIC], [OPCODE_METRIC, DURATION_METRIC]]
         for metrics in attempts:  # retry without the metrics this ncu lacks
-            cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name-base", "mangled",
+            cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(metrics),
+                   "--kernel-name-base", "mangled",
                    "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
-                   "--launch-count", str(len(request["manifest"]["launches"])), "--export", str(rep),
-                   "--force-overwrite", *_worker_cmd(req, res)]
+                   "--export", str(rep), "--force-overwrite", *_credit_cmd(req, res)]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
                                       env=env, cwd=str(REPO_ROOT))
@@ -317,24 +330,116 @@ def executed_check(request: dict, features: list[str], kernel_names: list[str], 
             last_error = _tail(proc.stdout + proc.stderr)
             if "metric" not in last_error.lower():
                 break  # not a metric this ncu lacks: retrying without one would not help
+        runs = _credit_results(res)
+        if isinstance(runs, str):
+            return ExecutedCheck(status="skipped", reason=f"the profiled process failed: {runs}; "
+                                                          f"ncu: {_tail(proc.stdout + proc.stderr)}")
         if not report.exists():
+            if not any(r.get("profiled_at") for r in runs):
+                return _combine(features, [_unprofiled(r) for r in runs], extra_metrics)
             return ExecutedCheck(status="skipped", reason=f"ncu produced no report: {last_error}")
         imported = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
                                    "--print-metric-instances", "details", "--print-kernel-base", "mangled"],
                                   capture_output=True, text=True, errors="replace", timeout=120)
         rows = parse_raw_csv(imported.stdout)
-        if not rows:
-            return ExecutedCheck(status="skipped", reason="ncu profiled no launch of the solution's kernels "
-                                                          f"({', '.join(names)}): {_tail(imported.stderr or proc.stdout)}")
-        counts, uncounted = counts_from_rows(rows, features)
-        kernels = per_kernel(rows, features)
-        metrics = work_metrics(rows)
-        raw = kernel_metrics(rows, list(dict.fromkeys([*WORK_METRICS, *extra]))) if extra_metrics else {}
+    expected = sum(int(r.get("launches") or 0) for r in runs if r.get("profiled_at"))
+    if len(rows) != expected:
+        return ExecutedCheck(status="skipped", reason=f"ncu profiled {len(rows)} launches of the solution's kernels "
+                                                      f"({', '.join(names)}), the credit runs made {expected}: "
+                                                      f"{_tail(imported.stderr)}")
+    credits, profiled, at = [], {}, 0
+    by_name = {r.get("workload"): w for r, w in zip(requests_meta(requests), works)}
+    for r in runs:
+        if not r.get("profiled_at"):
+            credits.append(_unprofiled(r))
+            continue
+        mine = rows[at:at + int(r["launches"])]
+        at += int(r["launches"])
+        credits.append(_credit(r, mine, features, by_name.get(r["workload"]), (timed_ms or {}).get(r["workload"])))
+        profiled[r["workload"]] = mine
+    return _combine(features, credits, extra_metrics, profiled)
+
+
+def requests_meta(requests: list[dict]) -> list[dict]:
+    """{workload, split} of each request, in order."""
+    return [{"workload": q["workload"]["name"], "split": q["workload"].get("split", "visible")} for q in requests]
+
+
+def _credit_cmd(req_path: Path, res_path: Path) -> list[str]:
+    return [sys.executable, "-m", "tools.worker", "--credit", str(req_path), str(res_path)]
+
+
+def _credit_results(res_path: Path) -> list[dict] | str:
+    """The credit process's per-workload results, or why there are none."""
+    if not res_path.exists():
+        return "it wrote no result (killed, or crashed before the end)"
+    reply = pickle.loads(res_path.read_bytes())
+    if reply.get("op") == "error" and not reply.get("results"):
+        return str(reply.get("error"))
+    return list(reply.get("results") or [])
+
+
+def _unprofiled(r: dict) -> WorkloadCredit:
+    why = f"{r.get('reason')}: {r.get('detail')}" if r.get("reason") else "its profiled run was not reached"
+    return WorkloadCredit(workload=r["workload"], split=r.get("split", "visible"), status="skipped", runs=r.get("runs", 0),
+                          reason=f"not credited: {why}"[:400])
+
+
+def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: TaskWork | None,
+            timed_ms: float | None) -> WorkloadCredit:
+    """One workload's verdict from its profiled run's rows, tied to its timed median."""
+    counts, uncounted = counts_from_rows(rows, features)
+    metrics = work_metrics(rows)
+    wc = WorkloadCredit(workload=r["workload"], split=r.get("split", "visible"), status="ok", runs=r.get("runs", 0),
+                        profiled_at=r.get("profiled_at"), counts=counts, kernel_ms=metrics.get("kernel_ms"),
+                        timed_ms=timed_ms)
     if uncounted:
-        return ExecutedCheck(status="skipped", counts=counts, per_kernel=kernels, kernel_metrics=raw,
-                             reason=f"ncu gave no per-opcode counts for {', '.join(uncounted)}")
-    out = verdict(features, counts, kernels, metrics, work)
-    out.kernel_metrics = raw
+        wc.status, wc.reason = "skipped", f"ncu gave no per-opcode counts for {', '.join(uncounted)}"
+        return wc
+    v = verdict(features, counts, per_kernel(rows, features), metrics, work)
+    wc.executed, wc.shares, wc.carries, wc.notes = v.executed, v.shares, v.carries, v.notes
+    tie_to_timed_run(wc, timed_ms)
+    return wc
+
+
+def _combine(features: list[str], credits: list[WorkloadCredit], extra_metrics: tuple[str, ...] = (),
+             profiled: dict[str, list[dict[str, str]]] | None = None) -> ExecutedCheck:
+    """Every workload's credit as one verdict: executed / carries only where they hold on every
+    credited workload; the first workload that withheld a feature's credit is named. `profiled`:
+    each credited workload's ncu rows (the raw totals and the profile are the first visible one's)."""
+    ok = [c for c in credits if c.status == "ok"]
+    if not ok:
+        why = next((c.reason for c in credits if c.reason), "no workload was credited")
+        return ExecutedCheck(status="skipped", reason=why, workloads=credits)
+    first = next((c for c in ok if c.split == "visible"), ok[0])
+    rows = (profiled or {}).get(first.workload, [])
+    out = ExecutedCheck(status="ok", workloads=credits, timed_ms=first.timed_ms,
+                        metrics=work_metrics(rows), per_kernel=per_kernel(rows, features),
+                        kernel_metrics=kernel_metrics(rows, list(dict.fromkeys([*WORK_METRICS, *extra_metrics])))
+                        if extra_metrics else {})
+    held_out_seen = 0
+    labels = {}
+    for c in credits:  # held-out workloads are named by number: their sizes are never shown
+        if c.split == "visible":
+            labels[c.workload] = f"workload {c.workload}"
+        else:
+            held_out_seen += 1
+            labels[c.workload] = f"held-out workload #{held_out_seen}"
+    for f in features:
+        out.counts[f] = sum(c.counts.get(f, 0) for c in ok)
+        out.executed[f] = all(c.executed.get(f, False) for c in ok)
+        out.carries[f] = all(c.carries.get(f, False) for c in ok)
+        shares = [c.shares.get(f) for c in ok if f in c.shares]
+        if shares:
+            out.shares[f] = None if any(x is None for x in shares) else min(shares)  # type: ignore[type-var]
+        withheld = next((c for c in ok if not c.carries.get(f, False)), None)
+        if withheld is not None:
+            why = withheld.notes.get(f) or (f"{f} did not execute" if not withheld.executed.get(f) else
+                                            f"{f} did not carry the work")
+            out.notes[f] = f"{labels[withheld.workload]} (profiled run {withheld.profiled_at} of {withheld.runs}): {why}"
+    skipped = [c for c in credits if c.status != "ok"]
+    if skipped:
+        out.reason = "; ".join(f"{labels[c.workload]}: {c.reason}" for c in skipped)[:600]
     return out
 
 
@@ -361,25 +466,30 @@ def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict
                          notes=notes, metrics=metrics)
 
 
-def tie_to_timed_run(ex: ExecutedCheck, timed_ms: float | None) -> None:
-    """Withdraw the credit of a profiled run that was not the timed kernel (SAME_RUN_RATIO), in
-    place. `timed_ms`: the candidate's timed median on the profiled workload; None when it was
-    not timed (then no speed is claimed for the credited kernel and nothing is tied)."""
-    if ex.status != "ok" or timed_ms is None:
+def tie_to_timed_run(credit: WorkloadCredit | ExecutedCheck, timed_ms: float | None) -> None:
+    """Withdraw the credit of a profiled run that was not the timed kernel, in place: its kernel
+    time must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS) of the timed median of its workload,
+    both ways. Slower: the credited path is not the timed one (the timed path is faster and
+    generic). Faster: the timed runs took a slower path than the one whose instructions were
+    counted. `timed_ms` None: the workload was not timed, so no speed is claimed and nothing is tied."""
+    if credit.status != "ok" or timed_ms is None:
         return
-    profiled = ex.metrics.get("kernel_ms")
-    ex.timed_ms = timed_ms
+    profiled = credit.kernel_ms if isinstance(credit, WorkloadCredit) else credit.metrics.get("kernel_ms")
+    credit.timed_ms = timed_ms
     if profiled is None:
         why = "the profiled run's kernel time was not measured, so it cannot be tied to the timed runs"
     elif profiled > SAME_RUN_RATIO * timed_ms + SAME_RUN_SLACK_MS:
         why = (f"the profiled run's kernels took {profiled:.4g} ms, the timed runs {timed_ms:.4g} ms (median): "
                "the kernel that was timed is not the one whose instructions were counted")
+    elif profiled < timed_ms / SAME_RUN_RATIO - SAME_RUN_SLACK_MS:
+        why = (f"the profiled run's kernels took {profiled:.4g} ms, the timed runs {timed_ms:.4g} ms (median): "
+               "the timed runs took a slower path than the one whose instructions were counted")
     else:
         return
-    for f, carried in ex.carries.items():
+    for f, carried in credit.carries.items():
         if carried:
-            ex.carries[f] = False
-            ex.notes[f] = why
+            credit.carries[f] = False
+            credit.notes[f] = why
 
 
 _SAN_HEADER = re.compile(r"^=========\s+((?:Invalid|Out-of-range|Misaligned|Program hit|Barrier error|"
@@ -429,5 +539,5 @@ def sanitize_check(request: dict, kernel_names: list[str], env: dict[str, str],
     return SanitizeResult(status="ok")
 
 
-__all__ = ["executed_check", "verdict", "tie_to_timed_run", "work_shares", "TaskWork", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
+__all__ = ["executed_check", "verdict", "tie_to_timed_run", "requests_meta", "work_shares", "TaskWork", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
            "parse_sanitizer"]

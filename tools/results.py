@@ -197,6 +197,26 @@ class WorkloadResult(BaseModel):
     phase_s: dict[str, float] = Field(default_factory=dict)
 
 
+class WorkloadCredit(BaseModel):
+    """The executed check on one judged workload: its own profiled run (a random one of its
+    credit runs, tools.worker.run_credit), counts, work shares and verdict, and the tie of that
+    run's kernel time to the workload's timed median."""
+
+    workload: str
+    split: str = "visible"
+    status: Status
+    reason: str | None = None
+    profiled_at: int | None = None  # which credit run was profiled (1-based), drawn per evaluation
+    runs: int = 0  # credit runs on this workload
+    counts: dict[str, int] = Field(default_factory=dict)
+    executed: dict[str, bool] = Field(default_factory=dict)
+    shares: dict[str, float | None] = Field(default_factory=dict)
+    carries: dict[str, bool] = Field(default_factory=dict)
+    notes: dict[str, str] = Field(default_factory=dict)
+    kernel_ms: float | None = None  # the profiled run's kernels (Nsight Compute)
+    timed_ms: float | None = None  # the workload's timed median, when it was timed
+
+
 class ExecutedCheck(BaseModel):
     """Executed-instruction counts from Nsight Compute, per requested feature and per launch.
 
@@ -217,9 +237,14 @@ class ExecutedCheck(BaseModel):
     # when a profile was asked for: kernel -> metric -> value, from the same ncu pass
     kernel_metrics: dict[str, dict[str, float]] = Field(default_factory=dict)
     profile: Profile | None = None  # built from kernel_metrics (tools/profile.py); None: not asked for
-    # the candidate's timed median on the profiled workload, when it was timed: the profiled run's
-    # kernel time (metrics["kernel_ms"]) must be within tools.ncu.SAME_RUN_RATIO of it for credit
+    # the candidate's timed median on the first visible workload, when it was timed: each profiled
+    # run's kernel time must be within tools.ncu.SAME_RUN_RATIO of its workload's timed median
     timed_ms: float | None = None
+    # every judged workload's own credit; the fields above combine them: a feature is executed and
+    # carries only where it does on every credited workload, `shares` is the smallest, `notes` name
+    # the workload that withheld credit; counts are summed, metrics/per_kernel/profile are the first
+    # visible workload's
+    workloads: list[WorkloadCredit] = Field(default_factory=list)
 
 
 class SanitizeResult(BaseModel):

@@ -2,7 +2,9 @@
 
     python -m tools.worker                  serve requests on stdin/stdout (the Evaluator starts it)
     python -m tools.worker --once REQ RES   run one request from a pickle file, write the reply
-                                            (how ncu and compute-sanitizer run a candidate)
+                                            (how compute-sanitizer runs a candidate)
+    python -m tools.worker --credit REQ RES every judged workload's credit runs (run_credit), the
+                                            executed check's process under Nsight Compute
 
 Protocol: each message is an 8-byte little-endian length followed by a pickled dict.
 stdout carries only the protocol (fd 1 is pointed at stderr at start, so stray prints
@@ -19,6 +21,7 @@ can use them without CUDA.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import struct
@@ -218,6 +221,19 @@ class State:
         self._module = Module(cubin, symbols)
         return Bound(plan, self._module, ws.pointers())
 
+    @contextmanager
+    def profiler_window(self):
+        """Nsight Compute (--profile-from-start off) profiles only launches made inside."""
+        from cuda.bindings import driver as d
+
+        from tools.launch import check
+
+        check(d.cuProfilerStart(), "cuProfilerStart")
+        try:
+            yield
+        finally:
+            check(d.cuProfilerStop(), "cuProfilerStop")
+
     def wait(self, limit_s: float) -> None:
         from tools.timing import wait_idle
 
@@ -285,7 +301,8 @@ class Workspace:
                         for name, (dtype, shape) in plan.tensors.items()}
         self.inputs = {n: self.guarded[n].tensor for n in task.inputs}
         self.outputs = {n: self.guarded[n].tensor for n in task.outputs}
-        self.pristine = {n: torch.empty_like(t) for n, t in self.inputs.items()}
+        # No device copy of the inputs is kept: a kernel can write any address of the context, so
+        # "inputs unchanged" is judged against the inputs generated again from the seed (verdict).
         self.buffers = {b.name: (self.guarded[b.name].tensor, b.zero) for b in plan.buffers}
 
     def pointers(self) -> dict[str, int]:
@@ -294,7 +311,6 @@ class Workspace:
     def load_inputs(self, fresh: dict) -> None:
         for n, t in self.inputs.items():
             t.copy_(fresh[n])
-            self.pristine[n].copy_(fresh[n])
 
     def prepare(self) -> None:
         """Before every run, not timed: outputs poisoned, zero=false scratch filled with garbage."""
@@ -318,10 +334,17 @@ class Workspace:
         self.prepare()
         self.zero_scratch()
 
-    def verdict(self, expected: dict | None, tol, scales: dict | None = None, samples: dict | None = None):
+    def verdict(self, expected: dict | None, tol, scales: dict | None = None, samples: dict | None = None, *,
+                inputs: dict | None = None):
         """(reason or None, detail, mismatches) for the outputs as they are now: guards, inputs
         unchanged, every output element written and not NaN, then the values against
-        `expected` (whole outputs) or against `samples` (tasks.sampled: random rows only)."""
+        `expected` (whole outputs) or against `samples` (tasks.sampled: random rows only).
+
+        `inputs`: the run's inputs generated again from its seed after the run. "Unchanged" is
+        judged against them, never against a device copy: nothing the candidate could reach
+        while it ran decides the verdict."""
+        if inputs is None:
+            raise ValueError("verdict() needs the inputs generated again from the run's seed (inputs=...)")
         from tasks.sampled import view_rows
         from tools.correctness import compare, poison_mask, same_bits
 
@@ -333,7 +356,7 @@ class Workspace:
                 return "out_of_bounds_write", (f"wrote outside {kind} {name!r}: {before + after} guard bytes changed "
                                                f"{where} it"), []
         for name, t in self.inputs.items():
-            if not same_bits(t, self.pristine[name]):
+            if not same_bits(t, inputs[name]):
                 return "input_modified", f"input {name!r} changed during the run (inputs are read-only)", []
         for name, t in self.outputs.items():
             unwritten = int(poison_mask(t).sum())
@@ -381,6 +404,7 @@ class TimedJudge:
         self.seed: int | None = None
         self.full_at: set[int] | None = None
         self.full_checks = 0
+        self._pair_inputs_used = False
 
     def _inputs(self) -> dict:
         from tasks.generators import generate_inputs
@@ -390,6 +414,16 @@ class TimedJudge:
     def before_pair(self, i: int, total: int) -> None:
         self.seed = self.rng.getrandbits(31)
         self.ws.load_inputs(self._inputs())  # the generated tensors are dropped once copied in
+        self._pair_inputs_used = False
+
+    def inputs_for_run(self) -> None:
+        """Before each side's run of a pair (untimed). The first side runs on the inputs
+        before_pair loaded; the second gets them generated again from the pair's seed, so neither
+        side ever reads a buffer the other could have rewritten since it was generated: a
+        candidate that rewrites its inputs cannot steer the library's time in the same pair."""
+        if self._pair_inputs_used:
+            self.ws.load_inputs(self._inputs())
+        self._pair_inputs_used = True
 
     def after_pair(self, i: int, total: int) -> None:
         if total > 1 and self.full_at is None:  # the count is known from pair 1 on: choose the runs judged whole
@@ -400,7 +434,7 @@ class TimedJudge:
             from tasks.reference import run_reference
 
             expected, scales = run_reference(self.task, fresh), _term_scales(self.task, fresh)
-            reason, detail, mism = self.ws.verdict(expected, self.task.tolerance, scales)
+            reason, detail, mism = self.ws.verdict(expected, self.task.tolerance, scales, inputs=fresh)
             self.full_checks += 1
         else:
             import torch
@@ -409,7 +443,7 @@ class TimedJudge:
 
             gen = torch.Generator(device=self.device)
             gen.manual_seed(self.rng.getrandbits(63))
-            reason, detail, mism = self.ws.verdict(None, self.task.tolerance,
+            reason, detail, mism = self.ws.verdict(None, self.task.tolerance, inputs=fresh,
                                                    samples=sample(self.task, fresh, gen, self.rows))
         if reason is None:
             return
@@ -504,6 +538,18 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
 
     t0 = time.perf_counter()
+    _verify(state, req, task, axes, ws, bound, result, limit)
+    result.phase_s["verify"] = time.perf_counter() - t0
+    if req.get("time"):
+        with nvtx_range("time"):
+            _time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result, limit)
+
+
+def _verify(state: State, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float) -> None:
+    """The seeded checks: each seed's inputs, one whole run, the whole output judged."""
+    from tasks.generators import generate_inputs
+    from tasks.reference import run_reference
+
     with nvtx_range("verify"):
         for call, seed in enumerate(req["seeds"], 1):
             ws.load_inputs(generate_inputs(task, axes, seed, device=state.device))
@@ -514,7 +560,7 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
             # only now: while the candidate ran, neither was anywhere in device memory.
             fresh = generate_inputs(task, axes, seed, device=state.device)
             expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
-            reason, detail, mism = ws.verdict(expected, task.tolerance, scales)
+            reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
             result.outputs = mism
             if reason is None:
                 continue
@@ -523,10 +569,83 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
                                                        f"inputs, seed {seed}): {detail}", outputs=mism)
             raise Failed(reason, detail, outputs=mism)
 
-    result.phase_s["verify"] = time.perf_counter() - t0
-    if req.get("time"):
-        with nvtx_range("time"):
-            _time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result, limit)
+
+# ----------------------------------------------------------------------------------------
+# The executed-instruction check's side: run under Nsight Compute with --profile-from-start off.
+
+CREDIT_RUNS = (1, 8)  # judged runs after the seeded checks; one of them, drawn at random, is profiled
+# Wrong answers do not stop the credit runs (the model still learns whether its wgmma ran); a
+# run that writes out of bounds, changes its inputs or faults does.
+JUDGED_WRONG = ("incorrect", "unwritten_output", "nan_output", "wrong_after_first_call", "wrong_in_timed_run")
+
+
+def run_credit(state: State, req: dict) -> dict:
+    """One workload as the executed check sees it: a fresh module, the seeded checks, then
+    CREDIT_RUNS judged runs on fresh inputs drawn as the timed runs' are, each prepared as a
+    timed run is (outputs poisoned, scratch reset, L2 flushed), one of them at a position drawn
+    from the request's secret `credit_seed` inside the profiler's window. The kernel cannot
+    single that run out by its place in the sequence: it is never the module's first launch,
+    and which one it is changes with every evaluation.
+    Returns {workload, status, reason, detail, runs, profiled_at (1-based run of the credit
+    phase, None when it was not reached), launches (per profiled run)}."""
+    import random
+
+    from tasks.schema import Task, Workload
+    from tools.launch import plan_launches
+    from tools.solution import LaunchManifest
+
+    task, wl = Task.model_validate(req["task"]), Workload.model_validate(req["workload"])
+    out: dict = {"workload": wl.name, "split": wl.split, "status": "failed", "reason": None, "detail": None,
+                 "runs": 0, "profiled_at": None, "launches": 0}
+    rng = random.Random(int(req["credit_seed"]))
+    runs = rng.randint(*CREDIT_RUNS)
+    at = rng.randrange(runs)
+    out["runs"] = runs
+    try:
+        limit = float(req.get("kernel_timeout_s", 30.0))
+        axes = task.axis_values(wl)
+        plan = plan_launches(LaunchManifest.model_validate(req["manifest"]), task, axes, state.limits)
+        ws = Workspace(task, plan, state.device)
+        bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
+        from tools.results import WorkloadResult
+
+        wrong: list[Failed] = []  # a wrong answer is the evaluation's verdict to give; here it only says why
+        try:
+            _verify(state, req, task, axes, ws, bound, WorkloadResult(workload=wl.name, split=wl.split, axes=axes,
+                                                                       status="failed"), limit)
+        except Failed as f:
+            if f.reason not in JUDGED_WRONG:
+                raise
+            wrong.append(f)
+        judge = TimedJudge(task, axes, ws, rng, state.device)
+        window = getattr(state, "profiler_window", None) or contextlib.nullcontext
+        for i in range(runs):
+            judge.before_pair(i, runs)
+            ws.prepare()
+            state.flusher.flush()
+            with window() if i == at else contextlib.nullcontext():
+                ws.zero_scratch()
+                bound.launch()
+                state.wait(limit)
+            if i == at:
+                out["profiled_at"], out["launches"] = i + 1, len(plan.launches)
+            try:
+                judge.after_pair(i, runs)
+            except Failed as f:
+                if f.reason not in JUDGED_WRONG:
+                    raise
+                wrong.append(f)
+        out["status"] = "failed" if wrong else "passed"
+        if wrong:
+            out["reason"], out["detail"] = wrong[0].reason, wrong[0].detail
+    except Failed as f:
+        out["reason"], out["detail"] = f.reason, f.detail
+    except Exception as exc:  # noqa: BLE001 - a candidate's fault here is reported, never raised
+        out["reason"], out["detail"] = "run_failed", f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        with contextlib.suppress(Exception):
+            state.restore()
+    return out
 
 
 def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result, limit: float) -> None:
@@ -547,10 +666,18 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
         ws.zero_scratch()
         bound.launch()
 
+    def candidate_prepare() -> None:
+        judge.inputs_for_run()
+        ws.prepare()
+
+    if baseline is not None:
+        library_prepare = baseline.prepare
+        baseline.prepare = lambda: (judge.inputs_for_run(), library_prepare())
+
     result.timing_seed = int(req["timing_seed"])
     result.gpu_state["start"] = state.gpu_state()
     t0 = time.perf_counter()
-    times = paired(Side("candidate", candidate_run, ws.prepare), baseline, state, rng, judge.before_pair,
+    times = paired(Side("candidate", candidate_run, candidate_prepare), baseline, state, rng, judge.before_pair,
                    judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)))
     result.phase_s["timed"] = time.perf_counter() - t0
     result.gpu_state["end"] = state.gpu_state()
@@ -718,10 +845,33 @@ def once(request_path: str, result_path: str) -> int:
     return 0
 
 
+def credit(request_path: str, result_path: str) -> int:
+    """The executed check's process: every judged workload of one candidate (run_credit), in
+    order; a workload that kills the context ends the list there."""
+    with open(request_path, "rb") as f:
+        reqs = pickle.load(f)
+    results: list[dict] = []
+    try:
+        state = State()
+        for req in reqs:
+            results.append(run_credit(state, req))
+            if state.sticky_error():
+                break
+        reply = {"op": "credit", "results": results}
+    except Exception as exc:  # noqa: BLE001
+        reply = {"op": "error", "error": f"{type(exc).__name__}: {exc}", "results": results,
+                 "traceback": traceback.format_exc()}
+    with open(result_path, "wb") as f:
+        pickle.dump(reply, f)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--once"] and len(argv) == 3:
         return once(argv[1], argv[2])
+    if argv[:1] == ["--credit"] and len(argv) == 3:
+        return credit(argv[1], argv[2])
     if argv:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,0 +1,183 @@
+"""Instruction credit where the work is timed (docs/METHODOLOGY.md, "Instruction credit"), on CPU:
+the credit runs' sequence (tools.worker.run_credit) with the worker's CPU stand-in, and the
+per-workload verdict, tie and combination (tools.ncu) on rows shaped as `ncu --page raw` gives
+them. The profiler itself runs in tests/gpu/test_credit_gpu.py."""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from test_evaluator_cpu import CpuState, _ncu_row, gemm, small_gemm
+from tools import worker
+from tools.ncu import SAME_RUN_RATIO, TaskWork, _combine, _credit, _unprofiled
+from tools.solution import Solution
+
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "adversarial"
+HGMMA = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
+FFMA = "smsp__sass_thread_inst_executed_op_ffma_pred_on__dot__sum"
+TMA = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
+LDG = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld__dot__sum"
+DUR = "gpu__time_duration__dot__sum"
+WORK = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+
+
+class ProfiledState(CpuState):
+    """The CPU stand-in with a profiler window that records which launches it saw."""
+
+    def __init__(self, kernel):
+        self.launches = 0
+        self.profiled: list[int] = []
+        self.inside = False
+
+        def counted(ws, call):
+            self.launches += 1
+            if self.inside:
+                self.profiled.append(self.launches)
+            return kernel(ws, call)
+
+        super().__init__(counted)
+
+    @contextlib.contextmanager
+    def profiler_window(self):
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+
+def credit_request(seed: int, task=None, workload: int = 0) -> dict:
+    task = task or small_gemm()
+    sol = Solution.from_dir(FIXTURES / "good")
+    return {"cubin": b"", "manifest": sol.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
+            "workload": task.workloads[workload].model_dump(mode="json"), "seeds": [11, 12], "time": False,
+            "credit_seed": seed}
+
+
+def test_the_profiled_run_is_never_the_first_launch_and_moves_with_the_seed():
+    """Launch 1 (what a profiler of a fresh process sees first) is a seeded check; the profiled
+    run is one of the credit runs after both checks, drawn per evaluation."""
+    positions = set()
+    for seed in range(40):
+        state = ProfiledState(gemm)
+        out = worker.run_credit(state, credit_request(seed))
+        assert out["status"] == "passed", out
+        assert len(state.profiled) == 1 and state.profiled[0] >= 3, state.profiled
+        assert state.launches == 2 + out["runs"]
+        assert state.profiled[0] == 2 + out["profiled_at"] and out["launches"] == 1
+        positions.add(state.profiled[0])
+    assert len(positions) >= 5  # not one fixed place a kernel could count to
+
+
+def test_credit_runs_are_judged_and_a_wrong_answer_still_reaches_the_profiler():
+    """A kernel that is wrong on the credit runs is reported, but still profiled (the model learns
+    whether its wgmma ran); one that rewrites its inputs stops there."""
+    state = ProfiledState(lambda ws, c: gemm(ws, c) if c <= 2 else ws.outputs["C"].zero_())
+    out = worker.run_credit(state, credit_request(3))
+    assert out["status"] == "failed" and out["reason"] == "wrong_in_timed_run" and state.profiled, out
+
+    def rewrites(ws, c):
+        gemm(ws, c)
+        ws.inputs["B"].view(torch.int16)[0, 0].add_(1)
+
+    out = worker.run_credit(ProfiledState(rewrites), credit_request(3))
+    assert out["status"] == "failed" and out["reason"] == "input_modified" and out["profiled_at"] is None, out
+
+
+def test_inputs_are_judged_against_a_regeneration_not_a_device_copy():
+    """No copy of the inputs lives on the device while the candidate runs: rewriting the inputs
+    and anything else it can reach still ends in input_modified."""
+    task = small_gemm()
+    from tools.launch import plan_launches
+
+    sol = Solution.from_dir(FIXTURES / "good")
+    ws = worker.Workspace(task, plan_launches(sol.manifest, task, task.axis_values(task.workloads[0]),
+                                              CpuState.limits), "cpu")
+    assert not any(isinstance(v, dict) and v is not ws.inputs and v is not ws.outputs and
+                   any(t is not None and isinstance(t, torch.Tensor) for t in v.values())
+                   and set(v) == set(ws.inputs) for v in vars(ws).values()), "a second copy of the inputs"
+    from tasks.generators import generate_inputs
+
+    fresh = generate_inputs(task, task.axis_values(task.workloads[0]), 5, device="cpu")
+    ws.load_inputs(fresh)
+    ws.reset()
+    gemm(ws, 1)
+    for t in ws.inputs.values():
+        t.add_(1)
+    assert ws.verdict(None, task.tolerance, inputs=generate_inputs(task, task.axis_values(task.workloads[0]), 5,
+                                                                     device="cpu"),
+                      samples={})[0] == "input_modified"
+    with pytest.raises(ValueError, match="generated again"):
+        ws.verdict(None, task.tolerance, samples={})
+
+
+def test_the_second_side_of_a_pair_runs_on_regenerated_inputs():
+    """Whatever the first side of a pair did to the input buffers, the second (the library, when
+    the candidate ran first) reads them as generated from the pair's seed."""
+    import random
+
+    task = small_gemm()
+    from tools.launch import plan_launches
+
+    sol = Solution.from_dir(FIXTURES / "good")
+    axes = task.axis_values(task.workloads[0])
+    ws = worker.Workspace(task, plan_launches(sol.manifest, task, axes, CpuState.limits), "cpu")
+    judge = worker.TimedJudge(task, axes, ws, random.Random(1), "cpu")
+    judge.before_pair(0, 4)
+    loaded = {n: t.clone() for n, t in ws.inputs.items()}
+    judge.inputs_for_run()  # the first side: as loaded
+    for t in ws.inputs.values():
+        t.zero_()  # the first side rewrote its inputs
+    judge.inputs_for_run()  # the second side
+    assert all(torch.equal(ws.inputs[n], loaded[n]) for n in loaded)
+
+
+def _credited(name: str, split: str, timed_ms: float | None, opcodes: str = "64 (HGMMA: 32; UTMALDG: 32)",
+              **metrics: float):
+    row = _ncu_row("gemm", opcodes, **metrics)
+    return _credit({"workload": name, "split": split, "runs": 4, "profiled_at": 2, "launches": 1}, [row],
+                   ["wgmma", "tma"], WORK, timed_ms), row
+
+
+def test_credit_needs_every_workload_and_names_the_one_that_withheld_it():
+    """A kernel that takes its wgmma path only at the visible shape: the visible workload earns
+    credit, a held-out one does not, so the candidate does not; the note names the held-out
+    workload by number, never by size."""
+    honest = {HGMMA: WORK.flops, TMA: WORK.read_bytes, DUR: 0.76e6}
+    vis, vrow = _credited("M8192", "visible", 0.753, **honest)
+    good, grow = _credited("M4096", "visible", 0.753, **honest)
+    simt, srow = _credited("M70", "held_out", 0.753 * 60, "9 (FFMA: 9)", **{FFMA: WORK.flops / 2, LDG: 30 * WORK.read_bytes,
+                                                               DUR: 0.753 * 60 * 1e6})
+    assert vis.carries == {"wgmma": True, "tma": True}
+    assert simt.executed == {"wgmma": False, "tma": False} and not any(simt.carries.values())
+    ex = _combine(["wgmma", "tma"], [vis, good, simt], profiled={"M8192": [vrow], "M4096": [grow], "M70": [srow]})
+    assert ex.status == "ok" and ex.carries == {"wgmma": False, "tma": False}
+    assert ex.executed == {"wgmma": False, "tma": False}
+    assert ex.notes["wgmma"].startswith("held-out workload #1") and "70" not in ex.notes["wgmma"]
+    assert [w.workload for w in ex.workloads] == ["M8192", "M4096", "M70"]
+    assert ex.metrics["kernel_ms"] == pytest.approx(0.76)  # the first visible workload's figures
+    both = _combine(["wgmma", "tma"], [vis, good], profiled={"M8192": [vrow], "M4096": [grow]})
+    assert both.carries == {"wgmma": True, "tma": True} and both.shares["wgmma"] == pytest.approx(1.0)
+
+
+def test_the_tie_is_two_sided():
+    """Credit is withdrawn when the profiled run is slower than the timed runs (the timed path is
+    another, faster one) and when it is faster (the timed runs took a slower path)."""
+    base = {HGMMA: WORK.flops, TMA: WORK.read_bytes}
+    ok, _ = _credited("M8192", "visible", 0.753, **base, **{DUR: 0.76e6})
+    assert ok.carries["wgmma"] and ok.timed_ms == 0.753
+    slower, _ = _credited("M8192", "visible", 0.76 / (SAME_RUN_RATIO + 0.05), **base, **{DUR: 0.76e6})
+    assert not slower.carries["wgmma"] and "not the one whose instructions were counted" in slower.notes["wgmma"]
+    faster, _ = _credited("M8192", "visible", 0.76 * 50, **base, **{DUR: 0.76e6})  # timed on a generic path
+    assert not faster.carries["wgmma"] and "slower path" in faster.notes["wgmma"]
+    untimed, _ = _credited("M8192", "visible", None, **base, **{DUR: 0.76e6})
+    assert untimed.carries["wgmma"]  # not timed: no speed claimed, nothing to tie
+
+
+def test_no_credited_workload_is_skipped_with_the_reason():
+    ex = _combine(["wgmma"], [_unprofiled({"workload": "M8192", "reason": "input_modified", "detail": "input 'A'"})])
+    assert ex.status == "skipped" and "input_modified" in ex.reason
