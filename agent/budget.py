@@ -18,6 +18,7 @@ class Spent(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
     wall_s: float = 0.0  # active seconds; resumed segments add up, time spent dead does not
 
     @property

@@ -4,8 +4,10 @@
 candidates, and `render_feedback` turns the full EvalResult into the next user message:
 compile diagnostics with lines, ptxas info lines (C7515 serialized wgmma, C7508 ignored
 setmaxnreg), requested instructions present or missing in the SASS, mismatch summaries for
-the visible workloads, held-out failures only as counts (their shapes are never shown),
-and speed with the resource figures. Rendering goes through agent.prompts.
+the visible workloads with got/expected and their ratio, held-out failures as counts per
+reason class (their shapes are never shown), compute-sanitizer memcheck lines for a crash,
+hang or out-of-bounds write, and speed with the resource figures. Rendering goes through
+agent.prompts.
 """
 from __future__ import annotations
 
@@ -20,7 +22,19 @@ from tools.profile import skipped as skipped_profile
 from tools.results import WRONG_NUMBERS, EvalResult, Mismatch, WorkloadResult
 
 MAX_DIAGNOSTICS = 30
-# Workload failures that mean "ran, wrong numbers" rather than "did not run properly".
+MAX_MEMCHECK_LINES = 8  # the first memcheck reports: where the first bad access is, not the 20th repeat
+# Held-out failures are told by class only (a held-out size never reaches the model):
+# FailReason -> the class name the feedback uses.
+HELD_OUT_CLASSES = {
+    **{r: "incorrect" for r in WRONG_NUMBERS},
+    "manifest_error": "manifest_error",
+    "launch_error": "launch_error", "cuda_error": "launch_error", "oom": "launch_error", "worker_crash": "launch_error",
+    "timeout": "timeout",
+    "out_of_bounds_write": "out-of-bounds write", "input_modified": "out-of-bounds write",
+}
+# Visible failures after which compute-sanitizer memcheck runs on the candidate (agent/nodes.py):
+# it says which access went wrong, where the workload result only says that something did.
+MEMCHECK_TRIGGERS = frozenset({"launch_error", "cuda_error", "timeout", "out_of_bounds_write", "worker_crash"})
 
 
 # ---------------------------------------------------------------------------------------
@@ -51,6 +65,15 @@ def classify(ev: EvalResult) -> Outcome:
         # correct; None: features in the SASS but the executed-instruction check did not run
         return {True: "correct_with_arch", None: "unverified"}.get(ev.correct_with_arch, "arch_missing")
     return "unverified" if ev.arch_ok else "arch_missing"
+
+
+def memcheck_trigger(ev: EvalResult) -> str | None:
+    """The visible failure that calls for compute-sanitizer memcheck ("workload: reason"), or None.
+    Only a candidate that ran on a GPU and was not sanitized yet."""
+    if not ran(ev) or not (ev.sanitize.status == "skipped" and ev.sanitize.reason == "not requested"):
+        return None
+    return next((f"{w.workload}: {w.reason}" for w in visible(ev)
+                 if w.status == "failed" and w.reason in MEMCHECK_TRIGGERS), None)
 
 
 def candidate_record(turn: int, sample: int, path: str, ev: EvalResult | None = None,
@@ -104,10 +127,12 @@ def better_best(new: CandidateRecord, old: CandidateRecord | None) -> bool:
 # ---------------------------------------------------------------------------------------
 def render_feedback(turn: int, action: str, lang: str, chosen: CandidateRecord, ev: EvalResult | None,
                     others: list[CandidateRecord] = (), samples: int = 1, best: CandidateRecord | None = None,
-                    profile: bool = False) -> str:
+                    profile: bool = False, max_turns: int | None = None, next_turn: int | None = None) -> str:
     """The user message that follows the chosen candidate's reply. `best`: the best candidate
     so far; when a repair is asked for after a regression, the model is pointed back to it.
-    `profile`: add the Nsight Compute profile block (the --profile-feedback ablation)."""
+    `profile`: add the Nsight Compute profile block (the --profile-feedback ablation).
+    `max_turns`: the run's turn budget, stated with the next step (`next_turn`, by default turn + 1;
+    evolve answers an older parent)."""
     sections = format_section(chosen, lang) if ev is None else eval_sections(ev, lang, profile)
     other_line = ""
     if others:
@@ -123,9 +148,12 @@ def render_feedback(turn: int, action: str, lang: str, chosen: CandidateRecord, 
             v = best.verdicts
             status = best.outcome.replace("_", " ") + (f", speedup {v.speedup:.3g}x" if v.speedup is not None else "")
             next_step += prompts.render("feedback_best", turn=best.turn, status=status)
+    if max_turns:
+        next_step = next_step.rstrip() + "\n" + prompts.budget_line(next_turn or turn + 1, max_turns) + "\n"
     sample_note = f" (sample {chosen.sample} of {samples}, the best this turn)" if samples > 1 else ""
-    text = prompts.render("feedback", turn=turn, sample_note=sample_note, sections=sections.strip() + "\n",
-                          others=other_line, next_step=next_step)
+    of_turns = f" of {max_turns}" if max_turns else ""
+    text = prompts.render("feedback", turn=f"{turn}{of_turns}", sample_note=sample_note,
+                          sections=sections.strip() + "\n", others=other_line, next_step=next_step)
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
@@ -139,6 +167,7 @@ def eval_sections(ev: EvalResult, lang: str, profile: bool = False) -> str:
     if ev.compiled:
         parts.append(arch_section(ev))
         parts.append(run_section(ev))
+        parts.append(memcheck_section(ev))
         parts.append(timing_section(ev))
         if profile:
             parts.append(profile_section(ev))
@@ -150,21 +179,46 @@ def compile_section(ev: EvalResult, lang: str) -> str:
     source_file = "kernel.cu" if c.language == "cuda" else "kernel.ptx"
     if not c.ok:
         diags = c.errors() + [d for d in c.diagnostics if d.severity != "error"]
-        lines = [d.render() for d in diags[:MAX_DIAGNOSTICS]]
+        lines = [_diagnostic_line(d, c) for d in diags[:MAX_DIAGNOSTICS]]
         if len(diags) > MAX_DIAGNOSTICS:
             lines.append(f"... {len(diags) - MAX_DIAGNOSTICS} more")
         if not lines:
             lines = [c.error or "compilation failed without diagnostics"]
         stage = "NVRTC" if any(d.tool == "nvrtc" and d.severity == "error" for d in c.diagnostics) else "ptxas"
-        return prompts.render("feedback_compile", stage=stage, source_file=source_file, diagnostics="\n".join(lines))
-    notes = [d.render() for d in c.diagnostics if d.severity == "warning" or (d.severity == "info" and d.code)]
+        return prompts.render("feedback_compile", stage=stage, where=_where(diags[:MAX_DIAGNOSTICS], c, source_file),
+                              diagnostics="\n".join(lines))
+    shown = [d for d in c.diagnostics if d.severity == "warning" or (d.severity == "info" and d.code)]
     info = ""
-    if notes:
-        listed = "\n".join(notes[:MAX_DIAGNOSTICS])
-        info = f"ptxas reported (lines refer to your {source_file}):\n```\n{listed}\n```\n"
+    if shown:
+        listed = "\n".join(_diagnostic_line(d, c) for d in shown[:MAX_DIAGNOSTICS])
+        info = f"ptxas reported ({_where(shown, c, source_file)}):\n```\n{listed}\n```\n"
     resources = "\n".join(_resource_line(name, k) for name, k in (ev.inspect.kernels or c.kernels).items()) \
         or "- (ptxas reported no kernels)"
     return prompts.render("feedback_ptxas", info=info, resources=resources)
+
+
+def _unmapped(d, c) -> bool:
+    """A ptxas line about a PTX line no line of the user's CUDA source is known for."""
+    return c.language == "cuda" and d.tool == "ptxas" and d.line is None and d.ptx_line is not None
+
+
+def _where(diags: list, c, source_file: str) -> str:
+    """What the line numbers refer to. For CUDA, ptxas reads the PTX NVRTC made: its lines map
+    back to kernel.cu through the PTX's .loc debug lines where there are any; the others are
+    PTX lines, and said to be."""
+    if any(_unmapped(d, c) for d in diags):
+        return (f"`line N` is a line of your {source_file}; `ptx line N` is a line of the PTX NVRTC generated "
+                f"from it, with no {source_file} line known (the PTX text is quoted)")
+    return f"lines refer to your {source_file}"
+
+
+def _diagnostic_line(d, c) -> str:
+    text = d.render()
+    if _unmapped(d, c) and c.ptx:
+        ptx_lines = c.ptx.splitlines()
+        if 0 < d.ptx_line <= len(ptx_lines) and ptx_lines[d.ptx_line - 1].strip():
+            text += f"  [ptx: {ptx_lines[d.ptx_line - 1].strip()[:160]}]"
+    return text
 
 
 def _resource_line(name: str, k) -> str:
@@ -239,9 +293,7 @@ def run_section(ev: EvalResult) -> str:
             lines.extend(_mismatch_line(m) for m in w.outputs if not m.passed)
     held = [w for w in ev.workloads if w.split == "held_out" and w.status != "skipped"]
     if held:
-        # Counts only: the held-out shapes must stay unseen.
-        failed = sum(w.status == "failed" for w in held)
-        lines.append(f"- held-out workloads (not shown): {len(held) - failed} of {len(held)} passed")
+        lines.append(held_out_line(held))
     if not ran(ev):  # checked without a GPU: the launch manifest cannot work
         verdict = "FAILED before running (the launch manifest is wrong)"
         lines.append(f"- {(ev.run_reason or 'not run').split(';')[0]}: correctness and timing were not checked.")
@@ -250,16 +302,54 @@ def run_section(ev: EvalResult) -> str:
     return prompts.render("feedback_run", verdict=verdict, lines="\n".join(lines))
 
 
+def held_out_line(held: list[WorkloadResult]) -> str:
+    """Held-out results as counts per failure class: what kind of mistake, never which size
+    (a manifest that breaks only at one sequence length says so by its class)."""
+    failed = [w for w in held if w.status == "failed"]
+    line = f"- held-out workloads (sizes not shown): {len(held) - len(failed)} of {len(held)} passed"
+    if failed:
+        classes: dict[str, int] = {}
+        for w in failed:
+            name = HELD_OUT_CLASSES.get(w.reason or "", "other failure")
+            classes[name] = classes.get(name, 0) + 1
+        line += "; failed: " + ", ".join(f"{n} {name}" for name, n in sorted(classes.items(), key=lambda x: -x[1]))
+    return line
+
+
+def _ratio(got: float, expected: float) -> str:
+    if expected == 0 or not (math.isfinite(got) and math.isfinite(expected)):
+        return ""
+    return f", ratio {got / expected:.4g}"
+
+
 def _mismatch_line(m: Mismatch) -> str:
     where = f", first mismatch at index {tuple(m.first_mismatch)}" if m.first_mismatch else ""
     got = ""
-    if m.got is not None and m.expected is not None:
-        got = f" (got {m.got:.4g}, expected {m.expected:.4g})"
+    if m.got is not None and m.expected is not None:  # the ratio tells a scale error (0.5, 2, 1/sqrt(d)) at sight
+        got = f" (got {m.got:.4g}, expected {m.expected:.4g}{_ratio(m.got, m.expected)})"
     nans = f", {m.nan_count} NaN" if m.nan_count else ""
     l2 = (f", relative L2 error {m.rel_l2:.3g} (at most {m.rel_l2_bound:g} allowed)"
           if m.rel_l2 is not None and m.rel_l2_bound is not None else "")
     return (f"  - output `{m.output}`: max abs error {m.max_abs_err:.3g}, max rel error {m.max_rel_err:.3g}, "
             f"{m.mismatch_frac:.2%} of elements out of tolerance{nans}{l2}{where}{got}")
+
+
+def memcheck_section(ev: EvalResult) -> str:
+    """compute-sanitizer memcheck's first reports, when it ran on this candidate (the loop runs
+    it after a visible crash, hang or out-of-bounds write), or why it could not run."""
+    san = ev.sanitize
+    if san.status == "skipped" and san.reason == "not requested":
+        return ""
+    if san.status == "ok":
+        lines = "memcheck found no invalid access on the first visible workload."
+    elif san.status == "skipped":
+        lines = f"memcheck did not run: {(san.reason or 'unknown reason').rstrip('.')}."
+    else:
+        shown = [f"- {e}" for e in san.errors[:MAX_MEMCHECK_LINES]]
+        if len(san.errors) > MAX_MEMCHECK_LINES:
+            shown.append(f"- ... {len(san.errors) - MAX_MEMCHECK_LINES} more")
+        lines = "\n".join(shown) or "- memcheck failed without a report"
+    return prompts.render("feedback_memcheck", lines=lines)
 
 
 def timing_section(ev: EvalResult) -> str:

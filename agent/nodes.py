@@ -2,7 +2,10 @@
 and records what it did in the trajectory.
 
     retrieve_context  architecture docs for the next prompt (the context ablation)
-    draft             the LLM writes N candidates (best-of-N); replies are extracted
+    draft             the LLM writes N candidates (best-of-N); replies are extracted. What of the
+                      chat is sent follows the history policy (full | latest), and a prompt that
+                      does not fit the model's context window is not sent: the run ends
+                      `context_exceeded`
     evaluate          compile -> inspect -> run per candidate (tools.evaluator)
     decide            pick the turn's best sample, update the best so far, check the budget,
                       choose the parent the next turn answers (that sample; for the evolve
@@ -89,6 +92,8 @@ class Nodes:
                  "why": s.why} for s in r.sections]
         seen = set(state.get("context_sections") or [])
         new = [x for x in refs if x["id"] not in seen]
+        if turn > 1:  # a turn's feedback, not a new manual, is the point of turns 2+
+            new = cap_sections(new, cfg.context_turn_tokens)
         why = " and the last result" if turn > 1 else ""
         if turn == 1 or not seen:
             block = prompts.context_block([r.text], why=why)  # exactly what the retriever rendered
@@ -110,15 +115,26 @@ class Nodes:
         if not messages:
             messages = [{"role": "system", "content": prompts.system_prompt(cfg.arch, cfg.lang, cfg.prompt_version)},
                         {"role": "user", "content": prompts.task_prompt(d.task_text, cfg.arch, state.get("context", ""),
-                                                                        cfg.prompt_version)}]
+                                                                        cfg.prompt_version, cfg.budget.max_turns)}]
         else:
-            content = (state.get("feedback") or "").rstrip() + "\n" + state.get("context", "")
+            # new docs first, the feedback after them: the message ends with what to do next
+            content = state.get("context", "").strip() + "\n\n" + (state.get("feedback") or "").strip()
             messages.append({"role": "user", "content": content.strip() + "\n"})
         spent = Spent(**state["spent"])
         recorded = _recorded_responses(d.writer.run_dir, turn)
         replies: list[Reply] = []
         model_error = None
         faults = state.get("faults", 0)
+        sent = prompts.history_view(messages, cfg.history)
+        size = d.model.context_size(sent) if hasattr(d.model, "context_size") else None
+        if size is not None and size.exceeded and len(recorded) < cfg.samples:
+            # Sending it would fail (or be cut by the server); the arm or the policy outgrew the
+            # model, which is a result about the setting, not a model error.
+            model_error = {"kind": "context_exceeded", "message": f"turn {turn}: {size.describe()}", "retryable": False}
+            d.writer.event("context_exceeded", turn=turn, prompt_tokens=size.prompt_tokens, window=size.window,
+                           reserve=size.reserve, source=size.source, detail=model_error["message"])
+            return {"turn": turn, "messages": messages, "replies": [], "spent": spent.model_dump(),
+                    "model_error": model_error, "faults": faults}
         for sample in range(cfg.samples):
             if sample in recorded:  # answered before a crash: do not ask again
                 ev = recorded[sample]
@@ -128,7 +144,7 @@ class Nodes:
                               if f.get("turn") == turn and f.get("sample") == sample)
             else:
                 try:
-                    text, usage, finish, n_faults = self._call(messages, turn, sample)
+                    text, usage, finish, n_faults = self._call(sent, turn, sample, size)
                     faults += n_faults
                 except ModelError as exc:
                     faults += len(exc.faults)
@@ -139,15 +155,17 @@ class Nodes:
             spent.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             spent.completion_tokens += int(usage.get("completion_tokens") or 0)
             spent.cost_usd += float(usage.get("cost_usd") or 0.0)
+            spent.cached_tokens += int(usage.get("cached_tokens") or 0)
             replies.append(self._extract(turn, sample, text, finish))
         spent.wall_s = d.clock.elapsed()
         return {"turn": turn, "messages": messages, "replies": replies, "spent": spent.model_dump(),
                 "model_error": model_error, "faults": faults}
 
-    def _call(self, messages: list[dict], turn: int, sample: int) -> tuple[str, dict, str | None, int]:
+    def _call(self, messages: list[dict], turn: int, sample: int, size=None) -> tuple[str, dict, str | None, int]:
         d, cfg = self.deps, self.deps.config
         w = d.writer
-        w.event("llm_request", turn=turn, sample=sample, model=cfg.model, messages=messages)
+        w.event("llm_request", turn=turn, sample=sample, model=cfg.model, messages=messages, history=cfg.history,
+                context=dataclasses.asdict(size) if size is not None else None)
 
         def on_fault(f: Fault) -> None:
             w.event("fault", turn=turn, sample=sample, retryable=f.kind in RETRYABLE, **dataclasses.asdict(f))
@@ -212,11 +230,26 @@ class Nodes:
         if ev.infra_error:  # the harness failed, not the kernel: no verdict, no feedback; resume redoes it
             w.event("infra_error", turn=turn, sample=sample, detail=ev.infra_error)
             raise InfraFault(ev.infra_error)
+        if cfg.memcheck and (trigger := fb.memcheck_trigger(ev)):
+            self._memcheck(ev, solution, turn, sample, trigger)
         write_text_atomic(eval_path, ev.model_dump_json(indent=2) + "\n")
         w.event("compile", turn=turn, sample=sample, result=ev.compile.model_dump(mode="json", exclude={"ptx"}))
         w.event("inspect", turn=turn, sample=sample, result=ev.inspect.model_dump(mode="json"))
         w.event("run", turn=turn, sample=sample, **run_summary(ev))
         return ev
+
+    def _memcheck(self, ev: EvalResult, solution: Solution, turn: int, sample: int, trigger: str) -> None:
+        """compute-sanitizer memcheck on a candidate whose visible workload crashed, hung or wrote
+        out of bounds: the evaluator again, visible workloads only, untimed, with the sanitizer.
+        Its result goes into `ev.sanitize` (and so into eval.json and the feedback)."""
+        d, cfg = self.deps, self.deps.config
+        san = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="visible", executed_check=False,
+                                   sanitize=True, time=False).sanitize
+        if san.status == "skipped" and san.reason == "not requested":  # the run stopped before the sanitizer
+            san = san.model_copy(update={"reason": "the candidate did not reach the memcheck run"})
+        ev.sanitize = san
+        d.writer.event("memcheck", turn=turn, sample=sample, trigger=trigger, status=san.status, reason=san.reason,
+                       errors=san.errors)
 
     # -------------------------------------------------------------------------------
     def decide(self, state: AgentState) -> dict:
@@ -241,7 +274,8 @@ class Nodes:
         stop_reason = stop_detail = None
         if state.get("model_error"):
             err = state["model_error"]
-            stop_reason = "replay_end" if err["kind"] == "replay_exhausted" else "model_error"
+            stop_reason = {"replay_exhausted": "replay_end", "context_exceeded": "context_exceeded"}.get(
+                err["kind"], "model_error")
             stop_detail = f"{err['kind']}: {err['message']}"
         elif (ended := exhausted(cfg.budget, spent)) is not None:
             stop_reason, stop_detail = ended
@@ -301,8 +335,10 @@ class Nodes:
         ev = EvalResult.model_validate_json(eval_path.read_text()) if eval_path.exists() else None
         best = CandidateRecord(**state["best"]) if state.get("best") else None
         text = fb.render_feedback(last.turn, action, cfg.lang, chosen, ev, others, cfg.samples, best=best,
-                                  profile=cfg.profile_feedback)
+                                  profile=cfg.profile_feedback, max_turns=cfg.budget.max_turns)
         d.writer.event("feedback", turn=last.turn, kind=action, outcome=chosen.outcome, text=text, parent=chosen.path)
+        if cfg.history == "latest":  # docs sent with earlier feedback are no longer in the chat: they may come again
+            return {"feedback": text, "context_sections": list(state.get("base_sections") or [])}
         return {"feedback": text}
 
     def _evolve_feedback(self, state: AgentState, action: str) -> dict:
@@ -312,7 +348,8 @@ class Nodes:
         parent = next(CandidateRecord(**c) for c in state["attempts"] if c["path"] == state["parent"])
         pdir = d.writer.run_dir / parent.path
         ev = EvalResult.model_validate_json((pdir / "eval.json").read_text()) if (pdir / "eval.json").exists() else None
-        text = fb.render_feedback(parent.turn, action, cfg.lang, parent, ev, profile=cfg.profile_feedback)
+        text = fb.render_feedback(parent.turn, action, cfg.lang, parent, ev, profile=cfg.profile_feedback,
+                                  max_turns=cfg.budget.max_turns, next_turn=state["turn"] + 1)
         reply = (pdir / "reply.md").read_text() if (pdir / "reply.md").exists() else ""
         d.writer.event("feedback", turn=state["turn"], kind=action, outcome=parent.outcome, text=text,
                        parent=parent.path)
@@ -357,6 +394,17 @@ def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
     return {"task": task_query(task.description or "", task.op_type, task.op_family), "arch": cfg.arch,
             "features": cfg.requested_features, "feedback": feedback, "mode": cfg.context,
             "token_budget": cfg.context_tokens, "op_type": task.op_type}
+
+
+def cap_sections(sections: list[dict], cap: int) -> list[dict]:
+    """Docs added on a turn after the first: whole sections, in the retriever's order, while they
+    fit `cap` tokens. Those left out stay unseen, so a later turn may still add them."""
+    out, used = [], 0
+    for x in sections:
+        if used + int(x.get("tokens") or 0) <= cap:
+            out.append(x)
+            used += int(x.get("tokens") or 0)
+    return out
 
 
 def _section_texts(ids: list[str]) -> list[str]:

@@ -55,10 +55,63 @@ def fence(lang: str) -> str:
     return "ptx" if lang == "ptx" else "cuda"
 
 
+# How ptxas can quietly take a requested instruction's point away, per arch (only sm_90a's wgmma has it).
+SASS_CAVEATS = {"sm_90a": " (and, for wgmma, not serialized by ptxas)"}
+
+
 def system_prompt(arch: str, lang: str, version: str = PROMPT_VERSION) -> str:
     return render("system", version, gpu_name=GPU_NAMES.get(arch, arch), arch=arch,
                   arch_instructions=ARCH_INSTRUCTIONS.get(arch, "its own instructions"),
-                  language_rules=render(f"lang_{fence(lang)}", version, arch=arch).strip(), fence=fence(lang))
+                  credit_rules=credit_rules(arch), language_rules=render(f"lang_{fence(lang)}", version, arch=arch).strip(),
+                  fence=fence(lang))
+
+
+def credit_rules(arch: str) -> str:
+    """The instruction-credit rules as the evaluator applies them, with its own numbers
+    (tools/ncu.py), so the prompt cannot drift from the judge."""
+    from tools import ncu
+    from tools.features import features_for
+
+    known = set(features_for(arch))
+    work = []
+    if "wgmma" in known and "wgmma" in ncu.WORK_SHARE:
+        work.append(f"  - wgmma: its FLOPs are at least {ncu.WORK_SHARE['wgmma']:.0%} of the task's matrix FLOPs "
+                    f"(and at most {ncu.WGMMA_MAX_OVERWORK:g}x them), and at least {ncu.WGMMA_MIN_OF_ALL_MATH:.0%} "
+                    "of all the floating-point math your kernels do;")
+    if "tma" in known and "tma" in ncu.WORK_SHARE:
+        work.append(f"  - TMA: its loads bring in at least {ncu.WORK_SHARE['tma']:.0%} of the task's input bytes, "
+                    f"and other global-memory reads (LDG, cp.async) stay within {ncu.TMA_MAX_OTHER_READS:g}x the "
+                    f"input bytes ({ncu.TMA_MAX_OTHER_READS_NO_MMA:g}x for a task that asks for no matrix "
+                    "instruction);")
+    work.append("  - any other requested instruction: it executes.")
+    lines = [
+        f"- It is in the SASS of the kernels your manifest launches{SASS_CAVEATS.get(arch, '')}.",
+        "- It is executed by those kernels, counted on runs at random positions among the timed runs, on every "
+        "judged workload (the hidden ones included): a kernel that takes another path when profiled, on its "
+        "first launch or on some shapes earns nothing.",
+        "- It carries the task's work:", *work,
+        f"- The counted run is the timed kernel: its time is within {ncu.SAME_RUN_RATIO - 1:.0%} "
+        f"(+{ncu.SAME_RUN_SLACK_MS:g} ms) of the timed median.",
+    ]
+    return "\n".join(lines)
+
+
+def history_view(messages: list[dict], policy: str) -> list[dict]:
+    """What of the chat a call sends: `full`, all of it; `latest`, the system prompt, the task,
+    the last reply and its feedback (PTXBench's latest pair), so the prompt stays flat over turns."""
+    if policy == "full" or len(messages) <= 4:
+        return list(messages)
+    return list(messages[:2]) + list(messages[-2:])
+
+
+def budget_line(turn: int, max_turns: int | None) -> str:
+    """The turn budget, as the model is told it on every turn."""
+    if not max_turns:
+        return ""
+    left = max_turns - turn
+    more = f"{left} more after this one" if left else "this is the last one"
+    return (f"This is turn {turn} of {max_turns} ({more}). Your best kernel across all turns that is correct "
+            "with the requested instructions is what counts, then its speed.")
 
 
 def context_block(texts: list[str], why: str = "", version: str = PROMPT_VERSION) -> str:
@@ -69,6 +122,8 @@ def context_block(texts: list[str], why: str = "", version: str = PROMPT_VERSION
     return render("context", version, sections="\n\n".join(texts), why=why)
 
 
-def task_prompt(task_description: str, arch: str, context: str = "", version: str = PROMPT_VERSION) -> str:
+def task_prompt(task_description: str, arch: str, context: str = "", version: str = PROMPT_VERSION,
+                max_turns: int | None = None) -> str:
     """task_description comes from tasks.describe.render_task(task, arch, language)."""
-    return render("task", version, task=task_description.strip(), context=context, arch=arch)
+    return render("task", version, task=task_description.strip(), context=context, arch=arch,
+                  budget=budget_line(1, max_turns))

@@ -37,7 +37,9 @@ class AgentState(TypedDict, total=False):
     spent: dict  # Spent
     action: str | None  # last decision: repair | optimise | stop
     decisions: list[str]
-    model_error: dict | None  # {kind, message, retryable} when the model failed for good
+    # {kind, message, retryable} when no reply came: the model failed for good, or (kind
+    # "context_exceeded") the prompt did not fit the model's context window and was not sent
+    model_error: dict | None
     stop_reason: str | None
     stop_detail: str | None
     evaluation: str  # "ok" or "skipped: <reason>"
@@ -57,12 +59,14 @@ def summary_from_state(config: RunConfig, state: dict[str, Any], status: str, *,
     return RunSummary(
         run_id=config.run_id, task=config.task, arch=config.arch, model=config.model, lang=config.lang,
         context=config.context, samples=config.samples, strategy=config.strategy,
-        profile_feedback=config.profile_feedback, status=status,
+        profile_feedback=config.profile_feedback, history=config.history, model_params=dict(config.model_params),
+        status=status,
         stop_reason=stop_reason or state.get("stop_reason"), stop_detail=stop_detail or state.get("stop_detail"),
         turns=spent.turns, per_turn=[TurnRecord(**t) for t in state.get("per_turn") or []],
         best=best, best_path=best.path if best else None, best_speedup=best.verdicts.speedup if best else None,
         evaluation=state.get("evaluation") or NOT_RUN,
         usage=Usage(llm_calls=spent.llm_calls, prompt_tokens=spent.prompt_tokens,
-                    completion_tokens=spent.completion_tokens, cost_usd=spent.cost_usd),
+                    completion_tokens=spent.completion_tokens, cost_usd=spent.cost_usd,
+                    cached_tokens=spent.cached_tokens),
         faults=state.get("faults") or 0, wall_s=round(spent.wall_s, 3), decisions=list(state.get("decisions") or []),
         created=config.created, finished=utc_now() if status != "running" else None)

@@ -34,6 +34,10 @@ ContextMode = Literal["none", "docs", "docs+headers", "full"]
 # `population` candidates and asks each turn for an improvement of a parent drawn from them.
 Strategy = Literal["linear", "best-of-n", "evolve"]
 STRATEGIES = ("linear", "best-of-n", "evolve")
+# What of the chat each call sends (agent/nodes.py): full sends it all; latest sends the system
+# prompt, the task, the last reply and its feedback (PTXBench's latest pair), so prompts stay flat.
+History = Literal["full", "latest"]
+HISTORIES = ("full", "latest")
 
 # What each event type records (payload fields besides seq/time/type).
 EVENT_TYPES = {
@@ -41,9 +45,14 @@ EVENT_TYPES = {
     "node": "node, phase (start|end), turn, inputs | outputs (a short description), seconds",
     "retrieval": "turn, mode, sections [{id, doc, heading, tokens, why}] as retrieved, new_sections (the ids put "
                  "into this turn's prompt), tokens, prompt_tokens, truncated",
-    "llm_request": "turn, sample, model, messages (the full chat sent)",
-    "llm_response": "turn, sample, model, text, usage {prompt_tokens, completion_tokens, cost_usd}, latency_s, "
-                    "attempts, finish_reason",
+    "llm_request": "turn, sample, model, messages (the chat sent, after the history policy), history, "
+                   "context {prompt_tokens, window, reserve, source}",
+    "llm_response": "turn, sample, model, text, usage {prompt_tokens, completion_tokens, cost_usd, cached_tokens, "
+                    "cache_write_tokens}, latency_s, attempts, finish_reason",
+    "context_exceeded": "turn, prompt_tokens, window, reserve, source, detail: the next prompt does not fit the "
+                        "model's context window; the run ends (stop_reason context_exceeded), nothing is sent",
+    "memcheck": "turn, sample, trigger (the visible workload's failure), status, reason, errors: compute-sanitizer "
+                "memcheck on a candidate that crashed, hung or wrote out of bounds",
     "llm_response_reused": "turn, sample, seq_of_response: recorded before a crash, used again on resume (no call)",
     "fault": "turn, sample, kind, status, message, attempt, wait_s, retryable (one per failed request)",
     "llm_error": "turn, sample, kind, message, retryable: the call failed for good",
@@ -124,6 +133,12 @@ class RunConfig(BaseModel):
     executed_check: bool = False  # count executed instructions with Nsight Compute (GPU only)
     seed: int | None = 0  # base seed sent to the model (varied per turn and sample); None: none sent
     temperature: float | None = None
+    # passed to the provider as given (reasoning_effort, thinking, max_tokens, ...), except
+    # agent.models.LOCAL_PARAMS (context_window, prompt_cache); runs recorded before had none
+    model_params: dict[str, Any] = Field(default_factory=dict)
+    history: History = "full"  # runs recorded before the policy sent the full chat
+    context_turn_tokens: int = 2000  # docs added on turns 2+ at most (whole sections), per turn
+    memcheck: bool = True  # compute-sanitizer memcheck on a visible crash, hang or out-of-bounds write (GPU)
     created: str = Field(default_factory=utc_now)
     command: list[str] = Field(default_factory=list)  # argv that started the run
 
@@ -158,6 +173,7 @@ StopReason = Literal[
     "interrupted",  # Ctrl-C or a kill; resumable
     "error",  # a bug in ptxbench itself (stop_detail has the exception)
     "infra_error",  # the toolchain, GPU worker or profiler failed (not the model's kernel); resumable
+    "context_exceeded",  # the next prompt does not fit the model's context window (stop_detail: the sizes)
 ]
 
 
@@ -206,6 +222,7 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
 
     @property
     def tokens(self) -> int:
@@ -223,6 +240,8 @@ class RunSummary(BaseModel):
     samples: int = 1
     strategy: Strategy = "linear"
     profile_feedback: bool = False
+    history: History = "full"
+    model_params: dict[str, Any] = Field(default_factory=dict)
     status: Literal["running", "finished", "interrupted", "failed"] = "running"
     stop_reason: StopReason | None = None
     stop_detail: str | None = None

@@ -48,7 +48,9 @@ def test_compile_error_then_repair_then_success(tmp_path):
     assert "Compile: failed" in fb1["text"] and f"line {BROKEN_LINE}" in fb1["text"] and "flaot" in fb1["text"]
     turn2 = [r for r in requests(run_dir) if r["turn"] == 2][0]["messages"]
     assert turn2[-2]["role"] == "assistant" and "flaot d0" in turn2[-2]["content"]
-    assert turn2[-1]["role"] == "user" and turn2[-1]["content"].startswith(fb1["text"].strip()[:40])
+    # new docs first, the feedback last: the message ends with the instruction and the turn budget
+    assert turn2[-1]["role"] == "user" and turn2[-1]["content"].rstrip().endswith(fb1["text"].strip())
+    assert fb1["text"].startswith("## Result of turn 1 of 3") and "This is turn 2 of 3" in fb1["text"]
 
     # Turn 2 compiled with wgmma + tma: the best so far, flagged unverified (no GPU), then optimise.
     assert summary.decisions == ["repair", "optimise", "stop"]
@@ -205,7 +207,7 @@ def test_wrong_manifest_is_caught_without_a_gpu(tmp_path):
     assert first.outcome == "run_failed" and not first.verified and first.verdicts.correct is None
     [fb1] = events(run_dir, "feedback")
     assert "FAILED before running (the launch manifest is wrong)" in fb1["text"]
-    assert "unknown name 'Cout'" in fb1["text"] and "held-out workloads (not shown): 0 of 4 passed" in fb1["text"]
+    assert "unknown name 'Cout'" in fb1["text"] and "held-out workloads (sizes not shown): 0 of 4 passed; failed: 4 manifest_error" in fb1["text"]
     assert "M4096" not in fb1["text"] and summary.best is None
 
 
@@ -243,7 +245,8 @@ def test_feedback_shows_mismatches_and_only_counts_held_out_failures():
     assert rec.outcome == "incorrect" and rec.verified
     text = fb.render_feedback(3, "repair", "cuda", rec, ev)
     assert "output `dQ`: max abs error 3.5" in text and "(0, 3, 17, 5)" in text and "25.00%" in text
-    assert "held-out workloads (not shown): 1 of 2 passed" in text
+    assert "held-out workloads (sizes not shown): 1 of 2 passed; failed: 1 incorrect" in text
+    assert "(got 1, expected -2.5, ratio -0.4)" in text  # the ratio shows a scale or sign error at sight
     for leak in ("S77", "77", "S1031", "1031", "dK_secret"):
         assert leak not in text
     # ptxas's info line about serialized wgmma reaches the model, as does the flag.
