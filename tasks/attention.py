@@ -7,7 +7,8 @@ held-out S values check a small, a ragged (not a multiple of 128, 64 or 16), a l
 smaller-than-one-tile sequence. The d64/d96 tasks are held-out head-dimension variants.
 
 Causal means top-left aligned: query i attends to keys j <= i (queries and keys have the
-same length S here).
+same length S here). The causal tasks at d64/d96/d256 are held-out variants of the causal
+seed tasks (PTXBench's mha_with_lse_d*_causal and mha_bwd_d*_causal problems, same B, H, S).
 
 The reference sources below are what a model is shown and what the harness runs. They
 compute in fp32 from the (bf16) inputs and process a few heads at a time, because the
@@ -145,7 +146,7 @@ def forward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Task:
         requested_features=REQUESTED_FEATURES,
         baseline="sdpa_fwd",
         generator="stress",
-        family="" if seed else f"mha_fwd_d{SEED_HEAD_DIM}",
+        family="" if seed else f"mha_fwd_{_suffix(SEED_HEAD_DIM, causal)}",
         tags=(["seed"] if seed else ["held_out_variant"]) + (["causal"] if causal else []),
     )
 
@@ -186,6 +187,6 @@ def backward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Task:
         # Q, K, V, dO drawn from the stress distribution; O and LSE are the forward task's
         # reference outputs for those Q, K, V (O rounded to bf16 as a real forward would write it).
         generator=f"stress_with_forward:{forward}",
-        family="" if seed else f"mha_bwd_d{SEED_HEAD_DIM}",
+        family="" if seed else f"mha_bwd_{_suffix(SEED_HEAD_DIM, causal)}",
         tags=(["seed"] if seed else ["held_out_variant"]) + (["causal"] if causal else []),
     )

@@ -57,8 +57,9 @@ def list_backends(task: Task) -> list[str]:
         return list(SDPA_BACKENDS)
     if task.baseline == "sdpa_fp8_fwd":  # cuDNN's FP8 attention; else bf16 cuDNN on the dequantised inputs
         return list(FP8_SDPA_BACKENDS)
-    if task.baseline == "fla_gdn":  # decode is one step: only the recurrent kernel applies
-        return ["fla:fused_recurrent"] if task.op_type == "gdn_decode" else ["fla:chunk", "fla:fused_recurrent"]
+    if task.baseline == "fla_gdn":  # decode is one step, MTP four: only the recurrent kernel applies
+        return ["fla:fused_recurrent"] if task.op_type in ("gdn_decode", "gdn_mtp") else ["fla:chunk",
+                                                                                         "fla:fused_recurrent"]
     if task.baseline == "fp8_block_gemm":
         return list(FP8_GEMM_BACKENDS)
     return []
@@ -327,7 +328,10 @@ def _fla_gdn(task: Task, inputs: dict[str, torch.Tensor], backend: str) -> Basel
     head h reading q/k head h // (HV/H), as the task's repeat_interleave), and the k-last state
     (state_v_first: [.., V, K]), so its outputs are the task's in the task's layouts. Prefill
     runs fla's varlen path (batch 1, cu_seqlens); the chunk index is prepared once here: the
-    worker's fresh inputs keep each workload's cu_seqlens (tasks.gdn.cu_seqlens_for)."""
+    worker's fresh inputs keep each workload's cu_seqlens (tasks.gdn.cu_seqlens_for). MTP: fla
+    takes no pool indices, so each run's slots are gathered into a [batch, ...] state before it, untimed
+    (as a library that reads the pool by index would), and fla runs the seq_len tokens of each
+    sequence from there without returning a final state (the task commits none)."""
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
         from fla.ops.utils.index import prepare_chunk_indices
@@ -335,9 +339,25 @@ def _fla_gdn(task: Task, inputs: dict[str, torch.Tensor], backend: str) -> Basel
         raise BaselineUnavailable(f"{backend}: flash-linear-attention (fla-core) is not importable: {exc}") from None
     x = inputs
     scale = task.scalar_values(task.axis_values(_var_axes(task, inputs)))["scale"]
-    common = dict(scale=scale, initial_state=x["state"], output_final_state=True, use_gate_in_kernel=True,
-                  A_log=x["A_log"], dt_bias=x["dt_bias"], use_beta_sigmoid_in_kernel=True, state_v_first=True)
-    if task.op_type == "gdn_decode":  # [B, 1, heads, 128]: fla's [batch, time, heads, dim]
+    prepare: Callable[[], None] = lambda: None
+    state = x.get("state")
+    if task.op_type == "gdn_mtp":  # the batch's pool slots, gathered before each run (untimed)
+        state = torch.empty((x["q"].shape[0], *x["initial_state"].shape[1:]), dtype=torch.float32,
+                            device=x["initial_state"].device)
+
+        def prepare() -> None:
+            torch.index_select(x["initial_state"], 0, x["initial_state_indices"].long(), out=state)
+        prepare()
+    common = dict(scale=scale, initial_state=state, output_final_state=task.op_type != "gdn_mtp",
+                  use_gate_in_kernel=True, A_log=x["A_log"], dt_bias=x["dt_bias"], use_beta_sigmoid_in_kernel=True,
+                  state_v_first=True)
+    if task.op_type == "gdn_mtp":  # [B, T, heads, 128]: fla's [batch, time, heads, dim]
+        def run() -> dict[str, torch.Tensor]:
+            o, _ = fused_recurrent_gated_delta_rule(x["q"], x["k"], x["v"], g=x["a"], beta=x["b"], **common)
+            return {"output": o}
+        detail = ("fla fused_recurrent_gated_delta_rule over the seq_len tokens (gate, sigmoid and k-last state "
+                  "in-kernel; the pool slots gathered before each run, untimed)")
+    elif task.op_type == "gdn_decode":  # [B, 1, heads, 128]: fla's [batch, time, heads, dim]
         def run() -> dict[str, torch.Tensor]:
             o, state = fused_recurrent_gated_delta_rule(x["q"], x["k"], x["v"], g=x["a"], beta=x["b"], **common)
             return {"output": o, "new_state": state}
@@ -377,7 +397,7 @@ def _fla_gdn(task: Task, inputs: dict[str, torch.Tensor], backend: str) -> Basel
         with torch.no_grad():
             return run()
 
-    return Baseline(backend, timed, detail)
+    return Baseline(backend, timed, detail, prepare=prepare)
 
 
 # ---------------------------------------------------------------- block-scaled FP8 GEMM (tasks/fp8_gemm.py)

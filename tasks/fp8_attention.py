@@ -151,6 +151,6 @@ def fp8_forward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Tas
         requested_features=REQUESTED_FEATURES,
         baseline="sdpa_fp8_fwd",
         generator="stress_fp8_per_tensor",
-        family="" if seed else f"fp8_mha_with_lse_d{SEED_HEAD_DIM}",
+        family="" if seed else f"fp8_mha_with_lse_d{SEED_HEAD_DIM}" + ("_causal" if causal else ""),
         tags=(["seed"] if seed else ["held_out_variant"]) + (["causal"] if causal else []) + ["fp8"],
     )

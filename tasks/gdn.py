@@ -21,6 +21,19 @@ This equals the definitions' `old_state - k^T old_v + k^T new_v` form with
 new_v = beta * v + (1 - beta) * old_v. q and k are taken as given (the definitions do not
 normalise them; the model l2-normalises them before this op, and so does our generator).
 
+MTP (multi-token prediction, speculative verification: `gdn_mtp_qk{4,8}_v{8,16}_d128_k_last`, as
+FlashInfer-Bench defines them) runs seq_len = 4 draft tokens of each sequence through the same
+recurrence, starting from a state gathered out of a pool: sequence n starts from
+initial_state[initial_state_indices[n]] ([pool_size, value head, V, K], k-last). Its output is every
+token's o. The definition's second output, `final_state`, is `initial_state.clone()`: a verification
+step does not commit its state (the draft may be rejected), so the pool comes back unchanged. Here that
+output is left out and the pool is an input the harness checks unchanged: asking for it would time a
+25-50 MB copy of a pool of which a batch reads only its own slots (one deliberate difference, as
+fp8_attention's bf16 O). Without the state write-back, the rank-1 updates fold into T x T corrections
+(S_t q_t is a combination of S_0 q_t and S_0 k_j, j <= t), so the matrix work is S_0 times the 2T
+columns [k_1..k_T, q_1..q_T]: 4 * K * V FLOPs per token and head, the count used; the artifact asks for
+tensor cores there (wgmma / tcgen05, e.g. tf32 on the fp32 state) and TMA for the state.
+
 Prefill packs sequences: tokens [total_seq_len, ...], sequence n spans
 cu_seqlens[n] .. cu_seqlens[n+1] and starts from state[n]. Its outputs are every token's o and
 each sequence's final state.
@@ -84,6 +97,13 @@ DECODE_HELD_OUT = (1, 4, 16, 32, 100)
 PREFILL_VISIBLE = ((8192, None), (959, 4))
 PREFILL_HELD_OUT = ((6, 1), (32, 2), (401, 4), (3271, 2), (1000, 3))
 PREFILL_MAX_SEQS = {(4, 8): 57, (8, 16): 51}
+# MTP (batch_size, pool_size): PTXBench's batch sizes (1, 4, 8, 16, 32, 48; pool 49 in all of them),
+# plus a batch that is no power of two drawn from a larger pool, held out.
+MTP_SEQ_LEN = 4
+MTP_VISIBLE = ((48, 49), (8, 49))
+MTP_HELD_OUT = ((1, 49), (4, 49), (16, 49), (32, 49), (37, 200))
+MTP_FEATURES = PREFILL_FEATURES  # PTXBench's: TMA and tensor-core MMA (see the module docstring)
+MTP_FLOPS_PER_TOKEN_HEAD = "4*head_size*head_size"  # S_0 k_t and S_0 q_t: no state write-back
 
 _GATE_TEXT = ("g = exp(-exp(A_log) * softplus(a + dt_bias)) (softplus(x) = log(1 + e^x), x for x > 20), "
               "beta = sigmoid(b)")
@@ -153,6 +173,38 @@ def run(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale):
         S[n] = Sn
         t = t + 1
     return {"output": out, "new_state": S}
+'''
+
+
+MTP_REFERENCE = '''\
+import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def run(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale):
+    """seq_len tokens of each sequence through the Gated DeltaNet recurrence (speculative
+    verification): sequence n starts from initial_state[initial_state_indices[n]], a k-last
+    [value head, V, K] slot of the pool, and every token's output is read with the state updated
+    by that token. The pool itself is not updated (the state is never committed). Value head h
+    reads query/key head h // (num_v_heads // num_q_heads). fp32 math from the bf16 inputs."""
+    B, T, HQ, K = q.shape
+    HV = v.shape[2]
+    qh = q.float().repeat_interleave(HV // HQ, dim=2)        # [B, T, HV, K]
+    kh = k.float().repeat_interleave(HV // HQ, dim=2)        # [B, T, HV, K]
+    vh = v.float()                                           # [B, T, HV, V]
+    g = torch.exp(-torch.exp(A_log.float()) * F.softplus(a.float() + dt_bias.float()))  # [B, T, HV]
+    beta = torch.sigmoid(b.float())                                                   # [B, T, HV]
+
+    S = initial_state[initial_state_indices.long()].float()  # [B, HV, V, K]: a copy, the pool stays
+    out = torch.empty(B, T, HV, v.shape[3], dtype=torch.float32, device=q.device)
+    for t in range(T):
+        S = S * g[:, t, :, None, None]                            # decay first
+        old = torch.einsum("bhvk,bhk->bhv", S, kh[:, t])          # S k
+        delta = beta[:, t, :, None] * (vh[:, t] - old)            # delta rule
+        S = S + delta[:, :, :, None] * kh[:, t, :, None, :]       # S += delta k^T
+        out[:, t] = scale * torch.einsum("bhvk,bhk->bhv", S, qh[:, t])
+    return {"output": out}
 '''
 
 
@@ -286,8 +338,59 @@ def gdn_prefill_task(hq: int = 4, hv: int = 8) -> Task:
     )
 
 
+def gdn_mtp_task(hq: int = 4, hv: int = 8) -> Task:
+    seed = (hq, hv) == VARIANTS[0]
+    tokens = ["batch_size", "seq_len"]
+    workloads = [Workload(name=f"B{n}_P{pool}", axes={"batch_size": n, "pool_size": pool}, split=split)
+                 for split, sizes in (("visible", MTP_VISIBLE), ("held_out", MTP_HELD_OUT)) for n, pool in sizes]
+    return Task(
+        name=_name("mtp", hq, hv),
+        description=(f"Gated DeltaNet multi-token prediction (speculative verification) with {hq} query/key heads and "
+                     f"{hv} value heads, head size {HEAD_SIZE}: seq_len={MTP_SEQ_LEN} draft tokens per sequence, "
+                     "starting from a state gathered out of a pool: sequence n starts from "
+                     "initial_state[initial_state_indices[n]] (fp32, k-last [pool slot, value head, V, K]). Per token "
+                     "and value head: decay the state by g, apply the delta rule with the token's k, v and beta, then "
+                     f"read it with q; return every token's output. {_GATE_TEXT}. The pool is not updated (a "
+                     "verification step does not commit its state; the harness checks that initial_state is "
+                     "unchanged). The architecture-specific part asked for: TMA for the state, and tensor-core MMA for "
+                     "the state's products with the tokens' k and q (without a state write-back they are S_0 times "
+                     "2 x seq_len columns). Besides the elementwise rule, the relative L2 error of output must stay "
+                     "within 5e-3. The batch size and the pool size vary. FlashInfer-Bench's definition of the same "
+                     "name, without its final_state output (a copy of the unchanged pool)."),
+        op_type="gdn_mtp",
+        axes={"batch_size": Axis(type="var", description="sequences verified together"),
+              "seq_len": Axis(type="const", value=MTP_SEQ_LEN, description="draft tokens per sequence"),
+              **_head_axes(hq, hv),
+              "pool_size": Axis(type="var", description="state slots in the pool (at least batch_size)")},
+        inputs={
+            "q": TensorSpec(shape=[*tokens, "num_q_heads", "head_size"], dtype="bfloat16",
+                            description="queries (l2-normalised by the model)"),
+            "k": TensorSpec(shape=[*tokens, "num_k_heads", "head_size"], dtype="bfloat16",
+                            description="keys (l2-normalised by the model)"),
+            "v": TensorSpec(shape=[*tokens, "num_v_heads", "head_size"], dtype="bfloat16", description="values"),
+            "initial_state": TensorSpec(
+                shape=["pool_size", "num_v_heads", "head_size", "head_size"], dtype="float32", rows_read="batch_size",
+                description="the state pool, k-last: [slot, value head, V, K] (K contiguous): S[v, k]; read only"),
+            "initial_state_indices": TensorSpec(shape=["batch_size"], dtype="int32",
+                                                description="pool slot of each sequence's state (distinct slots)"),
+            **_gate_inputs(tokens),
+        },
+        outputs={"output": TensorSpec(shape=[*tokens, "num_v_heads", "head_size"], dtype="bfloat16",
+                                      description="scale * S q per token, with the state updated by that token")},
+        reference=MTP_REFERENCE,
+        workloads=workloads,
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"output": 5e-3}),
+        flops=f"batch_size*seq_len*num_v_heads*{MTP_FLOPS_PER_TOKEN_HEAD}",
+        scalars={"scale": "1/sqrt(head_size)"},
+        requested_features=MTP_FEATURES,
+        baseline="fla_gdn",
+        generator="gdn",
+        tags=["gdn", "mtp", "k_last"] + ([] if seed else ["head_variant"]),
+    )
+
+
 def gdn_tasks() -> list[Task]:
-    return [build(hq, hv) for hq, hv in VARIANTS for build in (gdn_decode_task, gdn_prefill_task)]
+    return [build(hq, hv) for hq, hv in VARIANTS for build in (gdn_decode_task, gdn_prefill_task, gdn_mtp_task)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +419,8 @@ def generate_gdn_inputs(task: Task, axes: dict[str, int], gen: torch.Generator, 
       for most tokens (median ~0.97), below 0.3 for a few percent (fast-forgetting heads, the
       odd near-reset), and beta in ~(0.02, 0.98), the range trained models run in. Gate
       outliers would only saturate g to 0 or beta to 0/1, which tests nothing the values do not.
-    - cu_seqlens: cu_seqlens_for(total_seq_len, num_seqs)."""
+    - cu_seqlens: cu_seqlens_for(total_seq_len, num_seqs).
+    - initial_state (MTP's pool): as state; initial_state_indices: batch_size distinct random slots."""
     from tasks.generators import stress  # tasks.generators dispatches here: import at call time
 
     out: dict[str, torch.Tensor] = {}
@@ -326,7 +430,7 @@ def generate_gdn_inputs(task: Task, axes: dict[str, int], gen: torch.Generator, 
         if name in ("q", "k"):
             x = stress(shape, gen, device)
             out[name] = (x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)).to(torch.bfloat16)
-        elif name in ("v", "state"):
+        elif name in ("v", "state", "initial_state"):
             out[name] = stress(shape, gen, device).to(torch.float32 if spec.dtype == "float32" else torch.bfloat16)
         elif name == "A_log":
             out[name] = torch.log(1 + 15 * torch.rand(hv, generator=gen, device=device))
@@ -335,6 +439,9 @@ def generate_gdn_inputs(task: Task, axes: dict[str, int], gen: torch.Generator, 
             out[name] = dt + torch.log(-torch.expm1(-dt))  # softplus(dt_bias) = dt
         elif name in ("a", "b"):
             out[name] = torch.randn(shape, generator=gen, device=device).to(torch.bfloat16)
+        elif name == "initial_state_indices":  # distinct slots, fresh per draw (as PTXBench draws them)
+            perm = torch.randperm(axes["pool_size"], generator=gen, device=device)
+            out[name] = perm[:axes["batch_size"]].to(torch.int32)
         elif name == "cu_seqlens":
             out[name] = cu_seqlens_for(axes["total_seq_len"], axes["num_seqs"]).to(device)
         else:

@@ -1,8 +1,15 @@
-"""The GEMM task: C = A·Bᵀ in bf16 with fp32 accumulation (the seed paper's GEMM).
+"""The GEMM tasks: C = A·Bᵀ in bf16 with fp32 accumulation (the seed paper's GEMM).
 
-N and K are fixed by the definition (a Qwen3-14B qkv projection, as in FlashInfer-Bench's
-gemm_n7168_k5120); M varies. The visible workload is M=8192; the held-out ones check other
-M values, including one that is not a multiple of any tile (8000) and a tiny one (70).
+N and K are fixed by each definition, M (tokens) varies. The seed task is gemm_n7168_k5120 (a
+Qwen3-14B qkv projection, as in FlashInfer-Bench's definition of that name): M=8192 visible; the
+held-out M values include one that is not a multiple of any tile (8000) and a tiny one (70).
+
+The other shapes are PTXBench's GEMM problems (zhang677/PTXBench, packages/mini-ptx-agent/
+fib_runtime/multiturn/gemm-problems: FlashInfer-Bench definitions with M values picked from
+serving traces, log-spread). The same op with other N, K; each task's visible workload is the M
+PTXBench's problem file is built on (the largest), and its other M values are held out: most of
+them are not multiples of any tile (93, 289, 901, 2379, ...), and the small ones leave most SMs
+idle unless the kernel splits K or N finely.
 """
 from __future__ import annotations
 
@@ -24,7 +31,51 @@ def run(A, B):
 '''
 
 
+SEED_SHAPE = (7168, 5120)
+# PTXBench's GEMM problems: (N, K) -> the M values of its workloads (gemm_problems.csv). The seed
+# shape's own workloads are listed in gemm_task; PTXBench's for it are 70, 232, 972, 2379, 8192.
+GEMM_SHAPES: dict[tuple[int, int], tuple[int, ...]] = {
+    (128, 2048): (93, 289, 492, 952, 8828),
+    (2048, 4096): (93, 289, 952, 969, 8828),
+    (2048, 5376): (70, 232, 901, 2379, 8828),
+    (21504, 5376): (70, 232, 901, 2379, 8828),
+    (256, 7168): (80, 901),
+    (28672, 4096): (70, 232, 972, 2379, 8192),
+    (34816, 5120): (70, 232, 972, 2379, 8192),
+    (4096, 14336): (70, 232, 972, 2379, 8192),
+    (4096, 4096): (70, 232, 972, 2379, 8192),
+    (4096, 5376): (70, 232, 901, 2379, 8828),
+    (5120, 17408): (70, 232, 972, 2379, 8192),
+    (5120, 2048): (93, 289, 492, 952, 8828),
+    (5120, 5120): (70, 232, 972, 2379, 8192),
+    (5376, 21504): (70, 232, 901, 2379, 8828),
+    (5376, 4096): (70, 232, 901, 2379, 8828),
+    (6144, 4096): (70, 232, 972, 2379, 8192),
+}
+
+
+def _gemm_workloads(n: int, k: int) -> list[Workload]:
+    if (n, k) == SEED_SHAPE:
+        return [
+            Workload(name="M8192", axes={"M": 8192}, split="visible"),
+            Workload(name="M4096", axes={"M": 4096}, split="held_out"),
+            Workload(name="M1024", axes={"M": 1024}, split="held_out"),
+            Workload(name="M8000", axes={"M": 8000}, split="held_out"),  # not a multiple of 128 (or 64)
+            Workload(name="M70", axes={"M": 70}, split="held_out"),  # smaller than one tile
+        ]
+    ms = GEMM_SHAPES.get((n, k), (8192,))  # a shape of no table (tests' small GEMMs): one visible M
+    visible = max(ms)  # the M of PTXBench's problem file
+    return [Workload(name=f"M{m}", axes={"M": m}, split="visible" if m == visible else "held_out")
+            for m in sorted(ms, reverse=True)]
+
+
+def gemm_tasks() -> list[Task]:
+    """The seed shape first, then PTXBench's other shapes in its order."""
+    return [gemm_task(*SEED_SHAPE)] + [gemm_task(n, k) for n, k in GEMM_SHAPES]
+
+
 def gemm_task(n: int = 7168, k: int = 5120) -> Task:
+    seed = (n, k) == SEED_SHAPE
     return Task(
         name=f"gemm_n{n}_k{k}",
         description=(f"General matrix multiply C = A @ B.T with bf16 inputs, fp32 accumulation and a bf16 output; "
@@ -42,13 +93,7 @@ def gemm_task(n: int = 7168, k: int = 5120) -> Task:
         },
         outputs={"C": TensorSpec(shape=["M", "N"], dtype="bfloat16", description="row-major, N contiguous")},
         reference=GEMM_REFERENCE,
-        workloads=[
-            Workload(name="M8192", axes={"M": 8192}, split="visible"),
-            Workload(name="M4096", axes={"M": 4096}, split="held_out"),
-            Workload(name="M1024", axes={"M": 1024}, split="held_out"),
-            Workload(name="M8000", axes={"M": 8000}, split="held_out"),  # not a multiple of 128 (or 64)
-            Workload(name="M70", axes={"M": 70}, split="held_out"),  # smaller than one tile
-        ],
+        workloads=_gemm_workloads(n, k),
         # The seed paper's tolerance. bf16 output rounding is 2^-9 relative; fp32 accumulation in any
         # order over K=5120 stays far below 1e-2 of the result's scale.
         # rel-L2: the SIMT and expert kernels measure 1.7e-3 (bf16 rounding of C) on the H200
@@ -57,5 +102,6 @@ def gemm_task(n: int = 7168, k: int = 5120) -> Task:
         requested_features=REQUESTED_FEATURES,
         baseline="cublas",
         generator="stress",
-        tags=["seed"],
+        family="" if seed else f"gemm_n{SEED_SHAPE[0]}_k{SEED_SHAPE[1]}",
+        tags=["seed"] if seed else ["shape_variant"],
     )

@@ -1,8 +1,14 @@
-"""The benchmark's tasks by name, their aliases, and loading a FlashInfer-Bench Definition JSON.
+"""The benchmark's tasks by name, their aliases, task groups and splits, and loading a
+FlashInfer-Bench Definition JSON.
 
 `get_task` accepts a task name, an alias, or a path to a JSON file (a FlashInfer-Bench
 Definition, optionally with ptxbench's extensions: workloads, tolerance, flops, scalars,
 requested_features, baseline, generator).
+
+`select_tasks` also accepts a group, `<family>:<selector>` (e.g. `gemm:*`, `attention:causal`,
+`ptxbench:all`, `ptxbench:held_out_tasks`): sweeps, bench and reports name sets of tasks that way.
+`task_split` says which split a whole task belongs to: `train` (Fixit data may be built from its
+runs) or `held_out_tasks` (never: the generalisation question is asked on these).
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from tasks.attention import backward_task, forward_task
 from tasks.fp8_attention import fp8_forward_task
 from tasks.fp8_gemm import fp8_gemm_task
 from tasks.gdn import gdn_tasks
-from tasks.gemm import gemm_task
+from tasks.gemm import gemm_tasks
 from tasks.schema import Task, Workload
 
 
@@ -26,17 +32,20 @@ class UnknownTask(ValueError):
 
 def _build() -> dict[str, Task]:
     tasks = [
-        gemm_task(),
+        *gemm_tasks(),  # the seed shape n7168_k5120, then PTXBench's 16 other (N, K) shapes
         forward_task(128), forward_task(128, causal=True),
         backward_task(128), backward_task(128, causal=True),
-        # held-out head-dimension variants (non-causal)
+        # held-out head-dimension variants, non-causal and causal (PTXBench's)
         forward_task(64), forward_task(96), backward_task(64), backward_task(96),
         forward_task(256), backward_task(256),
+        forward_task(64, causal=True), forward_task(96, causal=True), forward_task(256, causal=True),
+        backward_task(64, causal=True), backward_task(96, causal=True),
         fp8_gemm_task(),  # PTXBench's fp8_gemm_nt_1d2d_n4096_k7168: e4m3, 1x128 / 128x128 block scales
-        *gdn_tasks(),  # Gated DeltaNet decode and prefill, qk4_v8 and qk8_v16
+        *gdn_tasks(),  # Gated DeltaNet decode, prefill and MTP, qk4_v8 and qk8_v16
         # FP8 attention forward with LSE (PTXBench's fp8_mha_with_lse); d64/d96/d256 held out
         fp8_forward_task(128), fp8_forward_task(128, causal=True),
         fp8_forward_task(64), fp8_forward_task(96), fp8_forward_task(256),
+        fp8_forward_task(64, causal=True), fp8_forward_task(96, causal=True), fp8_forward_task(256, causal=True),
     ]
     return {t.name: t for t in tasks}
 
@@ -52,6 +61,7 @@ ALIASES: dict[str, str] = {
     "attn_bwd_causal": "mha_bwd_d128_causal",
     "gdn_decode": "gdn_decode_qk4_v8_d128_k_last",
     "gdn_prefill": "gdn_prefill_qk4_v8_d128_k_last",
+    "gdn_mtp": "gdn_mtp_qk4_v8_d128_k_last",
     "fp8_attn_fwd": "fp8_mha_with_lse_d128",
     "fp8_attn_fwd_causal": "fp8_mha_with_lse_d128_causal",
 }
@@ -79,6 +89,76 @@ def get_task(name: str | Path) -> Task:
     close = difflib.get_close_matches(key, list(TASKS) + list(ALIASES), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(list(ALIASES) + list(TASKS))}"
     raise UnknownTask(f"unknown task {key!r}; {hint}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Task groups: `<family>:<selector>`. A family is a set of op types; "ptxbench" is every task.
+
+GROUP_FAMILIES: dict[str, tuple[str, ...] | None] = {
+    "gemm": ("gemm",),
+    "fp8_gemm": ("fp8_gemm",),
+    "attention": ("mha_fwd", "mha_bwd"),
+    "attention_fwd": ("mha_fwd",),
+    "attention_bwd": ("mha_bwd",),
+    "fp8_attention": ("fp8_mha_fwd",),
+    "gdn": ("gdn_decode", "gdn_prefill", "gdn_mtp"),
+    "ptxbench": None,  # every task
+}
+SPLITS = ("train", "held_out_tasks")
+
+# Whole tasks no Fixit data is built from (`agent fixit build --split train`), so that a
+# fine-tuned model can be asked whether what it learned carries to problems it never trained on:
+# - GEMM shapes: one per kind of difficulty (a tiny N, a tall K, a very wide N, a square one, and
+#   a mid one), the other 12 shapes stay in train;
+# - every d96 task (a head dimension no tile size divides evenly), and the causal head-dimension
+#   variants (d64/d96/d256 causal: the causal mask combined with an unseen head size);
+# - GDN MTP at qk8_v16 (train sees the qk4_v8 MTP; decode and prefill stay in train).
+_HELD_OUT_GEMM = ("gemm_n128_k2048", "gemm_n5376_k21504", "gemm_n34816_k5120", "gemm_n4096_k4096", "gemm_n2048_k5376")
+HELD_OUT_TASKS: frozenset[str] = frozenset(
+    [*_HELD_OUT_GEMM, "gdn_mtp_qk8_v16_d128_k_last"]
+    + [n for n, t in TASKS.items() if "_d96" in n or ("causal" in t.tags and "held_out_variant" in t.tags)])
+
+
+def task_split(name: str) -> str:
+    """`held_out_tasks` for a task no Fixit data may come from, else `train` (unknown names: train)."""
+    return "held_out_tasks" if name in HELD_OUT_TASKS else "train"
+
+
+def is_group(spec: str) -> bool:
+    return ":" in str(spec) and not str(spec).endswith(".json")
+
+
+def select_tasks(spec: str | Path) -> list[str]:
+    """Task names for a task name, alias, Definition path, or group `<family>:<selector>`.
+
+    The selector is `*` or `all` (the whole family), a split (`train`, `held_out_tasks`), or a tag
+    (`causal`, `seed`, `held_out_variant`, `decode`, `mtp`, `fp8`, ...). Raises UnknownTask with
+    the known families and selectors when nothing matches. Names come in registry order."""
+    key = str(spec).strip()
+    if not is_group(key):
+        return [get_task(key).name]
+    family, _, selector = key.partition(":")
+    if family not in GROUP_FAMILIES:
+        raise UnknownTask(f"unknown task group {key!r}: families are {', '.join(GROUP_FAMILIES)} "
+                          f"(e.g. gemm:*, attention:causal, ptxbench:all)")
+    op_types = GROUP_FAMILIES[family]
+    members = [t for t in TASKS.values() if op_types is None or t.op_type in op_types]
+    if selector in ("*", "all"):
+        chosen = members
+    elif selector in SPLITS:
+        chosen = [t for t in members if task_split(t.name) == selector]
+    else:
+        chosen = [t for t in members if selector in t.tags]
+    if not chosen:
+        tags = sorted({tag for t in members for tag in t.tags})
+        raise UnknownTask(f"task group {key!r} selects no task; selectors: *, all, {', '.join(SPLITS)}, "
+                          f"or a tag ({', '.join(tags)})")
+    return [t.name for t in chosen]
+
+
+def select_many(specs: list[str]) -> list[str]:
+    """The union of several selections, first occurrence first (a task named twice counts once)."""
+    return list(dict.fromkeys(name for spec in specs for name in select_tasks(spec)))
 
 
 def load_definition(path: str | Path) -> Task:

@@ -31,6 +31,10 @@ class TensorSpec(BaseModel):
     shape: list[str]  # axis names, outermost first; layout is row-major contiguous
     dtype: DType
     description: str = ""
+    # An input a run reads only in part (a state pool indexed by slot): how many of its outermost
+    # rows one run reads, over the axes. The byte counts (what TMA must carry, the memory floor
+    # behind `implausible`) count those rows only. None: the whole tensor.
+    rows_read: str | None = None
 
 
 class Workload(BaseModel):
@@ -60,7 +64,7 @@ class Tolerance(BaseModel):
 OP_FAMILIES: dict[str, str] = {
     "gemm": "GEMM", "fp8_gemm": "FP8 GEMM (block-scaled)", "mha_fwd": "attention forward",
     "mha_bwd": "attention backward", "fp8_mha_fwd": "FP8 attention forward", "gdn_decode": "Gated DeltaNet",
-    "gdn_prefill": "Gated DeltaNet",
+    "gdn_prefill": "Gated DeltaNet", "gdn_mtp": "Gated DeltaNet",
 }
 
 
@@ -106,7 +110,14 @@ class Task(BaseModel):
 
     def tensor_bytes(self, names, axes: dict[str, int]) -> int:
         specs = {**self.inputs, **self.outputs}
-        return sum(math.prod(self.shape(n, axes)) * DTYPE_BYTES[specs[n].dtype] for n in names)
+        total = 0
+        for n in names:
+            shape = self.shape(n, axes)
+            if specs[n].rows_read is not None:  # only these outermost rows are read
+                rows = int(eval(specs[n].rows_read, {"__builtins__": {}}, dict(axes)))
+                shape = (min(rows, shape[0]), *shape[1:])
+            total += math.prod(shape) * DTYPE_BYTES[specs[n].dtype]
+        return total
 
     def input_bytes(self, axes: dict[str, int]) -> int:
         """Every input read once: what TMA must carry at least half of to carry the work."""
