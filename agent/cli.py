@@ -14,7 +14,8 @@ from rich.markup import escape  # noqa: E402
 from agent.commands import common  # noqa: E402
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM).")
+                  help="ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM). "
+                       + common.EXIT_CODES_HELP)
 
 
 def _version(value: bool) -> None:
@@ -31,7 +32,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print ptxbench's version and exit.")) -> None:
-    """ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM)."""
+    """ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM)."""  # help: app's
 
 
 def _register() -> None:
@@ -48,10 +49,10 @@ def main() -> None:
     except common.CliError as exc:
         # the message is text, not markup: "pip install -e '.[ray]'" must keep its [ray]
         common.err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        sys.exit(exc.code)
     except KeyboardInterrupt:
         common.err_console.print("interrupted")
-        sys.exit(130)
+        sys.exit(common.ExitCode.INTERRUPTED)
 
 
 if __name__ == "__main__":

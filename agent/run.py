@@ -30,7 +30,7 @@ from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
 from agent.nodes import Deps, InfraFault, Nodes
 from agent.state import initial_state, summary_from_state
-from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
+from agent.trajectory import (EXECUTED_CHECK_DEFAULT, HISTORIES, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
                               shipped_example, utc_now)
 from tools.toolchain import ARCHES
@@ -66,6 +66,10 @@ class SolveRequest:
     executed_check: bool = EXECUTED_CHECK_DEFAULT
     human_reply_file: str | None = None
     command: list[str] = field(default_factory=list)
+    history: str = "full"  # full | latest: what of the chat each call sends
+    model_params: dict = field(default_factory=dict)  # to the provider as given (agent.models.LOCAL_PARAMS aside)
+    context_turn_tokens: int = 2000  # docs added on turns 2+ at most, per turn
+    memcheck: bool = True  # compute-sanitizer memcheck after a visible crash, hang or out-of-bounds write
 
 
 MODEL_OPTIONS = ("max_retries", "retry_base_s", "retry_max_s", "timeout_s")  # get_model's knobs
@@ -79,7 +83,8 @@ def implied_strategy(samples: int) -> str:
 def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str = "docs", samples: int = 1,
                      budget: Budget | None = None, context_tokens: int = 0, temperature: float | None = None,
                      model_options: dict | None = None, strategy: str | None = None,
-                     population: int = 4) -> str | None:
+                     population: int = 4, history: str = "full", model_params: dict | None = None,
+                     context_turn_tokens: int = 0) -> str | None:
     """What is wrong with a run's settings, in one line naming the setting as a sweep config
     and `agent solve` spell it, or None. Shared by both, so they refuse the same things up
     front instead of failing once per run."""
@@ -101,6 +106,14 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
         return f"population (--population) must be at least 1, not {population}"
     if context_tokens < 0:
         return f"context_tokens (--context-tokens) must be >= 0, not {context_tokens}"
+    if history not in HISTORIES:
+        return f"unknown history policy {history!r} (--history); choose one of {', '.join(HISTORIES)}"
+    if context_turn_tokens < 0:
+        return f"context_turn_tokens (--context-turn-tokens) must be >= 0, not {context_turn_tokens}"
+    from agent.models import model_params_problem
+
+    if (problem := model_params_problem(model_params or {}, temperature)) is not None:
+        return problem
     if temperature is not None and not (math.isfinite(temperature) and temperature >= 0):
         return f"temperature (--temperature) must be >= 0, not {temperature}"
     b = budget or Budget()
@@ -124,18 +137,22 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
     return None
 
 
-def solve(req: SolveRequest, *, progress: bool = True, evaluator=None) -> RunSummary:
+def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
+          stop: threading.Event | None = None) -> RunSummary:
     """Start a new run and drive it to its end. `evaluator`: a shared Evaluator (sweeps); the
-    run closes only one it made itself."""
+    run closes only one it made itself. `stop`: set by a sweep on Ctrl-C; the run ends as
+    interrupted at its next step (resumable), never with a verdict it did not reach."""
     task = _get_task(req.task)
     problem = settings_problem(arch=req.arch, lang=req.lang, context=req.context, samples=req.samples,
                                budget=req.budget, context_tokens=req.context_tokens, temperature=req.temperature,
-                               model_options=req.model_options, strategy=req.strategy, population=req.population)
+                               model_options=req.model_options, strategy=req.strategy, population=req.population,
+                               history=req.history, model_params=req.model_params,
+                               context_turn_tokens=req.context_turn_tokens)
     if problem:
         raise SolveError(problem)
     if req.api_base:
         _check_reachable(req.api_base)
-    model = _get_model(req.model, req.api_base, req.model_options, req.human_reply_file)
+    model = _get_model(req.model, req.api_base, req.model_options, req.human_reply_file, req.model_params)
     run_id = req.run_id or new_run_id(task.name, req.model)
     config = RunConfig(
         run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=req.model,
@@ -144,8 +161,9 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None) -> RunSum
         strategy=req.strategy or implied_strategy(req.samples), population=req.population,
         profile_feedback=req.profile_feedback,
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
-        executed_check=req.executed_check, command=req.command or list(sys.argv))
-    return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator)
+        executed_check=req.executed_check, command=req.command or list(sys.argv), history=req.history,
+        model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck)
+    return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
 
 
 def replay_mismatch(req: SolveRequest) -> str | None:
@@ -175,7 +193,7 @@ def repair(config: RunConfig, solution, feedback: str, *, runs_dir: str | Path =
     task = _get_task(config.task)
     if config.api_base:
         _check_reachable(config.api_base)
-    model = _get_model(config.model, config.api_base, config.model_options, None)
+    model = _get_model(config.model, config.api_base, config.model_options, None, config.model_params)
     config = config.model_copy(update={"created": utc_now(), "command": list(sys.argv),
                                        "requested_features": task.features_for(config.arch)})
     state = initial_state()
@@ -185,7 +203,8 @@ def repair(config: RunConfig, solution, feedback: str, *, runs_dir: str | Path =
              f"{solution.manifest.model_dump_json(indent=2, exclude_defaults=True)}\n```\n")
     state["messages"] = [
         {"role": "system", "content": prompts.system_prompt(config.arch, config.lang, config.prompt_version)},
-        {"role": "user", "content": prompts.task_prompt(task_text, config.arch, "", config.prompt_version)},
+        {"role": "user", "content": prompts.task_prompt(task_text, config.arch, "", config.prompt_version,
+                                                        config.budget.max_turns)},
         {"role": "assistant", "content": reply}]
     state["feedback"] = feedback
     return _start(config, task, model, state, runs_dir, not quiet, evaluator, task_text=task_text)
@@ -220,12 +239,12 @@ def load_resumable(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> 
 
 
 def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress: bool = True,
-           human_reply_file: str | None = None, evaluator=None) -> RunSummary:
+           human_reply_file: str | None = None, evaluator=None, stop: threading.Event | None = None) -> RunSummary:
     """Continue a run (its folder, or its id under `runs_dir`) from its last checkpoint:
     finished LLM calls and evaluations are not repeated."""
     run_dir, config = load_resumable(run, runs_dir)
     task = _get_task(config.task)
-    model = _get_model(config.model, config.api_base, config.model_options, human_reply_file)
+    model = _get_model(config.model, config.api_base, config.model_options, human_reply_file, config.model_params)
     try:
         _continue_script(model, run_dir)
         writer = TrajectoryWriter(run_dir)
@@ -235,11 +254,11 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
     deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
                 evaluator=evaluator or _get_evaluator(), writer=writer, clock=Clock(),
                 retrieve=_get_retriever(config.context))
-    return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned)
+    return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop)
 
 
 def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool, evaluator,
-           task_text: str | None = None) -> RunSummary:
+           task_text: str | None = None, stop: threading.Event | None = None) -> RunSummary:
     run_dir = Path(runs_dir) / config.run_id
     if (run_dir / "config.json").exists():
         raise SolveError(f"run {config.run_id} already exists in {runs_dir}; resume it with: {resume_command(run_dir)}")
@@ -255,12 +274,12 @@ def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool
     writer.write_config(config)
     deps = Deps(config=config, task=task, task_text=task_text or _render_task(task, config), model=model,
                 evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
-    return _drive(deps, state, resumed=False, progress=progress, close_evaluator=owned)
+    return _drive(deps, state, resumed=False, progress=progress, close_evaluator=owned, stop=stop)
 
 
 # ---------------------------------------------------------------------------------------
 def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: bool,
-           close_evaluator: bool = True) -> RunSummary:
+           close_evaluator: bool = True, stop: threading.Event | None = None) -> RunSummary:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from agent.progress import RunProgress
@@ -296,7 +315,10 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
     status, stop_reason, stop_detail, tb = "finished", None, None, None
     try:
         with live, _sigterm_as_interrupt():
-            final = graph.invoke(start_state, thread)
+            final = None
+            for final in graph.stream(start_state, thread, stream_mode="values"):
+                if stop is not None and stop.is_set():  # between steps: every finished step is checkpointed
+                    raise KeyboardInterrupt
     except KeyboardInterrupt:
         status, stop_reason = "interrupted", "interrupted"
         stop_detail = f"resume with: {resume_command(writer.run_dir)}"
@@ -377,8 +399,14 @@ def _get_task(name: str):
         raise SolveError(str(exc)) from None
 
 
-def _get_model(spec: str, api_base: str | None, options: dict, human_reply_file: str | None):
+def _get_model(spec: str, api_base: str | None, options: dict, human_reply_file: str | None,
+               params: dict | None = None):
     from agent.models import get_model
+
+    unknown = sorted(set(options or {}) - set(MODEL_OPTIONS))
+    if unknown:  # e.g. {"extra": ...}: one line, not a TypeError deep in get_model
+        raise SolveError(f"unknown model option {unknown[0]!r}; known: {', '.join(MODEL_OPTIONS)} (provider "
+                         "parameters go in model params: --model-param key=value, or `params` in a sweep)")
 
     extra = {"reply_file": human_reply_file} if spec == "human" and human_reply_file else None
     if (spec == "human" and not (human_reply_file or os.environ.get("PTXBENCH_HUMAN_REPLY_FILE"))
@@ -392,7 +420,7 @@ def _get_model(spec: str, api_base: str | None, options: dict, human_reply_file:
     if api_key is None and api_base and spec.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
         api_key = "EMPTY"
     try:
-        model = get_model(spec, api_base=api_base, api_key=api_key, extra=extra, **options)
+        model = get_model(spec, api_base=api_base, api_key=api_key, extra=extra, params=params, **options)
     except (ValueError, OSError) as exc:
         raise SolveError(str(exc).splitlines()[0]) from None
     if type(model).__name__ == "LiteLLMModel" and not api_base and not api_key:
@@ -410,7 +438,7 @@ _TRANSIENT = {"rate_limit", "server_error", "timeout"}
 
 
 def check_model(spec: str, api_base: str | None = None, options: dict | None = None, *,
-                probe: bool = True) -> str | None:
+                probe: bool = True, params: dict | None = None) -> str | None:
     """Can runs use this model at all? Raises SolveError (one line) if not: an unknown
     provider or model, a missing key, a closed port, a missing replay or script. A litellm
     model is also sent one tiny request (`probe`), which is what finds a wrong model name
@@ -419,7 +447,7 @@ def check_model(spec: str, api_base: str | None = None, options: dict | None = N
     try:
         if api_base:
             _check_reachable(api_base)
-        model = _get_model(spec, api_base, options, None)
+        model = _get_model(spec, api_base, options, None, params)
     except SolveError as exc:  # name the model: a sweep has several
         message = str(exc)
         raise SolveError(message if message.startswith("model ") else f"model {spec}: {message}") from None

@@ -1,13 +1,13 @@
 """Sweeps: a grid of independent agent runs (models x tasks x arches x context modes x
-search strategies x profile feedback x replicas), each with a deterministic run id, run
-concurrently and resumably.
+search strategies x profile feedback x history policies x replicas), each with a deterministic
+run id, run concurrently and resumably.
 
     load_sweep_config(path) -> SweepConfig        TOML or YAML
     expand(config) -> list[SweepRun]              the grid, in a fixed order
     run_sweep(config, executor) -> SweepResult    runs every cell not yet finished
 
 Run ids are <sweep>/<model>/<task>/<arch>/<context>/r<k>, with a segment before r<k> for
-settings other than the plain loop's (`evolve`, `profile-on`, `evolve+profile-on`; see
+settings other than the plain loop's (`evolve`, `profile-on`, `latest`, `evolve+profile-on`; see
 `variant`), so a second `agent sweep` on the same config finds what the first one did: runs with a finished summary.json are skipped,
 runs with a config.json but no finished summary are resumed through agent.run's resume,
 the rest start fresh. Each run lives in a thread of the driver (its LLM calls are I/O);
@@ -27,8 +27,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, ContextMode, Language,
-                              RunSummary, Strategy, read_summary)
+from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, ContextMode, History,
+                              Language, RunSummary, Strategy, read_summary)
 
 DONE_STATUSES = ("finished", "failed")
 
@@ -45,6 +45,9 @@ class ModelEntry(BaseModel):
     api_base: str | None = None
     name: str = ""  # slug in run ids and reports; derived from spec when empty
     options: dict = Field(default_factory=dict)  # get_model options: max_retries, retry_base_s, timeout_s
+    # model parameters, sent to the provider as given (reasoning_effort, thinking, max_tokens, ...;
+    # context_window and prompt_cache configure ptxbench's side): `agent solve --model-param`
+    params: dict[str, Any] = Field(default_factory=dict)
     # Only these of the sweep's tasks (names or aliases); None: all of them. For models bound
     # to one task, e.g. scripted or replayed replies written for that task.
     tasks: list[str] | None = None
@@ -73,6 +76,10 @@ class SweepConfig(BaseModel):
     # the --profile-feedback ablation: "on", "off" or both
     profile_feedback: list[Literal["on", "off"]] = Field(
         default_factory=lambda: ["on" if PROFILE_FEEDBACK_DEFAULT else "off"])
+    # what each call sends: the whole chat, or system + task + the last reply and its feedback
+    histories: list[History] = Field(default_factory=lambda: ["full"])
+    context_turn_tokens: int = Field(default=2000, ge=0)  # docs added on turns 2+ at most, per turn
+    memcheck: bool = True  # compute-sanitizer memcheck after a visible crash, hang or out-of-bounds write
     replicas: int = Field(default=1, ge=1)
     lang: Language = "cuda"
     samples: int = Field(default=1, ge=1)
@@ -121,8 +128,9 @@ class SweepConfig(BaseModel):
         """The same checks `agent solve` makes, for every arch, context and model of the grid."""
         from agent.run import settings_problem
 
-        if not self.arches or not self.contexts or not self.profile_feedback or self.strategies == []:
-            raise ValueError("arches, contexts, strategies and profile_feedback need at least one entry each")
+        if not self.arches or not self.contexts or not self.profile_feedback or self.strategies == [] \
+                or not self.histories:
+            raise ValueError("arches, contexts, strategies, profile_feedback and histories need at least one entry each")
         for arch in self.arches:
             for context in self.contexts:
                 for strategy in self.strategy_list:
@@ -131,7 +139,8 @@ class SweepConfig(BaseModel):
                                                    samples=self.samples_for(strategy), budget=self.budget,
                                                    context_tokens=self.context_tokens, temperature=self.temperature,
                                                    model_options=m.options, strategy=strategy,
-                                                   population=self.population)
+                                                   population=self.population, model_params=m.params,
+                                                   context_turn_tokens=self.context_turn_tokens)
                         if problem:
                             raise ValueError(problem)
         return self
@@ -203,6 +212,7 @@ class SweepRun:
     replica: int
     strategy: str = "linear"
     profile_feedback: bool = PROFILE_FEEDBACK_DEFAULT
+    history: str = "full"
 
     def request(self, sweep: SweepConfig, runs_dir: Path):
         """The agent.run.SolveRequest of this cell; replica k gets seed sweep.seed + k."""
@@ -215,24 +225,29 @@ class SweepRun:
             api_base=self.model.api_base, model_options=dict(self.model.options), runs_dir=runs_dir,
             run_id=self.run_id, seed=sweep.seed + self.replica, temperature=sweep.temperature,
             executed_check=sweep.executed_check,
-            command=["agent", "sweep", sweep.name, self.run_id])
+            command=["agent", "sweep", sweep.name, self.run_id], history=self.history,
+            model_params=dict(self.model.params), context_turn_tokens=sweep.context_turn_tokens,
+            memcheck=sweep.memcheck)
 
 
-def variant(strategy: str, samples: int, profile_feedback: bool) -> str:
+def variant(strategy: str, samples: int, profile_feedback: bool, history: str = "full") -> str:
     """The run-id segment for settings other than the plain loop's ("" for none): the strategy
-    unless the sweep's `samples` implies it, and the profile feedback unless it is the default.
-    Runs of sweeps made before these settings existed keep their ids."""
+    unless the sweep's `samples` implies it, the profile feedback unless it is the default, and
+    the history policy unless it is full. Runs of sweeps made before these settings existed keep
+    their ids."""
     from agent.run import implied_strategy
 
     parts = [strategy] if strategy != implied_strategy(samples) else []
     if profile_feedback != PROFILE_FEEDBACK_DEFAULT:
         parts.append("profile-on" if profile_feedback else "profile-off")
+    if history != "full":
+        parts.append(history)
     return "+".join(parts)
 
 
 def expand(config: SweepConfig) -> list[SweepRun]:
     """Every cell x replica, in a fixed order (model, task, arch, context, strategy, profile
-    feedback, replica)."""
+    feedback, history, replica)."""
     from tasks import get_task
 
     resolved = [(t, get_task(t).name) for t in config.tasks]  # raises UnknownTask with close names
@@ -249,12 +264,13 @@ def expand(config: SweepConfig) -> list[SweepRun]:
                 for context in config.contexts:
                     for strategy in config.strategy_list:
                         for profile in config.profile_feedback:
-                            cell = variant(strategy, config.samples, profile == "on")
-                            for k in range(config.replicas):
-                                run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/" + \
-                                    (f"{cell}/" if cell else "") + f"r{k}"
-                                runs.append(SweepRun(run_id, m, task, requested, arch, context, k, strategy,
-                                                     profile == "on"))
+                            for history in config.histories:
+                                cell = variant(strategy, config.samples, profile == "on", history)
+                                for k in range(config.replicas):
+                                    run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/" + \
+                                        (f"{cell}/" if cell else "") + f"r{k}"
+                                    runs.append(SweepRun(run_id, m, task, requested, arch, context, k, strategy,
+                                                         profile == "on", history))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise ValueError("the grid names one run twice (a task listed twice, or two aliases of one task?)")
@@ -265,8 +281,10 @@ RunState = Literal["done", "partial", "new"]
 
 
 def run_state(run_dir: Path) -> RunState:
+    """done: ended for good; partial: to be resumed (interrupted, killed, or stopped by an
+    infrastructure fault, which is no result of the run's); new: never started."""
     summary = read_summary(run_dir) if (run_dir / "summary.json").exists() else None
-    if summary is not None and summary.status in DONE_STATUSES:
+    if summary is not None and summary.status in DONE_STATUSES and summary.stop_reason != "infra_error":
         return "done"
     return "partial" if (run_dir / "config.json").exists() else "new"
 
@@ -303,6 +321,10 @@ class SweepResult(BaseModel):
     seconds: float
     outcomes: list[RunOutcome]
     warnings: list[str] = Field(default_factory=list)  # e.g. a model's test request was rate limited
+    # Ctrl-C: runs in flight ended as interrupted at their next step, runs not started were left
+    # (both resumed by the next `agent sweep`); outcomes then lists only the runs accounted for
+    interrupted: bool = False
+    infra_errors: int = 0  # runs stopped by a toolchain / GPU / profiler fault (resumed next time)
 
 
 def verdict_sequence(summary: RunSummary) -> list[dict]:
@@ -330,9 +352,11 @@ ProgressFn = Callable[[RunOutcome, int, int], None]  # (outcome, runs accounted 
 
 
 def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None = None,
-              retry_failed: bool = False, models_checked: list[str] | None = None) -> SweepResult:
+              retry_failed: bool = False, models_checked: list[str] | None = None,
+              on_interrupt: Callable[[int], None] | None = None) -> SweepResult:
     """Run every cell that is not finished yet; `executor` defaults to the config's (and is closed after).
-    `models_checked`: the warnings of a check_models the caller already made (else it is made here)."""
+    `models_checked`: the warnings of a check_models the caller already made (else it is made here).
+    `on_interrupt(runs in flight)`: told on Ctrl-C, before the wait for those runs to stop."""
     from agent.executors import make_executor
 
     runs = expand(config)
@@ -370,30 +394,42 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
     own_executor = executor is None
     if todo and executor is None:
         executor = make_executor(config)
+    interrupted = False
     try:
         if todo:
             evaluator = executor.evaluator()  # one for all runs: GPU work queues per GPU
+            stop = threading.Event()
             pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="sweep-run")
-            futures = [pool.submit(_run_one, config, r, state, runs_dir, evaluator) for r, state in todo]
+            futures = [pool.submit(_run_one, config, r, state, runs_dir, evaluator, stop) for r, state in todo]
             try:
                 for f in as_completed(futures):
                     record(f.result())
             except KeyboardInterrupt:
-                # Runs not started are dropped; runs in flight finish (they are resumable either way).
+                # Ctrl-C: runs not started stay unstarted; runs in flight stop at their next step and
+                # record themselves interrupted (never a verdict they did not reach). The evaluator
+                # stays open until they have: closing it under them is what made fake compile errors.
+                # A second Ctrl-C here quits at once (the caller's business); those runs stay resumable.
+                interrupted = True
+                stop.set()
                 pool.shutdown(wait=False, cancel_futures=True)
-                raise
+                if on_interrupt:
+                    on_interrupt(sum(1 for f in futures if f.running()))
+                for f in futures:
+                    if not f.cancelled():
+                        record(f.result())
             pool.shutdown()
     finally:
         if own_executor and executor is not None:
             executor.close()
-    ordered = [outcomes[r.run_id] for r in runs]
+    ordered = [outcomes[r.run_id] for r in runs if r.run_id in outcomes]
     return SweepResult(
         sweep=config.name, runs_dir=str(runs_dir), executor=executor.describe() if executor else "none (all done)",
         total=len(runs), ran=len(todo), skipped=len(runs) - len(todo),
         resumed=sum(1 for _, s in todo if s == "partial"),
         failed=sum(1 for o in ordered if o.status in ("failed", "error")),
         succeeded=sum(1 for o in ordered if o.succeeded), seconds=time.monotonic() - start,
-        outcomes=ordered, warnings=warnings)
+        outcomes=ordered, warnings=warnings, interrupted=interrupted,
+        infra_errors=sum(1 for o in ordered if o.stop_reason == "infra_error" and o.status != "skipped"))
 
 
 class SweepError(ValueError):
@@ -410,7 +446,7 @@ def check_models(config: SweepConfig, names: set[str]) -> list[str]:
         if m.name not in names:
             continue
         try:
-            warning = check_model(m.spec, m.api_base, m.options, probe=config.check_models)
+            warning = check_model(m.spec, m.api_base, m.options, probe=config.check_models, params=m.params)
         except SolveError as exc:
             raise SweepError(str(exc)) from None
         if warning:
@@ -418,7 +454,8 @@ def check_models(config: SweepConfig, names: set[str]) -> list[str]:
     return warnings
 
 
-def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, evaluator) -> RunOutcome:
+def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, evaluator,
+             stop: threading.Event | None = None) -> RunOutcome:
     """One run, start to end, in a worker thread. A crash is recorded, never raised: the sweep goes on."""
     from agent import run as agent_run
 
@@ -426,9 +463,9 @@ def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, 
     run_dir = runs_dir / r.run_id
     try:
         if state == "partial":
-            summary = agent_run.resume(str(run_dir), runs_dir, progress=False, evaluator=evaluator)
+            summary = agent_run.resume(str(run_dir), runs_dir, progress=False, evaluator=evaluator, stop=stop)
         else:
-            summary = agent_run.solve(r.request(config, runs_dir), progress=False, evaluator=evaluator)
+            summary = agent_run.solve(r.request(config, runs_dir), progress=False, evaluator=evaluator, stop=stop)
         return outcome_from(r.run_id, state, summary, time.monotonic() - start)
     except Exception as exc:  # a bug or bad input in one run must not cost the others
         message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

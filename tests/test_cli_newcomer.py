@@ -306,3 +306,80 @@ def test_tables_fold_instead_of_cutting_names():
         assert name in p.stdout
     narrow = agent_cli("tasks", env={"COLUMNS": "40"})
     assert narrow.returncode == 0 and "…" not in narrow.stdout and "attn_bwd_causal" in narrow.stdout
+
+
+# ---- issue 23: newcomer pass 2 ------------------------------------------------------------------
+def summary_of(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_a_missing_toolchain_is_an_infrastructure_error_not_the_models(tmp_path):
+    """PTXBENCH_PTXAS pointing nowhere: no candidate is recorded as a compile error, the model
+    is never told ptxas rejected its kernel, the run stops with infra_error and exit 3; once
+    the toolchain is back, resume evaluates the same reply (no new LLM call) and finishes."""
+    model = write_script(tmp_path / "s.json", [probe_reply()])
+    broken = {"PTXBENCH_PTXAS": str(tmp_path / "nonexistent")}
+    p = agent_cli("solve", "--task", "gemm", "--model", model, "--max-turns", "1", "--context", "none",
+                  "--runs-dir", str(tmp_path / "runs"), "--run-id", "r", "--quiet", env=broken)
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    assert "infrastructure error" in p.stderr and "Traceback" not in p.stderr
+    run = tmp_path / "runs" / "r"
+    s = summary_of(run)
+    assert (s["status"], s["stop_reason"]) == ("failed", "infra_error") and s["per_turn"] == []
+    kinds = [json.loads(line)["type"] for line in (run / "events.jsonl").read_text().splitlines()]
+    assert "infra_error" in kinds and "candidate" not in kinds and "feedback" not in kinds
+    assert "compile_error" not in (run / "events.jsonl").read_text()
+    solution = REPO / "tasks" / GEMM_TASK / "expert"
+    p = agent_cli("eval", str(solution), "--task", "gemm", env=broken)
+    assert p.returncode == 3 and "infrastructure error" in p.stdout, (p.stdout, p.stderr)
+    p = agent_cli("check", str(solution), "--task", "gemm", env=broken)
+    assert p.returncode == 3 and "ptxas" in p.stderr, (p.stdout, p.stderr)
+    # the sweep side: an infra_error run is not done; it is resumed by the next `agent sweep`
+    from agent.sweep import run_state
+    assert run_state(run) == "partial"
+    p = agent_cli("solve", "--resume", str(run), "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["status"] == "finished" and s["usage"]["llm_calls"] == 1
+    assert s["per_turn"][0]["candidates"][0]["outcome"] in ("unverified", "correct_with_arch")
+
+
+def test_ctrl_c_in_a_sweep_records_runs_in_flight_as_interrupted(tmp_path, openai_server):
+    """Concurrency 1, three runs, Ctrl-C while the first run waits for the model: that run ends
+    `interrupted` (no candidate, no verdict), the others never start, exit 130; `--dry-run`
+    calls it partial, and the next `agent sweep` resumes it and the report counts 3/3 compiled."""
+    import signal
+    import time
+
+    openai_server.default = S.ok(probe_reply())
+    openai_server.push(S.delay(4.0, S.ok(probe_reply())))
+    (tmp_path / "s.toml").write_text(SWEEP.format(
+        models=f'{{spec = "openai/m", api_base = "{openai_server.base_url}"}}',
+        extra="replicas = 3\nconcurrency = 1\ncheck_models = false", turns=1))
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "sweep", "s.toml"], cwd=tmp_path,
+                            env=cli_env({"OPENAI_API_KEY": "x"}), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not openai_server.requests and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert openai_server.requests, "the first run never called the model"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "cannot schedule" not in out + err and "interrupted" in err
+    runs = tmp_path / "runs" / "s" / "openai-m" / GEMM_TASK / "sm_90a" / "none"
+    s = summary_of(runs / "r0")
+    assert s["status"] == "interrupted" and s["per_turn"] == []
+    assert not (runs / "r1").exists() and not (runs / "r2").exists()
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "sweep", "s.toml", "--dry-run"], cwd=tmp_path,
+                       env=cli_env(), capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.count("partial") == 1 and p.stdout.count("new") == 2, p.stdout
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "sweep", "s.toml"], cwd=tmp_path,
+                       env=cli_env({"OPENAI_API_KEY": "x"}), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "1 resumed" in p.stdout and "3 succeeded" in p.stdout
+    assert len(openai_server.requests) == 3  # the interrupted run's reply was kept, not asked again
+    p = agent_cli("report", str(tmp_path / "runs" / "s"), "--out", str(tmp_path / "report"), "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert "3/3" in json.dumps(rows) or all(r.get("compiled", 1) in (1, 1.0) for r in rows.get("rows", []))

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, console, print_json
+from agent.commands.common import CliError, ExitCode, InfraError, console, print_json, wrap_items
 from tools.compile import compile_source
 from tools.features import SENSING_FLAGS
 from tools.results import CompileResult, InspectResult
@@ -62,8 +62,8 @@ def load_source(path: Path, lang: str | None, arch: str) -> tuple[str, str, list
         tc.require("ptxas")
         if language == "cuda":
             tc.require("nvrtc")
-    except ToolchainError as exc:
-        raise CliError(f"{exc} (see `agent doctor`)") from None
+    except ToolchainError as exc:  # the machine's fault, not the kernel's: exit 3
+        raise InfraError(f"{exc} (see `agent doctor`)") from None
     return source, language, launched
 
 
@@ -114,7 +114,10 @@ def _show(compiled: CompileResult, info: InspectResult, requested: list[str]) ->
         colour = {"error": "red", "warning": "yellow"}.get(d.severity, "cyan")
         say(f"  [{colour}]{escape(text)}[/{colour}]" + (f" (x{n})" if n > 1 else ""))
     if not compiled.ok:
-        say(f"[red]{escape(compiled.error or '')}[/red]")
+        if compiled.infra_error:
+            say(f"[red]infrastructure error[/red] (not the kernel's fault): {escape(compiled.infra_error)}")
+        elif not any(d.severity == "error" for d in compiled.diagnostics):  # else printed just above
+            say(f"[red]{escape(compiled.error or 'did not compile')}[/red]")
         return
     for name, k in (info.kernels or compiled.kernels).items():
         alias = next((plain for plain, sym in compiled.symbols.items() if sym == name), None)
@@ -149,7 +152,11 @@ def check(
     lang: LangOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Compile a kernel, inspect its SASS and check the task's requested features."""
+    """Compile a kernel, inspect its SASS and check the task's requested features (and, for a solution
+    folder with --task, its launch.json as eval would without a GPU).
+
+    Exit status: 0 nothing failed; 1 did not compile, a requested feature is missing, or the manifest is
+    wrong; 2 bad input; 3 the toolchain failed."""
     text, language, launched = load_source(source, lang, arch)
     requested: list[str] = []
     if task is not None:
@@ -161,12 +168,48 @@ def check(
             raise CliError(str(exc)) from None
     compiled, info = _compile_and_inspect(text, language, arch, launched)
     missing = info.missing(requested) if info.status == "ok" else requested
+    manifest = manifest_problems(source, compiled, task, arch) if task is not None and source.is_dir() else []
     if json_out:
-        print_json({**report(compiled, info), "task": task, "requested": requested, "missing": missing})
+        print_json({**report(compiled, info), "task": task, "requested": requested, "missing": missing,
+                    "manifest_errors": manifest})
     else:
         _show(compiled, info, requested)
+        for problem in manifest:
+            say(f"[red]launch.json[/red]: {escape(problem)}")
+    raise typer.Exit(_exit_code(compiled, info, requested, manifest))
+
+
+def _exit_code(compiled: CompileResult, info: InspectResult, requested: list[str], manifest: list[str]) -> int:
+    """3: the toolchain failed; 1: did not compile, a requested feature is missing from the SASS
+    (or wgmma is serialized), or the manifest is wrong; 0: nothing failed (an inspection that
+    could not run is said above, not counted as a pass or a failure)."""
+    if compiled.infra_error:
+        return ExitCode.INFRA
+    if not compiled.ok or manifest:
+        return ExitCode.FAILED
+    if info.status == "ok" and (info.missing(requested) or (requested and info.flags.get("wgmma_serialized"))):
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def manifest_problems(folder: Path, compiled: CompileResult, task_name: str, arch: str) -> list[str]:
+    """What `agent eval` would find wrong with a solution folder's launch.json without a GPU
+    (tools.evaluator.static_check: names, expressions, shapes, nominal limits, kernels missing
+    from the module, the argument count and sizes from the PTX signature), on the visible
+    workloads; one line per distinct problem."""
+    from tasks import get_task
+    from tools.evaluator import static_check
+    from tools.launch import NOMINAL_LIMITS
+
     if not compiled.ok:
-        raise typer.Exit(1)
+        return []
+    task, solution = get_task(task_name), Solution.from_dir(folder)
+    found: dict[str, None] = {}
+    for w in task.workloads_for("visible"):
+        err = static_check(solution, compiled, task, task.axis_values(w), NOMINAL_LIMITS[arch])
+        if err is not None:
+            found.setdefault(f"{err} (workload {w.name})" if len(task.workloads_for("visible")) > 1 else str(err))
+    return list(found)
 
 
 def inspect(
@@ -183,9 +226,11 @@ def inspect(
     else:
         _show(compiled, info, [])
         for name, k in info.kernels.items():
-            say(f"{name} opcodes: " + ", ".join(f"{op} {n}" for op, n in k.opcodes.items()))
+            wrap_items(f"{name} opcodes:", [f"{op} {n}" for op, n in k.opcodes.items()])
+    if compiled.infra_error:
+        raise typer.Exit(ExitCode.INFRA)
     if not compiled.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def register(app: typer.Typer) -> None:

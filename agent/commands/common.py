@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from enum import IntEnum
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -12,8 +13,31 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+class ExitCode(IntEnum):
+    """What `agent`'s exit status means, the same for every command (README, `agent --help`)."""
+
+    OK = 0  # done; for eval/check: nothing failed (a stage that could not run is listed as skipped)
+    FAILED = 1  # the kernel failed a check (eval, check), or a run/sweep ended without its result
+    USAGE = 2  # bad input: an unknown task, a bad flag, a missing file
+    INFRA = 3  # the toolchain, GPU worker or profiler failed: nothing was judged; fix it and run again
+    INTERRUPTED = 130  # Ctrl-C (or SIGTERM); resumable
+
+
+EXIT_CODES_HELP = ("Exit status: 0 done (eval/check: nothing failed); 1 the kernel failed a check, or a run or "
+                   "sweep ended without its result; 2 bad input; 3 infrastructure fault (toolchain, GPU worker, "
+                   "profiler): nothing judged; 130 interrupted (resumable).")
+
+
 class CliError(Exception):
     """Raised by a command for bad input; `agent` prints it as one line and exits 2."""
+
+    code = ExitCode.USAGE
+
+
+class InfraError(CliError):
+    """The toolchain, GPU worker or profiler cannot do what the command needs; exits 3."""
+
+    code = ExitCode.INFRA
 
 
 def fail(message: str) -> NoReturn:
@@ -86,6 +110,24 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | No
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def wrap_items(head: str, items: Sequence[str]) -> None:
+    """`head item, item, ...` folded at the terminal's width between items, never inside one
+    (a verdict or an opcode list is one long line otherwise)."""
+    from rich.text import Text
+
+    lines, line = [], head
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        width = len(Text.from_markup(line).plain) + 1 + len(Text.from_markup(piece).plain)
+        if width > console.width and line != head:
+            lines.append(line)
+            line = "  " + piece
+        else:
+            line += " " + piece
+    for text in lines + [line]:
+        console.print(text, highlight=False, soft_wrap=True)
 
 
 def print_json(obj: Any) -> None:

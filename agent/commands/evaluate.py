@@ -13,7 +13,7 @@ import math
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, console, print_json, table
+from agent.commands.common import CliError, ExitCode, console, print_json, table, wrap_items
 from agent.trajectory import EXECUTED_CHECK_DEFAULT
 from tools.results import EvalResult
 from tools.toolchain import ARCHES
@@ -108,8 +108,42 @@ def render(r: EvalResult) -> None:
         return _mark(x)
 
     v = r.verdicts()
-    say("verdict: " + ", ".join(f"{k} {shown(x)}" for k, x in v.items())
-        + (f" (spread ×{r.speedup_spread:.3f})" if r.speedup_spread else "") + f" — {r.seconds:.1f} s")
+    parts = [f"{k} {shown(x)}" for k, x in v.items() if not (x is None and k.startswith("speedup"))]
+    if r.speedup_spread:
+        parts.append(f"spread ×{r.speedup_spread:.3f}")
+    wrap_items("verdict:", parts + [f"{r.seconds:.1f} s"])
+    if r.infra_error:
+        say(f"[red]infrastructure error[/red] (not the kernel's fault; nothing was judged): {escape(r.infra_error)}")
+    else:
+        failed = failures(r)
+        say("result: " + (f"[red]failed[/red]: {escape('; '.join(failed))}" if failed else
+                          "[green]nothing failed[/green]" + (" (stages that could not run are marked skipped or "
+                                                             "not checked)" if r.run_status == "skipped" else "")))
+
+
+def failures(r: EvalResult) -> list[str]:
+    """What the kernel failed, in words ([] when nothing did). A stage that could not run is
+    not a failure (nor a pass): it shows as skipped / not checked above."""
+    out = []
+    if not r.compiled:
+        return [f"did not compile ({r.compile.error})" if r.compile.error else "did not compile"]
+    if r.inspect.status == "ok":
+        if missing := r.inspect.missing(r.requested_features):
+            out.append(f"requested features missing from the SASS: {', '.join(missing)}")
+        if r.inspect.flags.get("wgmma_serialized"):
+            out.append("wgmma serialized")
+    if r.run_status == "failed" and not any(w.status == "failed" for w in r.workloads):
+        out.append(f"run failed: {r.run_reason}")
+    bad = [w for w in r.workloads if w.status == "failed"]
+    if bad:
+        out.append(f"{len(bad)} of {len(r.workloads)} workloads failed ({bad[0].workload}: {bad[0].reason})")
+    if r.arch_executed is False:
+        out.append("a requested feature did not execute carrying the work")
+    return out
+
+
+def exit_code(r: EvalResult) -> int:
+    return ExitCode.INFRA if r.infra_error else ExitCode.FAILED if failures(r) else ExitCode.OK
 
 
 def register(app: typer.Typer) -> None:
@@ -127,7 +161,11 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[float, typer.Option("--timeout", help="seconds per workload before the worker is killed")] = 180.0,
         as_json: Annotated[bool, typer.Option("--json", help="print the EvalResult as JSON")] = False,
     ) -> None:
-        """Compile, inspect, check and time one solution folder against a task."""
+        """Compile, inspect, check and time one solution folder against a task.
+
+        Exit status: 0 nothing failed (stages that could not run, e.g. without a GPU, say so);
+        1 the kernel failed (compile, manifest, correctness, requested features); 2 bad input;
+        3 infrastructure fault (toolchain, GPU worker): nothing was judged."""
         from tasks import UnknownTask, get_task
         from tools.evaluator import Evaluator
         from tools.solution import Solution, SolutionError
@@ -148,6 +186,8 @@ def register(app: typer.Typer) -> None:
                                  time=not no_time)
         if as_json:
             # the PTX text would drown the verdict; `agent check --json` prints it
-            print_json({**result.model_dump(mode="json", exclude={"compile": {"ptx"}}), "verdicts": result.verdicts()})
+            print_json({**result.model_dump(mode="json", exclude={"compile": {"ptx"}}), "verdicts": result.verdicts(),
+                        "infra_error": result.infra_error, "failures": failures(result)})
         else:
             render(result)
+        raise typer.Exit(exit_code(result))

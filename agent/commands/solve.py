@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -10,7 +11,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, console, err_console, plural, print_json
+from agent.commands.common import CliError, ExitCode, console, err_console, plural, print_json
 from agent.trajectory import EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, RunSummary
 
 
@@ -46,6 +47,17 @@ def solve_cmd(
              "check, which runs that pass)."),
     api_base: Optional[str] = typer.Option(None, help="URL of an OpenAI-compatible server (vLLM, Ollama, ...)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (provider default if unset)."),
+    model_param: Optional[list[str]] = typer.Option(
+        None, "--model-param",
+        help="key=value sent to the provider as given (repeatable; the value is JSON where it parses): "
+             "reasoning_effort=high, max_tokens=32000, 'thinking={\"type\": \"enabled\", \"budget_tokens\": 16000}'. "
+             "context_window=N and prompt_cache=true|false configure ptxbench's side only."),
+    history: str = typer.Option("full", help="What each call sends: full (the whole chat) | latest (system, task, "
+                                             "the last reply and its feedback)."),
+    context_turn_tokens: int = typer.Option(2000, help="Docs added on turns 2+ at most, per turn (tokens)."),
+    memcheck: bool = typer.Option(True, "--memcheck/--no-memcheck",
+                                  help="Run compute-sanitizer memcheck on a candidate that crashed, hung or wrote out "
+                                       "of bounds on a visible workload, and show its first reports (GPU only)."),
     seed: int = typer.Option(0, help="Base seed sent to the model (varied per turn and sample)."),
     max_retries: Optional[int] = typer.Option(None, help="Retries of a failed model request (default 6)."),
     retry_wait: Optional[float] = typer.Option(None, help="Base backoff seconds between retries (default 2)."),
@@ -78,6 +90,7 @@ def solve_cmd(
                 raise CliError(f"--profile-feedback must be on or off, not {profile_feedback!r}")
             options = {k: v for k, v in (("max_retries", max_retries), ("retry_base_s", retry_wait),
                                          ("timeout_s", request_timeout)) if v is not None}
+            params = model_params_from(model_param or [])
             req = run.SolveRequest(
                 task=task, model=model, arch=arch, lang=lang, context=context, context_tokens=context_tokens,
                 budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, max_time_s=max_time),
@@ -85,7 +98,8 @@ def solve_cmd(
                 profile_feedback=profile_feedback == "on",
                 api_base=api_base, model_options=options, runs_dir=runs_dir, run_id=run_id,
                 seed=seed, temperature=temperature, executed_check=executed_check,
-                human_reply_file=human_reply_file, command=["agent", *sys.argv[1:]])
+                human_reply_file=human_reply_file, command=["agent", *sys.argv[1:]], history=history,
+                model_params=params, context_turn_tokens=context_turn_tokens, memcheck=memcheck)
             warning = run.replay_mismatch(req)
             if warning:
                 err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
@@ -98,6 +112,22 @@ def solve_cmd(
     else:
         print_summary(summary, run_dir)
     raise typer.Exit(exit_code(summary))
+
+
+def model_params_from(pairs: list[str]) -> dict:
+    """--model-param key=value ... -> {key: value}; a key given twice is an error, not a silent override."""
+    from agent.models import parse_model_param
+
+    params: dict = {}
+    for pair in pairs:
+        try:
+            key, value = parse_model_param(pair)
+        except ValueError as exc:
+            raise CliError(f"--model-param: {exc}") from None
+        if key in params:
+            raise CliError(f"--model-param {key} is given twice")
+        params[key] = value
+    return params
 
 
 # What --resume takes from the command line; the run's own settings come from its config.json.
@@ -134,11 +164,14 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 
 def exit_code(summary: RunSummary) -> int:
+    """A finished run is 0 whatever its kernels did (the verdicts are the run's data)."""
     if summary.status == "interrupted":
-        return 130
+        return ExitCode.INTERRUPTED
+    if summary.stop_reason == "infra_error":
+        return ExitCode.INFRA
     if summary.status == "failed" or summary.stop_reason == "model_error":
-        return 1
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def print_summary(s: RunSummary, run_dir: Path) -> None:
@@ -148,7 +181,9 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
     reason = f"{s.stop_reason}" + (f" ({s.stop_detail})" if s.stop_detail else "")
     out(f"[bold]run {s.run_id}[/bold]: {s.status}, stopped by {escape(reason)}")
     out(f"task {s.task} on {s.arch}, model {escape(s.model)}, lang {s.lang}, context {s.context}, samples {s.samples}, "
-        f"strategy {s.strategy}, profile feedback {'on' if s.profile_feedback else 'off'}")
+        f"strategy {s.strategy}, profile feedback {'on' if s.profile_feedback else 'off'}, history {s.history}")
+    if s.model_params:
+        out("model params: " + escape(", ".join(f"{k}={json.dumps(v)}" for k, v in s.model_params.items())))
     if s.strategy == "evolve":  # the search tree: each candidate under the one whose feedback it answered
         out("  candidates (each under its parent):")
         for line in candidate_tree(s):
@@ -168,7 +203,8 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
     out(f"evaluation: {escape(s.evaluation)}")
     u = s.usage
     out(f"spent: {plural(u.llm_calls, 'LLM call')}, {plural(u.prompt_tokens + u.completion_tokens, 'token')} "
-        f"({u.prompt_tokens} prompt, {u.completion_tokens} completion), ${u.cost_usd:.4f}, "
+        f"({u.prompt_tokens} prompt" + (f", {u.cached_tokens} of them cached" if u.cached_tokens else "")
+        + f", {u.completion_tokens} completion), ${u.cost_usd:.4f}, "
         f"{plural(s.faults, 'fault')}, {s.wall_s:.1f} s")
     out(f"folder: {run_dir}")
     err = functools.partial(err_console.print, highlight=False, soft_wrap=True)
@@ -176,6 +212,9 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
         err(f"interrupted: resume with  {escape(resume_command(run_dir))}")
     elif s.stop_reason == "model_error":
         err(f"[red]error:[/red] the model failed: {escape(s.stop_detail or '')}")
+    elif s.stop_reason == "infra_error":  # the detail ends in the resume command
+        err(f"[red]infrastructure error[/red] (not the model's kernel; nothing was judged): "
+            f"{escape(s.stop_detail or '')}")
     elif s.status == "failed":
         err(f"[red]error:[/red] the run failed: {escape(s.stop_detail or '')} (traceback in events.jsonl; "
             f"resume with  {escape(resume_command(run_dir))})")

@@ -4,13 +4,15 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import os
+import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.markup import escape
 
-from agent.commands.common import console, err_console, fail, out_folder, plural, print_json
+from agent.commands.common import ExitCode, console, err_console, fail, out_folder, plural, print_json
 from agent.trajectory import shipped_example
 
 
@@ -84,10 +86,21 @@ def sweep(
         def on_run(outcome, done: int, total: int) -> None:
             bar.update(task_id, completed=done, last=f"{outcome.status}: {outcome.run_id}")
 
+        def on_interrupt(in_flight: int) -> None:
+            bar.console.print(f"stopping: {plural(in_flight, 'run')} in flight will end as interrupted after "
+                              f"their current step (Ctrl-C again to quit now; they stay resumable either way)",
+                              highlight=False)
+
         try:
-            result = run_sweep(cfg, progress=on_run, retry_failed=retry_failed, models_checked=checked)
+            result = run_sweep(cfg, progress=on_run, retry_failed=retry_failed, models_checked=checked,
+                               on_interrupt=on_interrupt)
         except RuntimeError as exc:  # e.g. ray not installed
             fail(str(exc))
+        except KeyboardInterrupt:  # the second Ctrl-C: runs still in flight have no summary; resumed next time
+            bar.stop()
+            err_console.print(f"interrupted; run  agent sweep {escape(str(config))}  again to resume", highlight=False)
+            sys.stdout.flush()
+            os._exit(ExitCode.INTERRUPTED)  # their threads would hold the process until they end
     say = functools.partial(console.print, highlight=False, soft_wrap=True)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
@@ -110,10 +123,24 @@ def sweep(
             say(f"[red]{escape(why)}[/red] ({escape(ids[0])}{more})")
         if result.succeeded:
             say(f"report: agent report {Path(result.runs_dir) / result.sweep}")
+    err = functools.partial(err_console.print, highlight=False, soft_wrap=True)
+    again = f"agent sweep {escape(str(config))}"
+    if result.interrupted:
+        err(f"interrupted: runs in flight were recorded as interrupted, {result.total - len(result.outcomes)} not "
+            f"started; run  {again}  again to resume them")
+        raise typer.Exit(ExitCode.INTERRUPTED)
+    if result.infra_errors:
+        err(f"[red]infrastructure error[/red] in {plural(result.infra_errors, 'run')} (toolchain, GPU worker or "
+            f"profiler; not the models' kernels, no verdict recorded): fix it (agent doctor), then run  {again}  "
+            f"again to resume them")
+        raise typer.Exit(ExitCode.INFRA)
     if result.total and not result.succeeded:
-        err_console.print(f"[red]error:[/red] no run of sweep {escape(result.sweep)} succeeded", highlight=False,
-                          soft_wrap=True)
-        raise typer.Exit(1)
+        err(f"[red]error:[/red] no run of sweep {escape(result.sweep)} succeeded")
+        raise typer.Exit(ExitCode.FAILED)
+    if result.succeeded < result.total:
+        err(f"[yellow]{plural(result.total - result.succeeded, 'run')} of {result.total} did not succeed[/yellow] "
+            f"(--retry-failed redoes failed ones; --dry-run lists each run's state)")
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def report(
