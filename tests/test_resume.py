@@ -17,6 +17,8 @@ import pytest
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
 from agent_loop_helpers import (GEMM_TASK, REPO, agent_cli, broken_probe_reply, cli_env, events, probe_reply,
                                 write_script)
+from openai_server import OpenAIServer as S
+from openai_server import openai_server  # noqa: F401  (the fixture)
 
 from agent.trajectory import read_summary
 
@@ -86,17 +88,34 @@ def test_resume_after_sigkill_repeats_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_writes_a_resumable_summary(tmp_path, sig):
-    proc, runs, run_dir, script = start_run(tmp_path)
-    wait_for_first_candidate(proc, run_dir)
+def test_interrupt_writes_a_resumable_summary(tmp_path, openai_server, sig):
+    """The signal always lands mid-run: turn 2's LLM request hangs at a real local server until
+    the run is stopped, so a run that ignored the signal never ends (and this test fails)."""
+    script = [probe_reply(), broken_probe_reply(), probe_reply(), broken_probe_reply()]
+    openai_server.push(S.ok(script[0]), S.delay(600, S.ok(script[1])), *(S.ok(r) for r in script[1:]))
+    runs = tmp_path / "runs"
+    run_dir = runs / "r1"
+    cmd = [sys.executable, "-m", "agent.cli", "solve", "--task", GEMM_TASK, "--model", "openai/test-model",
+           "--api-base", openai_server.base_url, "--max-turns", str(TURNS), "--context", "docs",
+           "--runs-dir", str(runs), "--run-id", "r1", "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(openai_server.requests) < 2:  # turn 1 answered and judged; turn 2 waits for its reply
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "turn 2's request never came"
+        time.sleep(0.01)
+    assert [e["turn"] for e in events(run_dir, "candidate")] == [1]
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the run went on after {sig.name}: it must stop, write its summary and exit")
     summary = read_summary(run_dir)
-    if summary.status == "finished":  # the signal came after the last turn (a slow machine): nothing to resume
-        assert summary.turns == TURNS, err
-        return
     assert proc.returncode == 130, (proc.returncode, err)
     assert summary.status == "interrupted" and summary.stop_reason == "interrupted", (summary, err)
+    assert summary.turns == 1 and len(openai_server.requests) == 2
     assert events(run_dir, "run_end")[-1]["status"] == "interrupted"
     # The printed hint works as printed, from anywhere (it names the run's folder, not its id).
     [hint] = [line for line in err.splitlines() if "resume with" in line]
@@ -105,6 +124,7 @@ def test_interrupt_writes_a_resumable_summary(tmp_path, sig):
     p = agent_cli(*command[1:], "--quiet", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     check_completed_without_repeats(run_dir, script, len(events(run_dir, "candidate")))
+    assert len(openai_server.requests) == 2 + TURNS - 1  # turn 2 asked again (its reply never came), then 3 and 4
 
 
 def test_resuming_a_finished_run_changes_nothing(tmp_path):
