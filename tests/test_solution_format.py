@@ -98,7 +98,7 @@ def test_extract_solution_from_a_reply():
         extract_solution("just prose")
     with pytest.raises(SolutionError, match="no launch manifest"):
         extract_solution("```cuda\n__global__ void k() {}\n```")
-    with pytest.raises(SolutionError, match="json manifest block: launches.0.block"):
+    with pytest.raises(SolutionError, match=r"json manifest block \(line 4\): launches.0.block"):
         extract_solution("```cuda\nx\n```\n```json\n{\"launches\": [{\"kernel\": \"k\", \"grid\": [1], \"block\": []}]}\n```")
 
 
