@@ -19,6 +19,12 @@ SEED_TASKS = ["gemm_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal", "mha_bw
 REQUIRED = {"cublas", "sdpa:cudnn"}  # must work on the H200; the other SDPA backends may refuse a shape
 
 
+def expected_outputs(task) -> set[str]:
+    """Every output of the task; PyTorch's public SDPA forward returns no LSE (tasks/baselines.py,
+    _sdpa_forward: the library's time is then if anything understated), so that one may be missing."""
+    return set(task.outputs) - ({"LSE"} if task.baseline == "sdpa_fwd" else set())
+
+
 def _largest(task):
     return max(task.workloads, key=lambda w: task.flop_count(task.axis_values(w)))
 
@@ -66,7 +72,7 @@ def test_baselines_match_the_reference(name):
             continue
         out = baseline.run()
         torch.cuda.synchronize()
-        assert out and set(out) <= set(task.outputs), list(out)
+        assert set(out) == expected_outputs(task), (backend, list(out))
         ref_b, scales_b = ref, scales
         if task.baseline == "sdpa_bwd" and not baseline.inputs_as_given:
             # The library's backward uses its own forward's O for Delta = rowsum(dO * O), not the
