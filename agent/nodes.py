@@ -274,8 +274,8 @@ class Nodes:
         stop_reason = stop_detail = None
         if state.get("model_error"):
             err = state["model_error"]
-            stop_reason = {"replay_exhausted": "replay_end", "context_exceeded": "context_exceeded"}.get(
-                err["kind"], "model_error")
+            stop_reason = {"replay_exhausted": "replay_end", "human_exhausted": "human_end",
+                           "context_exceeded": "context_exceeded"}.get(err["kind"], "model_error")
             stop_detail = f"{err['kind']}: {err['message']}"
         elif (ended := exhausted(cfg.budget, spent)) is not None:
             stop_reason, stop_detail = ended

@@ -32,7 +32,7 @@ from agent.nodes import Deps, InfraFault, Nodes
 from agent.state import initial_state, summary_from_state
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, HISTORIES, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
-                              shipped_example, utc_now)
+                              read_summary, shipped_example, utc_now)
 from tools.toolchain import ARCHES
 
 DEFAULT_RUNS_DIR = "runs"
@@ -137,12 +137,34 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
     return None
 
 
+def run_id_problem(run_id: str) -> str | None:
+    """A run id names a folder under --runs-dir (a sweep's has '/' between its parts): nothing
+    that climbs out of it or starts at the root."""
+    parts = run_id.split("/")
+    if not run_id or run_id.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in run_id:
+        return (f"--run-id {run_id!r} must name a folder under --runs-dir: no leading '/', no '.' or '..' parts, "
+                f"no empty parts")
+    return None
+
+
+def anchor_spec(spec: str, base: str | Path) -> str:
+    """A replay:/scripted: model spec with a relative path made absolute against `base` (the
+    folder it was typed in, or a sweep config's folder), so the run's config.json resumes
+    from any folder. Other specs are returned as they are."""
+    for prefix in ("replay:", "scripted:"):
+        if spec.startswith(prefix) and not Path(spec.removeprefix(prefix)).is_absolute():
+            return prefix + str((Path(base) / spec.removeprefix(prefix)).resolve())
+    return spec
+
+
 def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
           stop: threading.Event | None = None) -> RunSummary:
     """Start a new run and drive it to its end. `evaluator`: a shared Evaluator (sweeps); the
     run closes only one it made itself. `stop`: set by a sweep on Ctrl-C; the run ends as
     interrupted at its next step (resumable), never with a verdict it did not reach."""
     task = _get_task(req.task)
+    if req.run_id is not None and (problem := run_id_problem(req.run_id)):
+        raise SolveError(problem)
     problem = settings_problem(arch=req.arch, lang=req.lang, context=req.context, samples=req.samples,
                                budget=req.budget, context_tokens=req.context_tokens, temperature=req.temperature,
                                model_options=req.model_options, strategy=req.strategy, population=req.population,
@@ -155,7 +177,7 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
     model = _get_model(req.model, req.api_base, req.model_options, req.human_reply_file, req.model_params)
     run_id = req.run_id or new_run_id(task.name, req.model)
     config = RunConfig(
-        run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=req.model,
+        run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=anchor_spec(req.model, Path.cwd()),
         api_base=req.api_base, model_options=req.model_options, lang=req.lang, context=req.context,
         context_tokens=req.context_tokens, budget=req.budget, samples=req.samples,
         strategy=req.strategy or implied_strategy(req.samples), population=req.population,
@@ -238,11 +260,26 @@ def load_resumable(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> 
     return run_dir, config
 
 
+def finished_summary(run_dir: Path) -> RunSummary | None:
+    """The run's summary when it ended for good: finished, and not by a model failure (a
+    resume retries that turn). None when there is something left to resume."""
+    try:
+        summary = read_summary(run_dir) if (run_dir / "summary.json").exists() else None
+    except RunFolderError:
+        return None
+    if summary is None or summary.status != "finished" or summary.stop_reason == "model_error":
+        return None
+    return summary
+
+
 def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress: bool = True,
            human_reply_file: str | None = None, evaluator=None, stop: threading.Event | None = None) -> RunSummary:
     """Continue a run (its folder, or its id under `runs_dir`) from its last checkpoint:
-    finished LLM calls and evaluations are not repeated."""
+    finished LLM calls and evaluations are not repeated. A run that already ended for good is
+    returned as recorded (its summary untouched, no model built: a human run asks nobody)."""
     run_dir, config = load_resumable(run, runs_dir)
+    if (ended := finished_summary(run_dir)) is not None:
+        return ended
     task = _get_task(config.task)
     model = _get_model(config.model, config.api_base, config.model_options, human_reply_file, config.model_params)
     try:

@@ -190,12 +190,12 @@ def load_sweep_config(path: str | Path, **overrides: Any) -> SweepConfig:
 
 
 def _anchor_model(m: Any, base: Path) -> Any:
+    from agent.run import anchor_spec
+
     spec = m if isinstance(m, str) else (m or {}).get("spec", "")
-    for prefix in ("scripted:", "replay:"):
-        if isinstance(spec, str) and spec.startswith(prefix) and not Path(spec.removeprefix(prefix)).is_absolute():
-            anchored = prefix + str((base / spec.removeprefix(prefix)).resolve())
-            return anchored if isinstance(m, str) else {**m, "spec": anchored}
-    return m
+    if not isinstance(spec, str) or anchor_spec(spec, base) == spec:
+        return m
+    return anchor_spec(spec, base) if isinstance(m, str) else {**m, "spec": anchor_spec(spec, base)}
 
 
 # ---------------------------------------------------------------------------------------

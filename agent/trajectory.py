@@ -170,6 +170,7 @@ StopReason = Literal[
     "max_turns", "max_tokens", "max_cost", "max_time",
     "model_error",  # auth error, retries exhausted, script used up ... (stop_detail says which)
     "replay_end",  # a replay:<run> model has no recorded response left: the natural end of a replay
+    "human_end",  # a --model human reply folder has no reply left: the natural end, like a replay's
     "interrupted",  # Ctrl-C or a kill; resumable
     "error",  # a bug in ptxbench itself (stop_detail has the exception)
     "infra_error",  # the toolchain, GPU worker or profiler failed (not the model's kernel); resumable
@@ -283,13 +284,14 @@ SHIPPED_EXAMPLES = Path(__file__).resolve().parents[1] / "runs" / "examples"
 
 
 def shipped_example(path: str | Path) -> Path | None:
-    """The shipped example run that `path` is or lies inside, if any."""
+    """The shipped example run that `path` is or lies inside, if any; the examples folder
+    itself for any other path inside it (a new run there would land among the shipped ones)."""
     try:
         rel = Path(path).resolve().relative_to(SHIPPED_EXAMPLES)
     except ValueError:
         return None
     example = SHIPPED_EXAMPLES / rel.parts[0] if rel.parts else None
-    return example if example is not None and (example / "config.json").exists() else None
+    return example if example is not None and (example / "config.json").exists() else SHIPPED_EXAMPLES
 
 
 class TrajectoryWriter:

@@ -383,3 +383,63 @@ def test_ctrl_c_in_a_sweep_records_runs_in_flight_as_interrupted(tmp_path, opena
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
     assert "3/3" in json.dumps(rows) or all(r.get("compiled", 1) in (1, 1.0) for r in rows.get("rows", []))
+
+
+def test_run_folders_resume_from_anywhere_and_stay_where_they_belong(tmp_path):
+    """A run started with a relative replay path resumes from another folder; --run-id cannot
+    climb out of --runs-dir; --runs-dir inside the shipped examples is refused."""
+    work = tmp_path / "work"
+    shutil.copytree(EXAMPLE, work / "rec")
+    p = agent_cli("solve", "--task", "attn_bwd", "--model", "replay:rec", "--max-turns", "2", "--context", "none",
+                  "--runs-dir", "runs", "--run-id", "r", "--quiet", cwd=work)
+    assert p.returncode == 0, p.stderr
+    (work / "runs" / "r" / "summary.json").unlink()  # as if killed before the end
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = agent_cli("solve", "--resume", str(work / "runs" / "r"), "--json", cwd=elsewhere)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["status"] == "finished"
+    for bad in ("../x", "/tmp/x", "a/../../x", "a//b", "."):
+        one_line_error(agent_cli("solve", "--task", "attn_bwd", "--model", "replay:rec", "--run-id", bad,
+                                 "--runs-dir", "runs", cwd=work), "--run-id")
+    assert not (work / "x").exists() and not (tmp_path / "x").exists()
+    if (REPO / ".git").exists():
+        one_line_error(agent_cli("solve", "--task", "attn_bwd", "--model", "replay:rec", "--runs-dir",
+                                 str(EXAMPLE.parent), "--quiet", cwd=work), "shipped example")
+        (tmp_path / "s.toml").write_text(SWEEP.format(models='"replay:work/rec"', extra="", turns=1)
+                                         .replace('runs_dir = "runs"', f'runs_dir = "{EXAMPLE.parent}"'))
+        one_line_error(agent_cli("sweep", "s.toml", cwd=tmp_path), "read-only")
+        assert git_status(EXAMPLE.parent) == ""
+
+
+def test_fixit_train_takes_a_local_model_folder_and_says_so(tmp_path):
+    """An empty folder or a hub name is one line at once (no traceback, no hub retries)."""
+    import time
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "fix it"}, {"role": "assistant", "content": "fixed", "weight": 1}]}) + "\n")
+    (tmp_path / "empty").mkdir()
+    started = time.monotonic()
+    one_line_error(agent_cli("fixit", "train", str(data), "--base-model", str(tmp_path / "empty"), "--out",
+                             str(tmp_path / "a")), "not a model folder")
+    one_line_error(agent_cli("fixit", "train", str(data), "--base-model", "gpt2", "--out", str(tmp_path / "a")),
+                   "no such folder", "local folder")
+    assert time.monotonic() - started < 60 and not (tmp_path / "a").exists()
+
+
+def test_a_human_out_of_replies_ends_like_a_replay_and_a_finished_run_stays_finished(tmp_path):
+    replies = tmp_path / "replies"
+    replies.mkdir()
+    (replies / "1.md").write_text(probe_reply())
+    p = agent_cli("solve", "--task", "gemm", "--model", "human", "--human-reply-file", str(replies), "--max-turns",
+                  "3", "--context", "none", "--runs-dir", str(tmp_path / "runs"), "--run-id", "h", "--quiet")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    run = tmp_path / "runs" / "h"
+    before = (run / "summary.json").read_text()
+    assert json.loads(before)["stop_reason"] == "human_end" and "error:" not in p.stderr
+    # resuming it changes nothing and asks nobody (no terminal, no reply file, an editor that fails)
+    p = agent_cli("solve", "--resume", str(run), env={"EDITOR": "false", "VISUAL": "false"})
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "already finished" in p.stderr and (run / "summary.json").read_text() == before

@@ -61,8 +61,14 @@ def build(
         print_json(result.card)
         return
     card = result.card
-    console.print(f"{plural(result.examples, 'example')} -> {out / 'train.jsonl'} (by error: {card['by_error']}; "
-                  f"by source: {card['by_source']}); data card: {out / 'data_card.md'}", highlight=False)
+    console.print(f"{plural(result.examples, 'example')} -> {out / 'train.jsonl'} (by error: "
+                  f"{_counts(card['by_error'])}; by source: {_counts(card['by_source'])}); "
+                  f"data card: {out / 'data_card.md'}", highlight=False)
+
+
+def _counts(counts: dict) -> str:
+    """{'compile': 3, 'runtime': 1} -> 'compile 3, runtime 1' (a person's words, not a dict)."""
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
 
 
 TRAIN_HELP = (
@@ -80,7 +86,8 @@ TRAIN_HELP = (
 @fixit_app.command("train", help=TRAIN_HELP)
 def train(
     data: Path = typer.Argument(..., help="data folder from `agent fixit build` (or its train.jsonl)"),
-    base_model: str = typer.Option(..., "--base-model", help="local folder of a chat model (HF format)"),
+    base_model: str = typer.Option(..., "--base-model", help="local folder of a chat model (Hugging Face format: "
+                                                             "config.json, weights, tokenizer); never downloaded"),
     out: Path = typer.Option(Path("fixit-adapter"), "--out", help="where the LoRA adapter goes"),
     rank: int = typer.Option(16, help="LoRA rank"),
     alpha: Optional[int] = typer.Option(None, help="LoRA alpha (default 2 x rank)"),

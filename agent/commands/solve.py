@@ -82,6 +82,9 @@ def solve_cmd(
         if resume:
             run_dir, config = run.load_resumable(resume, runs_dir)
             _refuse_changes_on_resume(ctx, config, task, model)
+            if run.finished_summary(run_dir) is not None and not json_out:
+                err_console.print(f"run {escape(config.run_id)} had already finished; nothing to resume (its "
+                                  f"record is unchanged)", highlight=False, soft_wrap=True)
             summary = run.resume(run_dir, progress=not quiet, human_reply_file=human_reply_file)
         else:
             if not task or not model:
@@ -137,11 +140,12 @@ RESUME_OPTIONS = {"resume", "runs_dir", "json_out", "quiet", "human_reply_file"}
 def _refuse_changes_on_resume(ctx: typer.Context, config, task: str | None, model: str | None) -> None:
     """--resume continues a run exactly as recorded: an option that would change it is an
     error, not silently ignored (repeating the recorded --task or --model is fine)."""
+    from agent.run import anchor_spec
     from tasks import UnknownTask, get_task
 
     def same(name: str) -> bool:
         if name == "model":
-            return model == config.model
+            return model is not None and anchor_spec(model, Path.cwd()) == config.model
         if name == "task":
             try:
                 return get_task(task).name == config.task

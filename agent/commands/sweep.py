@@ -60,6 +60,8 @@ def sweep(
         grid = plan(cfg)
     except Exception as exc:  # bad config or unknown task: one line
         fail(f"{config}: {_one_line(exc)}")
+    if shipped_example(cfg.runs_dir):
+        fail(f"runs_dir {cfg.runs_dir}: inside the shipped examples, which are read-only; write somewhere else")
     if dry_run:
         rows = [{"run_id": r.run_id, "state": grid.states[r.run_id]} for r in grid.runs]
         if as_json:

@@ -35,7 +35,7 @@ class TrainError(ValueError):
 
 @dataclass
 class TrainOptions:
-    base_model: str  # a local folder (or hub name where the machine can reach a hub)
+    base_model: str  # a local folder of a chat model in Hugging Face format (never fetched from a hub)
     out: str
     rank: int = 16
     alpha: int | None = None  # LoRA alpha; 2 x rank when None
@@ -94,8 +94,23 @@ def _loss_tokens(dataset) -> tuple[int, int]:
     raise TrainError("TRL built no labels or completion mask: the loss would cover the prompt too")
 
 
+def check_base_model(base_model: str) -> Path:
+    """The base model is a local folder (config.json, weights, tokenizer): said at once, not
+    after the hub's retries or as a traceback from transformers."""
+    folder = Path(base_model)
+    if not folder.is_dir():
+        raise TrainError(f"--base-model {base_model}: no such folder; give a local folder of a chat model in "
+                         f"Hugging Face format (download it first, e.g. huggingface-cli download NAME --local-dir DIR)")
+    if not (folder / "config.json").is_file():
+        raise TrainError(f"--base-model {base_model}: not a model folder (no config.json)")
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        raise TrainError(f"--base-model {base_model}: no weights (*.safetensors or *.bin) in the folder")
+    return folder
+
+
 def train(data: str | Path, options: TrainOptions) -> TrainResult:
     rows = load_examples(data)  # bad data is an error before the slow imports
+    check_base_model(options.base_model)
     try:
         import torch
         from datasets import Dataset
@@ -106,15 +121,23 @@ def train(data: str | Path, options: TrainOptions) -> TrainResult:
         raise TrainError(f"training needs the optional extra: pip install -e '.[train]' ({exc.name} missing)") from None
 
     start = time.monotonic()
-    tokenizer = AutoTokenizer.from_pretrained(options.base_model)
+    try:  # local files only: a folder is what --base-model takes
+        tokenizer = AutoTokenizer.from_pretrained(options.base_model, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise TrainError(f"--base-model {options.base_model}: the tokenizer could not be loaded: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if not tokenizer.chat_template:
         raise TrainError(f"{options.base_model}: the tokenizer has no chat template; use an instruct/chat model")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     cuda = torch.cuda.is_available()
     bf16 = cuda and torch.cuda.is_bf16_supported()
-    model = AutoModelForCausalLM.from_pretrained(options.base_model,
-                                                 dtype=torch.bfloat16 if bf16 else torch.float32)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(options.base_model, local_files_only=True,
+                                                     dtype=torch.bfloat16 if bf16 else torch.float32)
+    except (OSError, ValueError) as exc:
+        raise TrainError(f"--base-model {options.base_model}: the model could not be loaded: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     lora = LoraConfig(r=options.rank, lora_alpha=options.alpha or 2 * options.rank, lora_dropout=options.dropout,
                       target_modules=options.target_modules, task_type="CAUSAL_LM")
     args = SFTConfig(
