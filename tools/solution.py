@@ -556,9 +556,9 @@ def _pick_manifest(blocks: list[_Fenced], json_like: list[int]) -> tuple[int | N
     return None, "no launch manifest found: send it as a ```json block", parsed
 
 
-_TAKES = {"cuda": "CUDA C++ (--lang cuda; inline PTX in asm() is welcome): send the kernel in one ```cuda block",
-          "ptx": "raw PTX (--lang ptx): send the kernel as a PTX module (.version, .target, .entry) in one "
-                 "```ptx block"}
+# What a run of each language asks for, in a language error.
+_SEND = {"cuda": "send CUDA C++ (inline PTX in asm() is welcome) in one ```cuda block",
+         "ptx": "send a PTX module (.version, .target, .entry) in one ```ptx block"}
 _LANG_WORDS = {"cuda": "CUDA C++", "ptx": "raw PTX"}
 
 
@@ -593,8 +593,9 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
     usable = [s for s in sources if language is None or s.language == language]
     if not usable:
         other = sources[-1]
-        raise SolutionError(f"this run takes {_TAKES[language]}, but the kernel is {_LANG_WORDS[other.language]} "
-                            f"(the {info.blocks[other.index].label()}); the manifest stays a ```json block", info)
+        raise SolutionError(f"this run takes {_LANG_WORDS[language]} (--lang {language}), but the kernel is "
+                            f"{_LANG_WORDS[other.language]} (the {info.blocks[other.index].label()}): "
+                            f"{_SEND[language]}, and the manifest in a ```json block", info)
 
     m_index, m_error, parsed = _pick_manifest(fenced, json_like)
     for i in json_like:
@@ -610,7 +611,10 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
     if not mblock.closed:
         raise SolutionError(f"the {info.blocks[m_index].label()} (the manifest) never closes: the reply was cut "
                             "off; send the whole manifest", info)
-    manifest = parse_manifest(mblock.body, where=f"json manifest block (line {mblock.line})")
+    try:
+        manifest = parse_manifest(mblock.body, where=f"json manifest block (line {mblock.line})")
+    except SolutionError as exc:
+        raise SolutionError(str(exc), info) from None
     info.blocks[m_index].used = "manifest"
 
     wanted = {_plain_kernel_name(lc.kernel) for lc in manifest.launches}
@@ -641,11 +645,11 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
 
 
 def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[list[_Source], dict[int, str]]:
-    """Blocks the chosen one needs (transitively), and those left out because they would
-    redefine something (block index -> the symbols)."""
+    """Blocks the chosen one needs (transitively: they define a symbol it uses or a kernel
+    the manifest launches), and why needed blocks were left out (block index -> reason)."""
     helpers: list[_Source] = []
     skipped: dict[int, str] = {}
-    candidates = [s for s in others if s.language == chosen.language and s.file_scope]
+    candidates = [s for s in others if s.language == chosen.language]
     changed = True
     while changed:
         changed = False
@@ -656,31 +660,60 @@ def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[
         for s in candidates:
             if s in helpers or not (s.defines & needed):
                 continue
-            clash = (s.defines - s.macros) & plain
-            if clash:
-                skipped[s.index] = ", ".join(sorted(clash)[:3])
-                continue
-            helpers.append(s)
-            skipped.pop(s.index, None)
-            changed = True
-            break
+            if clash := (s.defines - s.macros) & plain:
+                skipped[s.index] = f"it would define {', '.join(sorted(clash)[:3])} again"
+            elif not s.file_scope:
+                skipped[s.index] = (f"it defines {', '.join(sorted(s.defines & needed)[:3])} but holds statements "
+                                    "outside a function, so it cannot be joined")
+            else:
+                helpers.append(s)
+                skipped.pop(s.index, None)
+                changed = True
+                break
     return helpers, skipped
 
 
 def _note(info: Extraction, chosen: _Source, why: str, helpers: list[_Source], skipped: dict[int, str],
           m_index: int) -> str:
-    """One line saying which blocks were used, when there was a choice; "" otherwise."""
-    sources, manifests = info.source_blocks, info.manifest_blocks
-    if len(sources) <= 1 and len(manifests) <= 1:
-        return ""
+    """One line saying which blocks were used and why the others were not, when the reply
+    held more than one source or JSON block; "" otherwise."""
     b = info.blocks
+    sources = info.source_blocks
+    json_blocks = [x for x in b if x.kind in ("manifest", "json")]
+    if len(sources) <= 1 and len(json_blocks) <= 1:
+        return ""
     parts = [f"kernel from the {b[chosen.index].label()}" + (f" ({why})" if why else "")]
     if helpers:
-        parts[-1] += " joined with " + ", ".join(f"line {b[h.index].line}" for h in helpers)
-    if len(manifests) > 1:
+        parts[-1] += ", joined with the block" + ("s" if len(helpers) > 1 else "") + " at line " + \
+            ", ".join(str(b[h.index].line) for h in helpers)
+    if len(json_blocks) > 1:
         parts.append(f"manifest from the {b[m_index].label()} (the last with \"launches\")")
-    left = [f"line {x.line}" + (f" (would redefine {skipped[i]})" if i in skipped else "")
-            for i, x in enumerate(b) if x.kind == "source" and x.used is None]
-    if left:
-        parts.append("not used: the source block at " + ", ".join(left))
-    return f"the reply has {len(sources)} source and {len(manifests)} manifest blocks: " + "; ".join(parts)
+    for i, x in enumerate(b):
+        if x.used is None and x.kind in ("source", "manifest", "json"):
+            parts.append(f"not used: the {x.label()}" + (f" ({r})" if (r := _why_unused(x, skipped.get(i), info, chosen)) else ""))
+    return f"the reply holds {_count(len(sources), 'source block')} and {_count(len(json_blocks), 'JSON block')}: " \
+        + "; ".join(parts)
+
+
+def _why_unused(x: ReplyBlock, clash: str | None, info: Extraction, chosen: _Source) -> str:
+    if not x.closed:
+        return "it never closes"
+    if x.kind == "manifest":
+        return "an earlier manifest"
+    if x.kind == "json":
+        return 'no "launches"'
+    if info.run_language and x.language != info.run_language:
+        return f"{_LANG_WORDS[x.language]}; this run takes {_LANG_WORDS[info.run_language]}"
+    if clash:
+        return clash
+    if x.kernels and chosen.kernels & set(x.kernels):
+        return f"{'an earlier' if x.line < chosen.block.line else 'a later'} version of " \
+            + ", ".join(sorted(chosen.kernels & set(x.kernels)))
+    launched = {k for m in info.manifest_blocks if m.used for k in map(_plain_kernel_name, m.kernels)}
+    if x.kernels and not set(x.kernels) & launched:
+        return "its kernel" + ("s" if len(x.kernels) > 1 else "") + f" {', '.join(x.kernels)} not launched"
+    return ""
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
