@@ -1,0 +1,116 @@
+"""Instruction credit where the work is timed, on the H200 (docs/METHODOLOGY.md, "Instruction
+credit"). Each fixture is a kernel written to buy `correct_with_arch` one way; each class must
+fail, and the honest expert keeps its credit on every workload.
+
+The fixtures are built here from the shipped GEMM kernels: the expert (wgmma + TMA) and the
+simple SIMT kernel in one module, each launch guarded so that one of them does the work:
+- first_launch_only: the expert on the module's first launch only, SIMT on every later one
+  (a profiler that looks at a fresh process's first launch would see wgmma);
+- shape_keyed: the expert at the visible workload's shape only, SIMT at every other;
+- rewrites_inputs: the simple kernel, then a launch that rewrites its input A on every run after
+  the seeded checks (the GDN attack on cu_seqlens, in GEMM form).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_helpers import show
+from tools.solution import Solution
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = "gemm_n7168_k5120"
+EXPERT, SIMPLE = ROOT / "tasks" / TASK / "expert", ROOT / "tasks" / TASK / "simple"
+EXPERT_ENTRY = 'int* __restrict__ counters, int M, int N, int K, int splits) {'
+SIMPLE_ENTRY = '__nv_bfloat16* __restrict__ C, int M, int N, int K) {'
+
+_COUNTER = r"""
+__device__ unsigned int launches_seen;  // survives between launches of one module
+extern "C" __global__ void count_launch() { launches_seen += 1; }
+"""
+
+
+def _both(folder: Path, expert_runs_if: str, extra_src: str = "", extra_launches: list | None = None) -> Solution:
+    """The expert and the simple GEMM in one module: the expert does the work where
+    `expert_runs_if` (a C condition over launches_seen and M) holds, the simple kernel elsewhere."""
+    expert, simple = (EXPERT / "kernel.cu").read_text(), (SIMPLE / "kernel.cu").read_text()
+    assert expert.count(EXPERT_ENTRY) == 1 and simple.count(SIMPLE_ENTRY) == 1
+    expert = expert.replace(EXPERT_ENTRY, EXPERT_ENTRY + f"\n  if (!({expert_runs_if})) return;")
+    simple = simple.replace(SIMPLE_ENTRY, SIMPLE_ENTRY + f"\n    if ({expert_runs_if}) return;")
+    src = _COUNTER + expert + "\n" + simple + extra_src
+    manifest = json.loads((EXPERT / "launch.json").read_text())
+    manifest["launches"] += json.loads((SIMPLE / "launch.json").read_text())["launches"]
+    manifest["launches"] += (extra_launches or []) + [{"kernel": "count_launch", "grid": [1], "block": [1]}]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.cu").write_text(src)
+    (folder / "launch.json").write_text(json.dumps(manifest))
+    return Solution.from_dir(folder)
+
+
+def _credited(r) -> None:
+    assert r.executed.status == "ok", f"the executed check did not run: {r.executed.reason}"
+
+
+def test_honest_expert_keeps_credit_on_every_workload(evaluator):
+    r = evaluator.evaluate(Solution.from_dir(EXPERT), TASK, "sm_90a", workloads="all", executed_check=True)
+    _credited(r)
+    for w in r.executed.workloads:
+        print(f"{w.workload:>6} {w.split:>8} profiled run {w.profiled_at}/{w.runs} kernel {w.kernel_ms} ms "
+              f"timed {w.timed_ms} ms shares {w.shares} carries {w.carries} {w.notes}")
+    print("phases (s):", {k: round(v, 3) for k, v in r.phase_s.items()})
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
+    assert len(r.executed.workloads) == len(r.workloads) and all(w.status == "ok" for w in r.executed.workloads)
+    assert all(w.carries == {"wgmma": True, "tma": True} for w in r.executed.workloads), r.executed.notes
+    assert r.correct_with_arch is True
+
+
+def test_wgmma_on_the_first_launch_only_earns_nothing(evaluator, tmp_path):
+    sol = _both(tmp_path / "first_launch_only", "launches_seen == 0")
+    r = evaluator.evaluate(sol, TASK, "sm_90a", workloads="visible", executed_check=True)
+    _credited(r)
+    assert r.correct is True and r.arch_ok, show(r)
+    assert r.executed.executed["wgmma"] is False, r.executed.workloads
+    assert r.correct_with_arch is False
+    assert "workload M8192" in r.executed.notes["wgmma"], r.executed.notes
+
+
+def test_wgmma_at_the_visible_shape_only_earns_nothing(evaluator, tmp_path):
+    sol = _both(tmp_path / "shape_keyed", "M == 8192")
+    r = evaluator.evaluate(sol, TASK, "sm_90a", workloads="all", executed_check=True)
+    _credited(r)
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
+    by = {w.workload: w for w in r.executed.workloads}
+    assert by["M8192"].carries["wgmma"] is True, by["M8192"]
+    assert all(w.carries["wgmma"] is False for w in r.executed.workloads if w.split == "held_out"), by
+    assert r.correct_with_arch is False
+    assert r.executed.notes["wgmma"].startswith("held-out workload #"), r.executed.notes
+
+
+_REWRITE = r"""
+extern "C" __global__ void rewrite_inputs(__nv_bfloat16* A, long long n) {
+  if (launches_seen < 2) return;  // honest on the seeded checks
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    A[i] = __float2bfloat16(0.0f);
+}
+"""
+
+
+def test_rewriting_the_inputs_is_caught_and_buys_no_library_time(evaluator, tmp_path):
+    """After the checks, every run rewrites its input A after computing C. Nothing on the device
+    holds a copy the judge trusts, so the first timed run ends in input_modified."""
+    simple = (SIMPLE / "kernel.cu").read_text()
+    folder = tmp_path / "rewrites_inputs"
+    folder.mkdir()
+    (folder / "kernel.cu").write_text(_COUNTER + simple + _REWRITE)
+    manifest = json.loads((SIMPLE / "launch.json").read_text())
+    manifest["launches"] += [{"kernel": "rewrite_inputs", "grid": [264], "block": [256],
+                              "args": ["A", {"name": "n", "type": "i64", "value": "M * K"}]},
+                             {"kernel": "count_launch", "grid": [1], "block": [1]}]
+    (folder / "launch.json").write_text(json.dumps(manifest))
+    r = evaluator.evaluate(Solution.from_dir(folder), TASK, "sm_90a", workloads="visible")
+    w = r.workloads[0]
+    assert w.status == "failed" and w.reason == "input_modified", show(r)
