@@ -21,7 +21,8 @@ The query is the task as a model reads it (`task_query`: the description and the
 type), never the task's id, and `op_type` keeps other families' docs (FP8, GDN) out.
 
 Ranking, in order:
-  1. exact matches: a section whose doc declares a requested feature, or a feature / ptxas
+  1. exact matches: a section whose doc declares a requested feature or is written for the
+     task's family (`ops` holds its op type), or a feature / ptxas
      message code (C7515 ...) / instruction named in the feedback, or whose own text
      contains an error code found in the feedback. More exact hits rank higher, and a
      hit from the feedback outranks one from the requested features (the feedback is
@@ -407,6 +408,7 @@ def feedback_signals(feedback: str | None) -> tuple[set[str], set[str]]:
 def _rank(task: str, arch: str, features: list[str], feedback: str | None,
           op_type: str | None = None) -> list[tuple[Section, float, str]]:
     sections, bm25 = _index(arch, op_type)
+    family_docs = {d.path for d in load_docs() if op_type is not None and op_type in d.ops}
     fb_feats, fb_codes = feedback_signals(feedback)
     fb_msgs = feedback_messages(feedback)
     req = set(features)
@@ -433,6 +435,9 @@ def _rank(task: str, arch: str, features: list[str], feedback: str | None,
         if rq:
             exact += 1  # flat: BM25 decides among the sections of requested features
             why.append("feature:" + ",".join(rq))
+        if sec.doc in family_docs:  # written for this task family (its pattern, its numerics)
+            exact += 1
+            why.append(f"family:{op_type}")
         # bm25 is normalised to [0, 1) so it orders within an exact tier, never across tiers
         score = exact + 0.99 * b / top
         ranked.append((sec, score, " ".join(why) if why else "bm25"))
@@ -513,6 +518,7 @@ def retrieve(task: str, arch: str, features: list[str], feedback: str | None = N
     # full: the docs arm's sections first (so full holds everything docs+headers holds, whatever
     # the feedback ranked), then every other section of the family's docs in doc order.
     picked = {(s.doc, s.index) for s in chosen}
+    truncated = False  # what the docs arm left out for its budget, full adds back
     limit = max(token_budget, FULL_MODE_BUDGET)
     used = sum(s.tokens for s in chosen)
     extra: list[Section] = []

@@ -96,27 +96,35 @@ def test_docs_reach_only_their_family_and_differ_between_families(arch):
 
 
 def test_attention_backward_gets_its_own_pattern():
+    """The docs arm of attention backward carries the backward material of its arch, not
+    only a "Mistakes" section (the issue's finding with the task id as the query)."""
     task = next(t for t in TASKS if t.name == "mha_bwd_d128")
-    for arch in ARCHES:
-        r = turn1(task, arch, "docs")[2]
-        heads = {s.heading for s in r.sections if "backward" in s.doc}
-        assert len(heads) >= 2, (arch, _ids(r))
+    ids = set(_ids(turn1(task, "sm_90a", "docs")[2]))
+    assert len({i for i in ids if i.startswith("sm_90a/pattern_attention_backward.md#")}) >= 2, ids
+    assert "common/attention.md#Backward: what to compute, in which launches" in ids
+    ids = set(_ids(turn1(task, "sm_100a", "docs")[2]))
+    assert "sm_100a/attention.md#Backward on sm_100a" in ids, ids
+    assert "common/attention.md#Backward: what to compute, in which launches" in ids
 
 
 def _held_out_patterns(task) -> list[tuple[str, re.Pattern]]:
-    """What would reveal a held-out workload: `AXIS = value` for any value, and, for values that
-    are no tile size or power-of-two-ish round number (70, 8000, 3000, 77, 401, ...), the bare number."""
+    """What would reveal a held-out workload: the axis named with its value (`M = 70`, `M=70`,
+    `M of 70`; the axis name case-sensitive, as tasks spell it) and the workload's own name
+    (`M70`, `S3000`). A value that a visible workload of the task also has on that axis is no
+    secret (gdn prefill shows num_seqs=4 in a visible workload too)."""
+    visible = {(a, v) for w in task.workloads_for("visible") for a, v in w.axes.items()}
     pats = []
     for w in task.workloads_for("held_out"):
+        if len(w.name) >= 3 and not any(w.name == v.name for v in task.workloads_for("visible")):
+            pats.append((w.name, re.compile(rf"(?<![\w.]){re.escape(w.name)}(?![\w.])")))
         for axis, value in w.axes.items():
-            pats.append((f"{axis}={value}", re.compile(rf"\b{re.escape(axis)}\s*[=≈]\s*{value}\b", re.I)))
-            if value >= 50 and value % 64:
-                pats.append((str(value), re.compile(rf"(?<![\w.,]){value}(?![\w.])")))
+            if (axis, value) in visible:
+                continue
+            pats.append((f"{axis}={value}", re.compile(rf"(?<![\w.]){re.escape(axis)}\s*(?:[=≈]|of)\s*{value}(?![\w.])")))
     return pats
 
 
-# The task statement's stress distribution names N(0, 100): a distribution, not a size.
-_ALLOWED = re.compile(r"N\(0, 100\)")
+_ALLOWED = re.compile(r"$^")  # nothing is exempt today
 
 
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
@@ -153,12 +161,14 @@ def test_a_run_records_what_each_arm_added(tmp_path):
     added = {}
     for mode in ARMS:
         here = tmp_path / mode.replace("+", "_")
+        here.mkdir()
         model = write_script(here / "script.json", [NO_CODE])
         summary = solve(SolveRequest(task=GEMM_TASK, model=model, runs_dir=here / "runs", budget=Budget(max_turns=1),
                                      context=mode), progress=False)
         [r] = events(here / "runs" / summary.run_id, "retrieval")
         added[mode] = r.get("added", {})
     assert added["none"] == {}
-    assert set(added["docs"]) == {"docs"} and added["docs"]["tokens"] > 0 and added["docs"]["sections"] > 0
+    assert set(added["docs"]) == {"docs"} and added["docs"]["docs"]["tokens"] > 0
+    assert added["docs"]["docs"]["sections"] > 0 and added["docs+headers"]["docs"] == added["docs"]["docs"]
     assert set(added["docs+headers"]) == {"docs", "headers"} and added["docs+headers"]["headers"]["tokens"] > 0
     assert set(added["full"]) == {"docs", "headers", "full"} and added["full"]["full"]["sections"] > 0

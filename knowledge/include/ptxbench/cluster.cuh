@@ -43,9 +43,10 @@ PTXBENCH_DEVICE void dsmem_st_f32(unsigned cluster_addr, float v) {
 }
 
 // Programmatic dependent launch. griddep_wait(): block until the previous kernel in the
-// stream has completed (or triggered) and its memory is visible; a no-op when the launch
-// was not made with the programmatic-serialization attribute. griddep_launch_dependents():
-// let the next kernel start its prologue early.
+// stream has completed and its memory is visible (its launch_dependents only lets this
+// kernel start early; it never releases the wait); a no-op when the launch was not made
+// with the programmatic-serialization attribute. griddep_launch_dependents(): let the next
+// kernel start its prologue early.
 PTXBENCH_DEVICE void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 PTXBENCH_DEVICE void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 

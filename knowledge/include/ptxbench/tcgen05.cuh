@@ -77,6 +77,20 @@ PTXBENCH_DEVICE void tcgen05_mma_f16_ts(unsigned d_tmem, unsigned a_tmem, unsign
       "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2, %3, p;\n\t}\n"
       ::"r"(d_tmem), "r"(a_tmem), "l"(b_desc), "r"(idesc), "r"(accumulate) : "memory");
 }
+// Instruction descriptor for kind::f8f6f4 with e4m3 A and B and an f32 accumulator: the
+// kind::f16 layout with A/B format 0 (e4m3; e5m2 would be 1). 8-bit operands may be MN-major.
+PTXBENCH_DEVICE constexpr unsigned tcgen05_idesc_e4m3_f32(int M, int N, int a_mn_major = 0, int b_mn_major = 0) {
+  return (1u << 4) | ((unsigned)a_mn_major << 15) | ((unsigned)b_mn_major << 16) |
+         ((unsigned)(N >> 3) << 17) | ((unsigned)(M >> 4) << 24);
+}
+// D (+)= A * B for 8-bit floats (kind::f8f6f4), A and B from smem descriptors; K = 32 per call.
+PTXBENCH_DEVICE void tcgen05_mma_f8f6f4_ss(unsigned d_tmem, unsigned long long a_desc, unsigned long long b_desc,
+                                           unsigned idesc, int accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %4, 0;\n\t"
+      "tcgen05.mma.cta_group::1.kind::f8f6f4 [%0], %1, %2, %3, p;\n\t}\n"
+      ::"r"(d_tmem), "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(accumulate) : "memory");
+}
 // Arrive once on `bar` when all tcgen05.mma issued so far by this thread have completed
 // (also frees their smem operands for reuse). Issue from the same thread as the MMAs.
 PTXBENCH_DEVICE void tcgen05_commit(unsigned long long* bar) {

@@ -114,7 +114,8 @@ PTXBENCH_DEVICE void bulk_load(void* smem_dst, const void* gmem_src, unsigned by
 // Close the current group of TMA stores / bulk copies issued by this thread.
 PTXBENCH_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Wait until at most N committed store groups still read their smem source (then the
-// smem may be overwritten). For global visibility at kernel end, exiting is enough.
+// smem may be overwritten). Call tma_store_wait<0>() before the CTA exits too: its shared
+// memory is released at exit while a store may still be reading it.
 template <int N = 0> PTXBENCH_DEVICE void tma_store_wait() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
