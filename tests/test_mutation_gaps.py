@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import random
 import statistics
+import time
 
 import pytest
 from agent_loop_helpers import NO_CODE
 
-from agent.budget import Spent, exhausted
+from agent.budget import Clock, Spent, exhausted, recursion_limit
 from agent.sweep import load_sweep_config, models_to_run, plan, run_state, run_sweep
 from agent.trajectory import Budget, read_summary
 from tools import expressions
@@ -90,6 +91,21 @@ def test_every_limit_is_reached_at_equality():
     assert exhausted(b, Spent(turns=1, cost_usd=1, wall_s=99))[0] == "max_cost"
     # No limit set: only turns count.
     assert exhausted(Budget(max_turns=3), Spent(turns=2, prompt_tokens=10**9, cost_usd=1e9, wall_s=1e9)) is None
+
+
+def test_the_clock_adds_this_segment_to_what_earlier_segments_used():
+    c = Clock(offset=30.0)  # a resumed run that had used 30 s
+    first = c.elapsed()
+    assert 30.0 <= first < 31.0
+    time.sleep(0.05)
+    assert 0.05 <= c.elapsed() - first < 1.0
+    assert 0.0 <= Clock().elapsed() < 1.0
+
+
+def test_the_graph_step_limit_is_five_nodes_a_turn_plus_slack():
+    """LangGraph's recursion limit: a run of N turns never reaches it, a runaway loop soon does."""
+    for turns in (1, 8, 50):
+        assert recursion_limit(Budget(max_turns=turns)) == 5 * turns + 10
 
 
 # ------------------------------------------------------------------ timing: the speedup from pairs

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Mutation testing of the modules that decide verdicts and runs, one module at a time.
+#
+#   scripts/mutation.sh                                  every module in pyproject's [tool.ptxbench.mutation]
+#   scripts/mutation.sh tools/expressions.py agent/budget.py
+#
+# Each module runs in its own scratch copy of the working tree (so edits made meanwhile change
+# nothing, and nothing is written into the repo), under $MUTATION_DIR (default
+# /tmp/ptxbench-mutation), at the lowest CPU priority with $MUTATION_JOBS workers (default 1),
+# against that module's own tests only. Per module it prints the mutants, how many were killed,
+# survived, had no test or timed out, the score (killed / all mutants, a mutant no test reaches
+# counting as a survivor), and the survivors' names. To read one:
+#   cd $MUTATION_DIR/<module> && mutmut show NAME
+# The scores and why each survivor lives: docs/BENCHMARKS.md, "Mutation scores". Not run by CI.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-$repo/.venv/bin/python}
+work=${MUTATION_DIR:-/tmp/ptxbench-mutation}
+jobs=${MUTATION_JOBS:-1}
+
+modules=("$@")
+if [ ${#modules[@]} -eq 0 ]; then
+  mapfile -t modules < <("$py" -c '
+import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["tool"]["ptxbench"]["mutation"]))' "$repo/pyproject.toml")
+fi
+
+for module in "${modules[@]}"; do
+  dest="$work/$(echo "${module%.py}" | tr / _)"
+  rm -rf "$dest" && mkdir -p "$dest"
+  # The working tree as it is (tracked and new files; a file deleted but not yet committed is skipped).
+  (cd "$repo" && git ls-files -co --exclude-standard -z | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) \
+    | tar -xf - -C "$dest"
+  # mutmut reads [tool.mutmut] from the copy's pyproject: narrow it to this module and its tests.
+  "$py" - "$dest/pyproject.toml" "$module" > "$dest/.mutation-functions" <<'PY'
+import json, re, sys, tomllib
+path, module = sys.argv[1:]
+text = open(path).read()
+entry = tomllib.loads(text)["tool"]["ptxbench"]["mutation"].get(module)
+if entry is None:
+    sys.exit(f"{module}: not listed in [tool.ptxbench.mutation] of pyproject.toml")
+base = tomllib.loads(text)["tool"]["mutmut"]
+text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[)", "", text)
+conf = {**base, "only_mutate": [module], "pytest_add_cli_args_test_selection": entry["tests"]}
+text += "\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in conf.items())
+open(path, "w").write(text)
+sys.stdout.write("".join(f + "\n" for f in entry.get("functions", [])))
+PY
+  mapfile -t functions < "$dest/.mutation-functions"
+  echo "== $module (tests: $(grep -A0 '^pytest_add_cli_args_test_selection' "$dest/pyproject.toml" | cut -d= -f2-))"
+  start=$(date +%s)
+  (cd "$dest" && nice -n 19 "$py" -m mutmut run --max-children "$jobs" "${functions[@]}" > mutmut.log 2>&1) \
+    || { echo "mutmut failed for $module; see $dest/mutmut.log"; tail -20 "$dest/mutmut.log"; continue; }
+  (cd "$dest" && "$py" - "$module" "$(( $(date +%s) - start ))" "${functions[@]}" <<'PY'
+import fnmatch, json, sys
+from collections import Counter
+from mutmut.stats import status_by_exit_code
+
+module, seconds, globs = sys.argv[1], sys.argv[2], sys.argv[3:]
+codes = json.load(open(f"mutants/{module}.meta"))["exit_code_by_key"]
+codes = {k: v for k, v in codes.items() if not globs or any(fnmatch.fnmatch(k, g) for g in globs)}
+status = {k: status_by_exit_code[v] for k, v in codes.items()}
+n = Counter(status.values())
+killed = n["killed"] + n["timeout"] + n["caught by type check"]
+total = len(status) - n["skipped"]
+score = 100.0 * killed / total if total else float("nan")
+print(f"{module}: {total} mutants, {n['killed']} killed, {n['timeout']} timeout, {n['survived']} survived, "
+      f"{n['no tests']} no test, {n['suspicious']} suspicious, {n['not checked']} not checked; "
+      f"score {score:.1f}% ({seconds} s)")
+for k in sorted(k for k, s in status.items() if s not in ("killed", "timeout", "caught by type check", "skipped")):
+    print(f"  {status[k]}: {k}")
+PY
+  )
+done
