@@ -466,7 +466,9 @@ def _get_model(spec: str, api_base: str | None, options: dict, human_reply_file:
         missing = litellm.validate_environment(model=spec)
         if not missing.get("keys_in_environment", True):  # say so now, not after the first call's retries
             keys = " or ".join(missing.get("missing_keys") or ["its API key"])
-            raise SolveError(f"model {spec}: set {keys} in the environment (or --api-base for a local server)")
+            raise SolveError(f"model {spec}: set {keys} in the environment (or, for a local OpenAI-compatible "
+                             f"server, `agent solve --api-base URL`, or api_base = \"URL\" beside spec in a sweep "
+                             f"config)")
     return model
 
 

@@ -66,7 +66,7 @@ class SweepConfig(BaseModel):
 
     name: str
     models: list[ModelEntry] = Field(min_length=1)
-    tasks: list[str] = Field(min_length=1)  # names or aliases (resolved by expand)
+    tasks: list[str] = Field(min_length=1)  # names, aliases or groups such as gemm:* (resolved by expand)
     arches: list[str] = Field(default_factory=lambda: ["sm_90a"])
     contexts: list[ContextMode] = Field(default_factory=lambda: ["none", "docs"])
     # search strategies; None: the one `samples` implies (best-of-n for several, else linear).
@@ -248,12 +248,13 @@ def variant(strategy: str, samples: int, profile_feedback: bool, history: str = 
 def expand(config: SweepConfig) -> list[SweepRun]:
     """Every cell x replica, in a fixed order (model, task, arch, context, strategy, profile
     feedback, history, replica)."""
-    from tasks import get_task
+    from tasks import select_tasks
 
-    resolved = [(t, get_task(t).name) for t in config.tasks]  # raises UnknownTask with close names
+    # names, aliases or groups (gemm:*, attention:causal, ...); raises UnknownTask with close names
+    resolved = [(t, name) for t in config.tasks for name in select_tasks(t)]
     runs = []
     for m in config.models:
-        only = None if m.tasks is None else {get_task(t).name for t in m.tasks}
+        only = None if m.tasks is None else {name for t in m.tasks for name in select_tasks(t)}
         if only is not None and not only <= {task for _, task in resolved}:
             raise ValueError(f"model {m.name!r} lists tasks the sweep does not run: "
                              f"{sorted(only - {task for _, task in resolved})}")
@@ -360,6 +361,7 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
     from agent.executors import make_executor
 
     runs = expand(config)
+    refuse_changed_models(config, runs)
     runs_dir = Path(config.runs_dir)
     done: list[tuple[SweepRun, RunState, RunSummary]] = []
     todo: list[tuple[SweepRun, RunState]] = []
@@ -483,7 +485,32 @@ class GridSummary:
 
 def plan(config: SweepConfig) -> GridSummary:
     runs = expand(config)
+    refuse_changed_models(config, runs)
     return GridSummary(runs, {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs})
+
+
+def refuse_changed_models(config: SweepConfig, runs: list[SweepRun]) -> None:
+    """A run id names the model by its `name`; a run recorded under that name with another
+    spec (or endpoint) would be reused or resumed as if it were this model's. Refuse, naming
+    both, before anything runs."""
+    from agent.trajectory import RunFolderError, read_config
+
+    for r in runs:
+        run_dir = Path(config.runs_dir) / r.run_id
+        if not (run_dir / "config.json").exists():
+            continue
+        try:
+            recorded = read_config(run_dir)
+        except RunFolderError:
+            continue  # resuming it says what is wrong with it
+        then = (recorded.model, recorded.api_base)
+        if then != (r.model.spec, r.model.api_base):
+            what = "spec" if recorded.model != r.model.spec else "api_base"
+            raise SweepError(
+                f"model {r.model.name!r}: its runs were recorded with {what} "
+                f"{then[0] if what == 'spec' else then[1]!r} and the config now says "
+                f"{r.model.spec if what == 'spec' else r.model.api_base!r} (e.g. {run_dir}); give the new model "
+                f"another `name`, or move its old runs away, so old results are not taken for the new model's")
 
 
 def models_to_run(grid: GridSummary, retry_failed: bool = False) -> set[str]:

@@ -443,3 +443,47 @@ def test_a_human_out_of_replies_ends_like_a_replay_and_a_finished_run_stays_fini
     p = agent_cli("solve", "--resume", str(run), env={"EDITOR": "false", "VISUAL": "false"})
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "already finished" in p.stderr and (run / "summary.json").read_text() == before
+
+
+def test_a_sweep_refuses_runs_recorded_for_another_spec_under_the_same_name(tmp_path):
+    write_script(tmp_path / "a.json", [probe_reply()])
+    write_script(tmp_path / "b.json", [broken_probe_reply()])
+    (tmp_path / "s.toml").write_text(SWEEP.format(models='{spec = "scripted:a.json", name = "m"}', extra="",
+                                                  turns=1))
+    p = agent_cli("sweep", "s.toml", cwd=tmp_path)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    (tmp_path / "s.toml").write_text(SWEEP.format(models='{spec = "scripted:b.json", name = "m"}', extra="",
+                                                  turns=1))
+    for args in (("sweep", "s.toml"), ("sweep", "s.toml", "--dry-run")):
+        one_line_error(agent_cli(*args, cwd=tmp_path), "model 'm'", "a.json", "b.json", "another `name`")
+
+
+def test_a_missing_key_names_flags_that_exist(tmp_path):
+    env = {k: v for k, v in cli_env().items() if k not in ("OPENAI_API_KEY", "PTXBENCH_API_KEY")}
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "solve", "--task", "gemm", "--model", "openai/gpt-4o"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    message = one_line_error(p, "OPENAI_API_KEY")
+    flags = {w.strip("`(),") for w in message.split() if w.startswith(("--", "`--"))}
+    help_text = agent_cli("solve", "--help", env={"COLUMNS": "200"}).stdout
+    assert flags and all(f in help_text for f in flags), flags
+    one_line_error(sweep_cli(tmp_path), "api_base")
+
+
+def test_check_finds_the_manifest_problems_eval_finds_without_a_gpu(tmp_path):
+    """An unknown kernel name and a wrong argument count: found by `check` on CPU (from the PTX
+    signature), exit 1, as `eval` reports them."""
+    good = REPO / "tasks" / GEMM_TASK / "simple"
+    for name, change in (("name", lambda m: m["launches"][0].update(kernel="gemm_nope")),
+                         ("count", lambda m: m["launches"][0]["args"].pop())):
+        folder = shutil.copytree(good, tmp_path / name)
+        manifest = json.loads((folder / "launch.json").read_text())
+        change(manifest)
+        (folder / "launch.json").write_text(json.dumps(manifest))
+        p = agent_cli("check", str(folder), "--task", "gemm")
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        words = "gemm_nope" if name == "name" else "parameters, the manifest gives"
+        assert "launch.json" in p.stdout and words in p.stdout, p.stdout
+        e = agent_cli("eval", str(folder), "--task", "gemm", "--json")
+        assert e.returncode == 1 and words in e.stdout
+    assert agent_cli("check", str(good), "--task", "gemm").returncode == 1  # no wgmma/tma: requested, missing
+    assert agent_cli("check", str(REPO / "tasks" / GEMM_TASK / "expert"), "--task", "gemm").returncode == 0
