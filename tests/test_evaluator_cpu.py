@@ -990,7 +990,8 @@ def test_rewriting_every_reachable_copy_of_the_inputs_does_not_steer_the_judge()
     """A kernel that can write anywhere (as a GPU kernel scanning device memory could) does no
     work on the timed runs: it writes zeros, then zeroes its inputs and every tensor the judge
     holds, so that a reference computed from them would be zeros too. The judge's inputs are
-    generated again from the pair's seed after the run, so it fails."""
+    generated again from the pair's seed after the run: the rewrite itself is seen
+    (input_modified), and the answer is judged against the regenerated reference."""
     import gc
 
     def tamper(ws, call):
@@ -1006,4 +1007,4 @@ def test_rewriting_every_reachable_copy_of_the_inputs_does_not_steer_the_judge()
                         t.zero_()
 
     result, _ = run(tamper, time=True)
-    assert result["reason"] == "wrong_in_timed_run", result["detail"]
+    assert result["reason"] == "input_modified", result["detail"]
