@@ -226,16 +226,36 @@ def cell_key(run: RunRecord) -> CellKey:
     return (model_label(c.model), c.task, c.arch, c.context, c.strategy, "on" if c.profile_feedback else "off")
 
 
-def group_cells(runs: Sequence[RunRecord]) -> dict[CellKey, list[RunRecord]]:
+def family_key(run: RunRecord) -> CellKey:
+    """The run's cell with its task replaced by the task's family (GEMM, attention forward, ...):
+    a family's cell pools the runs of all its tasks, so fast_p there is the share of all of them."""
+    from tasks.registry import task_family
+
+    key = cell_key(run)
+    return (key[0], task_family(key[1]), *key[2:])  # type: ignore[return-value]
+
+
+def split_key(run: RunRecord) -> CellKey:
+    """As family_key, with the task split apart (tasks.registry.task_split: train / held_out_tasks),
+    so a model's results on the tasks no Fixit data came from read apart from the rest."""
+    from tasks.registry import task_family, task_split
+
+    key = cell_key(run)
+    return (key[0], f"{task_family(key[1])} / {task_split(key[1])}", *key[2:])  # type: ignore[return-value]
+
+
+def group_cells(runs: Sequence[RunRecord], key=cell_key) -> dict[CellKey, list[RunRecord]]:
     cells: dict[CellKey, list[RunRecord]] = {}
     for r in runs:
-        cells.setdefault(cell_key(r), []).append(r)
+        cells.setdefault(key(r), []).append(r)
     return dict(sorted(cells.items()))
 
 
-def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TURN_LIMITS) -> list[CellRow]:
+def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TURN_LIMITS,
+              by=cell_key) -> list[CellRow]:
+    """Rows per cell and turn limit; `by` groups runs into cells (cell_key, family_key, split_key)."""
     rows: list[CellRow] = []
-    for key, members in group_cells(runs).items():
+    for key, members in group_cells(runs, by).items():
         done = [r for r in members if r.finished]
         for limit in sorted(set(turn_limits)):
             per_run = [run_metrics(r.summary, limit) for r in done]  # type: ignore[arg-type]
@@ -468,6 +488,8 @@ class Report:
     rows: list[CellRow]
     runs: int
     unfinished: int
+    families: list[CellRow] = field(default_factory=list)  # per task family (family_key)
+    splits: list[CellRow] = field(default_factory=list)  # per family and task split (split_key)
 
 
 PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "context": "context.png",
@@ -486,6 +508,8 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     # A limit past every run's budget says the same as the budget itself.
     limits = sorted({min(t, longest) for t in (turn_limits or _default_limits(runs))})
     rows = summarise(runs, limits)
+    groups = {"Per task family": summarise(runs, limits, family_key),
+              "Per task family and split (held-out tasks apart)": summarise(runs, limits, split_key)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {name: out / fname for name, fname in PLOTS.items()}
@@ -495,12 +519,14 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     plot_ablation(rows, limits[-1], files["profile"], KEY_NAMES.index("profile"), "profile feedback")
     files["csv"] = out / "report.csv"
     write_csv(rows, files["csv"])
+    files["families_csv"] = out / "report_families.csv"
+    write_csv([r for g in groups.values() for r in g], files["families_csv"])
     unfinished = sum(1 for r in runs if not r.finished)
     files["md"] = out / "report.md"
-    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, _evaluation_notes(runs)))
+    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, _evaluation_notes(runs), groups))
     files["html"] = out / "report.html"
-    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, _evaluation_notes(runs), files))
-    return Report(out, files, rows, len(runs), unfinished)
+    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, _evaluation_notes(runs), files, groups))
+    return Report(out, files, rows, len(runs), unfinished, *groups.values())
 
 
 def _default_limits(runs: Sequence[RunRecord]) -> list[int]:
@@ -525,20 +551,31 @@ def _runs_line(n_runs: int, unfinished: int) -> str:
     return f"{n_runs} runs ({unfinished} unfinished or stopped by a ptxbench error, left out of the metrics)."
 
 
+def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[int]):
+    """(title, head, body) per aggregate table (per family, per family and split) and turn limit."""
+    for title, group in (groups or {}).items():
+        for limit in limits:
+            head, body = _table([r for r in group if r.turn_limit == limit])
+            yield f"{title}, turn limit {limit}", ["family" if h == "task" else h for h in head], body
+
+
 def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
-                    notes: Sequence[str]) -> str:
+                    notes: Sequence[str], groups: dict[str, Sequence[CellRow]] | None = None) -> str:
     lines = ["# ptxbench report", "", _runs_line(n_runs, unfinished), "", _INTRO, ""]
     lines += [f"- {n}" for n in notes] + ([""] if notes else [])
     for limit in limits:
         head, body = _table([r for r in rows if r.turn_limit == limit])
         lines += [f"## Turn limit {limit}", "", "| " + " | ".join(head) + " |",
                   "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body] + [""]
+    for title, head, body in _group_tables(groups, limits):
+        lines += [f"## {title}", "", "| " + " | ".join(head) + " |",
+                  "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body] + [""]
     lines += ["## Plots", ""] + [f"![{name}]({fname})" for name, fname in PLOTS.items()] + [""]
     return "\n".join(lines)
 
 
 def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
-                notes: Sequence[str], files: dict[str, Path]) -> str:
+                notes: Sequence[str], files: dict[str, Path], groups: dict[str, Sequence[CellRow]] | None = None) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ptxbench report</title><style>",
              "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
              "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#f3f3f3}"
@@ -557,6 +594,10 @@ def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unf
                 f"<td class='na'>{html.escape(c)}</td>" if c == "n/a" else f"<td>{html.escape(c)}</td>"
                 for c in b) + "</tr>")
         parts.append("</table>")
+    for title, head, body in _group_tables(groups, limits):
+        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+                     + "</tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in b) + "</tr>"
+                                         for b in body) + "</table>")
     parts.append("<h2>Plots</h2>")
     for name in PLOTS:  # embedded, so the HTML file stands alone
         data = base64.b64encode(files[name].read_bytes()).decode()
@@ -567,5 +608,6 @@ def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unf
 
 def report_json(report: Report) -> dict:
     return {"out_dir": str(report.out_dir), "runs": report.runs, "unfinished": report.unfinished,
-            "files": {k: str(v) for k, v in report.files.items()}, "rows": csv_rows(report.rows)}
+            "files": {k: str(v) for k, v in report.files.items()}, "rows": csv_rows(report.rows),
+            "families": csv_rows(report.families), "splits": csv_rows(report.splits)}
 

@@ -119,6 +119,13 @@ HELD_OUT_TASKS: frozenset[str] = frozenset(
     + [n for n, t in TASKS.items() if "_d96" in n or ("causal" in t.tags and "held_out_variant" in t.tags)])
 
 
+def task_family(name: str) -> str:
+    """The family a task is reported under (its op family: GEMM, attention forward, ...); a task
+    of no registry (a Definition JSON) is its own family."""
+    task = TASKS.get(name) or TASKS.get(ALIASES.get(name, ""))
+    return task.op_family if task else name
+
+
 def task_split(name: str) -> str:
     """`held_out_tasks` for a task no Fixit data may come from, else `train` (unknown names: train)."""
     return "held_out_tasks" if name in HELD_OUT_TASKS else "train"

@@ -258,3 +258,47 @@ def test_splits_hold_out_whole_tasks():
     assert 3 <= len(held & set(NEW_GEMM)) < len(NEW_GEMM)  # some GEMM shapes, not all
     assert not {n for n, t in TASKS.items() if "seed" in t.tags} & held  # seed tasks train
     assert task_split("gdn_mtp_qk8_v16_d128_k_last") == "held_out_tasks" and task_split("gemm") == "train"
+
+
+# ------------------------------------------------------------------ groups in sweeps, reports and Fixit
+
+def test_sweep_over_gemm_group_gives_a_family_report(tmp_path):
+    """A scripted model answering every GEMM shape with prose only (cheap: nothing to compile): one run
+    per shape, and the report pools them into one GEMM row, and one per split."""
+    from agent_loop_helpers import NO_CODE, write_script
+
+    from agent.report import write_report
+    from agent.sweep import SweepConfig, expand, run_sweep
+
+    model = write_script(tmp_path / "prose.json", [NO_CODE])
+    cfg = SweepConfig(name="fam", models=[{"spec": model, "name": "prose"}], tasks=["gemm:*"], contexts=["none"],
+                      replicas=1, budget={"max_turns": 1}, runs_dir=str(tmp_path / "runs"), concurrency=4)
+    assert [r.task for r in expand(cfg)] == select_tasks("gemm:*")
+    result = run_sweep(cfg)
+    assert (result.total, result.failed) == (17, 0)
+    report = write_report([tmp_path / "runs"], tmp_path / "report", [1])
+    (gemm,) = report.families
+    assert gemm.key[1] == "GEMM" and gemm.runs == 17
+    assert (gemm.metrics["compiled"].n, gemm.metrics["fast_1"].successes, gemm.metrics["fast_1"].n) == (17, 0, 17)
+    assert {r.key[1]: r.runs for r in report.splits} == {"GEMM / held_out_tasks": 5, "GEMM / train": 12}
+    md = report.files["md"].read_text()
+    assert "## Per task family, turn limit 1" in md and "| family |" in md and "GEMM / held_out_tasks" in md
+    assert report.files["families_csv"].exists()
+
+
+def test_fixit_build_split_train_leaves_held_out_tasks_out(tmp_path):
+    from trajectory_fixtures import eval_result, kernel, reply_for, write_run
+
+    from agent.fixit.build import BuildOptions, build
+
+    def sample(kind, tag, task):
+        s = kernel(tag)
+        return (s, eval_result(kind, task=task), reply_for(s, f"Reasoning for {tag}."))
+
+    for name, task in (("a", "gemm_n5120_k5120"), ("b", "gemm_n4096_k4096")):  # a train task, a held-out one
+        write_run(tmp_path / "runs", name, [[sample("compile", name + "1", task)], [sample("unverified", name + "2", task)]],
+                  task=task, evaluation="skipped: no GPU")
+    both = build([tmp_path / "runs"], tmp_path / "all", BuildOptions())
+    train = build([tmp_path / "runs"], tmp_path / "train", BuildOptions(split="train"))
+    assert set(both.card["by_task"]) == {"gemm_n5120_k5120", "gemm_n4096_k4096"}
+    assert set(train.card["by_task"]) == {"gemm_n5120_k5120"} and train.card["options"]["split"] == "train"

@@ -59,7 +59,8 @@ def register(app: typer.Typer) -> None:
     def bench_cmd(
         model: Annotated[str, typer.Option("--model", help="which shipped solutions: expert or simple")] = "expert",
         arch: Annotated[str, typer.Option("--arch", help="sm_90a or sm_100a")] = "sm_90a",
-        task: Annotated[list[str] | None, typer.Option("--task", help="only these tasks (repeatable)")] = None,
+        task: Annotated[list[str] | None, typer.Option(
+            "--task", help="only these tasks or groups, e.g. gemm:*, attention:causal (repeatable)")] = None,
         workloads: Annotated[str, typer.Option("--workloads", help="visible, held_out or all")] = "all",
         executed: Annotated[bool, typer.Option(
             "--executed/--no-executed", help="count executed instructions with Nsight Compute (GPU + ncu only)")
@@ -68,7 +69,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
     ) -> None:
         """Evaluate every shipped expert (or simple) solution and print the table."""
-        from tasks import UnknownTask, get_task, list_tasks
+        from tasks import UnknownTask, get_task, list_tasks, select_many
         from tools.evaluator import Evaluator
         from tools.solution import Solution, SolutionError
 
@@ -81,7 +82,7 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             out_file(out)
         try:
-            chosen = [get_task(t) for t in task] if task else list_tasks()
+            chosen = [get_task(t) for t in select_many(task)] if task else list_tasks()
         except UnknownTask as exc:
             raise CliError(str(exc)) from None
         todo = [(t, d) for t in chosen if (d := solution_dir(t.name, model, arch))]

@@ -37,9 +37,15 @@ def build(
     cap_per_error: Optional[int] = typer.Option(None, help="at most N examples per error class"),
     max_chars: int = typer.Option(60_000, help="drop pairs whose two kernels exceed this many characters"),
     seed: int = typer.Option(0, help="seed of the stratified down-sampling"),
+    split: str = typer.Option(
+        "train", help="train: only runs of the train split's tasks (the held_out_tasks, marked by `agent tasks`, "
+                       "give no examples); all: every run"),
     as_json: bool = typer.Option(False, "--json", help="print the data card as JSON"),
 ) -> None:
     from agent.fixit.build import BuildOptions, Filters, build as build_data
+
+    if split not in ("train", "all"):
+        fail(f"--split must be train or all, not {split!r} (no Fixit data is built from held-out tasks)")
 
     missing = [str(p) for p in runs if not p.exists()]
     if missing:
@@ -52,7 +58,8 @@ def build(
                            explainer=explainer,
                            explainer_api_base=explainer_api_base,
                            filters=Filters(min_speedup=min_speedup, max_chars=max_chars),
-                           cap_per_task=cap_per_task, cap_per_error=cap_per_error, seed=seed)
+                           cap_per_task=cap_per_task, cap_per_error=cap_per_error, seed=seed,
+                           split=None if split == "all" else split)
     try:
         result = build_data(runs, out, options)
     except (ValueError, OSError) as exc:

@@ -13,10 +13,11 @@ LANG_CHOICES = ("cuda", "ptx")
 
 
 def _summary(task) -> dict:
-    from tasks import aliases_of
+    from tasks import aliases_of, task_split
 
     return {
         "name": task.name,
+        "split": task_split(task.name),  # train, or held_out_tasks: no Fixit data comes from its runs
         "op_type": task.op_type,
         "aliases": aliases_of(task.name),
         "op_family": task.op_family,
@@ -64,7 +65,8 @@ def register(app: typer.Typer) -> None:
         # grouped by family; op type and tags are in --json; held-out variants are marked under the name
         for family in dict.fromkeys(r["op_family"] for r in rows):
             table = make_table(("task", "aliases", "sm_90a", "sm_100a", "visible + held out"), [
-                (r["name"] + ("\n[dim](held-out variant)[/dim]" if "held_out_variant" in r["tags"] else ""),
+                (r["name"] + ("\n[dim](held-out variant)[/dim]" if "held_out_variant" in r["tags"] else "")
+                 + ("\n[dim](held-out task: no Fixit data)[/dim]" if r["split"] == "held_out_tasks" else ""),
                  ", ".join(r["aliases"]) or "-", ", ".join(r["requested_features"].get("sm_90a", [])) or "-",
                  ", ".join(r["requested_features"].get("sm_100a", [])) or "-",
                  f"{r['workloads']['visible']} + {r['workloads']['held_out']}") for r in rows if r["op_family"] == family])

@@ -356,6 +356,9 @@ class BuildOptions:
     cap_per_error: int | None = None
     seed: int = 0
     dedupe_threshold: float = DUP_JACCARD
+    # Only runs of tasks in this split (tasks.registry.task_split: "train"); None: every run. Runs of
+    # held-out tasks then give no example, so a fine-tuned model can be tested on tasks it never saw.
+    split: str | None = None
 
 
 @dataclass
@@ -380,6 +383,10 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
     if explainer_fn is None and options.explainer:
         explainer_fn = explainer_model(options.explainer, options.explainer_api_base)
 
+    if options.split is not None:  # before anything reads them: no teacher repairs a held-out task either
+        from tasks.registry import task_split
+
+        run_dirs = [d for d in run_dirs if task_split(read_config(d).task) == options.split]
     pairs: list[Pair] = []
     failures = Counter()
     unfixed_total = 0
@@ -451,7 +458,8 @@ def data_card(chosen: Sequence[Pair], *, runs: int, failures: Counter, pairs_fou
         "options": {"teacher": options.teacher, "explainer": options.explainer,
                     "min_speedup": options.filters.min_speedup, "max_chars": options.filters.max_chars,
                     "cap_per_task": options.cap_per_task, "cap_per_error": options.cap_per_error,
-                    "seed": options.seed, "dedupe_jaccard": options.dedupe_threshold, "shingle_tokens": SHINGLE},
+                    "seed": options.seed, "dedupe_jaccard": options.dedupe_threshold, "shingle_tokens": SHINGLE,
+                    "split": options.split},
         "format": "train.jsonl: {messages: [system, user, assistant], meta}; train on the assistant "
                   "message only (weight=1)",
     }
