@@ -1,7 +1,7 @@
 """Sweep reports: read run folders, compute the benchmark's metrics per cell and turn limit,
 write report.md, report.html, report.csv and PNG plots.
 
-A cell is (model, task, arch, context, strategy, profile feedback); its replicas are the
+A cell is (model, task, arch, context, strategy, profile feedback, history); its replicas are the
 runs that share it. Context and profile feedback are the two ablations: the report shows
 every metric with each setting side by side (and a plot of each). Each
 metric is computed per run at a turn limit T from the run's per-turn verdicts (every
@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import csv
 import html
+import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -194,8 +195,10 @@ def bootstrap_geomean_ci(xs: Sequence[float], *, resamples: int = 2000, seed: in
 # ---------------------------------------------------------------------------------------
 # Cells
 # ---------------------------------------------------------------------------------------
-CellKey = tuple[str, str, str, str, str, str]  # model, task, arch, context, strategy, profile feedback (on/off)
-KEY_NAMES = ("model", "task", "arch", "context", "strategy", "profile")
+# model (its parameters appended when it has any), task, arch, context, strategy, profile feedback (on/off),
+# history policy (full/latest)
+CellKey = tuple[str, str, str, str, str, str, str]
+KEY_NAMES = ("model", "task", "arch", "context", "strategy", "profile", "history")
 
 
 @dataclass
@@ -223,7 +226,15 @@ class CellRow:
 
 def cell_key(run: RunRecord) -> CellKey:
     c = run.config
-    return (model_label(c.model), c.task, c.arch, c.context, c.strategy, "on" if c.profile_feedback else "off")
+    return (model_label(c.model) + params_label(c.model_params), c.task, c.arch, c.context, c.strategy,
+            "on" if c.profile_feedback else "off", c.history)
+
+
+def params_label(params: dict) -> str:
+    """A model's parameters as a suffix of its label (" [reasoning_effort=high]"); "" for none.
+    The same model with other parameters is another model in a comparison."""
+    return (" [" + ", ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(params.items()))
+            + "]") if params else ""
 
 
 def family_key(run: RunRecord) -> CellKey:
@@ -473,8 +484,9 @@ def _by_model_setting(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[R
     for r in runs:
         c = r.config
         setting = ", ".join([c.context] + ([c.strategy] if c.strategy != "linear" else [])
-                            + (["profile on"] if c.profile_feedback else []))
-        out.setdefault((model_label(c.model), setting), []).append(r)
+                            + (["profile on"] if c.profile_feedback else [])
+                            + ([f"history {c.history}"] if c.history != "full" else []))
+        out.setdefault((model_label(c.model) + params_label(c.model_params), setting), []).append(r)
     return dict(sorted(out.items()))
 
 
@@ -539,7 +551,7 @@ def _evaluation_notes(runs: Sequence[RunRecord]) -> list[str]:
     return [f"evaluation {n} (correctness and speed are n/a for those runs)" for n in notes]
 
 
-_INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback) and turn limit: the share of "
+_INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback x history) and turn limit: the share of "
           "runs that reached each verdict with a Wilson 95% interval and (successes/known runs); speedup is the "
           "geometric mean of each correct-with-arch run's best speedup vs the library, with a bootstrap 95% "
           "interval; SOL score the mean of each such run's best score against the roofline (1 = speed of light, "
