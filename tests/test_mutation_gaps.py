@@ -20,7 +20,7 @@ from agent.trajectory import Budget, read_summary
 from tools import expressions
 from tools.expressions import MAX_MAGNITUDE, MAX_NODES, evaluate
 from tools.includes import refused_includes
-from tools.timing import PairedTimes, median_ci, plan_pairs
+from tools.timing import PairedTimes, geo_spread, geomean, median_ci, plan_pairs, summarize
 
 
 # ------------------------------------------------------------------ expressions: bounds hold exactly
@@ -70,10 +70,10 @@ def test_the_node_limit_is_400():
     assert "too large" in _refusal(wide)
     ok = "[" + ",".join(["1"] * 390) + "]"  # 393 nodes: the shape passes; a list is then unsupported
     assert "unsupported construct List" in _refusal(ok)
-    # A sum of 64 balanced terms (191 nodes, depth 14) is well within both limits.
+    # A sum of 16 balanced terms (47 nodes, depth 10) is well within both limits.
     def balanced(n: int) -> str:
         return "1" if n == 1 else f"({balanced(n // 2)}+{balanced(n - n // 2)})"
-    assert evaluate(balanced(64), {}) == 64
+    assert evaluate(balanced(16), {}) == 16
 
 
 # ------------------------------------------------------------------ budget: a limit hit exactly ends the run
@@ -129,6 +129,45 @@ def test_median_interval_brackets_the_median():
     wide = median_ci(ratios, random.Random(1), level=0.99)
     narrow = median_ci(ratios, random.Random(1), level=0.5)
     assert wide[0] <= narrow[0] and narrow[1] <= wide[1]
+    # Two pairs are resampled too: the medians of [1, 1], [1, 3], [3, 3] span 1..3.
+    assert median_ci([1.0, 3.0], random.Random(0)) == (1.0, 3.0)
+    # Every pair can be drawn, the first one included (a lone outlier shows in the upper bound).
+    assert median_ci([100.0, 1.0, 1.0], random.Random(0))[1] == 100.0
+    # The same seed gives the same interval (the bootstrap draws from `rng`, nothing else).
+    assert median_ci(ratios, random.Random(7), resamples=50) == median_ci(ratios, random.Random(7), resamples=50)
+
+
+def test_median_interval_cuts_equal_tails():
+    """Symmetric ratios give an interval symmetric about their median: each tail holds (1 - level) / 2."""
+    ratios = [1.0 + 0.001 * k for k in range(-200, 201)]
+    for level in (0.95, 0.8):
+        lo, hi = median_ci(ratios, random.Random(3), resamples=20000, level=level)
+        assert abs((1.0 - lo) - (hi - 1.0)) < 5e-4, (level, lo, hi)
+    lo95, hi95 = median_ci(ratios, random.Random(3), resamples=20000, level=0.95)
+    lo80, hi80 = median_ci(ratios, random.Random(3), resamples=20000, level=0.8)
+    # the median of n draws from a uniform of width w has SE w / (2 sqrt(n)); 1.96 and 1.28 SE either side
+    se = 0.4 / (2 * len(ratios) ** 0.5)
+    assert hi95 - 1.0 == pytest.approx(1.96 * se, rel=0.15) and hi80 - 1.0 == pytest.approx(1.2816 * se, rel=0.15)
+
+
+def test_summary_of_run_times():
+    t = summarize([4.0, 1.0, 3.0, 2.0])
+    assert (t.median_ms, t.iqr_ms, t.runs) == (2.5, 1.5, 4)  # inclusive quartiles 1.75 and 3.25
+    assert t.cv == pytest.approx(statistics.pstdev([1, 2, 3, 4]) / 2.5)
+    t = summarize([3.0, 1.0, 2.0])  # under four runs: the range
+    assert (t.median_ms, t.iqr_ms, t.runs) == (2.0, 2.0, 3) and t.cv == pytest.approx(statistics.pstdev([1, 2, 3]) / 2)
+    t = summarize([5.0])
+    assert (t.median_ms, t.iqr_ms, t.cv, t.runs) == (5.0, 0.0, 0.0, 1)
+    assert summarize([0.0, 0.0]).cv == 0.0  # no division by a zero mean
+    assert summarize([2.0, 2.0, 2.0, 2.0, 2.0]).cv == 0.0
+
+
+def test_geometric_mean_and_spread():
+    assert geomean([1.0, 4.0, 16.0]) == pytest.approx(4.0)
+    assert geomean([0.5, 2.0]) == pytest.approx(1.0)
+    assert geo_spread([2.0, 2.0, 2.0]) == pytest.approx(1.0)
+    assert geo_spread([1.0, 4.0]) == pytest.approx(2.0)  # exp(pstdev([0, ln 4])) = exp(ln 2)
+    assert geo_spread([3.0]) == 1.0
 
 
 def test_pair_counts_follow_the_budget_within_bounds():
