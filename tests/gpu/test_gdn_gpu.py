@@ -22,7 +22,8 @@ pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 GDN = ["gdn_decode_qk4_v8_d128_k_last", "gdn_prefill_qk4_v8_d128_k_last",
-       "gdn_decode_qk8_v16_d128_k_last", "gdn_prefill_qk8_v16_d128_k_last"]
+       "gdn_decode_qk8_v16_d128_k_last", "gdn_prefill_qk8_v16_d128_k_last",
+       "gdn_mtp_qk4_v8_d128_k_last", "gdn_mtp_qk8_v16_d128_k_last"]
 
 
 @pytest.mark.parametrize("name", GDN)

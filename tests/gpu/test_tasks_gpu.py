@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tasks import get_task
+from tasks import get_task, select_many
 from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales
@@ -102,3 +102,31 @@ def _library_forward_o(task, x, backend):
     sm_scale = task.scalar_values(task.axis_values({"S": x["Q"].shape[2]}))["sm_scale"]
     with _sdpa_context(backend), torch.no_grad():
         return F.scaled_dot_product_attention(x["Q"], x["K"], x["V"], is_causal="causal" in task.tags, scale=sm_scale)
+
+
+# Issue 27's tasks (PTXBench's other GEMM shapes, the causal head-dimension variants, GDN MTP): each
+# simple solution correct on every workload (the GEMM shapes' held-out M are run by
+# test_evaluator_gpu.py::test_simple_solution_passes, and GDN MTP's by test_gdn_gpu.py) and timed
+# against its library on the visible workload.
+PTXBENCH_SET = [n for n in select_many(["gemm:shape_variant", "attention:causal", "fp8_attention:causal", "gdn:mtp"])
+                 if "seed" not in get_task(n).tags]
+
+
+@pytest.mark.parametrize("name", PTXBENCH_SET)
+def test_ptxbench_set_simple_solution_passes_and_is_timed(evaluator, name):
+    from pathlib import Path
+
+    from gpu_helpers import show
+    from tools.solution import Solution
+
+    task = get_task(name)
+    sol = Solution.from_dir(Path(__file__).resolve().parents[2] / "tasks" / name / "simple")
+    if task.op_type in ("mha_fwd", "mha_bwd", "fp8_mha_fwd"):  # held-out S (1024, 3000): cheap
+        r = evaluator.evaluate(sol, name, "sm_90a", workloads="held_out", time=False)
+        assert r.correct is True, show(r)
+    timed = evaluator.evaluate(sol, name, "sm_90a", workloads="visible", time=True)
+    assert timed.correct is True, show(timed)
+    for w in timed.workloads:
+        print(f"{name} {w.workload}: simple {w.timing.median_ms:.4g} ms, {w.baseline_name} "
+              f"{w.baseline.median_ms if w.baseline else float('nan'):.4g} ms, speedup {w.speedup}")
+        assert w.baseline_name and w.baseline is not None and w.baseline.median_ms > 0, show(timed)
