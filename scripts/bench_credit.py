@@ -26,7 +26,7 @@ def one(ev: Evaluator, sol: Solution, task: str, executed: bool) -> dict:
            "correct": r.correct, "correct_held_out": r.split_correct("held_out"),
            "correct_with_arch": r.correct_with_arch, "speedup": r.speedup}
     if executed:
-        row["executed"] = {"status": r.executed.status, "reason": r.executed.reason, "notes": r.executed.notes,
+        row["executed"] = {"status": r.executed.status, "phase_s": r.executed.phase_s, "reason": r.executed.reason, "notes": r.executed.notes,
                            "workloads": [{"workload": w.workload, "split": w.split, "profiled_at": w.profiled_at,
                                           "runs": w.runs, "kernel_ms": w.kernel_ms, "timed_ms": w.timed_ms,
                                           "shares": w.shares, "carries": w.carries} for w in r.executed.workloads]}
@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_bwd_d128")
     ap.add_argument("--kind", default="expert")
     ap.add_argument("--out", default="runs/bench_credit")
+    ap.add_argument("--no-profile-arm", action="store_true", help="also time the check without the profile metrics")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -47,12 +48,14 @@ def main() -> int:
         with Evaluator(cache_dir=out / "cache") as ev:
             one(ev, sol, task, False)  # cold: worker start, library backend chosen
             rows = {"off": one(ev, sol, task, False), "on": one(ev, sol, task, True)}
-        with Evaluator(cache_dir=out / "cache", profile_metrics=()) as ev:
-            one(ev, sol, task, False)
-            rows["on_no_profile"] = one(ev, sol, task, True)
+        if args.no_profile_arm:
+            with Evaluator(cache_dir=out / "cache", profile_metrics=()) as ev:
+                one(ev, sol, task, False)
+                rows["on_no_profile"] = one(ev, sol, task, True)
         report[task] = rows
         for k, v in rows.items():
-            print(f"{task} {k}: wall {v['wall_s']} s, phases {v['phase_s']}, correct_with_arch {v['correct_with_arch']}")
+            print(f"{task} {k}: wall {v['wall_s']} s, phases {v['phase_s']}, correct_with_arch {v['correct_with_arch']}, "
+                  f"check phases {(v.get('executed') or {}).get('phase_s')}")
             for w in (v.get("executed") or {}).get("workloads", []):
                 print(f"   {w['workload']:>8} {w['split']:>8} run {w['profiled_at']}/{w['runs']} kernel {w['kernel_ms']} "
                       f"timed {w['timed_ms']} shares {w['shares']} carries {w['carries']}")

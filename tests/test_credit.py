@@ -181,3 +181,91 @@ def test_the_tie_is_two_sided():
 def test_no_credited_workload_is_skipped_with_the_reason():
     ex = _combine(["wgmma"], [_unprofiled({"workload": "M8192", "reason": "input_modified", "detail": "input 'A'"})])
     assert ex.status == "skipped" and "input_modified" in ex.reason
+
+
+# ---------------------------------------------------------------- the process, with a stand-in for ncu
+
+@pytest.fixture
+def fake_ncu(tmp_path, monkeypatch):
+    """`ncu` on PATH is tests/fixtures/ncu/fake_ncu.py (no GPU here)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ncu").symlink_to(Path(__file__).resolve().parent / "fixtures" / "ncu" / "fake_ncu.py")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return monkeypatch
+
+
+def _gemm_requests():
+    import secrets
+
+    from tasks import get_task
+
+    task = get_task("gemm_n7168_k5120")
+    manifest = Solution.from_dir(Path(__file__).resolve().parents[1] / "tasks" / task.name / "expert").manifest
+    reqs = [{"cubin": b"", "manifest": manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
+             "workload": w.model_dump(mode="json"), "seeds": [1, 2], "time": False, "credit_seed": secrets.randbits(62)}
+            for w in task.workloads]
+    works = [TaskWork(flops=task.flop_count(task.axis_values(w)), read_bytes=task.input_bytes(task.axis_values(w)))
+             for w in task.workloads]
+    return task, reqs, works
+
+
+def test_credit_process_hands_over_after_the_timed_runs_and_attributes_rows(fake_ncu):
+    """The process starts first and waits; the requests reach it over stdin; each workload's rows
+    are its own; at the visible shape only, the held-out workloads withhold the credit."""
+    from tools.ncu import CreditProcess
+
+    task, reqs, works = _gemm_requests()
+    env = dict(__import__("os").environ)
+    p = CreditProcess(["wgmma", "tma"], ["gemm_bf16_tn_sm90"], env)
+    assert p.proc is not None and p.proc.poll() is None  # started, waiting for the hand-over
+    ex = p.finish(reqs, works, timed_ms={r["workload"]["name"]: 0.001 for r in reqs})
+    assert ex.status == "ok" and ex.carries == {"wgmma": True, "tma": True}, (ex.reason, ex.notes)
+    assert [w.workload for w in ex.workloads] == [w.name for w in task.workloads]
+    assert set(ex.phase_s) >= {"runs", "import", "worker_credit_runs"}
+
+    fake_ncu.setenv("FAKE_NCU_WGMMA_M", "8192")
+    ex = CreditProcess(["wgmma", "tma"], ["gemm_bf16_tn_sm90"], dict(__import__("os").environ)).finish(reqs, works)
+    assert ex.status == "ok" and ex.carries["wgmma"] is False
+    assert ex.workloads[0].carries["wgmma"] is True and ex.notes["wgmma"].startswith("held-out workload #1")
+
+
+def test_credit_process_without_ncu_or_requests_is_skipped(fake_ncu, monkeypatch):
+    from tools.ncu import CreditProcess
+
+    _, reqs, works = _gemm_requests()
+    p = CreditProcess(["wgmma"], ["gemm_bf16_tn_sm90"], dict(__import__("os").environ))
+    ex = p.finish([], [])
+    assert ex.status == "skipped" and "nothing to profile" in ex.reason and p.proc is None
+    monkeypatch.setenv("PATH", "/nonexistent")
+    ex = CreditProcess(["wgmma"], ["gemm_bf16_tn_sm90"], {}).finish(reqs, works)
+    assert ex.status == "skipped" and "not on PATH" in ex.reason
+
+
+def test_a_manifest_error_runs_no_profiler(fake_ncu, tmp_path):
+    """Nothing is handed to the profiler when no workload ran to a verdict of its own (before,
+    ncu ran anyway and reported torch's FillFunctor)."""
+    import json
+    import sys
+
+    from test_evaluator_cpu import ROOT
+    from tools.evaluator import Evaluator
+
+    mode, mark = tmp_path / "mode", tmp_path / "mark"
+    mode.write_text("pass")
+    fake_ncu.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
+    fake_ncu.setenv("FAKE_NCU_MARK", str(mark))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text())
+    manifest = json.loads((FIXTURES / "good" / "launch.json").read_text())
+    manifest["launches"][0]["grid"] = ["no_such_axis"]
+    (bad / "launch.json").write_text(json.dumps(manifest))
+    task = small_gemm()  # requests wgmma and TMA on sm_90a, as the GEMM task does
+    assert task.features_for("sm_90a")
+    with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=20,
+                   cache_dir=tmp_path) as ev:
+        r = ev.evaluate(Solution.from_dir(bad), task, "sm_90a", executed_check=True)
+    assert r.workloads and all(w.status == "failed" for w in r.workloads), r.workloads
+    assert r.executed.status == "skipped", r.executed
+    assert not mark.exists()

@@ -431,10 +431,17 @@ class Evaluator:
              time: bool) -> None:
         import time as _time
 
-        with self._worker() as w:
+        with self._worker() as w, contextlib.ExitStack() as stack:
             info = w.start()
             t0 = _time.perf_counter()
             res.gpu, res.device = info.get("gpu"), w.device
+            credit = None
+            if executed_check:  # started now: its start-up overlaps the timed runs (tools.ncu.CreditProcess)
+                from tools import ncu
+
+                credit = ncu.CreditProcess(res.requested_features, _entries(res.compile, solution), w.env,
+                                           self.ncu_timeout_s, extra_metrics=self.profile_metrics)
+                stack.callback(credit.close)
             limits = info.get("limits") or NOMINAL_LIMITS[arch]
             stop: str | None = None
             for wl in wls:
@@ -471,7 +478,7 @@ class Evaluator:
             names = _entries(res.compile, solution)
             if executed_check:
                 t0 = _time.perf_counter()
-                res.executed = self._executed(res, solution, task, wls, stop, w.env)
+                res.executed = self._executed(res, solution, task, wls, stop, credit)
                 res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
                 from tools import ncu
@@ -482,7 +489,7 @@ class Evaluator:
                                 ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
                 res.phase_s["sanitize"] = _time.perf_counter() - t0
 
-    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, env: dict[str, str]) -> ExecutedCheck:
+    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit) -> ExecutedCheck:
         """The executed check on every judged workload that ran to a verdict of its own (one the
         manifest, a fault or a hang did not decide: those run no profiler), each tied to its
         timed median; the profile comes from the first visible workload."""
@@ -501,8 +508,7 @@ class Evaluator:
         works = [ncu.TaskWork(flops=task.flop_count(task.axis_values(w)), read_bytes=task.input_bytes(task.axis_values(w)))
                  for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
-        ex = ncu.executed_check(requests, res.requested_features, _entries(res.compile, solution), env,
-                                self.ncu_timeout_s, works=works, timed_ms=timed, extra_metrics=self.profile_metrics)
+        ex = credit.finish(requests, works=works, timed_ms=timed)
         first = chosen[0]
         axes0 = task.axis_values(first)
         ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),

@@ -1,8 +1,8 @@
 """Run-time evidence from NVIDIA's tools, each in its own subprocess (client side).
 
-executed_check: counts, under Nsight Compute (`ncu`), the SASS instructions that actually
+CreditProcess (the executed check): counts, under Nsight Compute (`ncu`), the SASS instructions that actually
 executed per requested feature (tools.features.executed_opcodes) and the work they carried,
-on every judged workload. The process (`python -m tools.worker --credit REQ RES`) runs each
+on every judged workload. The process (`python -m tools.worker --credit RES`, CreditProcess) runs each
 workload as the evaluation does (fresh module, seeded checks, then judged runs on fresh
 inputs) and opens the profiler's window (`--profile-from-start off`) around one of those runs,
 drawn at random per evaluation. A wgmma that sits in a branch never taken is in the binary but
@@ -17,15 +17,19 @@ when it fails, the result is "skipped" with the reason: never a pass.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import os
 from dataclasses import dataclass
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tools.results import ExecutedCheck, SanitizeResult, WorkloadCredit
@@ -287,77 +291,148 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
     return True, None
 
 
-def executed_check(requests: list[dict], features: list[str], kernel_names: list[str], env: dict[str, str],
-                   timeout_s: float = 600.0, works: list[TaskWork | None] | None = None,
-                   timed_ms: dict[str, float | None] | None = None,
-                   extra_metrics: tuple[str, ...] = ()) -> ExecutedCheck:
-    """One ncu process over every judged workload (`requests`: one worker request each, with a
-    secret `credit_seed`): on each, one credit run drawn at random among several is profiled
+class CreditProcess:
+    """The executed check's process (`ncu ... python -m tools.worker --credit RES`), started when
+    the evaluation starts, so that its start-up (Python, torch, the CUDA context, Nsight Compute's
+    injection) overlaps compilation and the timed runs. It touches the GPU only once `finish()`
+    hands it the requests, after the timed runs: nothing runs beside them.
+
+    finish(): on every judged workload (`requests`: one worker request each, with a secret
+    `credit_seed`), one credit run drawn at random among several is profiled
     (tools.worker.run_credit). Counts, work shares and the verdict per workload, each tied both
     ways to that workload's timed median (`timed_ms` by workload name); then combined (a feature
     carries only where it carries on every credited workload). `works`: the task's work per
     request. `extra_metrics` (a profile) are collected in the same pass."""
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        return ExecutedCheck(status="skipped", reason="ncu (Nsight Compute) is not on PATH")
-    if not features:
-        return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
-    if not requests:
-        return ExecutedCheck(status="skipped", reason="no workload could be run (nothing to profile)")
-    works = list(works) if works is not None else [None] * len(requests)
-    names = list(dict.fromkeys(kernel_names))
-    with tempfile.TemporaryDirectory(prefix="ptxbench-ncu-") as tmp:
-        req, res, rep = Path(tmp) / "req.pkl", Path(tmp) / "res.pkl", Path(tmp) / "profile"
-        req.write_bytes(pickle.dumps(requests))
-        last_error = ""
+
+    def __init__(self, features: list[str], kernel_names: list[str], env: dict[str, str], timeout_s: float = 600.0,
+                 extra_metrics: tuple[str, ...] = ()):
+        self.features, self.names, self.env, self.timeout_s = features, list(dict.fromkeys(kernel_names)), env, timeout_s
+        self.extra_metrics = tuple(extra_metrics)
+        self.ncu = shutil.which("ncu")
+        self.skip = ("ncu (Nsight Compute) is not on PATH" if self.ncu is None else
+                     "the task requests no features for this arch" if not features else None)
+        self._tmp = tempfile.TemporaryDirectory(prefix="ptxbench-ncu-")
+        self.dir = Path(self._tmp.name)
+        self.proc: subprocess.Popen | None = None
+        if self.skip is None:
+            self._start(self._attempts()[0])
+
+    def _attempts(self) -> list[list[str]]:
         work_list = [OPCODE_METRIC, GMMA_METRIC, *WORK_METRICS]
-        extra = [m for m in extra_metrics if m not in work_list]
-        attempts = ([work_list + extra] if extra_metrics else []) + [
+        extra = [m for m in self.extra_metrics if m not in work_list]
+        return ([work_list + extra] if extra else []) + [
             work_list, [OPCODE_METRIC, GMMA_METRIC, DURATION_METRIC], [OPCODE_METRIC, DURATION_METRIC]]
-        for metrics in attempts:  # retry without the metrics this ncu lacks
-            cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(metrics),
-                   "--kernel-name-base", "mangled",
-                   "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
-                   "--export", str(rep), "--force-overwrite", *_credit_cmd(req, res)]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                                      env=env, cwd=str(REPO_ROOT))
-            except subprocess.TimeoutExpired:
-                return ExecutedCheck(status="skipped", reason=f"ncu ran longer than {timeout_s:.0f} s")
-            report = rep.with_suffix(".ncu-rep")
-            if report.exists():
+
+    @property
+    def report(self) -> Path:
+        return self.dir / "profile.ncu-rep"
+
+    def _start(self, metrics: list[str]) -> None:
+        for p in (self.dir / "res.pkl", self.report):
+            p.unlink(missing_ok=True)
+        cmd = [self.ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(metrics),
+               "--kernel-name-base", "mangled",
+               "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in self.names) + ")$",
+               "--export", str(self.dir / "profile"), "--force-overwrite",
+               sys.executable, "-m", "tools.worker", "--credit", str(self.dir / "res.pkl")]
+        self.log = open(self.dir / "ncu.log", "w")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env, cwd=str(REPO_ROOT), start_new_session=True)
+
+    def _output(self) -> str:
+        self.log.flush()
+        return (self.dir / "ncu.log").read_text(errors="replace")
+
+    def _run(self, requests: list[dict]) -> str | None:
+        """Hand the requests over and wait for the process to end; why it did not, or None."""
+        from tools.worker import encode
+
+        assert self.proc and self.proc.stdin
+        try:
+            self.proc.stdin.write(encode({"op": "credit", "requests": requests}))
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # it died before the requests came: its output says why
+        try:
+            self.proc.wait(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return f"ncu ran longer than {self.timeout_s:.0f} s"
+        return None
+
+    def finish(self, requests: list[dict], works: list[TaskWork | None] | None = None,
+               timed_ms: dict[str, float | None] | None = None) -> ExecutedCheck:
+        try:
+            return self._finish(requests, works, timed_ms)
+        finally:
+            self.close()
+
+    def _finish(self, requests: list[dict], works, timed_ms) -> ExecutedCheck:
+        if self.skip:
+            return ExecutedCheck(status="skipped", reason=self.skip)
+        if not requests:
+            return ExecutedCheck(status="skipped", reason="no workload could be run (nothing to profile)")
+        t0 = time.perf_counter()
+        last_error = ""
+        for i, metrics in enumerate(self._attempts()):  # retry without the metrics this ncu lacks
+            if i:
+                self._start(metrics)
+            why = self._run(requests)
+            if why:
+                return ExecutedCheck(status="skipped", reason=why)
+            if self.report.exists():
                 break
-            last_error = _tail(proc.stdout + proc.stderr)
+            last_error = _tail(self._output())
             if "metric" not in last_error.lower():
                 break  # not a metric this ncu lacks: retrying without one would not help
-        runs = _credit_results(res)
-        if isinstance(runs, str):
-            return ExecutedCheck(status="skipped", reason=f"the profiled process failed: {runs}; "
-                                                          f"ncu: {_tail(proc.stdout + proc.stderr)}")
-        if not report.exists():
+        phase_s = {"runs": time.perf_counter() - t0}
+        reply = _credit_reply(self.dir / "res.pkl")
+        if isinstance(reply, str):
+            return ExecutedCheck(status="skipped", reason=f"the profiled process failed: {reply}; "
+                                                          f"ncu: {_tail(self._output())}")
+        runs = list(reply.get("results") or [])
+        phase_s.update({f"worker_{k}": v for k, v in (reply.get("phase_s") or {}).items()})
+        if not self.report.exists():
             if not any(r.get("profiled_at") for r in runs):
-                return _combine(features, [_unprofiled(r) for r in runs], extra_metrics)
+                return _combine(self.features, [_unprofiled(r) for r in runs], self.extra_metrics)
             return ExecutedCheck(status="skipped", reason=f"ncu produced no report: {last_error}")
-        imported = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
-                                   "--print-metric-instances", "details", "--print-kernel-base", "mangled"],
+        t1 = time.perf_counter()
+        imported = subprocess.run([self.ncu, "--import", str(self.report), "--csv", "--page", "raw",
+                                   "--print-units", "base", "--print-metric-instances", "details",
+                                   "--print-kernel-base", "mangled"],
                                   capture_output=True, text=True, errors="replace", timeout=120)
         rows = parse_raw_csv(imported.stdout)
-    expected = sum(int(r.get("launches") or 0) for r in runs if r.get("profiled_at"))
-    if len(rows) != expected:
-        return ExecutedCheck(status="skipped", reason=f"ncu profiled {len(rows)} launches of the solution's kernels "
-                                                      f"({', '.join(names)}), the credit runs made {expected}: "
-                                                      f"{_tail(imported.stderr)}")
-    credits, profiled, at = [], {}, 0
-    by_name = {r.get("workload"): w for r, w in zip(requests_meta(requests), works)}
-    for r in runs:
-        if not r.get("profiled_at"):
-            credits.append(_unprofiled(r))
-            continue
-        mine = rows[at:at + int(r["launches"])]
-        at += int(r["launches"])
-        credits.append(_credit(r, mine, features, by_name.get(r["workload"]), (timed_ms or {}).get(r["workload"])))
-        profiled[r["workload"]] = mine
-    return _combine(features, credits, extra_metrics, profiled)
+        phase_s["import"] = time.perf_counter() - t1
+        expected = sum(int(r.get("launches") or 0) for r in runs if r.get("profiled_at"))
+        if len(rows) != expected:
+            return ExecutedCheck(status="skipped", reason=f"ncu profiled {len(rows)} launches of the solution's "
+                                                          f"kernels ({', '.join(self.names)}), the credit runs made "
+                                                          f"{expected}: {_tail(imported.stderr)}")
+        works = list(works) if works is not None else [None] * len(requests)
+        by_name = {m["workload"]: w for m, w in zip(requests_meta(requests), works)}
+        credits, profiled, at = [], {}, 0
+        for r in runs:
+            if not r.get("profiled_at"):
+                credits.append(_unprofiled(r))
+                continue
+            mine = rows[at:at + int(r["launches"])]
+            at += int(r["launches"])
+            credits.append(_credit(r, mine, self.features, by_name.get(r["workload"]),
+                                   (timed_ms or {}).get(r["workload"])))
+            profiled[r["workload"]] = mine
+        out = _combine(self.features, credits, self.extra_metrics, profiled)
+        out.phase_s = {k: round(v, 3) for k, v in phase_s.items()}
+        return out
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        if self.proc is not None:
+            self.log.close()
+            self.proc = None
 
 
 def requests_meta(requests: list[dict]) -> list[dict]:
@@ -365,18 +440,14 @@ def requests_meta(requests: list[dict]) -> list[dict]:
     return [{"workload": q["workload"]["name"], "split": q["workload"].get("split", "visible")} for q in requests]
 
 
-def _credit_cmd(req_path: Path, res_path: Path) -> list[str]:
-    return [sys.executable, "-m", "tools.worker", "--credit", str(req_path), str(res_path)]
-
-
-def _credit_results(res_path: Path) -> list[dict] | str:
-    """The credit process's per-workload results, or why there are none."""
+def _credit_reply(res_path: Path) -> dict | str:
+    """The credit process's reply, or why there is none."""
     if not res_path.exists():
         return "it wrote no result (killed, or crashed before the end)"
     reply = pickle.loads(res_path.read_bytes())
     if reply.get("op") == "error" and not reply.get("results"):
         return str(reply.get("error"))
-    return list(reply.get("results") or [])
+    return reply
 
 
 def _unprofiled(r: dict) -> WorkloadCredit:
@@ -539,5 +610,5 @@ def sanitize_check(request: dict, kernel_names: list[str], env: dict[str, str],
     return SanitizeResult(status="ok")
 
 
-__all__ = ["executed_check", "verdict", "tie_to_timed_run", "requests_meta", "work_shares", "TaskWork", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
+__all__ = ["CreditProcess", "verdict", "tie_to_timed_run", "requests_meta", "work_shares", "TaskWork", "sanitize_check", "parse_raw_csv", "parse_instances", "counts_from_rows",
            "parse_sanitizer"]

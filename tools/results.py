@@ -245,6 +245,9 @@ class ExecutedCheck(BaseModel):
     # the workload that withheld credit; counts are summed, metrics/per_kernel/profile are the first
     # visible workload's
     workloads: list[WorkloadCredit] = Field(default_factory=list)
+    # where the check's wall time went after the timed runs: runs (the profiled process, from the
+    # hand-over to its end), worker_ready (its start-up, overlapped with the evaluation), import
+    phase_s: dict[str, float] = Field(default_factory=dict)
 
 
 class SanitizeResult(BaseModel):

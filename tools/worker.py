@@ -3,8 +3,8 @@
     python -m tools.worker                  serve requests on stdin/stdout (the Evaluator starts it)
     python -m tools.worker --once REQ RES   run one request from a pickle file, write the reply
                                             (how compute-sanitizer runs a candidate)
-    python -m tools.worker --credit REQ RES every judged workload's credit runs (run_credit), the
-                                            executed check's process under Nsight Compute
+    python -m tools.worker --credit RES     the executed check's process under Nsight Compute: every
+                                            judged workload's credit runs (run_credit), requests on stdin
 
 Protocol: each message is an 8-byte little-endian length followed by a pickled dict.
 stdout carries only the protocol (fd 1 is pointed at stderr at start, so stray prints
@@ -845,19 +845,35 @@ def once(request_path: str, result_path: str) -> int:
     return 0
 
 
-def credit(request_path: str, result_path: str) -> int:
-    """The executed check's process: every judged workload of one candidate (run_credit), in
-    order; a workload that kills the context ends the list there."""
-    with open(request_path, "rb") as f:
-        reqs = pickle.load(f)
+def credit(result_path: str) -> int:
+    """The executed check's process (tools.ncu.CreditProcess). It starts while the evaluation is
+    still compiling and timing and imports what it needs, then waits on stdin for
+    {"op": "credit", "requests": [...]}, sent once the timed runs are over: it makes its CUDA
+    context only then, so nothing of it runs on the GPU beside the timed runs. Then every judged
+    workload's credit runs (run_credit) in order. A workload that kills the context ends the
+    list there."""
+    t0 = time.perf_counter()
     results: list[dict] = []
+    phase_s: dict[str, float] = {}
     try:
+        import torch  # noqa: F401 - the imports are most of the start-up: done before the hand-over
+
+        import tasks.generators, tasks.reference, tasks.sampled, tools.correctness, tools.launch  # noqa: F401, E401
+
+        phase_s["imports"] = time.perf_counter() - t0
+        msg = read_msg(sys.stdin.buffer)
+        if msg is None or msg.get("op") != "credit":
+            return 0  # the evaluation ended without asking
+        t1 = time.perf_counter()
         state = State()
-        for req in reqs:
+        phase_s["context"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        for req in msg["requests"]:
             results.append(run_credit(state, req))
             if state.sticky_error():
                 break
-        reply = {"op": "credit", "results": results}
+        phase_s["credit_runs"] = time.perf_counter() - t1
+        reply = {"op": "credit", "results": results, "phase_s": phase_s}
     except Exception as exc:  # noqa: BLE001
         reply = {"op": "error", "error": f"{type(exc).__name__}: {exc}", "results": results,
                  "traceback": traceback.format_exc()}
@@ -870,8 +886,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--once"] and len(argv) == 3:
         return once(argv[1], argv[2])
-    if argv[:1] == ["--credit"] and len(argv) == 3:
-        return credit(argv[1], argv[2])
+    if argv[:1] == ["--credit"] and len(argv) == 2:
+        return credit(argv[1])
     if argv:
         print(__doc__, file=sys.stderr)
         return 2
