@@ -509,13 +509,20 @@ PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "cont
 
 
 def write_report(paths: Iterable[str | Path], out_dir: str | Path,
-                 turn_limits: Sequence[int] | None = None) -> Report:
-    """Read runs under `paths`, write report.md/html/csv and the plots into `out_dir`."""
+                 turn_limits: Sequence[int] | None = None, tasks: Iterable[str] | None = None) -> Report:
+    """Read runs under `paths`, write report.md/html/csv and the plots into `out_dir`. `tasks`: only
+    runs of these tasks (names, aliases or groups such as gemm:*; tasks.registry.select_tasks)."""
     if turn_limits is not None and any(t < 1 for t in turn_limits):
         raise ValueError(f"turn limits must be at least 1, not {sorted(turn_limits)}")
     runs = load_runs(paths)
+    if tasks is not None:
+        from tasks.registry import select_many
+
+        chosen = set(select_many(list(tasks)))
+        runs = [r for r in runs if r.config.task in chosen]
     if not runs:
-        raise ValueError("no runs found (a run folder holds config.json)")
+        raise ValueError("no runs found (a run folder holds config.json)" + ("" if tasks is None else
+                                                                          " of the tasks asked for"))
     longest = max(r.config.budget.max_turns for r in runs)
     # A limit past every run's budget says the same as the budget itself.
     limits = sorted({min(t, longest) for t in (turn_limits or _default_limits(runs))})

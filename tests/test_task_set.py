@@ -284,6 +284,8 @@ def test_sweep_over_gemm_group_gives_a_family_report(tmp_path):
     md = report.files["md"].read_text()
     assert "## Per task family, turn limit 1" in md and "| family |" in md and "GEMM / held_out_tasks" in md
     assert report.files["families_csv"].exists()
+    held = write_report([tmp_path / "runs"], tmp_path / "held", [1], tasks=["ptxbench:held_out_tasks"])
+    assert held.runs == 5 and {r.key[1] for r in held.rows} == {n for n in select_tasks("gemm:*") if n in HELD_OUT_TASKS}
 
 
 def test_fixit_build_split_train_leaves_held_out_tasks_out(tmp_path):

@@ -149,9 +149,17 @@ def report(
     runs: List[Path] = typer.Argument(..., help="run folders or sweep folders (searched for runs)"),
     out: Optional[Path] = typer.Option(None, help="output folder (default: <first path>/report)"),
     turn_limits: Optional[str] = typer.Option(None, help="comma-separated, e.g. 1,4,8 (default: the sweep's)"),
+    task: Optional[List[str]] = typer.Option(
+        None, "--task", help="only runs of these tasks or groups, e.g. gemm:*, ptxbench:held_out_tasks (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
 ) -> None:
     from agent.report import report_json, write_report
+    from tasks import UnknownTask, select_many
+
+    try:
+        select_many(task or [])  # an unknown name or group fails here, in one line
+    except UnknownTask as exc:
+        fail(str(exc))
 
     missing = [str(p) for p in runs if not p.exists()]
     if missing:
@@ -171,7 +179,7 @@ def report(
         fail(f"{runs[0]} is a shipped example run, which is read-only: give --out DIR for the report")
     out_dir = out_folder(out or (runs[0] / "report"))
     try:
-        result = write_report(runs, out_dir, limits)
+        result = write_report(runs, out_dir, limits, task or None)
     except (ValueError, OSError) as exc:
         fail(_one_line(exc))
     if as_json:
