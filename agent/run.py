@@ -37,7 +37,7 @@ from tools.toolchain import ARCHES
 
 DEFAULT_RUNS_DIR = "runs"
 LANGS = ("cuda", "ptx")
-CONTEXT_MODES = ("none", "docs", "docs+headers", "full")
+CONTEXT_MODES = ("none", "docs", "docs+headers", "full", "docs+example")  # knowledge.retriever.MODES
 
 
 class SolveError(ValueError):

@@ -28,7 +28,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 SCHEMA_VERSION = 1
 
 Language = Literal["cuda", "ptx"]
-ContextMode = Literal["none", "docs", "docs+headers", "full"]
+ContextMode = Literal["none", "docs", "docs+headers", "full", "docs+example"]  # knowledge.retriever.MODES
 # How a run searches (agent/nodes.py): linear continues one chat, one candidate a turn;
 # best-of-n drafts `samples` a turn and continues from the best; evolve keeps the best
 # `population` candidates and asks each turn for an improvement of a parent drawn from them.

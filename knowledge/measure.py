@@ -87,8 +87,9 @@ def render(rows: list[dict], lat: dict, date: str, machine: str, budget: int, no
              f"task's family only; context budget {budget} as `agent solve` defaults; header API budget "
              f"{HEADER_BUDGET}). Tokens = ceil(chars / 4); the task statement itself is not counted.", "",
              "Tokens added to the prompt per arm (sections in parentheses; the header API counts one section per "
-             "header):", "",
-             "| task | arch | none | docs | docs+headers | full |", "|---|---|---|---|---|---|"]
+             "header, a worked example one). none ⊂ docs ⊂ docs+headers ⊂ full are the nested arms; docs+example "
+             "(docs plus the family's worked kernel, sm_90a gemm / attention only) measures copying, apart:", "",
+             "| task | arch | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES)]
     for r in rows:
         cells = []
         for m in MODES:

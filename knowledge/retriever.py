@@ -15,6 +15,9 @@ harness is in the task statement, tasks/describe.py):
                 `header_budget`, so it never displaces a doc section);
   full          every section of the arch's docs for the task's family, plus the header API,
                 within FULL_MODE_BUDGET (and never less than what docs+headers holds).
+A separate arm, outside the nesting, measures copying a worked solution:
+  docs+example  the docs arm plus the worked example(s) of knowledge/examples written for
+                the task's family on this arch (nothing more where there is none).
 `Retrieval.parts` says how many tokens and sections each layer added.
 
 The query is the task as a model reads it (`task_query`: the description and the op
@@ -53,8 +56,9 @@ COMMON = "common"
 
 EXAMPLES_DIR = ROOT / "examples"
 
-Mode = Literal["none", "docs", "docs+headers", "full"]
-MODES: tuple[str, ...] = ("none", "docs", "docs+headers", "full")
+Mode = Literal["none", "docs", "docs+headers", "full", "docs+example"]
+NESTED_MODES: tuple[str, ...] = ("none", "docs", "docs+headers", "full")  # the ablation's four nested arms
+MODES: tuple[str, ...] = NESTED_MODES + ("docs+example",)
 FULL_MODE_BUDGET = 200_000  # "full" includes every doc of the arch unless it passes this
 HEADER_BUDGET = 4000  # the header API's own budget in docs+headers and full (≈1,700-2,100 tokens per arch today)
 
@@ -507,6 +511,14 @@ def retrieve(task: str, arch: str, features: list[str], feedback: str | None = N
     parts = {"docs": {"tokens": estimate_tokens(_render(chosen)) if chosen else 0, "sections": len(chosen)}}
     if mode == "docs":
         text = _render(chosen) if chosen else ""
+        return Retrieval(refs, text, estimate_tokens(text), mode, truncated, parts)
+    if mode == "docs+example":
+        examples = [d for d in load_examples() if op_type is not None and op_type in d.ops and arch in d.arches]
+        block = "\n\n".join(f"# {d.title}  (examples/{d.path})\n\n{d.body.strip()}" for d in examples)
+        parts["example"] = {"tokens": estimate_tokens(block) if block else 0, "sections": len(examples)}
+        refs = refs + [SectionRef(f"examples/{d.path}", d.title, estimate_tokens(d.body), 0.0, "example")
+                       for d in examples]
+        text = "\n".join(t for t in (_render(chosen) if chosen else "", block) if t)
         return Retrieval(refs, text, estimate_tokens(text), mode, truncated, parts)
 
     api, api_cut = _headers(arch, header_budget)

@@ -18,7 +18,7 @@ from tasks.describe import render_task
 
 ARCHES = ("sm_90a", "sm_100a")
 TASKS = list_tasks()
-ARMS = kr.MODES
+ARMS = kr.NESTED_MODES
 
 
 def _turn1(task, arch: str, mode: str) -> tuple[str, str, kr.Retrieval]:
@@ -159,7 +159,7 @@ def test_a_run_records_what_each_arm_added(tmp_path):
     from agent.trajectory import Budget
 
     added = {}
-    for mode in ARMS:
+    for mode in kr.MODES:
         here = tmp_path / mode.replace("+", "_")
         here.mkdir()
         model = write_script(here / "script.json", [NO_CODE])
@@ -172,3 +172,18 @@ def test_a_run_records_what_each_arm_added(tmp_path):
     assert added["docs"]["docs"]["sections"] > 0 and added["docs+headers"]["docs"] == added["docs"]["docs"]
     assert set(added["docs+headers"]) == {"docs", "headers"} and added["docs+headers"]["headers"]["tokens"] > 0
     assert set(added["full"]) == {"docs", "headers", "full"} and added["full"]["full"]["sections"] > 0
+    assert set(added["docs+example"]) == {"docs", "example"} and added["docs+example"]["example"]["sections"] == 1
+
+
+def test_the_example_arm_is_docs_plus_a_worked_solution_and_nothing_else():
+    """docs+example (outside the nesting) = the docs arm + the family's worked example where one
+    exists for the arch; the same prompt as docs where none does."""
+    gemm = next(t for t in TASKS if t.name == "gemm_n7168_k5120")
+    docs, example = turn1(gemm, "sm_90a", "docs")[2], _turn1(gemm, "sm_90a", "docs+example")[2]
+    assert example.text.startswith(docs.text.rstrip("\n")) and "extern \"C\" __global__" in example.text
+    assert '"launches"' in example.text and set(example.parts) == {"docs", "example"}
+    assert example.parts["example"]["sections"] == 1 and example.parts["docs"] == docs.parts["docs"]
+    assert '"launches"' not in docs.text
+    for task, arch in ((gemm, "sm_100a"), (next(t for t in TASKS if t.op_type == "gdn_decode"), "sm_90a")):
+        d, e = turn1(task, arch, "docs")[2], _turn1(task, arch, "docs+example")[2]
+        assert e.text == d.text and e.parts["example"] == {"tokens": 0, "sections": 0}
