@@ -159,6 +159,8 @@ def test_summary_of_run_times():
     t = summarize([5.0])
     assert (t.median_ms, t.iqr_ms, t.cv, t.runs) == (5.0, 0.0, 0.0, 1)
     assert summarize([0.0, 0.0]).cv == 0.0  # no division by a zero mean
+    assert summarize([1.0, 3.0]).cv == pytest.approx(0.5)  # two runs have a spread
+    assert summarize([0.25, 0.75]).cv == pytest.approx(0.5)  # and so do sub-millisecond ones
     assert summarize([2.0, 2.0, 2.0, 2.0, 2.0]).cv == 0.0
 
 
@@ -183,6 +185,9 @@ def test_pair_counts_follow_the_budget_within_bounds():
     assert plan_pairs(10.0, Fixed(False), budget_s=1.0) == 10  # at least lo
     assert plan_pairs(1e-9, Fixed(False), budget_s=1.0) == 60  # at most hi
     assert plan_pairs(0.5, Fixed(False), budget_s=1.0, lo=1, hi=100) == 2
+    # With a real generator, an odd count too: n + a draw from 0..n // 2.
+    for seed in range(20):
+        assert 15 <= plan_pairs(0.1, random.Random(seed), budget_s=1.5) <= 22
 
 
 # ------------------------------------------------------------------ includes: `..` and absolute paths
