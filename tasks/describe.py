@@ -52,8 +52,8 @@ BASELINE_TEXT = {
                 "memory-efficient), forward excluded",
     "sdpa_fp8_fwd": "cuDNN's FP8 attention (cudnn-frontend sdpa_fp8 on the same e4m3 inputs and descales) where it "
                     "runs, else bf16 cuDNN attention on the dequantised inputs (results name which)",
-    "fla_gdn": "flash-linear-attention's Gated DeltaNet kernels (fla-core: fused recurrent for decode, the faster of "
-               "chunked and fused recurrent for prefill), gates and k-last state fused in",
+    "fla_gdn": "flash-linear-attention's Gated DeltaNet kernels (fla-core: fused recurrent for decode and MTP, the "
+               "faster of chunked and fused recurrent for prefill), gates and k-last state fused in",
     "fp8_block_gemm": "cuBLASLt's block-scaled FP8 GEMM (`torch._scaled_mm` with 1x128 scales for A and 128x128 "
                       "for B), or a Triton block-scaled FP8 GEMM where cuBLASLt refuses (results name which)",
     "none": "no library (speed is reported, not compared)",
