@@ -13,7 +13,9 @@ from rich.markup import escape  # noqa: E402
 
 from agent.commands import common  # noqa: E402
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+# plain click help (rich_markup_mode=None): it wraps every column at the terminal's width, where
+# rich's boxes cut long flag names ("--executed,--execu…") and show flags as "<bool>"
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="ptxbench: benchmark and agent for architecture-specific PTX (wgmma/TMA, tcgen05/TMEM). "
                        + common.EXIT_CODES_HELP)
 

@@ -17,6 +17,18 @@ _STAGES = {"retrieve_context": "retrieving docs", "draft": "waiting for the mode
            "optimise": "writing feedback"}
 
 
+def fold(pieces: list[str], width: int) -> str:
+    """Pieces joined by spaces, a new indented line where the next would pass `width` (logs
+    are read at 80 columns too)."""
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) > width:
+            lines.append("  " + piece)
+        else:
+            lines[-1] += " " + piece
+    return "\n".join(lines)
+
+
 class RunProgress:
     def __init__(self, config: RunConfig, *, enabled: bool = True, live: bool = True, console: Console | None = None):
         self.config, self.enabled = config, enabled
@@ -33,9 +45,9 @@ class RunProgress:
             self._live.start()
         elif self.enabled:
             c = self.config
-            self.console.print(f"run {c.run_id}: {c.task} on {c.arch} with {c.model} "
-                               f"(lang {c.lang}, context {c.context}, {c.budget.max_turns} turns max)",
-                               highlight=False, soft_wrap=True)
+            self.console.print(fold([f"run {c.run_id}:", f"{c.task} on {c.arch}", f"with {c.model}",
+                                     f"(lang {c.lang}, context {c.context}, {c.budget.max_turns} turns max)"],
+                                    self.console.width), highlight=False, soft_wrap=True)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -65,16 +77,18 @@ class RunProgress:
                 self.console.print(self.evaluation, highlight=False, soft_wrap=True)
         elif t == "decision":
             if e.get("outcome") is None:
-                self.last = f"turn {e['turn']}: no reply"
+                self.last = "no reply"
             if e.get("best"):
                 sp = e.get("best_speedup")
                 self.best = e["best"] + (f" ({sp:.3g}x)" if sp is not None else
                                          "" if e.get("best_verified") else " (unverified)")
             self.stage = f"decided: {e['action']}"
             if self._live is None and self.enabled:
-                self.console.print(f"turn {e['turn']}/{self.config.budget.max_turns}: {self.last} -> {e['action']} "
-                                   f"({e.get('reason')}) | best: {self.best} | {self.tokens} tokens, ${self.cost:.4f}",
-                                   highlight=False, soft_wrap=True)
+                why = f" ({e['reason']})" if e.get("reason") else ""
+                head = f"turn {e['turn']}/{self.config.budget.max_turns}: {self.last} -> {e['action']}{why}"
+                tail = f"best: {self.best} | {self.tokens} tokens, ${self.cost:.4f}"
+                # one line where it fits, else the totals on a second (logs are read at 80 columns too)
+                self.console.print(fold([head, f"| {tail}"], self.console.width), highlight=False, soft_wrap=True)
         elif t == "run_end":
             self.stage = f"{e.get('status')} ({e.get('stop_reason')})"
         if self._live is not None:

@@ -197,8 +197,8 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
     replayed_outcomes = {e["turn"]: _decided(e, tree) for e in read_events(replay_dir, "decision")}
     turns = []
     for i in range(max(len(recorded), len(replayed))):  # one decision per turn
-        r = f"{recorded[i]} ({recorded_outcomes.get(i + 1)})" if i < len(recorded) else None
-        p = f"{replayed[i]} ({replayed_outcomes.get(i + 1)})" if i < len(replayed) else None
+        r = _decision_text(recorded[i], recorded_outcomes.get(i + 1)) if i < len(recorded) else None
+        p = _decision_text(replayed[i], replayed_outcomes.get(i + 1)) if i < len(replayed) else None
         turns.append(TurnComparison(turn=i + 1, recorded=r, replayed=p))
     # evolve's parents make a tree: a replay must draw the same parents (outcomes may differ
     # with the machine, e.g. unverified on a CPU; the decisions and the tree may not)
@@ -248,7 +248,12 @@ def print_report(report, console) -> None:
             mark = ("same" if t.recorded == t.replayed else
                     "not recorded" if t.recorded is None and report.partial else "DIFFERENT")
             p(f"  turn {t.turn}: recorded {t.recorded or '-'}  replayed {t.replayed or '-'}  {mark}")
-        p(f"stop: recorded {report.recorded_stop or '- (unfinished)'}, replayed {report.replayed_stop}")
+        p(f"stop: recorded {report.recorded_stop or '- (unfinished)'}, replayed {report.replayed_stop or '-'}")
         note = " (recorded run unfinished: its decisions so far compared)" if report.partial else ""
         p(("match" if report.match else "MISMATCH") + ": decision sequence " +
           ("reproduced" if report.match else "differs") + note)
+
+
+def _decision_text(action: str, outcome: str | None) -> str:
+    """"repair (compile_error)"; a turn without a candidate (the model gave no reply) says so."""
+    return f"{action} ({outcome or 'no reply'})"

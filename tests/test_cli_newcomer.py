@@ -487,3 +487,37 @@ def test_check_finds_the_manifest_problems_eval_finds_without_a_gpu(tmp_path):
         assert e.returncode == 1 and words in e.stdout
     assert agent_cli("check", str(good), "--task", "gemm").returncode == 1  # no wgmma/tma: requested, missing
     assert agent_cli("check", str(REPO / "tasks" / GEMM_TASK / "expert"), "--task", "gemm").returncode == 0
+
+
+def too_wide(text: str, width: int = 80) -> list[str]:
+    """Lines over `width` that could have been folded (one unbreakable path and a label are allowed)."""
+    return [line for line in text.splitlines()
+            if len(line) > width and len(line) - max(len(w) for w in line.split()) > 20]
+
+
+def test_output_fits_80_columns_and_says_things_once(tmp_path):
+    narrow = {"COLUMNS": "80"}
+    for args in (("--help",), ("solve", "--help"), ("eval", "--help"), ("sweep", "--help"), ("fixit", "train", "--help")):
+        p = agent_cli(*args, env=narrow)
+        assert p.returncode == 0 and "…" not in p.stdout and "<bool>" not in p.stdout, p.stdout
+        assert not too_wide(p.stdout), too_wide(p.stdout)
+    assert "--executed, --executed-check / --no-executed" in agent_cli("solve", "--help", env=narrow).stdout
+    assert "Exit status" in agent_cli("--help", env=narrow).stdout
+    assert not too_wide(agent_cli("doctor", env=narrow).stdout)
+    expert = str(REPO / "tasks" / GEMM_TASK / "expert")
+    for args in (("eval", expert, "--task", "gemm"), ("inspect", expert)):
+        p = agent_cli(*args, env=narrow)
+        assert p.returncode == 0 and not too_wide(p.stdout), too_wide(p.stdout)
+    p = agent_cli("tasks", env={"COLUMNS": "40"})
+    assert p.stdout.startswith("GEMM\n") and "\nattention backward\n" in p.stdout, p.stdout[:400]
+    # a compile error is printed once
+    folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "broken")
+    (folder / "kernel.cu").write_text((folder / "kernel.cu").read_text() + "\nthis is not C++;\n")
+    p = agent_cli("check", str(folder), env=narrow)
+    assert p.returncode == 1 and p.stdout.count("this declaration has no storage class") <= 1, p.stdout
+    # a turn without a reply, and the run's own lines, read right at 80 columns
+    model = write_script(tmp_path / "s.json", [{"fault": "auth", "status": 401, "message": "bad key"}])
+    p = agent_cli("solve", "--task", "gemm", "--model", model, "--context", "none", "--runs-dir",
+                  str(tmp_path / "runs"), env=narrow)
+    assert "no reply" in p.stderr and "turn 1: no reply" not in p.stderr and "(None)" not in p.stderr, p.stderr
+    assert not too_wide(p.stdout) and not too_wide(p.stderr), too_wide(p.stdout + p.stderr)

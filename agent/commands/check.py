@@ -121,8 +121,9 @@ def _show(compiled: CompileResult, info: InspectResult, requested: list[str]) ->
         return
     for name, k in (info.kernels or compiled.kernels).items():
         alias = next((plain for plain, sym in compiled.symbols.items() if sym == name), None)
-        say(f"kernel {name}{f' ({alias})' if alias else ''}: {k.registers} registers, {k.shared_bytes} B static smem, "
-                      f"{k.stack_frame} B stack, spills {k.spill_stores}/{k.spill_loads} B store/load")
+        wrap_items(f"kernel {name}{f' ({alias})' if alias else ''}:",
+                   [f"{k.registers} registers", f"{k.shared_bytes} B static smem", f"{k.stack_frame} B stack",
+                    f"spills {k.spill_stores}/{k.spill_loads} B store/load"])
     if info.status != "ok":
         say(f"[yellow]SASS inspection {info.status}: {info.reason}[/yellow]")
         return

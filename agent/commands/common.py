@@ -96,7 +96,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | No
         for r in rows:
             blocks.append(Text.from_markup(f"[bold]{r[0]}[/bold]"))
             blocks += [Text.from_markup(f"  {col}: " + "; ".join(cell.splitlines())) for col, cell in
-                       zip(columns[1:], r[1:])]
+                       zip(columns[1:], r[1:]) if Text.from_markup(cell).plain.strip()]  # no empty "kernel ms: "
         return Group(*blocks)
     widths: list[int | None] = [None] * len(columns)
     if sum(longest) > sum(least) + spare:  # hand the spare width to the columns that want more
@@ -112,18 +112,18 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | No
     return t
 
 
-def wrap_items(head: str, items: Sequence[str]) -> None:
+def wrap_items(head: str, items: Sequence[str], sep: str = ",", indent: str = "  ") -> None:
     """`head item, item, ...` folded at the terminal's width between items, never inside one
-    (a verdict or an opcode list is one long line otherwise)."""
+    (a verdict or an opcode list is one long line otherwise); sep="" folds prose by words."""
     from rich.text import Text
 
     lines, line = [], head
     for i, item in enumerate(items):
-        piece = item + ("," if i < len(items) - 1 else "")
+        piece = item + (sep if i < len(items) - 1 else "")
         width = len(Text.from_markup(line).plain) + 1 + len(Text.from_markup(piece).plain)
-        if width > console.width and line != head:
+        if width > console.width and Text.from_markup(line).plain.strip():
             lines.append(line)
-            line = "  " + piece
+            line = indent + piece
         else:
             line += " " + piece
     for text in lines + [line]:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from agent.commands.common import console, print_json
+from agent.commands.common import ExitCode, console, print_json, wrap_items
 
 # long paths and messages stay on one line each (rich would wrap them at 80 columns in a pipe)
 say = functools.partial(console.print, highlight=False, soft_wrap=True)
@@ -74,7 +74,7 @@ def credentials_report() -> dict:
 
 
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """Check the toolchain, GPU, packages and LLM credentials; exit 1 if kernels cannot be compiled."""
+    """Check the toolchain, GPU, packages and LLM credentials; exit 3 if kernels cannot be compiled."""
     data = {"toolchain": toolchain_report(), "gpu": gpu_report(), "packages": packages_report(),
             "credentials": credentials_report()}
     tools = data["toolchain"]["tools"]
@@ -84,8 +84,8 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print JSON")] 
         print_json(data)
     else:
         _show(data)
-    if not can_compile:
-        raise typer.Exit(1)
+    if not can_compile:  # the machine, not a kernel: the infrastructure exit status
+        raise typer.Exit(ExitCode.INFRA)
 
 
 def _show(data: dict) -> None:
@@ -93,12 +93,17 @@ def _show(data: dict) -> None:
     say("[bold]toolchain[/bold]")
     for name, t in tc["tools"].items():
         if t["path"]:
-            say(f"  {name:<10} {t['version'] or '?':<10} {t['path']}  [dim]({t['found_via']})[/dim]")
+            line = f"  {name:<10} {t['version'] or '?':<10} {t['path']}  [dim]({t['found_via']})[/dim]"
+            if len(line) - len("[dim][/dim]") > console.width:  # a long path goes on a line of its own
+                line = f"  {name:<10} {t['version'] or '?':<10} [dim]({t['found_via']})[/dim]\n    {t['path']}"
+            say(line)
         else:
             say(f"  {name:<10} [red]missing[/red]: {t['missing']}")
-    say(f"  {'headers':<10} {'':<10} {tc['include_dir'] or '[red]missing[/red]'}")
+    headers = tc['include_dir'] or '[red]missing[/red]'
+    say(f"  {'headers':<10} {'':<10} {headers}" if 24 + len(headers) <= console.width else f"  headers\n    {headers}")
     isa = tc["ptx_isa"]
-    say(f"  ptx isa    {'[green]ok[/green]' if isa['ok'] else '[red]FAIL[/red]'}: {isa['detail']}")
+    wrap_items(f"  ptx isa    {'[green]ok[/green]' if isa['ok'] else '[red]FAIL[/red]'}:", isa['detail'].split(" "),
+               sep="", indent="    ")
     for note in tc["notes"]:
         say(f"  [yellow]note[/yellow]: {note}")
     gpu = data["gpu"]
@@ -106,12 +111,11 @@ def _show(data: dict) -> None:
     for g in gpu["gpus"]:
         say(f"  {g['name']} ({g['memory']}), driver {gpu['driver']}")
     if gpu["reason"]:
-        say(f"  none: {gpu['reason']}")
+        wrap_items("  none:", gpu['reason'].split(" "), sep="", indent="    ")
     say("[bold]packages[/bold]")
-    say("  " + ", ".join(f"{k} {v or '[red]missing[/red]'}" for k, v in data["packages"].items()))
+    wrap_items(" ", [f"{k} {v or '[red]missing[/red]'}" for k, v in data["packages"].items()])
     say("[bold]llm credentials[/bold]")
-    say("  " + ", ".join(f"{k} {'[green]set[/green]' if v == 'set' else 'unset'}"
-                                   for k, v in data["credentials"].items()))
+    wrap_items(" ", [f"{k} {'[green]set[/green]' if v == 'set' else 'unset'}" for k, v in data["credentials"].items()])
 
 
 def register(app: typer.Typer) -> None:

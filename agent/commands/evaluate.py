@@ -18,7 +18,8 @@ from agent.trajectory import EXECUTED_CHECK_DEFAULT
 from tools.results import EvalResult
 from tools.toolchain import ARCHES
 
-say = functools.partial(console.print, highlight=False, soft_wrap=True)
+# folded at the terminal's width between words (a reason can be a long sentence)
+say = functools.partial(console.print, highlight=False)
 WORKLOADS = ("visible", "held_out", "all")
 
 

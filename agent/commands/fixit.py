@@ -8,7 +8,8 @@ import typer
 
 from agent.commands.common import console, fail, out_folder, plural, print_json
 
-fixit_app = typer.Typer(no_args_is_help=True, help="Fine-tuning data from a model's own mistakes, and LoRA training.")
+fixit_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Fine-tuning data from a model's own mistakes, and LoRA training.")
 
 
 def register(app: typer.Typer) -> None:
@@ -81,11 +82,13 @@ def _counts(counts: dict) -> str:
 TRAIN_HELP = (
     "LoRA fine-tuning on Fixit data with TRL (SFTTrainer) + PEFT, loss on the answer only.\n\n"
     "Runs on the GPU when there is one, else on CPU (fine for tiny models). Needs the optional extra: "
-    "pip install -e '.\\[train]'.\n\n"
+    "pip install -e '.[train]'.\n\n"
     "\b\n"  # keep the lines below as they are
     "Serve the adapter with vLLM and benchmark it through a sweep:\n"
-    "  vllm serve BASE_MODEL --enable-lora --lora-modules fixit=ADAPTER_DIR --max-lora-rank RANK\n"
-    "  # sweep.toml: models = [{spec = \"openai/fixit\", api_base = \"http://localhost:8000/v1\", name = \"fixit\"}]\n"
+    "  vllm serve BASE_MODEL --enable-lora --lora-modules fixit=ADAPTER_DIR \\\n"
+    "      --max-lora-rank RANK\n"
+    "  # sweep.toml: models = [{spec = \"openai/fixit\", name = \"fixit\",\n"
+    "  #                        api_base = \"http://localhost:8000/v1\"}]\n"
     "  agent sweep sweep.toml && agent report runs/<sweep>\n"
     "See docs/FIXIT.md.")
 

@@ -11,7 +11,8 @@ ARCH_CHOICES = ("sm_90a", "sm_100a")
 
 
 def register(app: typer.Typer) -> None:
-    kn = typer.Typer(help="Architecture docs: search them as the agent does, or list them.", no_args_is_help=True)
+    kn = typer.Typer(help="Architecture docs: search them as the agent does, or list them.", no_args_is_help=True,
+                     rich_markup_mode=None)
 
     @kn.command("search")
     def search(query: Annotated[str, typer.Argument(help="task text, features or a compiler message")],

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, ExitCode, console, err_console, plural, print_json
+from agent.commands.common import CliError, ExitCode, console, err_console, plural, print_json, wrap_items
 from agent.trajectory import EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, RunSummary
 
 
@@ -29,7 +29,7 @@ def solve_cmd(
                                              "scripted:<file>."),
     arch: str = typer.Option("sm_90a", help="Target: sm_90a (Hopper) or sm_100a (Blackwell)."),
     lang: str = typer.Option("cuda", help="Solution language: cuda (C++ with inline PTX) or ptx (raw PTX)."),
-    context: str = typer.Option("docs", help="Architecture docs in the prompt: none | docs | docs+headers | full."),
+    context: str = typer.Option("docs", help="Architecture docs in the prompt: none | docs | docs+headers | full (nested arms), or docs+example (docs plus the family's worked kernel)."),
     context_tokens: int = typer.Option(6000, help="Token budget for retrieved docs."),
     max_turns: int = typer.Option(8, help="Turns (draft rounds) at most."),
     max_tokens: Optional[int] = typer.Option(None, help="Prompt + completion tokens at most (checked per turn)."),
@@ -181,11 +181,13 @@ def exit_code(summary: RunSummary) -> int:
 def print_summary(s: RunSummary, run_dir: Path) -> None:
     from agent.run import resume_command
 
-    out = functools.partial(console.print, highlight=False, soft_wrap=True)
+    out = functools.partial(console.print, highlight=False)  # folded between words at the terminal's width
     reason = f"{s.stop_reason}" + (f" ({s.stop_detail})" if s.stop_detail else "")
-    out(f"[bold]run {s.run_id}[/bold]: {s.status}, stopped by {escape(reason)}")
-    out(f"task {s.task} on {s.arch}, model {escape(s.model)}, lang {s.lang}, context {s.context}, samples {s.samples}, "
-        f"strategy {s.strategy}, profile feedback {'on' if s.profile_feedback else 'off'}, history {s.history}")
+    wrap_items(f"[bold]run {s.run_id}[/bold]:", f"{s.status}, stopped by {escape(reason)}".split(" "), sep="")
+    wrap_items(f"task {s.task} on {s.arch},", [f"model {escape(s.model)}", f"lang {s.lang}", f"context {s.context}",
+                                                f"samples {s.samples}", f"strategy {s.strategy}",
+                                                f"profile feedback {'on' if s.profile_feedback else 'off'}",
+                                                f"history {s.history}"])
     if s.model_params:
         out("model params: " + escape(", ".join(f"{k}={json.dumps(v)}" for k, v in s.model_params.items())))
     if s.strategy == "evolve":  # the search tree: each candidate under the one whose feedback it answered
@@ -210,7 +212,7 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
         f"({u.prompt_tokens} prompt" + (f", {u.cached_tokens} of them cached" if u.cached_tokens else "")
         + f", {u.completion_tokens} completion), ${u.cost_usd:.4f}, "
         f"{plural(s.faults, 'fault')}, {s.wall_s:.1f} s")
-    out(f"folder: {run_dir}")
+    console.print(f"folder: {run_dir}", highlight=False, soft_wrap=True)  # a path stays whole: it is copied
     err = functools.partial(err_console.print, highlight=False, soft_wrap=True)
     if s.status == "interrupted":
         err(f"interrupted: resume with  {escape(resume_command(run_dir))}")

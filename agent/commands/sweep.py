@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from agent.commands.common import ExitCode, console, err_console, fail, out_folder, plural, print_json
+from agent.commands.common import ExitCode, console, err_console, fail, out_folder, plural, print_json, wrap_items
 from agent.trajectory import shipped_example
 
 
@@ -109,9 +109,10 @@ def sweep(
     if as_json:
         print_json(result)
     else:
-        say(f"sweep {result.sweep}: {plural(result.total, 'run')} ({result.skipped} already done, {result.ran} run "
-            f"now, {result.resumed} resumed, {result.failed} failed, {result.succeeded} succeeded) in "
-            f"{result.seconds:.0f}s on {escape(result.executor)}")
+        wrap_items(f"sweep {result.sweep}: {plural(result.total, 'run')}",
+                   [f"{result.skipped} already done", f"{result.ran} run now", f"{result.resumed} resumed",
+                    f"{result.failed} failed", f"{result.succeeded} succeeded", f"{result.seconds:.0f}s"])
+        wrap_items("  on", [escape(part) for part in result.executor.split("; ")], sep=";", indent="    ")
         for note in sorted({o.evaluation for o in result.outcomes if o.evaluation and o.evaluation != "ok"}):
             say(f"evaluation {escape(note)}")
         # The same failure in every run is one line with a count, not sixty.

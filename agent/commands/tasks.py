@@ -43,7 +43,7 @@ def _load(name: str):
 
 def register(app: typer.Typer) -> None:
     tasks_app = typer.Typer(help="List the benchmark's tasks, or show one as a model sees it.",
-                            invoke_without_command=True, no_args_is_help=False)
+                            invoke_without_command=True, no_args_is_help=False, rich_markup_mode=None)
 
     @tasks_app.callback()
     def tasks_list(ctx: typer.Context,
@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
                  + ("\n[dim](held-out task: no Fixit data)[/dim]" if r["split"] == "held_out_tasks" else ""),
                  ", ".join(r["aliases"]) or "-", ", ".join(r["requested_features"].get("sm_90a", [])) or "-",
                  ", ".join(r["requested_features"].get("sm_100a", [])) or "-",
-                 f"{r['workloads']['visible']} + {r['workloads']['held_out']}") for r in rows if r["op_family"] == family])
-            table.title = family
+                 f"{r['workloads']['visible']} + {r['workloads']['held_out']}") for r in rows if r["op_family"] == family],
+                title=family)  # given here: a narrow terminal's block layout prints it too
             console.print(table)
 
     @tasks_app.command("show")
