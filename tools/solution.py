@@ -223,9 +223,11 @@ MAX_MANIFEST_CHARS = 100_000  # a real manifest is a few kB
 # JSON strings (kept whole), // and /* */ comments, and commas before a closing bracket:
 # the JSONC that editors and models write. One pass each keeps a comment marker inside a
 # string ("a//b") a string.
-_JSON_STRING = r'"(?:\\.|[^"\\\n])*"'
-_JSONC_COMMENT = re.compile(_JSON_STRING + r"|//[^\n]*|/\*.*?\*/", re.S)
-_TRAILING_COMMA = re.compile(_JSON_STRING + r"|,(?=\s*[}\]])")
+# Every alternative matches where it starts (an unterminated string or comment runs to the end of
+# its line or of the text), so each pass is linear however odd the text.
+_JSON_STRING = r'"(?:\\.|[^"\\\n])*(?:"|$)'
+_JSONC_COMMENT = re.compile(_JSON_STRING + r"|//[^\n]*|/\*.*?(?:\*/|\Z)", re.S | re.M)
+_TRAILING_COMMA = re.compile(_JSON_STRING + r"|,(?=\s*[}\]])", re.M)
 
 
 def strip_jsonc(text: str) -> str:
@@ -285,8 +287,8 @@ _SOURCE_TAGS: dict[str, Language] = {
 _JSON_TAGS = {"json", "jsonc", "json5"}
 _MARKDOWN_TAGS = {"markdown", "md"}
 _OPEN = re.compile(r"^([ \t]*)(`{3,}|~{3,})[ \t]*([^\s`]*)[^`\n]*$")
-_PTX_MARKS = re.compile(r"^[ \t]*(?:\.version[ \t]+\d|\.target[ \t]+sm_|(?:\.visible[ \t]+|\.weak[ \t]+)?\.entry[ \t])",
-                        re.M)
+_PTX_MARKS = re.compile(r"^[ \t]*(?:\.version[ \t]+\d|\.target[ \t]+sm_|"
+                        r"(?:\.visible[ \t]+|\.weak[ \t]+)?\.entry[ \t])", re.M)
 _CUDA_MARKS = re.compile(r"__global__|__device__|^[ \t]*#[ \t]*include\b|extern[ \t]+\"", re.M)  # strings blanked
 
 
@@ -384,7 +386,8 @@ def _sniff_language(tag: str, body: str) -> Language:
 
 # ----------------------------------------------------------- symbols of a source block
 
-_C_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+_C_NOISE = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*(?:"|$)|\'(?:\\.|[^\'\\\n])*(?:\'|$)',
+                      re.S | re.M)  # linear: every alternative matches where it starts
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _PTX_IDENT = re.compile(r"[A-Za-z_$][\w$]*")
 _NOT_FUNCTIONS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "alignof", "decltype", "asm",
@@ -396,32 +399,31 @@ def _strip_c_comments(code: str) -> str:
     return _C_NOISE.sub(lambda m: " " if m.group(0)[0] in "/" else '""', code)
 
 
-def _after_parens(code: str, i: int) -> int:
-    """Index after the parenthesised group that starts at code[i] == '(' (len(code) if unbalanced)."""
-    depth = 0
-    for j in range(i, len(code)):
-        if code[j] == "(":
-            depth += 1
-        elif code[j] == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-    return len(code)
+def _closing_parens(code: str) -> dict[int, int]:
+    """Index of each '(' -> the index after its ')' (one pass; unbalanced ones are absent)."""
+    stack: list[int] = []
+    after: dict[int, int] = {}
+    for j, ch in enumerate(code):
+        if ch == "(":
+            stack.append(j)
+        elif ch == ")" and stack:
+            after[stack.pop()] = j + 1
+    return after
 
 
-_QUALIFIERS = re.compile(r"\s*(?:const|noexcept|override|final|volatile|&|&&|->\s*[\w:<>\s\*&]+?(?=\{))*\s*")
+_QUALIFIERS = re.compile(r"\s*(?:const|noexcept|override|final|volatile|&|&&|->\s*[\w:<>\s\*&]{1,200}?(?=\{))*\s*")
 
 
 def _cuda_functions(code: str) -> tuple[set[str], set[str]]:
     """(functions defined, of which kernels) in comment- and string-free CUDA C++."""
     functions: set[str] = set()
     kernels: set[str] = set()
+    after = _closing_parens(code)
     for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", code):
         name = m.group(1)
-        if name in _NOT_FUNCTIONS:
+        if name in _NOT_FUNCTIONS or m.end() - 1 not in after:
             continue
-        end = _after_parens(code, m.end() - 1)
-        q = _QUALIFIERS.match(code, end)
+        q = _QUALIFIERS.match(code, after[m.end() - 1])
         if q and code.startswith("{", q.end()):
             functions.add(name)
             head = code[max(0, code.rfind(";", 0, m.start()), code.rfind("}", 0, m.start())):m.start()]
@@ -434,11 +436,11 @@ def _cuda_symbols(code: str) -> tuple[set[str], set[str]]:
     """(symbols defined, macros among them) in comment- and string-free CUDA C++."""
     functions, _ = _cuda_functions(code)
     macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", code, re.M))
-    types = set(re.findall(r"\b(?:struct|class|union|enum(?:\s+class)?)\s+(?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)?"
-                           r"([A-Za-z_]\w*)\s*(?:final\s*)?[{:]", code))
+    types = set(re.findall(r"\b(?:struct|class|union|enum(?:\s+class)?)\s+"
+                           r"(?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*)?([A-Za-z_]\w*)\s*(?:final\s*)?[{:]", code))
     aliases = set(re.findall(r"\busing\s+([A-Za-z_]\w*)\s*=", code))
-    aliases |= set(re.findall(r"\btypedef\b[^;{}]*?\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*;", code))
-    variables = set(re.findall(r"\b(?:constexpr|__constant__|__device__)\b[^;{}()=]*?\b([A-Za-z_]\w*)"
+    aliases |= set(re.findall(r"\btypedef\b[^;{}]{0,300}?\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*;", code))
+    variables = set(re.findall(r"\b(?:constexpr|__constant__|__device__)\b[^;{}()=]{0,300}?\b([A-Za-z_]\w*)"
                                r"\s*(?:=|\[|;|\{)", code))
     return functions | macros | types | aliases | variables, macros
 
@@ -446,7 +448,7 @@ def _cuda_symbols(code: str) -> tuple[set[str], set[str]]:
 _PTX_DEFS = re.compile(r"^[ \t]*(?:\.visible[ \t]+|\.weak[ \t]+|\.extern[ \t]+)?"
                        r"(?:\.entry[ \t]+|\.func[ \t]+(?:\([^)]*\)[ \t]*)?)([A-Za-z_$][\w$]*)", re.M)
 _PTX_ENTRY = re.compile(r"^[ \t]*(?:\.visible[ \t]+|\.weak[ \t]+)?\.entry[ \t]+([A-Za-z_$][\w$]*)", re.M)
-_PTX_MODULE_VARS = re.compile(r"^[ \t]*(?:\.visible[ \t]+|\.weak[ \t]+)?\.(?:global|const|shared)\b[^;]*?"
+_PTX_MODULE_VARS = re.compile(r"^[ \t]*(?:\.visible[ \t]+|\.weak[ \t]+)?\.(?:global|const|shared)\b[^;]{0,300}?"
                               r"([A-Za-z_$][\w$]*)\s*(?:\[[^\]]*\]\s*)*(?:=[^;]*)?;", re.M)
 _PTX_HEADER = re.compile(r"^[ \t]*\.(?:version|target|address_size)\b[^\n]*\n?", re.M)
 
@@ -496,7 +498,7 @@ class _Source:
             top = _top_level(code)
             s.file_scope = top is not None and not _C_STATEMENT.search(top)
         else:
-            code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", block.body, flags=re.S)
+            code = re.sub(r"//[^\n]*|/\*.*?(?:\*/|\Z)", " ", block.body, flags=re.S)
             s.kernels = set(_PTX_ENTRY.findall(code))
             s.defines = set(_PTX_DEFS.findall(code)) | set(_PTX_MODULE_VARS.findall(code))
             s.uses = set(_PTX_IDENT.findall(code)) - s.defines
@@ -656,7 +658,8 @@ def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[
         joined = [chosen, *helpers]
         defined = set().union(*(s.defines for s in joined))
         plain = defined - set().union(*(s.macros for s in joined))  # an identical #define twice is legal
-        needed = (set().union(*(s.uses for s in joined)) - defined) | (wanted - set().union(*(s.kernels for s in joined)))
+        missing_kernels = wanted - set().union(*(s.kernels for s in joined))
+        needed = (set().union(*(s.uses for s in joined)) - defined) | missing_kernels
         for s in candidates:
             if s in helpers or not (s.defines & needed):
                 continue
@@ -671,6 +674,9 @@ def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[
                 changed = True
                 break
     return helpers, skipped
+
+
+MAX_NOTED_BLOCKS = 6  # the note stays one readable line however many drafts a reply restates
 
 
 def _note(info: Extraction, chosen: _Source, why: str, helpers: list[_Source], skipped: dict[int, str],
@@ -688,9 +694,12 @@ def _note(info: Extraction, chosen: _Source, why: str, helpers: list[_Source], s
             ", ".join(str(b[h.index].line) for h in helpers)
     if len(json_blocks) > 1:
         parts.append(f"manifest from the {b[m_index].label()} (the last with \"launches\")")
-    for i, x in enumerate(b):
-        if x.used is None and x.kind in ("source", "manifest", "json"):
-            parts.append(f"not used: the {x.label()}" + (f" ({r})" if (r := _why_unused(x, skipped.get(i), info, chosen)) else ""))
+    unused = [(i, x) for i, x in enumerate(b) if x.used is None and x.kind in ("source", "manifest", "json")]
+    for i, x in unused[:MAX_NOTED_BLOCKS]:
+        reason = _why_unused(x, skipped.get(i), info, chosen)
+        parts.append(f"not used: the {x.label()}" + (f" ({reason})" if reason else ""))
+    if len(unused) > MAX_NOTED_BLOCKS:
+        parts.append(f"{len(unused) - MAX_NOTED_BLOCKS} more blocks not used")
     return f"the reply holds {_count(len(sources), 'source block')} and {_count(len(json_blocks), 'JSON block')}: " \
         + "; ".join(parts)
 
