@@ -17,7 +17,7 @@ S×S scores of all 192 heads at S=8192 would need 51 GB in fp32.
 from __future__ import annotations
 
 from tasks.gemm import REQUESTED_FEATURES
-from tasks.schema import Axis, Task, TensorSpec, Tolerance, Workload
+from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 BATCH, HEADS = 4, 48
 SEED_HEAD_DIM = 128
@@ -26,7 +26,16 @@ HELD_OUT_S = (1024, 3000, 8192, 77)  # 3000: not a multiple of 128/64/16; 77: le
 VARIANT_HELD_OUT_S = (1024, 3000)
 # ||out - ref|| / ||ref|| at most this (calibrated with tools/calibrate_tolerance.py on the H200)
 REL_L2 = 5e-3
-REL_L2_LSE = 1e-4
+# LSE: 5e-4 (was 1e-4) admits a kernel that sums the row's normaliser from its bf16-rounded P (emulated
+# 8e-5 at S=77); the per-row LSE bound below is the tighter rule (cuDNN measures 1.1e-7)
+REL_L2_LSE = 5e-4
+# Per row (docs/METHODOLOGY.md, "The judge's power"): each query row of O within 1e-2 of its own
+# scale (honest kernels <= 3e-3: P in bf16, the row sum from the rounded P), each gradient row
+# within 2e-2 (P and dS in bf16: <= 5e-3); each row's LSE within 5e-3 nats, i.e. its softmax
+# normaliser within 0.5% (any rounding of P to bf16 moves it by at most 2^-9 = 0.2%).
+ROWS_O = RowTolerance(rtol=1e-2, floor=0.3)
+ROWS_GRAD = RowTolerance(rtol=2e-2, floor=0.3)
+ROWS_LSE = RowTolerance(atol=5e-3, row="element")
 
 _FORWARD_REFERENCE = '''\
 import torch
@@ -140,7 +149,8 @@ def forward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Task:
         # LSE has no such terms: it is judged against |ref|. Aggregate bounds (calibrated on the H200,
         # docs/METHODOLOGY.md): every shipped kernel and cuDNN stay under 1.6e-3 on O and 1.1e-7 on
         # LSE; a bias, noise or zeroed elements that pass 1e-2 elementwise land at 0.009-0.05.
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={"O": REL_L2, "LSE": REL_L2_LSE}),
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={"O": REL_L2, "LSE": REL_L2_LSE},
+                            rows={"O": ROWS_O, "LSE": ROWS_LSE}),
         flops="2*B*H*S*S*D" if causal else "4*B*H*S*S*D",
         scalars={"sm_scale": "1/sqrt(D)"},
         requested_features=REQUESTED_FEATURES,
@@ -179,7 +189,8 @@ def backward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Task:
         # The reference itself is fp32 from the very same bf16 inputs (O and LSE included), never
         # rounded, so the only error measured is the kernel's. Aggregate bound as for the forward:
         # correct kernels and cuDNN 1.7e-3-2.4e-3, wrong variants 0.007-0.11 (docs/METHODOLOGY.md).
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={n: REL_L2 for n in ("dQ", "dK", "dV")}),
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={n: REL_L2 for n in ("dQ", "dK", "dV")},
+                            rows={n: ROWS_GRAD for n in ("dQ", "dK", "dV")}),
         flops="5*B*H*S*S*D" if causal else "10*B*H*S*S*D",  # 2.5x the forward
         scalars={"sm_scale": "1/sqrt(D)"},
         requested_features=REQUESTED_FEATURES,

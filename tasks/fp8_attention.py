@@ -41,9 +41,9 @@ the P @ V wgmma, O rounded to bf16) needs rtol 0.03-0.057 on max(|ref|, rss) wit
 and has relative L2 error 0.006-0.012 on O and 4e-8 on LSE. With P in bf16 instead: 0.003 and
 0.0018. So: rtol 0.1, atol 1e-2 against max(|ref|, rss) (scale="terms", rss as for mha_fwd,
 over the dequantised values), rel_l2 0.025 on O (twice the worst emulated correct kernel) and
-5e-4 on LSE (LSE involves no e4m3 rounding in the emulation, 4e-8, but cuDNN's FP8 attention
-measures 1.0e-4-1.2e-4 on the H200, 2026-11-30, so the bound is set 4x above the library; a
-wrong normaliser, e.g. a missing descale, is off by 1e-2 or more). Emulated wrong kernels fail: V's descale
+3e-3 on LSE (cuDNN's FP8 attention measures 1.0e-4-1.2e-4 on the H200, 2026-11-30, about what a
+row sum of the e4m3 P gives: tests/judge_power.py; a wrong normaliser, e.g. a missing descale, is off
+by 1e-2 or more), plus per-row bounds (ROWS_O, ROWS_LSE below). Emulated wrong kernels fail: V's descale
 left out (rel_l2 9.5), the causal mask one key off (666x the bound), the last 16 keys dropped
 (2.2x elementwise, rel_l2 0.056), and P rounded to e4m3 without the 256 scale (1.2x: the
 tolerance asks for the scaling, as the knowledge doc explains).
@@ -51,7 +51,7 @@ tolerance asks for the scaling, as the knowledge doc explains).
 from __future__ import annotations
 
 from tasks.gemm import REQUESTED_FEATURES
-from tasks.schema import Axis, Task, TensorSpec, Tolerance, Workload
+from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 BATCH, HEADS = 4, 48
 SEED_HEAD_DIM = 128
@@ -61,7 +61,15 @@ VARIANT_HELD_OUT_L = (1024, 3000)
 E4M3_MAX = 448.0
 RTOL = 0.1
 REL_L2_O = 0.025
-REL_L2_LSE = 5e-4  # cuDNN's FP8 attention measures 1.0e-4-1.2e-4 on the H200 (2026-11-30)
+# cuDNN's FP8 attention measures 1.0e-4-1.2e-4 on the H200 (2026-11-30); a row sum of the e4m3 P (below)
+# emulates at 1.9e-4 (L=4096) to 1.3e-3 (L=77): 3e-3. The per-row LSE bound is the tighter rule.
+REL_L2_LSE = 3e-3
+# Per row (docs/METHODOLOGY.md, "The judge's power"): each query row of O within 0.07 of its own
+# scale (P * 256 in e4m3: <= 0.031 emulated at L=4096); each row's LSE within 0.05 nats. A kernel may
+# sum the row's normaliser from the e4m3 P it multiplies V with (consistent with its O; this matches
+# cuDNN's measured LSE error): each p then errs by up to 2^-4, emulated worst row 0.011 at L=4096.
+ROWS_O = RowTolerance(rtol=0.07, floor=0.3)
+ROWS_LSE = RowTolerance(atol=0.05, row="element")
 
 _REFERENCE = '''\
 import torch
@@ -145,7 +153,8 @@ def fp8_forward_task(head_dim: int = SEED_HEAD_DIM, causal: bool = False) -> Tas
         workloads=_workloads(VISIBLE_L, HELD_OUT_L if seed else VARIANT_HELD_OUT_L),
         # Calibrated by emulation, see the module docstring: P rounded to e4m3 (scaled) costs a
         # FlashAttention-3-style kernel up to ~0.06 of max(|ref|, rss) on the worst element.
-        tolerance=Tolerance(rtol=RTOL, atol=1e-2, scale="terms", rel_l2={"O": REL_L2_O, "LSE": REL_L2_LSE}),
+        tolerance=Tolerance(rtol=RTOL, atol=1e-2, scale="terms", rel_l2={"O": REL_L2_O, "LSE": REL_L2_LSE},
+                            rows={"O": ROWS_O, "LSE": ROWS_LSE}),
         flops="2*B*H*L*L*D" if causal else "4*B*H*L*L*D",
         scalars={"sm_scale": "1/sqrt(D)"},
         requested_features=REQUESTED_FEATURES,

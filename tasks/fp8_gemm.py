@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 
 from tasks.gemm import REQUESTED_FEATURES
-from tasks.schema import Axis, Task, TensorSpec, Tolerance, Workload
+from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 SCALE_BLOCK = 128  # DeepGEMM's gran_k (the only granularity it supports on SM90), also the N block of B
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
@@ -105,7 +105,8 @@ def fp8_gemm_task(n: int = 4096, k: int = 7168) -> Task:
         reference=FP8_GEMM_REFERENCE,
         workloads=[Workload(name=f"M{VISIBLE_M}", axes={"m": VISIBLE_M}, split="visible")] + [
             Workload(name=f"M{m}", axes={"m": m}, split="held_out") for m in HELD_OUT_M],
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={"D": 5e-3}),  # see the module docstring
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={"D": 5e-3},  # see the module docstring
+                            rows={"D": RowTolerance(rtol=1e-2, floor=0.3)}),  # honest ~1.6e-3 per row
         flops="2*m*n*k",
         requested_features=REQUESTED_FEATURES,
         baseline="fp8_block_gemm",

@@ -79,7 +79,7 @@ import math
 
 import torch
 
-from tasks.schema import Axis, Task, TensorSpec, Tolerance, Workload
+from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 HEAD_SIZE = 128
 CHUNK = 64  # the chunk length of the chunked algorithm (FlashInfer's and fla's prefill kernels)
@@ -87,6 +87,15 @@ VARIANTS = ((4, 8), (8, 16))  # (num_q_heads = num_k_heads, num_v_heads): Qwen3-
 DECODE_FEATURES = {"sm_90a": ["tma"], "sm_100a": ["tma"]}
 PREFILL_FEATURES = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen05_mma", "tmem", "tma"]}
 FLOPS_PER_TOKEN_HEAD = "6*head_size*head_size"
+# Per-row bounds (docs/METHODOLOGY.md, "The judge's power"): a row is one token's output for one value
+# head, or one row S[v, :] of a state. Many output rows are smaller than the elementwise atol (o ~ 0.01-0.05),
+# so only a bound against each row's own scale sees one of them zeroed or a few elements wrong. Honest
+# emulations (CPU, tests/judge_power.py): decode/MTP output 2e-3 (bf16 rounding), decode state ~0 (fp32);
+# prefill with bf16 tensor-core operands and an fp32 state 5e-3-6.3e-3 (output) and 3.9e-3-4.5e-3 (state)
+# up to 1700-token sequences, where a state kept in bf16 per token errs by 1.3e-2-1.6e-2 at 300 tokens.
+ROWS_OUTPUT = RowTolerance(rtol=1e-2, floor=0.3)
+ROWS_DECODE_STATE = RowTolerance(rtol=2e-3, floor=0.3)
+ROWS_PREFILL = RowTolerance(rtol=1.2e-2, floor=0.3)
 
 # Decode batch sizes: PTXBench's six (1, 4, 8, 16, 32, 64) plus one that is no power of two.
 DECODE_VISIBLE = (64, 8)  # the first visible workload is the one tools profile: the larger
@@ -273,7 +282,8 @@ def gdn_decode_task(hq: int = 4, hv: int = 8) -> Task:
         reference=DECODE_REFERENCE,
         workloads=[Workload(name=f"B{n}", axes={"batch_size": n}, split="visible") for n in DECODE_VISIBLE]
         + [Workload(name=f"B{n}", axes={"batch_size": n}, split="held_out") for n in DECODE_HELD_OUT],
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"output": 5e-3, "new_state": 1e-4}),
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"output": 5e-3, "new_state": 1e-4},
+                            rows={"output": ROWS_OUTPUT, "new_state": ROWS_DECODE_STATE}),
         flops=f"batch_size*num_v_heads*{FLOPS_PER_TOKEN_HEAD}",
         scalars={"scale": "1/sqrt(head_size)"},
         requested_features=DECODE_FEATURES,
@@ -328,7 +338,8 @@ def gdn_prefill_task(hq: int = 4, hv: int = 8) -> Task:
         },
         reference=PREFILL_REFERENCE,
         workloads=workloads,
-        tolerance=Tolerance(rtol=1e-2, atol=5e-2, rel_l2={"output": 1e-2, "new_state": 1e-2}),
+        tolerance=Tolerance(rtol=1e-2, atol=5e-2, rel_l2={"output": 1e-2, "new_state": 1e-2},
+                            rows={"output": ROWS_PREFILL, "new_state": ROWS_PREFILL}),
         flops=f"total_seq_len*num_v_heads*{FLOPS_PER_TOKEN_HEAD}",
         scalars={"scale": "1/sqrt(head_size)"},
         requested_features=PREFILL_FEATURES,
@@ -379,7 +390,7 @@ def gdn_mtp_task(hq: int = 4, hv: int = 8) -> Task:
                                       description="scale * S q per token, with the state updated by that token")},
         reference=MTP_REFERENCE,
         workloads=workloads,
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"output": 5e-3}),
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"output": 5e-3}, rows={"output": ROWS_OUTPUT}),
         flops=f"batch_size*seq_len*num_v_heads*{MTP_FLOPS_PER_TOKEN_HEAD}",
         scalars={"scale": "1/sqrt(head_size)"},
         requested_features=MTP_FEATURES,

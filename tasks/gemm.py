@@ -13,10 +13,13 @@ idle unless the kernel splits K or N finely.
 """
 from __future__ import annotations
 
-from tasks.schema import Axis, Task, TensorSpec, Tolerance, Workload
+from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 # Same for every task of the benchmark: the instructions the architecture-specific track asks for.
 REQUESTED_FEATURES = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen05_mma", "tmem", "tma"]}
+# Every row of C within 1e-2 of the row's own norm (floored at 0.3 x a typical row's): one wrong
+# row or element fails, which the elementwise rule alone need not see where values are small.
+ROW_BOUND = RowTolerance(rtol=1e-2, floor=0.3)
 
 GEMM_REFERENCE = '''\
 import torch
@@ -96,8 +99,9 @@ def gemm_task(n: int = 7168, k: int = 5120) -> Task:
         workloads=_gemm_workloads(n, k),
         # The seed paper's tolerance. bf16 output rounding is 2^-9 relative; fp32 accumulation in any
         # order over K=5120 stays far below 1e-2 of the result's scale.
-        # rel-L2: the SIMT and expert kernels measure 1.7e-3 (bf16 rounding of C) on the H200
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"C": 5e-3}),
+        # rel-L2: the SIMT and expert kernels measure 1.7e-3 (bf16 rounding of C) on the H200.
+        # Per row (docs/METHODOLOGY.md, "The judge's power"): honest kernels ~2e-3 of the row's scale.
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"C": 5e-3}, rows={"C": ROW_BOUND}),
         flops="2*M*N*K",
         requested_features=REQUESTED_FEATURES,
         baseline="cublas",

@@ -45,6 +45,20 @@ class Workload(BaseModel):
     split: Literal["visible", "held_out"] = "visible"
 
 
+class RowTolerance(BaseModel):
+    """A bound on every row of one output: ||out_r - ref_r||_2 <= rtol * max(||s_r||_2, floor *
+    sqrt(n) * rms(s)) + atol * sqrt(n), with n the row's length and s the elementwise scale
+    (|ref|, or max(|ref|, rss) for scale "terms"). A row is the output's last dim ("last_dim":
+    a GEMM row, an attention query's O, a GDN token's output or state row) or a single element
+    ("element": LSE, whose error is additive: exp(dLSE) - 1 is the normaliser's relative error).
+    Unlike an aggregate bound it cannot be diluted by the rest of the output: one wrong row fails.
+    For "element" rows this bound replaces the task's elementwise rtol/atol on that output."""
+    rtol: float = 0.0
+    floor: float = 0.0  # a row's scale is at least floor x a typical row's (rms over the output)
+    atol: float = 0.0  # absolute part, in the output's units (LSE: nats)
+    row: Literal["last_dim", "element"] = "last_dim"
+
+
 class Tolerance(BaseModel):
     # Element passes if |out - ref| <= atol + rtol * scale (ref in fp32 from the same inputs), where
     # scale is |ref| ("ref"), or max(|ref|, rss) ("terms"): rss is the root-sum-square of the
@@ -58,6 +72,9 @@ class Tolerance(BaseModel):
     # rule alone lets a bias, noise or zeroed elements below atol pass where outputs are small
     # (attention: median |element| 0.017-0.029); calibration in docs/METHODOLOGY.md.
     rel_l2: dict[str, float] = Field(default_factory=dict)
+    # Per-row bound per output (RowTolerance): catches one wrong row or a few wrong elements that
+    # an aggregate bound dilutes and an atol hides (calibration in docs/METHODOLOGY.md).
+    rows: dict[str, RowTolerance] = Field(default_factory=dict)
 
 
 # The benchmark's task families by op type, in the order `agent tasks` lists them.

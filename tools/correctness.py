@@ -5,8 +5,9 @@
 - Outputs are poisoned before every run with a NaN of a payload no arithmetic produces
   (GPUs write the canonical NaN), so "still poison" means "never written".
 - Inputs are compared bit for bit with a pristine copy after the run.
-- Outputs are compared in fp32 with the reference at the task's tolerance, elementwise and,
-  where the task sets one, by relative L2 error of the whole output; NaN never passes.
+- Outputs are compared in fp32 with the reference at the task's tolerance: elementwise, per
+  row (each row's error against the row's own scale) and by relative L2 error of the whole
+  output, where the task sets those; NaN never passes.
 """
 from __future__ import annotations
 
@@ -92,19 +93,31 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: torch.Tensor | None = None) -> Mismatch:
     """Judge one output against its fp32 reference under the task's Tolerance `tol`.
 
-    Elementwise (the seed paper's rule): |got - expected| <= atol + rtol * s in fp32, where s
-    is |expected|, or max(|expected|, scale) when the task judges against term scales
-    (tasks.reference.term_scales). NaN never passes. Aggregate: where tol.rel_l2 names this
-    output, ||got - expected||_2 / ||expected||_2 must not exceed it, so a small bias, noise
-    or a share of zeroed elements that each stay under atol still fail."""
+    Three rules, all of which must hold (NaN never passes):
+    - Elementwise (the seed paper's rule): |got - expected| <= atol + rtol * s in fp32, where s
+      is |expected|, or max(|expected|, scale) when the task judges against term scales
+      (tasks.reference.term_scales).
+    - Per row, where tol.rows names this output (schema.RowTolerance): the row's L2 error
+      within rtol of the row's own scale (never below `floor` x a typical row's) plus atol.
+      Where each element is a row (LSE), that bound is the elementwise rule for the output.
+      This is what sees one wrong row or a few wrong elements among small values, which the
+      elementwise atol hides and an aggregate bound dilutes.
+    - Aggregate, where tol.rel_l2 names this output: ||got - expected||_2 / ||expected||_2,
+      so a small bias, noise or a share of zeroed elements that each stay under atol fail.
+
+    `got` and `expected` are whole outputs, or [rows, row_len] samples of them (tasks.sampled);
+    for a sample, a typical row's scale is estimated from the rows drawn."""
     rtol, atol = tol.rtol, tol.atol
     bound = (getattr(tol, "rel_l2", None) or {}).get(name)
+    row_tol = (getattr(tol, "rows", None) or {}).get(name)
     if tuple(got.shape) != tuple(expected.shape):
         return Mismatch(output=name, max_abs_err=math.inf, max_rel_err=math.inf, mismatch_frac=1.0, passed=False,
                         first_mismatch=None, got=None, expected=None)
     g, e = got.float(), expected.float()
     diff = (g - e).abs()
     s = e.abs() if scale is None else torch.maximum(e.abs(), scale.float())
+    if row_tol is not None and row_tol.row == "element":  # each element is a row: its own bound replaces this rule
+        rtol, atol = row_tol.rtol, row_tol.atol + row_tol.rtol * row_tol.floor * float(s.square().mean().sqrt())
     ok = (diff <= atol + rtol * s) | ((g == e) & ~torch.isnan(g))  # equal infinities pass
     ok &= ~torch.isnan(g)
     bad = ~ok
@@ -123,10 +136,31 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
         flat = int(bad.reshape(-1).nonzero()[0])
         first = list(_unravel(flat, tuple(g.shape)))
         gv, ev = float(g.reshape(-1)[flat]), float(e.reshape(-1)[flat])
-    passed = n_bad == 0 and (bound is None or rel_l2 <= bound)
+    row_ratio, bad_rows, worst_row = None, None, None
+    if row_tol is not None and g.numel():
+        ratios = row_ratios(fdiff, torch.where(finite, s, torch.zeros_like(s)), row_tol)
+        bad_rows = int((ratios > 1).sum())
+        worst = int(ratios.argmax())
+        row_ratio = float(ratios.reshape(-1)[worst])
+        worst_row = list(_unravel(worst, tuple(ratios.shape)))
+    passed = n_bad == 0 and (bound is None or rel_l2 <= bound) and not bad_rows
     return Mismatch(output=name, max_abs_err=max_abs, max_rel_err=max_rel,
                     mismatch_frac=n_bad / max(1, g.numel()), nan_count=int(torch.isnan(g).sum()),
-                    first_mismatch=first, got=gv, expected=ev, rel_l2=rel_l2, rel_l2_bound=bound, passed=passed)
+                    first_mismatch=first, got=gv, expected=ev, rel_l2=rel_l2, rel_l2_bound=bound,
+                    row_ratio=row_ratio, bad_rows=bad_rows, worst_row=worst_row, passed=passed)
+
+
+def row_ratios(diff: torch.Tensor, s: torch.Tensor, row_tol) -> torch.Tensor:
+    """Each row's L2 error over its allowance (schema.RowTolerance; > 1 fails), shaped as the
+    output without its row dim ("last_dim") or as the output ("element")."""
+    if row_tol.row == "element":
+        diff, s = diff.unsqueeze(-1), s.unsqueeze(-1)
+    n = diff.shape[-1]
+    err = diff.norm(dim=-1)
+    own = s.norm(dim=-1)
+    typical = float(s.square().mean().sqrt()) * math.sqrt(n)  # a typical row's norm: rms over the output
+    allowed = row_tol.rtol * own.clamp_min(row_tol.floor * typical) + row_tol.atol * math.sqrt(n)
+    return err / allowed.clamp_min(1e-30)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
