@@ -505,8 +505,7 @@ class Evaluator:
             return ExecutedCheck(status="skipped", reason=f"not profiled: no workload ran to a verdict ({why})"[:400])
         requests = [{**self._request(solution, res.compile, task, w, seeds=[self._seed(), self._seed()], time=False),
                      "credit_seed": self._rng.getrandbits(62)} for w in chosen]
-        works = [ncu.TaskWork(flops=task.flop_count(task.axis_values(w)), read_bytes=task.input_bytes(task.axis_values(w)))
-                 for w in chosen]
+        works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
         ex = credit.finish(requests, works=works, timed_ms=timed)
         first = chosen[0]
@@ -543,6 +542,22 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+# The padding allowance of the wgmma overwork cap (tools.ncu.TaskWork.padded_flops): the task's
+# first size axis (its rows: M, S, L, total_seq_len) rounded up to whole 128-row tiles.
+TILE_ROWS = 128
+
+
+def _task_work(task, wl):
+    """The work a workload asks for, as the executed check weighs it."""
+    from tools import ncu
+
+    axes = task.axis_values(wl)
+    rows = next((k for k, a in task.axes.items() if a.type == "var"), None)  # M, S, L, total_seq_len, ...
+    padded = {k: (-(-v // TILE_ROWS) * TILE_ROWS if k == rows else v) for k, v in axes.items()}
+    return ncu.TaskWork(flops=task.flop_count(axes), read_bytes=task.input_bytes(axes),
+                        padded_flops=task.flop_count(padded))
 
 
 def _compile(solution, arch: str) -> CompileResult:
