@@ -184,7 +184,7 @@ class Nodes:
         cdir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(cdir / "reply.md", text)
         try:
-            solution = extract_solution(text)
+            solution = extract_solution(text, d.config.lang)  # a kernel in the other language is a format error
         except SolutionError as exc:
             message = str(exc)
             if finish_reason == "length":  # the usual cause of a missing block: the reply was cut off

@@ -521,3 +521,49 @@ def test_output_fits_80_columns_and_says_things_once(tmp_path):
                   str(tmp_path / "runs"), env=narrow)
     assert "no reply" in p.stderr and "turn 1: no reply" not in p.stderr and "(None)" not in p.stderr, p.stderr
     assert not too_wide(p.stdout) and not too_wide(p.stderr), too_wide(p.stdout + p.stderr)
+
+
+def test_report_names_models_as_the_config_does_and_draws_only_ablations_that_exist(tmp_path):
+    write_script(tmp_path / "a.json", [probe_reply()])
+    (tmp_path / "s.toml").write_text(SWEEP.format(models='{spec = "scripted:a.json", name = "probe-model"}',
+                                                  extra="", turns=1).replace('contexts = ["none"]',
+                                                                             'contexts = ["none", "docs"]'))
+    p = agent_cli("sweep", "s.toml", cwd=tmp_path)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    p = agent_cli("report", "runs/s", "--out", "rep", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| probe-model |" in md and "scripted:" not in md and "2 runs (" in md
+    assert (tmp_path / "rep" / "context.png").exists() and not (tmp_path / "rep" / "profile.png").exists()
+    one = next((tmp_path / "runs" / "s").rglob("config.json")).parent
+    p = agent_cli("report", str(one), "--out", "rep1", cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.startswith("1 run (")
+    md = (tmp_path / "rep1" / "report.md").read_text()
+    assert "1 run (" in md and "1 runs" not in md and "context.png" not in md
+
+
+def test_launch_json_keys_are_strict_and_the_run_language_is_enforced(tmp_path):
+    """Issue 23 item 3: an unknown key in launch.json (the file the model writes) is an error
+    with "did you mean", never ignored: from `eval` and `check` on a folder (exit 2, one
+    line) and, in the loop, as the format error the model is told. Issue 26: in a --lang ptx
+    run a CUDA reply is a format error that says what the run takes."""
+    folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "typo")
+    manifest = json.loads((folder / "launch.json").read_text())
+    manifest["launches"][0]["shared_byte"] = 1024
+    (folder / "launch.json").write_text(json.dumps(manifest))
+    for args in (("eval", str(folder), "--task", "gemm"), ("check", str(folder))):
+        one_line_error(agent_cli(*args), "launches.0: unknown key 'shared_byte' in a launch",
+                       "did you mean 'shared_bytes'?")
+
+    ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n\n.visible .entry k(.param .u64 c)\n{\n    ret;\n}")
+    typo = json.dumps({"launches": [{"kernel": "k", "grid": [1], "block": [32], "args": ["C"],
+                                     "shared_byte": 0}]})
+    model = write_script(tmp_path / "s.json", [probe_reply(), f"```ptx\n{ptx}\n```\n\n```json\n{typo}\n```\n"])
+    p = agent_cli("solve", "--task", "gemm", "--model", model, "--lang", "ptx", "--context", "none",
+                  "--max-turns", "2", "--runs-dir", str(tmp_path / "runs"))
+    run = next((tmp_path / "runs").rglob("config.json")).parent
+    errors = [e["message"] for e in replay.load_recorded(run).events if e["type"] == "format_error"]
+    assert len(errors) == 2, (p.stdout, p.stderr, errors)
+    assert errors[0].startswith("this run takes raw PTX (--lang ptx), but the kernel is CUDA C++"), errors[0]
+    assert "did you mean 'shared_bytes'?" in errors[1], errors[1]
+    assert not list(run.rglob("kernel.cu")) and not list(run.rglob("launch.json"))  # nothing was extracted
