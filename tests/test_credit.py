@@ -217,15 +217,15 @@ def test_credit_process_hands_over_after_the_timed_runs_and_attributes_rows(fake
 
     task, reqs, works = _gemm_requests()
     env = dict(__import__("os").environ)
-    p = CreditProcess(["wgmma", "tma"], ["gemm_bf16_tn_sm90"], env)
+    p = CreditProcess(["wgmma", "tma"], env)
     assert p.proc is not None and p.proc.poll() is None  # started, waiting for the hand-over
-    ex = p.finish(reqs, works, timed_ms={r["workload"]["name"]: 0.001 for r in reqs})
+    ex = p.finish(reqs, "0", works, timed_ms={r["workload"]["name"]: 0.001 for r in reqs})
     assert ex.status == "ok" and ex.carries == {"wgmma": True, "tma": True}, (ex.reason, ex.notes)
     assert [w.workload for w in ex.workloads] == [w.name for w in task.workloads]
     assert set(ex.phase_s) >= {"runs", "import", "worker_credit_runs"}
 
     fake_ncu.setenv("FAKE_NCU_WGMMA_M", "8192")
-    ex = CreditProcess(["wgmma", "tma"], ["gemm_bf16_tn_sm90"], dict(__import__("os").environ)).finish(reqs, works)
+    ex = CreditProcess(["wgmma", "tma"], dict(__import__("os").environ)).finish(reqs, "0", works)
     assert ex.status == "ok" and ex.carries["wgmma"] is False
     assert ex.workloads[0].carries["wgmma"] is True and ex.notes["wgmma"].startswith("held-out workload #1")
 
@@ -234,11 +234,11 @@ def test_credit_process_without_ncu_or_requests_is_skipped(fake_ncu, monkeypatch
     from tools.ncu import CreditProcess
 
     _, reqs, works = _gemm_requests()
-    p = CreditProcess(["wgmma"], ["gemm_bf16_tn_sm90"], dict(__import__("os").environ))
-    ex = p.finish([], [])
+    p = CreditProcess(["wgmma"], dict(__import__("os").environ))
+    ex = p.finish([], "0", [])
     assert ex.status == "skipped" and "nothing to profile" in ex.reason and p.proc is None
     monkeypatch.setenv("PATH", "/nonexistent")
-    ex = CreditProcess(["wgmma"], ["gemm_bf16_tn_sm90"], {}).finish(reqs, works)
+    ex = CreditProcess(["wgmma"], {}).finish(reqs, "0", works)
     assert ex.status == "skipped" and "not on PATH" in ex.reason
 
 

@@ -110,6 +110,14 @@ class WorkerHandle:
         path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
         return scrubbed_env({"CUDA_VISIBLE_DEVICES": self.device, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
 
+    @property
+    def env_without_device(self) -> dict[str, str]:
+        """The same, with no device chosen yet (the executed check's process learns its GPU when it
+        is handed its requests, before it initialises CUDA)."""
+        env = dict(self.env)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        return env
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -334,7 +342,17 @@ class Evaluator:
             from tasks import get_task
 
             task = get_task(task)
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        # The executed check's process starts now, so its start-up overlaps compilation and the
+        # timed runs; it touches the GPU only when handed the requests (tools.ncu.CreditProcess).
+        credit = None
+        if executed_check and self._workers and arch in ARCH_CC and task.features_for(arch):
+            from tools import ncu
+
+            credit = ncu.CreditProcess(task.features_for(arch), self._workers[0].env_without_device,
+                                       self.ncu_timeout_s, extra_metrics=self.profile_metrics)
+        with ThreadPoolExecutor(max_workers=1) as pool, contextlib.ExitStack() as stack:
+            if credit is not None:
+                stack.callback(credit.close)
             inspecting = None
             try:
                 if compiled:
@@ -351,7 +369,7 @@ class Evaluator:
             if not compiled:
                 res.phase_s["compile"] = _time.perf_counter() - t0
             try:
-                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time)
+                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, credit)
             except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
                 import traceback
 
@@ -371,7 +389,7 @@ class Evaluator:
         return res
 
     def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
-               sanitize: bool, time: bool) -> None:
+               sanitize: bool, time: bool, credit=None) -> None:
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -393,7 +411,7 @@ class Evaluator:
                 if sanitize:
                     res.sanitize = SanitizeResult(status="skipped", reason=reason)
             else:
-                self._run(res, solution, task, wls, arch, executed_check, sanitize, time)
+                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit)
 
     def _cannot_run(self, arch: str) -> str | None:
         if not self._workers:
@@ -428,20 +446,13 @@ class Evaluator:
             res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
 
     def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
-             time: bool) -> None:
+             time: bool, credit=None) -> None:
         import time as _time
 
-        with self._worker() as w, contextlib.ExitStack() as stack:
+        with self._worker() as w:
             info = w.start()
             t0 = _time.perf_counter()
             res.gpu, res.device = info.get("gpu"), w.device
-            credit = None
-            if executed_check:  # started now: its start-up overlaps the timed runs (tools.ncu.CreditProcess)
-                from tools import ncu
-
-                credit = ncu.CreditProcess(res.requested_features, _entries(res.compile, solution), w.env,
-                                           self.ncu_timeout_s, extra_metrics=self.profile_metrics)
-                stack.callback(credit.close)
             limits = info.get("limits") or NOMINAL_LIMITS[arch]
             stop: str | None = None
             for wl in wls:
@@ -478,7 +489,7 @@ class Evaluator:
             names = _entries(res.compile, solution)
             if executed_check:
                 t0 = _time.perf_counter()
-                res.executed = self._executed(res, solution, task, wls, stop, credit)
+                res.executed = self._executed(res, solution, task, wls, stop, credit, w.device)
                 res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
                 from tools import ncu
@@ -489,7 +500,7 @@ class Evaluator:
                                 ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
                 res.phase_s["sanitize"] = _time.perf_counter() - t0
 
-    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit) -> ExecutedCheck:
+    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str) -> ExecutedCheck:
         """The executed check on every judged workload that ran to a verdict of its own (one the
         manifest, a fault or a hang did not decide: those run no profiler), each tied to its
         timed median; the profile comes from the first visible workload."""
@@ -507,7 +518,9 @@ class Evaluator:
                      "credit_seed": self._rng.getrandbits(62)} for w in chosen]
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
-        ex = credit.finish(requests, works=works, timed_ms=timed)
+        if credit is None:
+            return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
+        ex = credit.finish(requests, device, works=works, timed_ms=timed)
         first = chosen[0]
         axes0 = task.axis_values(first)
         ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),

@@ -308,9 +308,9 @@ class CreditProcess:
     carries only where it carries on every credited workload). `works`: the task's work per
     request. `extra_metrics` (a profile) are collected in the same pass."""
 
-    def __init__(self, features: list[str], kernel_names: list[str], env: dict[str, str], timeout_s: float = 600.0,
+    def __init__(self, features: list[str], env: dict[str, str], timeout_s: float = 600.0,
                  extra_metrics: tuple[str, ...] = ()):
-        self.features, self.names, self.env, self.timeout_s = features, list(dict.fromkeys(kernel_names)), env, timeout_s
+        self.features, self.env, self.timeout_s = features, env, timeout_s
         self.extra_metrics = tuple(extra_metrics)
         self.ncu = shutil.which("ncu")
         self.skip = ("ncu (Nsight Compute) is not on PATH" if self.ncu is None else
@@ -334,10 +334,10 @@ class CreditProcess:
     def _start(self, metrics: list[str]) -> None:
         for p in (self.dir / "res.pkl", self.report):
             p.unlink(missing_ok=True)
+        # No kernel-name filter: the profiler's window holds the candidate's launches and nothing
+        # else (tools.worker.run_credit), and the names are not known before the compile ends.
         cmd = [self.ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(metrics),
-               "--kernel-name-base", "mangled",
-               "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in self.names) + ")$",
-               "--export", str(self.dir / "profile"), "--force-overwrite",
+               "--kernel-name-base", "mangled", "--export", str(self.dir / "profile"), "--force-overwrite",
                sys.executable, "-m", "tools.worker", "--credit", str(self.dir / "res.pkl")]
         self.log = open(self.dir / "ncu.log", "w")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
@@ -347,13 +347,13 @@ class CreditProcess:
         self.log.flush()
         return (self.dir / "ncu.log").read_text(errors="replace")
 
-    def _run(self, requests: list[dict]) -> str | None:
+    def _run(self, requests: list[dict], device: str | None) -> str | None:
         """Hand the requests over and wait for the process to end; why it did not, or None."""
         from tools.worker import encode
 
         assert self.proc and self.proc.stdin
         try:
-            self.proc.stdin.write(encode({"op": "credit", "requests": requests}))
+            self.proc.stdin.write(encode({"op": "credit", "requests": requests, "device": device}))
             self.proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass  # it died before the requests came: its output says why
@@ -364,14 +364,15 @@ class CreditProcess:
             return f"ncu ran longer than {self.timeout_s:.0f} s"
         return None
 
-    def finish(self, requests: list[dict], works: list[TaskWork | None] | None = None,
+    def finish(self, requests: list[dict], device: str | None = None, works: list[TaskWork | None] | None = None,
                timed_ms: dict[str, float | None] | None = None) -> ExecutedCheck:
+        """`device`: the GPU (CUDA_VISIBLE_DEVICES) the evaluation ran on; the process uses it too."""
         try:
-            return self._finish(requests, works, timed_ms)
+            return self._finish(requests, device, works, timed_ms)
         finally:
             self.close()
 
-    def _finish(self, requests: list[dict], works, timed_ms) -> ExecutedCheck:
+    def _finish(self, requests: list[dict], device: str | None, works, timed_ms) -> ExecutedCheck:
         if self.skip:
             return ExecutedCheck(status="skipped", reason=self.skip)
         if not requests:
@@ -381,7 +382,7 @@ class CreditProcess:
         for i, metrics in enumerate(self._attempts()):  # retry without the metrics this ncu lacks
             if i:
                 self._start(metrics)
-            why = self._run(requests)
+            why = self._run(requests, device)
             if why:
                 return ExecutedCheck(status="skipped", reason=why)
             if self.report.exists():
@@ -409,9 +410,8 @@ class CreditProcess:
         phase_s["import"] = time.perf_counter() - t1
         expected = sum(int(r.get("launches") or 0) for r in runs if r.get("profiled_at"))
         if len(rows) != expected:
-            return ExecutedCheck(status="skipped", reason=f"ncu profiled {len(rows)} launches of the solution's "
-                                                          f"kernels ({', '.join(self.names)}), the credit runs made "
-                                                          f"{expected}: {_tail(imported.stderr)}")
+            return ExecutedCheck(status="skipped", reason=f"ncu profiled {len(rows)} launches, the credit runs "
+                                                          f"made {expected}: {_tail(imported.stderr)}")
         works = list(works) if works is not None else [None] * len(requests)
         by_name = {m["workload"]: w for m, w in zip(requests_meta(requests), works)}
         credits, profiled, at = [], {}, 0

@@ -614,8 +614,8 @@ def run_credit(state: State, req: dict) -> dict:
             ws.prepare()
             state.flusher.flush()
             profiled = i - len(req["seeds"]) == at
+            ws.zero_scratch()  # on the stream before the launches, as in a timed run; outside the window
             with window() if profiled else contextlib.nullcontext():
-                ws.zero_scratch()
                 bound.launch()
                 state.wait(limit)
             if profiled:
@@ -845,6 +845,8 @@ def credit(result_path: str) -> int:
         msg = read_msg(sys.stdin.buffer)
         if msg is None or msg.get("op") != "credit":
             return 0  # the evaluation ended without asking
+        if msg.get("device") is not None:  # the evaluation's GPU, chosen after this process started
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(msg["device"])
         t1 = time.perf_counter()
         state = State()
         phase_s["context"] = time.perf_counter() - t1
