@@ -239,6 +239,8 @@ def snippets(doc: Doc | None = None) -> list[Snippet]:
     `<!-- expect: info C7515 -->` / `<!-- expect: error <message text> -->` (a mistake: the
     compiler must say exactly that), `<!-- arch: sm_100a -->`, `<!-- nocompile -->`.
     Without a features marker a working snippet must show the doc's front-matter features.
+    Snippets are compile-and-SASS checks (tests/test_knowledge.py), not claims of a result; the
+    worked examples, which do claim one, also run on the GPU (tests/gpu/test_knowledge_examples_gpu.py).
     """
     out = []
     for d in ([doc] if doc else load_docs() + load_examples()):
