@@ -48,7 +48,7 @@ def solve_cmd(
     api_base: Optional[str] = typer.Option(None, help="URL of an OpenAI-compatible server (vLLM, Ollama, ...)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (provider default if unset)."),
     model_param: Optional[list[str]] = typer.Option(
-        None, "--model-param",
+        None, "--model-param", metavar="KEY=VALUE",
         help="key=value sent to the provider as given (repeatable; the value is JSON where it parses): "
              "reasoning_effort=high, max_tokens=32000, 'thinking={\"type\": \"enabled\", \"budget_tokens\": 16000}'. "
              "context_window=N and prompt_cache=true|false configure ptxbench's side only."),
