@@ -226,7 +226,7 @@ class CellRow:
 
 def cell_key(run: RunRecord) -> CellKey:
     c = run.config
-    return (model_label(c.model) + params_label(c.model_params), c.task, c.arch, c.context, c.strategy,
+    return ((c.model_name or model_label(c.model)) + params_label(c.model_params), c.task, c.arch, c.context, c.strategy,
             "on" if c.profile_feedback else "off", c.history)
 
 
@@ -395,8 +395,9 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_speedup_by_turn(runs: Sequence[RunRecord], path: Path) -> None:
-    """Geometric-mean best speedup of cwa runs, at every turn limit from 1 to the longest run."""
+def plot_speedup_by_turn(runs: Sequence[RunRecord], limits: Sequence[int], path: Path) -> None:
+    """Geometric-mean best speedup of cwa runs at every turn limit from 1 to the report's last
+    one (the tables' limits are the ticks): a run that stopped early keeps its best after."""
     plt = _pyplot()
     groups = _by_task_arch(runs)
     fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(5 * max(1, len(groups)), 3.6), squeeze=False)
@@ -404,9 +405,8 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], path: Path) -> None:
         ax.set_title(f"{task} {arch}", fontsize=9)
         drawn = False
         for (model, context), series in _by_model_setting(members).items():
-            last = max((t.turn for r in series for t in r.summary.per_turn), default=0)  # type: ignore[union-attr]
             xs, ys = [], []
-            for turn in range(1, last + 1):
+            for turn in range(1, max(limits) + 1):
                 sp = [m.speedup for m in (run_metrics(r.summary, turn) for r in series)  # type: ignore[arg-type]
                       if m.values["cwa"] is True and m.speedup]
                 if sp:
@@ -421,10 +421,9 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], path: Path) -> None:
         else:
             _na(ax, "no timed correct-with-arch kernel")
         ax.set_xlabel("turn limit")
-        # turn limits are 1..the longest run, drawn or not (an empty axis would show 0..1)
-        longest = max((t.turn for r in members for t in r.summary.per_turn), default=1)  # type: ignore[union-attr]
-        ax.set_xlim(0.5, max(longest, 1) + 0.5)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        # the same turn limits as the tables, drawn or not (an empty axis would show 0..1)
+        ax.set_xlim(0.5, max(limits) + 0.5)
+        ax.set_xticks(sorted(set(limits)))
         ax.set_ylabel("speedup vs library (geomean)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -438,34 +437,38 @@ def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
 
 def plot_ablation(rows: Sequence[CellRow], turn_limit: int, path: Path, index: int, name: str) -> None:
     """The settings of one ablation (the cell key's `index`: context, profile feedback) side by
-    side per model: arch-in-SASS rate and correct-with-arch rate, pooled over the other keys."""
+    side per model, task and arch (never merged: tasks differ in difficulty): arch-in-SASS rate
+    and correct-with-arch rate, pooled over the other keys. A bar no run could fill is drawn
+    as a hatched outline marked n/a, never as a zero."""
     plt = _pyplot()
     rows = [r for r in rows if r.turn_limit == turn_limit]
-    models = sorted({r.key[0] for r in rows})
-    contexts = sorted({r.key[index] for r in rows}, key=lambda c: (c not in ("none", "off"), c))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
-    width = 0.8 / max(1, len(contexts))
+    groups = sorted({(r.key[0], r.key[1], r.key[2]) for r in rows})  # model, task, arch
+    settings = sorted({r.key[index] for r in rows}, key=lambda c: (c not in ("none", "off"), c))
+    fig, axes = plt.subplots(1, 2, figsize=(max(10, 2.2 * len(groups) + 3), 4.2), squeeze=False)
+    width = 0.8 / max(1, len(settings))
     for ax, metric, title in ((axes[0][0], "arch_sass", "compiled with requested features (SASS)"),
                               (axes[0][1], "cwa", "correct with arch")):
-        any_known = False
-        for i, context in enumerate(contexts):
-            labelled = False
-            for j, model in enumerate(models):
-                pooled = [r.metrics[metric] for r in rows if r.key[0] == model and r.key[index] == context]
+        for i, setting in enumerate(settings):
+            for j, group in enumerate(groups):
+                pooled = [r.metrics[metric] for r in rows if r.key[:3] == group and r.key[index] == setting]
                 succ, n = sum(p.successes for p in pooled), sum(p.n for p in pooled)
-                x = j + (i - (len(contexts) - 1) / 2) * width
+                x = j + (i - (len(settings) - 1) / 2) * width
+                label = setting if j == 0 else None
                 if n:
-                    any_known = True
-                    ax.bar(x, succ / n, width, label=None if labelled else context, color=f"C{i}")
-                    labelled = True
+                    ax.bar(x, succ / n, width, label=label, color=f"C{i}")
                 else:
-                    ax.text(x, 0.02, "n/a", ha="center", fontsize=7, rotation=90, color="grey")
-        ax.set_xticks(range(len(models)), models, fontsize=7, rotation=15)
+                    ax.bar(x, 1.0, width, label=label, fill=False, hatch="//", edgecolor=f"C{i}", alpha=0.5)
+                    ax.text(x, 0.5, "n/a", ha="center", va="center", fontsize=9, color="dimgrey",
+                            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.set_xticks(range(len(groups)), [f"{m}\n{t} {a}" for m, t, a in groups], fontsize=7)
         ax.set_ylim(0, 1.05)
+        ax.set_ylabel("share of runs")
         ax.set_title(f"{title}, turn {turn_limit}", fontsize=9)
-        if any_known:
-            ax.legend(title=name, fontsize=7)
-    fig.tight_layout()
+    # one legend for both panels, above them: never over a bar
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, title=name, fontsize=7, title_fontsize=8, loc="upper center",
+               ncol=max(1, len(settings)), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -486,7 +489,7 @@ def _by_model_setting(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[R
         setting = ", ".join([c.context] + ([c.strategy] if c.strategy != "linear" else [])
                             + (["profile on"] if c.profile_feedback else [])
                             + ([f"history {c.history}"] if c.history != "full" else []))
-        out.setdefault((model_label(c.model) + params_label(c.model_params), setting), []).append(r)
+        out.setdefault(((c.model_name or model_label(c.model)) + params_label(c.model_params), setting), []).append(r)
     return dict(sorted(out.items()))
 
 
@@ -506,6 +509,12 @@ class Report:
 
 PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "context": "context.png",
          "profile": "profile.png"}
+
+
+def plots_for(rows: Sequence[CellRow]) -> list[str]:
+    """The plots these runs can fill: an ablation's plot only where the runs vary that setting."""
+    varied = {name for name in ("context", "profile") if len({r.key[KEY_NAMES.index(name)] for r in rows}) > 1}
+    return [name for name in PLOTS if name not in ("context", "profile") or name in varied]
 
 
 def write_report(paths: Iterable[str | Path], out_dir: str | Path,
@@ -531,11 +540,15 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
               "Per task family and split (held-out tasks apart)": summarise(runs, limits, split_key)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {name: out / fname for name, fname in PLOTS.items()}
+    files = {name: out / PLOTS[name] for name in plots_for(rows)}
+    for stale in set(PLOTS) - set(files):  # an earlier report's plot of an ablation these runs do not make
+        (out / PLOTS[stale]).unlink(missing_ok=True)
     plot_fast_p(runs, limits[-1], files["fast_p"])
-    plot_speedup_by_turn(runs, files["speedup_by_turn"])
-    plot_context(rows, limits[-1], files["context"])
-    plot_ablation(rows, limits[-1], files["profile"], KEY_NAMES.index("profile"), "profile feedback")
+    plot_speedup_by_turn(runs, limits, files["speedup_by_turn"])
+    if "context" in files:
+        plot_context(rows, limits[-1], files["context"])
+    if "profile" in files:
+        plot_ablation(rows, limits[-1], files["profile"], KEY_NAMES.index("profile"), "profile feedback")
     files["csv"] = out / "report.csv"
     write_csv(rows, files["csv"])
     files["families_csv"] = out / "report_families.csv"
@@ -567,7 +580,9 @@ _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback
 
 
 def _runs_line(n_runs: int, unfinished: int) -> str:
-    return f"{n_runs} runs ({unfinished} unfinished or stopped by a ptxbench error, left out of the metrics)."
+    runs = f"{n_runs} run" if n_runs == 1 else f"{n_runs} runs"
+    return f"{runs} ({unfinished} unfinished, interrupted or stopped by a ptxbench or infrastructure error, left out of " \
+           f"the metrics)."
 
 
 def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[int]):
@@ -580,6 +595,7 @@ def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[
 
 def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
                     notes: Sequence[str], groups: dict[str, Sequence[CellRow]] | None = None) -> str:
+    drawn = plots_for(rows)
     lines = ["# ptxbench report", "", _runs_line(n_runs, unfinished), "", _INTRO, ""]
     lines += [f"- {n}" for n in notes] + ([""] if notes else [])
     for limit in limits:
@@ -589,7 +605,7 @@ def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int,
     for title, head, body in _group_tables(groups, limits):
         lines += [f"## {title}", "", "| " + " | ".join(head) + " |",
                   "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body] + [""]
-    lines += ["## Plots", ""] + [f"![{name}]({fname})" for name, fname in PLOTS.items()] + [""]
+    lines += ["## Plots", ""] + [f"![{name}]({fname})" for name, fname in PLOTS.items() if name in drawn] + [""]
     return "\n".join(lines)
 
 
@@ -618,7 +634,7 @@ def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unf
                      + "</tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in b) + "</tr>"
                                          for b in body) + "</table>")
     parts.append("<h2>Plots</h2>")
-    for name in PLOTS:  # embedded, so the HTML file stands alone
+    for name in (n for n in PLOTS if n in files):  # embedded, so the HTML file stands alone
         data = base64.b64encode(files[name].read_bytes()).decode()
         parts.append(f"<h3>{name}</h3><img alt='{name}' src='data:image/png;base64,{data}'>")
     parts.append("</body></html>")

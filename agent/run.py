@@ -68,6 +68,7 @@ class SolveRequest:
     command: list[str] = field(default_factory=list)
     history: str = "full"  # full | latest: what of the chat each call sends
     model_params: dict = field(default_factory=dict)  # to the provider as given (agent.models.LOCAL_PARAMS aside)
+    model_name: str | None = None  # a sweep's name for the model (reports show it)
     context_turn_tokens: int = 2000  # docs added on turns 2+ at most, per turn
     memcheck: bool = True  # compute-sanitizer memcheck after a visible crash, hang or out-of-bounds write
 
@@ -184,7 +185,8 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
         profile_feedback=req.profile_feedback,
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
         executed_check=req.executed_check, command=req.command or list(sys.argv), history=req.history,
-        model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck)
+        model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck,
+        model_name=req.model_name)
     return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
 
 

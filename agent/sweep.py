@@ -227,7 +227,7 @@ class SweepRun:
             executed_check=sweep.executed_check,
             command=["agent", "sweep", sweep.name, self.run_id], history=self.history,
             model_params=dict(self.model.params), context_turn_tokens=sweep.context_turn_tokens,
-            memcheck=sweep.memcheck)
+            memcheck=sweep.memcheck, model_name=self.model.name)
 
 
 def variant(strategy: str, samples: int, profile_feedback: bool, history: str = "full") -> str:

@@ -115,6 +115,7 @@ class RunConfig(BaseModel):
     task_requested: str = ""  # what the user typed, e.g. "attn_bwd"
     arch: str = "sm_90a"
     model: str  # model spec as given to agent.models.get_model
+    model_name: str | None = None  # the sweep config's `name` for it (reports show it); None: outside a sweep
     api_base: str | None = None
     model_options: dict[str, float | int] = Field(default_factory=dict)  # max_retries, retry_base_s, timeout_s
     lang: Language = "cuda"
