@@ -121,7 +121,8 @@ MANIFEST = {"buffers": [{"name": "ws", "dtype": "float32", "shape": ["M", 4]}],
     (lambda m: m["launches"][0], "clusters", "(did you mean 'cluster'?)"),
     (lambda m: m["launches"][0]["args"][1], "valu",
      "launches.0.args.1: unknown key 'valu' in a by-value argument (did you mean 'value'?)"),
-    (lambda m: m, "comment", "unknown key 'comment' in the manifest; the manifest takes: buffers, tensor_maps, launches"),
+    (lambda m: m, "comment",
+     "unknown key 'comment' in the manifest; the manifest takes: buffers, tensor_maps, launches"),
 ])
 def test_unknown_keys_are_rejected_at_every_level(where, key, message):
     m = json.loads(json.dumps(MANIFEST))
@@ -146,3 +147,18 @@ def test_jsonc_keeps_strings_whole():
                                              "d": '" // quote'}
     with pytest.raises(SolutionError, match=r"invalid JSON at line 3 column 1"):  # line numbers survive comments
         parse_manifest('{/* a\nb */\n"launches": }', where="m")
+
+
+def test_a_real_kernel_split_over_two_blocks_is_joined_and_builds():
+    """knowledge/examples/sm_90a/attention_backward.md is written as a person writes a reply:
+    kernels 1 and 3 in one block, the wgmma kernel 2 in another, one manifest launching all
+    three. "The last block wins" lost two kernels; joined, the module has all three."""
+    from tools.compile import compile_solution
+
+    root = Path(__file__).resolve().parents[1]
+    sol = extract_solution((root / "knowledge" / "examples" / "sm_90a" / "attention_backward.md").read_text(), "cuda")
+    assert [b.used for b in sol.extraction.source_blocks] == ["source", "helper"]
+    result = compile_solution(sol, "sm_90a")
+    assert result.ok, result.error
+    assert {lc.kernel for lc in sol.manifest.launches} == set(result.kernels) == {
+        "attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq_convert"}
