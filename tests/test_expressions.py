@@ -1,0 +1,105 @@
+"""Manifest expressions (tools/expressions.py) by value: every operator and function computes what
+a launch needs, and every refusal is a ValueError that names its reason. (The fuzz tests in
+test_manifest_fuzz.py prove "ValueError and nothing else" over random text; the bounds are pinned
+in test_mutation_gaps.py.) Fast enough to be the module's mutation-testing suite."""
+from __future__ import annotations
+
+import pytest
+
+from tools import expressions
+from tools.expressions import evaluate, names_in
+
+ENV = {"M": 8192, "N": 7168, "K": 5120, "num_sms": 132, "half": 0.5}
+
+
+@pytest.mark.parametrize("expr, value", [
+    ("cdiv(M, 128) * cdiv(N, 256)", 64 * 28),
+    ("ceil_div(1000, 128)", 8), ("cdiv(1024, 128)", 8), ("cdiv(1, 128)", 1), ("cdiv(0, 128)", 0),
+    ("cdiv(-5, 2)", -2), ("cdiv(7.9, 2)", 4),  # int() of each argument first: 7 / 2 rounded up
+    ("round_up(1000, 128)", 1024), ("round_up(1024, 128)", 1024), ("round_up(1, 64)", 64),
+    ("min(num_sms, cdiv(M, 128) * (N // 256))", 132), ("max(1, 2)", 2), ("min(3, 1, 2)", 1),
+    ("max(" + ", ".join(map(str, range(16))) + ")", 15),
+    ("sqrt(16)", 4.0), ("log2(1024)", 10.0), ("int(7.9)", 7), ("float(3)", 3.0),
+    ("M + N", 15360), ("M - N", 1024), ("M * 2", 16384), ("M / 4096", 2.0), ("M // 3", 2730),
+    ("M % 1000", 192), ("2 ** 10", 1024), ("1 << 10", 1024), ("1024 >> 3", 128), ("-M", -8192), ("+M", 8192),
+    ("half * 4", 2.0), ("2 ** -1", 0.5), ("(-8) ** 2", 64), ("4.0 ** 0.5", 2.0), ("(-2.0) ** 3", -8.0),
+    ("M < N", 0), ("M > N", 1), ("M <= 8192", 1), ("M >= 8193", 0), ("M == 8192", 1), ("M != 8192", 0),
+    ("128 if M > 4096 else 64", 128), ("128 if M < 4096 else 64", 64),
+    ("1 << 64", 2**64), ("18446744073709551616", 2**64), ("-(2 ** 64)", -(2**64)),
+])
+def test_values(expr, value):
+    got = evaluate(expr, ENV)
+    assert got == value and type(got) is type(value), (expr, got)
+
+
+def test_numbers_pass_through_and_are_checked():
+    assert evaluate(128, {}) == 128 and evaluate(0.5, {}) == 0.5
+    assert evaluate("  M  ", ENV) == 8192  # surrounding blanks are fine
+    assert type(evaluate("M > 1", ENV)) is int  # a comparison is 0 or 1, never a bool
+    for bad, why in [(True, "expected a number"), (None, "expected a number"), ([1], "expected a number"),
+                     (2**65, "integer overflow"), (float("inf"), "non-finite"), (float("nan"), "non-finite")]:
+        with pytest.raises(ValueError, match=why):
+            evaluate(bad, {})
+
+
+def _refusal(expr, env=ENV) -> str:
+    with pytest.raises(ValueError) as info:
+        evaluate(expr, env)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("M / 0", "division by zero in 'M / 0'"), ("M // 0", "division by zero"), ("M % 0", "division by zero"),
+    ("M / (N - N)", "division by zero"), ("cdiv(M, 0)", "division by zero in 'cdiv(M, 0)'"),
+    ("ceil_div(M, 0.5)", "division by zero"), ("round_up(M, 0)", "division by zero"), ("0 ** -1", "division by zero"),
+    ("1.5 << 2", "shift of a non-integer in '1.5 << 2'"), ("2 << 1.5", "shift of a non-integer"),
+    ("1 << 65", "shift count 65 in '1 << 65' is outside 0..64"), ("1 << -1", "shift count -1"),
+    ("1 >> 65", "shift count 65"),
+    ("cdiv(M)", "cdiv() takes 2 arguments, got 1 in 'cdiv(M)'"), ("min(M)", "min() takes 2 to 16 arguments, got 1"),
+    ("max(" + ", ".join(["1"] * 17) + ")", "max() takes 2 to 16 arguments, got 17"),
+    ("sqrt(1, 2)", "sqrt() takes 1 arguments, got 2"),
+    ("sqrt(-1)", "sqrt() failed in 'sqrt(-1)': math domain error"), ("log2(0)", "log2() failed"),
+    ("int(1e308 * 10)", "non-finite"), ("int(float(2 ** 64) * 2.0 ** 960)", "non-finite"),
+    ("unknown + 1", "unknown name 'unknown' in 'unknown + 1' (known: K, M, N, half, num_sms)"),
+    ("M.real", "unsupported construct Attribute"), ("min(a=1, b=2)", "unsupported construct Call"),
+    ("print(M)", "unsupported construct Call"), ("1 < M < 2", "unsupported construct Compare"),
+    ("not M", "unsupported construct UnaryOp"), ("M & 1", "unsupported construct BinOp"),
+    ("'M'", "constant 'M' in"), ("True", "constant True in"), ("None", "constant None in"),
+    ("(-8.0) ** 0.5", "(-8.0)**0.5 in '(-8.0) ** 0.5' is not a real number"),
+    ("2.0 ** 2000", "cannot evaluate '2.0 ** 2000': OverflowError"),
+    ("1e308 * 10", "'1e308 * 10' produces a non-finite value (inf)"),
+    ("cdiv(M,", "cannot parse expression 'cdiv(M,'"), ("M +", "cannot parse"), ("a\x00b", "cannot parse"),
+    ("min(1, " * 45 + "1" + ")" * 45, "nested too deeply (more than 40 levels)"),
+    ("-" * 60 + "1", "nested too deeply"),
+])
+def test_refusals_name_their_reason(expr, why):
+    assert why in _refusal(expr), (expr, _refusal(expr))
+
+
+def test_unknown_name_without_any_known():
+    assert "(known: none)" in _refusal("M", {})
+
+
+def test_long_text_is_refused_and_quoted_short():
+    long = "M + " * 300 + "1"
+    message = _refusal(long)
+    assert f"is {len(long.strip())} characters long; at most 1000 are allowed" in message
+    assert "'M + M + " in message and "...'" in message and len(message) < 200
+    # an evaluation error of a long (but allowed) expression quotes it cut at 80 characters
+    expr = "max(" + ", ".join(["num_sms"] * 12) + ") + nope"
+    message = _refusal(expr)
+    assert repr(expr[:77] + "...") in message and "unknown name 'nope'" in message
+    assert repr("M" * 80) in _refusal("M" * 80, {}) and repr("M" * 77 + "...") in _refusal("M" * 81, {})
+
+
+def test_every_evaluation_has_a_time_budget(monkeypatch):
+    monkeypatch.setattr(expressions, "TIME_BUDGET_S", -1.0)  # already over before the first node
+    assert "took longer than -1000 ms to evaluate" in _refusal("M + 1")
+    monkeypatch.setattr(expressions, "TIME_BUDGET_S", 10.0)
+    assert evaluate("M + 1", ENV) == 8193
+
+
+def test_names_in():
+    assert names_in("cdiv(M, 128) * min(num_sms, N)") == {"M", "num_sms", "N"}
+    assert names_in("max(1, 2)") == set()  # function names are not axes
+    assert names_in(128) == set() and names_in(True) == set() and names_in("cdiv(M,") == set()
