@@ -84,6 +84,13 @@ def test_either_language_when_the_run_does_not_say():
     assert (ptx.language, cuda.language) == ("ptx", "cuda")
 
 
+def test_windows_line_ends():
+    reply = (CORPUS / "helpers_split.md").read_text()
+    crlf = extract_solution(reply.replace("\n", "\r\n"), "cuda")
+    assert crlf.source.replace("\r", "") == extract_solution(reply, "cuda").source
+    assert [b.used for b in crlf.extraction.blocks] == ["helper", "source", "manifest"]
+
+
 def test_every_candidate_records_its_language():
     reply = (CORPUS / "both_languages_ptx_run.md").read_text()
     ex = extract_solution(reply, "ptx").extraction

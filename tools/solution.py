@@ -312,7 +312,7 @@ class Extraction(BaseModel):
     """What the parser found in a reply and what it used.
 
     `note` is one line for the model and for people, set when the reply held more than one
-    source or manifest candidate (which blocks were used, which were left out), else ""."""
+    source block or more than one JSON block (which were used, why the others were not), else ""."""
 
     blocks: list[ReplyBlock] = Field(default_factory=list)
     language: Language | None = None  # of the extracted solution
@@ -570,7 +570,7 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
 
     Raises SolutionError with one line saying what is missing or wrong and what to send;
     the result's (and the error's) `extraction` says which blocks were found and used."""
-    fenced = _fenced_blocks(reply)
+    fenced = _fenced_blocks(reply.replace("\r\n", "\n"))  # a reply pasted from Windows closes its fences too
     info = Extraction(run_language=language)
     if not fenced:
         raise SolutionError("the reply contains no fenced code block; send the kernel in ```cuda``` (or ```ptx```) "
