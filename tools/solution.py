@@ -272,12 +272,14 @@ def _load_json(text: str, where: str) -> Any:
 #    text. A ```markdown block that holds fences is read inside.
 # 2. The manifest is the last JSON block (```json, ```jsonc, or an untagged {...}) with a
 #    "launches" key; JSON blocks without it (fragments) never win.
-# 3. The kernel source is the source block (of the run's language) that defines the most
-#    of the kernels the manifest launches, the last one on a tie; if none defines any, the
-#    largest. Untagged blocks count as source only when no block is tagged as source.
+# 3. The kernel source is the source block of the run's language (a reply with only the
+#    other language is an error saying what the run takes) that defines the most of the
+#    kernels the manifest launches, the last one on a tie; if none defines any, the largest.
+#    Untagged blocks count as source only when no block is tagged as source.
 # 4. Other source blocks of the same language are joined in when the chosen block needs
-#    them (they define a symbol it uses, or a kernel the manifest launches) and they
-#    redefine nothing of it; otherwise they are left out and the note says so.
+#    them (they define a symbol it uses, or a kernel the manifest launches), redefine
+#    nothing of it (an earlier draft) and hold no statements outside a function (a
+#    fragment); otherwise they are left out and the note says why.
 # 5. A block that never closes (a reply cut off) is used only when no closed block can
 #    serve, and then it is an error.
 
