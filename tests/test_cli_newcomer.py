@@ -567,3 +567,21 @@ def test_launch_json_keys_are_strict_and_the_run_language_is_enforced(tmp_path):
     assert errors[0].startswith("this run takes raw PTX (--lang ptx), but the kernel is CUDA C++"), errors[0]
     assert "did you mean 'shared_bytes'?" in errors[1], errors[1]
     assert not list(run.rglob("kernel.cu")) and not list(run.rglob("launch.json"))  # nothing was extracted
+
+
+def test_the_readme_tour_runs_on_files_that_ship_and_its_outputs_are_ignored(tmp_path):
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    for command in ("check", "inspect"):
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `agent {command} "))
+        args = shlex.split(re.sub(r"\[.*?\]", "", row.split("`")[1]))[1:]
+        assert (REPO / args[1]).exists(), args
+        p = agent_cli(*args)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (args, p.stdout, p.stderr)
+    for status in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 130 |"):
+        assert status in readme
+    if (REPO / ".git").exists():  # the README's own --out examples stay out of git
+        p = subprocess.run(["git", "check-ignore", "report/report.md", "data/train.jsonl", "fixit-adapter/x"],
+                           cwd=REPO, capture_output=True, text=True)
+        assert p.stdout.split() == ["report/report.md", "data/train.jsonl", "fixit-adapter/x"], p.stdout
