@@ -103,3 +103,39 @@ def test_names_in():
     assert names_in("cdiv(M, 128) * min(num_sms, N)") == {"M", "num_sms", "N"}
     assert names_in("max(1, 2)") == set()  # function names are not axes
     assert names_in(128) == set() and names_in(True) == set() and names_in("cdiv(M,") == set()
+
+
+# ---------------------------------------------------------------- the limits at their edges
+def test_limits_hold_at_their_edges():
+    # depth: an expression of depth 40 is allowed, 41 is not (each unary minus is one level)
+    assert evaluate("-" * 39 + "1", {}) == -1
+    assert "'" + "-" * 40 + "1' is nested too deeply" in _refusal("-" * 40 + "1")
+    # nodes: 400 are allowed (a flat list: Expression, List, its load context and 397 elements), 401 are not
+    assert "unsupported construct List" in _refusal("[" + ",".join(["1"] * 397) + "]")
+    assert "is too large (more than 400 syntax nodes)" in _refusal("[" + ",".join(["1"] * 398) + "]")
+    # characters: 1000 are allowed, 1001 are not
+    assert evaluate("1." + "0" * 998, {}) == 1.0
+    assert "1001 characters long" in _refusal("1." + "0" * 999)
+    # shift counts 0 and 64 are allowed
+    assert evaluate("5 << 0", {}) == 5 and evaluate("5 >> 0", {}) == 5 and evaluate("1 << 64", {}) == 2**64
+    # a float power of a base in [0, 1) is real
+    assert evaluate("0.0 ** 0.5", {}) == 0.0 and evaluate("0.25 ** 0.5", {}) == 0.5 and evaluate("0 ** 0", {}) == 1
+
+
+def test_names_bound_to_non_numbers():
+    assert evaluate("flag + 1", {"flag": True}) == 2
+    got = evaluate("flag", {"flag": True})
+    assert got == 1 and type(got) is int  # a bool is a number 0 or 1
+    assert "'s' produces a str, not a real number" in _refusal("s", {"s": "text"})
+    assert "'s * 2' produces a list, not a real number" in _refusal("s * 2", {"s": [1]})
+
+
+def test_messages_quote_what_was_refused():
+    assert "got bool True" in _refusal(True) and "got NoneType None" in _refusal(None)
+    assert "got list [1, 2]" in _refusal([1, 2])
+    assert "integer overflow in 36893488147419103232:" in _refusal(2**65)
+    assert "inf produces a non-finite value" in _refusal(float("inf"))
+    exactly_80 = "x + " + "M" * 76
+    assert f"unknown name 'x' in {exactly_80!r}" in _refusal(exactly_80, {})
+    wide = "[" + ",".join(["1"] * 420) + "]"
+    assert f"expression {wide[:77] + '...'!r} is too large" in _refusal(wide)
