@@ -25,6 +25,10 @@ class ReplayError(ValueError):
     """The folder is not a recorded run, or cannot be replayed; one line."""
 
 
+class ReplayInfraError(ReplayError):
+    """Today's toolchain or GPU worker failed on a candidate: no verdict to compare (exit 3)."""
+
+
 class VerdictChange(BaseModel):
     verdict: str
     before: object = None
@@ -137,6 +141,8 @@ def reevaluate(run_dir: str | Path) -> ReevaluateReport:
             else:
                 ev = evaluator.evaluate(solution, task, config.arch, workloads="all",
                                         executed_check=config.executed_check, time=True)
+                if ev.infra_error:  # today's tools could not judge it: no verdict to compare
+                    raise ReplayInfraError(f"{rel}: infrastructure error, nothing compared: {ev.infra_error}")
                 after = fb.candidate_record(turn, sample, rel, ev)
                 report.evaluation = "ok" if fb.ran(ev) else f"skipped: {ev.run_reason}"
             report.candidates.append(CandidateReplay(path=rel, before=before.outcome, after=after.outcome,

@@ -11,7 +11,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, ExitCode, console, err_console, plural, print_json, wrap_items
+from agent.commands.common import (CliError, ExitCode, InfraError, console, err_console, plural, print_json,
+                                   wrap_items)
 from agent.trajectory import EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, RunSummary
 
 
@@ -279,6 +280,8 @@ def replay_cmd(
             report = replay.through_graph(run_dir, runs_dir=runs_dir)
         else:
             report = replay.reevaluate(run_dir)
+    except replay.ReplayInfraError as exc:
+        raise InfraError(str(exc)) from None
     except replay.ReplayError as exc:
         raise CliError(str(exc)) from None
     if json_out:
