@@ -587,3 +587,19 @@ def test_the_readme_tour_runs_on_files_that_ship_and_its_outputs_are_ignored(tmp
         p = subprocess.run(["git", "check-ignore", "report/report.md", "data/train.jsonl", "fixit-adapter/x"],
                            cwd=REPO, capture_output=True, text=True)
         assert p.stdout.split() == ["report/report.md", "data/train.jsonl", "fixit-adapter/x"], p.stdout
+
+
+def test_a_gpu_worker_that_cannot_start_stops_the_run_as_infrastructure(tmp_path, monkeypatch):
+    """On a GPU machine whose worker cannot start (the CPU stand-in: tests/fake_worker.py), the
+    candidate gets no verdict and the run stops with infra_error, not `unverified`."""
+    from tools.evaluator import Evaluator
+
+    (tmp_path / "mode").write_text("nostart")
+    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(tmp_path / "mode"))
+    model = write_script(tmp_path / "s.json", [probe_reply()])
+    with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(REPO / "tests" / "fake_worker.py")],
+                   cache_dir=tmp_path / "cache") as ev:
+        s = solve(SolveRequest(task=GEMM_TASK, model=model, runs_dir=tmp_path / "runs", context="none",
+                               budget=Budget(max_turns=1)), progress=False, evaluator=ev)
+    assert (s.status, s.stop_reason) == ("failed", "infra_error") and s.per_turn == []
+    assert "did not start" in s.stop_detail
