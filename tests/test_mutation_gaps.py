@@ -234,24 +234,39 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
     (tmp_path / "sweep.toml").write_text(SWEEP)
     cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
-    first = run_sweep(cfg)
-    [run_id] = [o.run_id for o in first.outcomes]
+    [run_id] = list(plan(cfg).states)
     run_dir = tmp_path / "runs" / run_id
-    assert (first.ran, first.failed) == (1, 0) and read_summary(run_dir).status == "finished"
+    assert plan(cfg).states == {run_id: "new"} and models_to_run(plan(cfg)) == {"prose"}
+    seen = []
+    first = run_sweep(cfg, progress=lambda o, n, total: seen.append((o.run_id, o.status, n, total)))
+    assert seen == [(run_id, "finished", 1, 1)]
+    assert (first.total, first.ran, first.skipped, first.resumed, first.failed, first.succeeded) == (1, 1, 0, 0, 0, 1)
+    assert first.executor.startswith("local") and first.sweep == "retry" and not first.interrupted
+    assert first.outcomes[0].state_before == "new" and first.outcomes[0].turns == 1
+    assert json.loads((tmp_path / "runs" / "retry" / "sweep.json").read_text())["runs"] == [run_id]
+    assert read_summary(run_dir).status == "finished" and run_state(run_dir) == "done"
     # The run recorded its own crash (a ptxbench bug): a failed run counts as done...
     s = json.loads((run_dir / "summary.json").read_text())
     (run_dir / "summary.json").write_text(json.dumps({**s, "status": "failed", "stop_reason": "error",
                                                       "stop_detail": "RuntimeError: a bug"}))
     assert run_state(run_dir) == "done"
     assert models_to_run(plan(cfg)) == set()
-    again = run_sweep(cfg)
-    assert (again.ran, again.skipped) == (0, 1) and again.outcomes[0].status == "skipped"
+    seen.clear()
+    again = run_sweep(cfg, progress=lambda o, n, total: seen.append((o.run_id, o.status, n, total)))
+    assert (again.ran, again.skipped, again.resumed, again.succeeded) == (0, 1, 0, 0)
+    assert again.executor == "none (all done)" and seen == [(run_id, "skipped", 1, 1)]
+    o = again.outcomes[0]
+    assert o.status == "skipped" and o.error == "RuntimeError: a bug" and o.stop_reason == "error" and o.seconds == 0
     assert read_summary(run_dir).status == "failed"
     # ...unless the sweep is asked to retry failed runs: then it is resumed and finishes.
     assert models_to_run(plan(cfg), retry_failed=True) == {"prose"}
     retried = run_sweep(cfg, retry_failed=True)
-    assert (retried.ran, retried.skipped, retried.resumed, retried.failed) == (1, 0, 1, 0)
+    assert (retried.ran, retried.skipped, retried.resumed, retried.failed, retried.succeeded) == (1, 0, 1, 0, 1)
     assert retried.outcomes[0].status == "finished" and retried.outcomes[0].state_before == "partial"
     assert read_summary(run_dir).status == "finished"
     # A finished run is not redone by --retry-failed.
     assert run_sweep(cfg, retry_failed=True).ran == 0
+    # A run killed before its summary is partial (resumed by the next sweep); one never started is new.
+    (run_dir / "summary.json").unlink()
+    assert run_state(run_dir) == "partial" and run_state(tmp_path / "runs" / "nothing") == "new"
+    assert models_to_run(plan(cfg)) == {"prose"}
