@@ -83,3 +83,26 @@ def test_honest_pass_and_wrong_fail(name):
         assert {"mask:dropped", "mask:shifted_by_1"} <= variants
     if task.op_type in ("gemm", "fp8_gemm", "mha_fwd", "fp8_mha_fwd", "mha_bwd"):
         assert any(kind == "honest_sampled" for kind, *_ in verdicts.rows)
+
+
+def test_the_gpu_test_runs_here_at_reduced_size():
+    """tests/gpu/test_judge_power_gpu.py's own code (every workload judged, the catalogue at one,
+    library backends, the margins table) on the CPU: no library runs here, so each is noted
+    unavailable, never judged; honest ones pass on both workloads, wrong ones fail."""
+    from tests.gpu.test_judge_power_gpu import catalogue_workload, judge_all, report
+
+    plans = []
+    for name, sizes in (("mha_fwd_d64_causal", ({"S": 96}, {"S": 77})),
+                        ("gdn_prefill_qk4_v8_d128_k_last", ({"total_seq_len": 40, "num_seqs": 2, "len_cu_seqlens": 3},
+                                                            {"total_seq_len": 6, "num_seqs": 1, "len_cu_seqlens": 2}))):
+        task, _ = reduced(name)
+        workloads = [(f"w{i}", task.axis_values(axes)) for i, axes in enumerate(sizes)]
+        plans.append((task, workloads, "w0"))
+    assert catalogue_workload(get_task("gdn_prefill_qk8_v16_d128_k_last")) == "T959_N4"
+    results, problems = judge_all(plans, "cpu")
+    assert not problems, problems
+    table = report(results, 0.0)
+    assert "mha_fwd_d64_causal" in table and "LSE" in table and "new_state" in table
+    assert "library:sdpa:cudnn: unavailable" in table and "library:fla:chunk: unavailable" in table
+    assert {v.workload for v in results} == {"w0", "w1"}
+    assert not any(kind == "wrong" for v in results if v.workload == "w1" for kind, *_ in v.rows)
