@@ -96,6 +96,7 @@ def test_bad_input_is_one_line(tmp_path, args, needle):
 
 def test_missing_toolchain_is_one_line(tmp_path):
     p = agent("check", str(CORPUS / "common" / "pdl_pos.cu"), env={"PTXBENCH_PTXAS": str(tmp_path / "ptxas")})
-    assert p.returncode == 2 and "ptxas not found" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    # the machine's fault, not the kernel's: the infrastructure exit status (issue 23)
+    assert p.returncode == 3 and "ptxas not found" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     p = agent("doctor", env={"PTXBENCH_PTXAS": str(tmp_path / "ptxas")})
-    assert p.returncode == 1 and "missing" in p.stdout
+    assert p.returncode == 3 and "missing" in p.stdout
