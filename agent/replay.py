@@ -135,7 +135,7 @@ def reevaluate(run_dir: str | Path) -> ReevaluateReport:
                 before = fb.candidate_record(turn, sample, rel, None, "no solution extracted")
             reply = (cdir / "reply.md").read_text() if (cdir / "reply.md").exists() else ""
             try:
-                solution = extract_solution(reply)
+                solution = extract_solution(reply, config.lang)  # the run's language, as the loop enforced it
             except SolutionError as exc:
                 after = fb.candidate_record(turn, sample, rel, None, str(exc))
             else:
