@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, console, err_console, out_file, plural, print_json, table
+from agent.commands.common import CliError, ExitCode, console, err_console, out_file, plural, print_json, table
 from agent.commands.evaluate import WORKLOADS
 from agent.trajectory import EXECUTED_CHECK_DEFAULT
 from tools.toolchain import ARCHES
@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         todo = [(t, d) for t in chosen if (d := solution_dir(t.name, model, arch))]
         if not todo:
             raise CliError(f"no {model} solutions for {arch} among {', '.join(t.name for t in chosen)}")
-        rows = []
+        rows, status = [], ExitCode.OK
         # One line per solution on stderr (each takes seconds to minutes; stdout keeps the table or JSON).
         say = lambda text: err_console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
         say(f"bench: {plural(len(todo), f'{model} solution')} on {arch}, {workloads} workloads")
@@ -100,8 +100,11 @@ def register(app: typer.Typer) -> None:
                 except SolutionError as exc:  # a broken shipped solution is a row, not a crash
                     rows.append({"task": t.name, "arch": arch, "compiled": False, "run": "failed",
                                  "run_reason": f"bad solution: {exc}"})
+                    status = max(status, ExitCode.FAILED)
                 else:
-                    rows.append(_row(ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed)))
+                    res = ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed)
+                    rows.append(_row(res))
+                    status = max(status, _exit_code(res))
                 r = rows[-1]
                 say(f"[{n}/{len(todo)}] {t.name}: compiled {_word(r.get('compiled'))}, "
                     f"features in SASS {_word(r.get('arch_sass'))}, correct {_word(r.get('correct'))}"
@@ -112,7 +115,7 @@ def register(app: typer.Typer) -> None:
             out.write_text(json.dumps(rows, indent=2) + "\n")
         if as_json:
             print_json(rows)
-            return
+            raise typer.Exit(status)
         console.print(table(
             ("task", "compiled", "in SASS", "executed", "correct", "held out", "speedup"),
             [(r["task"], _mark(r.get("compiled")), _mark(r.get("arch_sass")), _mark(r.get("arch_executed")),
@@ -125,6 +128,17 @@ def register(app: typer.Typer) -> None:
         for reason in sorted({r["run_reason"] for r in rows if r.get("run") != "ok" and r.get("run_reason")}):
             console.print(f"[yellow]correctness and timing skipped[/yellow]: {escape(reason)}", highlight=False,
                           soft_wrap=True)
+        raise typer.Exit(status)
+
+
+def _exit_code(res) -> int:
+    """3: the toolchain or GPU worker failed; 1: a shipped solution did not compile, or ran wrong
+    or crashed (a simple solution without the requested features is what it is: not a failure)."""
+    if res.infra_error:
+        return ExitCode.INFRA
+    if not res.compiled or res.run_status == "failed" or res.correct is False or res.split_correct("held_out") is False:
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def _word(value) -> str:
