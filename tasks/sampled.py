@@ -20,6 +20,13 @@ op type has no sampler: the caller falls back to the full reference.
 
 Which rows are drawn comes from a torch.Generator the caller seeds with a secret; the
 kernel cannot know them.
+
+How many rows: `rows_for(task)`, as many as stay cheap beside the kernel being judged (a
+fault on a fraction f of an output's rows is missed by r sampled rows with probability at most
+(1 - f)^r; docs/METHODOLOGY.md has the table). A GEMM row costs one row of A against all of B,
+which is read once whatever r is: 1024 rows. An attention row gathers its head's keys and values
+(fp32, S x D each; backward: five such per row), in chunks of 64 rows so that memory stays
+bounded: 256 rows.
 """
 from __future__ import annotations
 
@@ -31,6 +38,10 @@ from tasks.reference import _axes_from_shapes, _ieee_fp32, _widen
 from tasks.schema import Task
 
 SAMPLED_OP_TYPES = ("gemm", "fp8_gemm", "mha_fwd", "fp8_mha_fwd", "mha_bwd")
+# Rows of each output judged on every timed run, per op type (module docstring); others: DEFAULT_ROWS.
+SAMPLED_ROWS = {"gemm": 1024, "fp8_gemm": 1024, "mha_fwd": 256, "fp8_mha_fwd": 256, "mha_bwd": 256}
+DEFAULT_ROWS = 64
+CHUNK_ROWS = 64  # attention rows computed together (each gathers its head's S x D keys and values)
 
 
 @dataclass
@@ -42,6 +53,11 @@ class Sample:
 
 def has_sampler(task: Task) -> bool:
     return task.op_type in SAMPLED_OP_TYPES
+
+
+def rows_for(task: Task) -> int:
+    """How many rows of each output a timed run is judged on (module docstring)."""
+    return SAMPLED_ROWS.get(task.op_type, DEFAULT_ROWS)
 
 
 def view_rows(t: torch.Tensor) -> torch.Tensor:
@@ -108,8 +124,11 @@ def _mha_fwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
     q, k, v = _heads(x, ("Q", "K", "V"))
     BH, S, D = q.shape
     flat = _pick(BH * S, rows, gen, q.device)  # query rows (b*H + h) * S + i
-    bh, i = flat // S, flat % S
-    return _fwd_rows(flat, i, q[bh, i], k[bh], v[bh], sm_scale, causal, terms)
+
+    def rows_of(f: torch.Tensor) -> dict[str, Sample]:
+        bh, i = f // S, f % S
+        return _fwd_rows(f, i, q[bh, i], k[bh], v[bh], sm_scale, causal, terms)
+    return _in_chunks(rows_of, flat)
 
 
 def _fp8_mha_fwd(inputs, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
@@ -117,12 +136,22 @@ def _fp8_mha_fwd(inputs, gen, rows, sm_scale, causal, terms) -> dict[str, Sample
     q, k, v = (t.view(torch.uint8) for t in _heads(inputs, ("Q", "K", "V")))
     BH, S, D = q.shape
     flat = _pick(BH * S, rows, gen, q.device)
-    bh, i = flat // S, flat % S
 
     def real(t: torch.Tensor, name: str) -> torch.Tensor:
         return t.view(torch.float8_e4m3fn).float() * inputs[f"descale_{name.lower()}"].float().reshape(())
 
-    return _fwd_rows(flat, i, real(q[bh, i], "Q"), real(k[bh], "K"), real(v[bh], "V"), sm_scale, causal, terms)
+    def rows_of(f: torch.Tensor) -> dict[str, Sample]:
+        bh, i = f // S, f % S
+        return _fwd_rows(f, i, real(q[bh, i], "Q"), real(k[bh], "K"), real(v[bh], "V"), sm_scale, causal, terms)
+    return _in_chunks(rows_of, flat)
+
+
+def _in_chunks(rows_of, flat: torch.Tensor) -> dict[str, Sample]:
+    """rows_of(indices) over CHUNK_ROWS indices at a time, the Samples joined (bounded memory)."""
+    parts = [rows_of(flat[c:c + CHUNK_ROWS]) for c in range(0, len(flat), CHUNK_ROWS)]
+    return {name: Sample(torch.cat([p[name].rows for p in parts]), torch.cat([p[name].expected for p in parts]),
+                         None if parts[0][name].scale is None else torch.cat([p[name].scale for p in parts]))
+            for name in parts[0]}
 
 
 def _fwd_rows(flat, i, q, k, v, sm_scale, causal, terms) -> dict[str, Sample]:
@@ -144,29 +173,35 @@ def _mha_bwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
     lse = x["LSE"].reshape(BH, S)
     pos = torch.arange(S, device=q.device)
 
-    # dQ[i] = sm_scale * sum_j dS[i, j] K[j], over the query rows drawn
     fq = _pick(BH * S, rows, gen, q.device)
-    bh, i = fq // S, fq % S
-    p = torch.exp(torch.einsum("rd,rsd->rs", q[bh, i], k[bh]) * sm_scale - lse[bh, i][:, None])
-    if causal:
-        p = p.masked_fill(pos[None, :] > i[:, None], 0.0)
-    delta = (do[bh, i] * o[bh, i]).sum(-1, keepdim=True)
-    ds = p * (torch.einsum("rd,rsd->rs", do[bh, i], v[bh]) - delta)
-    dq = torch.einsum("rs,rsd->rd", ds, k[bh]) * sm_scale
-    dq_scale = torch.einsum("rs,rsd->rd", ds.square(), k[bh].square()).sqrt_() * sm_scale if terms else None
-
-    # dV[j] = sum_i P[i, j] dO[i] and dK[j] = sm_scale * sum_i dS[i, j] Q[i], over the key rows drawn
     fk = _pick(BH * S, rows, gen, q.device)
-    bh, j = fk // S, fk % S
-    pt = torch.exp(torch.einsum("rd,rsd->rs", k[bh, j], q[bh]) * sm_scale - lse[bh])  # [r, i]
-    if causal:
-        pt = pt.masked_fill(pos[None, :] < j[:, None], 0.0)  # query i sees key j only when j <= i
-    delta_all = (do[bh] * o[bh]).sum(-1)  # [r, S]
-    dst = pt * (torch.einsum("rd,rsd->rs", v[bh, j], do[bh]) - delta_all)
-    dv = torch.einsum("rs,rsd->rd", pt, do[bh])
-    dk = torch.einsum("rs,rsd->rd", dst, q[bh]) * sm_scale
-    dv_scale = dk_scale = None
-    if terms:
-        dv_scale = torch.einsum("rs,rsd->rd", pt.square(), do[bh].square()).sqrt_()
-        dk_scale = torch.einsum("rs,rsd->rd", dst.square(), q[bh].square()).sqrt_() * sm_scale
-    return {"dQ": Sample(fq, dq, dq_scale), "dK": Sample(fk, dk, dk_scale), "dV": Sample(fk, dv, dv_scale)}
+
+    def query_rows(f: torch.Tensor) -> dict[str, Sample]:
+        # dQ[i] = sm_scale * sum_j dS[i, j] K[j], over the query rows drawn
+        bh, i = f // S, f % S
+        p = torch.exp(torch.einsum("rd,rsd->rs", q[bh, i], k[bh]) * sm_scale - lse[bh, i][:, None])
+        if causal:
+            p = p.masked_fill(pos[None, :] > i[:, None], 0.0)
+        delta = (do[bh, i] * o[bh, i]).sum(-1, keepdim=True)
+        ds = p * (torch.einsum("rd,rsd->rs", do[bh, i], v[bh]) - delta)
+        dq = torch.einsum("rs,rsd->rd", ds, k[bh]) * sm_scale
+        dq_scale = torch.einsum("rs,rsd->rd", ds.square(), k[bh].square()).sqrt_() * sm_scale if terms else None
+        return {"dQ": Sample(f, dq, dq_scale)}
+
+    def key_rows(f: torch.Tensor) -> dict[str, Sample]:
+        # dV[j] = sum_i P[i, j] dO[i] and dK[j] = sm_scale * sum_i dS[i, j] Q[i], over the key rows drawn
+        bh, j = f // S, f % S
+        pt = torch.exp(torch.einsum("rd,rsd->rs", k[bh, j], q[bh]) * sm_scale - lse[bh])  # [r, i]
+        if causal:
+            pt = pt.masked_fill(pos[None, :] < j[:, None], 0.0)  # query i sees key j only when j <= i
+        delta_all = (do[bh] * o[bh]).sum(-1)  # [r, S]
+        dst = pt * (torch.einsum("rd,rsd->rs", v[bh, j], do[bh]) - delta_all)
+        dv = torch.einsum("rs,rsd->rd", pt, do[bh])
+        dk = torch.einsum("rs,rsd->rd", dst, q[bh]) * sm_scale
+        dv_scale = dk_scale = None
+        if terms:
+            dv_scale = torch.einsum("rs,rsd->rd", pt.square(), do[bh].square()).sqrt_()
+            dk_scale = torch.einsum("rs,rsd->rd", dst.square(), q[bh].square()).sqrt_() * sm_scale
+        return {"dK": Sample(f, dk, dk_scale), "dV": Sample(f, dv, dv_scale)}
+
+    return {**_in_chunks(query_rows, fq), **_in_chunks(key_rows, fk)}

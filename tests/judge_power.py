@@ -12,8 +12,9 @@ Every one of them must pass the judge.
 
 Wrong variants must all fail. Per task: an ignored input, a dropped or shifted causal mask, a
 wrong scale, lower precision than the task allows; per output: a zeroed row, a stale row (the
-same row computed from other inputs), a row copied from another position, and 1, 16 or 256
-elements multiplied by 1.5 or replaced by a value from another position of the same output.
+same row computed from other inputs), a row copied from another position (each at the one of 8
+random rows where it changes most), and 1, 16 or 256 elements multiplied by 1.5 or replaced by a
+value from another position of the same output.
 Corrupted elements are drawn among the elements whose |value| is at least their row's RMS, or
 the row floor's share of the output's RMS where that is larger (twice that on FP8 attention, see
 MATERIAL) (for outputs whose rows are single
@@ -405,12 +406,16 @@ def corrupted(task: Task, good: Outputs, stale: Outputs, gen: torch.Generator) -
             fn(r)
             return {**good, name: r.reshape(t.shape)}
 
-        pick = _randint(n_rows, gen)
-        others = torch.randint(0, n_rows, (8,), generator=gen, device=gen.device).to(rows.device)
-        # the other row differing most from the picked one (two near-equal rows are no fault)
-        other = int(others[(rows[others] - rows[pick]).norm(dim=-1).argmax()])
-        yield f"{name}:zeroed_row", with_rows(lambda r: r[pick].zero_())
-        yield f"{name}:stale_row", with_rows(lambda r: r[pick].copy_(rows_of(task, name, stale[name])[pick]))
+        # Rows drawn at random, each fault at the candidate where it changes most: zeroing a row of
+        # zeros or copying an equal row is no fault (causal LSE rows at one position differ little).
+        cand = torch.randint(0, n_rows, (8,), generator=gen, device=gen.device).to(rows.device)
+        old_rows = rows_of(task, name, stale[name])
+        zero_at = int(cand[rows[cand].norm(dim=-1).argmax()])
+        stale_at = int(cand[(old_rows[cand] - rows[cand]).norm(dim=-1).argmax()])
+        pick = int(cand[0])
+        other = int(cand[1:][(rows[cand[1:]] - rows[pick]).norm(dim=-1).argmax()])
+        yield f"{name}:zeroed_row", with_rows(lambda r: r[zero_at].zero_())
+        yield f"{name}:stale_row", with_rows(lambda r: r[stale_at].copy_(old_rows[stale_at]))
         yield f"{name}:row_from_another", with_rows(lambda r: r[pick].copy_(rows[other]))
         flat = t.reshape(-1)
         mag = flat.abs()
@@ -434,10 +439,6 @@ def corrupted(task: Task, good: Outputs, stale: Outputs, gen: torch.Generator) -
                 f = flat.clone()
                 f[where] = value
                 yield f"{name}:{count}_elements_{kind}", {**good, name: f.reshape(t.shape)}
-
-
-def _randint(n: int, gen: torch.Generator) -> int:
-    return int(torch.randint(0, n, (1,), generator=gen, device=gen.device))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -378,7 +378,7 @@ class Workspace:
         return None, None, mismatches
 
 
-SAMPLED_ROWS = 64  # rows of each output judged against an fp32 reference on every timed run
+SAMPLED_ROWS = 64  # rows of each output judged on every timed run, for op types tasks.sampled.rows_for does not raise
 
 
 class TimedJudge:
@@ -387,8 +387,8 @@ class TimedJudge:
     Each pair gets inputs generated on the GPU from a new seed drawn from the evaluation's
     secret timing seed, never a transform of an earlier set, so a cache keyed on any part of
     the inputs never hits. Every run's output is scanned whole (guards, inputs unchanged,
-    poison, NaN) and compared on SAMPLED_ROWS random rows of each output against an fp32
-    reference of those rows (tasks.sampled); on one or two randomly chosen runs it is
+    poison, NaN) and compared on random rows of each output (tasks.sampled.rows_for: 1024 for
+    GEMMs, 256 for attention) against an fp32 reference of those rows; on one or two randomly chosen runs it is
     compared whole. Tasks without a sampler are compared whole on every run.
 
     The judge's copy of a pair's inputs is generated again from the pair's seed after the
@@ -396,10 +396,11 @@ class TimedJudge:
     memory, so a kernel that rewrote every copy of its inputs it could reach (its own, their
     pristine copies) cannot steer the reference."""
 
-    def __init__(self, task, axes: dict, ws: "Workspace", rng, device: str, rows: int = SAMPLED_ROWS):
-        from tasks.sampled import has_sampler
+    def __init__(self, task, axes: dict, ws: "Workspace", rng, device: str, rows: int | None = None):
+        from tasks.sampled import has_sampler, rows_for
 
-        self.task, self.axes, self.ws, self.rng, self.device, self.rows = task, axes, ws, rng, device, rows
+        self.task, self.axes, self.ws, self.rng, self.device = task, axes, ws, rng, device
+        self.rows = rows or max(SAMPLED_ROWS, rows_for(task))
         self.sampled = has_sampler(task)
         self.seed: int | None = None
         self.full_at: set[int] | None = None
