@@ -101,3 +101,54 @@ def test_header_copy_drops_headers_that_could_leave_it(tmp_path):
     assert 'cuda/climbs.h: #include "../../outside.h" could leave the header folders' in dropped
     left = sorted(str(p.relative_to(inc)) for p in inc.rglob("*.h"))
     assert left == ["ok.h", "sub/fine.h", "sub/probe.h"]
+
+
+def test_edges_of_reading_a_name():
+    assert found('#include ""\n') == [(1, "include", "", True)]  # empty: found, then refused by the name rule
+    assert "may only use letters" in refused_includes('#include ""\n')[0][1]
+    assert found('#include\n"a.h"\n') == [(1, "include", "a.h", True)]  # blank before the name is skipped
+    assert found('#include\r"a.h"\n') == [(1, "include", "a.h", True)]
+    assert found('#include "\na.h"\n') == [(1, "include", None, True)]  # a name never spans lines
+    assert found('#include "\ra.h"\n') == [(1, "include", None, True)]
+    assert found('#/**/include/**/"a.h"\n') == [(1, "include", "a.h", True)]  # the shortest comment
+    assert found("#Inc\\u006cude <x.h>\n") == [(1, "Inc\\u006cude", None, True)]
+
+
+def test_lines_after_several_splices():
+    src = ('a \\\n#include "one.h"\nlong line \\\n \\\n#include "two.h"\n'
+           '#include "three.h" \\\n  more\n#include "four.h"\n')
+    assert [(i.line, i.name) for i in find_includes(src)] == [(2, "one.h"), (5, "two.h"), (6, "three.h"),
+                                                              (8, "four.h")]
+    assert found('x\\\n#include "a.h"\n') == [(2, "include", "a.h", True)]
+
+
+def test_reasons_in_full():
+    helper = "only the CUDA and ptxbench helper headers can be included"
+    assert dict((i.name, why) for i, why in refused_includes(
+        '#include "/a.h"\n#include "../a.h"\n#include "a b.h"\n#include MACRO\n')) == {
+        "/a.h": f"absolute paths are not allowed; {helper}",
+        "../a.h": f"'..' is not allowed; {helper}",
+        "a b.h": "a header name may only use letters, digits, '_', '.', '+', '-' and '/' between names",
+        None: "the header name must be written literally (<name> or \"name\"), not built by a macro",
+    }
+    assert refused_includes('#include "' + "a" * 198 + '.h"\n') == []  # 200 characters is the limit, allowed
+    assert refused_includes('#include "' + "a" * 199 + '.h"\n')[0][1] == "the header name is longer than 200 characters"
+
+
+def test_where_a_name_is_looked_up():
+    root, shallow, deep = "/root", "/root/cuda", "/root/cuda/a/b"
+    # <name>: the include folders only; "name": next to the header too
+    assert _stays_inside(Include(1, "include", "../../x.h", quoted=False), shallow, [deep], root)
+    assert not _stays_inside(Include(1, "include", "../../x.h", quoted=True), shallow, [deep], root)
+    assert not _stays_inside(Include(1, "include", "/root/cuda/a.h"), shallow, [deep], root)  # absolute, even inside
+    assert _inside("/rX/a.h", "/rX") and _inside("/r/a.h", "/r//")
+
+
+def test_header_copy_reads_any_bytes(tmp_path):
+    inc = tmp_path / "root" / "cuda"
+    inc.mkdir(parents=True)
+    (inc / "latin1.h").write_bytes(b'// \xff\xfe caf\xe9\n#include "../../outside.h"\n')
+    (inc / "fine.h").write_bytes(b"// \xff\n#include <cuda_bf16.h>\n")
+    dropped = _drop_unsafe_headers(str(tmp_path / "root"), [str(inc)])
+    assert [d.split(":")[0] for d in dropped] == ["cuda/latin1.h"]
+    assert sorted(p.name for p in inc.iterdir()) == ["fine.h"]
