@@ -169,6 +169,23 @@ def _requested(task: Task, arch: str) -> str:
             f"instruction that sits in a branch never taken does not count{serialized}.")
 
 
+def _row_and_aggregate_rules(task: Task) -> str:
+    """The per-row and aggregate bounds (tasks.schema.Tolerance.rows, rel_l2), in one sentence each."""
+    tol, parts = task.tolerance, []
+    rows = [f"{n} {r.rtol:g}" for n, r in tol.rows.items() if r.row == "last_dim"]
+    if rows:
+        parts.append(" Each row (last dimension) of an output must also be within a relative L2 error of its own "
+                     "norm (never judged against less than 0.3 of a typical row's): " + ", ".join(rows) + ".")
+    single = [f"{n} {r.atol:g}" for n, r in tol.rows.items() if r.row == "element"]
+    if single:
+        parts.append(" Instead of that rule, each element of these outputs must be within an absolute error of: "
+                     + ", ".join(single) + ".")
+    if tol.rel_l2:
+        parts.append(" The whole of each output must be within a relative L2 error (||out - ref|| / ||ref||) of "
+                     + ", ".join(f"{n} {b:g}" for n, b in tol.rel_l2.items()) + ".")
+    return "".join(parts)
+
+
 def _judging(task: Task) -> str:
     tol = task.tolerance
     if tol.scale == "terms":
@@ -185,7 +202,8 @@ def _judging(task: Task) -> str:
         rule = f"|out - ref| <= {tol.atol:g} + {tol.rtol:g} * |ref|"
     return ("## How it is judged\n"
             "- Correctness: ref is the fp32 result of the reference above on the same inputs (not rounded to the "
-            f"output dtype). Every element of every output must satisfy {rule}. NaN never passes.\n"
+            f"output dtype). Every element of every output must satisfy {rule}. NaN never passes."
+            + _row_and_aggregate_rules(task) + "\n"
             "- Inputs are " + (_GDN_INPUTS if task.generator == "gdn" else
                                "fresh random values for every check: N(0, 1) with rare large outliers (N(0, 100) "
                                "with probability 1e-3)") + (", drawn in bf16; each e4m3 tensor X is then quantised with one scale, "
