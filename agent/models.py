@@ -132,7 +132,8 @@ class Model(Protocol):
     params: dict  # model parameters as given (LOCAL_PARAMS included)
 
     def complete(self, messages: list[dict], *, max_tokens: int | None = None, temperature: float | None = None,
-                 seed: int | None = None, on_fault: Callable[[Fault], None] | None = None) -> Completion: ...
+                 seed: int | None = None, on_fault: Callable[[Fault], None] | None = None,
+                 grows: bool = True) -> Completion: ...
 
     def context_size(self, messages: list[dict]) -> ContextSize: ...
 
@@ -182,7 +183,10 @@ class _RetryingModel:
         return min(max(self._backoff(state), retry_after), self.retry_max_s)
 
     def complete(self, messages: list[dict], *, max_tokens: int | None = None, temperature: float | None = None,
-                 seed: int | None = None, on_fault: Callable[[Fault], None] | None = None) -> Completion:
+                 seed: int | None = None, on_fault: Callable[[Fault], None] | None = None,
+                 grows: bool = True) -> Completion:
+        """`grows`: the next call will send these messages again with more after them (the full
+        history), so all of them but the newest are worth a prompt-cache mark."""
         start, faults, attempts = time.monotonic(), [], 0
 
         def report(fault: Fault) -> None:
@@ -193,7 +197,8 @@ class _RetryingModel:
         def one_attempt():
             nonlocal attempts
             attempts += 1
-            return self._attempt(messages, attempts, max_tokens=max_tokens, temperature=temperature, seed=seed)
+            return self._attempt(messages, attempts, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                 grows=grows)
 
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.max_retries + 1), wait=self._wait, reraise=True,
@@ -322,7 +327,7 @@ class LiteLLMModel(_RetryingModel):
         except Exception:
             return super().count_tokens(messages)
 
-    def _attempt(self, messages, attempt, **params):
+    def _attempt(self, messages, attempt, grows: bool = True, **params):
         litellm = _import_litellm()
         kwargs = {k: v for k, v in params.items() if v is not None}
         sent = {k: v for k, v in self.params.items() if k not in LOCAL_PARAMS}
@@ -334,7 +339,7 @@ class LiteLLMModel(_RetryingModel):
         if self.api_key:
             kwargs["api_key"] = self.api_key
         if self.prompt_cache:
-            messages = with_cache_markers(messages)
+            messages = with_cache_markers(messages, grows)
         try:  # num_retries=0: litellm would otherwise retry on its own, unseen by the trajectory
             response = litellm.completion(model=self.name, messages=messages, timeout=self.timeout_s,
                                           num_retries=0, **self.extra, **kwargs)
@@ -364,13 +369,14 @@ def usage_of(u: Any) -> Usage:
 CACHE_MARK = {"type": "ephemeral"}
 
 
-def with_cache_markers(messages: list[dict]) -> list[dict]:
-    """The chat with cache_control on the stable prefix: the system prompt, the task (the same in
-    every turn under either history policy) and the last reply before the newest message (with the
-    full history, everything up to it is what the next call sends again). At most three marks
-    (Anthropic takes four). The messages given are not changed."""
+def with_cache_markers(messages: list[dict], grows: bool = True) -> list[dict]:
+    """The chat with cache_control on the stable prefix: the system prompt and the task (the same
+    in every turn under either history policy) and, when the chat `grows` (the full history: the
+    next call sends all of this again), the last reply before the newest message. A mark where the
+    next call differs would only pay for a cache write (Anthropic bills writes at 1.25x). At most
+    three marks (Anthropic takes four). The messages given are not changed."""
     marks = {i for i, m in enumerate(messages[:2]) if m.get("role") in ("system", "user")}
-    if len(messages) > 3 and messages[-2].get("role") == "assistant":
+    if grows and len(messages) > 3 and messages[-2].get("role") == "assistant":
         marks.add(len(messages) - 2)
     out = []
     for i, m in enumerate(messages):

@@ -171,7 +171,8 @@ class Nodes:
             w.event("fault", turn=turn, sample=sample, retryable=f.kind in RETRYABLE, **dataclasses.asdict(f))
 
         seed = None if cfg.seed is None else cfg.seed + 1000 * turn + sample  # samples must differ
-        c = d.model.complete(messages, temperature=cfg.temperature, seed=seed, on_fault=on_fault)
+        c = d.model.complete(messages, temperature=cfg.temperature, seed=seed, on_fault=on_fault,
+                             grows=cfg.history == "full" and cfg.strategy != "evolve")
         usage = dataclasses.asdict(c.usage)
         finish = (c.raw or {}).get("finish_reason") or _finish_reason(c.raw)
         w.event("llm_response", turn=turn, sample=sample, model=c.model, text=c.text, usage=usage,

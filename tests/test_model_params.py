@@ -84,6 +84,8 @@ def test_cache_markers_on_the_stable_prefix():
     assert [isinstance(m["content"], list) for m in marked] == [True, True, True, False]
     assert marked[0]["content"][0] == {"type": "text", "text": "You write PTX.", "cache_control": {"type": "ephemeral"}}
     assert chat[0]["content"] == "You write PTX."  # the chat itself is not changed
+    # the latest pair changes every turn: marking its reply would only pay for cache writes
+    assert [isinstance(m["content"], list) for m in with_cache_markers(chat, grows=False)] == [True, True, False, False]
 
 
 def test_claude_requests_carry_cache_control_and_thinking(openai_server):
