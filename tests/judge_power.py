@@ -611,8 +611,8 @@ def library_verdicts(task: Task, judge: Judge, verdicts: Verdicts) -> None:
         except BaselineUnavailable as exc:
             verdicts.add("unavailable", f"library:{backend}", True, {}, str(exc)[:200])
             continue
-        except Exception as exc:  # noqa: BLE001 - a library that fails here is reported with its reason
-            verdicts.add("library", f"library:{backend}", False, {}, f"{type(exc).__name__}: {str(exc)[:200]}")
+        except Exception as exc:  # noqa: BLE001 - the worker refuses such a backend too (never timed)
+            verdicts.add("unavailable", f"library:{backend}", True, {}, f"{type(exc).__name__}: {str(exc)[:200]}")
             continue
         out, missing = {}, []
         for n, ref in judge.expected.items():
