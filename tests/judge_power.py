@@ -547,7 +547,7 @@ class Judge:
 
 def run_catalogue(task: Task, axes: dict[str, int], device: str, seed: int = 1, workload: str = "",
                   library_hook: Callable[[Task, "Judge", Verdicts], None] | None = None, wrong: bool = True,
-                  sampled_rows: int = 64) -> Verdicts:
+                  sampled_rows: int | None = None) -> Verdicts:
     """The library backends (library_hook), every honest variant and, with `wrong`, every wrong
     variant of the catalogue for one workload, judged whole; where the task has a sampler, the
     honest ones are judged on sampled rows too (as every timed run is: no false alarm there
@@ -558,7 +558,9 @@ def run_catalogue(task: Task, axes: dict[str, int], device: str, seed: int = 1, 
     judge = Judge(task, x, device)
     result = Verdicts(task, workload)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    samples = judge.sampled(torch.Generator(device=device).manual_seed(seed), sampled_rows)
+    from tasks.sampled import rows_for
+
+    samples = judge.sampled(torch.Generator(device=device).manual_seed(seed), sampled_rows or rows_for(task))
 
     def judged(kind: str, name: str, make: Callable[[], Outputs], on_samples: bool) -> None:
         out = as_written(task, make())
