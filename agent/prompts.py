@@ -62,8 +62,8 @@ SASS_CAVEATS = {"sm_90a": " (and, for wgmma, not serialized by ptxas)"}
 def system_prompt(arch: str, lang: str, version: str = PROMPT_VERSION) -> str:
     return render("system", version, gpu_name=GPU_NAMES.get(arch, arch), arch=arch,
                   arch_instructions=ARCH_INSTRUCTIONS.get(arch, "its own instructions"),
-                  credit_rules=credit_rules(arch), language_rules=render(f"lang_{fence(lang)}", version, arch=arch).strip(),
-                  fence=fence(lang))
+                  credit_rules=credit_rules(arch),
+                  language_rules=render(f"lang_{fence(lang)}", version, arch=arch).strip(), fence=fence(lang))
 
 
 def credit_rules(arch: str) -> str:
