@@ -336,6 +336,13 @@ def test_a_missing_toolchain_is_an_infrastructure_error_not_the_models(tmp_path)
     assert p.returncode == 3 and "ptxas" in p.stderr, (p.stdout, p.stderr)
     p = agent_cli("bench", "--task", "gemm", env=broken)
     assert p.returncode == 3, (p.stdout, p.stderr)
+    # no disassembler: the features cannot be judged, which is no verdict of "arch missing"
+    blind = {"PTXBENCH_CUOBJDUMP": str(tmp_path / "none"), "PTXBENCH_NVDISASM": str(tmp_path / "none")}
+    p = agent_cli("check", str(solution), "--task", "gemm", env=blind)
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    p = agent_cli("solve", "--task", "gemm", "--model", model, "--max-turns", "1", "--context", "none",
+                  "--runs-dir", str(tmp_path / "runs"), "--run-id", "blind", "--json", env=blind)
+    assert p.returncode == 3 and json.loads(p.stdout)["stop_reason"] == "infra_error", (p.stdout, p.stderr)
     p = agent_cli("replay", str(EXAMPLE), env=broken)  # today's tools cannot judge: nothing compared
     assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.stdout, p.stderr)
     # the sweep side: an infra_error run is not done; it is resumed by the next `agent sweep`

@@ -97,6 +97,9 @@ class InspectResult(BaseModel):
     # Kernels in the module that no launch runs: listed in `kernels`, but their instructions
     # do not count for `features` or the SASS-derived flags.
     uncounted_kernels: list[str] = Field(default_factory=list)
+    # no usable disassembler (missing, or failing on ptxas's own cubin): the toolchain's fault,
+    # no verdict on the features may be drawn (module docstring)
+    infra_error: str | None = None
 
     def feature_present(self, name: str) -> bool:
         v = self.features.get(name)
@@ -280,13 +283,13 @@ class EvalResult(BaseModel):
     # overlaps), executed (the ncu pass), sanitize
     phase_s: dict[str, float] = Field(default_factory=dict)
     # the GPU side failed, not the candidate (a worker that cannot start on a GPU machine, a
-    # worker error, the profiler failing); the compile side's fault is compile.infra_error
+    # worker error); the toolchain's faults are compile.infra_error and inspect.infra_error
     harness_fault: str | None = None
 
     @property
     def infra_error(self) -> str | None:
         """Why this candidate has no verdict because the harness failed (module docstring), or None."""
-        return self.compile.infra_error or self.harness_fault
+        return self.compile.infra_error or self.inspect.infra_error or self.harness_fault
 
     # --- the benchmark's verdicts (DESIGN.md, Metrics) ---
     @property

@@ -126,8 +126,8 @@ def inspect(compile_result: CompileResult, kernels: list[str] | None = None) -> 
         return InspectResult(status="skipped", arch=arch, reason="did not compile")
     try:
         text, tool = disassemble(compile_result.cubin)
-    except ToolchainError as exc:
-        return InspectResult(status="skipped", arch=arch, reason=str(exc))
+    except ToolchainError as exc:  # the disassembler's fault (missing, or failing on ptxas's own cubin)
+        return InspectResult(status="skipped", arch=arch, reason=str(exc), infra_error=str(exc))
     programs = parse_sass(text)
     if not programs:
         return InspectResult(status="failed", arch=arch, reason=f"{tool} printed no functions", tool=tool)

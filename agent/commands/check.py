@@ -184,7 +184,7 @@ def _exit_code(compiled: CompileResult, info: InspectResult, requested: list[str
     """3: the toolchain failed; 1: did not compile, a requested feature is missing from the SASS
     (or wgmma is serialized), or the manifest is wrong; 0: nothing failed (an inspection that
     could not run is said above, not counted as a pass or a failure)."""
-    if compiled.infra_error:
+    if compiled.infra_error or info.infra_error:
         return ExitCode.INFRA
     if not compiled.ok or manifest:
         return ExitCode.FAILED
@@ -228,7 +228,7 @@ def inspect(
         _show(compiled, info, [])
         for name, k in info.kernels.items():
             wrap_items(f"{name} opcodes:", [f"{op} {n}" for op, n in k.opcodes.items()])
-    if compiled.infra_error:
+    if compiled.infra_error or info.infra_error:
         raise typer.Exit(ExitCode.INFRA)
     if not compiled.ok:
         raise typer.Exit(ExitCode.FAILED)
