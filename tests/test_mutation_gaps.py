@@ -243,7 +243,11 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     assert (first.total, first.ran, first.skipped, first.resumed, first.failed, first.succeeded) == (1, 1, 0, 0, 0, 1)
     assert first.executor.startswith("local") and first.sweep == "retry" and not first.interrupted
     assert first.outcomes[0].state_before == "new" and first.outcomes[0].turns == 1
-    assert json.loads((tmp_path / "runs" / "retry" / "sweep.json").read_text())["runs"] == [run_id]
+    sweep_json = (tmp_path / "runs" / "retry" / "sweep.json").read_text()
+    assert json.loads(sweep_json) == {"config": json.loads(cfg.model_dump_json()), "runs": [run_id]}
+    assert sweep_json.startswith('{\n  "config": {') and sweep_json.endswith("}\n")  # indented, for people
+    assert first.runs_dir == str(tmp_path / "runs") and 0 < first.seconds < 600 and first.warnings == []
+    assert first.infra_errors == 0
     assert read_summary(run_dir).status == "finished" and run_state(run_dir) == "done"
     # The run recorded its own crash (a ptxbench bug): a failed run counts as done...
     s = json.loads((run_dir / "summary.json").read_text())
@@ -264,8 +268,9 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     assert (retried.ran, retried.skipped, retried.resumed, retried.failed, retried.succeeded) == (1, 0, 1, 0, 1)
     assert retried.outcomes[0].status == "finished" and retried.outcomes[0].state_before == "partial"
     assert read_summary(run_dir).status == "finished"
-    # A finished run is not redone by --retry-failed.
-    assert run_sweep(cfg, retry_failed=True).ran == 0
+    # A finished run is not redone by --retry-failed; the caller's model check is passed through.
+    done = run_sweep(cfg, retry_failed=True, models_checked=["prose: slow to answer"])
+    assert done.ran == 0 and done.warnings == ["prose: slow to answer"]
     # A run killed before its summary is partial (resumed by the next sweep); one never started is new.
     (run_dir / "summary.json").unlink()
     assert run_state(run_dir) == "partial" and run_state(tmp_path / "runs" / "nothing") == "new"
