@@ -600,10 +600,12 @@ def run_reference_of(task: Task, axes: dict[str, int], seed: int, device: str) -
 def library_verdicts(task: Task, judge: Judge, verdicts: Verdicts) -> None:
     """Every library backend the evaluator may time (tasks.baselines.list_backends), made as the
     worker makes it (make_baseline on the workspace's own input tensors), run once and judged by
-    the same verdict as a candidate. A backend that cannot run here is noted, not judged."""
+    the values rule a candidate's outputs face (`compare` per output). A backend that cannot be
+    made here is noted, not judged."""
     from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
 
     for backend in list_backends(task):
+        judge.ws.load_inputs(judge.x)  # a library may update an input in place (a state): each starts afresh
         try:
             base = make_baseline(task, judge.ws.inputs, backend)
             base.prepare()
@@ -623,12 +625,14 @@ def library_verdicts(task: Task, judge: Judge, verdicts: Verdicts) -> None:
                 missing.append(n)
                 t = ref
             out[n] = t.reshape(ref.shape) if t.numel() == ref.numel() else t
-        passed, why, margins = judge.verdict(out)
+        # the values rule only: the library's inputs-unchanged, poison and guards are not the question here
+        passed, why, margins = judge.values(out)
         note = f"{base.detail}" + (f"; returns no {', '.join(missing)}" if missing else "")
         # A backend that derives some inputs itself (autograd's backward recomputes O and LSE) answers
         # a slightly different question: reported with its margins, never counted as failing.
         kind = "library" if getattr(base, "inputs_as_given", True) else "library_own_inputs"
         verdicts.add(kind, f"library:{backend}", passed, margins, (why + "; " + note) if not passed else note)
+    judge.ws.load_inputs(judge.x)
 
 
 def judge_task(task: Task, device: str, workloads: list[tuple[str, dict[str, int]]], catalogue_at: str,
