@@ -91,8 +91,8 @@ FLOPS_PER_TOKEN_HEAD = "6*head_size*head_size"
 # head, or one row S[v, :] of a state. Many output rows are smaller than the elementwise atol (o ~ 0.01-0.05),
 # so only a bound against each row's own scale sees one of them zeroed or a few elements wrong. Honest
 # emulations (CPU, tests/judge_power.py): decode/MTP output 2e-3 (bf16 rounding), decode state ~0 (fp32);
-# prefill with bf16 tensor-core operands and an fp32 state 5e-3-6.3e-3 (output) and 3.9e-3-4.5e-3 (state)
-# up to 1700-token sequences, where a state kept in bf16 per token errs by 1.3e-2-1.6e-2 at 300 tokens.
+# prefill with bf16 tensor-core operands and an fp32 state 6.8e-3-7.4e-3 (output) and 3.9e-3-4.4e-3 (state)
+# on T959_N4 and T3271_N2, where a state kept in bf16 per token errs by 1.6e-2-1.8e-2 (fails by 1.3-1.8x).
 ROWS_OUTPUT = RowTolerance(rtol=1e-2, floor=0.3)
 ROWS_DECODE_STATE = RowTolerance(rtol=2e-3, floor=0.3)
 ROWS_PREFILL = RowTolerance(rtol=1.2e-2, floor=0.3)
