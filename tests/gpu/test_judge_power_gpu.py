@@ -106,6 +106,8 @@ def test_judge_power_full_size():
     import torch
 
     assert torch.cuda.is_available(), "needs a GPU"
+    torch.set_float32_matmul_precision("highest")  # the emulations are fp32 where they say so (no TF32)
+    torch.backends.cuda.matmul.allow_tf32 = False
     t0 = time.perf_counter()
     plans = []
     for name in selected():
