@@ -314,7 +314,8 @@ def honest_variants(task: Task, x: dict) -> dict[str, Callable[[], Outputs]]:
         sm = _scalar(task, x, "sm_scale")
         variants = {"fp32": lambda: attention_forward(x, sm, causal),
                     "p_bf16": lambda: attention_forward(x, sm, causal, p_round=bf16),
-                    "p_bf16_rowsum_rounded": lambda: attention_forward(x, sm, causal, p_round=bf16, l_from_rounded=True)}
+                    "p_bf16_rowsum_rounded": lambda: attention_forward(x, sm, causal, p_round=bf16,
+                                                                       l_from_rounded=True)}
         if op == "fp8_mha_fwd":  # FlashAttention-3: P * 256 rounded to e4m3 for the e4m3 P @ V
             variants["p_e4m3_x256"] = lambda: attention_forward(x, sm, causal, p_round=lambda p: e4m3(p, 256.0))
             variants["p_e4m3_x256_rowsum_rounded"] = lambda: attention_forward(
@@ -462,7 +463,8 @@ class Verdicts:
         self.rows.append((kind, variant, passed, margins, why))
 
     def honest_failed(self) -> list[str]:
-        return [f"{k} {v}: {why}" for k, v, p, _, why in self.rows if k in ("honest", "honest_sampled", "library") and not p]
+        return [f"{k} {v}: {why}" for k, v, p, _, why in self.rows
+                if k in ("honest", "honest_sampled", "library") and not p]
 
     def wrong_passed(self) -> list[str]:
         return [f"{k} {v} (margins {_fmt(m)})" for k, v, p, m, _ in self.rows if k.startswith("wrong") and p]
