@@ -12,7 +12,7 @@ import statistics
 import time
 
 import pytest
-from agent_loop_helpers import NO_CODE
+from agent_loop_helpers import NO_CODE, probe_reply
 
 from agent.budget import Clock, Spent, exhausted, recursion_limit
 from agent.sweep import load_sweep_config, models_to_run, plan, run_state, run_sweep
@@ -275,3 +275,31 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     (run_dir / "summary.json").unlink()
     assert run_state(run_dir) == "partial" and run_state(tmp_path / "runs" / "nothing") == "new"
     assert models_to_run(plan(cfg)) == {"prose"}
+
+
+class _EvaluatorWithoutEvaluate:
+    """An executor whose evaluator is broken: the run that reaches an evaluation crashes (a ptxbench bug)."""
+
+    closed = False
+
+    def evaluator(self):
+        return object()
+
+    def close(self):
+        self.closed = True
+
+    def describe(self):
+        return "broken: an evaluator without evaluate()"
+
+
+def test_a_crashed_run_is_recorded_failed_and_counted(tmp_path):
+    (tmp_path / "probe.json").write_text(json.dumps({"replies": [probe_reply()]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP.replace("prose.json", "probe.json"))
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    executor = _EvaluatorWithoutEvaluate()
+    result = run_sweep(cfg, executor)
+    [o] = result.outcomes
+    assert o.status == "failed" and o.stop_reason == "error" and o.error.startswith("AttributeError: ")
+    assert (result.ran, result.failed, result.succeeded, result.infra_errors) == (1, 1, 0, 0)
+    assert result.executor == executor.describe() and not executor.closed  # the caller's executor stays open
+    assert run_state(tmp_path / "runs" / o.run_id) == "done"
