@@ -303,3 +303,31 @@ def test_a_crashed_run_is_recorded_failed_and_counted(tmp_path):
     assert (result.ran, result.failed, result.succeeded, result.infra_errors) == (1, 1, 0, 0)
     assert result.executor == executor.describe() and not executor.closed  # the caller's executor stays open
     assert run_state(tmp_path / "runs" / o.run_id) == "done"
+
+
+def test_ctrl_c_in_a_sweep_stops_runs_resumably(tmp_path):
+    """Ctrl-C (here raised by the progress callback, in the sweep's own thread, after the first
+    run): the run in flight stops at its next step and says so, runs not started stay new, the
+    sweep says it was interrupted, and the next sweep resumes what is left."""
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP.replace("replicas = 1", "replicas = 3"))
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    seen, told = [], []
+
+    def progress(o, n, total):
+        seen.append((o.run_id, o.status))
+        if len(seen) == 1:
+            raise KeyboardInterrupt
+
+    result = run_sweep(cfg, progress=progress, on_interrupt=told.append)
+    ids = [r for r in plan(cfg).states]
+    assert result.interrupted and result.ran == 3 and result.outcomes[0].status == "finished"
+    in_flight = [o for o in result.outcomes if o.status == "interrupted"]
+    assert told == [len(in_flight)] and len(result.outcomes) == 1 + len(in_flight) <= 2
+    assert [s for _, s in seen[1:]] == ["finished"] + ["interrupted"] * len(in_flight)  # each recorded once more
+    states = plan(cfg).states
+    assert states[ids[0]] == "done" and states[ids[1]] in ("partial", "new") and states[ids[2]] == "new"
+    assert result.succeeded == 1 and result.failed == 0
+    resumed = run_sweep(cfg)
+    assert not resumed.interrupted and (resumed.ran, resumed.skipped) == (2, 1)
+    assert [o.status for o in resumed.outcomes] == ["skipped", "finished", "finished"]
