@@ -121,8 +121,12 @@ def test_sampled_rows_equal_the_reference():
     gen.manual_seed(3)
     smp = sample(t, x, gen, 9)["D"]
     assert smp.rows.shape == (9,) and len(set(smp.rows.tolist())) == 9
-    torch.testing.assert_close(smp.expected, view_rows(ref)[smp.rows], rtol=1e-6, atol=1e-4)
-    torch.testing.assert_close(smp.scale, view_rows(scales)[smp.rows], rtol=1e-6, atol=1e-4)
+    ref_rows, scale_rows = view_rows(ref)[smp.rows], view_rows(scales)[smp.rows]
+    # Equal up to fp32 summation order: a 512-term dot product of stress values (N(0,100) outliers)
+    # cancels, so its rounding is a fraction of the terms' size (rss), not of the result (measured
+    # <= 2.5e-6 of rss; the judge allows 1e-2 of it).
+    assert bool(((smp.expected - ref_rows).abs() <= 1e-5 * scale_rows).all())
+    torch.testing.assert_close(smp.scale, scale_rows, rtol=1e-3, atol=1e-4)
 
 
 # ------------------------------------------------------------------ tolerance: right and wrong kernels
