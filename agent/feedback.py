@@ -134,6 +134,8 @@ def render_feedback(turn: int, action: str, lang: str, chosen: CandidateRecord, 
     `max_turns`: the run's turn budget, stated with the next step (`next_turn`, by default turn + 1;
     evolve answers an older parent)."""
     sections = format_section(chosen, lang) if ev is None else eval_sections(ev, lang, profile)
+    if chosen.note:  # the reply held several candidates: say which one these results are about
+        sections = f"Your reply: {chosen.note}\n\n{sections}"
     other_line = ""
     if others:
         other_line = "Other samples this turn: " + ", ".join(

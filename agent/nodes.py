@@ -191,9 +191,13 @@ class Nodes:
             if finish_reason == "length":  # the usual cause of a missing block: the reply was cut off
                 message += "; the reply was cut off at the output-token limit, so keep the prose short"
             d.writer.event("format_error", turn=turn, sample=sample, message=message, finish_reason=finish_reason)
-            return Reply(sample=sample, text=text, has_solution=False, format_error=message)
+            return Reply(sample=sample, text=text, has_solution=False, format_error=message, note=None)
         solution.to_dir(cdir)
-        return Reply(sample=sample, text=text, has_solution=True, format_error=None)
+        ex = solution.extraction
+        note = (ex.note or None) if ex is not None else None
+        if note:
+            d.writer.event("extraction", turn=turn, sample=sample, language=ex.language, note=note)
+        return Reply(sample=sample, text=text, has_solution=True, format_error=None, note=note)
 
     # -------------------------------------------------------------------------------
     def evaluate(self, state: AgentState) -> dict:
@@ -208,6 +212,7 @@ class Nodes:
             else:
                 ev = self._evaluate_one(turn, sample)
                 rec = fb.candidate_record(turn, sample, rel, ev)
+                rec.note = reply.get("note")
                 if ev.compiled:  # "did not compile" says nothing about the evaluation itself
                     evaluation = "ok" if fb.ran(ev) else (
                         evaluation if evaluation == "ok" else f"skipped: {ev.run_reason or 'unknown reason'}")

@@ -19,6 +19,7 @@ class Reply(TypedDict):
     text: str
     has_solution: bool
     format_error: str | None
+    note: str | None  # which blocks of a reply with several were used (tools.solution.Extraction.note)
 
 
 class AgentState(TypedDict, total=False):

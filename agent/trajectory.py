@@ -57,6 +57,7 @@ EVENT_TYPES = {
     "fault": "turn, sample, kind, status, message, attempt, wait_s, retryable (one per failed request)",
     "llm_error": "turn, sample, kind, message, retryable: the call failed for good",
     "format_error": "turn, sample, message, finish_reason: no solution could be extracted from the reply",
+    "extraction": "turn, sample, language, note: the reply held several source or JSON blocks; which were used",
     "compile": "turn, sample, result: CompileResult (without the PTX, which is in eval.json)",
     "inspect": "turn, sample, result: InspectResult",
     "run": "turn, sample, run_status, run_reason, gpu, workloads (visible ones), held_out {total, passed, failed}, "
@@ -206,6 +207,7 @@ class CandidateRecord(BaseModel):
     verdicts: Verdicts = Field(default_factory=Verdicts)
     verified: bool = False  # correctness was checked on a GPU (False on CPU: "unverified")
     error: str | None = None  # one line: format error / model error / compile error summary
+    note: str | None = None  # the reply held several candidates: which block was used, and why
     # the candidate whose feedback this one answered (its path); None in turn 1. A chain for
     # linear and best-of-n runs, a tree for evolve.
     parent: str | None = None

@@ -259,3 +259,14 @@ def test_outcome_is_never_correct_without_a_run():
     rec = fb.candidate_record(1, 0, "candidates/1-0", ev)
     assert rec.outcome == "arch_missing" and rec.verdicts.correct is None and not rec.verified
     json.dumps(rec.model_dump(mode="json"))
+
+
+def test_a_reply_with_several_candidates_is_told_which_one_was_used(tmp_path):
+    """A draft kernel, then the final one: the feedback says which block the results are about,
+    and the run records it (event and candidate)."""
+    draft = "First try:\n\n```cuda\nextern \"C\" __global__ void gemm_old(float* C) { C[0] = 1.f; }\n```\n\n"
+    summary, run_dir = run(tmp_path, GEMM_TASK, [draft + probe_reply(), NO_CODE], max_turns=2, context="none")
+    [fb1] = [e for e in events(run_dir, "feedback") if e["turn"] == 1]
+    [ex] = events(run_dir, "extraction")
+    assert "Your reply: " in fb1["text"] and "gemm_old" in fb1["text"] and "gemm_old" in ex["note"]
+    assert summary.per_turn[0].candidates[0].note == ex["note"]
