@@ -332,8 +332,13 @@ def _mismatch_line(m: Mismatch) -> str:
     nans = f", {m.nan_count} NaN" if m.nan_count else ""
     l2 = (f", relative L2 error {m.rel_l2:.3g} (at most {m.rel_l2_bound:g} allowed)"
           if m.rel_l2 is not None and m.rel_l2_bound is not None else "")
-    return (f"  - output `{m.output}`: max abs error {m.max_abs_err:.3g}, max rel error {m.max_rel_err:.3g}, "
+    line = (f"  - output `{m.output}`: max abs error {m.max_abs_err:.3g}, max rel error {m.max_rel_err:.3g}, "
             f"{m.mismatch_frac:.2%} of elements out of tolerance{nans}{l2}{where}{got}")
+    more = [x for x in m.samples if x.index != m.first_mismatch]
+    if more:  # a few more failing elements: a pattern (one row, one tile edge, a constant factor) shows at sight
+        line += "\n    also: " + "; ".join(f"at {tuple(x.index)} got {x.got:.4g}, expected {x.expected:.4g}"
+                                        f"{_ratio(x.got, x.expected)}" for x in more)
+    return line
 
 
 def memcheck_section(ev: EvalResult) -> str:

@@ -270,3 +270,19 @@ def test_a_reply_with_several_candidates_is_told_which_one_was_used(tmp_path):
     [ex] = events(run_dir, "extraction")
     assert "Your reply: " in fb1["text"] and "gemm_old" in fb1["text"] and "gemm_old" in ex["note"]
     assert summary.per_turn[0].candidates[0].note == ex["note"]
+
+
+def test_wrong_answers_show_a_few_failing_elements_with_their_ratio():
+    """A constant factor, seen at several places at once (the judge's own samples)."""
+    import torch
+
+    from tools.correctness import compare
+    from tasks.schema import Tolerance
+
+    ref = torch.randn(64, 32)
+    got = ref.clone()
+    got[3] *= 0.5  # one row halved
+    m = compare("O", got, ref, Tolerance(rtol=1e-2, atol=1e-2))
+    assert not m.passed and 2 <= len(m.samples) <= 4 and all(x.index[0] == 3 for x in m.samples)
+    line = fb._mismatch_line(m)
+    assert line.count("expected") >= 3 and "also: at (3," in line and line.count("ratio 0.5") >= 3, line

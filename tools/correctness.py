@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from tools.results import Mismatch
+from tools.results import ElementSample, Mismatch
 
 GUARD_BYTES = 64 * 1024
 CANARY = 0xA5
@@ -131,11 +131,12 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
         max_abs = max_rel = math.inf  # every failure is a NaN or an infinity
     ref_norm = float(torch.where(finite, e, torch.zeros_like(e)).norm())
     rel_l2 = float(fdiff.norm()) / ref_norm if ref_norm > 0 else (0.0 if float(fdiff.norm()) == 0 else math.inf)
-    first, gv, ev = None, None, None
+    first, gv, ev, samples = None, None, None, []
     if n_bad:
         flat = int(bad.reshape(-1).nonzero()[0])
         first = list(_unravel(flat, tuple(g.shape)))
         gv, ev = float(g.reshape(-1)[flat]), float(e.reshape(-1)[flat])
+        samples = _failing_samples(bad, fdiff, g, e)
     row_ratio, bad_rows, worst_row = None, None, None
     if row_tol is not None and g.numel():
         ratios = row_ratios(fdiff, torch.where(finite, s, torch.zeros_like(s)), row_tol)
@@ -147,7 +148,24 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
     return Mismatch(output=name, max_abs_err=max_abs, max_rel_err=max_rel,
                     mismatch_frac=n_bad / max(1, g.numel()), nan_count=int(torch.isnan(g).sum()),
                     first_mismatch=first, got=gv, expected=ev, rel_l2=rel_l2, rel_l2_bound=bound,
-                    row_ratio=row_ratio, bad_rows=bad_rows, worst_row=worst_row, passed=passed)
+                    row_ratio=row_ratio, bad_rows=bad_rows, worst_row=worst_row, samples=samples, passed=passed)
+
+
+SAMPLES = 4  # failing elements reported per output
+
+
+def _failing_samples(bad: torch.Tensor, fdiff: torch.Tensor, g: torch.Tensor, e: torch.Tensor) -> list[ElementSample]:
+    """The first failing element, the worst, and the rest spread evenly over the failing ones."""
+    flat_bad = bad.reshape(-1).nonzero().reshape(-1)
+    worst = int(flat_bad[int(fdiff.reshape(-1)[flat_bad].argmax())])
+    picks = [int(flat_bad[0]), worst] + [int(flat_bad[int(i)]) for i in
+                                         torch.linspace(0, len(flat_bad) - 1, SAMPLES).round().long()]
+    out, gf, ef = [], g.reshape(-1), e.reshape(-1)
+    for i in dict.fromkeys(picks):
+        if len(out) == SAMPLES:
+            break
+        out.append(ElementSample(index=list(_unravel(i, tuple(g.shape))), got=float(gf[i]), expected=float(ef[i])))
+    return out
 
 
 def row_ratios(diff: torch.Tensor, s: torch.Tensor, row_tol) -> torch.Tensor:

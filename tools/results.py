@@ -109,6 +109,14 @@ class InspectResult(BaseModel):
         return [f for f in requested if not self.feature_present(f)]
 
 
+class ElementSample(BaseModel):
+    """One failing element: where, what the kernel wrote, what the reference has."""
+
+    index: list[int]
+    got: float
+    expected: float
+
+
 class Mismatch(BaseModel):
     """How one output compared with the reference."""
 
@@ -125,6 +133,8 @@ class Mismatch(BaseModel):
     row_ratio: float | None = None  # worst row's error / its allowance (Tolerance.rows; > 1 fails)
     bad_rows: int | None = None  # rows over their allowance
     worst_row: list[int] | None = None  # index of the worst row (the output's dims without the row's own)
+    # a few failing elements (the first, the worst, spread over the rest): a pattern shows at sight
+    samples: list[ElementSample] = Field(default_factory=list)
     passed: bool
 
     def describe(self) -> str:
