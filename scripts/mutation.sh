@@ -40,7 +40,7 @@ entry = tomllib.loads(text)["tool"]["ptxbench"]["mutation"].get(module)
 if entry is None:
     sys.exit(f"{module}: not listed in [tool.ptxbench.mutation] of pyproject.toml")
 base = tomllib.loads(text)["tool"]["mutmut"]
-text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[)", "", text)
+text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
 conf = {**base, "only_mutate": [module], "pytest_add_cli_args_test_selection": entry["tests"]}
 text += "\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in conf.items())
 open(path, "w").write(text)
