@@ -489,6 +489,15 @@ def plan(config: SweepConfig) -> GridSummary:
     return GridSummary(runs, {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs})
 
 
+def _identity(spec: str) -> str:
+    """What names a model for this check: the spec, but for a recorded or scripted model its
+    file's name, not its folder (a sweep moved with its files is the same sweep)."""
+    for prefix in ("scripted:", "replay:"):
+        if spec.startswith(prefix):
+            return prefix + Path(spec.removeprefix(prefix)).name
+    return spec
+
+
 def refuse_changed_models(config: SweepConfig, runs: list[SweepRun]) -> None:
     """A run id names the model by its `name`; a run recorded under that name with another
     spec (or endpoint) would be reused or resumed as if it were this model's. Refuse, naming
@@ -504,7 +513,7 @@ def refuse_changed_models(config: SweepConfig, runs: list[SweepRun]) -> None:
         except RunFolderError:
             continue  # resuming it says what is wrong with it
         then = (recorded.model, recorded.api_base)
-        if then != (r.model.spec, r.model.api_base):
+        if (_identity(recorded.model), recorded.api_base) != (_identity(r.model.spec), r.model.api_base):
             what = "spec" if recorded.model != r.model.spec else "api_base"
             raise SweepError(
                 f"model {r.model.name!r}: its runs were recorded with {what} "
