@@ -47,19 +47,14 @@ class SharedEvaluator:
     def has_gpu(self) -> bool:
         return self.gpu is not None
 
+    def gpu_name(self) -> str | None:
+        return self.gpu
+
     def evaluate(self, solution, task, arch, **kwargs):
         return self._evaluate(solution, task, arch, **kwargs)
 
     def close(self) -> None:
         pass
-
-
-def _gpu_name(evaluator) -> str | None:
-    """The GPU's name from a tools.evaluator.Evaluator (starts its first worker); None without a GPU."""
-    if not evaluator.has_gpu:
-        return None
-    info = evaluator.gpu_info() or {}
-    return str(info.get("name") or info.get("gpu") or "GPU")
 
 
 class LocalExecutor:
@@ -74,7 +69,7 @@ class LocalExecutor:
         self._evaluator = Evaluator(gpus=gpus or None)  # None: it says itself why there is no GPU
         self._what = (f"local: {len(gpus)} GPU worker(s)" if gpus
                       else f"local: no GPU ({reason}); compile + inspect only")
-        self._shared = SharedEvaluator(self._evaluator.evaluate, _gpu_name(self._evaluator), reason)
+        self._shared = SharedEvaluator(self._evaluator.evaluate, self._evaluator.gpu_name(), reason)
 
     def evaluator(self) -> SharedEvaluator:
         return self._shared

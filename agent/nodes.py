@@ -394,7 +394,7 @@ def _finish_reason(raw: dict | None) -> str | None:
 def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
     """The retriever's arguments for a run: the query is the task as a model reads it
     (description and op type), never its id, and the op type keeps other families' docs out.
-    knowledge/measure.py makes this same call for the token table in docs/BENCHMARKS.md."""
+    scripts/measure_context.py makes this same call for the token table in docs/BENCHMARKS.md."""
     from knowledge.retriever import task_query
 
     return {"task": task_query(task.description or "", task.op_type, task.op_family), "arch": cfg.arch,

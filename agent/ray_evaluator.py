@@ -95,9 +95,8 @@ class GpuEvaluatorActor:
 
     def describe(self) -> ActorInfo:
         # Starts the GPU worker (torch, CUDA context): the first request then finds it warm.
-        from agent.executors import _gpu_name
 
-        return ActorInfo.here(_gpu_name(self._evaluator), self._evaluator.no_gpu_reason)
+        return ActorInfo.here(self._evaluator.gpu_name(), self._evaluator.no_gpu_reason)
 
     def evaluate(self, solution, task, arch: str, compiled, kwargs: dict) -> EvalResult:
         return without_cubin(self._evaluator.evaluate(solution, task, arch, compiled=compiled, **kwargs))

@@ -535,15 +535,6 @@ def _get_evaluator():
     return Evaluator()
 
 
-def _gpu_name(evaluator) -> str | None:
-    """The GPU the evaluator will run on (None: no GPU, evaluation will be skipped)."""
-    if not getattr(evaluator, "has_gpu", False):
-        return None
-    try:
-        return (evaluator.gpu_info() or {}).get("gpu")  # starts the worker the first evaluation needs anyway
-    except Exception as exc:  # the worker could not start: every evaluation will say why
-        return f"unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-
 
 def _render_task(task, config: RunConfig) -> str:
     from tasks.describe import render_task
@@ -565,3 +556,8 @@ def tool_versions() -> dict[str, str]:
     except Exception as exc:  # a missing tool shows up in the evaluation; the record says why
         versions["toolchain"] = f"unavailable: {exc}"
     return versions
+
+
+def _gpu_name(evaluator) -> str | None:
+    """The GPU the evaluator will run on (None: no GPU, or a stand-in evaluator that does not say)."""
+    return evaluator.gpu_name() if hasattr(evaluator, "gpu_name") else None

@@ -59,12 +59,12 @@ BASELINE_TEXT = {
     "none": "no library (speed is reported, not compared)",
 }
 
-# How the "fp8_block_scaled" generator draws inputs (tasks/fp8_gemm.py), added to the stress distribution.
+# How the "fp8_block_scaled" generator draws inputs (tasks/families/fp8_gemm.py), added to the stress distribution.
 _FP8_BLOCK_INPUTS = (", times a random magnitude 2^U(-3, 3) per scale block; each e4m3 tensor X is then quantised "
                      "per block as DeepGEMM does: SF_X = amax(|x| over the block) / 448 and X = x / SF_X, so every "
                      "block spans the e4m3 range and scales differ from block to block by up to ~64x")
 
-# How the "gdn" generator draws inputs (tasks/gdn.py), said instead of the stress distribution.
+# How the "gdn" generator draws inputs (tasks/families/gdn.py), said instead of the stress distribution.
 _GDN_INPUTS = ("fresh random values for every check: q and k are l2-normalised per head (as the model feeds them), "
                "v and state are N(0, 1) with rare large outliers (N(0, 100) with probability 1e-3), the gates are in "
                "trained models' ranges (g mostly near 1, sometimes near 0; beta in about (0.02, 0.98)), and (prefill) "

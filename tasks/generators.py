@@ -14,20 +14,10 @@ from __future__ import annotations
 import torch
 
 from tasks.schema import Task
-
-OUTLIER_PROB = 1e-3
-OUTLIER_STD = 10.0  # N(0, 100)
+from tasks.stress import stress
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
            "float8_e4m3fn": torch.float8_e4m3fn}
-
-
-def stress(shape: tuple[int, ...], gen: torch.Generator, device: str | torch.device) -> torch.Tensor:
-    """fp32 samples of N(0,1) + N(0,100)·Bernoulli(1e-3)."""
-    x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
-    outlier = torch.rand(shape, generator=gen, device=device) < OUTLIER_PROB
-    x += torch.randn(shape, generator=gen, device=device, dtype=torch.float32).mul_(OUTLIER_STD) * outlier
-    return x
 
 
 def generate_inputs(task: Task, axes: dict[str, int], seed: int, device: str | torch.device = "cpu",
@@ -35,8 +25,8 @@ def generate_inputs(task: Task, axes: dict[str, int], seed: int, device: str | t
     """Every input tensor of `task` for the given axis values (var axes at least), contiguous, in
     its declared dtype. The generator is the task's `generator` field: "stress",
     "stress_with_forward:<task>" (attention backward: O and LSE come from that forward task's
-    reference on the same Q, K, V), "fp8_block_scaled" (tasks.fp8_gemm.generate_block_scaled_inputs)
-    or "gdn" (tasks.gdn.generate_gdn_inputs).
+    reference on the same Q, K, V), "fp8_block_scaled" (tasks.families.fp8_gemm.generate_block_scaled_inputs)
+    or "gdn" (tasks.families.gdn.generate_gdn_inputs).
 
     fast: for the timed runs, which need fresh inputs every run. Derived inputs (O and LSE)
     come from a bf16 tensor-core forward instead of the fp32 reference: they are still the
@@ -48,14 +38,14 @@ def generate_inputs(task: Task, axes: dict[str, int], seed: int, device: str | t
         return _stress_inputs(task, axes, seed, device)
     if kind == "stress_with_forward":
         return _stress_with_forward(task, axes, seed, device, argument, fast)
-    if kind == "stress_fp8_per_tensor":  # e4m3 inputs with amax-based per-tensor descales (tasks/fp8_attention.py)
+    if kind == "stress_fp8_per_tensor":  # e4m3 inputs with amax-based per-tensor descales (tasks/families/fp8_attention.py)
         return _stress_fp8_per_tensor(task, axes, seed, device)
-    if kind == "fp8_block_scaled":  # e4m3 inputs with 1x128 / 128x128 block scales (tasks/fp8_gemm.py)
-        from tasks.fp8_gemm import generate_block_scaled_inputs
+    if kind == "fp8_block_scaled":  # e4m3 inputs with 1x128 / 128x128 block scales (tasks/families/fp8_gemm.py)
+        from tasks.families.fp8_gemm import generate_block_scaled_inputs
 
         return generate_block_scaled_inputs(task, axes, _generator(seed, device), device)
-    if kind == "gdn":  # Gated DeltaNet: normalised q/k, realistic gates, packed sequences (tasks/gdn.py)
-        from tasks.gdn import generate_gdn_inputs
+    if kind == "gdn":  # Gated DeltaNet: normalised q/k, realistic gates, packed sequences (tasks/families/gdn.py)
+        from tasks.families.gdn import generate_gdn_inputs
 
         return generate_gdn_inputs(task, axes, _generator(seed, device), device)
     raise ValueError(f"task {task.name}: unknown input generator {task.generator!r} "

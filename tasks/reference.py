@@ -134,12 +134,12 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
         if task.op_type in ("mha_fwd", "mha_bwd"):
             sm_scale = task.scalar_values(axes)["sm_scale"]
             return _attention_term_scales(task.op_type, x, sm_scale, "causal" in task.tags)
-        if task.op_type == "fp8_mha_fwd":  # as mha_fwd, over the dequantised Q, K, V (tasks/fp8_attention.py)
+        if task.op_type == "fp8_mha_fwd":  # as mha_fwd, over the dequantised Q, K, V (tasks/families/fp8_attention.py)
             sm_scale = task.scalar_values(axes)["sm_scale"]
             return _attention_term_scales("mha_fwd", dequantised(inputs, ("Q", "K", "V")), sm_scale,
                                           "causal" in task.tags)
-        if task.op_type == "fp8_gemm":  # as gemm, over the block-dequantised A and B (tasks/fp8_gemm.py)
-            from tasks.fp8_gemm import dequantize
+        if task.op_type == "fp8_gemm":  # as gemm, over the block-dequantised A and B (tasks/families/fp8_gemm.py)
+            from tasks.families.fp8_gemm import dequantize
 
             a, b = dequantize(inputs["A"], inputs["SF_A"]), dequantize(inputs["B"], inputs["SF_B"])
             return {"D": torch.matmul(a.square(), b.square().T).sqrt_()}

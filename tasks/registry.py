@@ -18,11 +18,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tasks.attention import backward_task, forward_task
-from tasks.fp8_attention import fp8_forward_task
-from tasks.fp8_gemm import fp8_gemm_task
-from tasks.gdn import gdn_tasks
-from tasks.gemm import gemm_tasks
+from tasks.families.attention import backward_task, forward_task
+from tasks.families.fp8_attention import fp8_forward_task
+from tasks.families.fp8_gemm import fp8_gemm_task
+from tasks.families.gdn import gdn_tasks
+from tasks.families.gemm import gemm_tasks
 from tasks.schema import Task, Workload
 
 

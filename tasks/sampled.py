@@ -6,7 +6,7 @@ For the op types below, a few random rows of each output are computed in fp32 fr
 run's inputs, at a cost linear in the sequence length per row:
 
 - gemm:    rows of C (C[m, :] = A[m, :] @ B^T).
-- fp8_gemm: rows of D, from the drawn rows of A and all of B, dequantised (tasks/fp8_gemm.py).
+- fp8_gemm: rows of D, from the drawn rows of A and all of B, dequantised (tasks/families/fp8_gemm.py).
 - mha_fwd: query rows (b, h, i) of O and LSE.
 - fp8_mha_fwd: the same, the rows' keys and values dequantised (X.float() * descale_x) after
   they are gathered, so no full fp32 copy of Q, K, V is made.
@@ -104,7 +104,7 @@ def _gemm(x, gen, rows, terms) -> dict[str, Sample]:
 
 
 def _fp8_gemm(inputs, gen, rows, terms) -> dict[str, Sample]:
-    from tasks.fp8_gemm import dequantize
+    from tasks.families.fp8_gemm import dequantize
 
     m = _pick(inputs["A"].shape[0], rows, gen, inputs["A"].device)
     # Gather A's rows through a uint8 view (indexing kernels need not exist for fp8), then dequantise.

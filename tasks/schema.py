@@ -64,7 +64,7 @@ class Tolerance(BaseModel):
     # scale is |ref| ("ref"), or max(|ref|, rss) ("terms"): rss is the root-sum-square of the
     # products summed into that element (tasks.reference.term_scales). "terms" only loosens elements
     # whose value cancels below the rounding noise every bf16 tensor-core kernel has (attention
-    # backward on stress inputs; see tasks/attention.py).
+    # backward on stress inputs; see tasks/families/attention.py).
     rtol: float = 1e-2
     atol: float = 1e-2
     scale: Literal["ref", "terms"] = "ref"

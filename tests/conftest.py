@@ -25,7 +25,7 @@ def _has_gpu() -> bool:
 def pytest_collection_modifyitems(config, items):
     if _has_gpu():
         return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run tools/gpu_suite.sh on the device machine)")
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run scripts/gpu_suite.sh on the device machine)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

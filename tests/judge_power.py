@@ -600,11 +600,11 @@ def run_reference_of(task: Task, axes: dict[str, int], seed: int, device: str) -
 # Whole tasks: the library on every workload, honest variants, the catalogue (GPU test)
 
 def library_verdicts(task: Task, judge: Judge, verdicts: Verdicts) -> None:
-    """Every library backend the evaluator may time (tasks.baselines.list_backends), made as the
+    """Every library backend the evaluator may time (tasks.families.baselines.list_backends), made as the
     worker makes it (make_baseline on the workspace's own input tensors), run once and judged by
     the values rule a candidate's outputs face (`compare` per output). A backend that cannot be
     made here is noted, not judged."""
-    from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
+    from tasks.families.baselines import BaselineUnavailable, list_backends, make_baseline
 
     for backend in list_backends(task):
         judge.ws.load_inputs(judge.x)  # a library may update an input in place (a state): each starts afresh

@@ -801,7 +801,7 @@ def _ncu_row(kernel: str, opcodes: str = "", **values: float) -> dict[str, str]:
 
 
 def test_instruction_credit_needs_the_work():
-    """Figures measured by ncu on the H200 (tools/probe_device.py, 2026-11-30), then the attacks
+    """Figures measured by ncu on the H200 (scripts/probe_device.py, 2026-11-30), then the attacks
     that would inflate them."""
     from tools.ncu import TaskWork, verdict, work_metrics
 
@@ -947,7 +947,7 @@ def test_the_library_answer_is_gone_before_the_candidate_runs():
 
     import torch
 
-    from tasks.baselines import Baseline
+    from tasks.families.baselines import Baseline
     from tools.timing import Side, paired
     from tools.worker import _library_side
 

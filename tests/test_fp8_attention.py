@@ -1,4 +1,4 @@
-"""FP8 attention forward with LSE (tasks/fp8_attention.py) on CPU: the definition as PTXBench
+"""FP8 attention forward with LSE (tasks/families/fp8_attention.py) on CPU: the definition as PTXBench
 has it, the generator's e4m3 quantisation, the fp32 reference against independent float64
 math, the sampled rows, the worker's Workspace with e4m3 inputs, and the tolerance against
 emulated FlashAttention-3-style kernels (right ones pass, wrong ones fail)."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tasks import ALIASES, TASKS, get_task
-from tasks.baselines import list_backends
+from tasks.families.baselines import list_backends
 from tasks.describe import example_manifest, render_task
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales

@@ -1,4 +1,4 @@
-"""The block-scaled FP8 GEMM task (tasks/fp8_gemm.py) on CPU: the definition matches PTXBench's,
+"""The block-scaled FP8 GEMM task (tasks/families/fp8_gemm.py) on CPU: the definition matches PTXBench's,
 the generator quantises per block as DeepGEMM does, the reference, term scales and sampled rows
 agree with float64 math of PTXBench's pseudo-code, correct kernels (emulated) pass the tolerance
 with margin and kernels with misapplied scales fail it, the harness's workspace carries e4m3
@@ -12,7 +12,7 @@ import torch
 
 from tasks import ALIASES, get_task
 from tasks.describe import example_manifest, render_task
-from tasks.fp8_gemm import E4M3_MAX, SCALE_BLOCK, dequantize, fp8_gemm_task
+from tasks.families.fp8_gemm import E4M3_MAX, SCALE_BLOCK, dequantize, fp8_gemm_task
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales
 from tasks.sampled import has_sampler, sample, view_rows
@@ -220,7 +220,7 @@ def test_workspace_loads_guards_and_judges_fp8_inputs():
 # ------------------------------------------------------------------ baselines (plumbing; the libraries run on the GPU)
 
 def test_baselines_listed_refuse_cpu_and_check_outputs():
-    from tasks.baselines import BaselineUnavailable, _sampled_mismatch, list_backends, make_baseline
+    from tasks.families.baselines import BaselineUnavailable, _sampled_mismatch, list_backends, make_baseline
 
     t = get_task("fp8_gemm")
     assert list_backends(t) == ["scaled_mm:cublaslt", "triton:fp8_block"]

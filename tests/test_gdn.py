@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from tasks import get_task
-from tasks.baselines import list_backends
+from tasks.families.baselines import list_backends
 from tasks.describe import example_manifest, render_task
-from tasks.gdn import CHUNK, cu_seqlens_for
+from tasks.families.gdn import CHUNK, cu_seqlens_for
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference
 from tools.correctness import compare
@@ -243,7 +243,7 @@ def test_tolerance_rejects_gate_after_update_and_accepts_bf16_output():
 
 
 def test_prefill_tolerance_admits_a_bf16_chunked_kernel_and_rejects_decay_after_update():
-    """The calibration behind the prefill bounds (tasks/gdn.py): a tensor-core kernel's bf16
+    """The calibration behind the prefill bounds (tasks/families/gdn.py): a tensor-core kernel's bf16
     operands stay well inside them, the wrong gate order lands far outside."""
     task, axes, x = _small_prefill(NAMES[1], total=300, seqs=1)
     g, beta = _gates64(x)

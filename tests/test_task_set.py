@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from tasks import TASKS, UnknownTask, get_task, select_many, select_tasks, task_split
-from tasks.baselines import list_backends
-from tasks.gemm import GEMM_REFERENCE, GEMM_SHAPES
+from tasks.families.baselines import list_backends
+from tasks.families.gemm import GEMM_REFERENCE, GEMM_SHAPES
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference
 from tasks.registry import HELD_OUT_TASKS

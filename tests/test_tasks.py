@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 
 from tasks import ALIASES, TASKS, UnknownTask, get_task, list_tasks, missing_workloads_reason
 from tasks.describe import example_manifest, render_task
-from tasks.gemm import gemm_task
-from tasks.generators import OUTLIER_PROB, generate_inputs
+from tasks.families.gemm import gemm_task
+from tasks.generators import generate_inputs
+from tasks.stress import OUTLIER_PROB
 from tasks.reference import reference_function, run_reference, term_scales
 from tasks.schema import Task
 from tools.launch import NOMINAL_LIMITS, plan_launches
@@ -445,7 +446,7 @@ def test_agent_tasks_entry_point():
 # ------------------------------------------------------------------ baselines (plumbing; the libraries run on the GPU)
 
 def test_baselines_list_and_refuse_cpu_tensors():
-    from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
+    from tasks.families.baselines import BaselineUnavailable, list_backends, make_baseline
 
     assert list_backends(get_task("gemm")) == ["cublas"]
     assert list_backends(get_task("attn_bwd")) == ["sdpa:cudnn", "sdpa:flash", "sdpa:efficient"]

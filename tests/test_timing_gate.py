@@ -135,7 +135,7 @@ def test_measure_ungates_too(short_limit):
 
 
 def test_states_without_a_gate_time_as_before():
-    """A stand-in State without `gate` (CPU tests, tools/timing_study.py stand-ins) times ungated."""
+    """A stand-in State without `gate` (CPU tests, scripts/timing_study.py stand-ins) times ungated."""
     log: list[str] = []
 
     class NoGate(_State):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tools import toolchain
-from tools.compile import compile_source
+from tools.compile import compile_source, isa_check
 from tools.toolchain import ToolchainError, find_toolchain
 
 
@@ -33,7 +33,7 @@ def test_finds_a_consistent_set(fresh):
 
 
 def test_isa_check_compiles_and_assembles(fresh):
-    check = find_toolchain().isa_check()
+    check = isa_check(find_toolchain())
     assert check.ok, check.detail
     assert float(check.ptx_version) >= 8.6  # sm_100a needs PTX ISA 8.6 or later
     assert "sm_100a" in check.detail

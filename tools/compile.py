@@ -13,15 +13,19 @@ A bad kernel is a CompileResult with status "failed", never an exception.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from tools.includes import header_root, refused_includes
 from tools.results import CompileResult, Diagnostic, KernelResources
 from tools.sandbox import Job, Limits, Outcome, run_toolchain
-from tools.toolchain import ARCHES, ToolchainError, find_toolchain
+from tools.toolchain import ARCHES, Toolchain, ToolchainError, find_toolchain
 
 SOURCE_NAME = {"cuda": "kernel.cu", "ptx": "kernel.ptx"}
 MAX_SOURCE_CHARS = 2_000_000  # the expert kernels are ~30 kB
@@ -361,3 +365,45 @@ def _cap_ptx(ptx: str) -> str:
 def compile_solution(solution, arch: str) -> CompileResult:
     """Compile a tools.solution.Solution's kernel source for `arch`."""
     return compile_source(solution.source, solution.language, arch)
+
+
+@dataclass(frozen=True)
+class IsaCheck:
+    """Does ptxas accept the PTX NVRTC emits, for each arch?"""
+
+    ok: bool
+    ptx_version: str | None  # the `.version` NVRTC wrote
+    detail: str  # one line: what was checked, or what failed
+
+
+_TINY_KERNEL = 'extern "C" __global__ void ptxbench_isa_probe(int* p) { p[threadIdx.x] = 1; }\n'
+
+
+@functools.lru_cache(maxsize=4)
+def isa_check(tc: Toolchain) -> IsaCheck:
+    """Does ptxas accept the PTX NVRTC emits? A tiny kernel compiled with NVRTC and assembled
+    with ptxas for every arch (`agent doctor`)."""
+    if tc.nvrtc.path is None or tc.ptxas.path is None:
+        missing = [t.name for t in (tc.nvrtc, tc.ptxas) if t.path is None]
+        return IsaCheck(False, None, f"not checked: {', '.join(missing)} missing")
+    version = None
+    for arch in ARCHES:
+        ptx, log, _ = nvrtc_to_ptx(_TINY_KERNEL, arch, include_dirs=(), with_prelude=False)
+        if ptx is None:
+            return IsaCheck(False, None, f"NVRTC failed on a tiny kernel for {arch}: {log.strip()[:200]}")
+        m = re.search(r"^\s*\.version\s+(\S+)", ptx, re.M)
+        version = m[1] if m else None
+        with tempfile.TemporaryDirectory(prefix="ptxbench-isa-") as tmp:
+            src = Path(tmp) / "probe.ptx"
+            src.write_text(ptx)
+            try:
+                r = subprocess.run([tc.ptxas.path, f"-arch={arch}", str(src), "-o", str(Path(tmp) / "probe.cubin")], capture_output=True,
+                                   text=True, timeout=60, errors="replace")
+            except (OSError, subprocess.SubprocessError) as exc:
+                return IsaCheck(False, version, f"ptxas could not run: {exc}")
+        if r.returncode != 0:
+            first = (r.stderr or r.stdout).strip().splitlines()[:1]
+            return IsaCheck(False, version, f"ptxas {tc.ptxas.version} rejects NVRTC {tc.nvrtc.version}'s "
+                                            f"PTX .version {version} for {arch}: {' '.join(first)}")
+    return IsaCheck(True, version, f"ptxas {tc.ptxas.version} accepts NVRTC {tc.nvrtc.version}'s PTX "
+                                   f".version {version} for {', '.join(ARCHES)}")

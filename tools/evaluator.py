@@ -299,6 +299,16 @@ class Evaluator:
     def has_gpu(self) -> bool:
         return bool(self._workers)
 
+    def gpu_name(self) -> str | None:
+        """The GPU evaluations will run on (starts the first worker, which the first evaluation
+        needs anyway); None without a GPU; "unavailable: <why>" when the worker cannot start."""
+        if not self._workers:
+            return None
+        try:
+            return (self.gpu_info() or {}).get("gpu")
+        except Exception as exc:  # noqa: BLE001 - the worker could not start: every evaluation will say why
+            return f"unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+
     def gpu_info(self) -> dict | None:
         """Device info from a worker (starts one); None without a GPU."""
         if not self._workers:

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,15 +41,6 @@ class Tool:
 
 
 @dataclass(frozen=True)
-class IsaCheck:
-    """Does ptxas accept the PTX NVRTC emits, for each arch?"""
-
-    ok: bool
-    ptx_version: str | None  # the `.version` NVRTC wrote
-    detail: str  # one line: what was checked, or what failed
-
-
-@dataclass(frozen=True)
 class Toolchain:
     ptxas: Tool
     nvrtc: Tool
@@ -71,9 +61,6 @@ class Toolchain:
 
     def versions(self) -> dict[str, str]:
         return {t.name: t.version for t in self.tools() if t.path and t.version}
-
-    def isa_check(self) -> IsaCheck:
-        return _isa_check(self)
 
 
 def _run(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
@@ -209,35 +196,3 @@ def find_toolchain() -> Toolchain:
     return Toolchain(ptxas=p, nvrtc=nvrtc, cuobjdump=tools["cuobjdump"], nvdisasm=tools["nvdisasm"],
                      include_dir=include_dir, notes=tuple(notes))
 
-
-_TINY_KERNEL = 'extern "C" __global__ void ptxbench_isa_probe(int* p) { p[threadIdx.x] = 1; }\n'
-
-
-@functools.lru_cache(maxsize=4)
-def _isa_check(tc: Toolchain) -> IsaCheck:
-    """Compile a tiny kernel with NVRTC and assemble it with ptxas for every arch."""
-    from tools.compile import nvrtc_to_ptx  # local: compile imports this module
-
-    if tc.nvrtc.path is None or tc.ptxas.path is None:
-        missing = [t.name for t in (tc.nvrtc, tc.ptxas) if t.path is None]
-        return IsaCheck(False, None, f"not checked: {', '.join(missing)} missing")
-    version = None
-    for arch in ARCHES:
-        ptx, log, _ = nvrtc_to_ptx(_TINY_KERNEL, arch, include_dirs=(), with_prelude=False)
-        if ptx is None:
-            return IsaCheck(False, None, f"NVRTC failed on a tiny kernel for {arch}: {log.strip()[:200]}")
-        m = re.search(r"^\s*\.version\s+(\S+)", ptx, re.M)
-        version = m[1] if m else None
-        with tempfile.TemporaryDirectory(prefix="ptxbench-isa-") as tmp:
-            src = Path(tmp) / "probe.ptx"
-            src.write_text(ptx)
-            try:
-                r = _run([tc.ptxas.path, f"-arch={arch}", str(src), "-o", str(Path(tmp) / "probe.cubin")], timeout=60)
-            except (OSError, subprocess.SubprocessError) as exc:
-                return IsaCheck(False, version, f"ptxas could not run: {exc}")
-        if r.returncode != 0:
-            first = (r.stderr or r.stdout).strip().splitlines()[:1]
-            return IsaCheck(False, version, f"ptxas {tc.ptxas.version} rejects NVRTC {tc.nvrtc.version}'s "
-                                            f"PTX .version {version} for {arch}: {' '.join(first)}")
-    return IsaCheck(True, version, f"ptxas {tc.ptxas.version} accepts NVRTC {tc.nvrtc.version}'s PTX "
-                                   f".version {version} for {', '.join(ARCHES)}")

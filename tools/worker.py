@@ -729,7 +729,7 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
     fresh inputs as the candidate. The backend is chosen once per (task, workload, GPU,
     library versions): each backend timed cold, the fastest kept in the cache; later
     evaluations time only it."""
-    from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
+    from tasks.families.baselines import BaselineUnavailable, list_backends, make_baseline
     from tools.timing import measure, summarize
 
     names = list_backends(task)

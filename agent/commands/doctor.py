@@ -16,6 +16,7 @@ from agent.commands.common import ExitCode, console, print_json, wrap_items
 
 # long paths and messages stay on one line each (rich would wrap them at 80 columns in a pipe)
 say = functools.partial(console.print, highlight=False, soft_wrap=True)
+from tools.compile import isa_check
 from tools.toolchain import find_toolchain
 
 PACKAGES = ("torch", "cuda-bindings", "cuda-pathfinder", "pydantic", "langgraph", "litellm", "typer", "numpy")
@@ -30,7 +31,7 @@ PROVIDER_KEYS = {
 
 def toolchain_report() -> dict:
     tc = find_toolchain()
-    isa = tc.isa_check()
+    isa = isa_check(tc)
     return {
         "tools": {t.name: {"path": t.path, "version": t.version, "found_via": t.found_via, "missing": t.reason}
                   for t in tc.tools()},

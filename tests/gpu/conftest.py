@@ -1,5 +1,5 @@
 """Shared by the GPU tests of the task families: one Evaluator per test module, its worker
-log and baseline cache in PTXBENCH_GPU_LOGS when tools/gpu_suite.sh runs them (a module
+log and baseline cache in PTXBENCH_GPU_LOGS when scripts/gpu_suite.sh runs them (a module
 that needs other limits defines its own `evaluator`)."""
 from __future__ import annotations
 

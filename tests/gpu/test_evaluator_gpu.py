@@ -1,4 +1,4 @@
-"""The evaluator on a real GPU (run by tools/gpu_suite.sh on the H200).
+"""The evaluator on a real GPU (run by scripts/gpu_suite.sh on the H200).
 
 Every adversarial fixture gets its expected verdict, and a correct solution evaluated right
 after it, by the SAME Evaluator (same worker pool), still passes: one bad kernel never

@@ -13,7 +13,7 @@ import pytest
 
 from gpu_helpers import show
 from tasks import get_task
-from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
+from tasks.families.baselines import BaselineUnavailable, list_backends, make_baseline
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales
 from tools.solution import Solution

@@ -5,7 +5,7 @@ the simple solution is correct on every workload through the Evaluator and times
 library; variants that misapply the scales fail.
 
 The printed worst ratios and relative L2 errors are the calibration of the task's tolerance
-(tasks/fp8_gemm.py's docstring quotes the CPU emulation; these are the real kernels)."""
+(tasks/families/fp8_gemm.py's docstring quotes the CPU emulation; these are the real kernels)."""
 from __future__ import annotations
 
 import time
@@ -15,7 +15,7 @@ import pytest
 
 from gpu_helpers import show
 from tasks import get_task
-from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
+from tasks.families.baselines import BaselineUnavailable, list_backends, make_baseline
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales
 from tools.solution import Solution

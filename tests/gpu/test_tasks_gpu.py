@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tasks import get_task, select_many
-from tasks.baselines import BaselineUnavailable, list_backends, make_baseline
+from tasks.families.baselines import BaselineUnavailable, list_backends, make_baseline
 from tasks.generators import generate_inputs
 from tasks.reference import run_reference, term_scales
 
@@ -20,7 +20,7 @@ REQUIRED = {"cublas", "sdpa:cudnn"}  # must work on the H200; the other SDPA bac
 
 
 def expected_outputs(task) -> set[str]:
-    """Every output of the task; PyTorch's public SDPA forward returns no LSE (tasks/baselines.py,
+    """Every output of the task; PyTorch's public SDPA forward returns no LSE (tasks/families/baselines.py,
     _sdpa_forward: the library's time is then if anything understated), so that one may be missing."""
     return set(task.outputs) - ({"LSE"} if task.baseline == "sdpa_fwd" else set())
 
@@ -97,7 +97,7 @@ def _library_forward_o(task, x, backend):
     import torch
     import torch.nn.functional as F
 
-    from tasks.baselines import _sdpa_context
+    from tasks.families.baselines import _sdpa_context
 
     sm_scale = task.scalar_values(task.axis_values({"S": x["Q"].shape[2]}))["sm_scale"]
     with _sdpa_context(backend), torch.no_grad():

@@ -1,4 +1,4 @@
-"""Measure the evaluator itself on a GPU machine (run by tools/gpu_suite.sh).
+"""Measure the evaluator itself on a GPU machine (run by scripts/gpu_suite.sh).
 
 1. Wall time of one candidate evaluation per task: cold (new Evaluator, worker start
    included) and warm (same Evaluator again).
@@ -8,7 +8,7 @@
 3. Our baseline figures beside triton.testing.do_bench on the same workloads.
 
 Writes OUT/bench.json and OUT/bench.md.
-    python tools/bench_harness.py --out runs/gpu_suite [--tasks gemm_n7168_k5120,mha_bwd_d128] [--repeats 8]
+    python scripts/bench_harness.py --out runs/gpu_suite [--tasks gemm_n7168_k5120,mha_bwd_d128] [--repeats 8]
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def do_bench_baselines(tasks: list[str], ours: dict[str, float | None]) -> list[
     import torch
 
     from tasks import get_task
-    from tasks.baselines import list_backends, make_baseline
+    from tasks.families.baselines import list_backends, make_baseline
     from tasks.generators import generate_inputs
 
     try:

@@ -1,12 +1,12 @@
 """Measure what knowledge retrieval costs: tokens added per arm and seed task, and latency.
 
-    python -m knowledge.measure            # print the markdown table
-    python -m knowledge.measure --write    # also add a dated "## Knowledge retrieval" section to docs/BENCHMARKS.md
+    python scripts/measure_context.py            # print the markdown table
+    python scripts/measure_context.py --write    # also add a dated "## Knowledge retrieval" section to docs/BENCHMARKS.md
 
 The retriever's arguments are the agent's own: a subprocess asks agent.nodes.retrieval_call
 for every (task, arch, arm) with the run defaults (the context budget of `agent solve`), so
-the table describes what a run sends, and the knowledge package itself imports nothing of
-tasks/ or agent/. Latency is the median of repeated in-process calls after one warm-up call
+the table describes what a run sends (this script lives in scripts/: the knowledge package
+itself imports nothing of tasks/ or agent/). Latency is the median of repeated in-process calls after one warm-up call
 (the first call of a process also loads and indexes the docs; that cold time is reported
 separately).
 """
@@ -20,6 +20,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from knowledge.retriever import HEADER_BUDGET, MODES, _index, header_api, load_docs, retrieve
 
@@ -48,8 +51,8 @@ print(json.dumps(out))
 
 def agent_calls() -> list[dict]:
     code = _CALLS.format(arches=ARCHES, modes=MODES)
-    return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                                     text=True).stdout)
+    return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                     cwd=str(ROOT)).stdout)
 
 
 def measure() -> tuple[list[dict], dict, int]:
@@ -82,7 +85,7 @@ def measure() -> tuple[list[dict], dict, int]:
 
 def render(rows: list[dict], lat: dict, date: str, machine: str, budget: int, note: str = "") -> str:
     lines = [f"{SECTION} ({date})", "",
-             f"Measured {date} on {machine} with `python -m knowledge.measure`: the agent's own retrieval call "
+             f"Measured {date} on {machine} with `python scripts/measure_context.py`: the agent's own retrieval call "
              f"(agent.nodes.retrieval_call: query = the task's description, family and op type; docs of the "
              f"task's family only; context budget {budget} as `agent solve` defaults; header API budget "
              f"{HEADER_BUDGET}). Tokens = ceil(chars / 4); the task statement itself is not counted.", "",
@@ -126,7 +129,7 @@ def main() -> None:
     section = render(rows, lat, args.date, args.machine, budget, args.note)
     print(section)
     if args.write:
-        write_section(Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md", section)
+        write_section(ROOT / "docs" / "BENCHMARKS.md", section)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ S×S scores of all 192 heads at S=8192 would need 51 GB in fp32.
 """
 from __future__ import annotations
 
-from tasks.gemm import REQUESTED_FEATURES
+from tasks.families.gemm import REQUESTED_FEATURES
 from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 BATCH, HEADS = 4, 48
@@ -24,7 +24,7 @@ SEED_HEAD_DIM = 128
 VISIBLE_S = 4096
 HELD_OUT_S = (1024, 3000, 8192, 77)  # 3000: not a multiple of 128/64/16; 77: less than one tile
 VARIANT_HELD_OUT_S = (1024, 3000)
-# ||out - ref|| / ||ref|| at most this (calibrated with tools/calibrate_tolerance.py on the H200)
+# ||out - ref|| / ||ref|| at most this (calibrated with scripts/calibrate_tolerance.py on the H200)
 REL_L2 = 5e-3
 # LSE: 5e-4 (was 1e-4) admits a kernel that sums the row's normaliser from its bf16-rounded P (emulated
 # 8e-5 at S=77); the per-row LSE bound below is the tighter rule (cuDNN measures 1.1e-7)

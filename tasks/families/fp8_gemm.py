@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 
-from tasks.gemm import REQUESTED_FEATURES
+from tasks.families.gemm import REQUESTED_FEATURES
 from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 SCALE_BLOCK = 128  # DeepGEMM's gran_k (the only granularity it supports on SM90), also the N block of B
@@ -163,7 +163,7 @@ def generate_block_scaled_inputs(task: Task, axes: dict[str, int], gen, device) 
     values times 2^U(-3, 3) per block, quantised with scale = amax(block) / 448."""
     import torch
 
-    from tasks.generators import stress
+    from tasks.stress import stress
 
     out: dict[str, torch.Tensor] = {}
     for name, spec in task.inputs.items():

@@ -7,7 +7,7 @@
 2. Each expert kernel re-evaluated N times in one worker, then once in each of P fresh
    worker processes: CV and range of the speedup, and the warm wall time per evaluation.
 
-    python tools/timing_study.py --out OUT [--repeats 10 --processes 3 --tasks ...]
+    python scripts/timing_study.py --out OUT [--repeats 10 --processes 3 --tasks ...]
 Writes OUT/timing_study.jsonl as it goes (one JSON object per line) and a summary table.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ def aa_test(repeats: int) -> list[dict]:
     import torch
 
     from tasks import get_task
-    from tasks.baselines import make_baseline
+    from tasks.families.baselines import make_baseline
     from tasks.generators import generate_inputs
     from tools.timing import Side, measure, paired
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Bring Ray to the GPU machine (Python 3.12 x86-64, no package index, no ray, no jsonschema)
-# for tools/ray_gpu_sweep.sh. Run here, in a machine with pip access:
-#   bash tools/fetch_ray_wheels.sh
+# for scripts/ray_gpu_sweep.sh. Run here, in a machine with pip access:
+#   bash scripts/fetch_ray_wheels.sh
 # It writes (all git-ignored through .git/info/exclude):
 #   .whl/   ray's own needs that the device image lacks: jsonschema, jsonschema-specifications,
-#           referencing, rpds-py (next to tools/fetch_device_wheels.sh's wheels; run that first:
+#           referencing, rpds-py (next to scripts/fetch_device_wheels.sh's wheels; run that first:
 #           it empties .whl/). Ray's other needs (click, filelock, msgpack, packaging, protobuf,
 #           pyyaml, requests, attrs, typing-extensions) are on the image.
 #   .ray/   ray-2.60.0-cp312-min.tar.xz: the wheel's files without the Java jar and the

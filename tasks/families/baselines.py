@@ -11,7 +11,7 @@
   kernels for the gdn tasks, with the gate, the sigmoid and the k-last state layout fused in.
 - scaled_mm:cublaslt / triton:fp8_block (block-scaled FP8 GEMM): cuBLASLt's 1x128 / 128x128
   block-scaled FP8 GEMM through `torch._scaled_mm` (Hopper, cuBLASLt >= 12.9); our Triton
-  kernel (tasks/fp8_gemm_triton.py) where that refuses. Both are checked against the sampled
+  kernel (tasks/families/fp8_gemm_triton.py) where that refuses. Both are checked against the sampled
   reference when made, so a library that misreads a scale layout is refused, not timed.
 
 Every baseline reads the task's input tensors it was made with: the worker copies fresh
@@ -328,7 +328,7 @@ def _fla_gdn(task: Task, inputs: dict[str, torch.Tensor], backend: str) -> Basel
     head h reading q/k head h // (HV/H), as the task's repeat_interleave), and the k-last state
     (state_v_first: [.., V, K]), so its outputs are the task's in the task's layouts. Prefill
     runs fla's varlen path (batch 1, cu_seqlens); the chunk index is prepared once here: the
-    worker's fresh inputs keep each workload's cu_seqlens (tasks.gdn.cu_seqlens_for). MTP: fla
+    worker's fresh inputs keep each workload's cu_seqlens (tasks.families.gdn.cu_seqlens_for). MTP: fla
     takes no pool indices, so each run's slots are gathered into a [batch, ...] state before it, untimed
     (as a library that reads the pool by index would), and fla runs the seq_len tokens of each
     sequence from there without returning a final state (the task commits none)."""
@@ -400,7 +400,7 @@ def _fla_gdn(task: Task, inputs: dict[str, torch.Tensor], backend: str) -> Basel
     return Baseline(backend, timed, detail, prepare=prepare)
 
 
-# ---------------------------------------------------------------- block-scaled FP8 GEMM (tasks/fp8_gemm.py)
+# ---------------------------------------------------------------- block-scaled FP8 GEMM (tasks/families/fp8_gemm.py)
 
 def _scaled_mm_cublaslt(inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], dict[str, torch.Tensor]], str]:
     """cuBLASLt's DeepSeek-style block-scaled FP8 GEMM. torch._scaled_mm picks 1x128 scaling for A
@@ -425,7 +425,7 @@ def _scaled_mm_cublaslt(inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], d
 
 def _triton_fp8_block(inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], dict[str, torch.Tensor]], str]:
     try:
-        from tasks.fp8_gemm_triton import fp8_block_scaled_gemm
+        from tasks.families.fp8_gemm_triton import fp8_block_scaled_gemm
     except ImportError as exc:
         raise BaselineUnavailable(f"triton:fp8_block: triton is not importable ({exc})") from None
     a, sf_a, b, sf_b = (inputs[n] for n in ("A", "SF_A", "B", "SF_B"))
@@ -434,7 +434,7 @@ def _triton_fp8_block(inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], dic
     def run() -> dict[str, torch.Tensor]:
         return {"D": fp8_block_scaled_gemm(a, sf_a, b, sf_b, d)}
 
-    return run, "Triton block-scaled FP8 GEMM (tasks/fp8_gemm_triton.py; tl.dot per 128-wide K block, fp32 scaling)"
+    return run, "Triton block-scaled FP8 GEMM (tasks/families/fp8_gemm_triton.py; tl.dot per 128-wide K block, fp32 scaling)"
 
 
 FP8_GEMM_BACKENDS: dict[str, Callable[[dict[str, torch.Tensor]], tuple[Callable[[], dict], str]]] = {

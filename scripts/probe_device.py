@@ -6,7 +6,7 @@
 3. one executed-check pass per listed solution with all of those metrics, printing each
    kernel's raw values and the pass's wall time with and without them.
 
-    python tools/probe_device.py --out OUT [--solutions tasks/gemm_n7168_k5120/simple,...]
+    python scripts/probe_device.py --out OUT [--solutions tasks/gemm_n7168_k5120/simple,...]
 
 Writes OUT/probe.json (and OUT/ncu_metrics.txt, the filtered query).
 """

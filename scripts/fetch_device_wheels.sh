@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download the wheels the GPU machine lacks (it has torch, cuda-bindings, numpy, rich,
 # typer, pytest but no pydantic, langgraph, nvtx, flash-linear-attention and no package index) into .whl/, for
-# Python 3.12 x86-64. tools/gpu_suite.sh installs them there with pip --target.
+# Python 3.12 x86-64. scripts/gpu_suite.sh installs them there with pip --target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude

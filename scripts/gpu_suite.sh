@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The GPU suite, run on the device machine from anywhere in the repo:
-#   bash tools/gpu_suite.sh
+#   bash scripts/gpu_suite.sh
 # 1. installs the wheels carried in .whl/ (pydantic, ...; the device has no package index)
 #    into /tmp/site with pip --target and puts it on PYTHONPATH;
 # 2. runs the GPU tests (tests/gpu, marker `gpu`);
-# 3. runs tools/bench_harness.py (evaluation wall times per stage, timing spread) in what is
+# 3. runs scripts/bench_harness.py (evaluation wall times per stage, timing spread) in what is
 #    left of one device call (CALL_S, 590 s).
 # The tests took about 12.5 minutes on one H200 on 2026-11-30 (97 tests: 484 s for everything but
 # HALF_B below, 264 s for HALF_B), more than one 10-minute call. With two GPUs visible (the
 # device tool's nvidia-h200-x2) the two halves run side by side, one per GPU: the whole suite in
 # one call. On one GPU, split it over two calls with GPU_TESTS="..." and run the bench in a
-# call of its own (SKIP_BENCH=1 here, then `python3 tools/bench_harness.py`; `--solution
+# call of its own (SKIP_BENCH=1 here, then `python3 scripts/bench_harness.py`; `--solution
 # expert`, `--tasks` for the new families).
 # Into $OUT (default runs/gpu_suite), at most 8 files as the device tool returns them:
 #   suite.log (environment + pytest + per-test durations), bench.log, bench.json, bench.md, worker_tests.log,
@@ -85,7 +85,7 @@ left=$(( CALL_S - (SECONDS - START) ))
 if [ -n "${SKIP_BENCH:-}" ] || [ "$left" -lt 60 ]; then
   echo "bench skipped (${SKIP_BENCH:+SKIP_BENCH set; }${left} s left in the call)" | tee "$OUT/bench.log"
 else
-  timeout "$(( left < ${BENCH_TIMEOUT:-200} ? left : ${BENCH_TIMEOUT:-200} ))" "$PY" tools/bench_harness.py --out "$OUT" \
+  timeout "$(( left < ${BENCH_TIMEOUT:-200} ? left : ${BENCH_TIMEOUT:-200} ))" "$PY" scripts/bench_harness.py --out "$OUT" \
     --cache "$BENCH_CACHE" --skip-do-bench 2>&1 | tee "$OUT/bench.log"
 fi
 cp -f "$BENCH_CACHE"/worker-gpu*.log "$OUT/worker_bench.log" 2>/dev/null || true

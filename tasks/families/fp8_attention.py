@@ -50,7 +50,7 @@ tolerance asks for the scaling, as the knowledge doc explains).
 """
 from __future__ import annotations
 
-from tasks.gemm import REQUESTED_FEATURES
+from tasks.families.gemm import REQUESTED_FEATURES
 from tasks.schema import Axis, RowTolerance, Task, TensorSpec, Tolerance, Workload
 
 BATCH, HEADS = 4, 48

@@ -6,7 +6,7 @@ same figure, and for deliberately wrong variants of the library's output (a cons
 of 0.0099, uniform noise of +-0.0099, the small fifth of elements zeroed) what the seed's
 elementwise rule and the rel-L2 bound each say.
 
-    python tools/calibrate_tolerance.py --out OUT
+    python scripts/calibrate_tolerance.py --out OUT
 Writes OUT/calibration.json and prints a Markdown table (docs/METHODOLOGY.md quotes it).
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def library_rows(names: list[str]) -> list[dict]:
     import torch
 
     from tasks import get_task
-    from tasks.baselines import make_baseline
+    from tasks.families.baselines import make_baseline
     from tasks.generators import generate_inputs
     from tasks.reference import run_reference
     from tools.correctness import compare

@@ -1,5 +1,5 @@
-"""A Triton kernel for the block-scaled FP8 GEMM (tasks/fp8_gemm.py): the library baseline used
-where cuBLASLt's block-scaled `torch._scaled_mm` refuses (tasks/baselines.py). GPU only: this
+"""A Triton kernel for the block-scaled FP8 GEMM (tasks/families/fp8_gemm.py): the library baseline used
+where cuBLASLt's block-scaled `torch._scaled_mm` refuses (tasks/families/baselines.py). GPU only: this
 module imports triton, so import it only where a GPU baseline is being made.
 
 Per output tile, K advances one 128-wide scale block at a time: the tensor cores compute that

@@ -1,13 +1,13 @@
 """Every library baseline of every task on this GPU, timed as the evaluator times it, with
 and without the stream gate (tools/timing.py), on each task's first visible workload.
 
-For each backend tasks.baselines offers: cold runs (fresh L2, outputs scrubbed after each run,
+For each backend tasks.families.baselines offers: cold runs (fresh L2, outputs scrubbed after each run,
 as in an evaluation), `--runs` with the gate and as many without, interleaved in blocks so
 drift hits both alike; the median ms, TFLOP/s (task FLOPs) and GB/s (compulsory bytes,
 Task.min_bytes). The ungated column is what the evaluator measured before the gate: where it
 is well above the gated one, the library's host wrapper was being timed.
 
-    python3 tools/bench_baselines.py [--tasks gdn_decode_qk4_v8_d128_k_last,...] [--out runs/baselines]
+    python3 scripts/bench_baselines.py [--tasks gdn_decode_qk4_v8_d128_k_last,...] [--out runs/baselines]
 
 Writes OUT/baselines.json and OUT/baselines.md. Runs in one process on the GPU (no worker).
 """
@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a script, tools/ would be first on sys.path and shadow the standard library's
-# `profile` (which Triton imports) with tools/profile.py.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "tools"]
+sys.path.insert(0, str(ROOT))  # run as a script: the repository root, for tools/ and tasks/
 
 DEFAULT_TASKS = ("gemm_n7168_k5120,mha_fwd_d128,mha_bwd_d128,mha_fwd_d256,mha_bwd_d256,"
                  "fp8_gemm_nt_1d2d_n4096_k7168,fp8_mha_with_lse_d64,fp8_mha_with_lse_d128,"
@@ -34,7 +32,7 @@ DEFAULT_TASKS = ("gemm_n7168_k5120,mha_fwd_d128,mha_bwd_d128,mha_fwd_d256,mha_bw
 
 def bench_task(name: str, state, runs: int, blocks: int) -> list[dict]:
     from tasks import get_task
-    from tasks.baselines import list_backends, make_baseline
+    from tasks.families.baselines import list_backends, make_baseline
     from tasks.generators import generate_inputs
     from tools.timing import Side, measure
     from tools.worker import _library_side

@@ -71,7 +71,7 @@ relative-L2 bound (3.5x fla's worst) does the judging.
 
 Baseline: flash-linear-attention (`fla-core`): fused_recurrent_gated_delta_rule for decode,
 and for prefill the faster of chunk_gated_delta_rule and the fused recurrent kernel; both
-called with the gate, sigmoid and the k-last layout fused in (tasks/baselines.py).
+called with the gate, sigmoid and the k-last layout fused in (tasks/families/baselines.py).
 """
 from __future__ import annotations
 
@@ -432,7 +432,7 @@ def generate_gdn_inputs(task: Task, axes: dict[str, int], gen: torch.Generator, 
       outliers would only saturate g to 0 or beta to 0/1, which tests nothing the values do not.
     - cu_seqlens: cu_seqlens_for(total_seq_len, num_seqs).
     - initial_state (MTP's pool): as state; initial_state_indices: batch_size distinct random slots."""
-    from tasks.generators import stress  # tasks.generators dispatches here: import at call time
+    from tasks.stress import stress
 
     out: dict[str, torch.Tensor] = {}
     hv = axes["num_v_heads"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One sweep, three ways, on the 2-GPU machine (kind nvidia-h200-x2), from the repo root:
-#   bash tools/ray_gpu_sweep.sh
+#   bash scripts/ray_gpu_sweep.sh
 # The sweep is docs/examples/sweep_gpu_ray.toml: recorded replies (the shipped simple and
 # expert GEMM and attention-forward solutions), 8 runs x 2 turns = 16 evaluations of real
 # GPU work. It runs
@@ -14,7 +14,7 @@
 # runs/ray_gpu_sweep): ray_sweep.md (the table for docs/BENCHMARKS.md), ray_sweep.json,
 # ray_sweep.log. Exit status 0 when the three agree and every sweep finished.
 #
-# Before it, here: bash tools/fetch_device_wheels.sh && bash tools/fetch_ray_wheels.sh
+# Before it, here: bash scripts/fetch_device_wheels.sh && bash scripts/fetch_ray_wheels.sh
 # On the device it installs .whl/*.whl and Ray into /tmp/site (PYTHONPATH): Ray from
 # .ray/ray-*-min.tar.xz if carried, else from the two chunks .ray_a/ray.whl.part-aa +
 # .ray_b/ray.whl.part-ab (reassembled, checked against .ray_a/ray.whl.sha256, pip-installed).
@@ -67,7 +67,7 @@ else
       "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$whl"
       echo "ray: from the chunks .ray_a + .ray_b"
     else
-      echo "no Ray carried: need .ray/ (one call) or .ray_a/ + .ray_b/ (two calls); see tools/fetch_ray_wheels.sh"
+      echo "no Ray carried: need .ray/ (one call) or .ray_a/ + .ray_b/ (two calls); see scripts/fetch_ray_wheels.sh"
       exit 1
     fi
     set +e
@@ -236,7 +236,7 @@ summary = {"meta": meta, "rows": rows, "identical": identical, "complete": compl
 def cell(v):
     return "—" if v is None else v
 lines = [f"## Sweep throughput: local and Ray executors ({meta['date']})", "",
-         f"`bash tools/ray_gpu_sweep.sh` on {gpu_names} ({meta['cpus']} CPU cores), Python {meta['python']}, "
+         f"`bash scripts/ray_gpu_sweep.sh` on {gpu_names} ({meta['cpus']} CPU cores), Python {meta['python']}, "
          f"torch {meta['torch']}, Ray {meta['ray']}. Sweep `docs/examples/sweep_gpu_ray.toml`: {len(run_ids)} runs "
          f"(2 recorded models x their task x {cfg.replicas} replicas, {cfg.budget.max_turns} turns), every "
          f"evaluation on all five workloads of its task, the visible one timed against the library; "
