@@ -1008,3 +1008,16 @@ def test_rewriting_every_reachable_copy_of_the_inputs_does_not_steer_the_judge()
 
     result, _ = run(tamper, time=True)
     assert result["reason"] == "input_modified", result["detail"]
+
+
+def test_failing_samples_of_a_large_output_stay_in_bounds():
+    """25,574,500 failing elements (the visible-only fixture on GEMM M=4096, H200 2026-12-01):
+    spreading the samples in float32 named index n, one past the end."""
+    from tools.correctness import _failing_samples
+
+    n = 25574500
+    bad = torch.ones(n + 7, dtype=torch.bool)
+    bad[:7] = False
+    g, e = torch.zeros(n + 7), torch.ones(n + 7)
+    samples = _failing_samples(bad, (g - e).abs(), g, e)
+    assert 2 <= len(samples) <= 4 and samples[0].index == [7] and samples[-1].index == [n + 6]

@@ -158,8 +158,8 @@ def _failing_samples(bad: torch.Tensor, fdiff: torch.Tensor, g: torch.Tensor, e:
     """The first failing element, the worst, and the rest spread evenly over the failing ones."""
     flat_bad = bad.reshape(-1).nonzero().reshape(-1)
     worst = int(flat_bad[int(fdiff.reshape(-1)[flat_bad].argmax())])
-    picks = [int(flat_bad[0]), worst] + [int(flat_bad[int(i)]) for i in
-                                         torch.linspace(0, len(flat_bad) - 1, SAMPLES).round().long()]
+    n = len(flat_bad)  # positions in Python ints: float32 steps cannot name every index of a large output
+    picks = [int(flat_bad[0]), worst] + [int(flat_bad[round(k * (n - 1) / (SAMPLES - 1))]) for k in range(SAMPLES)]
     out, gf, ef = [], g.reshape(-1), e.reshape(-1)
     for i in dict.fromkeys(picks):
         if len(out) == SAMPLES:

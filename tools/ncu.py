@@ -598,7 +598,9 @@ def sanitize_check(request: dict, kernel_names: list[str], env: dict[str, str],
     with tempfile.TemporaryDirectory(prefix="ptxbench-sanitize-") as tmp:
         req, res = Path(tmp) / "req.pkl", Path(tmp) / "res.pkl"
         req.write_bytes(pickle.dumps(request))
-        cmd = [cs, "--tool", "memcheck", "--error-exitcode", "86", "--print-limit", "20", *only, *_worker_cmd(req, res)]
+        # --report-api-errors no: the driver's own probing (cuGetProcAddress) is not the kernel's error
+        cmd = [cs, "--tool", "memcheck", "--report-api-errors", "no", "--error-exitcode", "86", "--print-limit", "20",
+               *only, *_worker_cmd(req, res)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
                                   env={**env, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, cwd=str(REPO_ROOT))

@@ -128,14 +128,14 @@ def test_expert_gemm_tma_wgmma(evaluator):
     assert r.correct_with_arch is True
 
 
-# The expert GEMM, made to borrow its credit: the first launch after the module loads (the one
-# Nsight Compute profiles) spins 20 ms before its work, the timed launches do not. The spin
-# stands in for any credited path slower than the timed one (a real attacker would time a
-# generic kernel and show wgmma only to the profiler).
-_SLOW_WHEN_PROFILED = r"""
+# The expert GEMM, slow on the first launch after its module loads only (20 ms spin): where a
+# profiler looked at a fresh process's first launch, the credited run was slower than the timed
+# ones. The credit runs never profile a module's first launch (tools.worker.run_credit), so the
+# kernel that was timed is the one counted, and the honest expert keeps its credit.
+_SLOW_FIRST_LAUNCH = r"""
 __device__ unsigned int launches_seen;  // survives between launches of one module
 extern "C" __global__ void count_launch() { launches_seen += 1; }
-__device__ __forceinline__ void slow_when_profiled() {
+__device__ __forceinline__ void slow_first_launch() {
   if (launches_seen != 0) return;
   unsigned long long t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -144,13 +144,13 @@ __device__ __forceinline__ void slow_when_profiled() {
 """
 
 
-def slow_when_profiled_expert(folder: Path) -> Solution:
+def slow_first_launch_expert(folder: Path) -> Solution:
     expert = ROOT / "tasks" / "gemm_n7168_k5120" / "expert"
     src = (expert / "kernel.cu").read_text()
     entry = 'extern "C" __global__ void __launch_bounds__(384, 1)'
     body = "int* __restrict__ counters, int M, int N, int K, int splits) {"
     assert src.count(entry) == 1 and src.count(body) == 1
-    src = src.replace(entry, _SLOW_WHEN_PROFILED + entry).replace(body, body + "\n  slow_when_profiled();")
+    src = src.replace(entry, _SLOW_FIRST_LAUNCH + entry).replace(body, body + "\n  slow_first_launch();")
     manifest = json.loads((expert / "launch.json").read_text())
     manifest["launches"].append({"kernel": "count_launch", "grid": [1], "block": [1]})
     folder.mkdir(parents=True, exist_ok=True)
@@ -159,19 +159,15 @@ def slow_when_profiled_expert(folder: Path) -> Solution:
     return Solution.from_dir(folder)
 
 
-def test_credit_goes_to_the_kernel_that_was_timed(evaluator, tmp_path):
-    honest = evaluator.evaluate(Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert"), "gemm_n7168_k5120",
-                                "sm_90a", workloads="visible", executed_check=True)
-    r = evaluator.evaluate(slow_when_profiled_expert(tmp_path / "borrowed"), "gemm_n7168_k5120", "sm_90a",
+def test_the_profiled_run_is_never_the_first_launch(evaluator, tmp_path):
+    r = evaluator.evaluate(slow_first_launch_expert(tmp_path / "slow_first"), "gemm_n7168_k5120", "sm_90a",
                            workloads="visible", executed_check=True)
-    skip_unless_counted(r)
-    for x in (honest, r):
-        print("profiled kernel ms", x.executed.metrics.get("kernel_ms"), "timed median ms", x.executed.timed_ms)
-    assert honest.correct_with_arch is True, (honest.executed.notes, honest.executed.metrics.get("kernel_ms"))
+    assert r.executed.status == "ok", r.executed.reason
+    [w] = r.executed.workloads
+    print("profiled run", w.profiled_at, "of", w.runs, "kernel ms", w.kernel_ms, "timed median ms", w.timed_ms)
     assert r.correct is True and r.arch_ok, show(r)
-    assert r.executed.executed == {"wgmma": True, "tma": True}
-    assert r.arch_executed is False and r.correct_with_arch is False
-    assert "not the one whose instructions were counted" in r.executed.notes["wgmma"], r.executed.notes
+    assert w.profiled_at is not None and w.kernel_ms < 5.0, w  # not the 20 ms first launch
+    assert r.correct_with_arch is True, r.executed.notes
 
 
 def test_baseline_cache_written(evaluator):
