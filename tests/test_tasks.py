@@ -463,7 +463,7 @@ def test_sdpa_baseline_plumbing_with_the_math_backend(name, monkeypatch):
     """The same code path as the GPU backends, with PyTorch's CPU (math) backend, in fp32 (in bf16
     the math backend rounds the scores to bf16 before the softmax and fails the tolerance, as it
     should). The library's backward uses its own, unrounded O: so does the reference here."""
-    from tasks import baselines
+    from tasks.families import baselines
 
     monkeypatch.setitem(baselines.SDPA_BACKENDS, "sdpa:math", "MATH")
     t = small(get_task(name))
@@ -481,7 +481,7 @@ def test_sdpa_baseline_plumbing_with_the_math_backend(name, monkeypatch):
 
 
 def test_cublas_baseline_plumbing():
-    from tasks import baselines
+    from tasks.families import baselines
 
     t = gemm_task(n=24, k=16)
     x = generate_inputs(t, {"M": 9}, seed=0)
