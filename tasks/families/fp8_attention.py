@@ -65,11 +65,14 @@ REL_L2_O = 0.025
 # emulates at 1.9e-4 (L=4096) to 1.3e-3 (L=77): 3e-3. The per-row LSE bound is the tighter rule.
 REL_L2_LSE = 3e-3
 # Per row (docs/METHODOLOGY.md, "The judge's power"): each query row of O within 0.07 of its own
-# scale (P * 256 in e4m3: <= 0.031 emulated at L=4096); each row's LSE within 0.05 nats. A kernel may
+# scale (P * 256 in e4m3: <= 0.031 emulated at L=4096); each row's LSE within 0.12 nats. A kernel may
 # sum the row's normaliser from the e4m3 P it multiplies V with (consistent with its O; this matches
-# cuDNN's measured LSE error): each p then errs by up to 2^-4, emulated worst row 0.011 at L=4096.
+# cuDNN's measured LSE error): each p then errs by up to 2^-4. Measured at full size on the H200
+# (2026-12-01, tests/gpu/test_judge_power_gpu.py): that emulation's worst row 0.079 nats (L=77,
+# causal d128), cuDNN's FP8 attention 0.098 nats (L=4096); 0.05 failed both. The wrong variants
+# nearest the bound (an LSE from the last 16 keys ignored, 0.075 nats) fail on O at >= 3x its bound.
 ROWS_O = RowTolerance(rtol=0.07, floor=0.3)
-ROWS_LSE = RowTolerance(atol=0.05, row="element")
+ROWS_LSE = RowTolerance(atol=0.12, row="element")
 
 _REFERENCE = '''\
 import torch
