@@ -72,9 +72,9 @@ def check_expectation(r: EvalResult, exp: dict) -> None:
 
 
 def skip_unless_counted(r: EvalResult) -> None:
-    """ncu cannot read counters on every machine (gVisor); say so instead of passing silently."""
-    if r.executed.status != "ok":
-        pytest.skip(f"executed-instruction check did not run here: {r.executed.reason}")
+    """The executed check is what these tests exist for: on the GPU machine (ncu on PATH, counters
+    readable) a `skipped` check fails the test instead of letting it pass silently."""
+    assert r.executed.status == "ok", f"executed-instruction check did not run: {r.executed.reason}"
 
 
 def test_control_passes_with_timing(evaluator, control):
@@ -177,12 +177,9 @@ def test_baseline_cache_written(evaluator):
 
 
 def test_sanitize_flags_oob_write(evaluator):
-    if not shutil.which("compute-sanitizer"):
-        pytest.skip("compute-sanitizer not on PATH")
+    assert shutil.which("compute-sanitizer"), "compute-sanitizer not on PATH (the GPU machine has it)"
     sol = Solution.from_dir(FIXTURES / "illegal_address")
     r = evaluator.evaluate(sol, "gemm_n7168_k5120", "sm_90a", workloads="visible", sanitize=True, time=False)
-    if r.sanitize.status == "skipped":
-        pytest.skip(f"compute-sanitizer did not run here: {r.sanitize.reason}")
     assert r.sanitize.status == "failed" and r.sanitize.errors, r.sanitize
 
 
