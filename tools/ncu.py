@@ -332,6 +332,7 @@ class CreditProcess:
         return self.dir / "profile.ncu-rep"
 
     def _start(self, metrics: list[str]) -> None:
+        self.close()  # a retry: the previous process has ended; its log is closed
         for p in (self.dir / "res.pkl", self.report):
             p.unlink(missing_ok=True)
         # No kernel-name filter: the profiler's window holds the candidate's launches and nothing
