@@ -4,7 +4,8 @@
   canary byte; a changed guard byte is an out-of-bounds write.
 - Outputs are poisoned before every run with a NaN of a payload no arithmetic produces
   (GPUs write the canonical NaN), so "still poison" means "never written".
-- Inputs are compared bit for bit with a pristine copy after the run.
+- Inputs are compared bit for bit, after the run, with the same inputs generated again from
+  the run's seed (no device copy a kernel could rewrite).
 - Outputs are compared in fp32 with the reference at the task's tolerance: elementwise, per
   row (each row's error against the row's own scale) and by relative L2 error of the whole
   output, where the task sets those; NaN never passes.

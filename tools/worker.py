@@ -393,8 +393,9 @@ class TimedJudge:
 
     The judge's copy of a pair's inputs is generated again from the pair's seed after the
     runs: while the candidate ran, nothing the reference is computed from existed in device
-    memory, so a kernel that rewrote every copy of its inputs it could reach (its own, their
-    pristine copies) cannot steer the reference."""
+    memory, so a kernel that rewrote every copy of its inputs it could reach cannot steer the
+    reference, and the rewrite itself is input_modified (inputs are judged against the same
+    regeneration)."""
 
     def __init__(self, task, axes: dict, ws: "Workspace", rng, device: str, rows: int | None = None):
         from tasks.sampled import has_sampler, rows_for
