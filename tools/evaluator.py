@@ -514,10 +514,10 @@ class Evaluator:
         """The executed check on every judged workload that ran to a verdict of its own (one the
         manifest, a fault or a hang did not decide: those run no profiler), each tied to its
         timed median; the profile comes from the first visible workload."""
-        from tools import ncu
-
         if stop:
             return ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: "))
+        if credit is None:
+            return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
         ran = {x.workload: x for x in res.workloads if x.status == "passed" or x.reason in CREDITABLE}
         chosen = [w for w in wls if w.name in ran]
         if not chosen:
@@ -528,8 +528,6 @@ class Evaluator:
                      "credit_seed": self._rng.getrandbits(62)} for w in chosen]
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
-        if credit is None:
-            return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
         ex = credit.finish(requests, device, works=works, timed_ms=timed)
         first = chosen[0]
         axes0 = task.axis_values(first)
