@@ -846,32 +846,31 @@ def test_instruction_credit_needs_the_work():
 
 
 def test_credit_goes_to_the_kernel_that_was_timed():
-    """A kernel that runs wgmma where it guesses it is profiled (the first launch after the module
-    loads, which is what Nsight Compute sees) and a faster generic path in the timed runs keeps
-    `executed` but loses `carries`: the profiled run's kernel time must match the timed median."""
-    from tools.ncu import SAME_RUN_RATIO, TaskWork, tie_to_timed_run, verdict, work_metrics
+    """A kernel that runs wgmma where it guesses it is profiled and a faster generic path in the
+    timed runs keeps `executed` but loses `carries`: the profiled run's kernel time must match
+    the timed median of its workload (tools.ncu._credit, the path every workload takes)."""
+    from tools.ncu import DURATION_METRIC, SAME_RUN_RATIO, TaskWork, _credit
 
     hgmma = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
     tma = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
     dur = "gpu__time_duration__dot__sum"
     work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+    run = {"workload": "M8192", "split": "visible", "runs": 4, "profiled_at": 2, "launches": 1}
 
     def profiled(ns: float, timed_ms: float | None):
-        ex = verdict(["wgmma", "tma"], {"wgmma": 8, "tma": 1}, {},
-                     work_metrics([_ncu_row("gemm", **{hgmma: 6.013e11, tma: 7.046e9, dur: ns})]), work)
-        tie_to_timed_run(ex, timed_ms)
-        return ex
+        row = _ncu_row("gemm", "12 (HGMMA: 8; UTMALDG: 4)", **{hgmma: 6.013e11, tma: 7.046e9, dur: ns})
+        return _credit(run, [row], ["wgmma", "tma"], work, timed_ms)
 
     honest = profiled(0.760e6, 0.753)  # the expert GEMM: ncu 0.760 ms at 791 TFLOP/s, timed 0.753 ms
     assert honest.carries == {"wgmma": True, "tma": True} and honest.timed_ms == 0.753
-    assert honest.metrics["kernel_ms"] == pytest.approx(0.760)
+    assert honest.kernel_ms == pytest.approx(0.760)
     borrowed = profiled(0.760e6, 0.760 / (SAME_RUN_RATIO + 0.05))  # the timed path is faster than the credited one
     assert borrowed.executed == {"wgmma": True, "tma": True} and borrowed.carries == {"wgmma": False, "tma": False}
     assert "not the one whose instructions were counted" in borrowed.notes["wgmma"]
     assert profiled(0.760e6, None).carries["wgmma"]  # not timed: no speed is claimed, nothing to tie
-    unmeasured = verdict(["wgmma"], {"wgmma": 8}, {}, work_metrics([_ncu_row("gemm", **{hgmma: 6.013e11})]), work)
-    unmeasured.metrics.pop("kernel_ms", None)
-    tie_to_timed_run(unmeasured, 0.75)
+    row = _ncu_row("gemm", "8 (HGMMA: 8)", **{hgmma: 6.013e11})
+    row.pop(DURATION_METRIC)  # the profiled run's time was not measured
+    unmeasured = _credit(run, [row], ["wgmma"], work, 0.75)
     assert not unmeasured.carries["wgmma"] and "not measured" in unmeasured.notes["wgmma"]
 
 

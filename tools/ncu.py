@@ -542,7 +542,7 @@ def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict
                          notes=notes, metrics=metrics)
 
 
-def tie_to_timed_run(credit: WorkloadCredit | ExecutedCheck, timed_ms: float | None) -> None:
+def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
     """Withdraw the credit of a profiled run that was not the timed kernel, in place: its kernel
     time must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS) of the timed median of its workload,
     both ways. Slower: the credited path is not the timed one (the timed path is faster and
@@ -550,7 +550,7 @@ def tie_to_timed_run(credit: WorkloadCredit | ExecutedCheck, timed_ms: float | N
     counted. `timed_ms` None: the workload was not timed, so no speed is claimed and nothing is tied."""
     if credit.status != "ok" or timed_ms is None:
         return
-    profiled = credit.kernel_ms if isinstance(credit, WorkloadCredit) else credit.metrics.get("kernel_ms")
+    profiled = credit.kernel_ms
     credit.timed_ms = timed_ms
     if profiled is None:
         why = "the profiled run's kernel time was not measured, so it cannot be tied to the timed runs"

@@ -587,7 +587,7 @@ def run_credit(state: State, req: dict) -> dict:
     one it is changes with every evaluation. Nothing is judged here (the evaluation judged every
     run; a reference would only cost time): what a kernel sees of a run, its launches and its
     inputs, is what it sees of a timed one.
-    Returns {workload, split, status, reason, detail, runs, profiled_at (1-based run of the
+    Returns {workload, split, status ("ran" or "failed"), reason, detail, runs, profiled_at (1-based run of the
     credit phase, None when it was not reached), launches (per profiled run)}."""
     import random
 
@@ -622,7 +622,7 @@ def run_credit(state: State, req: dict) -> dict:
                 state.wait(limit)
             if profiled:
                 out["profiled_at"], out["launches"] = at + 1, len(plan.launches)
-        out["status"] = "passed"
+        out["status"] = "ran"  # not "passed": nothing is judged here
     except Exception as exc:  # noqa: BLE001 - a candidate's fault here is reported, never raised
         out["reason"], out["detail"] = "run_failed", f"{type(exc).__name__}: {str(exc)[:300]}"
     finally:
