@@ -352,17 +352,8 @@ class Evaluator:
             from tasks import get_task
 
             task = get_task(task)
-        # The executed check's process starts now, so its start-up overlaps compilation and the
-        # timed runs; it touches the GPU only when handed the requests (tools.ncu.CreditProcess).
         credit = None
-        if executed_check and self._workers and arch in ARCH_CC and task.features_for(arch):
-            from tools import ncu
-
-            credit = ncu.CreditProcess(task.features_for(arch), self._workers[0].env_without_device,
-                                       self.ncu_timeout_s, extra_metrics=self.profile_metrics)
         with ThreadPoolExecutor(max_workers=1) as pool, contextlib.ExitStack() as stack:
-            if credit is not None:
-                stack.callback(credit.close)
             inspecting = None
             try:
                 if compiled:
@@ -374,6 +365,15 @@ class Evaluator:
             except Exception as exc:  # noqa: BLE001 - a toolchain failure is a verdict, not a crash
                 comp = _harness_compile_failure(solution, arch, exc)
                 insp = InspectResult(status="skipped", reason="did not compile", arch=arch)
+            # The executed check's process starts once there is a module to run, so its start-up
+            # overlaps the SASS inspection and the timed runs; it touches the GPU only when handed
+            # the requests (tools.ncu.CreditProcess).
+            if executed_check and comp.ok and self._workers and arch in ARCH_CC and task.features_for(arch):
+                from tools import ncu
+
+                credit = ncu.CreditProcess(task.features_for(arch), self._workers[0].env_without_device,
+                                           self.ncu_timeout_s, extra_metrics=self.profile_metrics)
+                stack.callback(credit.close)
             res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
                              requested_features=task.features_for(arch))
             if not compiled:
