@@ -106,3 +106,39 @@ def test_the_gpu_test_runs_here_at_reduced_size():
     assert "library:sdpa:cudnn: unavailable" in table and "library:fla:chunk: unavailable" in table
     assert {v.workload for v in results} == {"w0", "w1"}
     assert not any(kind == "wrong" for v in results if v.workload == "w1" for kind, *_ in v.rows)
+
+
+@pytest.mark.parametrize("o_error,lse_shift,claim_holds", [("e4m3", 0.0, True), ("none", 0.0, False),
+                                                           ("e4m3", 0.5, False)])
+def test_a_library_below_the_tasks_precision_is_judged_apart(monkeypatch, o_error, lse_shift, claim_holds):
+    """A library baseline labelled below its task's precision (Baseline.below_task: cuDNN's FP8
+    attention writes O in e4m3 on Hopper) is judged as the worker makes it but recorded apart: it is
+    never an honest pass or failure, the GPU test's report lists it with its margins, and the GPU
+    test checks the label's claim (O fails somewhere, every other output passes everywhere).
+    Played here by a library that writes the exact answer with O rounded to e4m3 (d64 causal,
+    L=640: relative L2 0.026 against 0.025, from e4m3's rounding alone)."""
+    import tasks.families.baselines as baselines
+    from tests.gpu.test_judge_power_gpu import below_task_problems, report
+    from tests.judge_power import Judge, Verdicts, library_verdicts
+
+    from tasks.generators import generate_inputs
+
+    task, _ = reduced("fp8_mha_with_lse_d64_causal")
+    judge = Judge(task, generate_inputs(task, task.axis_values({"L": 640}), seed=7, device="cpu"), "cpu")
+
+    def make(task_, inputs, backend=None):
+        o = judge.expected["O"].to(torch.float8_e4m3fn) if o_error == "e4m3" else judge.expected["O"].bfloat16()
+        return baselines.Baseline("cudnn_fp8", lambda: {"O": o, "LSE": judge.expected["LSE"] + lse_shift},
+                                  "the exact answer, O as written", below_task="O written in e4m3 (played)")
+
+    monkeypatch.setattr(baselines, "list_backends", lambda task_: ["cudnn_fp8"])
+    monkeypatch.setattr(baselines, "make_baseline", make)
+    verdicts = Verdicts(task, "L640")
+    library_verdicts(task, judge, verdicts)
+    [(kind, variant, passed, margins, why)] = verdicts.rows
+    assert (kind, variant) == ("library_below_task", "library:cudnn_fp8") and "below the task's precision" in why
+    assert not verdicts.honest_failed() and not verdicts.worst_honest()  # never counted as honest
+    assert (margins["O"] > 1) == (o_error == "e4m3"), margins
+    assert "library:cudnn_fp8 @ L640: " + ("passed" if passed else "FAILED") in report([verdicts], 0.0)
+    problems = below_task_problems([verdicts])
+    assert not problems if claim_holds else problems, problems

@@ -47,6 +47,10 @@ class Baseline:
     detail: str  # what exactly is timed, one line (reports, methodology)
     prepare: Callable[[], None] = lambda: None  # untimed set-up before each run (after fresh inputs are loaded)
     inputs_as_given: bool = True  # False: derives some inputs itself (autograd backward: its own forward's O)
+    # Non-empty: the library computes an output at lower precision than the task asks for (what, and why it
+    # cannot do better here). It is still timed as the reference, but it is no honest implementation of the
+    # task: its judge verdict is recorded and reported beside this line, never counted as a pass.
+    below_task: str = ""
 
 
 def list_backends(task: Task) -> list[str]:
@@ -213,7 +217,14 @@ FP8_P_SCALE = 256.0
 def _cudnn_fp8_forward(inputs: dict[str, torch.Tensor], sm_scale: float, causal: bool) -> Baseline:
     """cuDNN's FP8 attention forward (cudnn-frontend's sdpa_fp8 graph) on the task's e4m3 Q, K, V
     and their descales, with LSE ("stats"). O in bf16 where cuDNN builds that, else in e4m3 at
-    scale 1 as PTXBench's definition (the store is a small part of the work either way)."""
+    scale 1 as PTXBench's definition (the store is a small part of the work either way).
+
+    An e4m3 O is below the task's precision (its O is bf16): cudnn-frontend (1.20 to 1.23,
+    node/sdpa_support_surface.h) refuses a HALF/BFLOAT16 O for FP8 SDPA forward unless the GPU
+    is Blackwell (compute capability >= 10) and cuDNN >= 9.13, so on Hopper only an FP8 O exists.
+    That baseline stays the timing reference (the fastest library FP8 attention there is) and
+    says so in `below_task`; e4m3's own rounding (3 mantissa bits) puts its O at relative L2
+    0.026-0.029, over the task's 0.025."""
     torch.backends.cudnn.version()  # torch's libcudnn loaded first: the frontend then binds to that library
     try:
         import cudnn
@@ -272,14 +283,29 @@ def _cudnn_fp8_forward(inputs: dict[str, torch.Tensor], sm_scale: float, causal:
         graph.execute(pack, workspace, handle=handle)
         return {"O": o, "LSE": lse.view(B, H, L)}
 
-    o_note = "bf16 O" if o.dtype == torch.bfloat16 else "e4m3 O (scale 1, as PTXBench; cuDNN built no bf16 O)"
+    if o.dtype == torch.bfloat16:
+        o_note, below = "bf16 O", ""
+    else:
+        o_note = "e4m3 O (scale 1, as PTXBench; cuDNN built no bf16 O)"
+        below = ("O written in e4m3 (3 mantissa bits), not the task's bf16: cuDNN builds a bf16 O for FP8 attention "
+                 "only on Blackwell with cuDNN >= 9.13 (" + "; ".join(refusals) + "). A timing reference: its O "
+                 "fails the task's bound by e4m3's own rounding")
     return Baseline("cudnn_fp8", run, f"cudnn-frontend sdpa_fp8 graph.execute (per-tensor descales, P stored as "
-                                      f"e4m3 x{FP8_P_SCALE:g}, LSE, {o_note})")
+                                      f"e4m3 x{FP8_P_SCALE:g}, LSE, {o_note})", below_task=below)
 
 
 def _cudnn_bf16_on_dequantised(inputs: dict[str, torch.Tensor], sm_scale: float, causal: bool) -> Baseline:
     """A bf16 baseline: torch SDPA's cuDNN backend on bf16 copies of the dequantised Q, K, V
-    (made untimed in prepare()). Only for when cuDNN's FP8 attention cannot run; results name it."""
+    (made untimed in prepare()). Only for when cuDNN's FP8 attention cannot run; results name it.
+
+    Below the task's precision (`below_task`): dequantising rounds every Q and K value to bf16
+    before the product, where the task's scores are exact e4m3 products. On the stress inputs'
+    large scores that moved a row's LSE by up to 0.15 nats (CPU emulation, L=4096, d64 and
+    d128) and, on the H200, one row of O past its bound by up to 34% (d64). Copying Q and K as
+    they are (exact in bf16) with descale_q * descale_k folded into the softmax scale would keep
+    the scores exact (emulated: O at 0.1 of its bound) but hands cuDNN a new scale every run;
+    whether torch's cuDNN graph cache is keyed on the scale (a graph built inside a timed run)
+    is unchecked, so that form waits for a GPU check."""
     import torch.nn.functional as F
 
     copies = {n: torch.empty(inputs[n].shape, dtype=torch.bfloat16, device=inputs[n].device) for n in ("Q", "K", "V")}
@@ -299,7 +325,10 @@ def _cudnn_bf16_on_dequantised(inputs: dict[str, torch.Tensor], sm_scale: float,
 
     return Baseline("cudnn_bf16_on_dequantised", run,
                     "a bf16 baseline: F.scaled_dot_product_attention under sdpa_kernel(CUDNN_ATTENTION) on bf16 "
-                    "copies of the dequantised Q, K, V (dequantised untimed before each run)", prepare)
+                    "copies of the dequantised Q, K, V (dequantised untimed before each run)", prepare,
+                    below_task="Q and K dequantised and rounded to bf16 before the product (the task's scores are "
+                               "exact e4m3 products): each term of a score moves by up to 2^-8 of its size. A timing "
+                               "reference; its O can fail the task's per-row bound")
 
 
 FP8_SDPA_BACKENDS: dict[str, Callable[[dict[str, torch.Tensor], float, bool], Baseline]] = {
