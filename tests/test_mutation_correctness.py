@@ -1,0 +1,297 @@
+"""The judge's arithmetic (tools/correctness.py) pinned to hand-computed values, on CPU tensors:
+the guards, the poison, and `compare`'s three rules at their edges. Fast enough to run once per
+mutant (scripts/mutation.sh); tests/test_evaluator_cpu.py runs the same code inside the worker.
+Values are chosen exactly representable, so every bound is checked at equality and one step past."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tasks.schema import RowTolerance, Tolerance
+from tools import correctness as C
+from tools.correctness import CANARY, GUARD_BYTES, Guarded, compare, poison_, poison_mask
+
+NAN, INF = float("nan"), float("inf")
+
+
+# --- guards -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,dtype,size", [((3, 5), torch.float32, 4), ((7,), torch.bfloat16, 2),
+                                              ((2, 3), torch.uint8, 1)])
+def test_guarded_layout(shape, dtype, size):
+    g = Guarded(shape, dtype, device="cpu")
+    assert g.nbytes == math.prod(shape) * size
+    assert g.tensor.shape == shape and g.tensor.dtype == dtype and g.data_ptr() == g.tensor.data_ptr()
+    assert g.data_ptr() % 256 == 0 and g.end - g.start == g.nbytes
+    assert g.raw.numel() == 2 * GUARD_BYTES + g.nbytes + 2 * 256  # one allocation: guards, tensor, alignment slack
+    assert GUARD_BYTES <= g.start < GUARD_BYTES + 256 and g.raw.numel() - g.end >= GUARD_BYTES
+    assert g.data_ptr() == g.raw.data_ptr() + g.start
+    assert bool((g.raw == CANARY).all()) and g.guard_damage() == (0, 0)
+
+
+def test_guard_damage_counts_each_side_and_reset_restores_only_the_guards():
+    g = Guarded((4,), torch.float32, device="cpu")
+    g.tensor.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert g.guard_damage() == (0, 0)
+    g.raw[0] = 0
+    g.raw[g.start - 1] = 1
+    g.raw[g.end] = 2
+    g.raw[g.end + 1] = 3
+    g.raw[-1] = 4
+    assert g.guard_damage() == (2, 3)
+    g.reset_guards()
+    assert g.guard_damage() == (0, 0) and int(g.raw[0]) == CANARY and int(g.raw[-1]) == CANARY
+    assert g.tensor.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+# --- poison and garbage -----------------------------------------------------------------------
+
+POISON_BITS = {torch.bfloat16: 0x7FD5, torch.float16: 0x7ED5, torch.float32: 0x7FD55A5A, torch.float8_e4m3fn: 0x7F,
+               torch.int32: 0x5AA5A55A, torch.int64: 0x5AA5A55A5AA5A55A, torch.uint8: 0xA5}
+
+
+@pytest.mark.parametrize("dtype", list(POISON_BITS), ids=str)
+def test_poison_is_a_fixed_bit_pattern(dtype):
+    t = torch.zeros(5, dtype=dtype)
+    assert not poison_mask(t).any()
+    poison_(t)
+    assert poison_mask(t).tolist() == [True] * 5
+    width = t.element_size()
+    raw = t.view(torch.uint8).reshape(5, width)[0].tolist()
+    assert int.from_bytes(bytes(raw), "little") == POISON_BITS[dtype]
+    if dtype.is_floating_point:
+        assert bool(torch.isnan(t.float()).all())
+    t[2] = 0
+    assert poison_mask(t).tolist() == [True, True, False, True, True]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_arithmetic_nan_is_not_poison(dtype):
+    assert not poison_mask(torch.full((3,), NAN, dtype=dtype)).any()
+    assert not poison_mask(torch.zeros(3, dtype=dtype) / 0).any()
+
+
+def test_poison_with_the_sign_bit_set(monkeypatch):
+    """A pattern with the top bit set is filled through the signed view (as fill_ wants) and
+    still reads back as that pattern."""
+    monkeypatch.setitem(C._POISON, torch.float16, (torch.int16, 0xFED5))
+    monkeypatch.setitem(C._POISON, torch.float32, (torch.int32, 0xFFD55A5A))
+    assert C._poison_bits(torch.float16) == (torch.int16, 0xFED5 - 0x10000)
+    assert C._poison_bits(torch.float32) == (torch.int32, 0xFFD55A5A - 2 ** 32)
+    assert C._poison_bits(torch.uint8) == (torch.uint8, 0xA5)  # an unsigned view takes it as is
+    assert C._poison_bits(torch.bfloat16) == (torch.int16, 0x7FD5)
+    t = torch.zeros(2, dtype=torch.float16)
+    poison_(t)
+    assert t.view(torch.uint8).tolist() == [0xD5, 0xFE] * 2 and poison_mask(t).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_garbage_fills_floats_with_nan(dtype):
+    t = torch.zeros(4, dtype=dtype)
+    C.garbage_(t)
+    assert bool(torch.isnan(t.float()).all()) and not poison_mask(t).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.int32, torch.int64, torch.uint8], ids=str)
+def test_garbage_fills_the_rest_with_a_byte_pattern(dtype):
+    t = torch.zeros(4, dtype=dtype)
+    C.garbage_(t)
+    assert t.view(torch.uint8).tolist() == [0x5A] * (4 * t.element_size())
+
+
+def test_same_bits():
+    a = torch.tensor([1.0, -0.0, NAN])
+    assert C.same_bits(a, a.clone()) and C.same_bits(a.reshape(3, 1), a)
+    assert not C.same_bits(a, torch.tensor([1.0, 0.0, NAN]))  # -0.0 and 0.0 differ in their bits
+    assert not C.same_bits(a, torch.tensor([1.0, -0.0, 2.0]))
+    assert C.same_bits(torch.tensor([1], dtype=torch.int32), torch.tensor([1, 0, 0, 0], dtype=torch.uint8))
+
+
+# --- compare ----------------------------------------------------------------------------------
+
+def t(*xs):
+    return torch.tensor(xs, dtype=torch.float32)
+
+
+TOL = Tolerance(rtol=0.25, atol=0.5)  # element bound: 0.5 + 0.25 |ref|
+
+
+def test_equal_outputs_pass_with_zero_errors():
+    m = compare("O", t(1, -2, 3), t(1, -2, 3), TOL)
+    assert m.model_dump() == {
+        "output": "O", "max_abs_err": 0.0, "max_rel_err": 0.0, "mismatch_frac": 0.0, "nan_count": 0,
+        "first_mismatch": None, "got": None, "expected": None, "rel_l2": 0.0, "rel_l2_bound": None,
+        "row_ratio": None, "bad_rows": None, "worst_row": None, "samples": [], "passed": True}
+
+
+def test_the_elementwise_bound_holds_at_equality():
+    # ref 2: allowed 0.5 + 0.5 = 1.0
+    assert compare("O", t(3.0), t(2.0), TOL).passed
+    assert compare("O", t(1.0), t(2.0), TOL).passed
+    m = compare("O", t(3.0625), t(2.0), TOL)
+    assert not m.passed and m.max_abs_err == 1.0625 and m.first_mismatch == [0]
+    assert (m.got, m.expected) == (3.0625, 2.0)
+    assert m.max_rel_err == 1.0625 / 2.0 and m.mismatch_frac == 1.0
+    # ref 0: only atol; the relative error divides by max(|ref|, atol)
+    assert compare("O", t(0.5), t(0.0), TOL).passed
+    m = compare("O", t(0.75), t(0.0), TOL)
+    assert not m.passed and m.max_rel_err == 0.75 / 0.5
+    # rtol scales with |ref|, not with ref's sign
+    assert compare("O", t(-3.0), t(-2.0), TOL).passed
+    assert not compare("O", t(-3.0625), t(-2.0), TOL).passed
+
+
+def test_tiny_atol_still_divides_safely():
+    m = compare("O", t(1.0), t(0.0), Tolerance(rtol=0.0, atol=0.0))
+    assert not m.passed and m.max_rel_err == pytest.approx(1e30, rel=1e-6) and m.max_abs_err == 1.0
+
+
+def test_the_term_scale_loosens_only_where_it_exceeds_the_reference():
+    e, got = t(0.001, 4.0), t(0.5625, 4.0)  # |0.5615| over 0.5 + 0.25 * 0.001
+    assert not compare("O", got, e, TOL).passed
+    assert compare("O", got, e, TOL, scale=t(0.25, 0.0)).passed  # 0.5 + 0.25 * 0.25 = 0.5625
+    assert not compare("O", got, e, TOL, scale=t(0.2, 0.0)).passed
+    # a scale below |ref| changes nothing
+    assert compare("O", t(6.0), t(4.0), Tolerance(rtol=0.375, atol=0.5), scale=t(0.0)).passed
+    assert not compare("O", t(6.125), t(4.0), Tolerance(rtol=0.375, atol=0.5), scale=t(1.0)).passed
+    m = compare("O", t(1.0), t(0.0), TOL, scale=t(4.0))
+    assert m.passed and m.max_rel_err == 0.25  # relative to the scale
+
+
+def test_nan_never_passes_and_equal_infinities_do():
+    m = compare("O", t(NAN, 1.0), t(NAN, 1.0), Tolerance(rtol=1, atol=1))
+    assert not m.passed and m.nan_count == 1 and m.first_mismatch == [0]
+    assert m.max_abs_err == math.inf and m.max_rel_err == math.inf  # every failure is a NaN
+    assert m.samples[0].index == [0] and math.isnan(m.samples[0].got)
+    assert compare("O", t(INF, -INF, 1.0), t(INF, -INF, 1.0), TOL).passed
+    m = compare("O", t(-INF, 1.0), t(INF, 1.0), TOL)
+    assert not m.passed and m.nan_count == 0 and m.max_abs_err == math.inf
+    # an infinite reference admits no finite value (|got - inf| <= inf would)
+    m = compare("O", t(0.0, 1.0), t(INF, 1.0), TOL)
+    assert not m.passed and m.first_mismatch == [0] and m.max_abs_err == math.inf
+    m = compare("O", t(INF, 5.0), t(1.0, 1.0), TOL)  # one infinite and one finite failure: the finite one counts
+    assert not m.passed and m.max_abs_err == 4.0 and m.max_rel_err == 4.0
+    m = compare("O", t(NAN, 1.0), t(1.0, 1.0), Tolerance(rtol=1e9, atol=1e9))
+    assert not m.passed and m.mismatch_frac == 0.5 and m.rel_l2 == 0.0  # NaN is left out of the norms
+
+
+def test_a_shape_mismatch_fails_outright():
+    m = compare("O", torch.zeros(3), torch.zeros(4), Tolerance(rtol=1, atol=1))
+    assert m.model_dump() == {
+        "output": "O", "max_abs_err": math.inf, "max_rel_err": math.inf, "mismatch_frac": 1.0, "nan_count": 0,
+        "first_mismatch": None, "got": None, "expected": None, "rel_l2": None, "rel_l2_bound": None,
+        "row_ratio": None, "bad_rows": None, "worst_row": None, "samples": [], "passed": False}
+    assert not compare("O", torch.zeros(2, 3), torch.zeros(3, 2), Tolerance(rtol=1, atol=1)).passed
+
+
+def test_first_mismatch_is_a_multi_index_and_frac_counts_elements():
+    e = torch.zeros(2, 3, 4)
+    g = e.clone()
+    g[1, 2, 3] = 9.0
+    g[1, 0, 1] = 2.0
+    g[0, 1, 1] = 0.25  # within atol
+    m = compare("O", g, e, TOL)
+    assert m.first_mismatch == [1, 0, 1] and (m.got, m.expected) == (2.0, 0.0)
+    assert m.mismatch_frac == 2 / 24 and m.max_abs_err == 9.0
+    assert [s.index for s in m.samples] == [[1, 0, 1], [1, 2, 3]]
+
+
+def test_the_aggregate_bound():
+    e, g = t(3.0, 4.0), t(3.0, 4.5)  # ||diff|| 0.5 / ||ref|| 5
+    m = compare("O", g, e, Tolerance(rtol=1, atol=1, rel_l2={"O": 0.1}))
+    assert m.passed and m.rel_l2 == 0.1 and m.rel_l2_bound == 0.1
+    m = compare("O", g, e, Tolerance(rtol=1, atol=1, rel_l2={"O": 0.0999}))
+    assert not m.passed and m.mismatch_frac == 0.0 and m.rel_l2_bound == 0.0999
+    m = compare("O", g, e, Tolerance(rtol=1, atol=1, rel_l2={"other": 0.0}))
+    assert m.passed and m.rel_l2_bound is None
+    # a zero reference: any difference is an infinite relative error
+    assert compare("O", t(0.0, 0.0), t(0.0, 0.0), TOL).rel_l2 == 0.0
+    assert compare("O", t(0.0, 0.25), t(0.0, 0.0), TOL).rel_l2 == math.inf
+    # infinities are left out of both norms
+    assert compare("O", t(INF, 3.0, 4.5), t(INF, 3.0, 4.0), TOL).rel_l2 == 0.1
+
+
+def test_a_per_row_bound_fails_one_wrong_row():
+    """rows [4, 4]: each row 4 wide. A row's allowance: rtol * max(||ref_row||, floor * typical)
+    + atol * sqrt(4), typical = rms(|ref|) * sqrt(4)."""
+    e = torch.tensor([[3.0, 4.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [6.0, 8.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    rows = RowTolerance(rtol=0.1, floor=0.0, atol=0.0)
+    tol = Tolerance(rtol=1, atol=1, rows={"O": rows})
+    assert C.row_ratios(torch.zeros(4, 4), e.abs(), rows).tolist() == [0.0] * 4
+    g = e.clone()
+    g[2, 0] += 1.0  # row 2: err 1, allowance 0.1 * 10
+    m = compare("O", g, e, tol)
+    assert m.passed and m.row_ratio == 1.0 and m.bad_rows == 0 and m.worst_row == [2]
+    g[0, 1] += 0.75  # row 0: err 0.75 over 0.5
+    m = compare("O", g, e, tol)
+    assert not m.passed and m.bad_rows == 1 and m.worst_row == [0] and m.row_ratio == 1.5 and m.mismatch_frac == 0
+    assert compare("O", g, e, Tolerance(rtol=1, atol=1, rows={"LSE": rows})).row_ratio is None
+
+
+def test_row_allowance_floor_and_atol():
+    # rms(|ref|) over the 8 elements = sqrt((9 + 16 + 36 + 64) / 8) = sqrt(125 / 8); typical = that * 2
+    e = torch.tensor([[3.0, 4.0, 0.0, 0.0], [6.0, 8.0, 0.0, 0.0]])
+    typical = math.sqrt(125 / 8) * 2
+    rows = RowTolerance(rtol=0.5, floor=1.0, atol=0.25)
+    allowed = [0.5 * max(5.0, typical) + 0.25 * 2, 0.5 * max(10.0, typical) + 0.25 * 2]
+    diff = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 3.0, 4.0]])
+    got = C.row_ratios(diff, e.abs(), rows)
+    assert got.tolist() == pytest.approx([1.0 / allowed[0], 5.0 / allowed[1]], rel=1e-6)
+    assert typical > 5.0  # the floor lifts the small row, not the large one
+    # nothing allowed at all: the ratio is the error over 1e-30
+    zero = C.row_ratios(torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2), RowTolerance())
+    assert zero.tolist() == [pytest.approx(1e30)]
+
+
+def test_element_rows_replace_the_elementwise_rule():
+    """LSE-like: each element is a row, bound rtol * max(|ref|, floor * rms) + atol."""
+    e = t(1.0, 2.0, 0.0, 0.0)  # rms = sqrt(5 / 4)
+    rms = math.sqrt(5 / 4)
+    rows = RowTolerance(rtol=0.0, floor=0.0, atol=0.125, row="element")
+    tol = Tolerance(rtol=0.0, atol=0.0, rows={"LSE": rows})  # elementwise alone would fail any error
+    m = compare("LSE", e + t(0.125, -0.125, 0.0, 0.125), e, tol)
+    assert m.passed and m.row_ratio == 1.0 and m.worst_row == [0] and m.bad_rows == 0
+    m = compare("LSE", e + t(0.0, 0.0, 0.25, 0.0), e, tol)
+    assert not m.passed and m.bad_rows == 1 and m.worst_row == [2] and m.row_ratio == 2.0 and m.mismatch_frac == 0.25
+    # the floor: atol + rtol * floor * rms for the elementwise part, max(|ref|, floor * rms) for the row
+    rows = RowTolerance(rtol=0.5, floor=2.0, atol=0.0, row="element")
+    tol = Tolerance(rtol=0.0, atol=0.0, rows={"LSE": rows})
+    edge = 0.5 * 2.0 * rms
+    assert compare("LSE", e + t(0.0, 0.0, edge * 0.999, 0.0), e, tol).passed
+    assert not compare("LSE", e + t(0.0, 0.0, edge * 1.001, 0.0), e, tol).passed
+    m = compare("LSE", e + t(0.0, 0.0, edge * 0.5, 0.0), e, tol)
+    assert m.row_ratio == pytest.approx(0.5, rel=1e-6)
+
+
+def test_an_empty_output_passes():
+    m = compare("O", torch.zeros(0), torch.zeros(0), TOL)
+    assert m.passed and m.max_abs_err == 0.0 and m.max_rel_err == 0.0 and m.mismatch_frac == 0.0
+    rows = Tolerance(rtol=1, atol=1, rows={"O": RowTolerance(rtol=0.1)})
+    m = compare("O", torch.zeros(0, 4), torch.zeros(0, 4), rows)
+    assert m.passed and m.row_ratio is None
+
+
+def test_failing_samples_first_worst_and_spread():
+    e = torch.zeros(20)
+    g = e.clone()
+    for i, v in ((3, 1.0), (5, 1.0), (8, 7.0), (11, 1.0), (14, 1.0), (19, 1.0)):
+        g[i] = v
+    m = compare("O", g, e, Tolerance(rtol=0, atol=0.5))
+    # first 3, worst 8, then the spread over the 6 failing: positions 0, 2 (round(5/3)), 3, 5 -> 3, 8, 11, 19
+    assert [(s.index, s.got, s.expected) for s in m.samples] == [([3], 1.0, 0.0), ([8], 7.0, 0.0),
+                                                                 ([11], 1.0, 0.0), ([19], 1.0, 0.0)]
+    one = compare("O", t(0.0, 2.0), t(0.0, 0.0), Tolerance(rtol=0, atol=0.5)).samples
+    assert [s.index for s in one] == [[1]]
+    two = compare("O", t(2.0, 0.0, 3.0), t(0.0, 0.0, 0.0), Tolerance(rtol=0, atol=0.5)).samples
+    assert [s.index for s in two] == [[0], [2]]
+    assert C.SAMPLES == 4
+
+
+def test_unravel():
+    assert C._unravel(0, (2, 3, 4)) == (0, 0, 0)
+    assert C._unravel(23, (2, 3, 4)) == (1, 2, 3)
+    assert C._unravel(13, (2, 3, 4)) == (1, 0, 1)
+    assert C._unravel(5, (7,)) == (5,)
+    assert C._unravel(0, ()) == ()
