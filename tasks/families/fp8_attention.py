@@ -60,6 +60,10 @@ HELD_OUT_L = (1024, 3000, 8192, 77)  # as the bf16 attention tasks: small, ragge
 VARIANT_HELD_OUT_L = (1024, 3000)
 E4M3_MAX = 448.0
 RTOL = 0.1
+# O's aggregate bound: twice the worst emulated correct kernel (module docstring). cuDNN's FP8 attention fails
+# it on Hopper (0.026-0.029) because it writes O in e4m3, below the task's bf16 (e4m3 rounding of the exact
+# O alone: 0.022-0.0265): the library is labelled below the task (tasks/families/baselines.py, below_task) and
+# kept as the timing reference; the bound is not loosened for it.
 REL_L2_O = 0.025
 # cuDNN's FP8 attention measures 1.0e-4-1.2e-4 on the H200 (2026-11-30); a row sum of the e4m3 P (below)
 # emulates at 1.9e-4 (L=4096) to 1.3e-3 (L=77): 3e-3. The per-row LSE bound is the tighter rule.

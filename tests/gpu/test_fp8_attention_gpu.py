@@ -50,8 +50,9 @@ def test_full_size_inputs_and_reference(name):
 @pytest.mark.parametrize("name", MAIN)
 def test_baselines_match_the_reference(name):
     """Each backend within the task's tolerance; cudnn_fp8 (nvidia-cudnn-frontend, carried as a
-    wheel) must run. Where cuDNN writes O in e4m3 (no bf16 O built), its O is judged only on
-    relative L2 against e4m3's own rounding (2^-4), and LSE as usual."""
+    wheel) must run. Where cuDNN writes O in e4m3 (no bf16 O built: Hopper), its O is below the
+    task's precision (Baseline.below_task says so) and is held here only to e4m3's own rounding
+    (2^-4); the task's judge rejects it (test_library_baseline_through_the_evaluators_path_is_below_the_task)."""
     import torch
 
     task = get_task(name)
@@ -75,8 +76,9 @@ def test_baselines_match_the_reference(name):
         for n, got in out.items():
             e, g = ref[n], got.float()
             rel_l2 = ((g - e).norm() / e.norm()).item()
-            if got.dtype == torch.float8_e4m3fn:
-                print(f"{name} {backend} {n} (e4m3): rel L2 {rel_l2:.4g}")
+            if got.dtype == torch.float8_e4m3fn:  # below the task's bf16 O: the baseline must say so
+                print(f"{name} {backend} {n} (e4m3): rel L2 {rel_l2:.4g}; below the task: {baseline.below_task}")
+                assert "e4m3" in baseline.below_task, (backend, baseline.below_task)
                 assert rel_l2 < 0.06, (backend, n, rel_l2)
                 continue
             scale = torch.maximum(e.abs(), scales[n]) if n in scales else e.abs()

@@ -192,3 +192,56 @@ def test_shipped_solutions_margins(evaluator):
                              f"aggregate {aggregate:.3f}  {'passed' if m.passed else 'FAILED'}")
     print("\n" + "\n".join(lines))
     assert not failed, "\n".join(failed)
+
+
+# One task per sampled family at full size: what the sampled check of a timed run costs at its r
+# (tasks.sampled.rows_for) and at 4r, against the library's own time (docs/METHODOLOGY.md, "What a
+# cheating kernel faces": raise r where this is cheap).
+SAMPLED_COST = ["gemm_n7168_k5120", "fp8_gemm_nt_1d2d_n4096_k7168", "mha_fwd_d128", "mha_bwd_d128",
+                "fp8_mha_with_lse_d128"]
+
+
+def _gpu_ms(fn, runs: int = 3) -> float:
+    import statistics
+
+    import torch
+
+    fn()  # first call: allocator and kernel selection
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def test_sampled_check_cost():
+    import torch
+
+    from tasks.families.baselines import BaselineUnavailable, first_available
+    from tasks.generators import generate_inputs
+    from tasks.sampled import rows_for, sample
+    from tools.worker import SAMPLED_ROWS
+
+    lines = ["sampled check of one timed run (ms, GPU time) against the library's run:"]
+    for name in SAMPLED_COST:
+        task = get_task(name)
+        wl = task.workloads_for("visible")[0]
+        x = generate_inputs(task, task.axis_values(wl), seed=3, device="cuda")
+        try:
+            base = first_available(task, x)
+            base.prepare()
+            library = f"{base.name} {_gpu_ms(base.run):.3f}"
+        except BaselineUnavailable as exc:
+            library = f"unavailable ({str(exc)[:80]})"
+        r = max(SAMPLED_ROWS, rows_for(task))
+        gen = torch.Generator(device="cuda")
+        cost = {rows: _gpu_ms(lambda: sample(task, x, gen.manual_seed(1), rows)) for rows in (r, 4 * r)}
+        lines.append(f"  {name:32s} {wl.name:10s} r={r}: {cost[r]:.3f}  4r={cost[4 * r]:.3f}  library {library}")
+        assert all(math.isfinite(c) and c > 0 for c in cost.values()), cost
+        del x
+        torch.cuda.empty_cache()
+    print("\n" + "\n".join(lines))
