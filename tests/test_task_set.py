@@ -221,14 +221,17 @@ def test_new_tasks_share_their_family_simple_kernels():
     seed_gemm = (ROOT / "gemm_n7168_k5120" / "simple").resolve()
     for name in NEW_GEMM:  # one SIMT GEMM reads M, N, K from its arguments: linked, not copied
         assert (ROOT / name / "simple").is_symlink() and (ROOT / name / "simple").resolve() == seed_gemm
-    assert (ROOT / MTP[1] / "simple").resolve() == (ROOT / MTP[0] / "simple").resolve()
-    assert "num_q_heads" in (ROOT / MTP[0] / "simple" / "launch.json").read_text()
-    for name in NEW_CAUSAL:  # head dim and mask are compile-time defines: the non-causal copy with CAUSAL 1
+    for kind in ("decode", "prefill", "mtp"):  # head counts are arguments: qk8_v16 links to qk4_v8's folder
+        qk4, qk8 = (ROOT / f"gdn_{kind}_{heads}_d128_k_last" / "simple" for heads in ("qk4_v8", "qk8_v16"))
+        assert qk8.is_symlink() and qk8.resolve() == qk4.resolve()
+        assert "num_q_heads" in (qk4 / "launch.json").read_text()
+    for name in NEW_CAUSAL:  # head dim and mask are template arguments: the non-causal source, its causal kernels
         base = ROOT / name.removesuffix("_causal") / "simple"
         mine = ROOT / name / "simple"
-        assert (mine / "kernel.cu").read_text() == (base / "kernel.cu").read_text().replace(
-            "#define CAUSAL 0", "#define CAUSAL 1", 1)
-        assert (mine / "launch.json").read_text() == (base / "launch.json").read_text()
+        assert (mine / "kernel.cu").resolve() == (base / "kernel.cu").resolve()
+        # every kernel's causal instance, but Delta's (rowsum(dO * O) knows no mask)
+        causal = re.sub(r'"kernel": "(?!attn_bwd_delta)(\w+)"', r'"kernel": "\1_causal"', (base / "launch.json").read_text())
+        assert (mine / "launch.json").read_text() == causal
     assert not [p for p in ROOT.glob("*/simple") if os.path.islink(p) and not p.exists()]  # no dangling link
 
 
