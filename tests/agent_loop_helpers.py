@@ -80,9 +80,14 @@ def broken_probe_reply() -> str:
 
 
 def simple_attn_bwd_reply() -> str:
-    """The repo's plain SIMT attention backward (tasks/mha_bwd_d128/simple): no wgmma, no TMA."""
+    """The repo's plain SIMT attention backward (tasks/mha_bwd_d128/simple): no wgmma, no TMA. Only
+    the instances its manifest launches: the shared source defines one per head dim and mask."""
     d = REPO / "tasks" / "mha_bwd_d128" / "simple"
-    return reply((d / "kernel.cu").read_text(), (d / "launch.json").read_text(), prose="Plain SIMT version.")
+    manifest = (d / "launch.json").read_text()
+    launched = [launch["kernel"] for launch in json.loads(manifest)["launches"]]
+    source = "".join(line for line in (d / "kernel.cu").read_text().splitlines(keepends=True)
+                     if not line.startswith('extern "C"') or any(f" {k}(" in line for k in launched))
+    return reply(source, manifest, prose="Plain SIMT version.")
 
 
 NO_CODE = "I would tile with 128x128 wgmma and a TMA pipeline, but here is only prose."
