@@ -52,6 +52,13 @@ def test_functions_and_kernels():
     code = "void B(int* p) { p[0] = 1; }\n__global__ void Kern(int* p) { B(p); }\n"
     assert S._cuda_functions(code) == ({"B", "Kern"}, {"Kern"})
     assert S._cuda_functions("void f(int x { }") == (set(), set())
+    # the nearest ';' or '}' bounds the look-back, whichever is later
+    code = "int x;\n__global__ void a(int* p);\nint y;\nvoid b(int* p) { p[0] = 2; }\n"
+    assert S._cuda_functions(code) == ({"b"}, set())
+    code = "void c() { }\n__global__ void a() { }\nvoid b() { }\n"
+    assert S._cuda_functions(code) == ({"a", "b", "c"}, {"a"})
+    code = "int x;\n__global__ void a() { }\nvoid b() { }\n"
+    assert S._cuda_functions(code) == ({"a", "b"}, {"a"})
 
 
 def test_closing_parens():
@@ -66,12 +73,12 @@ def test_symbols_a_block_defines():
         "struct Pair { int a; };\nclass __align__(16) Vec : public Base { };\nunion U{ int i; };\n"
         "enum class Mode { A };\nstruct Done final { };\nstruct Fwd;\n"
         "using Elem = float;\ntypedef unsigned int U32;\ntypedef float Row[4];\n"
-        "constexpr int kDepth = 3;\n__constant__ float table[16];\n__device__ int counter;\n"
+        "constexpr int kDepth = 3;\n__constant__ float table[16];\n__device__ int counter;\n__device__ int Total;\n"
         "__device__ float twice(float x) { return 2 * x; }\n")
     defines, macros = S._cuda_symbols(code)
     assert macros == {"TILE", "WIDE"}
     assert defines == {"TILE", "WIDE", "Pair", "Vec", "U", "Mode", "Done", "Elem", "U32", "Row", "kDepth", "table",
-                       "counter", "twice"}
+                       "counter", "Total", "twice"}
     # a #define not at a line's start is no definition
     assert S._cuda_symbols("int x; #define LATE 1\n") == (set(), set())
 
@@ -128,6 +135,9 @@ def test_join_orders_blocks_after_what_they_use():
     assert S._join(kernel, [helper, macro]) == (
         "__device__ float f(float x) { return x; }\n\n#define T 2\n\n"
         "__global__ void k(float* p) { p[0] = f(1.0f) + T; }\n")
+    # only the block's trailing newlines go: trailing blanks on its last line are its own
+    spaced = source("__device__ int z() { return 0; }  \n\n", index=3)
+    assert S._join(spaced, [source("#define Q 1\n", index=4)]) == "__device__ int z() { return 0; }  \n\n#define Q 1\n"
     # blocks that use each other (no order works): reply order
     a = source("__device__ int a(int x) { return b(x); }\n", index=0)
     b = source("__device__ int b(int x) { return a(x); }\n", index=1)
@@ -137,9 +147,9 @@ def test_join_orders_blocks_after_what_they_use():
 def test_join_ptx_keeps_one_header():
     head = ".version 8.0\n.target sm_90a\n.address_size 64\n"
     kernel = source(head + "\n.visible .entry k()\n{\n call.uni h, ();\n ret;\n}\n\n", "ptx", 0)
-    helper = source(".version 8.0\n.target sm_90a\n\n.func h()\n{\n ret;\n}\n", "ptx", 1)
+    helper = source(".version 8.0\n.target sm_90a\n\n\t.func h()\n{\n ret;\n}\n", "ptx", 1)
     assert S._join(kernel, [helper]) == (
-        head + "\n" + ".func h()\n{\n ret;\n}\n" + "\n" + ".visible .entry k()\n{\n call.uni h, ();\n ret;\n}\n")
+        head + "\n" + "\t.func h()\n{\n ret;\n}\n" + "\n" + ".visible .entry k()\n{\n call.uni h, ();\n ret;\n}\n")
 
 
 def test_a_kernel_in_two_blocks_is_joined_with_the_note():
@@ -208,6 +218,10 @@ def test_why_a_block_is_not_used():
                          "it would define f again", info, chosen) == "it would define f again"
     assert why(kernels=["k", "z"]) == "an earlier version of k"
     assert why(kernels=["k"], line=11) == "a later version of k"
+    two = source('__global__ void k(float* p) { }\n__global__ void m(float* p) { }\n', index=0)
+    two.block.line = 10
+    later = S.ReplyBlock(line=12, tag="cuda", kind="source", language="cuda", kernels=["m", "k"])
+    assert S._why_unused(later, None, info, two) == "a later version of k, m"
     assert why(kernels=["k"], line=10) == "a later version of k"
     assert why(kernels=["a", "b"]) == "its kernels a, b not launched"
     assert why(kernels=["a"]) == "its kernel a not launched"
@@ -277,6 +291,9 @@ def test_first_error_names_where_and_counts_the_rest():
     assert len(four.errors()) >= 4
     message = S._first_error(four)
     assert message.count("; ") == 2 and message.endswith(f" (+{len(four.errors()) - 3} more)")
+    four = _validation_error({"launches": [{"kernel": 1, "grid": [], "block": [], "cluster": []}]})
+    assert len(four.errors()) == 4 and S._first_error(four).endswith("; launches.0.block: List should have at least "
+                                                                      "1 item after validation, not 0 (+1 more)")
     three = _validation_error({"launches": [{"kernel": 1, "grid": [], "block": []}]})
     assert len(three.errors()) == 3 and "more)" not in S._first_error(three)
     assert S._first_error(_validation_error({"launches": []})).startswith("launches: ")
@@ -357,3 +374,33 @@ def test_folder_errors(tmp_path):
     assert str(e.value) == f"{tmp_path / 'kernel.cu'}: source: kernel source is empty"
     (tmp_path / "kernel.cu").write_text("__global__ void k() {}\n")
     assert Solution.from_dir(tmp_path).language == "cuda"
+
+
+def test_notes_without_a_reason():
+    """No reason to give: the kernel's block when there is one source block, a block nothing needs."""
+    kernel = cuda('extern "C" __global__ void k(float* C) { C[0] = 9; }')
+    sol = extract_solution(kernel + manifest("z") + manifest("z"))
+    assert sol.extraction.note == ("the reply holds 1 source block and 2 JSON blocks: kernel from the ```cuda block at "
+                                   "line 1; manifest from the ```json block at line 7 (the last with \"launches\"); "
+                                   "not used: the ```json block at line 4 (an earlier manifest)")
+    sol = extract_solution(kernel + cuda("__device__ int unused() { return 0; }") + manifest("k"))
+    assert sol.extraction.note == ("the reply holds 2 source blocks and 1 JSON block: kernel from the ```cuda block at "
+                                   "line 1 (defines k); not used: the ```cuda block at line 4")
+
+
+def test_helpers_left_out_name_at_most_three_symbols():
+    kernel = cuda('extern "C" __global__ void k(float* C) { C[0] = a(1) + b(2) + c(3) + d(4) + e(5); }\n'
+                  "__device__ float a(float x) { return x; }\n__device__ float b(float x) { return x; }\n"
+                  "__device__ float c(float x) { return x; }\n__device__ float d(float x) { return x; }")
+    clash = cuda("__device__ float a(float x) { return x; }\n__device__ float b(float x) { return x; }\n"
+                 "__device__ float c(float x) { return x; }\n__device__ float d(float x) { return x; }\n"
+                 "__device__ float e(float x) { return x; }")
+    sol = extract_solution(kernel + clash + manifest("k"))
+    assert sol.extraction.note.endswith("not used: the ```cuda block at line 8 (it would define a, b, c again)")
+    fragment = cuda("__device__ float p(float x) { return x; }\n__device__ float q(float x) { return x; }\n"
+                    "__device__ float r(float x) { return x; }\n__device__ float s(float x) { return x; }\n"
+                    "for (int i = 0; i < 4; ++i) { }")
+    user = cuda('extern "C" __global__ void k(float* C) { C[0] = p(1) + q(2) + r(3) + s(4); }')
+    sol = extract_solution(user + fragment + manifest("k"))
+    assert sol.extraction.note.endswith("not used: the ```cuda block at line 4 (it defines p, q, r but holds "
+                                        "statements outside a function, so it cannot be joined)")
