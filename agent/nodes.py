@@ -232,7 +232,7 @@ class Nodes:
             return EvalResult.model_validate_json(eval_path.read_text())
         solution = Solution.from_dir(cdir)
         ev = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="all", executed_check=cfg.executed_check,
-                                  time=True)
+                                  time=True, profile=cfg.executed_check and cfg.profile_feedback)
         if ev.infra_error:  # the harness failed, not the kernel: no verdict, no feedback; resume redoes it
             w.event("infra_error", turn=turn, sample=sample, detail=ev.infra_error)
             raise InfraFault(ev.infra_error)

@@ -140,7 +140,8 @@ def reevaluate(run_dir: str | Path) -> ReevaluateReport:
                 after = fb.candidate_record(turn, sample, rel, None, str(exc))
             else:
                 ev = evaluator.evaluate(solution, task, config.arch, workloads="all",
-                                        executed_check=config.executed_check, time=True)
+                                        executed_check=config.executed_check, time=True,
+                                        profile=config.executed_check and config.profile_feedback)
                 if ev.infra_error:  # today's tools could not judge it: no verdict to compare
                     raise ReplayInfraError(f"{rel}: infrastructure error, nothing compared: {ev.infra_error}")
                 after = fb.candidate_record(turn, sample, rel, ev)

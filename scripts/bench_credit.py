@@ -1,8 +1,9 @@
 """What the executed-instruction check costs (docs/BENCHMARKS.md): a warm evaluation of an expert
-on all its workloads without the check, with it, and with it but without the profile metrics,
-on a GPU machine. Prints the evaluator's phases and each workload's credit.
+on all its workloads without the check and with it (in the worker, tools.cupti); with --ncu-arms
+also with the Nsight Compute profile, and with the check by Nsight Compute (PTXBENCH_CREDIT=ncu),
+on a GPU machine. Prints the evaluator's phases, each workload's credit and counted-run cost.
 
-    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--out runs/bench_credit]
+    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms] [--out runs/bench_credit]
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from tools.evaluator import Evaluator  # noqa: E402
 from tools.solution import Solution  # noqa: E402
 
 
-def one(ev: Evaluator, sol: Solution, task: str, executed: bool) -> dict:
+def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool = False) -> dict:
     t0 = time.perf_counter()
-    r = ev.evaluate(sol, task, "sm_90a", workloads="all", executed_check=executed)
+    r = ev.evaluate(sol, task, "sm_90a", workloads="all", executed_check=executed, profile=profile)
     row = {"wall_s": round(time.perf_counter() - t0, 3), "phase_s": {k: round(v, 3) for k, v in r.phase_s.items()},
            "correct": r.correct, "correct_held_out": r.split_correct("held_out"),
            "correct_with_arch": r.correct_with_arch, "speedup": r.speedup}
@@ -29,7 +30,10 @@ def one(ev: Evaluator, sol: Solution, task: str, executed: bool) -> dict:
         row["executed"] = {"status": r.executed.status, "phase_s": r.executed.phase_s, "reason": r.executed.reason, "notes": r.executed.notes,
                            "workloads": [{"workload": w.workload, "split": w.split, "profiled_at": w.profiled_at,
                                           "runs": w.runs, "kernel_ms": w.kernel_ms, "timed_ms": w.timed_ms,
-                                          "shares": w.shares, "carries": w.carries} for w in r.executed.workloads]}
+                                          "shares": w.shares, "carries": w.carries} for w in r.executed.workloads],
+                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "profile_s", "profile_phase_s")}
+                                            | {"workload": x.workload, "credit_s": x.phase_s.get("credit")}
+                                            for x in r.workloads]}
     return row
 
 
@@ -38,7 +42,8 @@ def main() -> int:
     ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_bwd_d128")
     ap.add_argument("--kind", default="expert")
     ap.add_argument("--out", default="runs/bench_credit")
-    ap.add_argument("--no-profile-arm", action="store_true", help="also time the check without the profile metrics")
+    ap.add_argument("--ncu-arms", action="store_true",
+                    help="also time the check with the Nsight Compute profile, and the check by Nsight Compute")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -47,11 +52,12 @@ def main() -> int:
         sol = Solution.from_dir(ROOT / "tasks" / task / args.kind)
         with Evaluator(cache_dir=out / "cache") as ev:
             one(ev, sol, task, False)  # cold: worker start, library backend chosen
+            one(ev, sol, task, True)  # cold counters: CUPTI's set-up, once per worker
             rows = {"off": one(ev, sol, task, False), "on": one(ev, sol, task, True)}
-        if args.no_profile_arm:
-            with Evaluator(cache_dir=out / "cache", profile_metrics=()) as ev:
-                one(ev, sol, task, False)
-                rows["on_no_profile"] = one(ev, sol, task, True)
+            if args.ncu_arms:
+                rows["on_profile"] = one(ev, sol, task, True, profile=True)  # + the Nsight Compute profile
+                ev.in_process_credit = False  # the check as it was: a Nsight Compute process
+                rows["on_ncu"] = one(ev, sol, task, True)
         report[task] = rows
         for k, v in rows.items():
             print(f"{task} {k}: wall {v['wall_s']} s, phases {v['phase_s']}, correct_with_arch {v['correct_with_arch']}, "

@@ -11,7 +11,7 @@ import torch
 
 from test_evaluator_cpu import CpuState, _ncu_row, gemm, small_gemm
 from tools import worker
-from tools.ncu import SAME_RUN_RATIO, TaskWork, _combine, _credit, _unprofiled
+from tools.ncu import SAME_RUN_RATIO, TaskWork, _credit, _unprofiled, combine
 from tools.solution import Solution
 
 from pathlib import Path
@@ -154,13 +154,13 @@ def test_credit_needs_every_workload_and_names_the_one_that_withheld_it():
                                                                DUR: 0.753 * 60 * 1e6})
     assert vis.carries == {"wgmma": True, "tma": True}
     assert simt.executed == {"wgmma": False, "tma": False} and not any(simt.carries.values())
-    ex = _combine(["wgmma", "tma"], [vis, good, simt], profiled={"M8192": [vrow], "M4096": [grow], "M70": [srow]})
+    ex = combine(["wgmma", "tma"], [vis, good, simt], profiled={"M8192": [vrow], "M4096": [grow], "M70": [srow]})
     assert ex.status == "ok" and ex.carries == {"wgmma": False, "tma": False}
     assert ex.executed == {"wgmma": False, "tma": False}
     assert ex.notes["wgmma"].startswith("held-out workload #1") and "70" not in ex.notes["wgmma"]
     assert [w.workload for w in ex.workloads] == ["M8192", "M4096", "M70"]
     assert ex.metrics["kernel_ms"] == pytest.approx(0.76)  # the first visible workload's figures
-    both = _combine(["wgmma", "tma"], [vis, good], profiled={"M8192": [vrow], "M4096": [grow]})
+    both = combine(["wgmma", "tma"], [vis, good], profiled={"M8192": [vrow], "M4096": [grow]})
     assert both.carries == {"wgmma": True, "tma": True} and both.shares["wgmma"] == pytest.approx(1.0)
 
 
@@ -179,7 +179,7 @@ def test_the_tie_is_two_sided():
 
 
 def test_no_credited_workload_is_skipped_with_the_reason():
-    ex = _combine(["wgmma"], [_unprofiled({"workload": "M8192", "reason": "input_modified", "detail": "input 'A'"})])
+    ex = combine(["wgmma"], [_unprofiled({"workload": "M8192", "reason": "input_modified", "detail": "input 'A'"})])
     assert ex.status == "skipped" and "input_modified" in ex.reason
 
 

@@ -31,16 +31,13 @@ from tools.ceilings import computes_in_fp8
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
 from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_skipped
 from tools.roofline import apply_roofline
-from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult, WorkloadResult
+from tools.results import (CREDITABLE, CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult,
+                           WorkloadResult)
 from tools.timing import TIMING_BUDGET_S, geo_spread, geomean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run on exactly this
 ARCH_GPU = {"sm_90a": "an H100/H200", "sm_100a": "a B200/GB200"}
-# Workload verdicts reached by running the kernel to the end: the executed check profiles these
-# (and passed ones), never a workload the manifest, a fault or a hang decided.
-CREDITABLE = ("incorrect", "unwritten_output", "nan_output", "wrong_after_first_call", "wrong_in_timed_run",
-              "implausible")
 
 
 class WorkerTimeout(RuntimeError):
@@ -271,6 +268,9 @@ class Evaluator:
         # collected in the executed check's ncu pass (so the profile costs no extra run), whether or
         # not the agent shows it to the model: both arms of the profile ablation are measured alike
         self.profile_metrics = tuple(PROFILE_METRICS if profile_metrics is None else profile_metrics)
+        # the executed check in the worker, through CUPTI (PTXBENCH_CREDIT=ncu: in a Nsight Compute
+        # process, as before 2026-12-01; docs/METHODOLOGY.md says why in process is the default)
+        self.in_process_credit = os.environ.get("PTXBENCH_CREDIT", "cupti") != "ncu"
         self._rng = secrets.SystemRandom() if seed is None else random.Random(seed)  # seed: reproducible tests
         if gpus is None:
             devices, self.no_gpu_reason = detect_gpus()
@@ -338,10 +338,13 @@ class Evaluator:
 
     def evaluate(self, solution, task, arch: str, workloads: str = "visible", executed_check: bool = False,
                  sanitize: bool = False, time: bool = True,
-                 compiled: tuple[CompileResult, InspectResult] | None = None) -> EvalResult:
+                 compiled: tuple[CompileResult, InspectResult] | None = None, profile: bool = False) -> EvalResult:
         """The whole verdict. `compiled`: compile_and_inspect()'s result for this solution and
         arch when the caller already has it. Otherwise the SASS inspection (a disassembler run
-        of ~0.6 s) overlaps the GPU work: nothing on the GPU side needs it."""
+        of ~0.6 s) overlaps the GPU work: nothing on the GPU side needs it.
+        `executed_check`: count the executed instructions, in the worker (tools.cupti), on every
+        judged workload. `profile`: also collect the Nsight Compute profile (`profile_metrics`,
+        the --profile-feedback block), which takes a process of its own; it never decides credit."""
         import time as _time
         from concurrent.futures import ThreadPoolExecutor
 
@@ -365,21 +368,24 @@ class Evaluator:
             except Exception as exc:  # noqa: BLE001 - a toolchain failure is a verdict, not a crash
                 comp = _harness_compile_failure(solution, arch, exc)
                 insp = InspectResult(status="skipped", reason="did not compile", arch=arch)
-            # The executed check's process starts once there is a module to run, so its start-up
-            # overlaps the SASS inspection and the timed runs; it touches the GPU only when handed
-            # the requests (tools.ncu.CreditProcess).
-            if executed_check and comp.ok and self._workers and arch in ARCH_CC and task.features_for(arch):
+            # The executed check runs in the worker (tools.cupti) unless CUPTI cannot (then, or for
+            # a profile, a Nsight Compute process: it starts once there is a module to run, so its
+            # start-up overlaps the SASS inspection and the timed runs; it touches the GPU only when
+            # handed the requests, tools.ncu.CreditProcess).
+            checks = executed_check and comp.ok and bool(self._workers) and arch in ARCH_CC and task.features_for(arch)
+            in_process = bool(checks) and self.in_process_credit
+            if checks and (profile or not in_process):
                 from tools import ncu
 
                 credit = ncu.CreditProcess(task.features_for(arch), self._workers[0].env_without_device,
-                                           self.ncu_timeout_s, extra_metrics=self.profile_metrics)
+                                           self.ncu_timeout_s, extra_metrics=self.profile_metrics if profile else ())
                 stack.callback(credit.close)
             res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
                              requested_features=task.features_for(arch))
             if not compiled:
                 res.phase_s["compile"] = _time.perf_counter() - t0
             try:
-                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, credit)
+                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, credit, in_process)
             except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
                 import traceback
 
@@ -399,7 +405,7 @@ class Evaluator:
         return res
 
     def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
-               sanitize: bool, time: bool, credit=None) -> None:
+               sanitize: bool, time: bool, credit=None, in_process: bool = False) -> None:
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -421,7 +427,7 @@ class Evaluator:
                 if sanitize:
                     res.sanitize = SanitizeResult(status="skipped", reason=reason)
             else:
-                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit)
+                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit, in_process)
 
     def _cannot_run(self, arch: str) -> str | None:
         if not self._workers:
@@ -456,7 +462,7 @@ class Evaluator:
             res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
 
     def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
-             time: bool, credit=None) -> None:
+             time: bool, credit=None, in_process: bool = False) -> None:
         import time as _time
 
         with self._worker() as w:
@@ -477,6 +483,10 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
+                if in_process:  # secret, like the timing seed: which run is counted derives from it
+                    from tools import ncu
+
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": list(ncu.CUPTI_METRICS)}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and
@@ -499,7 +509,7 @@ class Evaluator:
             names = _entries(res.compile, solution)
             if executed_check:
                 t0 = _time.perf_counter()
-                res.executed = self._executed(res, solution, task, wls, stop, credit, w.device)
+                res.executed = self._executed(res, solution, task, wls, stop, credit, w.device, in_process, arch)
                 res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
                 from tools import ncu
@@ -510,13 +520,18 @@ class Evaluator:
                                 ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
                 res.phase_s["sanitize"] = _time.perf_counter() - t0
 
-    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str) -> ExecutedCheck:
+    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str,
+                  in_process: bool = False, arch: str = "sm_90a") -> ExecutedCheck:
         """The executed check on every judged workload that ran to a verdict of its own (one the
-        manifest, a fault or a hang did not decide: those run no profiler), each tied to its
-        timed median; the profile comes from the first visible workload."""
+        manifest, a fault or a hang did not decide: those count nothing), each tied to its timed
+        median. In process: each workload's counted run came back with its result. Nsight
+        Compute (where CUPTI could not run, or for the profile): its process runs the workloads
+        again now. The profile comes from the first visible workload."""
+        from tools import ncu
+
         if stop:
             return ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: "))
-        if credit is None:
+        if credit is None and not in_process:
             return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
         ran = {x.workload: x for x in res.workloads if x.status == "passed" or x.reason in CREDITABLE}
         chosen = [w for w in wls if w.name in ran]
@@ -524,11 +539,34 @@ class Evaluator:
             bad = next((x for x in res.workloads if x.status == "failed"), None)
             why = f"{bad.reason}: {bad.detail}" if bad else "no workload ran"
             return ExecutedCheck(status="skipped", reason=f"not profiled: no workload ran to a verdict ({why})"[:400])
-        requests = [{**self._request(solution, res.compile, task, w, seeds=[self._seed(), self._seed()], time=False),
-                     "credit_seed": self._rng.getrandbits(62)} for w in chosen]
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
-        ex = credit.finish(requests, device, works=works, timed_ms=timed)
+        features = task.features_for(arch)
+        unavailable = next((ran[w.name].credit["reason"] for w in chosen
+                            if (ran[w.name].credit or {}).get("status") == "unavailable"), None)
+        ex: ExecutedCheck | None = None
+        if in_process and unavailable is None:
+            credits = [ncu.credit_in_process({"workload": w.name, "split": w.split}, ran[w.name].credit, features,
+                                             work, timed[w.name]) for w, work in zip(chosen, works)]
+            ex = ncu.combine(features, credits)
+            ex.phase_s = {"counted_runs": round(sum(ran[w.name].phase_s.get("credit", 0.0) for w in chosen), 3)}
+        elif in_process and credit is None:  # CUPTI cannot run here: Nsight Compute counts instead
+            credit = ncu.CreditProcess(features, self._workers[0].env_without_device, self.ncu_timeout_s)
+        if credit is not None:
+            requests = [{**self._request(solution, res.compile, task, w, seeds=[self._seed(), self._seed()],
+                                         time=False), "credit_seed": self._rng.getrandbits(62)} for w in chosen]
+            try:
+                by_ncu = credit.finish(requests, device, works=works, timed_ms=timed)
+            finally:
+                credit.close()
+            if ex is None:
+                ex = by_ncu
+                if unavailable:
+                    ex.reason = "; ".join(x for x in (f"counted by Nsight Compute: in-process counters unavailable "
+                                                      f"({unavailable})", ex.reason) if x)[:600]
+            else:  # the profile only: the credit stays the in-process one, in both profile arms alike
+                ex.kernel_metrics = by_ncu.kernel_metrics
+        assert ex is not None
         first = chosen[0]
         axes0 = task.axis_values(first)
         ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),

@@ -64,6 +64,15 @@ OTHER_READ_METRICS = ("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "sm__sass_
 DURATION_METRIC = "gpu__time_duration.sum"  # ns per launch: ties the profiled run to the timed ones
 WORK_METRICS = (*HGMMA_OPS_METRICS, FP8_OPS_METRIC, *OTHER_FLOP_METRICS, TMA_BYTES_METRIC, *OTHER_READ_METRICS,
                 DURATION_METRIC)
+# Hardware counters that stand in for the per-opcode counts where no SASS is patched (the
+# in-process check, tools.cupti): executed TMA loads/stores (UTMALDG/UTMASTG, warp level), and
+# HMMA instructions (whether a kernel's fp8 tensor ops can be wgmma's: see work_metrics)
+TMA_INST_METRICS = ("smsp__inst_executed_op_tma_ld.sum", "smsp__inst_executed_op_tma_st.sum")
+HMMA_INST_METRIC = "sm__inst_executed_pipe_tensor_op_hmma.sum"
+FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": TMA_INST_METRICS}
+# What the in-process check reads, in one profiled run (CUPTI replays the kernel per pass,
+# restoring the memory it may write, so every pass sees the same inputs and state)
+CUPTI_METRICS = (GMMA_METRIC, *TMA_INST_METRICS, HMMA_INST_METRIC, *WORK_METRICS)
 # When a feature carries the work (docs/METHODOLOGY.md, "Instruction credit"):
 #   wgmma: its FLOPs are >= 90% of the task's matrix FLOPs, <= 2.5x them (tuned kernels measure
 #          1.00-1.05; a causal kernel that computes every tile and masks does 2x: honest, slow;
@@ -144,8 +153,8 @@ def counts_from_rows(rows: list[dict[str, str]], features: list[str]) -> tuple[d
     """Executed instructions per feature summed over profiled launches; and features that
     could not be counted (no per-opcode instances and no dedicated metric)."""
     per_opcode: dict[str, float] = {}
-    gmma = 0.0
-    have_opcodes = have_gmma = False
+    counted: dict[str, float] = {}  # FEATURE_COUNTERS' totals, per feature, where every row has them
+    have_opcodes = False
     for row in rows:
         if OPCODE_METRIC in row:
             inst = parse_instances(row[OPCODE_METRIC])
@@ -154,9 +163,10 @@ def counts_from_rows(rows: list[dict[str, str]], features: list[str]) -> tuple[d
                 have_opcodes = True
             for k, v in inst.items():
                 per_opcode[k.split(".")[0]] = per_opcode.get(k.split(".")[0], 0) + v
-        if GMMA_METRIC in row and _number(row[GMMA_METRIC]) is not None:
-            have_gmma = True
-            gmma += _number(row[GMMA_METRIC]) or 0
+    for f, metrics in FEATURE_COUNTERS.items():
+        values = [_number(row.get(m, "")) for row in rows for m in metrics]
+        if rows and all(v is not None for v in values):
+            counted[f] = float(sum(values))  # type: ignore[arg-type]
     counts: dict[str, int] = {}
     uncounted = []
     for f in features:
@@ -167,8 +177,8 @@ def counts_from_rows(rows: list[dict[str, str]], features: list[str]) -> tuple[d
             continue
         if have_opcodes:
             counts[f] = int(sum(per_opcode.get(op, 0) for op in opcodes))
-        if f == "wgmma" and have_gmma:
-            counts[f] = max(counts.get(f, 0), int(gmma))
+        if f in counted:
+            counts[f] = max(counts.get(f, 0), int(counted[f]))
         if f not in counts:
             uncounted.append(f)
     return counts, uncounted
@@ -229,9 +239,14 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
     if have(HGMMA_OPS_METRICS) and have([FP8_OPS_METRIC]):
         wgmma_fp8 = 0.0
         for row in rows:  # fp8 ops are wgmma's only in kernels that issued QGMMA and no HMMA
-            ops = parse_instances(row.get(OPCODE_METRIC, ""))
-            qgmma = sum(v for k, v in ops.items() if k.startswith("QGMMA"))
-            hmma = sum(v for k, v in ops.items() if k.startswith("HMMA"))
+            if OPCODE_METRIC in row:
+                ops = parse_instances(row[OPCODE_METRIC])
+                qgmma = sum(v for k, v in ops.items() if k.startswith("QGMMA"))
+                hmma = sum(v for k, v in ops.items() if k.startswith("HMMA"))
+            else:  # hardware counters only: any GMMA, and no HMMA (fp8 mma.sync issues HMMA-pipe work)
+                qgmma = _number(row.get(GMMA_METRIC, "")) or 0.0
+                hmma = _number(row.get(HMMA_INST_METRIC, ""))
+                hmma = 1.0 if hmma is None else hmma  # not measured: the fp8 ops are not wgmma's
             if qgmma > 0 and hmma == 0:
                 wgmma_fp8 += _number(row[FP8_OPS_METRIC]) or 0.0
         out["wgmma_flops"] = (sum(out[m] for m in HGMMA_OPS_METRICS) + wgmma_fp8) * FLOPS_PER_OP
@@ -400,7 +415,7 @@ class CreditProcess:
         phase_s.update({f"worker_{k}": v for k, v in (reply.get("phase_s") or {}).items()})
         if not self.report.exists():
             if not any(r.get("profiled_at") for r in runs):
-                return _combine(self.features, [_unprofiled(r) for r in runs], self.extra_metrics)
+                return combine(self.features, [_unprofiled(r) for r in runs], self.extra_metrics)
             return ExecutedCheck(status="skipped", reason=f"ncu produced no report: {last_error}")
         t1 = time.perf_counter()
         imported = subprocess.run([self.ncu, "--import", str(self.report), "--csv", "--page", "raw",
@@ -425,7 +440,7 @@ class CreditProcess:
             credits.append(_credit(r, mine, self.features, by_name.get(r["workload"]),
                                    (timed_ms or {}).get(r["workload"])))
             profiled[r["workload"]] = mine
-        out = _combine(self.features, credits, self.extra_metrics, profiled)
+        out = combine(self.features, credits, self.extra_metrics, profiled)
         out.phase_s = {k: round(v, 3) for k, v in phase_s.items()}
         return out
 
@@ -470,7 +485,7 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
                         profiled_at=r.get("profiled_at"), counts=counts, kernel_ms=metrics.get("kernel_ms"),
                         timed_ms=timed_ms)
     if uncounted:
-        wc.status, wc.reason = "skipped", f"ncu gave no per-opcode counts for {', '.join(uncounted)}"
+        wc.status, wc.reason = "skipped", f"no executed-instruction counts for {', '.join(uncounted)}"
         return wc
     v = verdict(features, counts, per_kernel(rows, features), metrics, work)
     wc.executed, wc.shares, wc.carries, wc.notes = v.executed, v.shares, v.carries, v.notes
@@ -478,7 +493,24 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
     return wc
 
 
-def _combine(features: list[str], credits: list[WorkloadCredit], extra_metrics: tuple[str, ...] = (),
+def counter_rows(launches: list[dict]) -> list[dict[str, str]]:
+    """The in-process check's launches ({name, metrics}) as rows like ncu's raw CSV, so one
+    verdict (counts_from_rows, work_metrics, per_kernel) serves both."""
+    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()}} for x in launches]
+
+
+def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,
+                      timed_ms: float | None) -> WorkloadCredit:
+    """One workload's credit from its worker result's in-process run (tools.worker._credit_run)."""
+    if not credit or credit.get("status") != "ran":
+        why = (credit or {}).get("reason") or "its profiled run was not reached"
+        return WorkloadCredit(workload=meta["workload"], split=meta["split"], status="skipped",
+                              runs=(credit or {}).get("runs", 0), reason=f"not credited: {why}"[:400])
+    r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at")}
+    return _credit(r, counter_rows(credit.get("launches") or []), features, work, timed_ms)
+
+
+def combine(features: list[str], credits: list[WorkloadCredit], extra_metrics: tuple[str, ...] = (),
              profiled: dict[str, list[dict[str, str]]] | None = None) -> ExecutedCheck:
     """Every workload's credit as one verdict: executed / carries only where they hold on every
     credited workload; the first workload that withheld a feature's credit is named. `profiled`:

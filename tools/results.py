@@ -175,6 +175,9 @@ FailReason = Literal[
 # Reasons that mean "ran, and the numbers are wrong" (as opposed to a crash, hang or bad manifest)
 WRONG_NUMBERS = frozenset({"incorrect", "nan_output", "unwritten_output", "wrong_after_first_call",
                            "wrong_in_timed_run"})
+# Verdicts reached by running the kernel to the end: the executed check still counts what such a
+# kernel executed (a fault, a hang or the manifest decided the others: nothing to count)
+CREDITABLE = WRONG_NUMBERS | {"implausible"}
 
 
 class WorkloadResult(BaseModel):
@@ -208,6 +211,9 @@ class WorkloadResult(BaseModel):
     # wall seconds in the worker: "verify" (the seeded checks), "baseline" (choosing/building the
     # library side), "timed" (the paired runs, inputs and judging included)
     phase_s: dict[str, float] = Field(default_factory=dict)
+    # the executed check's in-process run (tools.worker._credit_run): status ("ran", "failed",
+    # "unavailable"), reason, runs, profiled_at, passes, profile_s, launches [{name, metrics}]
+    credit: dict | None = None
 
 
 class WorkloadCredit(BaseModel):

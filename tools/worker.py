@@ -186,6 +186,7 @@ class State:
             d.CUlimit.CU_LIMIT_STACK_SIZE, d.CUlimit.CU_LIMIT_PRINTF_FIFO_SIZE, d.CUlimit.CU_LIMIT_MALLOC_HEAP_SIZE)}
         self._free0 = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
         self._nvml = _nvml_handle()
+        self._counters, self._counters_error = None, None
 
     @property
     def gate(self):
@@ -233,6 +234,22 @@ class State:
             yield
         finally:
             check(d.cuProfilerStop(), "cuProfilerStop")
+
+    def counters(self, metrics: tuple[str, ...]):
+        """The in-process hardware counters (tools.cupti.RangeProfiler) for `metrics`, built once
+        per worker; raises CuptiError (remembered: a failing set-up is not retried) where CUPTI's
+        range profiler cannot run here."""
+        from tools.cupti import CuptiError, RangeProfiler
+
+        if self._counters_error is not None:
+            raise CuptiError(self._counters_error)
+        if self._counters is None or tuple(self._counters.metrics) != tuple(metrics):
+            try:
+                self._counters = RangeProfiler(list(metrics))
+            except Exception as exc:  # noqa: BLE001 - no counters is a skipped check, never a failed run
+                self._counters_error = f"{type(exc).__name__}: {exc}"[:400]
+                raise CuptiError(self._counters_error) from None
+        return self._counters
 
     def wait(self, limit_s: float) -> None:
         from tools.timing import wait_idle
@@ -529,6 +546,8 @@ def run_workload(state: State, req: dict) -> tuple[dict, bool]:
 def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     import random
 
+    from tools.results import CREDITABLE
+
     from tasks.generators import generate_inputs
     from tasks.reference import run_reference
     from tools.launch import plan_launches
@@ -540,11 +559,21 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
 
     t0 = time.perf_counter()
-    _verify(state, req, task, axes, ws, bound, result, limit)
-    result.phase_s["verify"] = time.perf_counter() - t0
-    if req.get("time"):
-        with nvtx_range("time"):
-            _time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result, limit)
+    try:
+        _verify(state, req, task, axes, ws, bound, result, limit)
+        result.phase_s["verify"] = time.perf_counter() - t0
+        if req.get("time"):
+            with nvtx_range("time"):
+                _time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result,
+                             limit)
+    except Failed as f:
+        # a kernel that ran to the end with wrong numbers: what it executed is still counted
+        # (arch_executed_any), on a run that is not judged (its verdict is already in)
+        if req.get("credit") and f.reason in CREDITABLE and not f.fatal:
+            _credit_run(state, req, task, axes, ws, bound, result, limit, judge=False)
+        raise
+    if req.get("credit"):
+        _credit_run(state, req, task, axes, ws, bound, result, limit, judge=True)
 
 
 def _verify(state: State, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float) -> None:
@@ -573,9 +602,83 @@ def _verify(state: State, req: dict, task, axes: dict, ws: Workspace, bound, res
 
 
 # ----------------------------------------------------------------------------------------
-# The executed-instruction check's side: run under Nsight Compute with --profile-from-start off.
+# The executed-instruction check's side. In process (tools.cupti), after the timed runs of the
+# same module instance; or, where CUPTI cannot run, in a process of its own under Nsight Compute
+# with --profile-from-start off (run_credit).
 
-CREDIT_RUNS = (1, 8)  # runs after the seeded checks; one of them, drawn at random, is profiled
+CREDIT_RUNS = (1, 8)  # runs after the timed ones; one of them, drawn at random, is profiled
+
+
+def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
+                judge: bool) -> None:
+    """The executed check's run, in this worker and module instance, right after the timed runs
+    (or the checks, when nothing is timed): CREDIT_RUNS more runs on fresh inputs drawn and
+    prepared as the timed runs' are (outputs poisoned, scratch reset, L2 flushed); one of them, at
+    a position drawn from the request's secret `credit.seed`, runs under the hardware counters.
+    The kernel cannot single that run out: not by its place (never the module's first launch; how
+    many runs came before is secret and changes with every evaluation), not by its inputs or
+    module state. Its output is judged whole (`judge`), like every run that decides something:
+    credit is only ever taken on a right answer.
+    Fills result.credit (tools.results.WorkloadResult.credit). A CUPTI failure is reported there
+    ("unavailable" or "failed"), never as the candidate's fault."""
+    import random
+
+    from tasks.generators import generate_inputs
+    from tasks.reference import run_reference
+    from tools.cupti import CuptiError
+
+    spec = req["credit"]
+    rng = random.Random(int(spec["seed"]))
+    runs = rng.randint(*CREDIT_RUNS)
+    at = rng.randrange(runs)
+    out: dict = {"status": "failed", "reason": None, "runs": runs, "profiled_at": None, "passes": None,
+                 "profile_s": None, "launches": []}
+    result.credit = out
+    t0 = time.perf_counter()
+    try:
+        if not hasattr(state, "counters"):
+            raise CuptiError("this worker has no hardware counters")
+        profiler = state.counters(tuple(spec["metrics"]))
+    except CuptiError as exc:
+        out["status"], out["reason"] = "unavailable", str(exc)
+        return
+    out["passes"] = profiler.passes
+    for i in range(runs):
+        seed = rng.getrandbits(31)
+        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=True))
+        ws.prepare()
+        state.flusher.flush()
+        ws.zero_scratch()  # on the stream before the launches, as in a timed run; outside the counters
+        if i != at:
+            bound.launch()
+            state.wait(limit)
+            continue
+
+        def run() -> None:
+            bound.launch()
+            state.wait(limit)
+
+        t1 = time.perf_counter()
+        try:
+            launches = profiler.profile(run)
+        except CuptiError as exc:
+            out["reason"] = str(exc)[:400]
+            return
+        out["profile_s"] = round(time.perf_counter() - t1, 4)
+        out["profile_phase_s"] = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
+        out["profiled_at"] = at + 1
+        out["launches"] = [{"name": x.name, "metrics": x.metrics} for x in launches]
+        out["status"] = "ran"
+        result.phase_s["credit"] = time.perf_counter() - t0
+        if judge:
+            fresh = generate_inputs(task, axes, seed, device=state.device, fast=True)
+            expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
+            reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+            if reason is not None:
+                kind = "wrong_in_timed_run" if reason in ("incorrect", "unwritten_output", "nan_output") else reason
+                raise Failed(kind, f"the executed check's run (fresh inputs, after the timed runs): {detail}",
+                             outputs=mism)
+    result.phase_s["credit"] = time.perf_counter() - t0
 
 
 def run_credit(state: State, req: dict) -> dict:

@@ -1,0 +1,193 @@
+"""The executed check in the worker (tools.worker._credit_run, tools.cupti), on CPU: where the
+counted run sits among the evaluation's own runs, that it is judged, what happens where CUPTI
+cannot run, and the verdict from hardware counters alone (no per-opcode SASS counts). The host
+half of CUPTI (metric names, config image, passes) runs here with the real library; the counters
+themselves are read in tests/gpu/test_credit_gpu.py."""
+from __future__ import annotations
+
+import pytest
+
+from test_evaluator_cpu import CpuState, gemm, small_gemm
+from tools import cupti, ncu, worker
+from tools.cupti import CuptiError, Launch
+from tools.ncu import TaskWork
+from tools.solution import Solution
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "adversarial"
+WORK = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+
+
+class CountedState(CpuState):
+    """The CPU stand-in with in-process counters: `profile(run)` records which launch it saw
+    and reports what `metrics_of(launch number)` says that launch did."""
+
+    def __init__(self, kernel, metrics_of=None, fail: str | None = None):
+        self.launches, self.counted = 0, []
+        self.inside, self.fail = False, fail
+        self.metrics_of = metrics_of or (lambda n: {m: 0.0 for m in ncu.CUPTI_METRICS})
+
+        def counting(ws, call):
+            self.launches += 1
+            if self.inside:
+                self.counted.append(self.launches)
+            return kernel(ws, self.launches)
+
+        super().__init__(counting)
+        state = self
+
+        class Profiler:
+            passes = 5
+            metrics = list(ncu.CUPTI_METRICS)
+
+            def profile(self, run):
+                state.inside = True
+                try:
+                    run()
+                finally:
+                    state.inside = False
+                return [Launch("gemm", state.metrics_of(state.counted[-1]))]
+
+        self.profiler = Profiler()
+
+    def counters(self, metrics):
+        if self.fail:
+            raise CuptiError(self.fail)
+        return self.profiler
+
+
+def request(credit_seed: int, time: bool = True, timing_seed: int = 7) -> dict:
+    task = small_gemm()
+    sol = Solution.from_dir(FIXTURES / "good")
+    return {"cubin": b"", "manifest": sol.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
+            "workload": task.workloads[0].model_dump(mode="json"), "seeds": [11, 12], "time": time,
+            "timing_seed": timing_seed, "timing_budget_s": 0.01,
+            "credit": {"seed": credit_seed, "metrics": list(ncu.CUPTI_METRICS)}}
+
+
+def test_the_counted_run_comes_after_every_timed_run_at_a_secret_place():
+    """Same worker, same module instance: the counted launch follows the checks and all the timed
+    runs (never the module's first), at a place that moves with the secret seed."""
+    places = set()
+    for seed in range(30):
+        state = CountedState(gemm)
+        result, fatal = worker.run_workload(state, request(seed, timing_seed=seed))
+        assert result["status"] == "passed" and not fatal, result
+        credit = result["credit"]
+        assert credit["status"] == "ran" and len(state.counted) == 1, credit
+        before = 2 + 2 * 0 + result["timed_runs"] + result["warmup_runs"]  # checks, warm-ups, timed runs
+        assert state.counted[0] > before, (state.counted, before)
+        assert state.counted[0] == state.launches - credit["runs"] + credit["profiled_at"]
+        assert credit["launches"][0]["name"] == "gemm" and credit["passes"] == 5
+        places.add(state.counted[0])
+    assert len(places) >= 10
+
+
+def test_the_counted_run_is_judged_whole():
+    """A kernel that answers wrong only where it is counted fails the workload: credit is never
+    taken on a wrong answer."""
+    state = CountedState(lambda ws, n: gemm(ws, n) if not state.inside else ws.outputs["C"].zero_())
+    result, _ = worker.run_workload(state, request(3))
+    assert result["status"] == "failed" and result["reason"] == "wrong_in_timed_run", result
+    assert "executed check's run" in result["detail"]
+
+
+def test_a_wrong_kernel_is_still_counted_and_not_judged_again():
+    """Wrong from the first check: the model still learns whether its instructions ran."""
+    state = CountedState(lambda ws, n: ws.outputs["C"].zero_())
+    result, _ = worker.run_workload(state, request(4))
+    assert result["reason"] == "incorrect"
+    assert result["credit"]["status"] == "ran" and len(state.counted) == 1
+
+
+def test_no_counters_is_unavailable_never_the_candidates_fault():
+    state = CountedState(gemm, fail="libcupti not found")
+    result, _ = worker.run_workload(state, request(5))
+    assert result["status"] == "passed"
+    assert result["credit"]["status"] == "unavailable" and "libcupti" in result["credit"]["reason"]
+    plain, _ = worker.run_workload(CpuState(gemm), request(5))  # a worker with no counters at all
+    assert plain["status"] == "passed" and plain["credit"]["status"] == "unavailable"
+
+
+def _counters(**kw) -> dict[str, float]:
+    out = {m: 0.0 for m in ncu.CUPTI_METRICS}
+    out.update({k.replace("__dot__", "."): float(v) for k, v in kw.items()})
+    return out
+
+
+HONEST = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=4e6,
+                   sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum=WORK.flops * 1.02,
+                   smsp__inst_executed_op_tma_ld__dot__sum=3e5,
+                   l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum=WORK.read_bytes * 3,
+                   gpu__time_duration__dot__sum=1.0e6)
+META = {"workload": "M8192", "split": "visible"}
+
+
+def test_hardware_counters_alone_give_the_verdict():
+    """No per-opcode counts in process: wgmma and TMA are counted by their own counters and the
+    shares decide as before."""
+    wc = ncu.credit_in_process(META, {"status": "ran", "runs": 3, "profiled_at": 2,
+                                      "launches": [{"name": "k", "metrics": HONEST}]}, ["wgmma", "tma"], WORK, 1.0)
+    assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": True}, wc
+    assert wc.counts == {"wgmma": 4_000_000, "tma": 300_000}
+    no_tma = dict(HONEST, **{"smsp__inst_executed_op_tma_ld.sum": 0.0})
+    wc = ncu.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": no_tma}]},
+                               ["wgmma", "tma"], WORK, 1.0)
+    assert wc.executed["tma"] is False and wc.carries["tma"] is False
+    simt = _counters(smsp__sass_thread_inst_executed_op_ffma_pred_on__dot__sum=WORK.flops / 2,
+                     smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=8,
+                     sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum=WORK.flops * 0.001,
+                     gpu__time_duration__dot__sum=1.0e6)
+    wc = ncu.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": simt}]},
+                               ["wgmma"], WORK, 1.0)
+    assert wc.executed["wgmma"] and not wc.carries["wgmma"]
+
+
+def test_the_in_process_run_is_tied_to_the_timed_median_both_ways():
+    ran = {"status": "ran", "launches": [{"name": "k", "metrics": HONEST}]}  # 1.0 ms counted
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 0.5).carries["wgmma"] is False  # timed path faster
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 2.0).carries["wgmma"] is False  # timed path slower
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is True
+
+
+def test_fp8_ops_count_as_wgmma_only_without_hmma():
+    fp8 = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=1e6, sm__ops_path_tensor_src_fp8__dot__sum=1e12)
+    assert ncu.work_metrics(ncu.counter_rows([{"name": "k", "metrics": fp8}]))["wgmma_flops"] == 1e12
+    mixed = dict(fp8, **{ncu.HMMA_INST_METRIC: 10.0})
+    assert ncu.work_metrics(ncu.counter_rows([{"name": "k", "metrics": mixed}]))["wgmma_flops"] == 0.0
+
+
+def test_a_workload_whose_run_was_not_counted_withholds_credit():
+    wc = ncu.credit_in_process({"workload": "M70", "split": "held_out"}, {"status": "failed", "runs": 2,
+                                                                          "reason": "CUPTI error 7"}, ["wgmma"], WORK, 1.0)
+    assert wc.status == "skipped" and "CUPTI error 7" in wc.reason
+
+
+# ---------------------------------------------------------------- CUPTI's host half, real library
+
+def _host_library():
+    try:
+        return cupti.library()
+    except CuptiError as exc:
+        pytest.fail(f"libcupti is a dev dependency (nvidia-cuda-cupti): {exc}")
+
+
+def test_the_check_reads_its_counters_in_six_passes_on_gh100():
+    """The metric names exist on the H100/H200 chip, and the count of kernel replays they cost
+    is known (docs/BENCHMARKS.md measures that cost)."""
+    _host_library()
+    assert cupti.passes("GH100", list(ncu.CUPTI_METRICS)) == 6
+    assert cupti.passes("GH100", [ncu.GMMA_METRIC, ncu.DURATION_METRIC]) == 1
+
+
+def test_an_unknown_metric_is_a_clear_error():
+    _host_library()
+    with pytest.raises(CuptiError, match="cuptiProfilerHostConfigAddMetrics"):
+        cupti.passes("GH100", ["sm__no_such_counter.sum"])
+
+
+def test_struct_sizes_follow_cuptis_rule():
+    """CUPTI_PROFILER_STRUCT_SIZE is the end of the last field, not sizeof: a struct that ends
+    in a byte (Stop) is smaller than its padded size."""
+    assert cupti.Stop.size == cupti.Stop.isAllPassSubmitted.offset + 1 < __import__("ctypes").sizeof(cupti.Stop)
+    assert cupti.Init.size == 16 and cupti.SetConfig.size == cupti.SetConfig.targetNestingLevel.offset + 2

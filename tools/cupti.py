@@ -1,0 +1,262 @@
+"""Hardware counters read in-process, through CUPTI's range profiler (CUDA 12.6+).
+
+The executed check needs a few counters (wgmma instructions and FLOPs, TMA bytes, kernel time)
+of one run of the candidate: the run must be one of the evaluation's own runs, in the worker
+that times it, so the kernel cannot tell it from a timed one. Nsight Compute can only watch a
+whole process from outside (a second process with its own start-up: 6-12 s per evaluation on the
+H200); CUPTI's range profiler reads the same counters inside the worker, around one launch.
+NVIDIA's `cupti-python` (13.0-13.4) has no bindings for the range profiler, so this module binds
+the few C entry points it needs with ctypes, from the struct layouts of cupti_range_profiler.h,
+cupti_profiler_host.h, cupti_profiler_target.h and cupti_target.h (CUPTI 13.0).
+
+    profiler = RangeProfiler(metrics)           # after the CUDA context exists
+    launches = profiler.profile(run)            # run() launches kernels and waits for them
+    # -> [Launch(name, {metric: value}), ...], one per kernel launch, in launch order
+
+Auto range + kernel replay: every launch inside `profile` is a range; where the metrics need
+several passes, CUPTI replays each kernel itself, restoring the device memory it may write
+before each pass, so every pass sees the same inputs. The host half (metric names, config image,
+number of passes, evaluating the counter data) needs no GPU: `passes("GH100", metrics)` runs on
+any machine that has the library.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes as C
+import ctypes.util
+import glob
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+P, SIZE, U8P = C.c_void_p, C.c_size_t, C.POINTER(C.c_uint8)
+AUTO_RANGE, KERNEL_REPLAY = 1, 2  # CUpti_ProfilerRange, CUpti_ProfilerReplayMode
+RANGE_PROFILER = 0  # CUpti_ProfilerType
+MAX_RANGES = 64  # kernel launches one profiled run may make (a manifest has a handful)
+
+
+class CuptiError(RuntimeError):
+    """A CUPTI call failed: the executed check reports it as `skipped`, with this message."""
+
+
+def _struct(name: str, fields: list[tuple[str, object]]) -> type[C.Structure]:
+    """A params struct: structSize and pPriv, then `fields`. Its `size` is CUPTI's
+    CUPTI_PROFILER_STRUCT_SIZE (the end of the last field, not sizeof with tail padding)."""
+    cls = type(name, (C.Structure,), {"_fields_": [("structSize", SIZE), ("pPriv", P), *fields]})
+    last_name, last_type = cls._fields_[-1]
+    cls.size = getattr(cls, last_name).offset + C.sizeof(last_type)
+    return cls
+
+
+Init = _struct("Init", [])
+ChipName = _struct("ChipName", [("deviceIndex", SIZE), ("pChipName", C.c_char_p)])
+Availability = _struct("Availability", [("ctx", P), ("counterAvailabilityImageSize", SIZE),
+                                        ("pCounterAvailabilityImage", U8P)])
+HostInit = _struct("HostInit", [("profilerType", C.c_int), ("pChipName", C.c_char_p),
+                                ("pCounterAvailabilityImage", U8P), ("pHostObject", P)])
+HostObject = _struct("HostObject", [("pHostObject", P)])
+AddMetrics = _struct("AddMetrics", [("pHostObject", P), ("ppMetricNames", C.POINTER(C.c_char_p)),
+                                    ("numMetrics", SIZE)])
+ConfigSize = _struct("ConfigSize", [("pHostObject", P), ("configImageSize", SIZE)])
+ConfigImage = _struct("ConfigImage", [("pHostObject", P), ("configImageSize", SIZE), ("pConfigImage", U8P)])
+NumPasses = _struct("NumPasses", [("configImageSize", SIZE), ("pConfigImage", U8P), ("numOfPasses", SIZE)])
+Evaluate = _struct("Evaluate", [("pHostObject", P), ("pCounterDataImage", U8P), ("counterDataImageSize", SIZE),
+                                ("rangeIndex", SIZE), ("ppMetricNames", C.POINTER(C.c_char_p)), ("numMetrics", SIZE),
+                                ("pMetricValues", C.POINTER(C.c_double))])
+Enable = _struct("Enable", [("ctx", P), ("pRangeProfilerObject", P)])
+RPObject = _struct("RPObject", [("pRangeProfilerObject", P)])
+Stop = _struct("Stop", [("pRangeProfilerObject", P), ("passIndex", SIZE), ("targetNestingLevel", SIZE),
+                        ("isAllPassSubmitted", C.c_uint8)])
+SetConfig = _struct("SetConfig", [("pRangeProfilerObject", P), ("configSize", SIZE), ("pConfig", U8P),
+                                  ("counterDataImageSize", SIZE), ("pCounterDataImage", U8P), ("range", C.c_int),
+                                  ("replayMode", C.c_int), ("maxRangesPerPass", SIZE), ("numNestingLevels", C.c_uint16),
+                                  ("minNestingLevel", C.c_uint16), ("passIndex", SIZE),
+                                  ("targetNestingLevel", C.c_uint16)])
+Decode = _struct("Decode", [("pRangeProfilerObject", P), ("numOfRangeDropped", SIZE)])
+CounterDataSize = _struct("CounterDataSize", [("pRangeProfilerObject", P), ("pMetricNames", C.POINTER(C.c_char_p)),
+                                              ("numMetrics", SIZE), ("maxNumOfRanges", SIZE),
+                                              ("maxNumRangeTreeNodes", C.c_uint32), ("counterDataSize", SIZE)])
+CounterDataInit = _struct("CounterDataInit", [("pRangeProfilerObject", P), ("counterDataSize", SIZE),
+                                              ("pCounterData", U8P)])
+CounterDataInfo = _struct("CounterDataInfo", [("pCounterDataImage", U8P), ("counterDataImageSize", SIZE),
+                                              ("numTotalRanges", SIZE)])
+RangeInfo = _struct("RangeInfo", [("pCounterDataImage", U8P), ("counterDataImageSize", SIZE), ("rangeIndex", SIZE),
+                                  ("rangeDelimiter", C.c_char_p), ("rangeName", C.c_char_p)])
+
+
+def _candidates() -> list[str]:
+    """Where libcupti may be: PTXBENCH_CUPTI_LIB, the CUDA wheels beside torch (nvidia/cu13,
+    nvidia/cuda_cupti), the CUDA toolkit, then the loader's search path."""
+    out = [os.environ.get("PTXBENCH_CUPTI_LIB", "")]
+    for base in sys.path:
+        out += sorted(glob.glob(os.path.join(base, "nvidia", "cu1[3-9]", "lib", "libcupti.so*")))
+        out += sorted(glob.glob(os.path.join(base, "nvidia", "cuda_cupti", "lib", "libcupti.so*")))
+    for home in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        out += sorted(glob.glob(os.path.join(home, "extras", "CUPTI", "lib64", "libcupti.so*"))) if home else []
+    found = ctypes.util.find_library("cupti")
+    return [p for p in out if p] + ([found] if found else [])
+
+
+_LIB: C.CDLL | None = None
+
+
+def library() -> C.CDLL:
+    """libcupti with a range profiler (CUDA 12.6+), loaded once; CuptiError says why not."""
+    global _LIB
+    if _LIB is None:
+        tried = []
+        for path in dict.fromkeys(_candidates()):
+            try:
+                lib = C.CDLL(path)
+            except OSError as exc:
+                tried.append(f"{path}: {exc}")
+                continue
+            if hasattr(lib, "cuptiRangeProfilerEnable") and hasattr(lib, "cuptiProfilerHostInitialize"):
+                _LIB = lib
+                break
+            tried.append(f"{path}: no range profiler (CUPTI older than 12.6)")
+        if _LIB is None:
+            raise CuptiError("no libcupti with a range profiler found" + (f" ({'; '.join(tried)})" if tried else ""))
+    return _LIB
+
+
+def _call(fn: str, params: C.Structure) -> None:
+    params.structSize = type(params).size
+    rc = getattr(library(), fn)(C.byref(params))
+    if rc != 0:
+        text = C.c_char_p()
+        library().cuptiGetResultString(rc, C.byref(text))
+        raise CuptiError(f"{fn} failed: CUPTI error {rc} ({(text.value or b'?').decode()})")
+
+
+def _names(metrics: list[str]):
+    return (C.c_char_p * len(metrics))(*[m.encode() for m in metrics])
+
+
+class _Host:
+    """The host half: metric names -> config image; counter data -> values. No GPU needed."""
+
+    def __init__(self, chip: str, availability: C.Array | None, metrics: list[str]):
+        self.metrics = list(metrics)
+        init = HostInit(profilerType=RANGE_PROFILER, pChipName=chip.encode(),
+                        pCounterAvailabilityImage=C.cast(availability, U8P) if availability is not None else None)
+        _call("cuptiProfilerHostInitialize", init)
+        self.obj = init.pHostObject
+        self._names = _names(self.metrics)
+        _call("cuptiProfilerHostConfigAddMetrics", AddMetrics(pHostObject=self.obj, ppMetricNames=self._names,
+                                                              numMetrics=len(self.metrics)))
+        size = ConfigSize(pHostObject=self.obj)
+        _call("cuptiProfilerHostGetConfigImageSize", size)
+        self.config = (C.c_uint8 * size.configImageSize)()
+        _call("cuptiProfilerHostGetConfigImage", ConfigImage(pHostObject=self.obj, configImageSize=len(self.config),
+                                                             pConfigImage=self.config))
+        passes = NumPasses(configImageSize=len(self.config), pConfigImage=self.config)
+        _call("cuptiProfilerHostGetNumOfPasses", passes)
+        self.passes = int(passes.numOfPasses)
+
+    def evaluate(self, data: C.Array, index: int) -> dict[str, float]:
+        values = (C.c_double * len(self.metrics))()
+        _call("cuptiProfilerHostEvaluateToGpuValues", Evaluate(
+            pHostObject=self.obj, pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=index,
+            ppMetricNames=self._names, numMetrics=len(self.metrics), pMetricValues=values))
+        return dict(zip(self.metrics, values))
+
+    def close(self) -> None:
+        if self.obj:
+            _call("cuptiProfilerHostDeinitialize", HostObject(pHostObject=self.obj))
+            self.obj = None
+
+
+def passes(chip: str, metrics: list[str]) -> int:
+    """Passes CUPTI needs to collect `metrics` on `chip` (e.g. "GH100"); CuptiError for a
+    metric the chip does not have. Runs without a GPU."""
+    host = _Host(chip, None, metrics)
+    try:
+        return host.passes
+    finally:
+        host.close()
+
+
+@dataclass
+class Launch:
+    """One profiled kernel launch: its name (as CUPTI names the range) and its metric values."""
+
+    name: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class RangeProfiler:
+    """The range profiler on the current CUDA context, configured for `metrics`. Build it once
+    per worker (initialisation and the host config take ~0.1 s); `profile` costs about the
+    profiled kernels' time x passes, plus their memory saved and restored between passes."""
+
+    def __init__(self, metrics: list[str], device_index: int = 0):
+        from cuda.bindings import driver as d
+
+        _call("cuptiProfilerInitialize", Init())
+        err, ctx = d.cuCtxGetCurrent()
+        if int(err) != 0 or not int(ctx):
+            raise CuptiError("no current CUDA context to profile")
+        self.ctx = int(ctx)
+        chip = ChipName(deviceIndex=device_index)
+        _call("cuptiDeviceGetChipName", chip)
+        self.chip = (chip.pChipName or b"?").decode()
+        avail = Availability(ctx=self.ctx)
+        _call("cuptiProfilerGetCounterAvailability", avail)
+        image = (C.c_uint8 * avail.counterAvailabilityImageSize)()
+        avail.pCounterAvailabilityImage = C.cast(image, U8P)
+        _call("cuptiProfilerGetCounterAvailability", avail)
+        self.host = _Host(self.chip, image, metrics)
+        self.metrics, self.passes = self.host.metrics, self.host.passes
+        self.last_phase_s: dict[str, float] = {}
+
+    def profile(self, run) -> list[Launch]:
+        """Call `run()` (it launches kernels and waits for them) with every launch profiled;
+        the launches in order, each with its metric values."""
+        clock = time.perf_counter
+        t0 = clock()
+        enable = Enable(ctx=self.ctx)
+        _call("cuptiRangeProfilerEnable", enable)
+        obj = enable.pRangeProfilerObject
+        try:
+            size = CounterDataSize(pRangeProfilerObject=obj, pMetricNames=self.host._names,
+                                   numMetrics=len(self.metrics), maxNumOfRanges=MAX_RANGES,
+                                   maxNumRangeTreeNodes=MAX_RANGES)
+            _call("cuptiRangeProfilerGetCounterDataSize", size)
+            data = (C.c_uint8 * size.counterDataSize)()
+            _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
+                pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
+            _call("cuptiRangeProfilerSetConfig", SetConfig(
+                pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
+                counterDataImageSize=len(data), pCounterDataImage=data, range=AUTO_RANGE, replayMode=KERNEL_REPLAY,
+                maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
+            t1 = clock()
+            _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
+            try:
+                run()
+            finally:
+                _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
+            t2 = clock()
+            decode = Decode(pRangeProfilerObject=obj)
+            _call("cuptiRangeProfilerDecodeData", decode)
+            if decode.numOfRangeDropped:
+                raise CuptiError(f"{decode.numOfRangeDropped} profiled launches were dropped (more than {MAX_RANGES}?)")
+            info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
+            _call("cuptiRangeProfilerGetCounterDataInfo", info)
+            out = []
+            for i in range(info.numTotalRanges):
+                name = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=i,
+                                 rangeDelimiter=b"/")
+                _call("cuptiRangeProfilerCounterDataGetRangeInfo", name)
+                out.append(Launch((name.rangeName or b"?").decode(errors="replace"), self.host.evaluate(data, i)))
+            t3 = clock()
+            return out
+        finally:
+            _call("cuptiRangeProfilerDisable", RPObject(pRangeProfilerObject=obj))
+            end = clock()
+            with contextlib.suppress(NameError):  # where each part of the last profile went (seconds)
+                self.last_phase_s = {"setup": t1 - t0, "runs": t2 - t1, "decode": t3 - t2, "disable": end - t3}
+
+    def close(self) -> None:
+        self.host.close()
