@@ -136,6 +136,8 @@ def test_join_orders_blocks_after_what_they_use():
         "__device__ float f(float x) { return x; }\n\n#define T 2\n\n"
         "__global__ void k(float* p) { p[0] = f(1.0f) + T; }\n")
     # only the block's trailing newlines go: trailing blanks on its last line are its own
+    bare = source("#define HAS_X\n", index=5)
+    assert S._join(bare, [source("#define Q 1\n", index=6)]) == "#define HAS_X\n\n#define Q 1\n"
     spaced = source("__device__ int z() { return 0; }  \n\n", index=3)
     assert S._join(spaced, [source("#define Q 1\n", index=4)]) == "__device__ int z() { return 0; }  \n\n#define Q 1\n"
     # blocks that use each other (no order works): reply order
@@ -147,9 +149,9 @@ def test_join_orders_blocks_after_what_they_use():
 def test_join_ptx_keeps_one_header():
     head = ".version 8.0\n.target sm_90a\n.address_size 64\n"
     kernel = source(head + "\n.visible .entry k()\n{\n call.uni h, ();\n ret;\n}\n\n", "ptx", 0)
-    helper = source(".version 8.0\n.target sm_90a\n\n\t.func h()\n{\n ret;\n}\n", "ptx", 1)
+    helper = source(".version 8.0\n.target sm_90a\n\n\t.func h()\n{\n ret;\n}\n// X\n", "ptx", 1)
     assert S._join(kernel, [helper]) == (
-        head + "\n" + "\t.func h()\n{\n ret;\n}\n" + "\n" + ".visible .entry k()\n{\n call.uni h, ();\n ret;\n}\n")
+        head + "\n" + "\t.func h()\n{\n ret;\n}\n// X\n" + "\n" + ".visible .entry k()\n{\n call.uni h, ();\n ret;\n}\n")
 
 
 def test_a_kernel_in_two_blocks_is_joined_with_the_note():
@@ -244,6 +246,9 @@ def test_the_note_lists_at_most_six_unused_blocks():
     note = sol.extraction.note
     assert note.count("not used: ") == 6 and note.endswith("; 2 more blocks not used")
     assert "(its kernel v0 not launched)" in note and "v6" not in note
+    six = "".join(cuda(f'extern "C" __global__ void v{i}(float* C) {{ C[0] = {i}; }}') for i in range(6))
+    sol = extract_solution(six + cuda('extern "C" __global__ void k(float* C) { C[0] = 9; }') + manifest("k"))
+    assert sol.extraction.note.count("not used: ") == 6 and "more blocks" not in sol.extraction.note
     sol = extract_solution(drafts[:drafts.index("```cuda", 1)] * 1
                            + cuda('extern "C" __global__ void k(float* C) { C[0] = 9; }') + manifest("k"))
     assert "more blocks not used" not in sol.extraction.note
@@ -404,3 +409,37 @@ def test_helpers_left_out_name_at_most_three_symbols():
     sol = extract_solution(user + fragment + manifest("k"))
     assert sol.extraction.note.endswith("not used: the ```cuda block at line 4 (it defines p, q, r but holds "
                                         "statements outside a function, so it cannot be joined)")
+
+
+KERNEL = cuda('extern "C" __global__ void k(float* C) { C[0] = 9; }')  # lines 1-3
+
+
+def _error(reply: str) -> str:
+    with pytest.raises(SolutionError) as e:
+        extract_solution(reply)
+    return str(e.value)
+
+
+def test_which_json_block_is_the_manifest():
+    assert _error(KERNEL) == "no launch manifest found: send it as a ```json block"
+    assert _error(KERNEL + "```json\n{\"grid\": [1]}\n```\n") == (
+        "no launch manifest found: the JSON block at line 4 has no \"launches\"; send the whole manifest "
+        "(buffers, tensor_maps, launches) in one ```json block")
+    # "launches" nested deeper is not the manifest's
+    assert _error(KERNEL + "```json\n{\"x\": {\"launches\": []}}\n```\n").startswith(
+        "no launch manifest found: the JSON block at line 4 has no \"launches\"")
+    # invalid JSON: the last such block is named, untagged ones as ```json
+    bad = "```json\n{\"a\": }\n```\n" + "```\n{\"b\" 1}\n```\n"
+    assert _error(KERNEL + bad) == ("no launch manifest found: the ```json block at line 7 is not valid JSON "
+                                    "(invalid JSON at line 1 column 6: Expecting ':' delimiter)")
+    assert _error(KERNEL + "```jsonc\n{\"a\": }\n```\n") == (
+        "no launch manifest found: the ```jsonc block at line 4 is not valid JSON "
+        "(invalid JSON at line 1 column 7: Expecting value)")
+    # invalid JSON that has "launches" is the manifest, and its error is the manifest's
+    assert _error(KERNEL + "```json\n{\"launches\": [}\n```\n").startswith(
+        "json manifest block (line 4): invalid JSON at line 1 column 15")
+    # a manifest cut off after a whole one: the whole one
+    sol = extract_solution(KERNEL + manifest("k") + '```json\n{"launches": [{"kernel": "k", "grid"')
+    assert [b.used for b in sol.extraction.blocks] == ["source", "manifest", None]
+    assert _error(KERNEL + '```json\n{"launches": [{"kernel": "k", "grid"') == (
+        "the ```json block at line 4 (the manifest) never closes: the reply was cut off; send the whole manifest")
