@@ -443,3 +443,74 @@ def test_which_json_block_is_the_manifest():
     assert [b.used for b in sol.extraction.blocks] == ["source", "manifest", None]
     assert _error(KERNEL + '```json\n{"launches": [{"kernel": "k", "grid"') == (
         "the ```json block at line 4 (the manifest) never closes: the reply was cut off; send the whole manifest")
+
+
+# --- fences and blocks ------------------------------------------------------------------------
+
+def test_fenced_blocks_lines_and_bodies():
+    F = S._Fenced
+    assert S._fenced_blocks("```cuda\n```\n") == [F(1, "cuda", "", True)]
+    assert S._fenced_blocks("```cuda\nA\n```\n") == [F(1, "cuda", "A\n", True)]
+    reply = "text\n```cuda\nA\n```\n~~~markdown\nintro\n```json\n{}\n```\n~~~\n```ptx\nB\n"
+    assert S._fenced_blocks(reply) == [F(2, "cuda", "A\n", True), F(7, "json", "{}\n", True), F(11, "ptx", "B\n\n", False)]  # the text's last line break is a line
+
+
+def test_comments_and_strings_are_blanked():
+    assert S._strip_c_comments('a // c\nb /* d\n */ "s;}" \'x\' e') == 'a  \nb   "" "" e'
+    assert S._strip_c_comments('"unterminated\nx') == '""\nx'
+
+
+def test_ptx_comments_hide_definitions():
+    s = source(".visible .entry k(.param .u64 p)\n{\n ret; // .entry fake2()\n}\n/* old:\n.visible .entry fake()\n{ ret; }\n*/\n",
+               "ptx")
+    assert s.kernels == {"k"} and s.defines == {"k"} and s.uses == {"visible", "entry", "param", "u64", "p", "ret"}
+    assert not source(".func f()\n{ ret; }\nld.global.u32 %r1, [p];\n", "ptx").file_scope
+
+
+def test_block_kinds_sizes_and_closing():
+    reply = ("```cuda\n" + 'extern "C" __global__ void k(float* C) { C[0] = 9; }\n```\n'  # 1: source
+             "```\nint untagged_code;\n```\n"  # 4: untagged beside a tagged source: other
+             "```python\nprint(1)\n```\n"  # 7: other
+             "```\n\n  {\"launches\": [{\"kernel\": \"k\", \"grid\": [1], \"block\": [1]}]}\n```\n"  # 10: untagged JSON
+             "```text\ncut off")  # 14: other, never closes
+    sol = extract_solution(reply)
+    assert [(b.line, b.kind, b.chars, b.closed, b.used) for b in sol.extraction.blocks] == [
+        (1, "source", 53, True, "source"), (4, "other", 19, True, None), (7, "other", 9, True, None),
+        (10, "manifest", 62, True, "manifest"), (14, "other", 8, False, None)]
+    assert [b.kernels for b in sol.extraction.blocks] == [["k"], [], [], ["k"], []]
+    # untagged blocks are the source only when no block is tagged as one; other tags never are
+    sol = extract_solution("```\n" + 'extern "C" __global__ void k(float* C) { }\n```\n```python\nx = 1\n```\n'
+                           + manifest("k"))
+    assert [b.kind for b in sol.extraction.blocks] == ["source", "other", "manifest"]
+    assert sol.extraction.blocks[0].language == "cuda"
+
+
+def test_reply_errors_say_what_to_send():
+    assert _error("no fences at all") == ("the reply contains no fenced code block; send the kernel in ```cuda``` "
+                                          "(or ```ptx```) and the manifest in ```json```")
+    assert _error("```python\nx = 1\n```\n" + manifest("k")) == \
+        "no kernel source block found: tag it ```cuda``` or ```ptx```"
+    assert _error(manifest("k") + '```cuda\nextern "C" __global__ void k(float* C) {') == (
+        "the ```cuda block at line 4 (the kernel) never closes: the reply was cut off; send the whole kernel")
+    assert _error("```cuda\n   \n```\n" + manifest("k")) == "source: kernel source is empty"
+    # a launch that is not an object is the manifest's error, not a crash
+    assert _error(KERNEL + '```json\n{"launches": ["a_kernel"]}\n```\n').startswith(
+        "json manifest block (line 4): launches.0: ")
+    for reply in ("x", "```python\nx\n```\n", manifest("k") + "```cuda\n__global__ void k(", "```cuda\n \n```\n"
+                  + manifest("k")):
+        with pytest.raises(SolutionError) as e:
+            extract_solution(reply)
+        assert isinstance(e.value.extraction, S.Extraction)
+
+
+def test_the_chosen_block_is_used_as_written():
+    body = 'extern "C" __global__ void k(float* C) { C[0] = 9; }\n\n\n'
+    assert extract_solution("```cuda\n" + body + "```\n" + manifest("k")).source == body
+
+
+def test_why_the_kernel_block_was_chosen():
+    two = cuda('extern "C" __global__ void a(float* C) { }\nextern "C" __global__ void b(float* C) { }')
+    sol = extract_solution(cuda('extern "C" __global__ void a(float* C) { C[0] = 1; }') + two + manifest("b", "a"))
+    assert "(defines a, b)" in sol.extraction.note
+    sol = extract_solution(KERNEL + KERNEL.replace("void k", "void m") + manifest("z", "j"))
+    assert "(the largest; no block defines j, z)" in sol.extraction.note
