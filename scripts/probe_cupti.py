@@ -1,18 +1,33 @@
-"""Probe the in-process counters (tools/cupti.py) on this GPU: passes, cost and values of the
-executed check's metric sets on cuBLAS GEMMs (which use wgmma + TMA on Hopper), beside the
-same launches under no profiler. Prints one JSON line per case.
+"""Probe the in-process counters (tools/cupti.py) on this GPU: passes and cost of a metric set
+per profiled cuBLAS GEMM (wgmma + TMA on Hopper), with the profiler enabled per profile or kept
+enabled, and whether a kept-enabled profiler changes the time of launches it does not count.
+Prints one JSON line per case.
 
-    python scripts/probe_cupti.py [--sizes 512,4096,8192]
+    python scripts/probe_cupti.py [--sizes 512,8192] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ONE_PASS = ("smsp__inst_executed_pipe_tensor_op_gmma.sum", "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
+            "sm__ops_path_tensor_src_fp8.sum", "gpu__time_duration.sum", "smsp__inst_executed_op_tma_ld.sum",
+            "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "smsp__inst_executed_pipe_fma.sum")
+
+
+def event_ms(torch, fn, n: int = 30) -> float:
+    times = []
+    for _ in range(n):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record(); fn(); e1.record(); torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1))
+    return statistics.median(times)
 
 
 def main() -> int:
@@ -21,36 +36,41 @@ def main() -> int:
     from tools import cupti, ncu
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="512,4096,8192")
+    ap.add_argument("--sizes", default="512,8192")
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     torch.zeros(1, device="cuda")
-    sets = {"credit": list(ncu.CUPTI_METRICS) if hasattr(ncu, "CUPTI_METRICS") else [ncu.GMMA_METRIC, *ncu.WORK_METRICS],
-            "full_ncu_set": [ncu.GMMA_METRIC, *ncu.WORK_METRICS]}
-    for label, metrics in sets.items():
-        t0 = time.perf_counter()
-        try:
-            prof = cupti.RangeProfiler(metrics)
-        except cupti.CuptiError as exc:
-            print(json.dumps({"set": label, "error": str(exc)}), flush=True)
-            continue
-        setup = time.perf_counter() - t0
-        for n in [int(s) for s in args.sizes.split(",")]:
-            a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-            for _ in range(3):
-                torch.matmul(a, b)
-            torch.cuda.synchronize()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record(); torch.matmul(a, b); e1.record(); torch.cuda.synchronize()
-            t1 = time.perf_counter()
-            launches = prof.profile(lambda: (torch.matmul(a, b), torch.cuda.synchronize()))
-            cost = time.perf_counter() - t1
-            flops = 2 * n ** 3
-            print(json.dumps({"set": label, "passes": prof.passes, "setup_s": round(setup, 3), "n": n,
-                              "profile_s": round(cost, 4), "event_ms": round(e0.elapsed_time(e1), 4),
-                              "launches": [{"name": l.name[:80], **{k: v for k, v in l.metrics.items()}} for l in launches],
-                              "task_flops": flops}), flush=True)
-        prof.close()
+    for label, metrics in {"credit": list(ncu.CUPTI_METRICS), "one_pass": list(ONE_PASS)}.items():
+        for keep in (False, True):
+            t0 = time.perf_counter()
+            try:
+                prof = cupti.RangeProfiler(metrics, keep_enabled=keep)
+            except cupti.CuptiError as exc:
+                print(json.dumps({"set": label, "error": str(exc)}), flush=True)
+                continue
+            setup = time.perf_counter() - t0
+            for n in [int(s) for s in args.sizes.split(",")]:
+                a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+                b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+                plain = event_ms(torch, lambda: torch.matmul(a, b))
+                for r in range(args.repeat):
+                    t1 = time.perf_counter()
+                    try:
+                        launches = prof.profile(lambda: (torch.matmul(a, b), torch.cuda.synchronize()))
+                    except cupti.CuptiError as exc:
+                        print(json.dumps({"set": label, "keep": keep, "n": n, "error": str(exc)}), flush=True)
+                        break
+                    cost = time.perf_counter() - t1
+                    row = {"set": label, "keep": keep, "passes": prof.passes, "init_s": round(setup, 3), "n": n,
+                           "repeat": r, "profile_s": round(cost, 4),
+                           "phase_s": {k: round(v, 4) for k, v in prof.last_phase_s.items()},
+                           "ranges": len(launches), "gmma": launches[0].metrics.get(ncu.GMMA_METRIC) if launches else None,
+                           "kernel_ms": launches[0].metrics.get(ncu.DURATION_METRIC, 0) / 1e6 if launches else None}
+                    if r == args.repeat - 1:
+                        row["plain_event_ms"] = round(plain, 4)
+                        row["event_ms_while_enabled"] = round(event_ms(torch, lambda: torch.matmul(a, b)), 4)
+                    print(json.dumps(row), flush=True)
+            prof.close()
     return 0
 
 

@@ -191,9 +191,11 @@ class RangeProfiler:
     per worker (initialisation and the host config take ~0.1 s); `profile` costs about the
     profiled kernels' time x passes, plus their memory saved and restored between passes."""
 
-    def __init__(self, metrics: list[str], device_index: int = 0):
+    def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = True):
         from cuda.bindings import driver as d
 
+        self.keep_enabled = keep_enabled
+        self._obj, self._data = None, None
         _call("cuptiProfilerInitialize", Init())
         err, ctx = d.cuCtxGetCurrent()
         if int(err) != 0 or not int(ctx):
@@ -211,26 +213,49 @@ class RangeProfiler:
         self.metrics, self.passes = self.host.metrics, self.host.passes
         self.last_phase_s: dict[str, float] = {}
 
+    def _enable(self):
+        """The range profiler object and its counter data image, kept across profiles (enabling
+        is most of a profile's fixed cost) unless `keep_enabled` is off."""
+        if self._obj is None:
+            enable = Enable(ctx=self.ctx)
+            _call("cuptiRangeProfilerEnable", enable)
+            self._obj = enable.pRangeProfilerObject
+            size = CounterDataSize(pRangeProfilerObject=self._obj, pMetricNames=self.host._names,
+                                   numMetrics=len(self.metrics), maxNumOfRanges=MAX_RANGES,
+                                   maxNumRangeTreeNodes=MAX_RANGES)
+            _call("cuptiRangeProfilerGetCounterDataSize", size)
+            self._data = (C.c_uint8 * size.counterDataSize)()
+        return self._obj, self._data
+
+    def _disable(self) -> None:
+        if self._obj is not None:
+            obj, self._obj = self._obj, None
+            _call("cuptiRangeProfilerDisable", RPObject(pRangeProfilerObject=obj))
+
+    def _configure(self):
+        obj, data = self._enable()
+        _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
+            pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
+        _call("cuptiRangeProfilerSetConfig", SetConfig(
+            pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
+            counterDataImageSize=len(data), pCounterDataImage=data, range=AUTO_RANGE, replayMode=KERNEL_REPLAY,
+            maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
+        return obj, data
+
     def profile(self, run) -> list[Launch]:
         """Call `run()` (it launches kernels and waits for them) with every launch profiled;
         the launches in order, each with its metric values."""
         clock = time.perf_counter
         t0 = clock()
-        enable = Enable(ctx=self.ctx)
-        _call("cuptiRangeProfilerEnable", enable)
-        obj = enable.pRangeProfilerObject
+        done = False
         try:
-            size = CounterDataSize(pRangeProfilerObject=obj, pMetricNames=self.host._names,
-                                   numMetrics=len(self.metrics), maxNumOfRanges=MAX_RANGES,
-                                   maxNumRangeTreeNodes=MAX_RANGES)
-            _call("cuptiRangeProfilerGetCounterDataSize", size)
-            data = (C.c_uint8 * size.counterDataSize)()
-            _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
-                pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
-            _call("cuptiRangeProfilerSetConfig", SetConfig(
-                pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
-                counterDataImageSize=len(data), pCounterDataImage=data, range=AUTO_RANGE, replayMode=KERNEL_REPLAY,
-                maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
+            try:
+                obj, data = self._configure()
+            except CuptiError:
+                if self._obj is None:
+                    raise
+                self._disable()  # a kept profiler that refuses a new configuration: start afresh once
+                obj, data = self._configure()
             t1 = clock()
             _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
             try:
@@ -251,12 +276,16 @@ class RangeProfiler:
                 _call("cuptiRangeProfilerCounterDataGetRangeInfo", name)
                 out.append(Launch((name.rangeName or b"?").decode(errors="replace"), self.host.evaluate(data, i)))
             t3 = clock()
+            done = True
             return out
         finally:
-            _call("cuptiRangeProfilerDisable", RPObject(pRangeProfilerObject=obj))
-            end = clock()
-            with contextlib.suppress(NameError):  # where each part of the last profile went (seconds)
-                self.last_phase_s = {"setup": t1 - t0, "runs": t2 - t1, "decode": t3 - t2, "disable": end - t3}
+            if not (done and self.keep_enabled):
+                with contextlib.suppress(CuptiError):
+                    self._disable()
+            if done:  # where each part of the last profile went (seconds)
+                self.last_phase_s = {"setup": t1 - t0, "runs": t2 - t1, "decode": t3 - t2, "disable": clock() - t3}
 
     def close(self) -> None:
+        with contextlib.suppress(CuptiError):
+            self._disable()
         self.host.close()
