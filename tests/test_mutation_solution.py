@@ -514,3 +514,25 @@ def test_why_the_kernel_block_was_chosen():
     assert "(defines a, b)" in sol.extraction.note
     sol = extract_solution(KERNEL + KERNEL.replace("void k", "void m") + manifest("z", "j"))
     assert "(the largest; no block defines j, z)" in sol.extraction.note
+
+
+def test_indented_fences_keep_the_code_indentation():
+    reply = "  ```cuda\n  \tA\n    B\n C\n  ```\n```cuda\n\tD\n```\n"
+    assert [b.body for b in S._fenced_blocks(reply)] == ["  A\n  B\nC\n", "\tD\n"]
+    assert [b.body for b in S._fenced_blocks("~~~~\n~~~\n```\n~~~~~\n")] == ["~~~\n```\n"]
+
+
+def test_tag_words():
+    assert [S._tag_word(t) for t in ("cuda", "{.cuda}", "kernel.cu", "launch.json", "a.b.cu", ".ptx", "")] == [
+        "cuda", "cuda", "cu", "json", "cu", "ptx", ""]
+
+
+def test_the_content_decides_the_language_when_it_is_clear():
+    assert S._sniff_language("ptx", 'extern "C" __global__ void k() {}') == "cuda"
+    assert S._sniff_language("cuda", ".version 8.0\n.target sm_90a\n") == "ptx"
+    assert S._sniff_language("cuda", "// __global__ in a comment\n.entry k()\n") == "ptx"
+    # unclear (both or neither): the tag, else PTX only when it has PTX's marks
+    assert S._sniff_language("cu", ".version 8.0\n__global__ void k();") == "cuda"
+    assert S._sniff_language("", ".version 8.0\n__global__ void k();") == "ptx"
+    assert S._sniff_language("", "int x;") == "cuda"
+    assert S._sniff_language("asm", "int x;") == "ptx"
