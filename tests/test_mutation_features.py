@@ -108,6 +108,9 @@ def test_corpus_verdicts(arch, path, inspect_built):
         want = {op: sum(k.opcodes.get(op, 0) for k in info.kernels.values())
                 for op in sorted(F.FEATURES[name].sass_opcodes)}
         assert verdict.opcodes == {op: n for op, n in want.items() if n}
+    for name, k in info.kernels.items():  # ptxas's resources joined to the SASS counts
+        assert k.registers == b["result"].kernels[name].registers is not None
+        assert k.shared_bytes == b["result"].kernels[name].shared_bytes
     raised = {k for k, v in info.flags.items() if v}
     assert raised == (_header(path, "flags") or set()), info.flag_evidence
     assert set(info.flag_evidence) == raised
@@ -228,6 +231,14 @@ def test_inspect_counts_only_the_launched_kernels(inspect_built):
     assert only_plain.uncounted_kernels == [mma] and set(only_plain.kernels) == {mma, "plain"}
     both = inspect_built(b, ["plain", mma])
     assert both.features["mma_sync"] == every.features["mma_sync"] and both.uncounted_kernels == []
+    # the same opcode in two launched kernels: counted over both
+    twice = build(src.replace("plain(float* p) { p[threadIdx.x] += 1.0f; }", "plain(float* p) { p[0] = 1; }")
+                  + (CORPUS / "common" / "mma_sync_pos.cu").read_text().split("\n", 3)[3].replace(
+                      "mma_sync_pos", "mma_again").replace("#include", "// #include"), "cuda", "sm_90a")
+    both = inspect_built(twice)
+    hmma = both.kernels["mma_sync_pos"].opcodes["HMMA"]
+    assert both.kernels["mma_again"].opcodes["HMMA"] == hmma
+    assert both.features["mma_sync"].opcodes == {"HMMA": 2 * hmma}
     nothing = inspect_built(b, ["not_there"])
     assert not any(v.present for v in nothing.features.values()) and nothing.uncounted_kernels == sorted(every.kernels)
 
@@ -390,3 +401,66 @@ def test_flags_join_sass_evidence_per_kernel_and_sensing():
     assert evidence["wgmma_serialized"] == f"a: {why}; b: {why}"
     assert evidence["reads_launch_id"] == "the PTX reads %gridid"
     assert set(evidence) == {"wgmma_serialized", "reads_launch_id", "module_state"}
+
+
+def test_a_cxx_kernel_is_counted_by_its_plain_name(inspect_built):
+    """A kernel without extern "C" has a mangled entry; the manifest names it plainly."""
+    b = build((CORPUS / "common" / "mma_sync_pos.cu").read_text().replace('extern "C" ', "")
+              + '\nextern "C" __global__ void plain(float* p) { p[0] = 1; }\n', "cuda", "sm_90a")
+    (mangled,) = [k for k in b["result"].symbols.values() if "mma_sync_pos" in k]
+    info = inspect_built(b, ["mma_sync_pos"])
+    assert info.features["mma_sync"].present and info.uncounted_kernels == ["plain"]
+    assert mangled in info.kernels
+
+
+def _fake_tool(path, script: str):
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def fake_disassemblers(monkeypatch, tmp_path):
+    from tools import toolchain
+
+    def use(cuobjdump: str, nvdisasm: str):
+        for name, script in (("cuobjdump", cuobjdump), ("nvdisasm", nvdisasm)):
+            monkeypatch.setenv(f"PTXBENCH_{name.upper()}", str(_fake_tool(tmp_path / name, script)))
+        toolchain.find_toolchain.cache_clear()
+
+    yield use
+    toolchain.find_toolchain.cache_clear()
+
+
+def test_a_tool_that_cannot_start_or_hangs_falls_through(fake_disassemblers, tmp_path, monkeypatch):
+    # cuobjdump cannot be executed (its interpreter is missing); nvdisasm prints bytes that are not UTF-8
+    fake_disassemblers("exit 0\n", "printf 'Function : k\\n\\377\\n'\n")
+    (tmp_path / "cuobjdump").write_text("#!/nonexistent/interpreter\n")
+    assert sass.disassemble(b"x") == ("Function : k\n\ufffd\n", "nvdisasm")  # no version: the name alone
+    fake_disassemblers("exit 0\n", "exit 0\n")
+    (tmp_path / "cuobjdump").write_text("#!/nonexistent/interpreter\n")
+    (tmp_path / "nvdisasm").write_text("#!/nonexistent/interpreter\n")
+    with pytest.raises(ToolchainError) as e:
+        sass.disassemble(b"x")
+    assert re.fullmatch(r"SASS disassembly failed: cuobjdump: \[Errno \d+\] [^;]*; nvdisasm: \[Errno \d+\] [^;]*",
+                        str(e.value)), str(e.value)
+    # a disassembler that hangs is stopped at the time limit
+    monkeypatch.setattr(sass, "DISASM_TIMEOUT_S", 0.3)
+    fake_disassemblers("exec sleep 5\n", "echo bad >&2; exit 1\n")
+    with pytest.raises(ToolchainError) as e:
+        sass.disassemble(b"x")
+    assert "timed out after 0.3 seconds" in str(e.value) and str(e.value).endswith("; nvdisasm: ['bad']")
+
+
+def test_flags_skip_other_tools_messages_wherever_they_stand():
+    nvrtc = Diagnostic(tool="nvrtc", severity="warning", message="setmaxnreg ignored")
+    ptxas = Diagnostic(tool="ptxas", severity="info", code="C7508", message="'setmaxnreg' ignored")
+    result = CompileResult(status="ok", arch="sm_90a", language="cuda", diagnostics=[nvrtc, ptxas])
+    assert F.flags(result, {})[1] == {"setmaxnreg_ignored": "ptxas (C7508): 'setmaxnreg' ignored"}
+
+
+def test_module_globals_spelling():
+    assert F.module_globals(".global .u32 n=0;\n.global .f32 t[4]={0};\n") == ["n", "t"]
+    assert F.module_globals(".visible .func f(.param .u64 .ptr .global .align 16 p)\n{\n ret;\n}\n") == []
+    six = "".join(f".global .u32 v{i};\n" for i in range(6))
+    assert F.sensing(six)["module_state"].endswith("v0, v1, v2, v3, v4 and 1 more")
