@@ -49,7 +49,11 @@ PY
   mapfile -t functions < "$dest/.mutation-functions"
   echo "== $module (tests: $(grep -A0 '^pytest_add_cli_args_test_selection' "$dest/pyproject.toml" | cut -d= -f2-))"
   start=$(date +%s)
-  (cd "$dest" && nice -n 19 "$py" -m mutmut run --max-children "$jobs" "${functions[@]}" > mutmut.log 2>&1) \
+  # One OpenMP thread: mutmut forks each mutant's pytest from a process whose torch already started
+  # its OpenMP pool, and a forked child's first parallel op can spin until the CPU limit (a false
+  # "timeout" counted as killed).
+  (cd "$dest" && OMP_NUM_THREADS=1 nice -n 19 "$py" -m mutmut run --max-children "$jobs" "${functions[@]}" \
+    > mutmut.log 2>&1) \
     || { echo "mutmut failed for $module; see $dest/mutmut.log"; tail -20 "$dest/mutmut.log"; continue; }
   (cd "$dest" && "$py" - "$module" "$(( $(date +%s) - start ))" "${functions[@]}" <<'PY'
 import fnmatch, json, sys

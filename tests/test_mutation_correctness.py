@@ -295,3 +295,60 @@ def test_unravel():
     assert C._unravel(13, (2, 3, 4)) == (1, 0, 1)
     assert C._unravel(5, (7,)) == (5,)
     assert C._unravel(0, ()) == ()
+
+
+def test_at_most_four_samples_first_and_worst_first():
+    # failing 0..6, worst 5: the spread (positions 0, 2, 4, 6) adds 2 and 4, then stops at four
+    g = t(1.0, 1.0, 1.0, 1.0, 1.0, 9.0, 1.0, 0.0)
+    m = compare("O", g, torch.zeros(8), Tolerance(rtol=0, atol=0.5))
+    assert [s.index for s in m.samples] == [[0], [5], [2], [4]]
+
+
+def test_poison_at_the_sign_bit_exactly(monkeypatch):
+    monkeypatch.setitem(C._POISON, torch.float16, (torch.int16, 0x8000))
+    assert C._poison_bits(torch.float16) == (torch.int16, -0x8000)
+    t16 = torch.zeros(1, dtype=torch.float16)
+    poison_(t16)
+    assert t16.view(torch.uint8).tolist() == [0x00, 0x80]
+
+
+def test_a_small_reference_norm_is_still_a_ratio():
+    m = compare("O", t(0.75), t(0.5), Tolerance(rtol=1, atol=1))
+    assert m.rel_l2 == 0.5
+
+
+def test_a_tolerance_without_rows_or_aggregate_bounds():
+    """Any object with rtol and atol is a tolerance (rel_l2 and rows are optional)."""
+    from types import SimpleNamespace
+
+    m = compare("O", t(3.0, 4.5), t(3.0, 4.0), SimpleNamespace(rtol=0.25, atol=0.5))
+    assert m.passed and m.rel_l2_bound is None and m.row_ratio is None and m.rel_l2 == 0.1
+
+
+def _row_ratios_by_hand(diff, s, rtol, floor, atol):
+    """Each row of the last dim, in plain Python."""
+    rows_d, rows_s = diff.reshape(-1, diff.shape[-1]).tolist(), s.reshape(-1, s.shape[-1]).tolist()
+    n = len(rows_d[0])
+    flat = [x for r in rows_s for x in r]
+    typical = math.sqrt(sum(x * x for x in flat) / len(flat)) * math.sqrt(n)
+    out = []
+    for d, r in zip(rows_d, rows_s):
+        own = math.sqrt(sum(x * x for x in r))
+        out.append(math.sqrt(sum(x * x for x in d)) / (rtol * max(own, floor * typical) + atol * math.sqrt(n)))
+    return out
+
+
+def test_row_ratios_of_a_3d_output_and_of_2d_element_rows():
+    g = torch.Generator().manual_seed(1)
+    e, diff = torch.randn(2, 3, 5, generator=g), torch.rand(2, 3, 5, generator=g) * 0.1
+    rows = RowTolerance(rtol=0.1, floor=0.5, atol=0.01)
+    got = C.row_ratios(diff, e.abs(), rows)
+    assert got.shape == (2, 3)
+    assert got.reshape(-1).tolist() == pytest.approx(_row_ratios_by_hand(diff, e.abs(), 0.1, 0.5, 0.01), rel=1e-5)
+    # element rows of a [B, S] output (LSE): each element its own row of length 1
+    lse, dl = torch.randn(3, 4, generator=g), torch.rand(3, 4, generator=g) * 0.1
+    el = RowTolerance(rtol=0.1, floor=0.5, atol=0.01, row="element")
+    got = C.row_ratios(dl, lse.abs(), el)
+    assert got.shape == (3, 4)
+    want = _row_ratios_by_hand(dl.reshape(-1, 1), lse.abs().reshape(-1, 1), 0.1, 0.5, 0.01)
+    assert got.reshape(-1).tolist() == pytest.approx(want, rel=1e-5)

@@ -198,3 +198,23 @@ def test_folder_free_strings():
 @pytest.mark.parametrize("sig", [signal.SIGXCPU, signal.SIGXFSZ])
 def test_limit_signals_differ_from_a_crash(sig):
     assert "crashed" not in S._signal_error("nvrtc", sig, Limits())
+
+
+def test_a_dead_childs_stderr_need_not_be_utf8():
+    out = S._outcome(-6, b"", b"ptxbench-phase: nvrtc\n\xff\xfe bad bytes\n")
+    assert out.error == "the compile sandbox was killed by SIGABRT during nvrtc: ptxbench-phase: nvrtc | "
+                        "\ufffd\ufffd bad bytes"
+
+
+def test_longer_prefixes_are_cut_first(monkeypatch, tmp_path):
+    here = tmp_path / "work folder "  # a name ending in a blank keeps it
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert S._prefixes(["/z", "/a/b/c", "/opt/CUDAX/"]) == [f"{here}/", "/opt/CUDAX/", "/a/b/c/", "/z/"]
+    assert S._strip("/a/b/c/x.h /a/y.h", ["/a", "/a/b/c"]) == "x.h y.h"
+    assert S._strip(f"{here}/kernel.cu", []) == "kernel.cu"
+
+
+def test_an_unterminated_string_keeps_its_text():
+    assert folder_free_strings('.file 1 "abc') == '.file 1 "abc'
+    assert folder_free_strings('.file 1 "a/b/c.cu"') == '.file 1 "c.cu"'
