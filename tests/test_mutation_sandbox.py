@@ -202,8 +202,8 @@ def test_limit_signals_differ_from_a_crash(sig):
 
 def test_a_dead_childs_stderr_need_not_be_utf8():
     out = S._outcome(-6, b"", b"ptxbench-phase: nvrtc\n\xff\xfe bad bytes\n")
-    assert out.error == "the compile sandbox was killed by SIGABRT during nvrtc: ptxbench-phase: nvrtc | "
-                        "\ufffd\ufffd bad bytes"
+    assert out.error == ("the compile sandbox was killed by SIGABRT during nvrtc: ptxbench-phase: nvrtc | "
+                         "\ufffd\ufffd bad bytes")
 
 
 def test_longer_prefixes_are_cut_first(monkeypatch, tmp_path):
