@@ -191,7 +191,7 @@ class RangeProfiler:
     per worker (initialisation and the host config take ~0.1 s); `profile` costs about the
     profiled kernels' time x passes, plus their memory saved and restored between passes."""
 
-    def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = True):
+    def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = False):
         from cuda.bindings import driver as d
 
         self.keep_enabled = keep_enabled
@@ -214,8 +214,10 @@ class RangeProfiler:
         self.last_phase_s: dict[str, float] = {}
 
     def _enable(self):
-        """The range profiler object and its counter data image, kept across profiles (enabling
-        is most of a profile's fixed cost) unless `keep_enabled` is off."""
+        """The range profiler object and its counter data image. `keep_enabled` keeps them across
+        profiles (the first start after enabling is most of a profile's fixed cost: 0.25 of 0.3 s on
+        the H200), but then every later launch, the timed ones included, runs under an enabled
+        profiler; the worker does not (docs/BENCHMARKS.md)."""
         if self._obj is None:
             enable = Enable(ctx=self.ctx)
             _call("cuptiRangeProfilerEnable", enable)
