@@ -536,3 +536,9 @@ def test_the_content_decides_the_language_when_it_is_clear():
     assert S._sniff_language("", ".version 8.0\n__global__ void k();") == "ptx"
     assert S._sniff_language("", "int x;") == "cuda"
     assert S._sniff_language("asm", "int x;") == "ptx"
+
+
+def test_a_json_block_cut_off_says_so():
+    sol = extract_solution(KERNEL + manifest("k") + '```json\n{"x": 1')
+    assert sol.extraction.blocks[2].closed is False
+    assert sol.extraction.note.endswith("not used: the ```json block at line 7 (it never closes)")
