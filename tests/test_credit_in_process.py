@@ -83,7 +83,7 @@ def test_the_counted_run_comes_after_every_timed_run_at_a_secret_place():
     assert len(places) >= 10
 
 
-def test_the_counted_run_is_judged_whole():
+def test_the_counted_run_is_judged():
     """A kernel that answers wrong only where it is counted fails the workload: credit is never
     taken on a wrong answer."""
     state = CountedState(lambda ws, n: gemm(ws, n) if not state.inside else ws.outputs["C"].zero_())

@@ -617,14 +617,17 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
     a position drawn from the request's secret `credit.seed`, runs under the hardware counters.
     The kernel cannot single that run out: not by its place (never the module's first launch; how
     many runs came before is secret and changes with every evaluation), not by its inputs or
-    module state. Its output is judged whole (`judge`), like every run that decides something:
-    credit is only ever taken on a right answer.
+    module state. Its output is judged (`judge`) as a timed run's is (scanned whole, values on
+    random rows, or whole where the task has no sampler): credit is only taken on a right answer.
     Fills result.credit (tools.results.WorkloadResult.credit). A CUPTI failure is reported there
     ("unavailable" or "failed"), never as the candidate's fault."""
     import random
 
+    import torch
+
     from tasks.generators import generate_inputs
     from tasks.reference import run_reference
+    from tasks.sampled import has_sampler, rows_for, sample
     from tools.cupti import CuptiError
 
     spec = req["credit"]
@@ -670,10 +673,16 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
         out["launches"] = [{"name": x.name, "metrics": x.metrics} for x in launches]
         out["status"] = "ran"
         result.phase_s["credit"] = time.perf_counter() - t0
-        if judge:
+        if judge:  # as a timed run is judged: the whole output scanned, its values on random rows
             fresh = generate_inputs(task, axes, seed, device=state.device, fast=True)
-            expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
-            reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+            if has_sampler(task):
+                gen = torch.Generator(device=state.device)
+                gen.manual_seed(rng.getrandbits(63))
+                reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh,
+                                                  samples=sample(task, fresh, gen, max(SAMPLED_ROWS, rows_for(task))))
+            else:
+                expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
+                reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
             if reason is not None:
                 kind = "wrong_in_timed_run" if reason in ("incorrect", "unwritten_output", "nan_output") else reason
                 raise Failed(kind, f"the executed check's run (fresh inputs, after the timed runs): {detail}",
