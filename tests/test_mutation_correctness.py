@@ -31,6 +31,11 @@ def test_guarded_layout(shape, dtype, size):
     assert bool((g.raw == CANARY).all()) and g.guard_damage() == (0, 0)
 
 
+def test_guarded_allocates_on_the_device_it_is_given():
+    g = Guarded((4,), torch.float32, device="meta")  # a device that is not the default one
+    assert g.raw.device.type == "meta" and g.tensor.device.type == "meta"
+
+
 def test_guard_damage_counts_each_side_and_reset_restores_only_the_guards():
     g = Guarded((4,), torch.float32, device="cpu")
     g.tensor.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))

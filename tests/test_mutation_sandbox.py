@@ -213,6 +213,10 @@ def test_longer_prefixes_are_cut_first(monkeypatch, tmp_path):
     assert S._prefixes(["/z", "/a/b/c", "/opt/CUDAX/"]) == [f"{here}/", "/opt/CUDAX/", "/a/b/c/", "/z/"]
     assert S._strip("/a/b/c/x.h /a/y.h", ["/a", "/a/b/c"]) == "x.h y.h"
     assert S._strip(f"{here}/kernel.cu", []) == "kernel.cu"
+    ex = tmp_path / "EX"
+    ex.mkdir()
+    monkeypatch.chdir(ex)
+    assert S._prefixes([]) == [f"{ex}/"]
 
 
 def test_an_unterminated_string_keeps_its_text():
