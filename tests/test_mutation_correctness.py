@@ -31,6 +31,26 @@ def test_guarded_layout(shape, dtype, size):
     assert bool((g.raw == CANARY).all()) and g.guard_damage() == (0, 0)
 
 
+@pytest.mark.parametrize("misalign", [64, 128, 192, 0])
+def test_the_tensor_is_aligned_whatever_the_allocation(monkeypatch, misalign):
+    """An allocation that starts `misalign` bytes past a 256-byte boundary (glibc's large chunks
+    start 16-64 bytes into a page): the tensor still starts on a boundary, inside the guards."""
+    real = torch.empty
+
+    def empty(size, *, dtype, device=None):
+        if not isinstance(size, int):
+            return real(size, dtype=dtype, device=device)
+        buf = real(size + 512, dtype=dtype, device=device)
+        off = (misalign - buf.data_ptr()) % 256
+        return buf[off:off + size]
+
+    monkeypatch.setattr(torch, "empty", empty)
+    g = Guarded((3,), torch.float32, device="cpu")
+    assert g.raw.data_ptr() % 256 == misalign
+    assert g.data_ptr() % 256 == 0 and g.start == GUARD_BYTES + (256 - misalign) % 256
+    assert g.raw.numel() - g.end >= GUARD_BYTES
+
+
 def test_guarded_allocates_on_the_device_it_is_given():
     g = Guarded((4,), torch.float32, device="meta")  # a device that is not the default one
     assert g.raw.device.type == "meta" and g.tensor.device.type == "meta"
