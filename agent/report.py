@@ -11,8 +11,8 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
                               (`arch` is the cell's target architecture, sm_90a or sm_100a)
   correct                     any candidate passed the visible workloads on a GPU
   cwa                         correct with arch: correct and features in SASS (and not
-                              shown unexecuted by Nsight Compute), as EvalResult.correct_with_arch
-  cwa_executed                correct, features in SASS and counted at run time (needs ncu)
+                              shown unexecuted by the executed check), as EvalResult.correct_with_arch
+  cwa_executed                correct, features in SASS and counted at run time (needs a GPU)
   fast_p                      the run's best cwa kernel beats p x library (fast_0 = cwa)
   speedup                     geometric mean over the cell's cwa runs of each run's best speedup
   sol_score                   mean over the cell's cwa runs of each run's best SOL score

@@ -89,8 +89,8 @@ def new_run_id(task: str, model: str) -> str:
 # ---------------------------------------------------------------------------------------
 # Config
 # ---------------------------------------------------------------------------------------
-# Count executed instructions with Nsight Compute (needs a GPU and ncu; where they are
-# missing the check is skipped and says so). One default for `solve`, `eval`, `bench` and
+# Count executed instructions with the hardware counters, in the GPU worker (CUPTI; Nsight
+# Compute where CUPTI cannot run; on a machine without either the check is skipped and says so). One default for `solve`, `eval`, `bench` and
 # sweeps: without the check a correct kernel is not called correct-with-arch (it stays
 # "unverified"), so leaving it off by default would make every run look unverified.
 EXECUTED_CHECK_DEFAULT = True
@@ -132,7 +132,7 @@ class RunConfig(BaseModel):
     template_hash: str = ""  # sha256 over the prompt template files of prompt_version
     tool_versions: dict[str, str] = Field(default_factory=dict)  # ptxas, nvrtc, cuobjdump, ptxbench, litellm, ...
     gpu: str | None = None  # what the evaluator found; None = no GPU (evaluation skipped)
-    executed_check: bool = False  # count executed instructions with Nsight Compute (GPU only)
+    executed_check: bool = False  # count executed instructions with the hardware counters (GPU only)
     seed: int | None = 0  # base seed sent to the model (varied per turn and sample); None: none sent
     temperature: float | None = None
     # passed to the provider as given (reasoning_effort, thinking, max_tokens, ...), except

@@ -116,7 +116,7 @@ def profile_solutions(solutions: list[str], metrics: list[str]) -> list[dict]:
         for extra in ((), tuple(metrics)):
             with Evaluator(profile_metrics=extra, cache_dir="/tmp/ptxbench_probe") as ev:
                 t0 = time.perf_counter()
-                res = ev.evaluate(sol, task, "sm_90a", executed_check=True, time=False)
+                res = ev.evaluate(sol, task, "sm_90a", executed_check=True, time=False, profile=True)
                 rows.append({"solution": path, "extra_metrics": len(extra), "wall_s": time.perf_counter() - t0,
                              "phase_s": res.phase_s, "executed": res.executed.model_dump(mode="json"),
                              "correct": res.correct})

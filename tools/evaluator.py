@@ -542,6 +542,7 @@ class Evaluator:
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
         features = task.features_for(arch)
+        profile_wanted = credit is not None and bool(credit.extra_metrics)
         unavailable = next((ran[w.name].credit["reason"] for w in chosen
                             if (ran[w.name].credit or {}).get("status") == "unavailable"), None)
         ex: ExecutedCheck | None = None
@@ -571,7 +572,9 @@ class Evaluator:
         axes0 = task.axis_values(first)
         ex.profile = (build_profile(ex.kernel_metrics, res.gpu, task.flop_count(axes0), task.min_bytes(axes0),
                                     fp8=computes_in_fp8(task))
-                      if ex.kernel_metrics else profile_skipped(ex.reason or "ncu collected no profile", res.gpu))
+                      if ex.kernel_metrics else
+                      profile_skipped((ex.reason or "ncu collected no profile") if profile_wanted else
+                                      "not asked for (evaluate(profile=True), --profile-feedback on)", res.gpu))
         return ex
 
     def _request(self, solution, comp, task, wl, seeds: list[int], time: bool) -> dict:

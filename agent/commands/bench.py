@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
             "--task", help="only these tasks or groups, e.g. gemm:*, attention:causal (repeatable)")] = None,
         workloads: Annotated[str, typer.Option("--workloads", help="visible, held_out or all")] = "all",
         executed: Annotated[bool, typer.Option(
-            "--executed/--no-executed", help="count executed instructions with Nsight Compute (GPU + ncu only)")
+            "--executed/--no-executed", help="count executed instructions with the hardware counters (GPU only)")
         ] = EXECUTED_CHECK_DEFAULT,
         out: Annotated[Path | None, typer.Option("--out", help="also write the rows as JSON here")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,

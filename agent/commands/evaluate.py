@@ -49,7 +49,7 @@ def render(r: EvalResult) -> None:
                   if r.executed.status == "ok" else f"[dim]{r.executed.status}[/dim]")
             rows.append((f, _mark(v.present if v else None),
                          ", ".join(f"{o}×{n}" for o, n in (v.opcodes if v else {}).items()), ex))
-        console.print(table(("feature", "in SASS", "SASS opcodes", "executed (ncu)"), rows,
+        console.print(table(("feature", "in SASS", "SASS opcodes", "executed"), rows,
                             title="requested features"))
     for flag, on in r.inspect.flags.items():
         if on:
@@ -95,7 +95,7 @@ def render(r: EvalResult) -> None:
     if r.executed.shares:
         say("work carried: " + ", ".join(f"{f} {s:.0%}" if s is not None else f"{f} unmeasured"
                                          for f, s in r.executed.shares.items()))
-    if r.executed.profile is not None:  # the Nsight Compute profile, as the model reads it
+    if r.executed.profile is not None and r.executed.profile.status == "ok":  # the Nsight Compute profile
         from tools.profile import render as render_profile
 
         say("[bold]profile[/bold] (Nsight Compute, first visible workload):")
@@ -155,8 +155,11 @@ def register(app: typer.Typer) -> None:
         arch: Annotated[str, typer.Option("--arch", help="sm_90a or sm_100a")] = "sm_90a",
         workloads: Annotated[str, typer.Option("--workloads", help="visible, held_out or all")] = "visible",
         executed: Annotated[bool, typer.Option(
-            "--executed/--no-executed", help="count executed instructions with Nsight Compute (GPU + ncu only)")
+            "--executed/--no-executed", help="count executed instructions in the worker (CUPTI; GPU only)")
         ] = EXECUTED_CHECK_DEFAULT,
+        profile: Annotated[bool, typer.Option(
+            "--profile", help="with --executed: also the Nsight Compute profile (a process of its own; GPU + ncu)")
+        ] = False,
         sanitize: Annotated[bool, typer.Option("--sanitize", help="also run compute-sanitizer memcheck")] = False,
         no_time: Annotated[bool, typer.Option("--no-time", help="check correctness only")] = False,
         timeout: Annotated[float, typer.Option("--timeout", help="seconds per workload before the worker is killed")] = 180.0,
@@ -184,7 +187,7 @@ def register(app: typer.Typer) -> None:
             raise CliError(str(exc)) from None
         with Evaluator(timeout_s=timeout) as ev:
             result = ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed, sanitize=sanitize,
-                                 time=not no_time)
+                                 time=not no_time, profile=executed and profile)
         if as_json:
             # the PTX text would drown the verdict; `agent check --json` prints it
             print_json({**result.model_dump(mode="json", exclude={"compile": {"ptx"}}), "verdicts": result.verdicts(),

@@ -65,7 +65,7 @@ def solve_cmd(
     request_timeout: Optional[float] = typer.Option(None, help="Seconds one model request may take (default 600)."),
     executed_check: bool = typer.Option(
         EXECUTED_CHECK_DEFAULT, "--executed/--no-executed", "--executed-check/--no-executed-check",
-        help="Count executed instructions with Nsight Compute (GPU + ncu only; skipped and said so elsewhere). "
+        help="Count executed instructions with the hardware counters (GPU only; skipped and said so elsewhere). "
              "Same default as eval and bench."),
     human_reply_file: Optional[str] = typer.Option(None, help="For --model human: reply file, or a folder of them "
                                                               "(default $PTXBENCH_HUMAN_REPLY_FILE, else $EDITOR)."),

@@ -33,7 +33,8 @@ def evaluator(tmp_path_factory):
 
 def _evaluate(evaluator, task: str, solution: str) -> EvalResult:
     sol = Solution.from_dir(ROOT / "tasks" / task / solution)
-    return evaluator.evaluate(sol, get_task(task), "sm_90a", workloads="visible", executed_check=True, time=True)
+    return evaluator.evaluate(sol, get_task(task), "sm_90a", workloads="visible", executed_check=True, time=True,
+                              profile=True)
 
 
 def _profile(r: EvalResult) -> Profile:
