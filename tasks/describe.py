@@ -51,7 +51,8 @@ BASELINE_TEXT = {
     "sdpa_bwd": "the backward of the fastest PyTorch scaled-dot-product-attention backend (cuDNN, FlashAttention or "
                 "memory-efficient), forward excluded",
     "sdpa_fp8_fwd": "cuDNN's FP8 attention (cudnn-frontend sdpa_fp8 on the same e4m3 inputs and descales) where it "
-                    "runs, else bf16 cuDNN attention on the dequantised inputs (results name which)",
+                    "runs, else bf16 cuDNN attention on the dequantised inputs (results name which); on Hopper "
+                    "cuDNN writes O in e4m3, below this task's bf16 O: a timing reference, not a precision target",
     "fla_gdn": "flash-linear-attention's Gated DeltaNet kernels (fla-core: fused recurrent for decode and MTP, the "
                "faster of chunked and fused recurrent for prefill), gates and k-last state fused in",
     "fp8_block_gemm": "cuBLASLt's block-scaled FP8 GEMM (`torch._scaled_mm` with 1x128 scales for A and 128x128 "

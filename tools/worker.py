@@ -789,6 +789,8 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
              for name in times.ungated]
     if getattr(state, "gate_error", None):
         notes.append(f"timed without the stream gate ({state.gate_error}): host issue time included")
+    if baseline is not None and note:  # a timing reference, not an honest implementation of the task
+        notes.append(f"the library ({base_name}) computes below the task's precision: {note}")
     if ceiling_for(state.info.get("gpu")) is None:
         notes.append(f"implausibility not checked: no physical ceiling known for {state.info.get('gpu')}")
     if notes:
@@ -836,7 +838,8 @@ def _library_side(name: str, baseline, inputs: dict):
 
 
 def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
-    """(Side for the best library backend or None, its name, a note when there is none).
+    """(Side for the best library backend or None, its name, a note: why there is none, or, for a
+    backend that computes below the task's precision (Baseline.below_task), that label).
 
     The library reads the workspace's own input tensors, so in each pair it runs on the same
     fresh inputs as the candidate. The backend is chosen once per (task, workload, GPU,
@@ -857,11 +860,15 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
         best = (cache.get(key) or {}).get("best")
         best = best if best in names else None
 
+    below: dict[str, str] = {}
+
     def make(candidates: list[str]) -> tuple[dict, list[str]]:
         made, refused = {}, []
         for name in candidates:
             try:
-                made[name] = _library_side(name, make_baseline(task, inputs, name), inputs)
+                lib = make_baseline(task, inputs, name)
+                below[name] = getattr(lib, "below_task", "") or ""
+                made[name] = _library_side(name, lib, inputs)
             except BaselineUnavailable as exc:
                 refused.append(str(exc))
             except Exception as exc:  # noqa: BLE001 - a library failure is not the candidate's fault
@@ -884,7 +891,7 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
         best = min(medians, key=medians.get)
         if cache is not None:
             cache.update(key, best=best, backends=medians)
-    return backends[best], best, None
+    return backends[best], best, below.get(best) or None
 
 
 # ----------------------------------------------------------------------------------------
