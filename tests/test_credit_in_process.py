@@ -191,3 +191,28 @@ def test_struct_sizes_follow_cuptis_rule():
     in a byte (Stop) is smaller than its padded size."""
     assert cupti.Stop.size == cupti.Stop.isAllPassSubmitted.offset + 1 < __import__("ctypes").sizeof(cupti.Stop)
     assert cupti.Init.size == 16 and cupti.SetConfig.size == cupti.SetConfig.targetNestingLevel.offset + 2
+
+
+def test_a_hang_in_the_counted_run_is_the_verdict_not_a_profiler_error(monkeypatch):
+    """A kernel that hangs only where it is counted: the worker reports the hang (and restarts),
+    even though CUPTI then fails to stop its range."""
+    from tools.timing import KernelTimeout
+
+    calls = []
+
+    def call(fn, params):
+        calls.append(fn)
+        if fn == "cuptiRangeProfilerStop":  # a range that cannot be stopped: the GPU is stuck
+            raise CuptiError(f"{fn} failed")
+
+    monkeypatch.setattr(cupti, "_call", call)
+    prof = cupti.RangeProfiler.__new__(cupti.RangeProfiler)
+    prof.keep_enabled, prof._obj, prof._data = False, 1, (cupti.C.c_uint8 * 8)()
+    prof.metrics, prof.host = [], type("H", (), {"config": (cupti.C.c_uint8 * 8)(), "_names": None})()
+
+    def run():
+        raise KernelTimeout("no result within 1 s")
+
+    with pytest.raises(KernelTimeout):
+        prof.profile(run)
+    assert "cuptiRangeProfilerStop" in calls and calls[-1] == "cuptiRangeProfilerDisable"

@@ -262,8 +262,11 @@ class RangeProfiler:
             _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
             try:
                 run()
-            finally:
-                _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
+            except BaseException:  # the run's own error (a hang, a fault) is the verdict: never masked by CUPTI's
+                with contextlib.suppress(CuptiError):
+                    _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
+                raise
+            _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
             t2 = clock()
             decode = Decode(pRangeProfilerObject=obj)
             _call("cuptiRangeProfilerDecodeData", decode)
