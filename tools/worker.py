@@ -546,11 +546,10 @@ def run_workload(state: State, req: dict) -> tuple[dict, bool]:
 def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     import random
 
-    from tools.results import CREDITABLE
-
     from tasks.generators import generate_inputs
     from tasks.reference import run_reference
     from tools.launch import plan_launches
+    from tools.results import CREDITABLE
 
     limit = float(req.get("kernel_timeout_s", 30.0))
     axes = task.axis_values(wl)
