@@ -216,3 +216,41 @@ def test_a_hang_in_the_counted_run_is_the_verdict_not_a_profiler_error(monkeypat
     with pytest.raises(KernelTimeout):
         prof.profile(run)
     assert "cuptiRangeProfilerStop" in calls and calls[-1] == "cuptiRangeProfilerDisable"
+
+
+def test_without_cupti_the_check_falls_back_to_nsight_compute_and_says_why(monkeypatch):
+    """Where the worker's counters are unavailable the evaluator counts with a Nsight Compute
+    process instead (tools.ncu.CreditProcess; here a stand-in), and the result names the reason."""
+    from types import SimpleNamespace
+
+    from tools.evaluator import Evaluator
+    from tools.results import EvalResult, ExecutedCheck, WorkloadResult
+
+    made = []
+
+    class FakeCreditProcess:
+        def __init__(self, features, env, timeout_s, extra_metrics=()):
+            made.append(list(features))
+            self.extra_metrics = tuple(extra_metrics)
+
+        def finish(self, requests, device, works=None, timed_ms=None):
+            assert [q["workload"]["name"] for q in requests] == ["M128"] and all("credit_seed" in q for q in requests)
+            return ExecutedCheck(status="ok", executed={"wgmma": True}, carries={"wgmma": True})
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(ncu, "CreditProcess", FakeCreditProcess)
+    task = small_gemm()
+    task.requested_features = {"sm_90a": ["wgmma"]}
+    ev = Evaluator(gpus=[], seed=1)
+    ev._workers = [SimpleNamespace(env_without_device={})]
+    res = EvalResult.model_construct(
+        compile=SimpleNamespace(cubin=b"", symbols={}), gpu="cpu", workloads=[
+            WorkloadResult(workload="M128", split="visible", axes={"M": 128}, status="passed",
+                           credit={"status": "unavailable", "reason": "no libcupti with a range profiler found"})])
+    sol = Solution.from_dir(FIXTURES / "good")
+    ex = ev._executed(res, sol, task, task.workloads[:1], None, None, "0", in_process=True, arch="sm_90a")
+    assert made == [["wgmma"]] and ex.status == "ok" and ex.carries == {"wgmma": True}
+    assert "in-process counters unavailable (no libcupti" in ex.reason and "Nsight Compute counted instead" in ex.reason
+    assert ex.profile is not None and ex.profile.status == "skipped" and "not asked for" in ex.profile.reason

@@ -562,9 +562,10 @@ class Evaluator:
                 credit.close()
             if ex is None:
                 ex = by_ncu
-                if unavailable:
-                    ex.reason = "; ".join(x for x in (f"counted by Nsight Compute: in-process counters unavailable "
-                                                      f"({unavailable})", ex.reason) if x)[:600]
+                if unavailable:  # say why the fallback ran, and whether it could
+                    how = "Nsight Compute counted instead" if ex.status == "ok" else "and Nsight Compute could not count"
+                    ex.reason = "; ".join(x for x in (f"in-process counters unavailable ({unavailable}), {how}",
+                                                      ex.reason) if x)[:600]
             else:  # the profile only: the credit stays the in-process one, in both profile arms alike
                 ex.kernel_metrics = by_ncu.kernel_metrics
         assert ex is not None
