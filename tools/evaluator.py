@@ -623,11 +623,34 @@ def _task_work(task, wl):
                         padded_flops=task.flop_count(padded))
 
 
+# Successful compiles by (source, language, arch): NVRTC + ptxas are deterministic for a given
+# toolchain, and one source often serves many evaluations (the shared simple kernels of a family,
+# 8-11 s each for attention forward; a model resubmitting a kernel). Only successes are kept: a
+# failure may be the sandbox's (a timeout under load), not the source's.
+_COMPILED: collections.OrderedDict[tuple[str, str, str], CompileResult] = collections.OrderedDict()
+_COMPILED_MAX = 32
+_COMPILED_LOCK = threading.Lock()
+
+
 def _compile(solution, arch: str) -> CompileResult:
+    import hashlib
+
     from tools.compile import compile_solution
 
+    key = (hashlib.sha256(solution.source.encode()).hexdigest(), solution.language, arch)
+    with _COMPILED_LOCK:
+        hit = _COMPILED.get(key)
+        if hit is not None:
+            _COMPILED.move_to_end(key)
+            return hit.model_copy(deep=True)
     with protocol.nvtx_range("compile") if _has_nvtx() else contextlib.nullcontext():
-        return compile_solution(solution, arch)
+        comp = compile_solution(solution, arch)
+    if comp.ok:
+        with _COMPILED_LOCK:
+            _COMPILED[key] = comp.model_copy(deep=True)
+            while len(_COMPILED) > _COMPILED_MAX:
+                _COMPILED.popitem(last=False)
+    return comp
 
 
 def _inspect(comp: CompileResult, solution, arch: str) -> InspectResult:
