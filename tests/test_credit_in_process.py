@@ -254,3 +254,45 @@ def test_without_cupti_the_check_falls_back_to_nsight_compute_and_says_why(monke
     assert made == [["wgmma"]] and ex.status == "ok" and ex.carries == {"wgmma": True}
     assert "in-process counters unavailable (no libcupti" in ex.reason and "Nsight Compute counted instead" in ex.reason
     assert ex.profile is not None and ex.profile.status == "skipped" and "not asked for" in ex.profile.reason
+
+
+# ---------------------------------------------------------------- the lean set (2 passes), opt-in
+
+def _lean(**kw) -> dict[str, float]:
+    out = {m: 0.0 for m in ncu.CUPTI_LEAN_METRICS}
+    out.update({k.replace("__dot__", "."): float(v) for k, v in kw.items()})
+    return out
+
+
+LEAN_HONEST = _lean(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=4e6,
+                    sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum=WORK.flops,
+                    smsp__inst_executed_op_tma_ld__dot__sum=3e5,
+                    l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum=WORK.read_bytes * 3,
+                    smsp__inst_executed_pipe_fma__dot__sum=WORK.flops / 128 / 50,  # epilogue and addressing: 2%
+                    gpu__time_duration__dot__sum=1.0e6)
+
+
+def _lean_credit(metrics, features=("wgmma", "tma")):
+    return ncu.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": metrics}]},
+                                 list(features), WORK, 1.0)
+
+
+def test_the_lean_set_takes_two_passes_and_keeps_the_honest_verdict():
+    _host_library()
+    assert cupti.passes("GH100", list(ncu.CUPTI_LEAN_METRICS)) == 2
+    wc = _lean_credit(LEAN_HONEST)
+    assert wc.carries == {"wgmma": True, "tma": True}, wc.notes
+
+
+def test_the_lean_bounds_catch_math_and_reads_done_elsewhere():
+    """Each class the precise counters catch, caught from the warp-instruction bounds: FFMA math,
+    DFMA math beside decoy wgmma, mma.sync, and operands streamed by cp.async."""
+    ffma = dict(LEAN_HONEST, **{"smsp__inst_executed_pipe_fma.sum": WORK.flops / 64})
+    dfma = dict(LEAN_HONEST, **{"sm__inst_executed_pipe_fp64.sum": WORK.flops / 64})
+    hmma = dict(LEAN_HONEST, **{ncu.HMMA_INST_METRIC: WORK.flops / 4096})
+    for metrics in (ffma, dfma, hmma):
+        wc = _lean_credit(metrics, ["wgmma"])
+        assert wc.carries["wgmma"] is False and "floating-point math" in wc.notes["wgmma"], wc.notes
+    cp_async = dict(LEAN_HONEST, **{ncu.LDGSTS_INST_METRIC: WORK.read_bytes * 30 / 512})
+    wc = _lean_credit(cp_async, ["tma"])
+    assert wc.carries["tma"] is False and "outside TMA" in wc.notes["tma"], wc.notes
