@@ -188,8 +188,10 @@ class Launch:
 
 class RangeProfiler:
     """The range profiler on the current CUDA context, configured for `metrics`. Build it once
-    per worker (initialisation and the host config take ~0.1 s); `profile` costs about the
-    profiled kernels' time x passes, plus their memory saved and restored between passes."""
+    per worker (0.7 s the first time in a process, 0.08 s after, on the H200). A `profile` costs
+    about 0.25 s of fixed cost (most of it the first start after enabling) plus, per pass after
+    the first, a replay of every launch with the context's memory saved and restored
+    (docs/BENCHMARKS.md)."""
 
     def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = False):
         from cuda.bindings import driver as d

@@ -244,6 +244,10 @@ class State:
         if self._counters_error is not None:
             raise CuptiError(self._counters_error)
         if self._counters is None or tuple(self._counters.metrics) != tuple(metrics):
+            if self._counters is not None:  # another metric set: the old host configuration goes
+                with contextlib.suppress(CuptiError):
+                    self._counters.close()
+                self._counters = None
             try:
                 self._counters = RangeProfiler(list(metrics))
             except Exception as exc:  # noqa: BLE001 - no counters is a skipped check, never a failed run
