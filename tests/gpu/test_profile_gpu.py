@@ -1,7 +1,8 @@
 """The profile block and the roofline on the H200 (issue 16, item 5), through the evaluator.
 
-The executed check's one Nsight Compute pass also collects tools.profile.PROFILE_METRICS;
-the evaluator fills `res.executed.profile` (a tools.profile.Profile) and calls
+Asked for (`profile=True`), a Nsight Compute process collects tools.profile.PROFILE_METRICS
+beside the in-process executed check; the evaluator fills `res.executed.profile` (a
+tools.profile.Profile) and calls
 tools.roofline.apply_roofline. Figures measured on 2026-11-30 with a probe of that pass
 (docs/BENCHMARKS.md, "Profile in the executed check's ncu pass") set the expectations.
 """
