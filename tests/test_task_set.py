@@ -92,8 +92,11 @@ def test_causal_forward_references_match_float64(name):
     x = generate_inputs(t, {"S": 37}, seed=5)
     out = run_reference(t, x)
     o64, lse64 = _attention64(*(x[n].double() for n in "QKV"), 1 / math.sqrt(t.axes["D"].value), True)
-    torch.testing.assert_close(out["O"].double(), o64, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(out["LSE"].double(), lse64, rtol=1e-6, atol=1e-5)
+    # fp32 against float64 on stress inputs (scores in the hundreds): the summation order, which
+    # the CPU's matmul picks by the buffers' alignment, moves O by up to ~7e-5 from run to run
+    # (seen 2 in 15 runs at 1e-5); a wrong mask or scale moves it by O(1)
+    torch.testing.assert_close(out["O"].double(), o64, rtol=1e-4, atol=2e-4)
+    torch.testing.assert_close(out["LSE"].double(), lse64, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", [n for n in NEW_CAUSAL if n.startswith("mha_bwd")])
