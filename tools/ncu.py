@@ -163,6 +163,12 @@ def _number(cell: str) -> float | None:
         return None
 
 
+def _totals(rows: list[dict[str, str]], metric: str) -> float | None:
+    """`metric` summed over the rows, or None where a row lacks it."""
+    values = [_number(r.get(metric, "")) for r in rows]
+    return float(sum(values)) if rows and all(v is not None for v in values) else None  # type: ignore[arg-type]
+
+
 def counts_from_rows(rows: list[dict[str, str]], features: list[str]) -> tuple[dict[str, int], list[str]]:
     """Executed instructions per feature summed over profiled launches; and features that
     could not be counted (no per-opcode instances and no dedicated metric)."""
@@ -178,9 +184,9 @@ def counts_from_rows(rows: list[dict[str, str]], features: list[str]) -> tuple[d
             for k, v in inst.items():
                 per_opcode[k.split(".")[0]] = per_opcode.get(k.split(".")[0], 0) + v
     for f, metrics in FEATURE_COUNTERS.items():
-        values = [_number(row.get(m, "")) for row in rows for m in metrics]
-        if rows and all(v is not None for v in values):
-            counted[f] = float(sum(values))  # type: ignore[arg-type]
+        totals = [_totals(rows, m) for m in metrics]
+        if all(t is not None for t in totals):
+            counted[f] = float(sum(totals))  # type: ignore[arg-type]
     counts: dict[str, int] = {}
     uncounted = []
     for f in features:
@@ -246,9 +252,9 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
     is absent when one of its metrics is missing from a launch (then it is not measured)."""
     out: dict[str, float] = {}
     for metric in WORK_METRICS:
-        values = [_number(r[metric]) for r in rows if metric in r]
-        if rows and len(values) == len(rows) and all(v is not None for v in values):
-            out[metric] = float(sum(values))  # type: ignore[arg-type]
+        total = _totals(rows, metric)
+        if total is not None:
+            out[metric] = total
     have = lambda names: all(m in out for m in names)  # noqa: E731
     if have(HGMMA_OPS_METRICS) and have([FP8_OPS_METRIC]):
         wgmma_fp8 = 0.0
@@ -279,12 +285,6 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
     if have([DURATION_METRIC]):
         out["kernel_ms"] = out[DURATION_METRIC] / 1e6
     return out
-
-
-def _totals(rows: list[dict[str, str]], metric: str) -> float | None:
-    """`metric` summed over the rows, or None where a row lacks it."""
-    values = [_number(r.get(metric, "")) for r in rows]
-    return float(sum(values)) if rows and all(v is not None for v in values) else None  # type: ignore[arg-type]
 
 
 def work_shares(metrics: dict[str, float], work: TaskWork | None) -> dict[str, float | None]:

@@ -550,8 +550,6 @@ def run_workload(state: State, req: dict) -> tuple[dict, bool]:
 def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     import random
 
-    from tasks.generators import generate_inputs
-    from tasks.reference import run_reference
     from tools.launch import plan_launches
     from tools.results import CREDITABLE
 
@@ -649,48 +647,63 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
         out["status"], out["reason"] = "unavailable", str(exc)
         return
     out["passes"] = profiler.passes
-    for i in range(runs):
-        seed = rng.getrandbits(31)
-        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=True))
-        ws.prepare()
-        state.flusher.flush()
-        ws.zero_scratch()  # on the stream before the launches, as in a timed run; outside the counters
-        if i != at:
-            bound.launch()
-            state.wait(limit)
-            continue
+    seeds = [rng.getrandbits(31) for _ in range(runs)]
 
-        def run() -> None:
-            bound.launch()
-            state.wait(limit)
-
+    def counted(run) -> None:
         t1 = time.perf_counter()
-        try:
-            launches = profiler.profile(run)
-        except CuptiError as exc:
-            out["reason"] = str(exc)[:400]
-            return
+        launches = profiler.profile(run)
         out["profile_s"] = round(time.perf_counter() - t1, 4)
         out["profile_phase_s"] = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
-        out["profiled_at"] = at + 1
+        out["profiled_at"], out["status"] = at + 1, "ran"
         out["launches"] = [{"name": x.name, "metrics": x.metrics} for x in launches]
-        out["status"] = "ran"
         result.phase_s["credit"] = time.perf_counter() - t0
-        if judge:  # as a timed run is judged: the whole output scanned, its values on random rows
-            fresh = generate_inputs(task, axes, seed, device=state.device, fast=True)
-            if has_sampler(task):
-                gen = torch.Generator(device=state.device)
-                gen.manual_seed(rng.getrandbits(63))
-                reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh,
-                                                  samples=sample(task, fresh, gen, max(SAMPLED_ROWS, rows_for(task))))
-            else:
-                expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
-                reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
-            if reason is not None:
-                kind = "wrong_in_timed_run" if reason in ("incorrect", "unwritten_output", "nan_output") else reason
-                raise Failed(kind, f"the executed check's run (fresh inputs, after the timed runs): {detail}",
-                             outputs=mism)
+        if not judge:
+            return
+        # judged as a timed run is: the whole output scanned, its values on random rows
+        fresh = generate_inputs(task, axes, seeds[at], device=state.device, fast=True)
+        if has_sampler(task):
+            gen = torch.Generator(device=state.device)
+            gen.manual_seed(rng.getrandbits(63))
+            reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh,
+                                              samples=sample(task, fresh, gen, max(SAMPLED_ROWS, rows_for(task))))
+        else:
+            expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
+            reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+        if reason is not None:
+            kind = "wrong_in_timed_run" if reason in ("incorrect", "unwritten_output", "nan_output") else reason
+            raise Failed(kind, f"the executed check's run (fresh inputs, after the timed runs): {detail}",
+                         outputs=mism)
+
+    try:
+        _prepared_runs(state, task, axes, ws, bound, seeds, limit, at, counted)
+    except CuptiError as exc:
+        out["reason"] = str(exc)[:400]
+        return
     result.phase_s["credit"] = time.perf_counter() - t0
+
+
+def _prepared_runs(state: State, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,
+                   counted, fast_from: int = 0) -> None:
+    """One run per seed, on inputs generated from it and prepared as a timed run's are (outputs
+    poisoned, garbage scratch, L2 flushed, zeroed scratch reset on the stream before the
+    launches); run `at` is made through `counted(run)` (under a profiler, and whatever it checks
+    before the next run overwrites the outputs). Seeds from `fast_from` on use the fast
+    generator, as the timed runs do."""
+    from tasks.generators import generate_inputs
+
+    def run() -> None:
+        bound.launch()
+        state.wait(limit)
+
+    for i, seed in enumerate(seeds):
+        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=i >= fast_from))
+        ws.prepare()
+        state.flusher.flush()
+        ws.zero_scratch()  # outside what `counted` measures
+        if i == at:
+            counted(run)
+        else:
+            run()
 
 
 def run_credit(state: State, req: dict) -> dict:
@@ -706,7 +719,6 @@ def run_credit(state: State, req: dict) -> dict:
     credit phase, None when it was not reached), launches (per profiled run)}."""
     import random
 
-    from tasks.generators import generate_inputs
     from tasks.schema import Task, Workload
     from tools.launch import plan_launches
     from tools.solution import LaunchManifest
@@ -725,18 +737,15 @@ def run_credit(state: State, req: dict) -> dict:
         ws = Workspace(task, plan, state.device)
         bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
         window = getattr(state, "profiler_window", None) or contextlib.nullcontext
-        seeds = list(req["seeds"]) + [rng.getrandbits(31) for _ in range(runs)]
-        for i, seed in enumerate(seeds):
-            ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=i >= len(req["seeds"])))
-            ws.prepare()
-            state.flusher.flush()
-            profiled = i - len(req["seeds"]) == at
-            ws.zero_scratch()  # on the stream before the launches, as in a timed run; outside the window
-            with window() if profiled else contextlib.nullcontext():
-                bound.launch()
-                state.wait(limit)
-            if profiled:
-                out["profiled_at"], out["launches"] = at + 1, len(plan.launches)
+
+        def profiled(run) -> None:
+            with window():
+                run()
+            out["profiled_at"], out["launches"] = at + 1, len(plan.launches)
+
+        checks = len(req["seeds"])  # the seeded check launches first, as in the evaluation
+        _prepared_runs(state, task, axes, ws, bound, list(req["seeds"]) + [rng.getrandbits(31) for _ in range(runs)],
+                       limit, checks + at, profiled, fast_from=checks)
         out["status"] = "ran"  # not "passed": nothing is judged here
     except Exception as exc:  # noqa: BLE001 - a candidate's fault here is reported, never raised
         out["reason"], out["detail"] = "run_failed", f"{type(exc).__name__}: {str(exc)[:300]}"
