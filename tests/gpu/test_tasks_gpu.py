@@ -116,7 +116,7 @@ def test_ptxbench_set_simple_solution_passes_and_is_timed(evaluator, name):
     sol = Solution.from_dir(Path(__file__).resolve().parents[2] / "tasks" / name / "simple")
     # Every workload judged (this is the only GPU test of these simple solutions), the visible one timed.
     r = evaluator.evaluate(sol, name, "sm_90a", workloads="held_out", time=False)
-    assert r.correct is True, show(r)
+    assert r.split_correct("held_out") is True, show(r)
     timed = evaluator.evaluate(sol, name, "sm_90a", workloads="visible", time=True)
     assert timed.correct is True, show(timed)
     for w in timed.workloads:
