@@ -5,6 +5,8 @@ tolerance (and print their errors: the numbers behind the prefill rel-L2 bounds)
 that decays the state after the update instead of before fails."""
 from __future__ import annotations
 
+import re
+
 import time
 from pathlib import Path
 
@@ -94,8 +96,16 @@ def test_decay_after_update_fails(evaluator, name):
     sol = Solution.from_dir(ROOT / "tasks" / name / "simple")
     decay = "s.x *= g; s.y *= g; s.z *= g; s.w *= g;"
     update = "s.x += delta * kk.x; s.y += delta * kk.y; s.z += delta * kk.z; s.w += delta * kk.w;"
-    assert sol.source.count(decay) == 1 and sol.source.count(update) == 1
-    wrong = sol.source.replace(decay, "").replace(update, update + " " + decay)
+    # The shared source (tasks/simple_kernels/gdn.cu) holds every GDN kernel: move it in the launched one.
+    entry = sol.manifest.launches[0].kernel
+    start = re.search(rf"\b{entry}\(", sol.source).start()
+    start = sol.source.rindex('extern "C"', 0, start)
+    end = sol.source.find('extern "C"', start + 1)
+    end = len(sol.source) if end < 0 else end
+    body = sol.source[start:end]
+    assert body.count(decay) == 1 and body.count(update) == 1
+    body = body.replace(decay, "").replace(update, update + " " + decay)
+    wrong = sol.source[:start] + body + sol.source[end:]
     r = evaluator.evaluate(sol.model_copy(update={"source": wrong}), name, "sm_90a", workloads="visible", time=False)
     assert r.compiled and r.correct is False, show(r)
     assert all(w.reason == "incorrect" for w in r.workloads), show(r)
