@@ -908,7 +908,28 @@ def _baseline(state: State, req: dict, task, wl, inputs: dict, limit: float):
 
 # ----------------------------------------------------------------------------------------
 
+def exit_with_parent(poll_s: float = 0.5) -> None:
+    """A daemon thread that ends this process when the process that started it is gone. The
+    worker has a session of its own (killed as a group by its client), so a client that dies
+    without closing it (SIGKILL, a test's timeout) would leave it running its request, holding
+    the GPU and the device's one profiling session, and the next evaluation's counters would be
+    unavailable. Polling the parent, not PR_SET_PDEATHSIG: that signal fires when the *thread*
+    that started the worker exits, and evaluations start workers from pool threads."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        log(f"the client (pid {parent}) is gone; exiting")
+        os._exit(4)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def serve() -> int:
+    exit_with_parent()
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # anything printed to fd 1 from now on (python or C) lands in stderr
     sys.stdout = sys.stderr
