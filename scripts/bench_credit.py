@@ -1,16 +1,14 @@
 """What the executed-instruction check costs (docs/BENCHMARKS.md): a warm evaluation of an expert
 on all its workloads without the check and with it (in the worker, tools.cupti); with --ncu-arms
-also with the Nsight Compute profile, and with the check by Nsight Compute (PTXBENCH_CREDIT=ncu); with
---lean-arm also with the two-pass metric set (PTXBENCH_CREDIT_METRICS=lean),
-on a GPU machine. Prints the evaluator's phases, each workload's credit and counted-run cost.
+also with the Nsight Compute profile, and with the check by Nsight Compute (PTXBENCH_CREDIT=ncu), on a
+GPU machine. Prints the evaluator's phases, each workload's credit and counted-run cost.
 
-    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--lean-arm] [--ncu-arms] [--out runs/bench_credit]
+    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms] [--out runs/bench_credit]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -44,7 +42,6 @@ def main() -> int:
     ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_bwd_d128")
     ap.add_argument("--kind", default="expert")
     ap.add_argument("--out", default="runs/bench_credit")
-    ap.add_argument("--lean-arm", action="store_true", help="also time the check with the two-pass metric set")
     ap.add_argument("--ncu-arms", action="store_true",
                     help="also time the check with the Nsight Compute profile, and the check by Nsight Compute")
     args = ap.parse_args()
@@ -57,11 +54,6 @@ def main() -> int:
             one(ev, sol, task, False)  # cold: worker start, library backend chosen
             one(ev, sol, task, True)  # cold counters: CUPTI's set-up, once per worker
             rows = {"off": one(ev, sol, task, False), "on": one(ev, sol, task, True)}
-            if args.lean_arm:  # the two-pass metric set (tools.ncu.CUPTI_LEAN_METRICS)
-                os.environ["PTXBENCH_CREDIT_METRICS"] = "lean"
-                one(ev, sol, task, True)  # its profiler's set-up
-                rows["on_lean"] = one(ev, sol, task, True)
-                os.environ.pop("PTXBENCH_CREDIT_METRICS")
             if args.ncu_arms:
                 rows["on_profile"] = one(ev, sol, task, True, profile=True)  # + the Nsight Compute profile
                 ev.in_process_credit = False  # the check as it was: a Nsight Compute process

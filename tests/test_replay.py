@@ -104,6 +104,7 @@ def test_the_shipped_example_evaluates_and_times_on_a_gpu(tmp_path):
 
     example = REPO / "runs" / "examples" / "attn_bwd_human"
     s = solve(SolveRequest(task="attn_bwd", model=f"replay:{example}", runs_dir=tmp_path), progress=False)
+    assert len(s.per_turn) == 2, f"{s.status}: {s.stop_reason}: {s.stop_detail}"  # say why a run ended early
     [c] = s.per_turn[0].candidates
     assert s.evaluation == "ok" and c.verified
     assert c.verdicts.correct is True and c.verdicts.arch_sass is False and c.outcome == "arch_missing"

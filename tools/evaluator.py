@@ -486,9 +486,7 @@ class Evaluator:
                 if in_process:  # secret, like the timing seed: which run is counted derives from it
                     from tools import ncu
 
-                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": list(
-                        ncu.CUPTI_LEAN_METRICS if os.environ.get("PTXBENCH_CREDIT_METRICS") == "lean" else
-                        ncu.CUPTI_METRICS)}
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": list(ncu.CUPTI_METRICS)}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and

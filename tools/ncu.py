@@ -75,18 +75,10 @@ FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": TMA_INST_METRICS}
 # GH100, each a replay of every launch with the context's memory saved and restored (2 s per
 # attention-backward workload on the H200, docs/BENCHMARKS.md).
 CUPTI_METRICS = (GMMA_METRIC, *TMA_INST_METRICS, HMMA_INST_METRIC, *WORK_METRICS)
-# The same verdict from 2 passes (PTXBENCH_CREDIT_METRICS=lean; not the default until the
-# experts' shares and the cost are measured on the H200): the other math and the cp.async bytes
-# from warp-instruction counters, each times the most a warp instruction can do, so they bound
-# what the precise counters measure from above (the rules stay as strict or stricter):
-LEAN_FLOP_BOUNDS = {
-    "smsp__inst_executed_pipe_fma.sum": 128.0,  # FFMA/FMUL/FADD/HFMA2 (and IMAD): 32 lanes x an HFMA2's 4
-    "sm__inst_executed_pipe_fp64.sum": 64.0,  # DFMA: 32 lanes x 2
-    HMMA_INST_METRIC: 4096.0,  # mma.sync m16n8k16, the largest HMMA on sm_90: 16*8*16*2
-}
-LDGSTS_INST_METRIC, LDGSTS_MAX_BYTES = "smsp__inst_executed_op_ldgsts.sum", 512.0  # 32 lanes x 16 bytes
-CUPTI_LEAN_METRICS = (DURATION_METRIC, GMMA_METRIC, *HGMMA_OPS_METRICS, FP8_OPS_METRIC, *TMA_INST_METRICS,
-                      TMA_BYTES_METRIC, OTHER_READ_METRICS[0], LDGSTS_INST_METRIC, *LEAN_FLOP_BOUNDS)
+# (A two-pass set that bounds the other math from above by warp-instruction counts, 128 FLOPs per
+# FMA-pipe instruction for HFMA2, was tried on the H200 on 2026-12-01: the honest attention-backward
+# experts' softmax arithmetic then reads as 10.7% of their math and they lose credit, so it is not
+# offered. docs/BENCHMARKS.md, "Session of 2026-12-01 (night)".)
 # When a feature carries the work (docs/METHODOLOGY.md, "Instruction credit"):
 #   wgmma: its FLOPs are >= 90% of the task's matrix FLOPs, <= 2.5x them (tuned kernels measure
 #          1.00-1.05; a causal kernel that computes every tile and masks does 2x: honest, slow;
@@ -273,15 +265,10 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
         if have(OTHER_FLOP_METRICS):
             out["other_flops"] = (sum(out[m] * w for m, w in OTHER_FLOP_METRICS.items())
                                   + (out[FP8_OPS_METRIC] - wgmma_fp8) * FLOPS_PER_OP)
-        elif all(_totals(rows, m) is not None for m in LEAN_FLOP_BOUNDS):  # the lean set: bounds from above
-            out["other_flops"] = (sum(_totals(rows, m) * w for m, w in LEAN_FLOP_BOUNDS.items())  # type: ignore[operator]
-                                  + (out[FP8_OPS_METRIC] - wgmma_fp8) * FLOPS_PER_OP)
     if have([TMA_BYTES_METRIC]):
         out["tma_bytes"] = out[TMA_BYTES_METRIC]
     if have(OTHER_READ_METRICS):
         out["other_read_bytes"] = sum(out[m] for m in OTHER_READ_METRICS)
-    elif OTHER_READ_METRICS[0] in out and _totals(rows, LDGSTS_INST_METRIC) is not None:
-        out["other_read_bytes"] = out[OTHER_READ_METRICS[0]] + _totals(rows, LDGSTS_INST_METRIC) * LDGSTS_MAX_BYTES
     if have([DURATION_METRIC]):
         out["kernel_ms"] = out[DURATION_METRIC] / 1e6
     return out

@@ -112,7 +112,6 @@ def test_ptxbench_set_simple_solution_passes_and_is_timed(evaluator, name):
 
     from tools.solution import Solution
 
-    task = get_task(name)
     sol = Solution.from_dir(Path(__file__).resolve().parents[2] / "tasks" / name / "simple")
     # Every workload judged (this is the only GPU test of these simple solutions), the visible one timed.
     r = evaluator.evaluate(sol, name, "sm_90a", workloads="held_out", time=False)
