@@ -485,11 +485,14 @@ def _fmt(margins: dict[str, float]) -> str:
 
 
 def margins_of(task: Task, mismatches, got: Outputs, expected: Outputs, scales: dict | None) -> dict[str, float]:
+    from tools.correctness import elementwise_tolerance
+
     tol, out = task.tolerance, {}
     for m in mismatches:
         n = m.output
         s = expected[n].abs() if not scales or n not in scales else torch.maximum(expected[n].abs(), scales[n])
-        elementwise = float(((got[n].float() - expected[n]).abs() / (tol.atol + tol.rtol * s)).max())
+        atol, rtol = elementwise_tolerance(tol, n, s)  # the judge's own rule (LSE: its per-element bound)
+        elementwise = float(((got[n].float() - expected[n]).abs() / (atol + rtol * s)).max())
         aggregate = (m.rel_l2 or 0.0) / m.rel_l2_bound if m.rel_l2_bound else 0.0
         out[n] = max(elementwise, aggregate, m.row_ratio or 0.0)
     return out

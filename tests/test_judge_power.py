@@ -83,6 +83,10 @@ def test_honest_pass_and_wrong_fail(name):
         assert {"mask:dropped", "mask:shifted_by_1"} <= variants
     if task.op_type in ("gemm", "fp8_gemm", "mha_fwd", "fp8_mha_fwd", "mha_bwd"):
         assert any(kind == "honest_sampled" for kind, *_ in verdicts.rows)
+    # the margins table reads as the judge does: a margin above 1 exactly where a verdict failed
+    for kind, variant, passed, margins, why in verdicts.rows:
+        if margins:
+            assert passed == (max(margins.values()) <= 1), (kind, variant, passed, margins, why)
 
 
 def test_the_gpu_test_runs_here_at_reduced_size():
