@@ -108,6 +108,7 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
 
     `got` and `expected` are whole outputs, or [rows, row_len] samples of them (tasks.sampled);
     for a sample, a typical row's scale is estimated from the rows drawn."""
+    rtol, atol = tol.rtol, tol.atol
     bound = (getattr(tol, "rel_l2", None) or {}).get(name)
     row_tol = (getattr(tol, "rows", None) or {}).get(name)
     if tuple(got.shape) != tuple(expected.shape):
@@ -116,7 +117,8 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
     g, e = got.float(), expected.float()
     diff = (g - e).abs()
     s = e.abs() if scale is None else torch.maximum(e.abs(), scale.float())
-    atol, rtol = elementwise_tolerance(tol, name, s)
+    if row_tol is not None and row_tol.row == "element":  # each element is a row: its own bound replaces this rule
+        rtol, atol = row_tol.rtol, row_tol.atol + row_tol.rtol * row_tol.floor * float(s.square().mean().sqrt())
     # an infinite reference bounds nothing (inf <= inf): only the same infinity passes there
     ok = ((diff <= atol + rtol * s) & torch.isfinite(e)) | ((g == e) & ~torch.isnan(g))
     ok &= ~torch.isnan(g)
@@ -149,15 +151,6 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
                     mismatch_frac=n_bad / max(1, g.numel()), nan_count=int(torch.isnan(g).sum()),
                     first_mismatch=first, got=gv, expected=ev, rel_l2=rel_l2, rel_l2_bound=bound,
                     row_ratio=row_ratio, bad_rows=bad_rows, worst_row=worst_row, samples=samples, passed=passed)
-
-
-def elementwise_tolerance(tol, name: str, s: torch.Tensor) -> tuple[float, float]:
-    """(atol, rtol) of the elementwise rule for output `name`, whose scale is `s`: the task's, or
-    where each element is a row (LSE: schema.RowTolerance with row "element") that row bound."""
-    row_tol = (getattr(tol, "rows", None) or {}).get(name)
-    if row_tol is not None and row_tol.row == "element":  # each element is a row: its own bound replaces this rule
-        return row_tol.atol + row_tol.rtol * row_tol.floor * float(s.square().mean().sqrt()), row_tol.rtol
-    return tol.atol, tol.rtol
 
 
 SAMPLES = 4  # failing elements reported per output
