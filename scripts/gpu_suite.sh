@@ -6,11 +6,12 @@
 # 2. runs the GPU tests (tests/gpu, marker `gpu`);
 # 3. runs scripts/bench_harness.py (evaluation wall times per stage, timing spread) in what is
 #    left of one device call (CALL_S, 590 s).
-# The tests took about 12.5 minutes on one H200 on 2026-11-30 (97 tests: 484 s for everything but
-# HALF_B below, 264 s for HALF_B), more than one 10-minute call. With two GPUs visible (the
-# device tool's nvidia-h200-x2) the two halves run side by side, one per GPU: the whole suite in
-# one call. On one GPU, split it over two calls with GPU_TESTS="..." and run the bench in a
-# call of its own (SKIP_BENCH=1 here, then `python3 scripts/bench_harness.py`; `--solution
+# The tests take about 20 minutes on one H200 (2026-12-01: credit 260 s, tasks 200 s, judge power
+# 200 s, the rest 370 s, solve + replay 200 s), more than one 10-minute call. On one GPU run
+# PART=1, PART=2 and PART=3 (below), one device call each, each about 400-480 s; or any list with
+# GPU_TESTS="...". With two GPUs visible (the device tool's nvidia-h200-x2) and no PART or
+# GPU_TESTS the two halves run side by side, one per GPU. The bench gets what a call leaves
+# (SKIP_BENCH=1 skips it; or `python3 scripts/bench_harness.py` in a call of its own, `--solution
 # expert`, `--tasks` for the new families).
 # Into $OUT (default runs/gpu_suite), at most 8 files as the device tool returns them:
 #   suite.log (environment + pytest + per-test durations), bench.log, bench.json, bench.md, worker_tests.log,
@@ -52,6 +53,16 @@ run_tests() {
       timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider \
       --timeout "${GPU_TEST_EACH:-240}" "$@" > "$log" 2>&1 )
 }
+# One device call each on one H200 (per-test times of 2026-12-01, docs/BENCHMARKS.md).
+case "${PART:-}" in
+  1) GPU_TESTS="tests/gpu/test_credit_gpu.py tests/gpu/test_tasks_gpu.py" ;;
+  2) GPU_TESTS="tests/gpu/test_evaluator_gpu.py tests/gpu/test_gdn_gpu.py tests/gpu/test_fp8_gemm_gpu.py
+       tests/gpu/test_timing_gate_gpu.py tests/gpu/test_profile_gpu.py tests/gpu/test_memcheck_feedback_gpu.py
+       tests/gpu/test_knowledge_examples_gpu.py tests/gpu/test_fp8_attention_gpu.py" ;;
+  3) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/test_replay.py tests/gpu/test_judge_power_gpu.py" ;;
+  "") ;;
+  *) echo "PART must be 1, 2 or 3" >&2; exit 2 ;;
+esac
 # The second half of the suite, as split on the H200 on 2026-11-30 (264 s against 484 s for the rest).
 HALF_B="tests/gpu/test_solve_gpu.py tests/gpu/test_tasks_gpu.py tests/test_replay.py"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
