@@ -11,6 +11,8 @@ summary; Ctrl-C and kills are resumable from the SQLite checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.metadata
 import math
 import os
@@ -282,28 +284,62 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
     run_dir, config = load_resumable(run, runs_dir)
     if (ended := finished_summary(run_dir)) is not None:
         return ended
-    task = _get_task(config.task)
-    model = _get_model(config.model, config.api_base, config.model_options, human_reply_file, config.model_params)
+    with run_folder_lock(run_dir):
+        task = _get_task(config.task)
+        model = _get_model(config.model, config.api_base, config.model_options, human_reply_file,
+                           config.model_params)
+        try:
+            _continue_script(model, run_dir)
+            writer = TrajectoryWriter(run_dir)
+        except RunFolderError as exc:
+            raise SolveError(str(exc)) from None
+        owned = evaluator is None
+        deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
+                    evaluator=evaluator or _get_evaluator(), writer=writer, clock=Clock(),
+                    retrieve=_get_retriever(config.context))
+        return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop)
+
+
+@contextlib.contextmanager
+def run_folder_lock(run_dir: Path):
+    """Only one process drives a run folder at a time. A second `agent solve --resume` (or a
+    start under the same --run-id) while the run is still going would drive the same checkpoint
+    and events log again: the turn's LLM call made twice and counted twice, events interleaved,
+    a summary written under the live run. An advisory lock on the events log (no extra file in
+    the folder) says so up front; the kernel drops it when its process ends, however it ends, so
+    a killed run resumes as before. (The GPU worker and the compile sandbox are started with
+    subprocess, which closes inherited descriptors: they never hold it.)"""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    f = open(run_dir / "events.jsonl", "a", encoding="utf-8")
     try:
-        _continue_script(model, run_dir)
-        writer = TrajectoryWriter(run_dir)
-    except RunFolderError as exc:
-        raise SolveError(str(exc)) from None
-    owned = evaluator is None
-    deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
-                evaluator=evaluator or _get_evaluator(), writer=writer, clock=Clock(),
-                retrieve=_get_retriever(config.context))
-    return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop)
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise SolveError(f"run {run_dir} is in use by another process (still running, or being resumed); "
+                         f"let it end or stop it, then: {resume_command(run_dir)}") from None
+    try:
+        yield
+    finally:
+        f.close()
 
 
 def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool, evaluator,
            task_text: str | None = None, stop: threading.Event | None = None) -> RunSummary:
     run_dir = Path(runs_dir) / config.run_id
-    if (run_dir / "config.json").exists():
-        raise SolveError(f"run {config.run_id} already exists in {runs_dir}; resume it with: {resume_command(run_dir)}")
     if shipped_example(run_dir):
         raise SolveError(f"{run_dir} is inside a shipped example (read-only): choose another --runs-dir")
-    retrieve = _get_retriever(config.context)
+    retrieve = _get_retriever(config.context)  # a refusal here leaves no folder behind
+    with run_folder_lock(run_dir):
+        # under the lock: two starts of one id at once must not both find the folder free
+        if (run_dir / "config.json").exists():
+            raise SolveError(f"run {config.run_id} already exists in {runs_dir}; resume it with: "
+                             f"{resume_command(run_dir)}")
+        return _start_locked(config, task, model, state, run_dir, retrieve, progress, evaluator, task_text,
+                             stop)
+
+
+def _start_locked(config: RunConfig, task, model, state: dict, run_dir: Path, retrieve, progress: bool, evaluator,
+                  task_text: str | None, stop: threading.Event | None) -> RunSummary:
     owned = evaluator is None
     evaluator = evaluator or _get_evaluator()
     config = config.model_copy(update={"prompt_version": prompts.PROMPT_VERSION,
