@@ -54,27 +54,92 @@ class RunRecord:
     run_dir: Path
     config: RunConfig
     summary: RunSummary | None  # None: the run never finished a turn's summary
+    # the model column when the default one would merge this run with runs of other settings
+    # (another model under the same name, another language ...): see distinguish()
+    label: str | None = None
 
     @property
     def finished(self) -> bool:
-        """Ended on its own terms (budget, model failure). Runs that a ptxbench error stopped
+        """Ended on its own terms (budget, the model's own end). Runs that a ptxbench error stopped
         ("failed") or that were interrupted say nothing about the model: they are left out."""
         return self.summary is not None and self.summary.status == "finished"
 
+    def measured_at(self, turn_limit: int) -> bool:
+        """Its verdicts up to `turn_limit` are what the model did there. A run the provider stopped
+        (stop_reason model_error: an outage, exhausted retries, a bad key; agent.run.resume retries
+        that turn) is measured only up to the turns it completed; past them it is unfinished."""
+        if not self.finished:
+            return False
+        return self.summary.stop_reason != "model_error" or turn_limit <= self.summary.turns  # type: ignore[union-attr]
+
 
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Run folders (those holding config.json) given directly or anywhere under sweep folders."""
-    found: list[Path] = []
+    """Run folders (those holding config.json) given directly or anywhere under sweep folders,
+    each once however it was reached (a folder given twice, relative and absolute, or by a link)."""
+    found: dict[Path, Path] = {}  # resolved -> as found
     for p in map(Path, paths):
         if (p / "config.json").is_file():
-            found.append(p)
-        elif p.is_dir():
-            found.extend(sorted(c.parent for c in p.rglob("config.json") if "candidates" not in c.parts))
-    return sorted(set(found))
+            dirs = [p]
+        elif p.is_dir():  # a run's candidates/ folder holds no run; a sweep or model named candidates does
+            dirs = sorted(c.parent for c in p.rglob("config.json") if not _inside_candidates(c.parent, p))
+        else:
+            dirs = []
+        for d in dirs:
+            found.setdefault(d.resolve(), d)
+    return sorted(found.values())
+
+
+def _inside_candidates(folder: Path, top: Path) -> bool:
+    """Whether `folder` lies in some run's candidates/ folder (below `top`)."""
+    return any(a.name == "candidates" and (a.parent / "config.json").is_file()
+               for a in [folder, *folder.parents] if a != top and top in a.parents)
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
-    return [RunRecord(d, read_config(d), read_summary(d)) for d in find_run_dirs(paths)]
+    """The runs under `paths`. Two folders holding one run id (a copy, or old runs moved aside)
+    are refused: counting both would count that run twice."""
+    runs = [RunRecord(d, read_config(d), read_summary(d)) for d in find_run_dirs(paths)]
+    seen: dict[str, Path] = {}
+    for r in runs:
+        if r.config.run_id in seen:
+            raise ValueError(f"run {r.config.run_id} is in two folders, {seen[r.config.run_id]} and {r.run_dir}: "
+                             f"report one of them (counting both would count the run twice)")
+        seen[r.config.run_id] = r.run_dir
+    return distinguish(runs)
+
+
+# Settings of a run that make it another experiment but are not columns of the report: within one
+# sweep they are the same for every run, across sweeps (or after a config change) they may not be.
+def _settings(c: RunConfig) -> dict[str, object]:
+    from agent.sweep import model_identity
+
+    return {"spec": model_identity(c.model), "api_base": c.api_base, "lang": c.lang, "samples": c.samples,
+            "population": c.population if c.strategy == "evolve" else None, "temperature": c.temperature,
+            "budget": c.budget.model_dump_json(exclude_none=True), "executed_check": c.executed_check,
+            "context_tokens": c.context_tokens, "context_turn_tokens": c.context_turn_tokens, "memcheck": c.memcheck}
+
+
+def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
+    """Runs that would share a cell but differ in a setting the cell key does not name (two models
+    under one `name`, another language, sample count, budget ...) get a model label naming the
+    settings that differ, so they are never pooled into one row. Labels otherwise stay as they are."""
+    cells: dict[CellKey, list[RunRecord]] = {}
+    for r in runs:
+        r.label = None
+        cells.setdefault(cell_key(r), []).append(r)
+    for key, members in cells.items():
+        settings = [_settings(r.config) for r in members]
+        differ = [k for k in settings[0] if len({json.dumps(s[k], sort_keys=True) for s in settings}) > 1]
+        if not differ:
+            continue
+        for r, s in zip(members, settings):
+            shown = [f"{k}={s[k]}" if k != "budget" else f"budget={_budget_label(r.config)}" for k in differ]
+            r.label = f"{key[0]} ({', '.join(shown)})"
+    return runs
+
+
+def _budget_label(c: RunConfig) -> str:
+    return ",".join(f"{k}={v}" for k, v in c.budget.model_dump(exclude_none=True).items())
 
 
 def model_label(spec: str) -> str:
@@ -226,8 +291,14 @@ class CellRow:
 
 def cell_key(run: RunRecord) -> CellKey:
     c = run.config
-    return ((c.model_name or model_label(c.model)) + params_label(c.model_params), c.task, c.arch, c.context, c.strategy,
-            "on" if c.profile_feedback else "off", c.history)
+    return (run_label(run), c.task, c.arch, c.context, c.strategy, "on" if c.profile_feedback else "off", c.history)
+
+
+def run_label(run: RunRecord) -> str:
+    """The model column: the sweep's name for the model (else its spec), its parameters, and where
+    runs of other settings would share its cells, those settings (distinguish)."""
+    c = run.config
+    return run.label or (c.model_name or model_label(c.model)) + params_label(c.model_params)
 
 
 def params_label(params: dict) -> str:
@@ -267,8 +338,8 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
     """Rows per cell and turn limit; `by` groups runs into cells (cell_key, family_key, split_key)."""
     rows: list[CellRow] = []
     for key, members in group_cells(runs, by).items():
-        done = [r for r in members if r.finished]
         for limit in sorted(set(turn_limits)):
+            done = [r for r in members if r.measured_at(limit)]
             per_run = [run_metrics(r.summary, limit) for r in done]  # type: ignore[arg-type]
             metrics = {m: proportion([pr.values[m] for pr in per_run]) for m in PROPORTIONS}
             speedups = [pr.speedup for pr in per_run if pr.values["cwa"] is True and pr.speedup]
@@ -374,7 +445,8 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
         ax.set_title(f"{task} {arch} (turn {turn_limit})", fontsize=9)
         drawn = False
         for (model, context), series in _by_model_setting(members).items():
-            metrics = [run_metrics(r.summary, turn_limit) for r in series]  # type: ignore[arg-type]
+            metrics = [run_metrics(r.summary, turn_limit) for r in series  # type: ignore[arg-type]
+                       if r.measured_at(turn_limit)]
             known = [m for m in metrics if m.values["cwa"] is not None]
             if not known:
                 continue
@@ -407,7 +479,8 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], limits: Sequence[int], path:
         for (model, context), series in _by_model_setting(members).items():
             xs, ys = [], []
             for turn in range(1, max(limits) + 1):
-                sp = [m.speedup for m in (run_metrics(r.summary, turn) for r in series)  # type: ignore[arg-type]
+                sp = [m.speedup for m in (run_metrics(r.summary, turn)  # type: ignore[arg-type]
+                                          for r in series if r.measured_at(turn))
                       if m.values["cwa"] is True and m.speedup]
                 if sp:
                     xs.append(turn)
@@ -489,7 +562,7 @@ def _by_model_setting(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[R
         setting = ", ".join([c.context] + ([c.strategy] if c.strategy != "linear" else [])
                             + (["profile on"] if c.profile_feedback else [])
                             + ([f"history {c.history}"] if c.history != "full" else []))
-        out.setdefault(((c.model_name or model_label(c.model)) + params_label(c.model_params), setting), []).append(r)
+        out.setdefault((run_label(r), setting), []).append(r)
     return dict(sorted(out.items()))
 
 
@@ -553,7 +626,7 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     write_csv(rows, files["csv"])
     files["families_csv"] = out / "report_families.csv"
     write_csv([r for g in groups.values() for r in g], files["families_csv"])
-    unfinished = sum(1 for r in runs if not r.finished)
+    unfinished = sum(1 for r in runs if not r.measured_at(limits[-1]))
     files["md"] = out / "report.md"
     files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, _evaluation_notes(runs), groups))
     files["html"] = out / "report.html"
@@ -582,7 +655,7 @@ _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback
 def _runs_line(n_runs: int, unfinished: int) -> str:
     runs = f"{n_runs} run" if n_runs == 1 else f"{n_runs} runs"
     return f"{runs} ({unfinished} unfinished, interrupted or stopped by a ptxbench or infrastructure error, left out of " \
-           f"the metrics)."
+           f"the metrics; a run its model's provider stopped counts up to the turns it completed)."
 
 
 def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[int]):

@@ -281,6 +281,13 @@ def expand(config: SweepConfig) -> list[SweepRun]:
 RunState = Literal["done", "partial", "new"]
 
 
+def retryable(summary: RunSummary) -> bool:
+    """Ended without a result of the model's own that --retry-failed redoes: a ptxbench error
+    (failed), or the model's provider failing for good (model_error: an outage, exhausted retries,
+    a bad key), whose turn agent.run.resume asks again."""
+    return summary.status == "failed" or summary.stop_reason == "model_error"
+
+
 def run_state(run_dir: Path) -> RunState:
     """done: ended for good; partial: to be resumed (interrupted, killed, or stopped by an
     infrastructure fault, which is no result of the run's); new: never started."""
@@ -368,7 +375,7 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
     for r in runs:
         state = run_state(runs_dir / r.run_id)
         summary = read_summary(runs_dir / r.run_id) if state == "done" else None
-        if summary is not None and not (retry_failed and summary.status == "failed"):
+        if summary is not None and not (retry_failed and retryable(summary)):
             done.append((r, state, summary))
         else:
             todo.append((r, "partial" if state == "done" else state))
@@ -489,7 +496,7 @@ def plan(config: SweepConfig) -> GridSummary:
     return GridSummary(runs, {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs})
 
 
-def _identity(spec: str) -> str:
+def model_identity(spec: str) -> str:
     """What names a model for this check: the spec, but for a recorded or scripted model its
     file's name, not its folder (a sweep moved with its files is the same sweep)."""
     for prefix in ("scripted:", "replay:"):
@@ -498,11 +505,26 @@ def _identity(spec: str) -> str:
     return spec
 
 
+def _recorded_settings(run: SweepRun, config: SweepConfig, runs_dir: Path) -> dict[str, Any]:
+    """What a run of this cell records in its config.json for the settings that make it this
+    experiment (not operational ones such as concurrency or retries)."""
+    req = run.request(config, runs_dir)
+    settings = {"lang": req.lang, "context": req.context, "context_tokens": req.context_tokens,
+                "budget": req.budget.model_dump(), "samples": req.samples, "strategy": req.strategy,
+                "profile_feedback": req.profile_feedback, "seed": req.seed, "temperature": req.temperature,
+                "executed_check": req.executed_check, "history": req.history, "model_params": req.model_params,
+                "context_turn_tokens": req.context_turn_tokens, "memcheck": req.memcheck}
+    if req.strategy == "evolve":
+        settings["population"] = req.population
+    return settings
+
+
 def refuse_changed_models(config: SweepConfig, runs: list[SweepRun]) -> None:
-    """A run id names the model by its `name`; a run recorded under that name with another
-    spec (or endpoint) would be reused or resumed as if it were this model's. Refuse, naming
-    both, before anything runs."""
-    from agent.trajectory import RunFolderError, read_config
+    """A run id names the model by its `name`, and leaves out most settings (language, budget,
+    samples, seed, model parameters ...); a run recorded under that id with another spec, endpoint
+    or setting would be reused or resumed as if it were this config's. Refuse, naming both, before
+    anything runs. Settings a run recorded before they existed are not compared."""
+    from agent.trajectory import Budget, RunFolderError, read_config
 
     for r in runs:
         run_dir = Path(config.runs_dir) / r.run_id
@@ -510,16 +532,28 @@ def refuse_changed_models(config: SweepConfig, runs: list[SweepRun]) -> None:
             continue
         try:
             recorded = read_config(run_dir)
-        except RunFolderError:
+            raw = json.loads((run_dir / "config.json").read_text())
+        except (RunFolderError, OSError, ValueError):
             continue  # resuming it says what is wrong with it
         then = (recorded.model, recorded.api_base)
-        if (_identity(recorded.model), recorded.api_base) != (_identity(r.model.spec), r.model.api_base):
+        if (model_identity(recorded.model), recorded.api_base) != (model_identity(r.model.spec), r.model.api_base):
             what = "spec" if recorded.model != r.model.spec else "api_base"
             raise SweepError(
                 f"model {r.model.name!r}: its runs were recorded with {what} "
                 f"{then[0] if what == 'spec' else then[1]!r} and the config now says "
                 f"{r.model.spec if what == 'spec' else r.model.api_base!r} (e.g. {run_dir}); give the new model "
                 f"another `name`, or move its old runs away, so old results are not taken for the new model's")
+        for key, now in _recorded_settings(r, config, Path(config.runs_dir)).items():
+            if key not in raw:
+                continue
+            was = getattr(recorded, key)
+            if key == "budget":
+                was, now = was.model_dump(), Budget(**now).model_dump()
+            if was != now:
+                raise SweepError(
+                    f"{run_dir} was recorded with {key} = {json.dumps(was)} and the config now says "
+                    f"{json.dumps(now)}; its run id does not name {key}, so it would be reused or resumed as this "
+                    f"config's: give the sweep another `name`, or move its old runs away")
 
 
 def models_to_run(grid: GridSummary, retry_failed: bool = False) -> set[str]:

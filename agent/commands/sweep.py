@@ -42,7 +42,8 @@ def sweep(
         help="an existing Ray cluster (auto, host:6379, ray://host:10001); implies --executor ray"),
     runs_dir: Optional[str] = typer.Option(None, help="where runs go (overrides the config)"),
     concurrency: Optional[int] = typer.Option(None, help="runs (LLM calls) in flight at once"),
-    retry_failed: bool = typer.Option(False, help="resume runs that ended with a ptxbench error"),
+    retry_failed: bool = typer.Option(
+        False, help="resume runs that ended with a ptxbench error, or that their model's provider stopped (model_error)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list the grid and each run's state; run nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the sweep summary as JSON"),
 ) -> None:
