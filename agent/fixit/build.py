@@ -56,6 +56,9 @@ class Attempt:
     eval: EvalResult | None
     reply: str
     feedback: str | None = None  # the user message the model saw after this candidate, if recorded
+    # The candidate whose feedback this one answered (its path in the run); None: it answered the
+    # task (turn 1), or for a teacher run, the student's kernel the run opened with.
+    parent: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -68,7 +71,17 @@ def load_attempts(run_dir: Path) -> list[Attempt]:
     if summary is None:
         return []
     config = read_config(run_dir)
-    feedback = {e.get("turn"): e.get("text") for e in read_events(run_dir, "feedback")}
+    # A feedback event names the candidate it describes (`parent`): for evolve that is the parent
+    # drawn for the next turn, not the turn's own candidate. Runs recorded before that: by turn.
+    about: dict[str, str] = {}
+    by_turn: dict[int, str] = {}
+    for e in read_events(run_dir, "feedback"):
+        if e.get("parent"):
+            about.setdefault(e["parent"], e.get("text"))
+        else:
+            by_turn[e.get("turn")] = e.get("text")
+    chosen_path = {t.turn: next((c.path for c in t.candidates if t.chosen is None or c.sample == t.chosen), None)
+                   for t in summary.per_turn}
     attempts = []
     for t in summary.per_turn:
         for c in t.candidates:
@@ -81,8 +94,10 @@ def load_attempts(run_dir: Path) -> list[Attempt]:
             ev = EvalResult.model_validate_json(ev_path.read_text()) if ev_path.exists() else None
             reply = (folder / "reply.md").read_text() if (folder / "reply.md").exists() else ""
             chosen = t.chosen is None or t.chosen == c.sample
+            # Runs recorded before candidates named their parent continued from the previous turn's chosen one.
+            parent = c.parent if c.parent is not None or t.turn == 1 else chosen_path.get(t.turn - 1)
             attempts.append(Attempt(run_dir, config, c, solution, ev, reply,
-                                    feedback.get(t.turn) if chosen else None))
+                                    about.get(c.path) or (by_turn.get(t.turn) if chosen else None), parent))
     return sorted(attempts, key=lambda a: a.key)
 
 
@@ -117,10 +132,15 @@ def passed_checks(a: Attempt) -> set[str]:
     return passed
 
 
+GPU_FAILURES = frozenset({"runtime", "timeout", "numerical"})
+
+
 def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
-    """`later` passed the check `failed` failed, and every check `failed` passed."""
+    """`later` passed the check `failed` failed, and every check `failed` passed, and it failed
+    no check on the GPU: a kernel seen to crash, hang or compute wrong numbers is no one's
+    correction (a compile error answered with a crashing kernel would teach the crash)."""
     done = passed_checks(later)
-    return error in done and passed_checks(failed) <= done
+    return error in done and passed_checks(failed) <= done and not error_classes(later) & GPU_FAILURES
 
 
 # ---------------------------------------------------------------------------------------
@@ -144,12 +164,28 @@ class Pair:
         return self.failed.record.turn
 
 
+def descends(later: Attempt, failed: Attempt, by_path: dict[str, Attempt]) -> bool:
+    """`later` was written in a chat that held `failed` and its feedback: `failed` is one of its
+    parents, grandparents, ... (a best-of-N sample the chat did not continue, or another evolve
+    branch, is not)."""
+    seen: set[str] = set()
+    path = later.parent
+    while path is not None and path not in seen:
+        if path == failed.record.path:
+            return True
+        seen.add(path)
+        path = by_path[path].parent if path in by_path else None
+    return False
+
+
 def find_pairs(attempts: Sequence[Attempt]) -> tuple[list[Pair], list[tuple[Attempt, str]]]:
-    """(pairs, unfixed failures): each failed candidate x error class -> the next candidate that fixed it."""
+    """(pairs, unfixed failures): each failed candidate x error class -> the first later candidate
+    descended from it that fixed it."""
     pairs, unfixed = [], []
+    by_path = {a.record.path: a for a in attempts}
     for i, a in enumerate(attempts):
         for error in sorted(error_classes(a)):
-            fix = next((b for b in attempts[i + 1:] if b.record.turn > a.record.turn and fixes(b, a, error)), None)
+            fix = next((b for b in attempts[i + 1:] if descends(b, a, by_path) and fixes(b, a, error)), None)
             if fix is None:
                 unfixed.append((a, error))
             else:
@@ -158,6 +194,7 @@ def find_pairs(attempts: Sequence[Attempt]) -> tuple[list[Pair], list[tuple[Atte
 
 
 TeacherFn = Callable[[Attempt, str], "Attempt | None"]
+TEACHER_STAMP = "fixit_teacher.json"  # in a finished teacher run: which teacher, turns, failed kernel
 
 
 def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, turns: int = 3) -> TeacherFn:
@@ -166,8 +203,11 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
     One teacher run per failed candidate, under work_dir/teacher/<run id>/<turn>-<sample>: the
     chat opens with the task, the student's kernel and the feedback the student got; the
     teacher then has `turns` turns. Its first candidate that fixes the error class is the
-    correction. Finished teacher runs are reused, so a second build costs no calls.
+    correction. A finished teacher run is reused, so a second build costs no calls, but only by
+    the same teacher, with the same turns, for the same kernel and feedback (TEACHER_STAMP says
+    which): run ids repeat (a sweep run again, another --teacher into the same folder).
     """
+    import hashlib
     import shutil
 
     from agent import run as agent_run
@@ -177,12 +217,18 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
         cfg = failed.config
         run_id = f"teacher/{cfg.run_id}/{failed.record.turn}-{failed.record.sample}"
         run_dir = work_dir / run_id
-        if read_summary(run_dir) is None:
-            if run_dir.exists():  # a teacher run that died half-way: start it again
+        feedback = feedback_text(failed)
+        digest = hashlib.sha256((solution_block(failed.solution) + "\0" + feedback).encode()).hexdigest()  # type: ignore[arg-type]
+        stamp = {"teacher": teacher, "turns": turns, "failed": digest}
+        stamp_path = run_dir / TEACHER_STAMP
+        done = stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp
+        if not done:
+            if run_dir.exists():  # died half-way, another teacher's, or another kernel's: start again
                 shutil.rmtree(run_dir)
             config = cfg.model_copy(update={"run_id": run_id, "model": teacher, "api_base": api_base,
                                             "model_options": {}, "budget": Budget(max_turns=turns)})
-            agent_run.repair(config, failed.solution, feedback_text(failed), runs_dir=work_dir, quiet=True)
+            agent_run.repair(config, failed.solution, feedback, runs_dir=work_dir, quiet=True)
+            stamp_path.write_text(json.dumps(stamp) + "\n")  # written last: the run is finished
         return next((b for b in load_attempts(run_dir) if fixes(b, failed, error)), None)
 
     return repair
@@ -236,11 +282,19 @@ def explainer_model(spec: str, api_base: str | None = None) -> ExplainerFn:
     return explain
 
 
+def answers(p: Pair) -> bool:
+    """The fixing reply answered the failed kernel itself (its parent; a teacher's first turn
+    answers the student's kernel), so its reasoning is about this mistake and not a later one."""
+    if p.source == "teacher":
+        return p.fixed.parent is None
+    return p.fixed.parent == p.failed.record.path
+
+
 def explain(p: Pair, explainer: ExplainerFn | None) -> Pair:
     if explainer is not None:
         p.explanation, p.explanation_source = explainer(p), "explainer"
     else:
-        text = reasoning_text(p.fixed.reply)
+        text = reasoning_text(p.fixed.reply) if answers(p) else ""
         p.explanation, p.explanation_source = text, ("reply" if text else "none")
     return p
 
@@ -374,7 +428,8 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
     from agent.report import find_run_dirs
 
     out = Path(out_dir)
-    run_dirs = find_run_dirs(run_paths)
+    # The data folder's own teacher runs (an --out inside the runs given) are not the student's trajectories.
+    run_dirs = [d for d in find_run_dirs(run_paths) if not d.resolve().is_relative_to(out.resolve())]
     if not run_dirs:
         raise ValueError("no runs found (a run folder holds config.json)")
     if teacher_fn is None and options.teacher:
@@ -383,10 +438,13 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
     if explainer_fn is None and options.explainer:
         explainer_fn = explainer_model(options.explainer, options.explainer_api_base)
 
+    left_out: Counter = Counter()
     if options.split is not None:  # before anything reads them: no teacher repairs a held-out task either
         from tasks.registry import task_split
 
-        run_dirs = [d for d in run_dirs if task_split(read_config(d).task) == options.split]
+        splits = {d: task_split(read_config(d).task) for d in run_dirs}
+        left_out.update(s for s in splits.values() if s != options.split)
+        run_dirs = [d for d in run_dirs if splits[d] == options.split]
     pairs: list[Pair] = []
     failures = Counter()
     unfixed_total = 0
@@ -426,7 +484,7 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
         for i, p in enumerate(chosen):
             f.write(json.dumps({"messages": messages(p), "meta": example_meta(p, i)}, ensure_ascii=False) + "\n")
     card = data_card(chosen, runs=len(run_dirs), failures=failures, pairs_found=len(pairs),
-                     unfixed=unfixed_total, dropped=dropped, options=options)
+                     unfixed=unfixed_total, dropped=dropped, options=options, left_out=left_out)
     (out / "data_card.json").write_text(json.dumps(card, indent=2) + "\n")
     (out / "data_card.md").write_text(render_card(card))
     return BuildResult(out, len(chosen), card)
@@ -444,16 +502,17 @@ def example_meta(p: Pair, index: int) -> dict:
 
 
 def data_card(chosen: Sequence[Pair], *, runs: int, failures: Counter, pairs_found: int, unfixed: int,
-              dropped: Counter, options: BuildOptions) -> dict:
+              dropped: Counter, options: BuildOptions, left_out: Counter = Counter()) -> dict:
     def count(key) -> dict:
         return dict(sorted(Counter(key(p) for p in chosen).items()))
 
     return {
-        "examples": len(chosen), "runs": runs, "failed_candidates_by_error": dict(sorted(failures.items())),
+        "examples": len(chosen), "runs": runs, "runs_left_out": dict(sorted(left_out.items())),
+        "failed_candidates_by_error": dict(sorted(failures.items())),
         "pairs_found": pairs_found, "unfixed_failures": unfixed, "dropped": dict(sorted(dropped.items())),
         "by_task": count(lambda p: p.task), "by_error": count(lambda p: p.error),
         "by_source": count(lambda p: p.source), "by_turn": count(lambda p: p.turn),
-        "by_arch": count(lambda p: p.failed.config.arch),
+        "by_arch": count(lambda p: p.failed.config.arch), "by_model": count(lambda p: p.failed.config.model),
         "by_explanation_source": count(lambda p: p.explanation_source),
         "options": {"teacher": options.teacher, "explainer": options.explainer,
                     "min_speedup": options.filters.min_speedup, "max_chars": options.filters.max_chars,
@@ -473,13 +532,15 @@ def render_card(card: dict) -> str:
     lines = ["# Fixit data card", "",
              f"{card['examples']} examples from {card['runs']} runs: each pairs a failed kernel and its "
              "evaluation feedback with the later kernel that fixed that error class, and an explanation.", "",
+             f"- runs left out by the split (`{card['options']['split'] or 'all'}`): "
+             f"{json.dumps(card['runs_left_out'])}",
              f"- pairs found: {card['pairs_found']}; failures left unfixed: {card['unfixed_failures']}",
              f"- dropped: {json.dumps(card['dropped'])}",
              f"- failed candidates by error class: {json.dumps(card['failed_candidates_by_error'])}",
              f"- options: {json.dumps(card['options'])}",
              f"- format: {card['format']}", ""]
     for key, title in (("by_task", "By task"), ("by_error", "By error class"), ("by_source", "By source"),
-                       ("by_turn", "By failed turn"), ("by_arch", "By arch"),
+                       ("by_turn", "By failed turn"), ("by_arch", "By arch"), ("by_model", "By model"),
                        ("by_explanation_source", "By explanation source")):
         lines += table(title, card[key])
     return "\n".join(lines)
