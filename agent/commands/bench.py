@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 else:
                     res = ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed)
                     rows.append(_row(res))
-                    status = max(status, _exit_code(res))
+                    status = max(status, _exit_code(res, model))
                 r = rows[-1]
                 say(f"[{n}/{len(todo)}] {t.name}: compiled {_word(r.get('compiled'))}, "
                     f"features in SASS {_word(r.get('arch_sass'))}, correct {_word(r.get('correct'))}"
@@ -131,12 +131,16 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(status)
 
 
-def _exit_code(res) -> int:
+def _exit_code(res, kind: str) -> int:
     """3: the toolchain or GPU worker failed; 1: a shipped solution did not compile, or ran wrong
-    or crashed (a simple solution without the requested features is what it is: not a failure)."""
+    or crashed, or an expert lacks its requested instructions (missing from the SASS, wgmma
+    serialized, or not executed carrying the work), which is the credit it ships for; a simple
+    solution without them is what it is: not a failure."""
     if res.infra_error:
         return ExitCode.INFRA
     if not res.compiled or res.run_status == "failed" or res.correct is False or res.split_correct("held_out") is False:
+        return ExitCode.FAILED
+    if kind == "expert" and ((res.inspect.status == "ok" and not res.arch_ok) or res.arch_executed is False):
         return ExitCode.FAILED
     return ExitCode.OK
 
