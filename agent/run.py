@@ -87,7 +87,8 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
                      budget: Budget | None = None, context_tokens: int = 0, temperature: float | None = None,
                      model_options: dict | None = None, strategy: str | None = None,
                      population: int = 4, history: str = "full", model_params: dict | None = None,
-                     context_turn_tokens: int = 0) -> str | None:
+                     context_turn_tokens: int = 0, profile_feedback: bool = False,
+                     executed_check: bool = True) -> str | None:
     """What is wrong with a run's settings, in one line naming the setting as a sweep config
     and `agent solve` spell it, or None. Shared by both, so they refuse the same things up
     front instead of failing once per run."""
@@ -107,6 +108,11 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
         return f"strategy linear drafts one candidate a turn; samples {samples} is best-of-n (--strategy best-of-n)"
     if population < 1:
         return f"population (--population) must be at least 1, not {population}"
+    if profile_feedback and not executed_check:
+        # the profile is collected by the executed check's Nsight Compute pass: without it the run
+        # would be recorded (and reported) as the profile arm while the model never saw one
+        return ("profile feedback (--profile-feedback on) needs the executed check, which collects the profile; "
+                "drop --no-executed (executed_check = false in a sweep) or turn profile feedback off")
     if context_tokens < 0:
         return f"context_tokens (--context-tokens) must be >= 0, not {context_tokens}"
     if history not in HISTORIES:
@@ -172,7 +178,8 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
                                budget=req.budget, context_tokens=req.context_tokens, temperature=req.temperature,
                                model_options=req.model_options, strategy=req.strategy, population=req.population,
                                history=req.history, model_params=req.model_params,
-                               context_turn_tokens=req.context_turn_tokens)
+                               context_turn_tokens=req.context_turn_tokens, profile_feedback=req.profile_feedback,
+                               executed_check=req.executed_check)
     if problem:
         raise SolveError(problem)
     if req.api_base:
