@@ -324,6 +324,8 @@ def run_folder_lock(run_dir: Path):
         f.close()
         raise SolveError(f"run {run_dir} is in use by another process (still running, or being resumed); "
                          f"let it end or stop it, then: {resume_command(run_dir)}") from None
+    except OSError:  # a filesystem without locks (some network mounts): go on unguarded, as before
+        pass
     try:
         yield
     finally:
