@@ -105,7 +105,7 @@ def train(
     epochs: float = typer.Option(1.0, help="epochs"),
     batch_size: int = typer.Option(1, help="per-device batch size"),
     grad_accum: int = typer.Option(1, help="gradient accumulation steps"),
-    max_length: int = typer.Option(8192, help="tokens per example (longer ones are truncated)"),
+    max_length: int = typer.Option(8192, help="tokens per example (longer ones are left out whole, and counted)"),
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
@@ -125,7 +125,10 @@ def train(
         print_json(asdict(result))
         return
     loss = "n/a" if result.train_loss is None else f"{result.train_loss:.4f}"
-    console.print(f"adapter -> {result.out}: {plural(result.examples, 'example')}, {plural(result.steps, 'step')}, "
+    longer = (f" ({plural(result.dropped_too_long, 'example')} longer than --max-length {max_length} left out)"
+              if result.dropped_too_long else "")
+    console.print(f"adapter -> {result.out}: {plural(result.examples, 'example')}{longer}, "
+                  f"{plural(result.steps, 'step')}, "
                   f"loss {loss} "
                   f"({result.loss_tokens} of {result.tokens} tokens) on {result.device} in {result.seconds:.0f}s",
                   highlight=False)

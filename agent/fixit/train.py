@@ -59,6 +59,7 @@ class TrainResult:
     seconds: float
     loss_tokens: int  # tokens the loss is computed on (the answers)
     tokens: int  # all tokens seen
+    dropped_too_long: int = 0  # examples longer than max_length, left out whole (`examples` does not count them)
 
 
 def load_examples(data: str | Path) -> list[dict]:
@@ -140,23 +141,35 @@ def train(data: str | Path, options: TrainOptions) -> TrainResult:
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     lora = LoraConfig(r=options.rank, lora_alpha=options.alpha or 2 * options.rank, lora_dropout=options.dropout,
                       target_modules=options.target_modules, task_type="CAUSAL_LM")
+    # No truncation by TRL: it keeps the start, so a long prompt leaves the answer cut off (a kernel
+    # without its end taught as the fix) or wholly out (TRL then drops the row unseen). Rows longer
+    # than max_length are left out whole below, and counted.
     args = SFTConfig(
         output_dir=options.out, num_train_epochs=options.epochs, learning_rate=options.lr,
         per_device_train_batch_size=options.batch_size, gradient_accumulation_steps=options.grad_accum,
-        max_length=options.max_length, completion_only_loss=True,  # the prompt is masked out of the loss
+        max_length=None, completion_only_loss=True,  # the prompt is masked out of the loss
         bf16=bf16, use_cpu=not cuda, seed=options.seed, logging_steps=1, save_strategy="no",
         report_to=[], dataloader_num_workers=0)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          peft_config=lora)
+    lengths = [len(ids) for ids in trainer.train_dataset["input_ids"]]
+    keep = [i for i, n in enumerate(lengths) if n <= options.max_length]
+    if not keep:
+        raise TrainError(f"no example fits --max-length {options.max_length} tokens (the shortest has "
+                         f"{min(lengths)}); raise --max-length")
+    if len(keep) < len(lengths):
+        trainer.train_dataset = trainer.train_dataset.select(keep)
     trained, total = _loss_tokens(trainer.train_dataset)
+    if trained == 0:
+        raise TrainError("no token of any answer is in the loss: nothing to train on")
     with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs; stdout is for results
         output = trainer.train()
     trainer.save_model(options.out)  # the LoRA adapter (adapter_config.json + weights)
     tokenizer.save_pretrained(options.out)
-    result = TrainResult(out=options.out, examples=len(rows), steps=output.global_step,
+    result = TrainResult(out=options.out, examples=len(keep), steps=output.global_step,
                          train_loss=float(output.training_loss) if output.training_loss is not None else None,
                          device="cuda" if cuda else "cpu", seconds=round(time.monotonic() - start, 2),
-                         loss_tokens=trained, tokens=total)
+                         loss_tokens=trained, tokens=total, dropped_too_long=len(lengths) - len(keep))
     (Path(options.out) / "fixit_train.json").write_text(
         json.dumps({"options": asdict(options), "result": asdict(result)}, indent=2) + "\n")
     return result
