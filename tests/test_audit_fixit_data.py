@@ -230,3 +230,28 @@ def test_card_records_runs_left_out_by_the_split_and_the_models(tmp_path):
     assert card["runs"] == 1 and card["runs_left_out"] == {"held_out_tasks": 1}
     assert card["by_model"] == {"scripted:weak": 1} and card["options"]["split"] == "train"
     assert "held_out_tasks" in (out / "data_card.md").read_text()
+
+
+def test_a_kernel_that_failed_held_out_workloads_is_no_correction(tmp_path):
+    """GPU run: turn 1 computes wrong numbers; turn 2 passes the visible workloads but fails the
+    held-out ones (a kernel fitted to the sizes it was shown); turn 3 passes both. Teaching turn 2
+    as the fix would teach the very failure to generalise the experiment then measures."""
+    from tools.results import Mismatch, WorkloadResult
+
+    def held_out(ev, ok: bool):
+        ev.workloads.append(WorkloadResult(
+            workload="h0", split="held_out", axes={"M": 70}, status="passed" if ok else "failed",
+            reason=None if ok else "incorrect",
+            outputs=[Mismatch(output="C", max_abs_err=0.0 if ok else 3.0, max_rel_err=0.0 if ok else 1.0,
+                              mismatch_frac=0.0 if ok else 0.5, passed=ok)]))
+        return ev
+
+    runs = tmp_path / "runs"
+    turns = []
+    for kind, tag, ok in (("numerical", "h1", False), ("correct", "h2", False), ("correct", "h3", True)):
+        s = kernel(tag)
+        turns.append([(s, held_out(eval_result(kind, speedup=1.0 if kind == "correct" else None), ok),
+                       reply_for(s, f"Reasoning for {tag}."))])
+    write_run(runs, "h", turns)
+    pairs, _ = find_pairs(load_attempts(runs / "h"))
+    assert [(p.error, p.failed.record.turn, p.fixed.record.turn) for p in pairs] == [("numerical", 1, 3)]

@@ -5,13 +5,15 @@ Stages, each small and typed:
 
   load_attempts(run dirs)      every candidate of every trajectory, with its EvalResult
   error_classes(attempt)       compile | features_missing | runtime | timeout | numerical
-  find_pairs(attempts)         failed candidate -> the next later candidate of the same run
-                               that fixed that error class without failing a check the failed
-                               one passed (source "trajectory"); with a teacher model,
-                               unfixed failures are repaired through agent.run.repair
-                               (source "teacher")
+  find_pairs(attempts)         failed candidate -> the first later candidate of the same run
+                               descended from it (its chat held the failed kernel) that fixed
+                               that error class without failing a check the failed one passed,
+                               nor any check on the GPU, held-out workloads included (source
+                               "trajectory"); with a teacher model, unfixed failures are
+                               repaired through agent.run.repair (source "teacher")
   explain(pair)                the correcting reply's own reasoning (text outside code
-                               blocks), or an explainer model's answer
+                               blocks) when that reply answered the failed kernel itself, or
+                               an explainer model's answer
   filter / dedupe / balance    min speedup, size; near-duplicate kernels out (Jaccard of
                                5-token shingles >= 0.9); caps per task and error class, drawn
                                round-robin over (task, error class, turn) strata, seeded
@@ -138,9 +140,14 @@ GPU_FAILURES = frozenset({"runtime", "timeout", "numerical"})
 def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
     """`later` passed the check `failed` failed, and every check `failed` passed, and it failed
     no check on the GPU: a kernel seen to crash, hang or compute wrong numbers is no one's
-    correction (a compile error answered with a crashing kernel would teach the crash)."""
+    correction (a compile error answered with a crashing kernel would teach the crash), nor is
+    one that failed a held-out workload (fitted to the sizes it was shown: it would teach the very
+    failure to generalise that a fine-tuned model is tested for)."""
     done = passed_checks(later)
-    return error in done and passed_checks(failed) <= done and not error_classes(later) & GPU_FAILURES
+    held_out_failed = later.eval is not None and any(
+        w.split == "held_out" and w.status == "failed" for w in later.eval.workloads)
+    return (error in done and passed_checks(failed) <= done and not error_classes(later) & GPU_FAILURES
+            and not held_out_failed)
 
 
 # ---------------------------------------------------------------------------------------
