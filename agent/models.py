@@ -212,6 +212,9 @@ class _RetryingModel:
         except _AttemptFailed as e:
             report(e.fault)
             raise ModelError(e.fault.kind, e.fault.message, retryable=e.fault.kind in RETRYABLE, faults=faults) from e
+        # a lone UTF-16 surrogate (a JSON escape of half an emoji) fits no UTF-8 file: U+FFFD, so the
+        # reply is recorded and judged instead of failing the run at the first write
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return Completion(text, model, usage, time.monotonic() - start, attempts, faults, raw)
 
 
