@@ -120,13 +120,14 @@ def _settings(c: RunConfig) -> dict[str, object]:
 
 
 def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
-    """Runs that would share a cell but differ in a setting the cell key does not name (two models
-    under one `name`, another language, sample count, budget ...) get a model label naming the
-    settings that differ, so they are never pooled into one row. Labels otherwise stay as they are."""
-    cells: dict[CellKey, list[RunRecord]] = {}
-    for r in runs:
+    """Runs that would share a cell, or a family's cell, but differ in a setting the cell key does not
+    name (two models under one `name`, another language, sample count, budget ...) get a model label
+    naming the settings that differ, so they are never pooled into one row. Labels otherwise stay."""
+    cells: dict[tuple[str, ...], list[RunRecord]] = {}
+    for r in runs:  # the cell without its task: the family tables pool a family's tasks
         r.label = None
-        cells.setdefault(cell_key(r), []).append(r)
+        key = cell_key(r)
+        cells.setdefault((key[0], *key[2:]), []).append(r)
     for key, members in cells.items():
         settings = [_settings(r.config) for r in members]
         differ = [k for k in settings[0] if len({json.dumps(s[k], sort_keys=True) for s in settings}) > 1]
@@ -435,6 +436,19 @@ def _na(ax, what: str) -> None:
     ax.text(0.5, 0.5, f"n/a: {what}", ha="center", va="center", transform=ax.transAxes, color="grey")
 
 
+def fast_p_curve(metrics: Sequence[RunMetrics], ps: Sequence[float]) -> list[float | None]:
+    """fast_p at each p as the tables count it (run_metrics): over the runs whose verdict is known,
+    so a correct-with-arch run without a speedup (untimed, or a task without a library baseline)
+    is unknown for p > 0, not a run that failed to beat the library. None: no known run."""
+    out: list[float | None] = []
+    for p in ps:
+        known = [m for m in metrics if m.values["cwa"] is False
+                 or (m.values["cwa"] is True and (p == 0 or m.speedup is not None))]
+        wins = sum(1 for m in known if m.values["cwa"] and (p == 0 or m.speedup > p))  # type: ignore[operator]
+        out.append(wins / len(known) if known else None)
+    return out
+
+
 def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
     """fast_p over a range of p: the share of a cell's runs whose best cwa kernel beats p x library."""
     plt = _pyplot()
@@ -447,12 +461,10 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
         for (model, context), series in _by_model_setting(members).items():
             metrics = [run_metrics(r.summary, turn_limit) for r in series  # type: ignore[arg-type]
                        if r.measured_at(turn_limit)]
-            known = [m for m in metrics if m.values["cwa"] is not None]
-            if not known:
+            ys = fast_p_curve(metrics, ps)
+            if all(y is None for y in ys):
                 continue
-            ys = [sum(1 for m in known if m.values["cwa"] and (p == 0 or (m.speedup or 0) > p)) / len(known)
-                  for p in ps]
-            ax.plot(ps, ys, label=_series_label(model, context),
+            ax.plot(ps, [math.nan if y is None else y for y in ys], label=_series_label(model, context),
                     linestyle="--" if context.split(",")[0] == "none" else "-")
             drawn = True
         if drawn:

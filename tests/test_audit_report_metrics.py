@@ -116,3 +116,31 @@ def test_a_run_the_provider_stopped_counts_only_up_to_its_turns(tmp_path):
     _edit(r1, "summary.json", turns=0, per_turn=[])
     rows = {r.turn_limit: r for r in summarise(load_runs([root]), [1, 2])}
     assert (rows[1].runs, rows[1].unfinished, rows[1].metrics["compiled"].n) == (1, 1, 1)
+
+
+def test_a_family_row_does_not_pool_two_settings_either(tmp_path):
+    """Sweep A ran one GEMM shape in CUDA, sweep B another GEMM shape in PTX: no per-task cell is
+    shared, but the GEMM family row pooled them as one experiment."""
+    write_run(tmp_path / "runs" / "a", "m/gemm/docs/r0", [[_c("correct", "a0", 1.5)]])
+    b = write_run(tmp_path / "runs" / "b", "m/gemm2/docs/r0", [[_c("compile", "b0")]], task="gemm_n2048_k4096")
+    _edit(b, "config.json", lang="ptx")
+    report = write_report([tmp_path / "runs"], tmp_path / "rep", [1])
+    assert sorted((r.key[0], r.runs) for r in report.families) == [
+        ("scripted:weak (lang=cuda)", 1), ("scripted:weak (lang=ptx)", 1)]
+
+
+def test_the_fast_p_plot_counts_as_the_tables_do(tmp_path):
+    """A correct-with-arch kernel without a speedup (untimed; a Definition task has no library
+    baseline) is n/a for fast_p at p > 0 in the tables; the plot drew it as a run that never beat
+    the library (0 at every p > 0)."""
+    from agent.report import FAST_P, fast_p_curve, run_metrics
+
+    root = tmp_path / "runs" / "demo"
+    write_run(root, "m/gemm/docs/r0", [[_c("correct", "a0", None)]])  # correct with arch, untimed
+    write_run(root, "m/gemm/docs/r1", [[_c("correct", "b0", 1.3)]])
+    write_run(root, "m/gemm/docs/r2", [[_c("numerical", "c0")]])
+    runs = load_runs([root])
+    [row] = summarise(runs, [1])
+    curve = fast_p_curve([run_metrics(r.summary, 1) for r in runs], FAST_P)
+    assert curve == [row.metrics[f"fast_{p:g}"].rate for p in FAST_P] == [2 / 3, 0.5, 0.5, 0.5]
+
