@@ -62,3 +62,24 @@ def test_no_example_fits_is_an_error_not_an_empty_training(tmp_path):
         train(data, TrainOptions(base_model=str(base), out=str(tmp_path / "adapter"), rank=4,
                                  max_length=min(lengths) - 1))
     assert not (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+
+
+def test_the_adapter_records_which_data_and_split_it_was_trained_on(tmp_path):
+    """An adapter evaluated on held-out tasks means something only if its data left them out:
+    fixit_train.json names the data (path, sha256 of train.jsonl) and the data card's split."""
+    import hashlib
+
+    from agent.fixit.train import TrainOptions, train
+
+    runs, data = _fixture_runs(tmp_path / "runs"), tmp_path / "data"
+    build([runs], data, BuildOptions(cap_per_error=1, split="train"))
+    rows = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines()]
+    base = make_tiny_model(tmp_path / "tiny", [m["content"] for r in rows for m in r["messages"]])
+    out = tmp_path / "adapter"
+    train(data, TrainOptions(base_model=str(base), out=str(out), rank=4, lr=1e-3, max_length=4096))
+    recorded = json.loads((out / "fixit_train.json").read_text())["data"]
+    assert recorded["path"] == str(data / "train.jsonl")
+    assert recorded["sha256"] == hashlib.sha256((data / "train.jsonl").read_bytes()).hexdigest()
+    card = json.loads((data / "data_card.json").read_text())
+    assert recorded["split"] == "train" and recorded["runs_left_out"] == card["runs_left_out"]
+    assert recorded["examples"] == card["examples"] == 5

@@ -436,7 +436,8 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
 
     out = Path(out_dir)
     # The data folder's own teacher runs (an --out inside the runs given) are not the student's trajectories.
-    run_dirs = [d for d in find_run_dirs(run_paths) if not d.resolve().is_relative_to(out.resolve())]
+    teacher_runs = (out / "teacher_runs").resolve()
+    run_dirs = [d for d in find_run_dirs(run_paths) if not d.resolve().is_relative_to(teacher_runs)]
     if not run_dirs:
         raise ValueError("no runs found (a run folder holds config.json)")
     if teacher_fn is None and options.teacher:

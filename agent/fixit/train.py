@@ -62,10 +62,32 @@ class TrainResult:
     dropped_too_long: int = 0  # examples longer than max_length, left out whole (`examples` does not count them)
 
 
+def data_file(data: str | Path) -> Path:
+    path = Path(data)
+    return path / "train.jsonl" if path.is_dir() else path
+
+
+def data_provenance(data: str | Path) -> dict:
+    """Which data an adapter was trained on: the file, its sha256, and from the data card next to
+    it the split it was built for and the runs that split left out (an adapter tested on held-out
+    tasks means something only if its data left them out)."""
+    import hashlib
+
+    path = data_file(data)
+    record: dict = {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    card_path = path.parent / "data_card.json"
+    if card_path.is_file():
+        card = json.loads(card_path.read_text())
+        record.update(split=(card.get("options") or {}).get("split"), runs=card.get("runs"),
+                      runs_left_out=card.get("runs_left_out"), examples=card.get("examples"))
+    else:
+        record["split"] = "unknown (no data_card.json next to the data)"
+    return record
+
+
 def load_examples(data: str | Path) -> list[dict]:
     """train.jsonl (or a folder holding it) -> TRL conversational prompt/completion rows."""
-    path = Path(data)
-    path = path / "train.jsonl" if path.is_dir() else path
+    path = data_file(data)
     if not path.is_file():
         raise TrainError(f"{path}: no Fixit data (build it with `agent fixit build`)")
     rows = []
@@ -171,5 +193,6 @@ def train(data: str | Path, options: TrainOptions) -> TrainResult:
                          device="cuda" if cuda else "cpu", seconds=round(time.monotonic() - start, 2),
                          loss_tokens=trained, tokens=total, dropped_too_long=len(lengths) - len(keep))
     (Path(options.out) / "fixit_train.json").write_text(
-        json.dumps({"options": asdict(options), "result": asdict(result)}, indent=2) + "\n")
+        json.dumps({"options": asdict(options), "data": data_provenance(data), "result": asdict(result)},
+                   indent=2) + "\n")
     return result
