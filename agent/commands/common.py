@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -131,6 +132,19 @@ def wrap_items(head: str, items: Sequence[str], sep: str = ",", indent: str = " 
 
 
 def print_json(obj: Any) -> None:
+    """JSON on stdout that any parser reads: a float that is not finite (a wrong kernel's inf
+    error, a NaN it wrote) is null, as the run's own eval.json and summary.json (pydantic) write
+    it; json.dumps would write the bare words Infinity and NaN, which strict parsers refuse."""
     if isinstance(obj, BaseModel):
         obj = obj.model_dump(mode="json")
-    print(json.dumps(obj, indent=2, default=str))
+    print(json.dumps(_finite(obj), indent=2, default=str, allow_nan=False))
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
