@@ -110,18 +110,19 @@ def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
 
 # Settings of a run that make it another experiment but are not columns of the report: within one
 # sweep they are the same for every run, across sweeps (or after a config change) they may not be.
+# (The budget is left out: the turn limits are the report's axis for it.)
 def _settings(c: RunConfig) -> dict[str, object]:
     from agent.sweep import model_identity
 
     return {"spec": model_identity(c.model), "api_base": c.api_base, "lang": c.lang, "samples": c.samples,
             "population": c.population if c.strategy == "evolve" else None, "temperature": c.temperature,
-            "budget": c.budget.model_dump_json(exclude_none=True), "executed_check": c.executed_check,
-            "context_tokens": c.context_tokens, "context_turn_tokens": c.context_turn_tokens, "memcheck": c.memcheck}
+            "executed_check": c.executed_check, "context_tokens": c.context_tokens,
+            "context_turn_tokens": c.context_turn_tokens, "memcheck": c.memcheck}
 
 
 def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
     """Runs that would share a cell, or a family's cell, but differ in a setting the cell key does not
-    name (two models under one `name`, another language, sample count, budget ...) get a model label
+    name (two models under one `name`, another language, sample count, temperature ...) get a model label
     naming the settings that differ, so they are never pooled into one row. Labels otherwise stay."""
     cells: dict[tuple[str, ...], list[RunRecord]] = {}
     for r in runs:  # the cell without its task: the family tables pool a family's tasks
@@ -134,13 +135,8 @@ def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
         if not differ:
             continue
         for r, s in zip(members, settings):
-            shown = [f"{k}={s[k]}" if k != "budget" else f"budget={_budget_label(r.config)}" for k in differ]
-            r.label = f"{key[0]} ({', '.join(shown)})"
+            r.label = f"{key[0]} ({', '.join(f'{k}={s[k]}' for k in differ)})"
     return runs
-
-
-def _budget_label(c: RunConfig) -> str:
-    return ",".join(f"{k}={v}" for k, v in c.budget.model_dump(exclude_none=True).items())
 
 
 def model_label(spec: str) -> str:
