@@ -255,3 +255,30 @@ def test_a_kernel_that_failed_held_out_workloads_is_no_correction(tmp_path):
     write_run(runs, "h", turns)
     pairs, _ = find_pairs(load_attempts(runs / "h"))
     assert [(p.error, p.failed.record.turn, p.fixed.record.turn) for p in pairs] == [("numerical", 1, 3)]
+
+
+def test_real_best_of_two_run_pairs_only_the_continued_sample(tmp_path):
+    """The real agent loop (scripted model, real NVRTC/ptxas, no GPU), best-of-2: turn 1's two
+    samples do not compile; the chat continues from sample 0, and turn 2 compiles. Only sample 0
+    has a correction, and its user message carries the feedback the loop recorded about it."""
+    from agent import run as agent_run
+    from agent.trajectory import Budget
+
+    other = broken_probe_reply().replace("float d1", "flaot d1").replace("First try.", "Other try.")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"replies": [broken_probe_reply(), other, probe_reply(), probe_reply()]}))
+    agent_run.solve(agent_run.SolveRequest(task=GEMM, model=f"scripted:{script}", context="none", samples=2,
+                                           budget=Budget(max_turns=2), runs_dir=tmp_path / "runs",
+                                           run_id="bo2", executed_check=False), progress=False)
+    attempts = load_attempts(tmp_path / "runs/bo2")
+    assert [a.record.path for a in attempts] == ["candidates/1-0", "candidates/1-1", "candidates/2-0",
+                                                 "candidates/2-1"]
+    assert attempts[2].parent == "candidates/1-0" and attempts[0].feedback and attempts[1].feedback is None
+    pairs, unfixed = find_pairs(attempts)
+    assert [(p.failed.record.path, p.error, p.fixed.record.path) for p in pairs] == \
+        [("candidates/1-0", "compile", "candidates/2-0")]
+    assert [(a.record.path, e) for a, e in unfixed] == [("candidates/1-1", "compile")]
+    res = build([tmp_path / "runs"], tmp_path / "data", BuildOptions())
+    (row,) = _rows(tmp_path / "data")
+    assert res.examples == 1 and attempts[0].feedback.strip() in row["messages"][1]["content"]
+    assert row["messages"][2]["content"].startswith("Four wgmmas fed by one TMA load.")
