@@ -11,7 +11,8 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
                               (`arch` is the cell's target architecture, sm_90a or sm_100a)
   correct                     any candidate passed the visible workloads on a GPU
   cwa                         correct with arch: correct and features in SASS (and not
-                              shown unexecuted by the executed check), as EvalResult.correct_with_arch
+                              shown unexecuted by the executed check). Static: unlike
+                              EvalResult.correct_with_arch it does not demand the executed check ran
   cwa_executed                correct, features in SASS and counted at run time (needs a GPU)
   fast_p                      the run's best cwa kernel beats p x library (fast_0 = cwa)
   speedup                     geometric mean over the cell's cwa runs of each run's best speedup
@@ -22,6 +23,11 @@ A verdict that could not be checked (no GPU, no ncu) is unknown: a run is unknow
 none of its candidates reached the verdict and at least one was unchecked. Proportions
 count known runs only, with Wilson 95% intervals; a cell without known runs shows n/a,
 never a pass. The speedup interval is a seeded bootstrap over the cell's runs.
+
+Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), and a
+run its model's provider stopped (model_error) past the turns it completed. Runs that would share
+a cell but differ in a setting no column names (two models under one name, another language ...)
+get model labels that name it (distinguish); one run found in two folders is refused.
 """
 from __future__ import annotations
 
@@ -609,7 +615,7 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
         from tasks.registry import select_many
 
         chosen = set(select_many(list(tasks)))
-        runs = [r for r in runs if r.config.task in chosen]
+        runs = distinguish([r for r in runs if r.config.task in chosen])  # labels from the runs shown
     if not runs:
         raise ValueError("no runs found (a run folder holds config.json)" + ("" if tasks is None else
                                                                           " of the tasks asked for"))

@@ -10,7 +10,9 @@ Run ids are <sweep>/<model>/<task>/<arch>/<context>/r<k>, with a segment before 
 settings other than the plain loop's (`evolve`, `profile-on`, `latest`, `evolve+profile-on`; see
 `variant`), so a second `agent sweep` on the same config finds what the first one did: runs with a finished summary.json are skipped,
 runs with a config.json but no finished summary are resumed through agent.run's resume,
-the rest start fresh. Each run lives in a thread of the driver (its LLM calls are I/O);
+the rest start fresh; --retry-failed also resumes runs a ptxbench error or the model's provider
+(model_error) stopped. A run recorded under an id with another model or setting (language, budget,
+seed, parameters ...) is refused, never taken for this config's. Each run lives in a thread of the driver (its LLM calls are I/O);
 evaluations go through the executor's shared evaluator, which queues GPU work per GPU
 (agent/executors.py). Replica k runs with seed + k, so the same sweep gives the same runs.
 """
