@@ -31,7 +31,7 @@ from agent.budget import Clock, Spent, exhausted
 from agent.models import RETRYABLE, Fault, Model, ModelError
 from agent.state import NOT_RUN, AgentState, Reply, summary_from_state
 from agent.trajectory import (CandidateRecord, RunConfig, TrajectoryWriter, TurnRecord, candidate_relpath,
-                              read_events, write_text_atomic)
+                              read_events, write_eval_json, write_text_atomic)
 from tools.results import EvalResult
 from tools.solution import Solution, SolutionError, extract_solution
 
@@ -238,7 +238,7 @@ class Nodes:
             raise InfraFault(ev.infra_error)
         if cfg.memcheck and (trigger := fb.memcheck_trigger(ev)):
             self._memcheck(ev, solution, turn, sample, trigger)
-        write_text_atomic(eval_path, ev.model_dump_json(indent=2) + "\n")
+        write_eval_json(eval_path, ev)  # inf and NaN kept: a NaN-writing kernel's file must read back
         w.event("compile", turn=turn, sample=sample, result=ev.compile.model_dump(mode="json", exclude={"ptx"}))
         w.event("inspect", turn=turn, sample=sample, result=ev.inspect.model_dump(mode="json"))
         w.event("run", turn=turn, sample=sample, **run_summary(ev))

@@ -435,6 +435,15 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_eval_json(path: Path, result: BaseModel) -> None:
+    """A candidate's eval.json (tools.results.EvalResult), written so that it reads back as it was:
+    a wrong kernel's errors hold inf (every failing element NaN or infinite) and NaN (the value it
+    wrote). pydantic writes those as null, which the required float fields then refuse, and the
+    feedback, a resume, replay and Fixit all read this file; JSON's Infinity/NaN words (Python's
+    json and pydantic read them) keep the numbers."""
+    write_text_atomic(path, json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n")
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")

@@ -2,7 +2,7 @@
 
 A wrong kernel's mismatch carries inf (an output of the wrong shape) or NaN (the element it got):
 `json.dumps` writes those as the bare words Infinity / NaN, which no strict JSON parser (jq, a
-browser, most languages) accepts, while the run's eval.json (pydantic) writes null. The GPU's
+browser, most languages) accepts; stdout says null, as pydantic writes them. The GPU's
 verdict is the only stand-in here: the real evaluator compiles and inspects on this machine, and a
 failed workload as the GPU worker reports it is added to its result."""
 from __future__ import annotations
@@ -62,5 +62,5 @@ def test_eval_json_has_no_bare_nan_or_infinity(monkeypatch):
     [m] = data["workloads"][0]["outputs"]
     recorded = json.loads(BAD.model_dump_json())
     assert m["max_abs_err"] is None and m["got"] is None and m["nan_count"] == 3
-    assert (recorded["max_abs_err"], recorded["got"]) == (None, None)  # what a run's eval.json says
+    assert (recorded["max_abs_err"], recorded["got"]) == (None, None)  # as pydantic writes them
     assert data["verdicts"]["correct"] is False

@@ -54,3 +54,40 @@ def test_a_reply_with_a_lone_surrogate_is_recorded_and_judged(tmp_path, openai_s
     assert reply_md.startswith("Plan \ufffd: four wgmmas.") and probe_reply() in reply_md
     [response] = [e for e in read_events(runs / "r") if e["type"] == "llm_response"]
     assert response["text"] == reply_md
+
+
+def test_a_kernel_that_writes_nan_is_judged_and_fed_back(tmp_path):
+    """A wrong kernel whose every failing element is NaN has max_abs_err = inf (and `got` NaN).
+    Its eval.json must read back as written: the feedback for the next turn, a resume, replay and
+    Fixit all read it. Written as pydantic writes it (null for inf), it no longer validated, and
+    the run ended `error` at the feedback. The GPU worker's verdict is the only stand-in: the real
+    evaluator compiles and inspects here, and one failed visible workload is added to its result."""
+    import math
+
+    import tools.evaluator
+    from agent.run import SolveRequest, solve
+    from agent.trajectory import Budget
+    from tools.results import EvalResult, Mismatch, WorkloadResult
+
+    class GpuVerdict(tools.evaluator.Evaluator):
+        def evaluate(self, *args, **kwargs):
+            res = super().evaluate(*args, **kwargs)
+            nan_out = Mismatch(output="C", max_abs_err=math.inf, max_rel_err=math.inf, mismatch_frac=1.0,
+                               nan_count=7, got=math.nan, expected=0.5, passed=False)
+            res.run_status, res.run_reason = "ok", None
+            res.workloads = [WorkloadResult(workload="M8192", split="visible", axes={"M": 8192}, status="failed",
+                                            reason="incorrect", outputs=[nan_out])]
+            return res
+
+    model = write_script(tmp_path / "s.json", [probe_reply(), probe_reply()])
+    with GpuVerdict() as ev:
+        s = solve(SolveRequest(task=GEMM_TASK, model=model, context="none", budget=Budget(max_turns=2),
+                               runs_dir=tmp_path / "runs", run_id="r", executed_check=False), progress=False,
+                  evaluator=ev)
+    assert (s.status, s.stop_reason) == ("finished", "max_turns"), s.stop_detail
+    assert [t.candidates[0].outcome for t in s.per_turn] == ["incorrect", "incorrect"]
+    back = EvalResult.model_validate_json((tmp_path / "runs" / "r" / "candidates" / "1-0" / "eval.json").read_text())
+    m = back.workloads[0].outputs[0]
+    assert m.max_abs_err == math.inf and math.isnan(m.got) and m.nan_count == 7
+    [feedback] = [e for e in read_events(tmp_path / "runs" / "r") if e["type"] == "feedback"]
+    assert feedback["outcome"] == "incorrect"

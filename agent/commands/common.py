@@ -133,8 +133,9 @@ def wrap_items(head: str, items: Sequence[str], sep: str = ",", indent: str = " 
 
 def print_json(obj: Any) -> None:
     """JSON on stdout that any parser reads: a float that is not finite (a wrong kernel's inf
-    error, a NaN it wrote) is null, as the run's own eval.json and summary.json (pydantic) write
-    it; json.dumps would write the bare words Infinity and NaN, which strict parsers refuse."""
+    error, a NaN it wrote) is null, as summary.json (pydantic) writes it; json.dumps would write
+    the bare words Infinity and NaN, which jq, browsers and most languages refuse. (A run's
+    eval.json keeps the words: it must read back as an EvalResult, trajectory.write_eval_json.)"""
     if isinstance(obj, BaseModel):
         obj = obj.model_dump(mode="json")
     print(json.dumps(_finite(obj), indent=2, default=str, allow_nan=False))
