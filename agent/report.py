@@ -273,7 +273,7 @@ KEY_NAMES = ("model", "task", "arch", "context", "strategy", "profile", "history
 class CellRow:
     key: CellKey
     turn_limit: int
-    runs: int  # finished runs in the cell
+    runs: int  # runs measured at this turn limit (RunRecord.measured_at)
     unfinished: int
     metrics: dict[str, Proportion]
     speedups: list[float] = field(default_factory=list)  # best speedup of each timed cwa run
