@@ -192,7 +192,8 @@ def test_a_cached_teacher_repair_belongs_to_the_same_failed_kernel(tmp_path):
     script = tmp_path / "t.json"  # the same teacher spec both times; a new run would get the second script
     script.write_text(json.dumps({"replies": [probe_reply()]}))
     build([runs], data, BuildOptions(teacher=f"scripted:{script}", teacher_turns=1))
-    script.write_text(json.dumps({"replies": [reply(PROBE_CU + "// second\n", PROBE_MANIFEST, prose="Second repair.")]}))
+    second = reply(PROBE_CU + "// second\n", PROBE_MANIFEST, prose="Second repair.")
+    script.write_text(json.dumps({"replies": [second]}))
     import shutil
     shutil.rmtree(runs)
     _student(runs, " again")
@@ -204,7 +205,8 @@ def test_a_cached_teacher_repair_belongs_to_the_same_failed_kernel(tmp_path):
 
 def test_the_data_folders_teacher_runs_are_not_read_as_student_runs(tmp_path):
     """`agent fixit build runs --out runs/fixit` twice: the second build must not take the
-    teacher's runs under runs/fixit/teacher_runs for the student's own trajectories."""
+    teacher's runs under runs/fixit/teacher_runs for the student's own trajectories (they are the
+    teacher's mistakes, and their failures would go to the teacher again, build after build)."""
     runs = tmp_path / "runs"
     _student(runs)
     script = tmp_path / "t.json"
@@ -214,6 +216,9 @@ def test_the_data_folders_teacher_runs_are_not_read_as_student_runs(tmp_path):
     second = build([runs], runs / "fixit", BuildOptions(teacher=f"scripted:{script}", teacher_turns=2))
     assert second.card["runs"] == 1 and second.card["by_source"] == {"teacher": 1}
     assert second.examples == 1
+    # Nor another data folder's teacher runs (a build over the whole tree into a new folder).
+    other = build([runs], tmp_path / "other", BuildOptions())
+    assert other.card["runs"] == 1 and other.examples == 0 and other.card["unfixed_failures"] == 1
 
 
 def test_card_records_runs_left_out_by_the_split_and_the_models(tmp_path):

@@ -225,7 +225,8 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
         run_id = f"teacher/{cfg.run_id}/{failed.record.turn}-{failed.record.sample}"
         run_dir = work_dir / run_id
         feedback = feedback_text(failed)
-        digest = hashlib.sha256((solution_block(failed.solution) + "\0" + feedback).encode()).hexdigest()  # type: ignore[arg-type]
+        kernel = solution_block(failed.solution)  # type: ignore[arg-type]
+        digest = hashlib.sha256((kernel + "\0" + feedback).encode()).hexdigest()
         stamp = {"teacher": teacher, "turns": turns, "failed": digest}
         stamp_path = run_dir / TEACHER_STAMP
         done = stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp
@@ -429,15 +430,20 @@ class BuildResult:
     card: dict
 
 
+def is_teacher_run(run_dir: Path) -> bool:
+    """A teacher's repair run of some data folder (DATA/teacher_runs/teacher/...): the teacher's
+    mistakes, not a student's own, and read as a student's its failures would go to the teacher
+    again, build after build. A data folder inside the runs given is found by find_run_dirs."""
+    return "teacher_runs" in run_dir.parts and read_config(run_dir).run_id.startswith("teacher/")
+
+
 def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOptions = BuildOptions(), *,
           teacher_fn: TeacherFn | None = None, explainer_fn: ExplainerFn | None = None) -> BuildResult:
     """Run folders (or sweep folders) -> out_dir/train.jsonl + data card."""
     from agent.report import find_run_dirs
 
     out = Path(out_dir)
-    # The data folder's own teacher runs (an --out inside the runs given) are not the student's trajectories.
-    teacher_runs = (out / "teacher_runs").resolve()
-    run_dirs = [d for d in find_run_dirs(run_paths) if not d.resolve().is_relative_to(teacher_runs)]
+    run_dirs = [d for d in find_run_dirs(run_paths) if not is_teacher_run(d)]
     if not run_dirs:
         raise ValueError("no runs found (a run folder holds config.json)")
     if teacher_fn is None and options.teacher:
