@@ -300,11 +300,31 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
             writer = TrajectoryWriter(run_dir)
         except RunFolderError as exc:
             raise SolveError(str(exc)) from None
+        retrieve = _get_retriever(config.context)
         owned = evaluator is None
+        evaluator = evaluator or _get_evaluator()
+        if (problem := gpu_change(config, _gpu_name(evaluator))) is not None:
+            if owned:
+                evaluator.close()
+            raise SolveError(problem)
         deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
-                    evaluator=evaluator or _get_evaluator(), writer=writer, clock=Clock(),
-                    retrieve=_get_retriever(config.context))
+                    evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
         return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop)
+
+
+def gpu_change(config: RunConfig, gpu_now: str | None) -> str | None:
+    """Why the run must not go on with this evaluator's GPU, or None. A run's verdicts and
+    speedups were taken on the GPU recorded in its config: its later candidates judged on another
+    GPU, or left unjudged without one, would stand beside them under that GPU's name. A run whose
+    worker could not start ("unavailable: ...") or that never had a GPU goes on anywhere."""
+    then = config.gpu
+    if then is None or then.startswith("unavailable") or gpu_now == then:
+        return None
+    if gpu_now is not None and gpu_now.startswith("unavailable"):  # a worker fault: infra_error, as before
+        return None
+    now = (f"this machine's GPU is {gpu_now}" if gpu_now
+           else "this machine has no GPU (its candidates would go unjudged)")
+    return f"run {config.run_id} was judged on {then}; {now}: resume it where it ran, or start a new run here"
 
 
 @contextlib.contextmanager

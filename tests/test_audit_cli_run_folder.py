@@ -55,3 +55,37 @@ def test_resume_of_a_run_still_going_is_refused(tmp_path, openai_server):
     p = agent_cli("solve", "--resume", "r1", "--runs-dir", str(runs), "--json")
     assert p.returncode == 0, p.stderr
     assert len(events(runs / "r1", "llm_response")) == 1 and len(openai_server.requests) == 2
+
+
+def _config_gpu(run_dir, gpu):
+    import json
+
+    path = run_dir / "config.json"
+    config = json.loads(path.read_text())
+    config["gpu"] = gpu
+    path.write_text(json.dumps(config, indent=2))
+
+
+def test_resume_on_another_gpu_or_none_is_refused(tmp_path):
+    """A run's speedups are against the library on the GPU it was judged on (config.json `gpu`).
+    Resumed on a machine with another GPU, or none, its later candidates were judged elsewhere (or
+    left unjudged) beside its first ones, under the recorded GPU's name: refused, one line. A run
+    whose worker could not start ("unavailable: ...") or that never had a GPU resumes anywhere."""
+    from agent_loop_helpers import write_script
+
+    script = tmp_path / "s.json"
+    model = write_script(script, [probe_reply()])  # one reply for two turns: the run stops resumable
+    runs = tmp_path / "runs"
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", "none",
+                  "--runs-dir", str(runs), "--run-id", "r", "--quiet")
+    assert p.returncode == 1, p.stderr  # the script ran out: model_error, resumable
+    write_script(script, [probe_reply(), probe_reply()])
+    n_events = len(events(runs / "r"))
+    _config_gpu(runs / "r", "NVIDIA H200")  # as if turn 1 had been judged on the H200
+    p = agent_cli("solve", "--resume", str(runs / "r"), "--json")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "NVIDIA H200" in p.stderr and len(p.stderr.strip().splitlines()) == 1 and p.stdout == ""
+    assert len(events(runs / "r")) == n_events
+    _config_gpu(runs / "r", "unavailable: the GPU worker did not start")
+    p = agent_cli("solve", "--resume", str(runs / "r"), "--json")
+    assert p.returncode == 0, p.stderr
