@@ -64,3 +64,19 @@ def test_eval_json_has_no_bare_nan_or_infinity(monkeypatch):
     assert m["max_abs_err"] is None and m["got"] is None and m["nan_count"] == 3
     assert (recorded["max_abs_err"], recorded["got"]) == (None, None)  # as pydantic writes them
     assert data["verdicts"]["correct"] is False
+
+
+def test_eval_json_lists_no_kernel_failure_when_the_toolchain_failed(tmp_path):
+    """ptxas missing: nothing was judged (exit 3), so `failures` (what the kernel failed) is empty
+    rather than "did not compile", which a script reading the JSON would count against the kernel."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "eval", str(REPO / "tasks" / GEMM / "expert"), "--task",
+                        GEMM, "--json"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "PTXBENCH_PTXAS": str(tmp_path / "none"),
+                            "CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 3, p.stderr
+    data = _strict(p.stdout)
+    assert data["infra_error"] and "ptxas" in data["infra_error"]
+    assert data["failures"] == []

@@ -124,7 +124,10 @@ def render(r: EvalResult) -> None:
 
 def failures(r: EvalResult) -> list[str]:
     """What the kernel failed, in words ([] when nothing did). A stage that could not run is
-    not a failure (nor a pass): it shows as skipped / not checked above."""
+    not a failure (nor a pass): it shows as skipped / not checked above. An infrastructure fault
+    judged nothing: no failure of the kernel's either (--json's `failures` says so too)."""
+    if r.infra_error:
+        return []
     out = []
     if not r.compiled:
         return [f"did not compile ({r.compile.error})" if r.compile.error else "did not compile"]
