@@ -47,3 +47,20 @@ def test_the_shipped_expert_still_passes(monkeypatch):
     r = _bench(REPO / "tasks", monkeypatch, "--model", "expert", "--task", GEMM, "--no-executed", "--json")
     [row] = json.loads(r.stdout[r.stdout.index("["):])
     assert row["arch_sass"] is True and r.exit_code == 0, r.output
+
+
+def test_a_row_the_toolchain_could_not_judge_says_so(tmp_path):
+    """ptxas missing: exit 3, and the row (stdout, --out) names the fault, not just compiled=false,
+    which reads as a shipped expert that does not compile."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "rows.json"
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "bench", "--model", "expert", "--task", GEMM,
+                        "--no-executed", "--json", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PTXBENCH_PTXAS": str(tmp_path / "none")})
+    assert p.returncode == 3, p.stderr
+    [row] = json.loads(out.read_text())
+    assert json.loads(p.stdout) == [row]
+    assert row["infra_error"] and "ptxas" in row["infra_error"]

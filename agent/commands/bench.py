@@ -47,6 +47,8 @@ def _row(result) -> dict:
         "serialized": result.inspect.flags.get("wgmma_serialized", False),
         "baseline": ",".join(baselines) or None,
         "run": result.run_status, "run_reason": result.run_reason,
+        # the toolchain or GPU worker failed: nothing judged (compiled=false then says nothing of the kernel)
+        "infra_error": result.infra_error,
         "workloads": [{"workload": w.workload, "split": w.split, "status": w.status, "reason": w.reason,
                        "ms": w.timing.median_ms if w.timing else None,
                        "baseline_ms": w.baseline.median_ms if w.baseline else None,
@@ -106,6 +108,9 @@ def register(app: typer.Typer) -> None:
                     rows.append(_row(res))
                     status = max(status, _exit_code(res, model))
                 r = rows[-1]
+                if r.get("infra_error"):
+                    say(f"[{n}/{len(todo)}] {t.name}: infrastructure error, nothing judged: {escape(r['infra_error'])}")
+                    continue
                 say(f"[{n}/{len(todo)}] {t.name}: compiled {_word(r.get('compiled'))}, "
                     f"features in SASS {_word(r.get('arch_sass'))}, correct {_word(r.get('correct'))}"
                     + (f", speedup {r['speedup']:.3f}" if r.get("speedup") else "")
