@@ -168,7 +168,8 @@ def check(
         except UnknownTask as exc:
             raise CliError(str(exc)) from None
     compiled, info = _compile_and_inspect(text, language, arch, launched)
-    missing = info.missing(requested) if info.status == "ok" else requested
+    # null where the SASS could not be read (did not compile, no disassembler): not checked, not missing
+    missing = info.missing(requested) if info.status == "ok" else None
     manifest = manifest_problems(source, compiled, task, arch) if task is not None and source.is_dir() else []
     if json_out:
         print_json({**report(compiled, info), "task": task, "requested": requested, "missing": missing,
