@@ -14,9 +14,11 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
                               shown unexecuted by the executed check). Static: unlike
                               EvalResult.correct_with_arch it does not demand the executed check ran
   cwa_executed                correct, features in SASS and counted at run time (needs a GPU)
-  fast_p                      the run's best cwa kernel beats p x library (fast_0 = cwa)
-  speedup                     geometric mean over the cell's cwa runs of each run's best speedup
-  sol_score                   mean over the cell's cwa runs of each run's best SOL score
+  fast_p                      the run's best cwa_executed kernel beats p x library
+                              (fast_0 = cwa_executed): speed counts only where the requested
+                              instructions were counted doing the work at run time
+  speedup                     geometric mean over the cell's cwa_executed runs of each run's best speedup
+  sol_score                   mean over the cell's cwa_executed runs of each run's best SOL score
                               (tools/roofline.py: 1 at the roofline, 0.5 at the library)
 
 A verdict that could not be checked (no GPU, no ncu) is unknown: a run is unknown when
@@ -198,22 +200,25 @@ class RunMetrics:
 
 def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
     cands = [c for t in summary.per_turn if t.turn <= turn_limit for c in t.candidates]
-    cwa = _any(candidate_cwa(c, executed=False) for c in cands)
+    # Speed is credited only to kernels whose requested instructions were counted doing the work
+    # at run time (the executed check): a kernel with wgmma in its SASS that a timed run never
+    # executed must not buy fast_p or a speedup. Unchecked (no GPU, check off) is unknown, never a pass.
+    cwa_run = _any(candidate_cwa(c, executed=True) for c in cands)
     speeds = [c.verdicts.speedup for c in cands
-              if candidate_cwa(c, executed=False) is True and c.verdicts.speedup is not None]
+              if candidate_cwa(c, executed=True) is True and c.verdicts.speedup is not None]
     best = max(speeds) if speeds else None
     sols = [c.verdicts.sol_score for c in cands
-            if candidate_cwa(c, executed=False) is True and c.verdicts.sol_score is not None]
+            if candidate_cwa(c, executed=True) is True and c.verdicts.sol_score is not None]
     values: dict[str, Tri] = {
         "compiled": any(c.verdicts.compiled for c in cands),
         "arch_sass": any(c.verdicts.compiled and c.verdicts.arch_sass for c in cands),
         "correct": _any(candidate_correct(c) for c in cands),
-        "cwa": cwa,
-        "cwa_executed": _any(candidate_cwa(c, executed=True) for c in cands),
+        "cwa": _any(candidate_cwa(c, executed=False) for c in cands),
+        "cwa_executed": cwa_run,
     }
     for p in FAST_P:
-        if p == 0 or cwa is not True:
-            values[f"fast_{p:g}"] = cwa
+        if p == 0 or cwa_run is not True:
+            values[f"fast_{p:g}"] = cwa_run
         else:  # a cwa kernel that was not timed cannot be said to beat the library
             values[f"fast_{p:g}"] = None if best is None else best > p
     return RunMetrics(values, best, max(sols) if sols else None)
@@ -345,8 +350,8 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
             done = [r for r in members if r.measured_at(limit)]
             per_run = [run_metrics(r.summary, limit) for r in done]  # type: ignore[arg-type]
             metrics = {m: proportion([pr.values[m] for pr in per_run]) for m in PROPORTIONS}
-            speedups = [pr.speedup for pr in per_run if pr.values["cwa"] is True and pr.speedup]
-            sols = [pr.sol_score for pr in per_run if pr.values["cwa"] is True and pr.sol_score is not None]
+            speedups = [pr.speedup for pr in per_run if pr.values["cwa_executed"] is True and pr.speedup]
+            sols = [pr.sol_score for pr in per_run if pr.values["cwa_executed"] is True and pr.sol_score is not None]
             rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols))
     return rows
 
@@ -444,15 +449,15 @@ def fast_p_curve(metrics: Sequence[RunMetrics], ps: Sequence[float]) -> list[flo
     is unknown for p > 0, not a run that failed to beat the library. None: no known run."""
     out: list[float | None] = []
     for p in ps:
-        known = [m for m in metrics if m.values["cwa"] is False
-                 or (m.values["cwa"] is True and (p == 0 or m.speedup is not None))]
-        wins = sum(1 for m in known if m.values["cwa"] and (p == 0 or m.speedup > p))  # type: ignore[operator]
+        known = [m for m in metrics if m.values["cwa_executed"] is False
+                 or (m.values["cwa_executed"] is True and (p == 0 or m.speedup is not None))]
+        wins = sum(1 for m in known if m.values["cwa_executed"] and (p == 0 or m.speedup > p))  # type: ignore[operator]
         out.append(wins / len(known) if known else None)
     return out
 
 
 def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
-    """fast_p over a range of p: the share of a cell's runs whose best cwa kernel beats p x library."""
+    """fast_p over a range of p: the share of a cell's runs whose best cwa_executed kernel beats p x library."""
     plt = _pyplot()
     ps = [i / 40 for i in range(0, 81)]  # 0 .. 2
     groups = _by_task_arch(runs)
@@ -482,7 +487,7 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
 
 
 def plot_speedup_by_turn(runs: Sequence[RunRecord], limits: Sequence[int], path: Path) -> None:
-    """Geometric-mean best speedup of cwa runs at every turn limit from 1 to the report's last
+    """Geometric-mean best speedup of cwa_executed runs at every turn limit from 1 to the report's last
     one (the tables' limits are the ticks): a run that stopped early keeps its best after."""
     plt = _pyplot()
     groups = _by_task_arch(runs)
@@ -495,7 +500,7 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], limits: Sequence[int], path:
             for turn in range(1, max(limits) + 1):
                 sp = [m.speedup for m in (run_metrics(r.summary, turn)  # type: ignore[arg-type]
                                           for r in series if r.measured_at(turn))
-                      if m.values["cwa"] is True and m.speedup]
+                      if m.values["cwa_executed"] is True and m.speedup]
                 if sp:
                     xs.append(turn)
                     ys.append(geomean(sp))

@@ -107,3 +107,20 @@ def test_report_files_and_cli(runs, tmp_path):
 def test_report_refuses_empty(tmp_path):
     with pytest.raises(ValueError, match="no runs"):
         write_report([tmp_path], tmp_path / "out")
+
+
+def test_speed_is_credited_only_where_the_instructions_were_counted_doing_the_work(tmp_path):
+    """A correct kernel with wgmma + TMA in its SASS whose executed check did not run buys the
+    static correct+arch column, never fast_p or a speedup: those are unknown (n/a), not a pass."""
+    root = tmp_path / "runs"
+    write_run(root, "m/gemm/docs/r0", [[_c("correct_unchecked", "u0", 3.0)]])
+    write_run(root, "m/gemm/docs/r1", [[_c("correct", "v0", 1.5)]])
+    by_id = {r.config.run_id: r for r in load_runs([root])}
+    unchecked = run_metrics(by_id["m/gemm/docs/r0"].summary, 1)
+    assert unchecked.values["cwa"] is True and unchecked.values["cwa_executed"] is None
+    assert unchecked.values["fast_0"] is None and unchecked.values["fast_1"] is None and unchecked.speedup is None
+    checked = run_metrics(by_id["m/gemm/docs/r1"].summary, 1)
+    assert checked.values["cwa_executed"] is True and checked.values["fast_1"] is True and checked.speedup == 1.5
+    [row] = [r for r in summarise(list(by_id.values()), [1])]
+    assert row.metrics["fast_1"].n == 1 and row.metrics["fast_1"].successes == 1  # the unchecked run is not counted
+    assert row.speedup == pytest.approx(1.5)

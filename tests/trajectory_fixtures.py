@@ -10,7 +10,8 @@ from pathlib import Path
 
 from agent.feedback import candidate_record
 from agent.trajectory import (Budget, RunConfig, RunSummary, TrajectoryWriter, TurnRecord, candidate_relpath)
-from tools.results import (CompileResult, EvalResult, FeatureVerdict, InspectResult, Mismatch, WorkloadResult)
+from tools.results import (CompileResult, EvalResult, ExecutedCheck, FeatureVerdict, InspectResult, Mismatch,
+                           WorkloadResult)
 from tools.solution import LaunchManifest, Solution
 
 GEMM = "gemm_n7168_k5120"
@@ -22,7 +23,9 @@ KINDS = ("compile", "nofeat", "unverified", "runtime", "numerical", "timeout", "
 
 def eval_result(kind: str, task: str = GEMM, arch: str = "sm_90a", speedup: float | None = None) -> EvalResult:
     """An EvalResult of one kind: compile | nofeat | unverified (CPU) | runtime | numerical |
-    timeout | correct | correct_nofeat (GPU)."""
+    timeout | correct | correct_nofeat | correct_unchecked (GPU). A GPU kernel that ran to the end
+    has the executed check's verdict (its features counted doing the work where it has them),
+    but correct_unchecked: correct with the features in its SASS, the executed check not run."""
     if kind == "compile":
         comp = CompileResult(status="failed", arch=arch, language="cuda", error="nvrtc: expected a ';'")
         return EvalResult(task=task, arch=arch, compile=comp, requested_features=FEATURES, run_reason="did not compile",
@@ -34,7 +37,7 @@ def eval_result(kind: str, task: str = GEMM, arch: str = "sm_90a", speedup: floa
     if kind in ("nofeat", "unverified"):
         ev.run_status, ev.run_reason = "skipped", "no GPU: nvidia-smi not found"
         return ev
-    ok = kind in ("correct", "correct_nofeat")
+    ok = kind in ("correct", "correct_nofeat", "correct_unchecked")
     reason = {"runtime": "cuda_error", "numerical": "incorrect", "timeout": "timeout"}.get(kind)
     ev.run_status = "ok" if kind != "runtime" else "failed"
     ev.workloads = [WorkloadResult(
@@ -43,6 +46,8 @@ def eval_result(kind: str, task: str = GEMM, arch: str = "sm_90a", speedup: floa
                           mismatch_frac=0.0 if ok else 0.5, passed=ok)],
         speedup=speedup if ok else None)]
     ev.speedup = speedup if ok else None
+    if kind in ("correct", "correct_nofeat", "numerical"):
+        ev.executed = ExecutedCheck(status="ok", executed={f: has for f in FEATURES}, carries={f: has for f in FEATURES})
     return ev
 
 
