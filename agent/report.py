@@ -10,6 +10,8 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
   compiled, arch_sass         any candidate compiled / had the requested features in SASS
                               (`arch` is the cell's target architecture, sm_90a or sm_100a)
   correct                     any candidate passed the visible workloads on a GPU
+  correct_held_out            any candidate passed the visible and the held-out workloads
+                              (sizes the model never saw: the generalisation question)
   cwa                         correct with arch: correct and features in SASS (and not
                               shown unexecuted by the executed check). Static: unlike
                               EvalResult.correct_with_arch it does not demand the executed check ran
@@ -47,7 +49,8 @@ from agent.trajectory import CandidateRecord, RunConfig, RunSummary, read_config
 
 FAST_P = (0.0, 0.5, 0.8, 1.0)
 DEFAULT_TURN_LIMITS = (1, 4, 8)
-PROPORTIONS = ("compiled", "arch_sass", "correct", "cwa", "cwa_executed") + tuple(f"fast_{p:g}" for p in FAST_P)
+PROPORTIONS = ("compiled", "arch_sass", "correct", "correct_held_out", "cwa", "cwa_executed") + tuple(
+    f"fast_{p:g}" for p in FAST_P)
 # Outcomes that settle correctness as False without a GPU verdict (nothing ran, or it failed).
 _NOT_CORRECT = {"model_error", "format_error", "compile_error", "run_failed", "incorrect"}
 
@@ -176,6 +179,12 @@ def candidate_correct(c: CandidateRecord) -> Tri:
     return None  # compiled, not run: no GPU
 
 
+def candidate_correct_held_out(c: CandidateRecord) -> Tri:
+    """Correct on the visible workloads and on the held-out sizes the model never saw."""
+    correct = candidate_correct(c)
+    return correct if correct is not True else c.verdicts.correct_held_out
+
+
 def candidate_cwa(c: CandidateRecord, executed: bool) -> Tri:
     """Correct with arch; `executed` demands the features were counted at run time."""
     correct = candidate_correct(c)
@@ -213,6 +222,7 @@ def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
         "compiled": any(c.verdicts.compiled for c in cands),
         "arch_sass": any(c.verdicts.compiled and c.verdicts.arch_sass for c in cands),
         "correct": _any(candidate_correct(c) for c in cands),
+        "correct_held_out": _any(candidate_correct_held_out(c) for c in cands),
         "cwa": _any(candidate_cwa(c, executed=False) for c in cands),
         "cwa_executed": cwa_run,
     }
@@ -359,7 +369,8 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
 # ---------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------
-COLUMNS = [("compiled", "compiled"), ("arch_sass", "arch (SASS)"), ("correct", "correct"), ("cwa", "correct+arch"),
+COLUMNS = [("compiled", "compiled"), ("arch_sass", "arch (SASS)"), ("correct", "correct"),
+           ("correct_held_out", "correct held-out too"), ("cwa", "correct+arch"),
            ("cwa_executed", "correct+arch executed")] + [(f"fast_{p:g}", f"fast_{p:g}") for p in FAST_P]
 
 

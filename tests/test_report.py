@@ -124,3 +124,29 @@ def test_speed_is_credited_only_where_the_instructions_were_counted_doing_the_wo
     [row] = [r for r in summarise(list(by_id.values()), [1])]
     assert row.metrics["fast_1"].n == 1 and row.metrics["fast_1"].successes == 1  # the unchecked run is not counted
     assert row.speedup == pytest.approx(1.5)
+
+
+def test_held_out_sizes_are_a_column_of_their_own(tmp_path):
+    """A kernel right on the visible sizes and wrong on the held-out ones counts as correct, not
+    as correct on the held-out sizes too (the generalisation question)."""
+    from tools.results import WorkloadResult
+
+    def with_held_out(passed: bool):
+        s = kernel(f"h{passed}")
+        ev = eval_result("correct", speedup=1.0)
+        ev.workloads.append(WorkloadResult(workload="w1", split="held_out", axes={"M": 77},
+                                           status="passed" if passed else "failed",
+                                           reason=None if passed else "incorrect"))
+        return (s, ev, reply_for(s, "attempt"))
+
+    root = tmp_path / "runs"
+    write_run(root, "m/gemm/docs/r0", [[with_held_out(False)]])
+    write_run(root, "m/gemm/docs/r1", [[with_held_out(True)]])
+    by_id = {r.config.run_id: r for r in load_runs([root])}
+    fitted, general = (run_metrics(by_id[f"m/gemm/docs/r{i}"].summary, 1) for i in (0, 1))
+    assert fitted.values["correct"] is True and fitted.values["correct_held_out"] is False
+    assert general.values["correct_held_out"] is True
+    [row] = summarise(list(by_id.values()), [1])
+    assert (row.metrics["correct_held_out"].successes, row.metrics["correct_held_out"].n) == (1, 2)
+    report = write_report([root], tmp_path / "report", [1])
+    assert "correct held-out too" in report.files["md"].read_text()
