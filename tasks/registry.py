@@ -110,8 +110,9 @@ SPLITS = ("train", "held_out_tasks")
 # fine-tuned model can be asked whether what it learned carries to problems it never trained on:
 # - GEMM shapes: one per kind of difficulty (a tiny N, a tall K, a very wide N, a square one, and
 #   a mid one), the other 12 shapes stay in train;
-# - every d96 task (a head dimension no tile size divides evenly), and the causal head-dimension
-#   variants (d64/d96/d256 causal: the causal mask combined with an unseen head size);
+# - every d96 task (a head dimension no tile size divides evenly: a size never seen), and the
+#   causal head-dimension variants (d64/d256 causal: a variant never seen, the causal mask at a
+#   head size train sees only without it; d96 causal: both unseen; d128 causal stays in train);
 # - GDN MTP at qk8_v16 (train sees the qk4_v8 MTP; decode and prefill stay in train).
 _HELD_OUT_GEMM = ("gemm_n128_k2048", "gemm_n5376_k21504", "gemm_n34816_k5120", "gemm_n4096_k4096", "gemm_n2048_k5376")
 HELD_OUT_TASKS: frozenset[str] = frozenset(
