@@ -142,7 +142,9 @@ class SweepConfig(BaseModel):
                                                    context_tokens=self.context_tokens, temperature=self.temperature,
                                                    model_options=m.options, strategy=strategy,
                                                    population=self.population, model_params=m.params,
-                                                   context_turn_tokens=self.context_turn_tokens)
+                                                   context_turn_tokens=self.context_turn_tokens,
+                                                   profile_feedback="on" in self.profile_feedback,
+                                                   executed_check=self.executed_check)
                         if problem:
                             raise ValueError(problem)
         return self

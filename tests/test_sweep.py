@@ -90,6 +90,8 @@ def test_bad_configs_are_one_line_errors(tmp_path):
         expand(SweepConfig(name="x", models=["openai/a"], tasks=["gemmm"]))
     with pytest.raises(ValueError, match="twice"):
         expand(SweepConfig(name="x", models=["openai/a"], tasks=["gemm", "gemm_n7168_k5120"]))
+    with pytest.raises(ValueError, match="profile"):  # the profile arm needs the executed check's pass
+        SweepConfig(name="x", models=["openai/a"], tasks=["gemm"], profile_feedback=["off", "on"], executed_check=False)
     (tmp_path / "bad.toml").write_text('name = "x"\nmodels = ["openai/a"]\ntasks = ["nope"]\n')
     proc = _agent("sweep", "bad.toml", cwd=tmp_path)
     assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
