@@ -115,3 +115,30 @@ def test_the_shipped_example_evaluates_and_times_on_a_gpu(tmp_path):
     [expert] = s.per_turn[1].candidates  # the expert kernel: correct with the requested instructions, timed
     assert expert.verified and expert.verdicts.correct is True and expert.verdicts.arch_sass is True
     assert expert.verdicts.speedup and expert.verdicts.speedup > 0.5
+
+
+def test_the_replay_runs_with_every_recorded_setting(tmp_path, monkeypatch):
+    """A replay through the graph runs with the recorded run's settings, those that shape the
+    prompts (history, docs per turn, model parameters) and the evaluation (memcheck) included:
+    otherwise its config mislabels the replay and its prompts differ from the recorded ones."""
+    import shutil
+
+    import agent.run
+
+    src = tmp_path / "run"
+    shutil.copytree(REPO / "runs" / "examples" / "attn_bwd_human", src)
+    config = json.loads((src / "config.json").read_text())
+    config.update(history="latest", context_turn_tokens=500, memcheck=False, model_params={"max_tokens": 900})
+    (src / "config.json").write_text(json.dumps(config))
+    seen = {}
+
+    def capture(req, progress=False):
+        seen["req"] = req
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(agent.run, "solve", capture)
+    with pytest.raises(RuntimeError, match="captured"):
+        replay.through_graph(src, runs_dir=tmp_path / "replays")
+    req = seen["req"]
+    assert (req.history, req.context_turn_tokens, req.memcheck, req.model_params) == \
+        ("latest", 500, False, {"max_tokens": 900})
