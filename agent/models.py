@@ -287,9 +287,10 @@ class LiteLLMModel(_RetryingModel):
     """Any litellm model string; `openai/<name>` + api_base for vLLM, Ollama or any OpenAI-compatible server.
 
     Cost is litellm's price table for the model name (None where it has none, e.g. self-hosted).
-    `params` (model parameters) go to the provider as given: litellm's drop_params (on, so a
-    default temperature or seed a provider does not take is dropped, not an error) never drops
-    one of them. `extra` goes to litellm.completion as is (litellm-side settings).
+    `params` (model parameters) and a temperature go to the provider as given, or the call fails
+    (bad_request) where litellm knows the model refuses them; never dropped in silence. Only the
+    per-turn seed is left out for a provider that takes none. `extra` goes to litellm.completion
+    as is (litellm-side settings).
     """
 
     def __init__(self, spec: str, *, api_base: str | None = None, api_key: str | None = None,
@@ -302,7 +303,11 @@ class LiteLLMModel(_RetryingModel):
                              "an OpenAI-compatible server), anthropic/..., gemini/..., ollama/..., hosted_vllm/...; "
                              "or replay:<run dir>, human, scripted:<file>") from exc
         self.name, self.api_base, self.api_key, self.timeout_s = spec, api_base, api_key, timeout_s
-        self.extra = {"drop_params": True, **(extra or {})}
+        # drop_params off: litellm would quietly remove a temperature (given or a model parameter)
+        # that it thinks the model takes only as its default (gpt-5, the o-series), and the run would
+        # record a setting that was never sent. A parameter asked for is sent, or the call fails
+        # with litellm's reason (bad_request); the seed, our own default, is left out in _attempt.
+        self.extra = {"drop_params": False, **(extra or {})}
         self.params = dict(params or {})
 
     @property
@@ -312,6 +317,14 @@ class LiteLLMModel(_RetryingModel):
         if "prompt_cache" in self.params:
             return bool(self.params["prompt_cache"])
         return self.provider == "anthropic" or "claude" in self.name.lower()
+
+    def _takes(self, param: str) -> bool:
+        """Whether litellm knows the provider to take this OpenAI parameter (unknown: assume it does)."""
+        try:
+            supported = _import_litellm().get_supported_openai_params(model=self.name, custom_llm_provider=self.provider)
+        except Exception:
+            return True
+        return supported is None or param in supported
 
     def window(self) -> tuple[int | None, str]:
         window, source = super().window()
@@ -333,6 +346,8 @@ class LiteLLMModel(_RetryingModel):
     def _attempt(self, messages, attempt, grows: bool = True, **params):
         litellm = _import_litellm()
         kwargs = {k: v for k, v in params.items() if v is not None}
+        if "seed" in kwargs and not self._takes("seed"):
+            kwargs.pop("seed")  # ptxbench's own per-turn default; Anthropic, for one, takes none
         sent = {k: v for k, v in self.params.items() if k not in LOCAL_PARAMS}
         kwargs.update(sent)
         if sent:  # asked for by name: an error from the provider beats a silent drop
