@@ -4,7 +4,10 @@ Docs are markdown files under knowledge/docs/<arch>/ (and knowledge/docs/common/
 every arch) with YAML front matter (title, arch, features, keywords, and optionally `ops`:
 the task families, by op type, a doc is written for; a doc without `ops` is for every task).
 A *section* is the text under one `## ` heading (the part before the first `## ` is the
-doc's intro section). knowledge/examples/ holds worked kernels in the same format: they are
+doc's intro section). A section may narrow its doc's `ops` with a marker line under its
+heading, `<!-- ops: fp8_gemm, fp8_mha_fwd -->`: the FP8 section of a doc written for every
+attention task then reaches only the FP8 tasks, in every arm (the marker line itself is not
+part of the text). knowledge/examples/ holds worked kernels in the same format: they are
 compile-checked like the docs but never retrieved (no arm may hold a ready solution).
 
 The four arms are nested, and differ only in architecture knowledge (everything about the
@@ -102,6 +105,10 @@ class Section:
     features: tuple[str, ...]
     keywords: tuple[str, ...]
     tokens: int
+    ops: tuple[str, ...] = ()  # a section's own `<!-- ops: ... -->` marker: the families it is for; () = the doc's
+
+    def for_op(self, op_type: str | None) -> bool:
+        return op_type is None or not self.ops or op_type in self.ops
 
     @property
     def flat(self) -> str:
@@ -182,6 +189,25 @@ def _split_sections(body: str) -> list[tuple[str, str]]:
     return out
 
 
+_SECTION_OPS = re.compile(r"^<!--\s*ops\s*:\s*(.*?)\s*-->[ \t]*\n?", re.M)
+
+
+def _section_ops(text: str, where: str) -> tuple[str, tuple[str, ...]]:
+    """A section's `<!-- ops: fp8_gemm, fp8_mha_fwd -->` marker (the line under its heading):
+    the task families the section is for, within a doc written for more (FP8 material in the
+    attention doc, the backward in a forward-and-backward doc). The marker line is not part of
+    the text a model reads."""
+    found = _SECTION_OPS.findall(text)
+    if not found:
+        return text, ()
+    if len(found) > 1:
+        raise ValueError(f"{where}: more than one ops marker")
+    ops = tuple(o.strip() for o in found[0].split(",") if o.strip())
+    if not ops:
+        raise ValueError(f"{where}: an empty ops marker")
+    return _SECTION_OPS.sub("", text, count=1), ops
+
+
 def _load(folder: Path) -> tuple[Doc, ...]:
     docs = []
     for path in sorted(folder.glob("*/*.md")):
@@ -191,9 +217,11 @@ def _load(folder: Path) -> tuple[Doc, ...]:
         kws = tuple(str(k) for k in (meta.get("keywords") or ()))
         arches = tuple(str(a) for a in meta["arch"]) if isinstance(meta["arch"], list) else (str(meta["arch"]),)
         arch = path.parent.name if path.parent.name in arches else arches[0]
-        sections = tuple(
-            Section(rel, i, h, t, arch, feats, kws, estimate_tokens(t))
-            for i, (h, t) in enumerate(_split_sections(body)))
+        sections = []
+        for i, (h, t) in enumerate(_split_sections(body)):
+            t, sec_ops = _section_ops(t, f"{rel}#{h}")
+            sections.append(Section(rel, i, h, t, arch, feats, kws, estimate_tokens(t), sec_ops))
+        sections = tuple(sections)
         ops = tuple(str(o) for o in (meta.get("ops") or ()))
         docs.append(Doc(rel, str(meta["title"]), arch, arches, feats, kws, sections, body, ops))
     return tuple(docs)
@@ -381,7 +409,7 @@ class _BM25:
 
 @functools.lru_cache(maxsize=32)
 def _index(arch: str, op_type: str | None = None) -> tuple[tuple[Section, ...], _BM25]:
-    sections = tuple(s for d in docs_for(arch, op_type) for s in d.sections)
+    sections = tuple(s for d in docs_for(arch, op_type) for s in d.sections if s.for_op(op_type))
     corpus = [_terms(s.text + " " + " ".join(s.keywords) + " " + " ".join(s.features)) for s in sections]
     return sections, _BM25(corpus)
 
@@ -441,7 +469,7 @@ def _rank(task: str, arch: str, features: list[str], feedback: str | None,
         if rq:
             exact += 1  # flat: BM25 decides among the sections of requested features
             why.append("feature:" + ",".join(rq))
-        if sec.doc in family_docs:  # written for this task family (its pattern, its numerics)
+        if sec.doc in family_docs or (op_type is not None and op_type in sec.ops):  # written for this family
             exact += 1
             why.append(f"family:{op_type}")
         # bm25 is normalised to [0, 1) so it orders within an exact tier, never across tiers
@@ -538,7 +566,7 @@ def retrieve(task: str, arch: str, features: list[str], feedback: str | None = N
     extra: list[Section] = []
     for d in docs_for(arch, op_type):
         for s in d.sections:
-            if (s.doc, s.index) in picked:
+            if (s.doc, s.index) in picked or not s.for_op(op_type):
                 continue
             if used + s.tokens > limit:
                 truncated = True

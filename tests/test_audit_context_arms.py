@@ -1,0 +1,94 @@
+"""Audit of the context ablation (after issue 25): each arm holds what its name says, for every
+task family and both arches, on turn 1 and on the turns after it.
+
+Every retrieval here is the agent's own call (agent.nodes.retrieval_call), and the multi-turn
+checks run the real agent loop with scripted replies (real NVRTC + ptxas, real SQLite)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agent.nodes import retrieval_call
+from agent.trajectory import RunConfig
+from knowledge import retriever as kr
+from tasks import list_tasks
+
+ARCHES = ("sm_90a", "sm_100a")
+TASKS = list_tasks()
+OP_TYPES = {t.op_type for t in TASKS}
+
+
+def _retrieve(task, arch: str, mode: str, feedback: str | None = None, **cfg) -> kr.Retrieval:
+    config = RunConfig(run_id="audit", task=task.name, model="scripted", arch=arch, context=mode,
+                       requested_features=task.features_for(arch), **cfg)
+    return kr.retrieve(**retrieval_call(task, config, feedback))
+
+
+def _off_task(heading: str, op_type: str) -> bool:
+    """A section that by its own heading is about another task family than `op_type`: FP8
+    material (e4m3 operands, FP8 attention's P scaling) for a bf16 task, the attention backward
+    for a forward task, the forward's online-softmax correction for the backward."""
+    h = heading.lower()
+    fp8_only = ("fp8" in h or "f8f6f4" in h) and "e4m3 (k32)" not in h  # wgmma's "N = 96 and e4m3": both
+    if fp8_only and not op_type.startswith("fp8"):
+        return True
+    if h.startswith("backward") and op_type != "mha_bwd":
+        return True
+    return h.startswith("correction") and op_type == "mha_bwd"
+
+
+# One task per op type (the variants of a family share their docs but for the query).
+_BY_OP = {}
+for _t in TASKS:
+    _BY_OP.setdefault(_t.op_type, _t)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("task", list(_BY_OP.values()), ids=list(_BY_OP))
+def test_no_arm_holds_another_familys_section(task, arch):
+    """Issue 25 kept FP8 and GDN *docs* from other families' tasks, but a doc written for every
+    attention task (or, with no `ops`, for every task) carries sections for one family only:
+    the FP8 P scaling and the sm_100a FP8 notes reached bf16 attention, tcgen05's e4m3 operands
+    every sm_100a task, the backward's launches every forward task (about 1,300 of the 6,000
+    tokens of the bf16 forward's docs arm on sm_100a). The docs arm is "the sections for the
+    task at hand", and full "every section of the task family's docs": neither holds them."""
+    for mode in ("docs", "full"):
+        r = _retrieve(task, arch, mode)
+        off = [f"{s.doc}#{s.heading}" for s in r.sections if _off_task(s.heading, task.op_type)]
+        assert not off, f"{task.name} {arch} {mode}: sections of another family: {off}"
+
+
+def test_fp8_and_backward_sections_still_reach_their_own_tasks():
+    """The narrowing keeps each section where it belongs (in the full arm, which holds all of them)."""
+    want = {
+        ("fp8_mha_fwd", "sm_90a"): ["common/attention.md#FP8 attention: P scaling (both arches)"],
+        ("fp8_mha_fwd", "sm_100a"): ["sm_100a/attention.md#FP8 attention on sm_100a",
+                                     "sm_100a/tcgen05.md#FP8 operands (kind::f8f6f4)"],
+        ("fp8_gemm", "sm_100a"): ["sm_100a/tcgen05.md#FP8 operands (kind::f8f6f4)"],
+        ("mha_bwd", "sm_90a"): ["common/attention.md#Backward: what to compute, in which launches"],
+        ("mha_bwd", "sm_100a"): ["sm_100a/attention.md#Backward on sm_100a"],
+        ("mha_fwd", "sm_100a"): ["sm_100a/attention.md#Correction: rescaling O in TMEM"],
+    }
+    for (op, arch), ids in want.items():
+        got = {f"{s.doc}#{s.heading}" for s in _retrieve(_BY_OP[op], arch, "full").sections}
+        assert set(ids) <= got, (op, arch, set(ids) - got)
+    # and the FP8 tasks' docs arm now ranks the e4m3 operand section as its family's
+    docs = _retrieve(_BY_OP["fp8_gemm"], "sm_100a", "docs")
+    why = {f"{s.doc}#{s.heading}": s.why for s in docs.sections}
+    assert "family:fp8_gemm" in why["sm_100a/tcgen05.md#FP8 operands (kind::f8f6f4)"]
+
+
+def test_section_ops_markers_name_real_task_families_and_never_reach_the_model():
+    """A misspelt family in a marker would hide its section from every task; the marker line is
+    bookkeeping, not text for the model."""
+    marked = [s for d in kr.load_docs() for s in d.sections if s.ops]
+    assert marked, "no section narrows its doc's families"
+    for s in marked:
+        assert set(s.ops) <= OP_TYPES, (s.doc, s.heading, set(s.ops) - OP_TYPES)
+        assert "<!-- ops" not in s.text
+    for task in _BY_OP.values():
+        for arch in ARCHES:
+            assert "<!-- ops" not in _retrieve(task, arch, "full").text
