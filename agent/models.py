@@ -46,6 +46,7 @@ class Usage:
     cost_usd: float | None = None
     cached_tokens: int = 0  # prompt tokens read from the provider's prompt cache (included in prompt_tokens)
     cache_write_tokens: int = 0  # prompt tokens written to the cache this call (Anthropic bills them extra)
+    estimated: bool = False  # the provider reported no token counts: ptxbench counted them itself
 
 
 def parse_model_param(text: str) -> tuple[str, Any]:
@@ -356,6 +357,7 @@ class LiteLLMModel(_RetryingModel):
             kwargs["api_base"] = self.api_base
         if self.api_key:
             kwargs["api_key"] = self.api_key
+        asked = messages
         if self.prompt_cache:
             messages = with_cache_markers(messages, grows)
         try:  # num_retries=0: litellm would otherwise retry on its own, unseen by the trajectory
@@ -366,12 +368,31 @@ class LiteLLMModel(_RetryingModel):
         raw = json.loads(json.dumps(response.model_dump(), default=str))
         if not response.choices or response.choices[0].message is None:
             raise _AttemptFailed(Fault("malformed", 200, "response has no choices", attempt))
+        message = response.choices[0].message
+        text = message.content or ""
         usage = usage_of(response.usage)
+        # A server that sends no usage (some proxies and local servers) reads as 0 tokens through
+        # litellm: count them here, so the summary and a --max-tokens budget see what was spent.
+        if usage.prompt_tokens == 0 and asked:
+            usage.prompt_tokens, usage.estimated = self.count_tokens(asked), True
+        if usage.completion_tokens == 0 and (said := text + str(getattr(message, "reasoning_content", None) or "")):
+            usage.completion_tokens, usage.estimated = self._count_text(said), True
         try:
-            usage.cost_usd = float(litellm.completion_cost(completion_response=response))
+            if usage.estimated:  # priced on the counted tokens, not on the zeros
+                usage.cost_usd = float(sum(litellm.cost_per_token(
+                    model=self.name, custom_llm_provider=self.provider, prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens)))
+            else:
+                usage.cost_usd = float(litellm.completion_cost(completion_response=response))
         except Exception:  # a model without a price (self-hosted, new) must never fail a call
             usage.cost_usd = None
-        return response.choices[0].message.content or "", response.model or self.name, usage, raw
+        return text, response.model or self.name, usage, raw
+
+    def _count_text(self, text: str) -> int:
+        try:
+            return int(_import_litellm().token_counter(model=self.name, text=text))
+        except Exception:
+            return _estimate_tokens(text)
 
 
 def usage_of(u: Any) -> Usage:
@@ -416,7 +437,7 @@ def _usage_from(d: dict | None, default: Usage) -> Usage:
     if not d:
         return default
     return Usage(int(d.get("prompt_tokens") or 0), int(d.get("completion_tokens") or 0), d.get("cost_usd"),
-                 int(d.get("cached_tokens") or 0), int(d.get("cache_write_tokens") or 0))
+                 int(d.get("cached_tokens") or 0), int(d.get("cache_write_tokens") or 0), bool(d.get("estimated")))
 
 
 class ReplayModel(_RetryingModel):
