@@ -48,7 +48,7 @@ EVENT_TYPES = {
     "llm_request": "turn, sample, model, messages (the chat sent, after the history policy), history, "
                    "context {prompt_tokens, window, reserve, source}",
     "llm_response": "turn, sample, model, text, usage {prompt_tokens, completion_tokens, cost_usd, cached_tokens, "
-                    "cache_write_tokens}, latency_s, attempts, finish_reason",
+                    "cache_write_tokens, estimated}, latency_s, attempts, finish_reason",
     "context_exceeded": "turn, prompt_tokens, window, reserve, source, detail: the next prompt does not fit the "
                         "model's context window; the run ends (stop_reason context_exceeded), nothing is sent",
     "memcheck": "turn, sample, trigger (the visible workload's failure), status, reason, errors: compute-sanitizer "
