@@ -92,3 +92,21 @@ def test_section_ops_markers_name_real_task_families_and_never_reach_the_model()
     for task in _BY_OP.values():
         for arch in ARCHES:
             assert "<!-- ops" not in _retrieve(task, arch, "full").text
+
+
+@pytest.mark.parametrize("task", list(_BY_OP.values()), ids=list(_BY_OP))
+def test_blackwell_arms_name_wgmma_only_as_the_other_arch(task):
+    """wgmma does not exist on sm_100a. Docs served to both arches (warp specialisation, ldmatrix,
+    the GDN pattern) told a Blackwell model its consumers "run wgmma" and to issue "one m64n8k8
+    tf32 wgmma": another arch's instructions in the sm_100a arms. Every paragraph of an sm_100a
+    arm's docs that names wgmma now frames it as sm_90a's (or says what tcgen05 does instead).
+    (The helper-header API is generated from the headers' comments and is checked apart.)"""
+    import re
+
+    r = _retrieve(task, "sm_100a", "full")
+    by_id = {f"{s.doc}#{s.heading}": s for d in kr.load_docs() for s in d.sections}
+    for ref in r.sections:
+        for para in re.split(r"\n\s*\n", by_id[f"{ref.doc}#{ref.heading}"].text):
+            if "wgmma" in para:
+                assert re.search(r"tcgen05|sm_90a|Hopper|sm_100a|Blackwell", para), \
+                    f"{task.name}: {ref.doc}#{ref.heading} names wgmma as if it ran on sm_100a:\n{para}"
