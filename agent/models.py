@@ -463,7 +463,10 @@ class ReplayModel(_RetryingModel):
             raise ModelError("replay_exhausted", f"{self.path} holds {len(self.responses)} responses")
         event, self.index = self.responses[self.index], self.index + 1
         usage = _usage_from(event.get("usage"), Usage(0, 0))
-        return event.get("text") or "", event.get("model") or self.name, usage, event.get("raw")
+        # events hold no raw response; the finish_reason they hold is what the graph reads from it
+        # (a reply cut off at the token limit is told so in its feedback, in the replay too)
+        raw = event.get("raw") or {"finish_reason": event.get("finish_reason"), "replayed_seq": event.get("seq")}
+        return event.get("text") or "", event.get("model") or self.name, usage, raw
 
 
 def _estimate_tokens(text: str) -> int:
