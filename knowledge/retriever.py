@@ -44,6 +44,7 @@ This module imports nothing of agent/, tools/ or tasks/.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -250,6 +251,18 @@ def task_query(description: str, op_type: str, family: str = "") -> str:
     ("attention backward") and its op type, also spelled as words (mha_bwd -> "mha bwd"). Never
     the task's id: `mha_bwd_d128` is one term that matches nothing."""
     return " ".join(p for p in (description, family, op_type, op_type.replace("_", " ")) if p)
+
+
+def knowledge_version(root: Path = ROOT) -> str:
+    """sha256 over every file an arm can put into a prompt: the docs, the worked examples and the
+    helper headers (names and bytes). Two runs of one arm with different versions read different
+    text under the same arm name (issue 25 rewrote most docs); a run's config is the place to
+    record it, as it records the prompt templates' hash."""
+    h = hashlib.sha256()
+    for sub, pattern in (("docs", "*/*.md"), ("examples", "*/*.md"), ("include", "ptxbench/*.cuh")):
+        for path in sorted((root / sub).glob(pattern)):
+            h.update(f"{sub}/{path.relative_to(root / sub).as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def known_arches() -> list[str]:

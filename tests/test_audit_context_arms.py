@@ -110,3 +110,24 @@ def test_blackwell_arms_name_wgmma_only_as_the_other_arch(task):
             if "wgmma" in para:
                 assert re.search(r"tcgen05|sm_90a|Hopper|sm_100a|Blackwell", para), \
                     f"{task.name}: {ref.doc}#{ref.heading} names wgmma as if it ran on sm_100a:\n{para}"
+
+
+def test_knowledge_version_names_what_an_arm_can_send(tmp_path):
+    """A run's arm is auditable after the fact only with the text it drew from: the version
+    changes with any doc, worked example or helper header, and only with them."""
+    import shutil
+
+    root = tmp_path / "knowledge"
+    for sub in ("docs", "examples", "include"):
+        shutil.copytree(kr.ROOT / sub, root / sub)
+    base = kr.knowledge_version(root)
+    assert base == kr.knowledge_version() and len(base) == 64
+    (root / "retriever_notes.txt").write_text("not sent to any model")
+    assert kr.knowledge_version(root) == base
+    for rel in ("docs/sm_90a/wgmma.md", "examples/sm_90a/gemm_tma_wgmma.md", "include/ptxbench/tma.cuh"):
+        path = root / rel
+        old = path.read_text()
+        path.write_text(old + "\n")
+        assert kr.knowledge_version(root) != base, rel
+        path.write_text(old)
+    assert kr.knowledge_version(root) == base
