@@ -131,3 +131,33 @@ def test_knowledge_version_names_what_an_arm_can_send(tmp_path):
         assert kr.knowledge_version(root) != base, rel
         path.write_text(old)
     assert kr.knowledge_version(root) == base
+
+
+# How docs say an axis in words: "at batch 1", "3000 tokens", "sequence length 77".
+_AXIS_WORDS = {"batch_size": ["batch", "batch size", "batches"], "num_seqs": ["sequences", "seqs"],
+               "total_seq_len": ["tokens", "total tokens", "total length"], "pool_size": ["pool", "pool size", "slots"],
+               "S": ["sequence length", "seq len", "seqlen"], "L": ["sequence length", "seq len", "seqlen"],
+               "M": ["rows"], "m": ["rows"]}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_no_arm_names_a_held_out_size_in_words(arch):
+    """test_context_arms scans for `axis=value` and workload names; a doc can also say a held-out
+    size in words. The GDN decode notes said "at batch 1 there are only 8-16 heads": batch 1 is
+    a held-out decode workload, named in the docs arms and not in none. Every task's full and
+    docs+example arms (all the text any of its arms can hold) are scanned."""
+    import re
+
+    for task in TASKS:
+        visible = {(a, v) for w in task.workloads_for("visible") for a, v in w.axes.items()}
+        texts = [_retrieve(task, arch, mode).text for mode in ("full", "docs+example")]
+        for w in task.workloads_for("held_out"):
+            for axis, value in w.axes.items():
+                if (axis, value) in visible or axis not in _AXIS_WORDS:
+                    continue
+                words = "|".join(re.escape(s) for s in _AXIS_WORDS[axis])
+                for pat in (rf"\b(?:{words})\s*(?:=|of|:)?\s*{value}(?![\w.])", rf"(?<![\w.]){value}\s+(?:{words})\b"):
+                    for text in texts:
+                        m = re.search(pat, text, re.I)
+                        assert not m, f"{task.name} {arch}: held-out {axis}={value} in words: " \
+                                      f"...{text[max(0, m.start() - 60):m.end() + 40]}..."
