@@ -30,12 +30,17 @@ def _retrieve(task, arch: str, mode: str, feedback: str | None = None, **cfg) ->
 def _off_task(heading: str, op_type: str) -> bool:
     """A section that by its own heading is about another task family than `op_type`: FP8
     material (e4m3 operands, FP8 attention's P scaling) for a bf16 task, the attention backward
-    for a forward task, the forward's online-softmax correction for the backward."""
+    for a forward task, the forward's online-softmax correction for the backward, GDN's chunked
+    prefill for decode and its MTP notes for decode and prefill."""
     h = heading.lower()
     fp8_only = ("fp8" in h or "f8f6f4" in h) and "e4m3 (k32)" not in h  # wgmma's "N = 96 and e4m3": both
     if fp8_only and not op_type.startswith("fp8"):
         return True
     if h.startswith("backward") and op_type != "mha_bwd":
+        return True
+    if h.startswith("prefill") and op_type not in ("gdn_prefill", "gdn_mtp"):  # MTP builds on the chunked form
+        return True
+    if h.startswith("mtp") and op_type != "gdn_mtp":
         return True
     return h.startswith("correction") and op_type == "mha_bwd"
 
@@ -71,6 +76,9 @@ def test_fp8_and_backward_sections_still_reach_their_own_tasks():
         ("mha_bwd", "sm_90a"): ["common/attention.md#Backward: what to compute, in which launches"],
         ("mha_bwd", "sm_100a"): ["sm_100a/attention.md#Backward on sm_100a"],
         ("mha_fwd", "sm_100a"): ["sm_100a/attention.md#Correction: rescaling O in TMEM"],
+        ("gdn_mtp", "sm_90a"): ["common/pattern_gdn.md#Prefill: the chunked form (tensor-core work)",
+                                "common/pattern_gdn.md#MTP (speculative verification): a few tokens from a pooled state"],
+        ("gdn_decode", "sm_100a"): ["common/pattern_gdn.md#Decode (one token): memory-bound"],
     }
     for (op, arch), ids in want.items():
         got = {f"{s.doc}#{s.heading}" for s in _retrieve(_BY_OP[op], arch, "full").sections}
