@@ -169,3 +169,16 @@ def test_no_arm_names_a_held_out_size_in_words(arch):
                         m = re.search(pat, text, re.I)
                         assert not m, f"{task.name} {arch}: held-out {axis}={value} in words: " \
                                       f"...{text[max(0, m.start() - 60):m.end() + 40]}..."
+
+
+def test_the_example_arm_holds_no_held_out_size_either():
+    """test_context_arms scans the four nested arms; the worked examples of docs+example (whole
+    kernels with their manifests, the likeliest place for a size) get the same scan."""
+    from test_context_arms import _held_out_patterns, _turn1
+
+    for task in TASKS:
+        for arch in ARCHES:
+            prompt = _turn1(task, arch, "docs+example")[1]
+            for what, pat in _held_out_patterns(task):
+                m = pat.search(prompt)
+                assert not m, f"{task.name} {arch}: held-out {what!r}: ...{prompt[max(0, m.start() - 80):m.end() + 80]}..."
