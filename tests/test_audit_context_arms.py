@@ -182,3 +182,23 @@ def test_the_example_arm_holds_no_held_out_size_either():
             for what, pat in _held_out_patterns(task):
                 m = pat.search(prompt)
                 assert not m, f"{task.name} {arch}: held-out {what!r}: ...{prompt[max(0, m.start() - 80):m.end() + 80]}..."
+
+
+_FEEDBACK = ("ptxas error   : Instruction 'wgmma.mma_async' not supported on .target 'sm_100a'\n"
+             "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized\n"
+             "- `tma`: MISSING - no instruction proving it is in the SASS of the launched kernels")
+
+
+@pytest.mark.parametrize("budget", [1500, 6000])
+@pytest.mark.parametrize("arch", ARCHES)
+def test_every_task_keeps_each_layer_within_its_budget(arch, budget):
+    """The docs layer holds at most context_tokens (the text as sent, titles included) and the
+    header API at most its own budget, for every task, with and without feedback; docs+headers
+    is the docs arm's text plus the header API and nothing else."""
+    for task in TASKS:
+        for feedback in (None, _FEEDBACK):
+            docs = _retrieve(task, arch, "docs", feedback, context_tokens=budget)
+            both = _retrieve(task, arch, "docs+headers", feedback, context_tokens=budget)
+            assert docs.tokens == docs.parts["docs"]["tokens"] <= budget, (task.name, docs.tokens)
+            assert both.parts["headers"]["tokens"] <= kr.HEADER_BUDGET
+            assert both.text == docs.text + "\n" + kr.header_api(arch), task.name
