@@ -538,7 +538,7 @@ class HumanModel(_RetryingModel):
             raise ValueError(f"human: reply file {self.reply_file} does not exist (a reply file, or a folder of them)")
 
     def _attempt(self, messages, attempt, **params):
-        prompt = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+        prompt = human_view(messages)
         print(f"\n===== prompt for the human model =====\n{prompt}\n======================================",
               file=sys.stderr)
         text = self._from_file() if self.reply_file else self._from_editor(prompt)
@@ -570,6 +570,15 @@ class HumanModel(_RetryingModel):
         finally:
             os.unlink(f.name)
         return text.split(REPLY_MARKER, 1)[-1].strip("\n")
+
+
+def human_view(messages: list[dict]) -> str:
+    """What a person is shown: the whole chat before the first reply (the system prompt holds the
+    reply format and the credit rules a model is told), then the reply the newest feedback is
+    about (for evolve, the parent) and that feedback."""
+    last_reply = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+    shown = messages if last_reply is None else messages[last_reply:]
+    return "\n\n".join(f"[{m.get('role')}]\n{_content_text(m.get('content')).strip()}" for m in shown)
 
 
 def get_model(spec: str, *, api_base: str | None = None, api_key: str | None = None, timeout_s: float = 600,
