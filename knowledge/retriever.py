@@ -335,6 +335,37 @@ def header_arches(path: Path) -> tuple[str, ...] | None:
     return (m[1],) if m else None
 
 
+def _starts_declaration(lines: list[str], i: int) -> bool:
+    """A helper function (`PTXBENCH_DEVICE`, after a `template <...>` on its line or the line
+    above) or an enum starts at line i."""
+    s = lines[i].strip()
+    if s.startswith(("PTXBENCH_DEVICE", "enum ")):
+        return True
+    return s.startswith("template") and ("PTXBENCH_DEVICE" in s or
+                                         (i + 1 < len(lines) and lines[i + 1].strip().startswith("PTXBENCH_DEVICE")))
+
+
+def _declaration(lines: list[str], i: int) -> tuple[str, int]:
+    """The declaration starting at line i, whole however many lines it wraps over (a function up
+    to its parameter list's closing parenthesis, an enum up to its closing brace), and the
+    index of the line after it."""
+    text, j = "", i
+    while j < len(lines):
+        text = (text + " " + lines[j].strip()).strip()
+        j += 1
+        if text.startswith("enum "):
+            if "}" in text:
+                return text[:text.index("}") + 1], j
+            continue
+        if "(" in text:
+            depth = 0
+            for k in range(text.index("("), len(text)):
+                depth += {"(": 1, ")": -1}.get(text[k], 0)
+                if depth == 0:
+                    return text[:k + 1].replace("PTXBENCH_DEVICE ", ""), j
+    return text.replace("PTXBENCH_DEVICE ", ""), j
+
+
 @functools.lru_cache(maxsize=8)
 def header_api(arch: str | None = None) -> str:
     """The helper headers' API for `arch` (every header when None): each function signature
@@ -353,28 +384,19 @@ def header_api(arch: str | None = None) -> str:
         summary = _first_sentence(head).split(" -- ", 1)[-1] if head else ""
         parts.append(f"\n### <ptxbench/{path.name}>\n{summary}")
         comment: list[str] = []
-        skip = False
-        for i, ln in enumerate(lines):
-            s = ln.strip()
-            if skip:  # the function line of a template already rendered
-                skip, comment = False, []
-                continue
+        i = 0
+        while i < len(lines):
+            s = lines[i].strip()
             if s.startswith("//"):
                 comment.append(s[2:].strip())
+                i += 1
                 continue
-            sig = None
-            if s.startswith("template") and i + 1 < len(lines) and lines[i + 1].strip().startswith("PTXBENCH_DEVICE"):
-                sig = s + " " + lines[i + 1].strip().replace("PTXBENCH_DEVICE ", "")
-                skip = True
-            elif s.startswith("PTXBENCH_DEVICE"):
-                sig = s.replace("PTXBENCH_DEVICE ", "")
-            elif s.startswith("enum "):
-                sig = s
-            if sig:
-                sig = sig if sig.startswith("enum") else sig.split("{")[0].rstrip()
+            if _starts_declaration(lines, i):
+                sig, i = _declaration(lines, i)
                 parts.append(f"- `{sig}`" + (f" — {_first_sentence(comment)}" if comment else ""))
-            if not skip:
-                comment = []
+            else:
+                i += 1
+            comment = []
     return "\n".join(parts) + "\n"
 
 

@@ -202,3 +202,37 @@ def test_every_task_keeps_each_layer_within_its_budget(arch, budget):
             assert docs.tokens == docs.parts["docs"]["tokens"] <= budget, (task.name, docs.tokens)
             assert both.parts["headers"]["tokens"] <= kr.HEADER_BUDGET
             assert both.text == docs.text + "\n" + kr.header_api(arch), task.name
+
+
+def _declarations(source: str) -> list[tuple[str, str]]:
+    """(name, whole declaration with whitespace runs collapsed) of every PTXBENCH_DEVICE function
+    (its template line, return type and complete parameter list) and every enum of a header."""
+    import re
+
+    flat = " ".join(source.split())
+    out = []
+    for m in re.finditer(r"(?:template <[^>]*> )?PTXBENCH_DEVICE [^(;{]*?\b(\w+)\(", flat):
+        depth, j = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(flat[j], 0)
+            j += 1
+        out.append((m[1], flat[m.start():j].replace("PTXBENCH_DEVICE ", "")))
+    for m in re.finditer(r"enum (\w+)[^{]*\{[^}]*\}", flat):
+        out.append((m[1], m[0]))
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_the_header_api_lists_every_helper_whole(arch):
+    """docs+headers claims the helper headers' API. The API generator skipped one-line templates
+    (`template <int N = 0> PTXBENCH_DEVICE void wgmma_wait()`: the wait of the fence -> mma ->
+    commit -> wait sequence, setmaxnreg_inc/dec, tma_store_wait, wgmma_fence_operands) and cut
+    declarations that wrap at their first line (tcgen05_smem_desc without its `layout`
+    parameter, the Tcgen05Swizzle enum without its 64B and 32B values)."""
+    api = " ".join(kr.header_api(arch).split())
+    for path in sorted((kr.INCLUDE_DIR / "ptxbench").glob("*.cuh")):
+        only = kr.header_arches(path)
+        if only is not None and arch not in only:
+            continue
+        for name, decl in _declarations(path.read_text()):
+            assert decl in api, f"{path.name}: {name} is not in the {arch} header API as declared: {decl}"
