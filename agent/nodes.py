@@ -123,6 +123,7 @@ class Nodes:
         spent = Spent(**state["spent"])
         recorded = _recorded_responses(d.writer.run_dir, turn)
         replies: list[Reply] = []
+        answered: list[tuple[int, str, dict, str | None]] = []
         model_error = None
         faults = state.get("faults", 0)
         sent = prompts.history_view(messages, cfg.history)
@@ -151,6 +152,10 @@ class Nodes:
                     model_error = {"kind": exc.kind, "message": exc.message or str(exc), "retryable": exc.retryable}
                     d.writer.event("llm_error", turn=turn, sample=sample, **model_error)
                     break
+            answered.append((sample, text, usage, finish))
+        # A turn with fewer samples than asked is no turn: it is neither judged nor counted (a
+        # resume finishes it, reusing the answers recorded in events.jsonl, and counts them then).
+        for sample, text, usage, finish in ([] if model_error else answered):
             spent.llm_calls += 1
             spent.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             spent.completion_tokens += int(usage.get("completion_tokens") or 0)
