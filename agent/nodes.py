@@ -36,6 +36,11 @@ from tools.results import EvalResult
 from tools.solution import Solution, SolutionError, extract_solution
 
 
+# Model errors that end a run for good, and the stop reason each gives; any other is model_error,
+# which a resume retries.
+NATURAL_ENDS = {"replay_exhausted": "replay_end", "human_exhausted": "human_end", "context_exceeded": "context_exceeded"}
+
+
 class InfraFault(RuntimeError):
     """The toolchain, GPU worker or profiler failed on a candidate (EvalResult.infra_error):
     the run stops with stop_reason "infra_error" instead of blaming the model."""
@@ -153,9 +158,11 @@ class Nodes:
                     d.writer.event("llm_error", turn=turn, sample=sample, **model_error)
                     break
             answered.append((sample, text, usage, finish))
-        # A turn with fewer samples than asked is no turn: it is neither judged nor counted (a
-        # resume finishes it, reusing the answers recorded in events.jsonl, and counts them then).
-        for sample, text, usage, finish in ([] if model_error else answered):
+        # A turn with fewer samples than asked because the provider failed is no turn: it is neither
+        # judged nor counted (a resume finishes it, reusing the answers recorded in events.jsonl,
+        # and counts them then). At a natural end (a replay or a human out of replies) what came is judged.
+        resumable = model_error is not None and model_error["kind"] not in NATURAL_ENDS
+        for sample, text, usage, finish in ([] if resumable else answered):
             spent.llm_calls += 1
             spent.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             spent.completion_tokens += int(usage.get("completion_tokens") or 0)
@@ -285,8 +292,7 @@ class Nodes:
         stop_reason = stop_detail = None
         if state.get("model_error"):
             err = state["model_error"]
-            stop_reason = {"replay_exhausted": "replay_end", "human_exhausted": "human_end",
-                           "context_exceeded": "context_exceeded"}.get(err["kind"], "model_error")
+            stop_reason = NATURAL_ENDS.get(err["kind"], "model_error")
             stop_detail = f"{err['kind']}: {err['message']}"
         elif (ended := exhausted(cfg.budget, spent)) is not None:
             stop_reason, stop_detail = ended

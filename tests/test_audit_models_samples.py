@@ -35,3 +35,15 @@ def test_an_outage_in_sample_1_does_not_count_a_turn_of_one_sample(openai_server
     assert len(openai_server.requests) == 4  # sample 0 once, sample 1 twice (failed), then once more
     assert [(e["turn"], e["sample"]) for e in events(run_dir, "llm_response")] == [(1, 0), (1, 1)]
     assert r.usage.llm_calls == 2 and r.usage.prompt_tokens == 2000
+
+
+def test_a_human_out_of_replies_mid_turn_still_has_the_replies_judged(tmp_path):
+    """A natural end (no reply file left) is no outage: the replies that came are judged."""
+    replies = tmp_path / "replies"
+    replies.mkdir()
+    (replies / "1.md").write_text(probe_reply())
+    s = solve(SolveRequest(task=GEMM_TASK, model="human", human_reply_file=str(replies), context="none", samples=2,
+                           budget=Budget(max_turns=2), executed_check=False, runs_dir=tmp_path / "runs"),
+              progress=False)
+    assert s.stop_reason == "human_end" and s.turns == 1
+    assert [c.sample for c in s.per_turn[0].candidates] == [0] and s.best_path == "candidates/1-0"
