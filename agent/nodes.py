@@ -100,13 +100,15 @@ class Nodes:
         if turn > 1:  # a turn's feedback, not a new manual, is the point of turns 2+
             new = cap_sections(new, cfg.context_turn_tokens)
         why = " and the last result" if turn > 1 else ""
-        if turn == 1 or not seen:
+        if turn == 1:
             block = prompts.context_block([r.text], why=why)  # exactly what the retriever rendered
         else:
             block = prompts.context_block(_section_texts([x["id"] for x in new]), why=why)
         d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=refs, new_sections=[x["id"] for x in new],
                        tokens=r.tokens, prompt_tokens=len(block) // 4, truncated=getattr(r, "truncated", False),
-                       added=getattr(r, "parts", {}))  # tokens and sections each layer of the arm added
+                       # tokens and sections each layer of the arm added: all of them on turn 1, later
+                       # turns add only new_sections (the header API and the example are sent once)
+                       added=getattr(r, "parts", {}) if turn == 1 else {})
         update = {"context": block, "context_sections": sorted(seen | {x["id"] for x in new})}
         if turn == 1:  # evolve starts every branch from turn 1's prompt, with these sections in it
             update["base_sections"] = update["context_sections"]

@@ -84,7 +84,7 @@ def implied_strategy(samples: int) -> str:
 
 
 def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str = "docs", samples: int = 1,
-                     budget: Budget | None = None, context_tokens: int = 0, temperature: float | None = None,
+                     budget: Budget | None = None, context_tokens: int = 6000, temperature: float | None = None,
                      model_options: dict | None = None, strategy: str | None = None,
                      population: int = 4, history: str = "full", model_params: dict | None = None,
                      context_turn_tokens: int = 0, profile_feedback: bool = False,
@@ -115,6 +115,14 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
                 "drop --no-executed (executed_check = false in a sweep) or turn profile feedback off")
     if context_tokens < 0:
         return f"context_tokens (--context-tokens) must be >= 0, not {context_tokens}"
+    if context_tokens == 0 and context != "none":
+        # the retriever returns nothing then: the run would be the none arm recorded under another name
+        return f"context {context!r} with context_tokens (--context-tokens) 0 gives no docs at all; use context none"
+    if lang == "ptx" and context in ("docs+headers", "full"):
+        # the header API documents C++ helpers (#include <ptxbench/...>), which ptxas cannot include:
+        # for a PTX run that arm is the docs arm plus text it cannot use
+        return (f"context {context!r} adds the C++ helper-header API, which a --lang ptx solution cannot "
+                "include; use context docs (or docs+example) for PTX")
     if history not in HISTORIES:
         return f"unknown history policy {history!r} (--history); choose one of {', '.join(HISTORIES)}"
     if context_turn_tokens < 0:

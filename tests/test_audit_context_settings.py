@@ -2,9 +2,8 @@
 while its model reads another. Each test runs the real agent loop (scripted reply, max one turn)
 and reads the chat the model was sent from events.jsonl.
 
-Both defects are in the run's settings check (agent/run.py settings_problem, shared by
-`agent solve` and sweeps), which this audit does not own: they are marked xfail(strict=True)
-until it refuses these settings (then the marker goes, and the test passes)."""
+The run's settings check (agent/run.py settings_problem, shared by `agent solve` and sweeps)
+refuses both up front, and retrieval sends the header API once."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +28,6 @@ def _first_prompt(tmp: Path, **req) -> str | None:
     return request["messages"][1]["content"]
 
 
-@pytest.mark.xfail(strict=True, reason="agent/run.py settings_problem accepts context_tokens 0 with a retrieving "
-                                       "arm; the retriever then returns nothing for every arm")
 @pytest.mark.parametrize("mode", ["docs+headers", "full"])
 def test_a_zero_docs_budget_is_refused_or_still_gives_the_arm(tmp_path, mode):
     """`--context full --context-tokens 0` (or `context_tokens: 0` in a sweep) ran with no docs
@@ -40,8 +37,6 @@ def test_a_zero_docs_budget_is_refused_or_still_gives_the_arm(tmp_path, mode):
     assert prompt is None or "## Reference material" in prompt
 
 
-@pytest.mark.xfail(strict=True, reason="agent/run.py settings_problem accepts --lang ptx with docs+headers/full; "
-                                       "the retriever adds the C++ helper-header API to a raw-PTX run")
 @pytest.mark.parametrize("mode", ["docs+headers", "full"])
 def test_a_ptx_run_gets_no_header_api_it_cannot_include(tmp_path, mode):
     """A raw-PTX solution is assembled by ptxas: no preprocessor, no `#include <ptxbench/...>`
@@ -51,8 +46,6 @@ def test_a_ptx_run_gets_no_header_api_it_cannot_include(tmp_path, mode):
     assert prompt is None or kr.header_api("sm_90a").strip() not in prompt
 
 
-@pytest.mark.xfail(strict=True, reason="agent/nodes.py retrieve_context re-sends the retriever's whole text on a "
-                                       "later turn when no doc section was seen yet (`if turn == 1 or not seen`)")
 def test_a_small_docs_budget_sends_the_header_api_once(tmp_path):
     """With a docs budget no section fits (here 50 tokens), docs+headers's turn 1 holds only the
     header API and records no section as seen; every later turn then sends the whole retrieval

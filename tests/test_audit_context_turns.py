@@ -121,9 +121,6 @@ def test_retrieval_is_the_same_in_every_process():
     assert len(digests) == 1, digests
 
 
-@pytest.mark.xfail(strict=True, reason="agent/nodes.py retrieve_context records the retrieval's layers as `added` on "
-                                       "every turn, not what the turn added to the prompt (nodes.py is not this "
-                                       "audit's file: `added=... if turn == 1 else {}` there)")
 def test_the_retrieval_event_says_what_each_turn_added(tmp):
     """`added` is documented (docs/BENCHMARKS.md, agent/nodes.py) as the tokens and sections each
     layer of the arm added. On turn 2+ of the full arm nothing is added (every section is in the
