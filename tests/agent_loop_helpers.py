@@ -109,6 +109,16 @@ def agent_cli(*args: str, cwd: Path | None = None, env: dict | None = None, time
                           capture_output=True, text=True, timeout=timeout, **popen)
 
 
+def ctrl_c_reaches_it() -> None:
+    """Popen's preexec_fn for a CLI a test stops with SIGINT: the child starts with SIGINT at its
+    default. A shell runs a background job without job control (`cmd &` in a script, some CI
+    runners) with SIGINT ignored, and children inherit that: Python then installs no
+    KeyboardInterrupt handler and the test would measure the harness, not the CLI."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

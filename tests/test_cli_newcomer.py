@@ -13,8 +13,8 @@ import sys
 
 import pytest
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
-from agent_loop_helpers import (GEMM_TASK, REPO, agent_cli, broken_probe_reply, cli_env, probe_reply,
-                                write_script)
+from agent_loop_helpers import (GEMM_TASK, REPO, agent_cli, broken_probe_reply, cli_env, ctrl_c_reaches_it,
+                                probe_reply, write_script)
 from openai_server import OpenAIServer as S
 from openai_server import openai_server  # noqa: F401  (the fixture)
 
@@ -369,7 +369,7 @@ def test_ctrl_c_in_a_sweep_records_runs_in_flight_as_interrupted(tmp_path, opena
         extra="replicas = 3\nconcurrency = 1\ncheck_models = false", turns=1))
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "sweep", "s.toml"], cwd=tmp_path,
                             env=cli_env({"OPENAI_API_KEY": "x"}), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=ctrl_c_reaches_it)
     deadline = time.monotonic() + 120
     while not openai_server.requests and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -15,8 +15,8 @@ from collections import Counter
 
 import pytest
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
-from agent_loop_helpers import (GEMM_TASK, REPO, agent_cli, broken_probe_reply, cli_env, events, probe_reply,
-                                write_script)
+from agent_loop_helpers import (GEMM_TASK, REPO, agent_cli, broken_probe_reply, cli_env, ctrl_c_reaches_it, events,
+                                probe_reply, write_script)
 from openai_server import OpenAIServer as S
 from openai_server import openai_server  # noqa: F401  (the fixture)
 
@@ -98,7 +98,8 @@ def test_interrupt_writes_a_resumable_summary(tmp_path, openai_server, sig):
     cmd = [sys.executable, "-m", "agent.cli", "solve", "--task", GEMM_TASK, "--model", "openai/test-model",
            "--api-base", openai_server.base_url, "--max-turns", str(TURNS), "--context", "docs",
            "--runs-dir", str(runs), "--run-id", "r1", "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_reaches_it)
     deadline = time.monotonic() + 120
     while len(openai_server.requests) < 2:  # turn 1 answered and judged; turn 2 waits for its reply
         assert proc.poll() is None, proc.communicate()
