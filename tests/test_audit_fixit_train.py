@@ -14,9 +14,13 @@ from trajectory_fixtures import eval_result, kernel, reply_for, write_run
 from agent.fixit.build import BuildOptions, build
 
 
-def _data_and_model(tmp_path: Path) -> tuple[Path, Path, list[int]]:
+def _needs_the_train_extra() -> None:
     for mod in ("trl", "peft", "transformers", "datasets", "accelerate"):
         pytest.importorskip(mod)
+
+
+def _data_and_model(tmp_path: Path) -> tuple[Path, Path, list[int]]:
+    _needs_the_train_extra()
     from transformers import AutoTokenizer
 
     runs, data = _fixture_runs(tmp_path / "runs"), tmp_path / "data"
@@ -67,6 +71,7 @@ def test_no_example_fits_is_an_error_not_an_empty_training(tmp_path):
 def test_the_adapter_records_which_data_and_split_it_was_trained_on(tmp_path):
     """An adapter evaluated on held-out tasks means something only if its data left them out:
     fixit_train.json names the data (path, sha256 of train.jsonl) and the data card's split."""
+    _needs_the_train_extra()  # it trains a tiny model: the `train` extra (.[train]), as CI installs
     import hashlib
 
     from agent.fixit.train import TrainOptions, train
