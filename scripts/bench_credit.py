@@ -3,7 +3,7 @@ on all its workloads without the check and with it (in the worker, tools.cupti);
 also with the Nsight Compute profile, and with the check by Nsight Compute (PTXBENCH_CREDIT=ncu), on a
 GPU machine. Prints the evaluator's phases, each workload's credit and counted-run cost.
 
-    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms] [--out runs/bench_credit]
+    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--option-arms] [--ncu-arms] [--out runs/bench_credit]
 """
 from __future__ import annotations
 
@@ -20,18 +20,23 @@ from tools.evaluator import Evaluator  # noqa: E402
 from tools.solution import Solution  # noqa: E402
 
 
-def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool = False) -> dict:
+def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool = False, **options) -> dict:
+    ev.credit_options = dict(options)
     t0 = time.perf_counter()
     r = ev.evaluate(sol, task, "sm_90a", workloads="all", executed_check=executed, profile=profile)
     row = {"wall_s": round(time.perf_counter() - t0, 3), "phase_s": {k: round(v, 3) for k, v in r.phase_s.items()},
            "correct": r.correct, "correct_held_out": r.split_correct("held_out"),
-           "correct_with_arch": r.correct_with_arch, "speedup": r.speedup}
+           "correct_with_arch": r.correct_with_arch, "speedup": r.speedup,
+           # the timed medians, to see what an enabled profiler does to them (keep_enabled)
+           "timed": {x.workload: [x.timing and round(x.timing.median_ms, 5), x.baseline and round(x.baseline.median_ms, 5),
+                                  x.timing and round(x.timing.cv, 5)] for x in r.workloads}}
     if executed:
         row["executed"] = {"status": r.executed.status, "phase_s": r.executed.phase_s, "reason": r.executed.reason, "notes": r.executed.notes,
                            "workloads": [{"workload": w.workload, "split": w.split, "profiled_at": w.profiled_at,
                                           "runs": w.runs, "kernel_ms": w.kernel_ms, "timed_ms": w.timed_ms,
                                           "shares": w.shares, "carries": w.carries} for w in r.executed.workloads],
-                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "profile_s", "profile_phase_s")}
+                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "profile_s", "profile_phase_s",
+                                                                                 "reserved_gib")}
                                             | {"workload": x.workload, "credit_s": x.phase_s.get("credit")}
                                             for x in r.workloads]}
     return row
@@ -42,6 +47,8 @@ def main() -> int:
     ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_bwd_d128")
     ap.add_argument("--kind", default="expert")
     ap.add_argument("--out", default="runs/bench_credit")
+    ap.add_argument("--option-arms", action="store_true",
+                    help="also the check's options: every counter, the allocator's cache released, the profiler kept enabled")
     ap.add_argument("--ncu-arms", action="store_true",
                     help="also time the check with the Nsight Compute profile, and the check by Nsight Compute")
     args = ap.parse_args()
@@ -50,15 +57,33 @@ def main() -> int:
     report = {}
     for task in [t for t in args.tasks.split(",") if t]:
         sol = Solution.from_dir(ROOT / "tasks" / task / args.kind)
+        rows = report[task] = {}
+
+        def arm(name: str, *a, **kw) -> None:  # written as it comes: a call killed at its limit keeps the arms done
+            rows[name] = one(ev, sol, task, *a, **kw)
+            (out / "bench_credit.json").write_text(json.dumps(report, indent=1) + "\n")
+            print(f"{task} {name}: wall {rows[name]['wall_s']} s, cwa {rows[name]['correct_with_arch']}, "
+                  f"timed {rows[name]['timed']}", flush=True)
+
         with Evaluator(cache_dir=out / "cache") as ev:
             one(ev, sol, task, False)  # cold: worker start, library backend chosen
             one(ev, sol, task, True)  # cold counters: CUPTI's set-up, once per worker
-            rows = {"off": one(ev, sol, task, False), "on": one(ev, sol, task, True)}
+            arm("off", False)
+            arm("on", True)
+            if args.option_arms:
+                arm("on_release_cache", True, release_cache=True)
+                # the profiler left enabled after each counted run: the first evaluation enables it,
+                # the second runs every timed run under it, then timing alone under it
+                arm("on_keep_enabled", True, keep_enabled=True)
+                arm("on_keep_enabled_2", True, keep_enabled=True)
+                arm("off_profiler_enabled", False)
+                one(ev, sol, task, True)  # a counted run without keep_enabled disables it again
+                arm("off_again", False)
+                arm("on_full_set", True, full_set=True)  # six passes, whatever the SASS
             if args.ncu_arms:
-                rows["on_profile"] = one(ev, sol, task, True, profile=True)  # + the Nsight Compute profile
+                arm("on_profile", True, profile=True)  # + the Nsight Compute profile
                 ev.in_process_credit = False  # the check as it was: a Nsight Compute process
-                rows["on_ncu"] = one(ev, sol, task, True)
-        report[task] = rows
+                arm("on_ncu", True)
         for k, v in rows.items():
             print(f"{task} {k}: wall {v['wall_s']} s, phases {v['phase_s']}, correct_with_arch {v['correct_with_arch']}, "
                   f"check phases {(v.get('executed') or {}).get('phase_s')}")
