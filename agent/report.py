@@ -30,8 +30,8 @@ never a pass. The speedup interval is a seeded bootstrap over the cell's runs.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), and a
 run its model's provider stopped (model_error) past the turns it completed. Runs that would share
-a cell but differ in a setting no column names (two models under one name, another language ...)
-get model labels that name it (distinguish); one run found in two folders is refused.
+a cell but differ in a setting no column names (two models under one name, another language, other
+prompt templates or docs versions ...) get model labels that name it (distinguish); one run found in two folders is refused.
 """
 from __future__ import annotations
 
@@ -128,7 +128,12 @@ def _settings(c: RunConfig) -> dict[str, object]:
     return {"spec": model_identity(c.model), "api_base": c.api_base, "lang": c.lang, "samples": c.samples,
             "population": c.population if c.strategy == "evolve" else None, "temperature": c.temperature,
             "executed_check": c.executed_check, "context_tokens": c.context_tokens,
-            "context_turn_tokens": c.context_turn_tokens, "memcheck": c.memcheck}
+            "context_turn_tokens": c.context_turn_tokens, "memcheck": c.memcheck,
+            # the prompts and the docs the run was asked with (short hashes): a rewrite of either is
+            # another experiment under the same arm name. Runs recorded before configs held the docs
+            # version are "unknown", a version of their own; the none arm sends no docs at all.
+            "prompts": f"{c.prompt_version}:{c.template_hash[:12] or 'unknown'}",
+            "docs": None if c.context == "none" else (c.knowledge_version or "unknown")[:12]}
 
 
 def distinguish(runs: list[RunRecord]) -> list[RunRecord]:

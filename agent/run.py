@@ -299,6 +299,8 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
     run_dir, config = load_resumable(run, runs_dir)
     if (ended := finished_summary(run_dir)) is not None:
         return ended
+    if (problem := inputs_change(config, run_dir)) is not None:
+        raise SolveError(problem)
     with run_folder_lock(run_dir):
         task = _get_task(config.task)
         model = _get_model(config.model, config.api_base, config.model_options, human_reply_file,
@@ -318,6 +320,38 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
         deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
                     evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
         return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop)
+
+
+def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
+    """Why the run must not go on with this checkout's prompts or docs, or None. Its turns so far were
+    asked with the prompt templates and docs recorded in its config; later turns asked with others
+    would be another experiment counted under the same run (and pooled with it by reports). A config
+    without a template hash (every run `agent solve` started has one) cannot show its prompts: refused
+    too. One recorded before configs held the docs version goes on: it stays "unknown" in reports."""
+    afresh = (f"start a new run (agent solve --task {config.task_requested or config.task} ...), or resume it "
+              f"from a checkout with the files it ran with")
+    now_prompts = (prompts.PROMPT_VERSION, prompts.template_hash())
+    if (config.prompt_version, config.template_hash) != now_prompts:
+        then = f"{config.prompt_version} {config.template_hash[:12] or '(no hash recorded)'}"
+        return (f"run {run_dir} was asked with prompt templates {then}; this checkout's are "
+                f"{now_prompts[0]} {now_prompts[1][:12]} (agent/prompts/): its next turns would be asked with "
+                f"other prompts; {afresh}")
+    if config.context != "none" and config.knowledge_version is not None:
+        now_docs = _knowledge_version()
+        if now_docs != config.knowledge_version:
+            return (f"run {run_dir} retrieved from docs version {config.knowledge_version[:12]}; this checkout's "
+                    f"docs (knowledge/docs, examples, include) are {(now_docs or 'unavailable')[:12]}: its next "
+                    f"turns would read other docs under the same context arm; {afresh}")
+    return None
+
+
+def _knowledge_version() -> str | None:
+    """knowledge.retriever.knowledge_version(), None where the knowledge package cannot be imported."""
+    try:
+        from knowledge.retriever import knowledge_version
+    except ImportError:
+        return None
+    return knowledge_version()
 
 
 def gpu_change(config: RunConfig, gpu_now: str | None) -> str | None:
@@ -381,6 +415,7 @@ def _start_locked(config: RunConfig, task, model, state: dict, run_dir: Path, re
     evaluator = evaluator or _get_evaluator()
     config = config.model_copy(update={"prompt_version": prompts.PROMPT_VERSION,
                                        "template_hash": prompts.template_hash(),
+                                       "knowledge_version": _knowledge_version(),
                                        "tool_versions": tool_versions(), "gpu": _gpu_name(evaluator)})
     writer = TrajectoryWriter(run_dir)
     writer.write_config(config)

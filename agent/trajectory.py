@@ -130,6 +130,9 @@ class RunConfig(BaseModel):
     requested_features: list[str] = Field(default_factory=list)
     prompt_version: str = "v1"
     template_hash: str = ""  # sha256 over the prompt template files of prompt_version
+    # knowledge.retriever.knowledge_version(): sha256 over the docs, examples and helper headers an
+    # arm can send. None: recorded before configs held it (reports count those as "unknown")
+    knowledge_version: str | None = None
     tool_versions: dict[str, str] = Field(default_factory=dict)  # ptxas, nvrtc, cuobjdump, ptxbench, litellm, ...
     gpu: str | None = None  # what the evaluator found; None = no GPU (evaluation skipped)
     executed_check: bool = False  # count executed instructions with the hardware counters (GPU only)
