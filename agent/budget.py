@@ -17,13 +17,18 @@ class Spent(BaseModel):
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost_usd: float = 0.0
+    # None: some call had no price (a self-hosted model litellm does not know): unknown, never $0
+    cost_usd: float | None = 0.0
     cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
     wall_s: float = 0.0  # active seconds; resumed segments add up, time spent dead does not
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def add_cost(self, usd: float | None) -> None:
+        """One call's cost; a call without one makes the run's cost unknown from then on."""
+        self.cost_usd = None if self.cost_usd is None or usd is None else self.cost_usd + float(usd)
 
 
 def exhausted(budget: Budget, spent: Spent) -> tuple[StopReason, str] | None:
@@ -32,6 +37,10 @@ def exhausted(budget: Budget, spent: Spent) -> tuple[StopReason, str] | None:
         return "max_turns", f"{spent.turns} of {budget.max_turns} turns used"
     if budget.max_tokens is not None and spent.tokens >= budget.max_tokens:
         return "max_tokens", f"{spent.tokens} tokens used, limit {budget.max_tokens}"
+    if budget.max_cost is not None and spent.cost_usd is None:
+        # refused up front (models.cost_cap_problem); a call priced at nothing after all stops the
+        # run here rather than go on under a cap nobody can check
+        return "max_cost", f"cost unknown (a call had no price), limit ${budget.max_cost:.4f}"
     if budget.max_cost is not None and spent.cost_usd >= budget.max_cost:
         return "max_cost", f"${spent.cost_usd:.4f} spent, limit ${budget.max_cost:.4f}"
     if budget.max_time_s is not None and spent.wall_s >= budget.max_time_s:

@@ -14,6 +14,7 @@ fault: it is returned, and the graph decides what it means.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -33,6 +34,9 @@ LOCAL_PARAMS = {
     "context_window": "the model's context window in tokens (prompt + max_tokens must fit); overrides litellm's table",
     "prompt_cache": "true | false: mark the stable prefix of the chat for prompt caching (default: on where the "
                     "provider takes cache_control markers, i.e. Anthropic's Claude models)",
+    "cost_per_mtok": "[input, output]: the model's price in USD per million tokens (cached prompt tokens at the "
+                     "input price), used instead of litellm's; a model litellm has no price for (self-hosted, new) "
+                     "needs it for --max-cost",
 }
 # Request fields ptxbench sets itself: a model parameter may not set them.
 RESERVED_PARAMS = ("model", "messages", "api_base", "base_url", "api_key", "timeout", "num_retries", "stream", "n",
@@ -77,7 +81,37 @@ def model_params_problem(params: dict, temperature: float | None = None) -> str 
         return f"model parameter context_window must be a positive number of tokens, not {window!r}"
     if "prompt_cache" in params and not isinstance(params["prompt_cache"], bool):
         return f"model parameter prompt_cache must be true or false, not {params['prompt_cache']!r}"
+    if "cost_per_mtok" in params and _price(params) is None:
+        return (f"model parameter cost_per_mtok must be [input, output] USD per million tokens (two numbers >= 0), "
+                f"not {params['cost_per_mtok']!r}")
     return None
+
+
+def _price(params: dict) -> tuple[float, float] | None:
+    """The cost_per_mtok model parameter as (input, output) USD per million tokens; None if absent or malformed."""
+    price = params.get("cost_per_mtok")
+    if not (isinstance(price, (list, tuple)) and len(price) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in price)):
+        return None
+    return float(price[0]), float(price[1])
+
+
+def call_options(temperature: float | None, seed: int | None, turn: int = 1, sample: int = 0) -> dict:
+    """What a run sends with a call besides the model's own parameters (which the model adds):
+    the temperature and the per-call seed. The sweep's model probe sends these for turn 1,
+    sample 0, so a provider that refuses them fails the probe, not every run."""
+    return {"temperature": temperature,
+            "seed": None if seed is None else seed + 1000 * turn + sample}  # samples and turns must differ
+
+
+def cost_cap_problem(model: "Model") -> str | None:
+    """Why a --max-cost cap cannot hold for this model (it has no price), in one line, or None."""
+    if model.priced():
+        return None
+    return (f"--max-cost cannot hold for model {model.name}: it has no price (litellm has none for it, or a "
+            f"recorded call had none), so every call would count as $0; give its price with --model-param "
+            f"cost_per_mtok=[input,output] (USD per million tokens; params.cost_per_mtok in a sweep), or drop "
+            f"--max-cost (max_cost in a sweep's budget)")
 
 
 @dataclass
@@ -138,6 +172,8 @@ class Model(Protocol):
 
     def context_size(self, messages: list[dict]) -> ContextSize: ...
 
+    def priced(self) -> bool: ...  # every call's cost is known (a --max-cost cap can hold)
+
 
 class _AttemptFailed(Exception):
     """One attempt failed; carries the classified fault and, for 429s, the server's Retry-After."""
@@ -164,6 +200,9 @@ class _RetryingModel:
 
     def count_tokens(self, messages: list[dict]) -> int:
         return sum(_estimate_tokens(_content_text(m.get("content"))) for m in messages)
+
+    def priced(self) -> bool:
+        return True  # scripted replies carry their own usage; a person's time is not billed
 
     def window(self) -> tuple[int | None, str]:
         """The context window in tokens and where it comes from; (None, ...) when unknown."""
@@ -287,7 +326,8 @@ def classify(exc: BaseException, attempt: int) -> _AttemptFailed:
 class LiteLLMModel(_RetryingModel):
     """Any litellm model string; `openai/<name>` + api_base for vLLM, Ollama or any OpenAI-compatible server.
 
-    Cost is litellm's price table for the model name (None where it has none, e.g. self-hosted).
+    Cost is the cost_per_mtok model parameter where given, else litellm's price table for the model
+    name (None where it has none, e.g. self-hosted: unknown, never $0).
     `params` (model parameters) and a temperature go to the provider as given, or the call fails
     (bad_request) where litellm knows the model refuses them; never dropped in silence. Only the
     per-turn seed is left out for a provider that takes none. `extra` goes to litellm.completion
@@ -338,6 +378,17 @@ class LiteLLMModel(_RetryingModel):
         window = info.get("max_input_tokens") or info.get("max_tokens")
         return (int(window), "litellm's model table") if window else (None, "unknown to litellm")
 
+    def priced(self) -> bool:
+        """A price given (cost_per_mtok), or one in litellm's table for this model."""
+        if _price(self.params) is not None:
+            return True
+        try:
+            _import_litellm().cost_per_token(model=self.name, custom_llm_provider=self.provider,
+                                             prompt_tokens=1, completion_tokens=1)
+        except Exception:  # litellm raises for a model it has no price for
+            return False
+        return True
+
     def count_tokens(self, messages: list[dict]) -> int:
         try:  # the model's tokenizer where litellm has it, else tiktoken's cl100k
             return int(_import_litellm().token_counter(model=self.name, messages=messages))
@@ -378,7 +429,9 @@ class LiteLLMModel(_RetryingModel):
         if usage.completion_tokens == 0 and (said := text + str(getattr(message, "reasoning_content", None) or "")):
             usage.completion_tokens, usage.estimated = self._count_text(said), True
         try:
-            if usage.estimated:  # priced on the counted tokens, not on the zeros
+            if (price := _price(self.params)) is not None:  # the user's price beats litellm's table
+                usage.cost_usd = (usage.prompt_tokens * price[0] + usage.completion_tokens * price[1]) / 1e6
+            elif usage.estimated:  # priced on the counted tokens, not on the zeros
                 usage.cost_usd = float(sum(litellm.cost_per_token(
                     model=self.name, custom_llm_provider=self.provider, prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens)))
@@ -457,6 +510,10 @@ class ReplayModel(_RetryingModel):
         except RunFolderError as exc:
             raise ValueError(f"replay: {exc}") from None
         self.index = 0
+
+    def priced(self) -> bool:
+        """Costs as recorded: known only if every recorded call had one."""
+        return all(isinstance((e.get("usage") or {}).get("cost_usd"), (int, float)) for e in self.responses)
 
     def _attempt(self, messages, attempt, **params):
         if self.index >= len(self.responses):

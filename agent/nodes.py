@@ -28,7 +28,7 @@ from typing import Any, Callable
 from agent import feedback as fb
 from agent import prompts
 from agent.budget import Clock, Spent, exhausted
-from agent.models import RETRYABLE, Fault, Model, ModelError
+from agent.models import RETRYABLE, Fault, Model, ModelError, call_options
 from agent.state import NOT_RUN, AgentState, Reply, summary_from_state
 from agent.trajectory import (CandidateRecord, RunConfig, TrajectoryWriter, TurnRecord, candidate_relpath,
                               read_events, write_eval_json, write_text_atomic)
@@ -168,7 +168,7 @@ class Nodes:
             spent.llm_calls += 1
             spent.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             spent.completion_tokens += int(usage.get("completion_tokens") or 0)
-            spent.cost_usd += float(usage.get("cost_usd") or 0.0)
+            spent.add_cost(usage.get("cost_usd"))  # None (no price) makes the total unknown, never $0
             spent.cached_tokens += int(usage.get("cached_tokens") or 0)
             replies.append(self._extract(turn, sample, text, finish))
         spent.wall_s = d.clock.elapsed()
@@ -184,8 +184,8 @@ class Nodes:
         def on_fault(f: Fault) -> None:
             w.event("fault", turn=turn, sample=sample, retryable=f.kind in RETRYABLE, **dataclasses.asdict(f))
 
-        seed = None if cfg.seed is None else cfg.seed + 1000 * turn + sample  # samples must differ
-        c = d.model.complete(messages, temperature=cfg.temperature, seed=seed, on_fault=on_fault,
+        # the same options the sweep's model probe sends (agent.models.call_options)
+        c = d.model.complete(messages, **call_options(cfg.temperature, cfg.seed, turn, sample), on_fault=on_fault,
                              grows=cfg.history == "full" and cfg.strategy != "evolve")
         usage = dataclasses.asdict(c.usage)
         finish = (c.raw or {}).get("finish_reason") or _finish_reason(c.raw)

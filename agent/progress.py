@@ -36,7 +36,8 @@ class RunProgress:
         self.live = live and config.model != "human"
         self.console = console or Console(stderr=True)
         self.turn, self.stage, self.last, self.best = 0, "starting", "-", "none yet"
-        self.tokens, self.cost, self.faults, self.evaluation = 0, 0.0, 0, None
+        self.tokens, self.faults, self.evaluation = 0, 0, None
+        self.cost: float | None = 0.0
         self._live: Live | None = None
 
     def __enter__(self) -> "RunProgress":
@@ -64,7 +65,8 @@ class RunProgress:
         elif t == "llm_response":
             u = e.get("usage") or {}
             self.tokens += int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
-            self.cost += float(u.get("cost_usd") or 0.0)
+            cost = u.get("cost_usd")  # None: the model has no price; the total is unknown from then on
+            self.cost = None if self.cost is None or cost is None else self.cost + float(cost)
         elif t == "fault":
             self.faults += 1
             self.stage = f"model fault ({e.get('kind')}), attempt {e.get('attempt')}"
@@ -86,13 +88,16 @@ class RunProgress:
             if self._live is None and self.enabled:
                 why = f" ({e['reason']})" if e.get("reason") else ""
                 head = f"turn {e['turn']}/{self.config.budget.max_turns}: {self.last} -> {e['action']}{why}"
-                tail = f"best: {self.best} | {self.tokens} tokens, ${self.cost:.4f}"
+                tail = f"best: {self.best} | {self.tokens} tokens, {self._cost()}"
                 # one line where it fits, else the totals on a second (logs are read at 80 columns too)
                 self.console.print(fold([head, f"| {tail}"], self.console.width), highlight=False, soft_wrap=True)
         elif t == "run_end":
             self.stage = f"{e.get('status')} ({e.get('stop_reason')})"
         if self._live is not None:
             self._live.update(self._render())
+
+    def _cost(self) -> str:
+        return "cost unknown" if self.cost is None else f"${self.cost:.4f}"
 
     def _render(self) -> Table:
         c = self.config
@@ -105,7 +110,7 @@ class RunProgress:
         table.add_row("last", self.last)
         table.add_row("best", self.best)
         faults = f", {self.faults} faults" if self.faults else ""
-        table.add_row("spent", f"{self.tokens} tokens, ${self.cost:.4f}{faults}")
+        table.add_row("spent", f"{self.tokens} tokens, {self._cost()}{faults}")
         if self.evaluation:
             table.add_row("note", self.evaluation)
         return table

@@ -193,6 +193,10 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
     if req.api_base:
         _check_reachable(req.api_base)
     model = _get_model(req.model, req.api_base, req.model_options, req.human_reply_file, req.model_params)
+    from agent.models import cost_cap_problem
+
+    if req.budget.max_cost is not None and (problem := cost_cap_problem(model)):
+        raise SolveError(problem)  # each call would count as $0: the cap would be there in name only
     run_id = req.run_id or new_run_id(task.name, req.model)
     config = RunConfig(
         run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=anchor_spec(req.model, Path.cwd()),
@@ -587,11 +591,14 @@ _TRANSIENT = {"rate_limit", "server_error", "timeout"}
 
 
 def check_model(spec: str, api_base: str | None = None, options: dict | None = None, *,
-                probe: bool = True, params: dict | None = None) -> str | None:
+                probe: bool = True, params: dict | None = None, temperature: float | None = None,
+                seed: int | None = None) -> str | None:
     """Can runs use this model at all? Raises SolveError (one line) if not: an unknown
     provider or model, a missing key, a closed port, a missing replay or script. A litellm
-    model is also sent one tiny request (`probe`), which is what finds a wrong model name
-    or key. Returns a warning when that request met a fault that may pass (429, 5xx)."""
+    model is also sent one tiny request (`probe`) with what a run's first call sends (the model
+    parameters, temperature and seed), which is what finds a wrong model name or key, or a
+    parameter the provider refuses. Returns a warning when that request met a fault that may
+    pass (429, 5xx)."""
     options = dict(options or {})
     try:
         if api_base:
@@ -602,12 +609,12 @@ def check_model(spec: str, api_base: str | None = None, options: dict | None = N
         raise SolveError(message if message.startswith("model ") else f"model {spec}: {message}") from None
     if not probe or type(model).__name__ != "LiteLLMModel":
         return None
-    from agent.models import ModelError, get_model
+    from agent.models import ModelError, call_options, get_model
 
-    quick = get_model(spec, api_base=api_base, api_key=getattr(model, "api_key", None),
+    quick = get_model(spec, api_base=api_base, api_key=getattr(model, "api_key", None), params=params,
                       timeout_s=min(float(options.get("timeout_s", 60)), 60.0), max_retries=1, retry_base_s=1.0)
-    try:
-        quick.complete([{"role": "user", "content": "Reply with OK."}], max_tokens=16)
+    try:  # no max_tokens of its own: a reply cap a run does not send could itself be refused (thinking budgets)
+        quick.complete([{"role": "user", "content": "Reply with OK."}], **call_options(temperature, seed))
     except ModelError as exc:
         if exc.kind in _TRANSIENT:
             return f"model {spec}: a test request met {exc} (runs will retry)"

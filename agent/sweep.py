@@ -372,6 +372,7 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
     from agent.executors import make_executor
 
     runs = expand(config)
+    refuse_mismatched_replays(config, runs)
     refuse_changed_models(config, runs)
     runs_dir = Path(config.runs_dir)
     done: list[tuple[SweepRun, RunState, RunSummary]] = []
@@ -459,12 +460,39 @@ def check_models(config: SweepConfig, names: set[str]) -> list[str]:
         if m.name not in names:
             continue
         try:
-            warning = check_model(m.spec, m.api_base, m.options, probe=config.check_models, params=m.params)
+            # the probe sends what replica 0's first call sends; replicas differ only in the seed
+            warning = check_model(m.spec, m.api_base, m.options, probe=config.check_models, params=m.params,
+                                  temperature=config.temperature, seed=config.seed)
+            if config.budget.max_cost is not None:
+                _check_priced(m)
         except SolveError as exc:
             raise SweepError(str(exc)) from None
         if warning:
             warnings.append(warning)
     return warnings
+
+
+def _check_priced(m: ModelEntry) -> None:
+    """A cost cap on a model without a price would hold in name only (every call counted as $0):
+    refused for the whole sweep here, as `agent solve` refuses it for one run."""
+    from agent.models import cost_cap_problem, get_model
+    from agent.run import SolveError
+
+    problem = cost_cap_problem(get_model(m.spec, api_base=m.api_base, params=m.params))
+    if problem:
+        raise SolveError(f"model {m.name!r}: {problem}")
+
+
+def refuse_mismatched_replays(config: SweepConfig, runs: list[SweepRun]) -> None:
+    """A replay:<run> model answers what its run was asked. On another task (or arch, or
+    language) its replies would be reported as that model's results on a problem it never saw:
+    refused before anything runs. Bind such a model to its task with `tasks = [...]`."""
+    from agent.run import replay_mismatch
+
+    for r in runs:
+        if r.model.spec.startswith("replay:") and (problem := replay_mismatch(r.request(config, Path(config.runs_dir)))):
+            raise SweepError(f"model {r.model.name!r}: {problem}; give it `tasks = [...]` (and the arches and "
+                             f"language it was recorded with), or drop it")
 
 
 def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, evaluator,
@@ -496,6 +524,7 @@ class GridSummary:
 
 def plan(config: SweepConfig) -> GridSummary:
     runs = expand(config)
+    refuse_mismatched_replays(config, runs)
     refuse_changed_models(config, runs)
     return GridSummary(runs, {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs})
 

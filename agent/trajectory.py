@@ -228,7 +228,7 @@ class Usage(BaseModel):
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: a call had no price (self-hosted model): unknown, never $0
     cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
 
     @property

@@ -65,6 +65,8 @@ class OpenAIServer:
     lifetime_s: float = 300.0
     queue: deque = field(default_factory=deque)
     requests: list[Request] = field(default_factory=list)
+    # request fields this "model" refuses with a 400, as OpenAI refuses temperature for gpt-5 and the o-series
+    refuse_params: tuple[str, ...] = ()
 
     # ---- behaviours -------------------------------------------------------------------
     @staticmethod
@@ -197,6 +199,11 @@ def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             server.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found_error"}})
+                return
+            refused = [k for k in server.refuse_params if k in (body or {})]
+            if refused:
+                self._answer(OpenAIServer.status(400, f"Unsupported parameter: '{refused[0]}' is not supported with "
+                                                      f"this model.", error_code="unsupported_parameter"), body)
                 return
             self._answer(server._next(), body)
 

@@ -277,9 +277,11 @@ def test_resume_refuses_options_it_would_ignore(recorded, tmp_path):
 
 
 def test_replaying_a_run_on_another_task_says_so(tmp_path):
+    """Refused, not warned: the run would record the replies as the model's answers to gemm."""
     p = agent_cli("solve", "--task", "gemm", "--model", f"replay:{EXAMPLE}", "--max-turns", "1", "--context",
                   "none", "--runs-dir", str(tmp_path), "--quiet")
-    assert "warning:" in p.stderr and "task mha_bwd_d128" in p.stderr and "task gemm_n7168_k5120" in p.stderr
+    one_line_error(p, "task mha_bwd_d128", "task gemm_n7168_k5120", "agent eval")
+    assert not any(tmp_path.iterdir())
 
 
 # ---- 5. printed things work and read right ------------------------------------------------------

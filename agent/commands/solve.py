@@ -104,9 +104,10 @@ def solve_cmd(
                 seed=seed, temperature=temperature, executed_check=executed_check,
                 human_reply_file=human_reply_file, command=["agent", *sys.argv[1:]], history=history,
                 model_params=params, context_turn_tokens=context_turn_tokens, memcheck=memcheck)
-            warning = run.replay_mismatch(req)
-            if warning:
-                err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+            mismatch = run.replay_mismatch(req)
+            if mismatch:  # the run would record them as the model's answers to this task
+                raise CliError(f"{mismatch}; to judge a recorded kernel on this task, agent eval "
+                               f"<run>/candidates/<turn>-<sample> --task {task} --arch {arch}")
             summary = run.solve(req, progress=not quiet)
             run_dir = runs_dir / summary.run_id
     except run.SolveError as exc:
@@ -212,8 +213,9 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
     u = s.usage
     out(f"spent: {plural(u.llm_calls, 'LLM call')}, {plural(u.prompt_tokens + u.completion_tokens, 'token')} "
         f"({u.prompt_tokens} prompt" + (f", {u.cached_tokens} of them cached" if u.cached_tokens else "")
-        + f", {u.completion_tokens} completion), ${u.cost_usd:.4f}, "
-        f"{plural(s.faults, 'fault')}, {s.wall_s:.1f} s")
+        + f", {u.completion_tokens} completion), "
+        + ("cost unknown (no price for the model), " if u.cost_usd is None else f"${u.cost_usd:.4f}, ")
+        + f"{plural(s.faults, 'fault')}, {s.wall_s:.1f} s")
     console.print(f"folder: {run_dir}", highlight=False, soft_wrap=True)  # a path stays whole: it is copied
     err = functools.partial(err_console.print, highlight=False, soft_wrap=True)
     if s.status == "interrupted":
