@@ -4,13 +4,15 @@ corrections, with an explanation of why the correction works.
 Stages, each small and typed:
 
   load_attempts(run dirs)      every candidate of every trajectory, with its EvalResult
-  error_classes(attempt)       compile | features_missing | runtime | timeout | numerical
+  error_classes(attempt)       compile | features_missing | runtime | timeout | numerical |
+                               input_modified | implausible
   find_pairs(attempts)         failed candidate -> the first later candidate of the same run
                                descended from it (its chat held the failed kernel) that fixed
                                that error class without failing a check the failed one passed,
                                nor any check on the GPU, held-out workloads included (source
                                "trajectory"); with a teacher model, unfixed failures are
-                               repaired through agent.run.repair (source "teacher")
+                               repaired through agent.run.repair (source "teacher"). One
+                               example per (failed, fixed) kernel pair, with every class it fixed
   explain(pair)                the correcting reply's own reasoning (text outside code
                                blocks) when that reply answered the failed kernel itself, or
                                an explainer model's answer
@@ -38,8 +40,14 @@ from agent.trajectory import CandidateRecord, RunConfig, read_config, read_event
 from tools.results import WRONG_NUMBERS, EvalResult
 from tools.solution import Solution, SolutionError
 
-ErrorClass = Literal["compile", "features_missing", "runtime", "timeout", "numerical"]
-ERROR_CLASSES: tuple[str, ...] = ("compile", "features_missing", "runtime", "timeout", "numerical")
+ErrorClass = Literal["compile", "features_missing", "runtime", "timeout", "numerical", "input_modified",
+                     "implausible"]
+ERROR_CLASSES: tuple[str, ...] = ("compile", "features_missing", "runtime", "timeout", "numerical", "input_modified",
+                                  "implausible")
+# Failed workloads' reasons with a class of their own. Neither crashed: input_modified wrote its
+# read-only inputs, implausible was timed faster than the GPU's ceiling (it skipped work). The
+# other reasons are numerical (WRONG_NUMBERS) or runtime (crash, fault, bad manifest ...).
+_REASON_CLASS = {"timeout": "timeout", "input_modified": "input_modified", "implausible": "implausible"}
 SHINGLE = 5
 DUP_JACCARD = 0.9
 
@@ -114,7 +122,8 @@ def error_classes(a: Attempt) -> set[str]:
     if ev.run_status in ("ok", "failed"):  # it ran on a GPU
         failed = [w for w in ev.workloads if w.split == "visible" and w.status == "failed"]
         for w in failed:
-            found.add("timeout" if w.reason == "timeout" else "numerical" if w.reason in WRONG_NUMBERS else "runtime")
+            found.add(_REASON_CLASS.get(w.reason or "")
+                      or ("numerical" if w.reason in WRONG_NUMBERS else "runtime"))
         if ev.run_status == "failed" and not failed:
             found.add("runtime")
     return found
@@ -129,12 +138,15 @@ def passed_checks(a: Attempt) -> set[str]:
     if a.eval.run_status == "ok":  # the visible workloads ran on a GPU
         # A timed-out kernel never finished, so it did not show it runs cleanly either.
         passed |= {"runtime", "timeout"} - errors - ({"runtime"} if "timeout" in errors else set())
-        if a.eval.correct is True:
-            passed.add("numerical")
+        if a.eval.correct is True:  # every visible workload passed: right numbers, inputs left alone
+            passed |= {"numerical", "input_modified"}
+            # plausibility is judged on the timed runs: an untimed kernel never showed it
+            if all(w.timing is not None for w in a.eval.workloads if w.split == "visible"):
+                passed.add("implausible")
     return passed
 
 
-GPU_FAILURES = frozenset({"runtime", "timeout", "numerical"})
+GPU_FAILURES = frozenset({"runtime", "timeout", "numerical", "input_modified", "implausible"})
 
 
 def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
@@ -157,10 +169,16 @@ def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
 class Pair:
     failed: Attempt
     fixed: Attempt
-    error: str
+    error: str  # the first of `errors` (strata, meta "error")
     source: Literal["trajectory", "teacher"]
     explanation: str = ""
     explanation_source: Literal["reply", "explainer", "none"] = "none"
+    # every class `fixed` fixed of `failed`'s (merge_pairs): a kernel that failed two checks and
+    # was fixed by one later kernel is one example, counted under both classes
+    errors: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        self.errors = self.errors or (self.error,)
 
     @property
     def task(self) -> str:
@@ -187,17 +205,33 @@ def descends(later: Attempt, failed: Attempt, by_path: dict[str, Attempt]) -> bo
 
 def find_pairs(attempts: Sequence[Attempt]) -> tuple[list[Pair], list[tuple[Attempt, str]]]:
     """(pairs, unfixed failures): each failed candidate x error class -> the first later candidate
-    descended from it that fixed it."""
+    descended from it that fixed it; one pair per (failed, fixed) candidates (merge_pairs)."""
     pairs, unfixed = [], []
     by_path = {a.record.path: a for a in attempts}
     for i, a in enumerate(attempts):
-        for error in sorted(error_classes(a)):
+        for error in sorted(error_classes(a), key=ERROR_CLASSES.index):
             fix = next((b for b in attempts[i + 1:] if descends(b, a, by_path) and fixes(b, a, error)), None)
             if fix is None:
                 unfixed.append((a, error))
             else:
                 pairs.append(Pair(a, fix, error, "trajectory"))
-    return pairs, unfixed
+    return merge_pairs(pairs), unfixed
+
+
+def merge_pairs(pairs: Sequence[Pair]) -> list[Pair]:
+    """One pair per (failed, fixed) candidates and source, with every error class it fixed. Two
+    pairs of the same kernels would be one training example written twice (dedupe then dropped
+    the second as a near-duplicate, and its class went uncounted)."""
+    merged: dict[tuple, Pair] = {}
+    for p in pairs:
+        key = (p.failed.run_dir, p.failed.record.path, p.fixed.run_dir, p.fixed.record.path, p.source)
+        if key in merged:
+            m = merged[key]
+            m.errors = tuple(sorted({*m.errors, *p.errors}, key=ERROR_CLASSES.index))
+            m.error = m.errors[0]
+        else:
+            merged[key] = Pair(p.failed, p.fixed, p.error, p.source, errors=p.errors)
+    return list(merged.values())
 
 
 TeacherFn = Callable[[Attempt, str], "Attempt | None"]
@@ -386,7 +420,7 @@ def balance(pairs: Sequence[Pair], *, cap_per_task: int | None, cap_per_error: i
         rng.shuffle(q)
     rng.shuffle(queues)
     per_task: Counter = Counter()
-    per_error: Counter = Counter()
+    per_error: Counter = Counter()  # an example counts under every class it fixes, as the card counts it
     chosen: list[Pair] = []
     while any(queues):
         for q in queues:
@@ -395,10 +429,10 @@ def balance(pairs: Sequence[Pair], *, cap_per_task: int | None, cap_per_error: i
             p = q.pop()
             if cap_per_task is not None and per_task[p.task] >= cap_per_task:
                 continue
-            if cap_per_error is not None and per_error[p.error] >= cap_per_error:
+            if cap_per_error is not None and any(per_error[e] >= cap_per_error for e in p.errors):
                 continue
             per_task[p.task] += 1
-            per_error[p.error] += 1
+            per_error.update(p.errors)
             chosen.append(p)
     return chosen
 
@@ -469,12 +503,14 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
                 failures[e] += 1
         found, unfixed = find_pairs(attempts)
         pairs += found
+        repaired = []
         for failed, error in unfixed:
             fix = teacher_fn(failed, error) if teacher_fn else None
             if fix is None:
                 unfixed_total += 1
             else:
-                pairs.append(Pair(failed, fix, error, "teacher"))
+                repaired.append(Pair(failed, fix, error, "teacher"))
+        pairs += merge_pairs(repaired)  # one teacher run per failed kernel: its fix may fix several classes
 
     dropped: Counter = Counter()
     kept = []
@@ -508,6 +544,7 @@ def example_meta(p: Pair, index: int) -> dict:
     fx = p.fixed.eval
     return {"id": f"fixit-{index:05d}", "run_id": p.failed.config.run_id, "model": p.failed.config.model,
             "task": p.task, "arch": p.failed.config.arch, "lang": p.failed.config.lang, "error": p.error,
+            "errors": list(p.errors),
             "failed_turn": p.failed.record.turn, "failed_sample": p.failed.record.sample,
             "fixed_run_id": p.fixed.config.run_id, "fixed_turn": p.fixed.record.turn,
             "fixed_outcome": p.fixed.record.outcome, "fixed_speedup": fx.speedup if fx else None,
@@ -524,7 +561,9 @@ def data_card(chosen: Sequence[Pair], *, runs: int, failures: Counter, pairs_fou
         "examples": len(chosen), "runs": runs, "runs_left_out": dict(sorted(left_out.items())),
         "failed_candidates_by_error": dict(sorted(failures.items())),
         "pairs_found": pairs_found, "unfixed_failures": unfixed, "dropped": dict(sorted(dropped.items())),
-        "by_task": count(lambda p: p.task), "by_error": count(lambda p: p.error),
+        # an example fixing two classes (features and numbers, say) counts under both, as its meta.errors says
+        "by_task": count(lambda p: p.task),
+        "by_error": dict(sorted(Counter(e for p in chosen for e in p.errors).items())),
         "by_source": count(lambda p: p.source), "by_turn": count(lambda p: p.turn),
         "by_arch": count(lambda p: p.failed.config.arch), "by_model": count(lambda p: p.failed.config.model),
         "by_explanation_source": count(lambda p: p.explanation_source),
@@ -553,7 +592,8 @@ def render_card(card: dict) -> str:
              f"- failed candidates by error class: {json.dumps(card['failed_candidates_by_error'])}",
              f"- options: {json.dumps(card['options'])}",
              f"- format: {card['format']}", ""]
-    for key, title in (("by_task", "By task"), ("by_error", "By error class"), ("by_source", "By source"),
+    for key, title in (("by_task", "By task"), ("by_error", "By error class fixed (an example under each it fixes)"),
+                       ("by_source", "By source"),
                        ("by_turn", "By failed turn"), ("by_arch", "By arch"), ("by_model", "By model"),
                        ("by_explanation_source", "By explanation source")):
         lines += table(title, card[key])
