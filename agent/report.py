@@ -133,7 +133,10 @@ def _settings(c: RunConfig) -> dict[str, object]:
             # another experiment under the same arm name. Runs recorded before configs held the docs
             # version are "unknown", a version of their own; the none arm sends no docs at all.
             "prompts": f"{c.prompt_version}:{c.template_hash[:12] or 'unknown'}",
-            "docs": None if c.context == "none" else (c.knowledge_version or "unknown")[:12]}
+            "docs": None if c.context == "none" else (c.knowledge_version or "unknown")[:12],
+            # what judged and timed it (None: no GPU): a speedup is against the library on that GPU, and
+            # a run on CPU never showed the model a correctness verdict (agent.run.gpu_change)
+            "gpu": c.gpu}
 
 
 def distinguish(runs: list[RunRecord]) -> list[RunRecord]:

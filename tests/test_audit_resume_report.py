@@ -167,3 +167,20 @@ def test_docs_version_does_not_split_the_none_arm(tmp_path):
     root = _runs_with_docs(tmp_path / "runs", {"good1": "a" * 64, "bad1": "b" * 64}, context="none")
     runs = load_runs([root])
     assert len({cell_key(r) for r in runs}) == 1
+
+
+def test_report_never_pools_runs_judged_on_different_gpus(tmp_path):
+    """A speedup is against the library on the GPU that timed it (resume refuses another GPU for the
+    same reason): runs judged on an H100 and on an H200 are two rows, not one geometric mean."""
+    from agent.report import cell_key, load_runs, summarise
+
+    root = tmp_path / "runs"
+    for run_id, gpu, speedup in (("h100a", "NVIDIA H100 80GB HBM3", 0.5), ("h100b", "NVIDIA H100 80GB HBM3", 0.5),
+                                 ("h200", "NVIDIA H200", 2.0)):
+        _edit_config(write_run(root, run_id, [[_c("correct", run_id, speedup)]]), gpu=gpu)
+    runs = load_runs([root])
+    keys = {r.config.run_id: cell_key(r) for r in runs}
+    assert keys["h100a"] == keys["h100b"] != keys["h200"]
+    speed = {r.key[0]: r.speedup for r in summarise(runs, (1,))}
+    assert sorted(round(v, 3) for v in speed.values()) == [0.5, 2.0]
+    assert any("H200" in k for k in speed)
