@@ -490,7 +490,9 @@ def refuse_mismatched_replays(config: SweepConfig, runs: list[SweepRun]) -> None
     from agent.run import replay_mismatch
 
     for r in runs:
-        if r.model.spec.startswith("replay:") and (problem := replay_mismatch(r.request(config, Path(config.runs_dir)))):
+        if not r.model.spec.startswith("replay:"):
+            continue
+        if problem := replay_mismatch(r.request(config, Path(config.runs_dir))):
             raise SweepError(f"model {r.model.name!r}: {problem}; give it `tasks = [...]` (and the arches and "
                              f"language it was recorded with), or drop it")
 
