@@ -540,6 +540,29 @@ def model_identity(spec: str) -> str:
     return spec
 
 
+def _recording_id(spec: str) -> str | None:
+    """The run id a replay:<run> model's config.json records, None when there is none to read."""
+    from agent.trajectory import RunFolderError, read_config
+
+    if not spec.startswith("replay:"):
+        return None
+    source = Path(spec.removeprefix("replay:"))
+    try:
+        return read_config(source if source.is_dir() else source.parent).run_id
+    except RunFolderError:
+        return None
+
+
+def same_model(recorded: str, now: str) -> bool:
+    """Two specs name the same model. Two recordings are told apart by their run ids where both
+    can be read: sweep runs' folders are all r0, r1 ..., so two models' recordings of one cell
+    share a folder name."""
+    if model_identity(recorded) != model_identity(now):
+        return False
+    ids = _recording_id(recorded), _recording_id(now)
+    return None in ids or ids[0] == ids[1]
+
+
 def _recorded_settings(run: SweepRun, config: SweepConfig, runs_dir: Path) -> dict[str, Any]:
     """What a run of this cell records in its config.json for the settings that make it this
     experiment (not operational ones such as concurrency or retries)."""
@@ -571,7 +594,7 @@ def refuse_changed_models(config: SweepConfig, runs: list[SweepRun]) -> None:
         except (RunFolderError, OSError, ValueError):
             continue  # resuming it says what is wrong with it
         then = (recorded.model, recorded.api_base)
-        if (model_identity(recorded.model), recorded.api_base) != (model_identity(r.model.spec), r.model.api_base):
+        if not same_model(recorded.model, r.model.spec) or recorded.api_base != r.model.api_base:
             what = "spec" if recorded.model != r.model.spec else "api_base"
             raise SweepError(
                 f"model {r.model.name!r}: its runs were recorded with {what} "

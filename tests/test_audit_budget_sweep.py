@@ -153,3 +153,25 @@ def test_the_probe_sends_the_same_parameters_as_the_runs_first_call(openai_serve
     keys = lambda r: {k: v for k, v in r.body.items() if k != "messages"}  # noqa: E731
     assert keys(probe) == keys(first), (keys(probe), keys(first))
     assert (first.body["temperature"], first.body["top_p"], first.body["reasoning_effort"]) == (0.2, 0.9, "high")
+
+
+# ---- a replay model swapped for another recording under the same name ---------------------------
+def test_a_replay_model_pointed_at_another_recording_is_not_taken_for_the_first(tmp_path):
+    """Sweep runs are all named r0: two recordings of the same cell under different models differ
+    only in their folders. Pointing a replay model at the other one must not reuse the first's runs."""
+    rec = tmp_path / "rec"
+    for model, replies in (("a", [NO_CODE]), ("b", [NO_CODE, NO_CODE])):
+        p = agent_cli("solve", "--task", "attn_fwd", "--model", write_script(tmp_path / f"{model}.json", replies),
+                      "--max-turns", "1", "--context", "none", "--runs-dir", str(rec), "--run-id", f"{model}/r0",
+                      "--no-executed", "--quiet")
+        assert (rec / model / "r0" / "events.jsonl").exists(), p.stderr[-2000:]
+    sweep = ('name = "s"\nmodels = [{{spec = "replay:{}", name = "rep"}}]\ntasks = ["attn_fwd"]\n'
+             'contexts = ["none"]\nexecuted_check = false\n[budget]\nmax_turns = 1\n')
+    first = _sweep(tmp_path, sweep.format(rec / "a" / "r0"))
+    assert json.loads(first.stdout)["ran"] == 1, first.stderr[-2000:]
+    _one_line_error(_sweep(tmp_path, sweep.format(rec / "b" / "r0")), "rep", "recorded with spec")
+    # the same recording moved elsewhere is the same model: its runs are reused
+    moved = tmp_path / "moved"
+    (rec / "a").rename(moved)
+    again = _sweep(tmp_path, sweep.format(moved / "r0"))
+    assert json.loads(again.stdout)["skipped"] == 1, again.stderr[-2000:]
