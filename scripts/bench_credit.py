@@ -3,7 +3,7 @@ on all its workloads without the check and with it (in the worker, tools.cupti);
 also with the Nsight Compute profile, and with the check by Nsight Compute (PTXBENCH_CREDIT=ncu), on a
 GPU machine. Prints the evaluator's phases, each workload's credit and counted-run cost.
 
-    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--option-arms] [--ncu-arms] [--out runs/bench_credit]
+    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms] [--out runs/bench_credit]
 """
 from __future__ import annotations
 
@@ -20,14 +20,13 @@ from tools.evaluator import Evaluator  # noqa: E402
 from tools.solution import Solution  # noqa: E402
 
 
-def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool = False, **options) -> dict:
-    ev.credit_options = dict(options)
+def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool = False) -> dict:
     t0 = time.perf_counter()
     r = ev.evaluate(sol, task, "sm_90a", workloads="all", executed_check=executed, profile=profile)
     row = {"wall_s": round(time.perf_counter() - t0, 3), "phase_s": {k: round(v, 3) for k, v in r.phase_s.items()},
            "correct": r.correct, "correct_held_out": r.split_correct("held_out"),
            "correct_with_arch": r.correct_with_arch, "speedup": r.speedup,
-           # the timed medians, to see what an enabled profiler does to them (keep_enabled)
+           # the timed medians (candidate, library) and the candidate's CV per workload
            "timed": {x.workload: [x.timing and round(x.timing.median_ms, 5), x.baseline and round(x.baseline.median_ms, 5),
                                   x.timing and round(x.timing.cv, 5)] for x in r.workloads}}
     if executed:
@@ -35,8 +34,7 @@ def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool =
                            "workloads": [{"workload": w.workload, "split": w.split, "profiled_at": w.profiled_at,
                                           "runs": w.runs, "kernel_ms": w.kernel_ms, "timed_ms": w.timed_ms,
                                           "shares": w.shares, "carries": w.carries} for w in r.executed.workloads],
-                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "profile_s", "profile_phase_s",
-                                                                                 "reserved_gib")}
+                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "profile_s", "profile_phase_s")}
                                             | {"workload": x.workload, "credit_s": x.phase_s.get("credit")}
                                             for x in r.workloads]}
     return row
@@ -47,8 +45,6 @@ def main() -> int:
     ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_bwd_d128")
     ap.add_argument("--kind", default="expert")
     ap.add_argument("--out", default="runs/bench_credit")
-    ap.add_argument("--option-arms", action="store_true",
-                    help="also the check's options: every counter, the allocator's cache released, the profiler kept enabled")
     ap.add_argument("--ncu-arms", action="store_true",
                     help="also time the check with the Nsight Compute profile, and the check by Nsight Compute")
     args = ap.parse_args()
@@ -70,16 +66,6 @@ def main() -> int:
             one(ev, sol, task, True)  # cold counters: CUPTI's set-up, once per worker
             arm("off", False)
             arm("on", True)
-            if args.option_arms:
-                arm("on_release_cache", True, release_cache=True)
-                # the profiler left enabled after each counted run: the first evaluation enables it,
-                # the second runs every timed run under it, then timing alone under it
-                arm("on_keep_enabled", True, keep_enabled=True)
-                arm("on_keep_enabled_2", True, keep_enabled=True)
-                arm("off_profiler_enabled", False)
-                one(ev, sol, task, True)  # a counted run without keep_enabled disables it again
-                arm("off_again", False)
-                arm("on_full_set", True, full_set=True)  # six passes, whatever the SASS
             if args.ncu_arms:
                 arm("on_profile", True, profile=True)  # + the Nsight Compute profile
                 ev.in_process_credit = False  # the check as it was: a Nsight Compute process

@@ -292,11 +292,7 @@ class RangeProfiler:
             if done:  # where each part of the last profile went (seconds)
                 self.last_phase_s = {"setup": t1 - t0, "runs": t2 - t1, "decode": t3 - t2, "disable": clock() - t3}
 
-    def disable(self) -> None:
-        """Disable a profiler kept enabled (no-op otherwise); the next profile enables it again."""
+    def close(self) -> None:
         with contextlib.suppress(CuptiError):
             self._disable()
-
-    def close(self) -> None:
-        self.disable()
         self.host.close()

@@ -271,11 +271,6 @@ class Evaluator:
         # the executed check in the worker, through CUPTI (PTXBENCH_CREDIT=ncu: in a Nsight Compute
         # process, as before 2026-12-01; docs/METHODOLOGY.md says why in process is the default)
         self.in_process_credit = os.environ.get("PTXBENCH_CREDIT", "cupti") != "ncu"
-        # options of the in-process check, measured by scripts/bench_credit.py (tools.worker._credit_run):
-        # keep_enabled (the profiler stays enabled after a counted run), release_cache (the caching
-        # allocator's free blocks go back before it, so kernel replay saves and restores less),
-        # full_set (every counter, six passes on GH100, whatever the SASS holds)
-        self.credit_options: dict[str, bool] = {}
         self._rng = secrets.SystemRandom() if seed is None else random.Random(seed)  # seed: reproducible tests
         if gpus is None:
             devices, self.no_gpu_reason = detect_gpus()
@@ -389,20 +384,6 @@ class Evaluator:
                              requested_features=task.features_for(arch))
             if not compiled:
                 res.phase_s["compile"] = _time.perf_counter() - t0
-
-            def finish_inspection(phase: str) -> None:
-                t1 = _time.perf_counter()
-                try:
-                    res.inspect = inspecting.result()
-                except Exception as exc:  # noqa: BLE001
-                    res.compile = _harness_compile_failure(solution, arch, exc, comp)
-                    res.inspect = InspectResult(status="skipped", reason="did not compile", arch=arch)
-                res.phase_s[phase] = _time.perf_counter() - t1  # beyond what overlapped other work
-
-            if inspecting is not None and in_process:
-                # the counters to collect depend on the SASS (tools.ncu.credit_metrics)
-                finish_inspection("inspect_wait_for_credit")
-                inspecting = None
             try:
                 self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, credit, in_process)
             except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
@@ -413,7 +394,13 @@ class Evaluator:
                 res.workloads.append(WorkloadResult(workload="*", split="visible", axes={}, status="failed",
                                                     reason="harness_error", detail=traceback.format_exc()[-2000:]))
             if inspecting is not None:
-                finish_inspection("inspect_wait")
+                t1 = _time.perf_counter()
+                try:
+                    res.inspect = inspecting.result()
+                except Exception as exc:  # noqa: BLE001
+                    res.compile = _harness_compile_failure(solution, arch, exc, comp)
+                    res.inspect = InspectResult(status="skipped", reason="did not compile", arch=arch)
+                res.phase_s["inspect_wait"] = _time.perf_counter() - t1  # beyond what overlapped the runs
         res.seconds = _time.perf_counter() - t0
         return res
 
@@ -499,10 +486,7 @@ class Evaluator:
                 if in_process:  # secret, like the timing seed: which run is counted derives from it
                     from tools import ncu
 
-                    req["credit"] = {"seed": self._rng.getrandbits(62),
-                                     "metrics": list(ncu.CUPTI_METRICS if self.credit_options.get("full_set")
-                                                     else ncu.credit_metrics(_module_opcodes(res.inspect))),
-                                     **self.credit_options}
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": list(ncu.CUPTI_METRICS)}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and
@@ -676,14 +660,6 @@ def _inspect(comp: CompileResult, solution, arch: str) -> InspectResult:
     if not comp.ok:
         return InspectResult(status="skipped", reason="did not compile", arch=arch)
     return inspect(comp, kernels=[launch.kernel for launch in solution.manifest.launches])
-
-
-def _module_opcodes(insp: InspectResult | None) -> set[str] | None:
-    """The SASS base opcodes of every kernel in the module, launched or not; None where the SASS
-    was not read (then nothing may be assumed absent from it)."""
-    if insp is None or insp.status != "ok" or insp.infra_error or not insp.kernels:
-        return None
-    return {op for k in insp.kernels.values() for op in k.opcodes}
 
 
 def _harness_compile_failure(solution, arch: str, exc: Exception, comp: CompileResult | None = None) -> CompileResult:

@@ -75,36 +75,6 @@ FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": TMA_INST_METRICS}
 # GH100, each a replay of every launch with the context's memory saved and restored (2 s per
 # attention-backward workload on the H200, docs/BENCHMARKS.md).
 CUPTI_METRICS = (GMMA_METRIC, *TMA_INST_METRICS, HMMA_INST_METRIC, *WORK_METRICS)
-# The three HMMA ops metrics alone take GH100 from 3 passes to 6 (tools.cupti.passes). A module
-# whose SASS has no mma.sync-class instruction (HMMA, IMMA, QMMA, ...: any *MMA that is not a
-# *GMMA) cannot issue HMMA-pipe work, so it is counted with the 3-pass set; its HMMA ops are then
-# taken as 0 only where the HMMA instruction counter, which the 3-pass set keeps, read 0 on that
-# launch (hmma_ops_from_instructions): the SASS picks the cheaper set, the counter decides.
-HMMA_OPS_METRICS = tuple(m for m in OTHER_FLOP_METRICS if "_hmma_" in m)
-CUPTI_METRICS_NO_HMMA = tuple(m for m in CUPTI_METRICS if m not in HMMA_OPS_METRICS)
-
-
-def issues_mma_sync(opcodes: set[str] | None) -> bool:
-    """Whether a module's SASS base opcodes hold a warp-level MMA (HMMA, IMMA, QMMA, DMMA, ...),
-    i.e. any *MMA but the warpgroup *GMMA; True when the SASS is unknown (None)."""
-    if opcodes is None:
-        return True
-    return any(op.endswith("MMA") and not op.endswith("GMMA") for op in opcodes)
-
-
-def credit_metrics(opcodes: set[str] | None) -> tuple[str, ...]:
-    """The in-process check's metric set for a module with these SASS base opcodes (all its
-    kernels, launched or not): 3 passes on GH100 without mma.sync-class instructions, else 6."""
-    return CUPTI_METRICS if issues_mma_sync(opcodes) else CUPTI_METRICS_NO_HMMA
-
-
-def hmma_ops_from_instructions(metrics: dict[str, float]) -> dict[str, float]:
-    """One launch's counters with the HMMA ops metrics filled in as 0 where they were not
-    collected and the HMMA instruction counter read exactly 0 (no HMMA instruction, no HMMA
-    math). Anywhere else they stay missing, so the math outside wgmma reads as not measured."""
-    if all(m in metrics for m in HMMA_OPS_METRICS) or metrics.get(HMMA_INST_METRIC) != 0:
-        return metrics
-    return {**metrics, **{m: 0.0 for m in HMMA_OPS_METRICS if m not in metrics}}
 # (A two-pass set that bounds the other math from above by warp-instruction counts, 128 FLOPs per
 # FMA-pipe instruction for HFMA2, was tried on the H200 on 2026-12-01: the honest attention-backward
 # experts' softmax arithmetic then reads as 10.7% of their math and they lose credit, so it is not
@@ -538,8 +508,7 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
 def counter_rows(launches: list[dict]) -> list[dict[str, str]]:
     """The in-process check's launches ({name, metrics}) as rows like ncu's raw CSV, so one
     verdict (counts_from_rows, work_metrics, per_kernel) serves both."""
-    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in hmma_ops_from_instructions(x["metrics"]).items()}}
-            for x in launches]
+    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()}} for x in launches]
 
 
 def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,

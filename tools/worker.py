@@ -186,8 +186,7 @@ class State:
             d.CUlimit.CU_LIMIT_STACK_SIZE, d.CUlimit.CU_LIMIT_PRINTF_FIFO_SIZE, d.CUlimit.CU_LIMIT_MALLOC_HEAP_SIZE)}
         self._free0 = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
         self._nvml = _nvml_handle()
-        self._counters: dict = {}  # metric set -> tools.cupti.RangeProfiler
-        self._counters_error: str | None = None
+        self._counters, self._counters_error = None, None
 
     @property
     def gate(self):
@@ -238,24 +237,23 @@ class State:
 
     def counters(self, metrics: tuple[str, ...]):
         """The in-process hardware counters (tools.cupti.RangeProfiler) for `metrics`, built once
-        per worker and metric set (the 3- and 6-pass sets of tools.ncu.credit_metrics alternate
-        with the candidates); raises CuptiError (remembered: a failing set-up is not retried) where
-        CUPTI's range profiler cannot run here. Only one profiler may be enabled on a context: the
-        others are disabled first."""
+        per worker; raises CuptiError (remembered: a failing set-up is not retried) where CUPTI's
+        range profiler cannot run here."""
         from tools.cupti import CuptiError, RangeProfiler
 
         if self._counters_error is not None:
             raise CuptiError(self._counters_error)
-        for other, kept in self._counters.items():
-            if other != metrics:
-                kept.disable()
-        if metrics not in self._counters:
+        if self._counters is None or tuple(self._counters.metrics) != tuple(metrics):
+            if self._counters is not None:  # another metric set: the old host configuration goes
+                with contextlib.suppress(CuptiError):
+                    self._counters.close()
+                self._counters = None
             try:
-                self._counters[metrics] = RangeProfiler(list(metrics))
+                self._counters = RangeProfiler(list(metrics))
             except Exception as exc:  # noqa: BLE001 - no counters is a skipped check, never a failed run
                 self._counters_error = f"{type(exc).__name__}: {exc}"[:400]
                 raise CuptiError(self._counters_error) from None
-        return self._counters[metrics]
+        return self._counters
 
     def wait(self, limit_s: float) -> None:
         from tools.timing import wait_idle
@@ -649,10 +647,6 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
         out["status"], out["reason"] = "unavailable", str(exc)
         return
     out["passes"] = profiler.passes
-    profiler.keep_enabled = bool(spec.get("keep_enabled", False))
-    if spec.get("release_cache"):
-        torch.cuda.empty_cache()
-    out["reserved_gib"] = round(torch.cuda.memory_reserved() / 2**30, 3)  # what a kernel replay may save
     seeds = [rng.getrandbits(31) for _ in range(runs)]
 
     def counted(run) -> None:
