@@ -436,10 +436,12 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
         if own_executor and executor is not None:
             executor.close()
     ordered = [outcomes[r.run_id] for r in runs if r.run_id in outcomes]
+    # after a Ctrl-C, runs never started have no outcome: they are neither run now nor skipped
+    started = [(r, s) for r, s in todo if r.run_id in outcomes]
     return SweepResult(
         sweep=config.name, runs_dir=str(runs_dir), executor=executor.describe() if executor else "none (all done)",
-        total=len(runs), ran=len(todo), skipped=len(runs) - len(todo),
-        resumed=sum(1 for _, s in todo if s == "partial"),
+        total=len(runs), ran=len(started), skipped=len(done),
+        resumed=sum(1 for _, s in started if s == "partial"),
         failed=sum(1 for o in ordered if o.status in ("failed", "error")),
         succeeded=sum(1 for o in ordered if o.succeeded), seconds=time.monotonic() - start,
         outcomes=ordered, warnings=warnings, interrupted=interrupted,
@@ -493,8 +495,8 @@ def refuse_mismatched_replays(config: SweepConfig, runs: list[SweepRun]) -> None
         if not r.model.spec.startswith("replay:"):
             continue
         if problem := replay_mismatch(r.request(config, Path(config.runs_dir))):
-            raise SweepError(f"model {r.model.name!r}: {problem}; give it `tasks = [...]` (and the arches and "
-                             f"language it was recorded with), or drop it")
+            raise SweepError(f"model {r.model.name!r}: {problem}; bind it to its task with `tasks = [...]` "
+                             f"(another arch or language: a sweep of its own), or drop it")
 
 
 def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, evaluator,

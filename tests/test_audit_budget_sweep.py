@@ -175,3 +175,28 @@ def test_a_replay_model_pointed_at_another_recording_is_not_taken_for_the_first(
     (rec / "a").rename(moved)
     again = _sweep(tmp_path, sweep.format(moved / "r0"))
     assert json.loads(again.stdout)["skipped"] == 1, again.stderr[-2000:]
+
+
+# ---- the counts of an interrupted sweep ---------------------------------------------------------
+def test_an_interrupted_sweep_counts_only_the_runs_it_ran(tmp_path):
+    """Ctrl-C after the first of three runs (concurrency 1): `ran` and `resumed` count the runs that
+    started now, not the ones left unstarted (the CLI printed "3 run now" beside "2 not started")."""
+    from agent.sweep import load_sweep_config, run_sweep
+
+    write_script(tmp_path / "prose.json", [NO_CODE])
+    (tmp_path / "sweep.toml").write_text(
+        'name = "s"\nmodels = [{spec = "scripted:prose.json", name = "prose"}]\ntasks = ["gemm"]\n'
+        'contexts = ["none"]\nreplicas = 3\nconcurrency = 1\nexecuted_check = false\n[budget]\nmax_turns = 1\n')
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+
+    seen = []
+
+    def progress(o, n, total):
+        seen.append(o)
+        if len(seen) == 1:
+            raise KeyboardInterrupt
+
+    result = run_sweep(cfg, progress=progress)
+    assert result.interrupted and len(result.outcomes) < 3
+    assert result.ran == len(result.outcomes) and result.ran + result.skipped <= result.total, result
+    assert result.resumed == 0
