@@ -121,7 +121,8 @@ def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
 
 # Settings of a run that make it another experiment but are not columns of the report: within one
 # sweep they are the same for every run, across sweeps (or after a config change) they may not be.
-# (The budget is left out: the turn limits are the report's axis for it.)
+# (max_turns is left out: the turn limits are the report's axis for it. The other caps are not on
+# that axis: a run a cost cap stopped at turn 2 reads as a model that failed in 8 turns.)
 def _settings(c: RunConfig) -> dict[str, object]:
     from agent.sweep import model_identity
 
@@ -136,7 +137,9 @@ def _settings(c: RunConfig) -> dict[str, object]:
             "docs": None if c.context == "none" else (c.knowledge_version or "unknown")[:12],
             # what judged and timed it (None: no GPU): a speedup is against the library on that GPU, and
             # a run on CPU never showed the model a correctness verdict (agent.run.gpu_change)
-            "gpu": c.gpu}
+            "gpu": c.gpu,
+            "budget": ", ".join(f"{k}={v:g}" for k, v in c.budget.model_dump(exclude={"max_turns"}).items()
+                                if v is not None) or "no caps"}
 
 
 def distinguish(runs: list[RunRecord]) -> list[RunRecord]:

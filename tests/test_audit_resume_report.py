@@ -184,3 +184,18 @@ def test_report_never_pools_runs_judged_on_different_gpus(tmp_path):
     speed = {r.key[0]: r.speedup for r in summarise(runs, (1,))}
     assert sorted(round(v, 3) for v in speed.values()) == [0.5, 2.0]
     assert any("H200" in k for k in speed)
+
+
+def test_report_never_pools_runs_of_different_cost_token_or_time_caps(tmp_path):
+    """The turn limits are the report's axis for max_turns; the other caps are not: a run a $0.05 cap
+    stopped after one turn, pooled with uncapped runs, would read as the model failing in 8 turns."""
+    from agent.report import cell_key, load_runs
+
+    root = tmp_path / "runs"
+    for run_id, budget in (("a", {"max_turns": 1}), ("b", {"max_turns": 1}),
+                           ("c", {"max_turns": 1, "max_cost": 0.05}), ("d", {"max_turns": 1, "max_tokens": 9000}),
+                           ("e", {"max_turns": 1, "max_time_s": 60.0})):
+        _edit_config(write_run(root, run_id, [[_c("numerical", run_id)]]), budget=budget)
+    keys = {r.config.run_id: cell_key(r) for r in load_runs([root])}
+    assert keys["a"] == keys["b"] and len({keys[k] for k in "acde"}) == 4
+    assert "max_cost=0.05" in keys["c"][0]
