@@ -335,11 +335,13 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
     afresh = (f"start a new run (agent solve --task {config.task_requested or config.task} ...), or resume it "
               f"from a checkout with the files it ran with")
     now_prompts = (prompts.PROMPT_VERSION, prompts.template_hash())
+    if not config.template_hash:
+        return (f"run {run_dir} records no prompt template hash, so which prompts its turns were asked with "
+                f"cannot be checked against this checkout's ({now_prompts[0]} {now_prompts[1][:12]}); {afresh}")
     if (config.prompt_version, config.template_hash) != now_prompts:
-        then = f"{config.prompt_version} {config.template_hash[:12] or '(no hash recorded)'}"
-        return (f"run {run_dir} was asked with prompt templates {then}; this checkout's are "
-                f"{now_prompts[0]} {now_prompts[1][:12]} (agent/prompts/): its next turns would be asked with "
-                f"other prompts; {afresh}")
+        return (f"run {run_dir} was asked with prompt templates {config.prompt_version} "
+                f"{config.template_hash[:12]}; this checkout's are {now_prompts[0]} {now_prompts[1][:12]} "
+                f"(agent/prompts/): its next turns would be asked with other prompts; {afresh}")
     if config.context != "none" and config.knowledge_version is not None:
         now_docs = _knowledge_version()
         if now_docs != config.knowledge_version:

@@ -71,7 +71,7 @@ def test_resume_of_a_run_without_a_template_hash_is_refused(tmp_path):
     runs, run_dir, _ = _stopped_run(tmp_path)
     _edit_config(run_dir, template_hash="")
     p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
-    assert p.returncode != 0 and "prompt templates" in p.stderr + p.stdout
+    assert p.returncode != 0 and "no prompt template hash" in p.stderr + p.stdout
 
 
 def test_resume_after_the_docs_changed_is_refused_and_a_run_records_its_docs(tmp_path):
