@@ -28,8 +28,9 @@ none of its candidates reached the verdict and at least one was unchecked. Propo
 count known runs only, with Wilson 95% intervals; a cell without known runs shows n/a,
 never a pass. The speedup interval is a seeded bootstrap over the cell's runs.
 
-Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), and a
-run its model's provider stopped (model_error) past the turns it completed. Runs that would share
+Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
+run its model's provider stopped (model_error) past the turns it completed, and Fixit's teacher runs
+(each opened with a student's kernel: not a benchmark run). Runs that would share
 a cell but differ in a setting no column names (two models under one name, another language, other
 prompt templates or docs versions ...) get model labels that name it (distinguish); one run found in two folders is refused.
 """
@@ -109,7 +110,10 @@ def _inside_candidates(folder: Path, top: Path) -> bool:
 def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
     """The runs under `paths`. Two folders holding one run id (a copy, or old runs moved aside)
     are refused: counting both would count that run twice."""
-    runs = [RunRecord(d, read_config(d), read_summary(d)) for d in find_run_dirs(paths)]
+    from agent.fixit.build import is_teacher_run
+
+    # Fixit's teacher runs (a data folder among the runs) opened with a student's kernel: no benchmark runs
+    runs = [RunRecord(d, read_config(d), read_summary(d)) for d in find_run_dirs(paths) if not is_teacher_run(d)]
     seen: dict[str, Path] = {}
     for r in runs:
         if r.config.run_id in seen:

@@ -239,7 +239,7 @@ def repair(config: RunConfig, solution, feedback: str, *, runs_dir: str | Path =
     if config.api_base:
         _check_reachable(config.api_base)
     model = _get_model(config.model, config.api_base, config.model_options, None, config.model_params)
-    config = config.model_copy(update={"created": utc_now(), "command": list(sys.argv),
+    config = config.model_copy(update={"created": utc_now(), "command": list(sys.argv), "repair_run": True,
                                        "requested_features": task.features_for(config.arch)})
     state = initial_state()
     task_text = _render_task(task, config)

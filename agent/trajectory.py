@@ -133,6 +133,9 @@ class RunConfig(BaseModel):
     # knowledge.retriever.knowledge_version(): sha256 over the docs, examples and helper headers an
     # arm can send. None: recorded before configs held it (reports count those as "unknown")
     knowledge_version: str | None = None
+    # started by agent.run.repair from a given kernel and its feedback (Fixit's teacher): no benchmark
+    # run (reports and Fixit builds leave it out)
+    repair_run: bool = False
     tool_versions: dict[str, str] = Field(default_factory=dict)  # ptxas, nvrtc, cuobjdump, ptxbench, litellm, ...
     gpu: str | None = None  # what the evaluator found; None = no GPU (evaluation skipped)
     executed_check: bool = False  # count executed instructions with the hardware counters (GPU only)

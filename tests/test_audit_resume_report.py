@@ -199,3 +199,30 @@ def test_report_never_pools_runs_of_different_cost_token_or_time_caps(tmp_path):
     keys = {r.config.run_id: cell_key(r) for r in load_runs([root])}
     assert keys["a"] == keys["b"] and len({keys[k] for k in "acde"}) == 4
     assert "max_cost=0.05" in keys["c"][0]
+
+
+def test_report_leaves_out_fixit_teacher_runs(tmp_path):
+    """A Fixit data folder inside the runs reported holds the teacher's repair runs: each opened with
+    a student's kernel and its feedback, they are no benchmark runs of the teacher model."""
+    from agent.fixit.build import BuildOptions, build
+    from agent.report import load_runs
+    from agent_loop_helpers import write_script
+
+    from tools.results import CompileResult, EvalResult, InspectResult
+    from tools.solution import extract_solution
+
+    root = tmp_path / "runs"
+    broken = broken_probe_reply()
+    ev = EvalResult(task=GEMM_TASK, arch="sm_90a", requested_features=["wgmma", "tma"], run_reason="did not compile",
+                    compile=CompileResult(status="failed", arch="sm_90a", language="cuda", error="nvrtc error"),
+                    inspect=InspectResult(status="skipped", reason="did not compile", arch="sm_90a"))
+    write_run(root, "student", [[(extract_solution(broken), ev, broken)]], context="none")
+    teacher = write_script(tmp_path / "teacher.json", [probe_reply()])
+    res = build([root], root / "fixit-data", BuildOptions(teacher=teacher, teacher_turns=1))
+    assert res.card["by_source"] == {"teacher": 1}
+    assert read_config(root / "fixit-data/teacher_runs/teacher/student/1-0").repair_run is True
+    assert [r.config.run_id for r in load_runs([root])] == ["student"]
+    # also when the teacher's runs were moved out of the data folder
+    moved = tmp_path / "elsewhere"
+    (root / "fixit-data/teacher_runs/teacher/student/1-0").rename(moved)
+    assert [r.config.run_id for r in load_runs([root, moved])] == ["student"]

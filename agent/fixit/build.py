@@ -467,8 +467,10 @@ class BuildResult:
 def is_teacher_run(run_dir: Path) -> bool:
     """A teacher's repair run of some data folder (DATA/teacher_runs/teacher/...): the teacher's
     mistakes, not a student's own, and read as a student's its failures would go to the teacher
-    again, build after build. A data folder inside the runs given is found by find_run_dirs."""
-    return "teacher_runs" in run_dir.parts and read_config(run_dir).run_id.startswith("teacher/")
+    again, build after build. A data folder inside the runs given is found by find_run_dirs. Its
+    config says so (repair_run); ones recorded before that are known by their place and id."""
+    config = read_config(run_dir)
+    return config.repair_run or ("teacher_runs" in run_dir.parts and config.run_id.startswith("teacher/"))
 
 
 def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOptions = BuildOptions(), *,
