@@ -96,6 +96,11 @@ def _price(params: dict) -> tuple[float, float] | None:
     return float(price[0]), float(price[1])
 
 
+def _cost_at(usage: "Usage", price: tuple[float, float]) -> float:
+    """A call's cost in USD at a price of (input, output) USD per million tokens."""
+    return (usage.prompt_tokens * price[0] + usage.completion_tokens * price[1]) / 1e6
+
+
 def call_options(temperature: float | None, seed: int | None, turn: int = 1, sample: int = 0) -> dict:
     """What a run sends with a call besides the model's own parameters (which the model adds):
     the temperature and the per-call seed. The sweep's model probe sends these for turn 1,
@@ -430,7 +435,7 @@ class LiteLLMModel(_RetryingModel):
             usage.completion_tokens, usage.estimated = self._count_text(said), True
         try:
             if (price := _price(self.params)) is not None:  # the user's price beats litellm's table
-                usage.cost_usd = (usage.prompt_tokens * price[0] + usage.completion_tokens * price[1]) / 1e6
+                usage.cost_usd = _cost_at(usage, price)
             elif usage.estimated:  # priced on the counted tokens, not on the zeros
                 usage.cost_usd = float(sum(litellm.cost_per_token(
                     model=self.name, custom_llm_provider=self.provider, prompt_tokens=usage.prompt_tokens,
@@ -512,14 +517,18 @@ class ReplayModel(_RetryingModel):
         self.index = 0
 
     def priced(self) -> bool:
-        """Costs as recorded: known only if every recorded call had one."""
-        return all(isinstance((e.get("usage") or {}).get("cost_usd"), (int, float)) for e in self.responses)
+        """Costs as recorded (known only if every recorded call had one), or the recorded tokens at
+        the price given (cost_per_mtok)."""
+        return _price(self.params) is not None or all(
+            isinstance((e.get("usage") or {}).get("cost_usd"), (int, float)) for e in self.responses)
 
     def _attempt(self, messages, attempt, **params):
         if self.index >= len(self.responses):
             raise ModelError("replay_exhausted", f"{self.path} holds {len(self.responses)} responses")
         event, self.index = self.responses[self.index], self.index + 1
         usage = _usage_from(event.get("usage"), Usage(0, 0))
+        if (price := _price(self.params)) is not None:
+            usage.cost_usd = _cost_at(usage, price)
         # events hold no raw response; the finish_reason they hold is what the graph reads from it
         # (a reply cut off at the token limit is told so in its feedback, in the replay too)
         raw = event.get("raw") or {"finish_reason": event.get("finish_reason"), "replayed_seq": event.get("seq")}

@@ -200,3 +200,15 @@ def test_an_interrupted_sweep_counts_only_the_runs_it_ran(tmp_path):
     assert result.interrupted and len(result.outcomes) < 3
     assert result.ran == len(result.outcomes) and result.ran + result.skipped <= result.total, result
     assert result.resumed == 0
+
+
+def test_a_replay_of_an_unpriced_run_takes_a_price_for_its_cost_cap(openai_server, tmp_path):
+    """The refusal's advice works for a replay too: its recorded tokens priced at the given price."""
+    openai_server.default = S.ok(NO_CODE, usage=(10, 5))
+    _solve(openai_server, tmp_path, "--max-turns", "1", run_id="rec")
+    replay = ("solve", "--task", GEMM_TASK, "--model", f"replay:{tmp_path / 'rec'}", "--context", "none",
+              "--runs-dir", str(tmp_path), "--no-executed", "--max-turns", "1", "--max-cost", "0.01")
+    _one_line_error(agent_cli(*replay, "--run-id", "a"), "no price", "cost_per_mtok")
+    agent_cli(*replay, "--run-id", "b", "--model-param", "cost_per_mtok=[1000, 1000]")
+    summary = read_summary(tmp_path / "b")
+    assert summary.usage.cost_usd == pytest.approx(0.015) and summary.stop_reason == "max_turns"
