@@ -29,7 +29,8 @@ count known runs only, with Wilson 95% intervals; a cell without known runs show
 never a pass. The speedup interval is a seeded bootstrap over the cell's runs.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
-run its model's provider stopped (model_error) past the turns it completed, and Fixit's teacher runs
+run its model's provider stopped (model_error) past the turns it completed, a run past its own
+max_turns (reports of several budgets: it had no such turn), and Fixit's teacher runs
 (each opened with a student's kernel: not a benchmark run). Runs that would share
 a cell but differ in a setting no column names (two models under one name, another language, other
 prompt templates or docs versions ...) get model labels that name it (distinguish); one run found in two folders is refused.
@@ -81,6 +82,10 @@ class RunRecord:
         (stop_reason model_error: an outage, exhausted retries, a bad key; agent.run.resume retries
         that turn) is measured only up to the turns it completed; past them it is unfinished."""
         if not self.finished:
+            return False
+        if self.summary.stop_reason == "max_turns" and turn_limit > self.config.budget.max_turns:  # type: ignore[union-attr]
+            # its budget ended it before that limit (runs of two budgets reported together): it had
+            # no such turn to succeed in, and counted there it would read as a failure
             return False
         return self.summary.stop_reason != "model_error" or turn_limit <= self.summary.turns  # type: ignore[union-attr]
 
@@ -700,7 +705,8 @@ _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback
 def _runs_line(n_runs: int, unfinished: int) -> str:
     runs = f"{n_runs} run" if n_runs == 1 else f"{n_runs} runs"
     return f"{runs} ({unfinished} unfinished, interrupted or stopped by a ptxbench or infrastructure error, left out of " \
-           f"the metrics; a run its model's provider stopped counts up to the turns it completed)."
+           f"the metrics; a run its model's provider stopped counts up to the turns it completed, a run given fewer " \
+           f"turns than a limit only up to its own)."
 
 
 def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[int]):

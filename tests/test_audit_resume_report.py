@@ -226,3 +226,16 @@ def test_report_leaves_out_fixit_teacher_runs(tmp_path):
     moved = tmp_path / "elsewhere"
     (root / "fixit-data/teacher_runs/teacher/student/1-0").rename(moved)
     assert [r.config.run_id for r in load_runs([root, moved])] == ["student"]
+
+
+def test_a_run_is_not_measured_past_its_own_turn_budget(tmp_path):
+    """Reported together, a sweep of 1-turn runs and one of 2-turn runs: at turn limit 2 the 1-turn
+    runs had no second turn to fix anything in, so they are not counted as runs that failed there."""
+    from agent.report import load_runs, summarise
+
+    root = tmp_path / "runs"
+    write_run(root, "short", [[_c("numerical", "s1")]])  # max_turns 1, stopped by it
+    write_run(root, "long", [[_c("numerical", "l1")], [_c("correct", "l2", 1.1)]])  # max_turns 2
+    rows = {r.turn_limit: r for r in summarise(load_runs([root]), (1, 2))}
+    assert rows[1].runs == 2 and rows[1].metrics["correct"].successes == 0
+    assert rows[2].runs == 1 and rows[2].unfinished == 1 and rows[2].metrics["correct"].rate == 1.0
