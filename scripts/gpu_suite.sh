@@ -6,9 +6,9 @@
 # 2. runs the GPU tests (tests/gpu, marker `gpu`);
 # 3. runs scripts/bench_harness.py (evaluation wall times per stage, timing spread) in what is
 #    left of one device call (CALL_S, 590 s).
-# The tests take about 20 minutes on one H200 (2026-12-01: credit 260 s, tasks 200 s, judge power
-# 200 s, the rest 370 s, solve + replay 200 s), more than one 10-minute call. On one GPU run
-# PART=1, PART=2 and PART=3 (below), one device call each, each about 400-480 s; or any list with
+# The tests take about 25 minutes on one H200 (2026-12-02: credit + tasks 355 s, the evaluator group
+# 370 s, solve 253 s + replay 146 s, judge power about 200 s), more than one 10-minute call. On one
+# GPU run PART=1 to PART=4 (below), one device call each, each at most about 400 s; or any list with
 # GPU_TESTS="...". With two GPUs visible (the device tool's nvidia-h200-x2) and no PART or
 # GPU_TESTS the two halves run side by side, one per GPU. The bench gets what a call leaves
 # (SKIP_BENCH=1 skips it; or `python3 scripts/bench_harness.py` in a call of its own, `--solution
@@ -51,7 +51,7 @@ run_tests() {
   ( if [ -n "$devices" ]; then export CUDA_VISIBLE_DEVICES="$devices"; fi
     PTXBENCH_GPU_LOGS="$cache" PTXBENCH_TEST_TIMES="$cache/test_times.txt" \
       timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider \
-      --timeout "${GPU_TEST_EACH:-240}" "$@" > "$log" 2>&1 )
+      --timeout "${GPU_TEST_EACH:-300}" "$@" > "$log" 2>&1 )
 }
 # One device call each on one H200 (per-test times of 2026-12-01, docs/BENCHMARKS.md).
 case "${PART:-}" in
@@ -59,9 +59,10 @@ case "${PART:-}" in
   2) GPU_TESTS="tests/gpu/test_evaluator_gpu.py tests/gpu/test_gdn_gpu.py tests/gpu/test_fp8_gemm_gpu.py
        tests/gpu/test_timing_gate_gpu.py tests/gpu/test_profile_gpu.py tests/gpu/test_memcheck_feedback_gpu.py
        tests/gpu/test_knowledge_examples_gpu.py tests/gpu/test_fp8_attention_gpu.py" ;;
-  3) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/test_replay.py tests/gpu/test_judge_power_gpu.py" ;;
+  3) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/test_replay.py" ;;
+  4) GPU_TESTS="tests/gpu/test_judge_power_gpu.py" ;;
   "") ;;
-  *) echo "PART must be 1, 2 or 3" >&2; exit 2 ;;
+  *) echo "PART must be 1, 2, 3 or 4" >&2; exit 2 ;;
 esac
 # The second half of the suite, as split on the H200 on 2026-11-30 (264 s against 484 s for the rest).
 HALF_B="tests/gpu/test_solve_gpu.py tests/gpu/test_tasks_gpu.py tests/test_replay.py"

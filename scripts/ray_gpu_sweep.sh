@@ -240,7 +240,7 @@ lines = [f"## Sweep throughput: local and Ray executors ({meta['date']})", "",
          f"torch {meta['torch']}, Ray {meta['ray']}. Sweep `docs/examples/sweep_gpu_ray.toml`: {len(run_ids)} runs "
          f"(2 recorded models x their task x {cfg.replicas} replicas, {cfg.budget.max_turns} turns), every "
          f"evaluation on all five workloads of its task, the visible one timed against the library; "
-         f"executed check off; {cfg.concurrency} runs in flight. Wall time is the whole `agent sweep` "
+         f"executed check {'on' if cfg.executed_check else 'off'}; {cfg.concurrency} runs in flight. Wall time is the whole `agent sweep` "
          f"process (start-up, Ray or worker start, compile, inspect, GPU); 'steady' counts from the first "
          f"to the last evaluation written. Driver CPU per evaluation (Ray only): the `agent sweep` process's "
          f"CPU time (every thread: the runs' own agent work and start-up included) over its evaluations, and in "
