@@ -30,7 +30,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, ContextMode, History,
-                              Language, RunSummary, Strategy, read_summary)
+                              Language, RunFolderError, RunSummary, Strategy, read_summary)
 
 DONE_STATUSES = ("finished", "failed")
 
@@ -295,10 +295,20 @@ def retryable(summary: RunSummary) -> bool:
 def run_state(run_dir: Path) -> RunState:
     """done: ended for good; partial: to be resumed (interrupted, killed, or stopped by an
     infrastructure fault, which is no result of the run's); new: never started."""
-    summary = read_summary(run_dir) if (run_dir / "summary.json").exists() else None
+    summary = _readable_summary(run_dir)
     if summary is not None and summary.status in DONE_STATUSES and summary.stop_reason != "infra_error":
         return "done"
     return "partial" if (run_dir / "config.json").exists() else "new"
+
+
+def _readable_summary(run_dir: Path) -> RunSummary | None:
+    """The run's summary, None when it has none or one that cannot be read (a truncated copy, a disk
+    fault): no record that it ended, so it is resumed (agent.run.resume rebuilds it from the
+    checkpoint, or says why not) and one bad file is that run's failure, never the sweep's."""
+    try:
+        return read_summary(run_dir)
+    except RunFolderError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -514,8 +524,11 @@ def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, 
         return outcome_from(r.run_id, state, summary, time.monotonic() - start)
     except Exception as exc:  # a bug or bad input in one run must not cost the others
         message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return outcome_from(r.run_id, state, read_summary(run_dir) if run_dir.exists() else None,
-                            time.monotonic() - start, error=message)
+        try:
+            summary = read_summary(run_dir)
+        except RunFolderError as unreadable:  # raised here, it would stop the whole sweep
+            summary, message = None, f"{message}; {unreadable}"
+        return outcome_from(r.run_id, state, summary, time.monotonic() - start, error=message)
 
 
 @dataclass

@@ -1,0 +1,71 @@
+"""agent sweep and agent report, audited again for numbers they could get wrong or runs they could lose.
+
+1. A report pooled two different `replay:` recordings that share a folder name (sweep runs are all
+   r0, r1 ...) into one row: the report's notion of a model's identity was the file name only.
+2. A `replay:` or `scripted:` model sends the same replies in every replica; a sweep's replicas of
+   it were reported as independent samples (95% intervals n times too narrow).
+3. A run folder whose summary.json could not be read stopped the whole sweep (before any run, or
+   from a worker thread), instead of being that one run's recorded failure.
+4. A sweep resuming runs whose prompt templates or docs changed showed agent.run.resume's refusal
+   as each run's error after the others ran; it is refused up front, naming the runs.
+
+Real sweeps (agent.sweep.run_sweep, the `agent` CLI), scripted replies, real run folders.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
+from agent_loop_helpers import NO_CODE, write_script
+
+from agent.sweep import load_sweep_config, run_sweep
+
+CELL = "gemm_n7168_k5120/sm_90a/none"
+
+
+def _sweep_config(d: Path, extra: str = "", models: str = '[{spec = "scripted:prose.json", name = "prose"}]'):
+    (d / "sweep.toml").write_text(
+        f'name = "s"\nmodels = {models}\ntasks = ["gemm"]\ncontexts = ["none"]\nconcurrency = 1\n'
+        f'executed_check = false\ncheck_models = false\n{extra}\n[budget]\nmax_turns = 1\n')
+    return load_sweep_config(d / "sweep.toml", runs_dir=str(d / "runs"))
+
+
+# ---- 3. an unreadable summary.json ---------------------------------------------------------------
+def test_a_run_with_an_unreadable_summary_is_that_runs_failure_not_the_sweeps(tmp_path):
+    """r0's summary.json is corrupt (a truncated copy, a disk fault) and its resume is refused (it was
+    judged on a GPU this machine lacks). The sweep raised RunFolderError while it planned, so no run
+    of the grid could be run or even listed; r1, finished, must be skipped, r0 recorded as an error."""
+    write_script(tmp_path / "prose.json", [NO_CODE] * 4)
+    cfg = _sweep_config(tmp_path, "replicas = 2")
+    assert run_sweep(cfg).succeeded == 2
+    r0 = tmp_path / "runs" / "s" / "prose" / CELL / "r0"
+    raw = json.loads((r0 / "config.json").read_text())
+    (r0 / "config.json").write_text(json.dumps({**raw, "gpu": "NVIDIA H200"}))
+    (r0 / "summary.json").write_text('{"run_id": "s/pro')  # cut off
+
+    from agent.sweep import plan
+
+    assert plan(cfg).states[f"s/prose/{CELL}/r0"] == "partial"  # --dry-run lists it
+    result = run_sweep(cfg)
+    by_id = {o.run_id.rsplit("/", 1)[1]: o for o in result.outcomes}
+    assert by_id["r1"].status == "skipped" and by_id["r1"].succeeded
+    assert by_id["r0"].status == "error" and "judged on NVIDIA H200" in by_id["r0"].error, by_id["r0"]
+    assert "summary.json" in by_id["r0"].error  # what else is wrong with the folder is said too
+    assert (result.total, result.failed, result.succeeded) == (2, 1, 1)
+
+
+def test_an_unreadable_summary_of_a_resumable_run_is_rebuilt_by_its_resume(tmp_path):
+    """Without another fault the run's resume goes on from its checkpoint and writes a new summary."""
+    from agent.trajectory import read_summary
+
+    write_script(tmp_path / "prose.json", [NO_CODE] * 4)
+    cfg = _sweep_config(tmp_path)
+    assert run_sweep(cfg).succeeded == 1
+    r0 = tmp_path / "runs" / "s" / "prose" / CELL / "r0"
+    before = read_summary(r0)
+    (r0 / "summary.json").write_text("{ not json")
+    [outcome] = run_sweep(cfg).outcomes
+    assert outcome.status == "finished" and outcome.succeeded, outcome
+    after = read_summary(r0)
+    assert (after.turns, after.stop_reason, after.best) == (before.turns, before.stop_reason, before.best)
