@@ -1,0 +1,252 @@
+"""What the in-process counters (tools.cupti, tools.ncu.CUPTI_METRICS) read on four minimal
+tensor-core kernels, on the H200: a bf16 and an e4m3 wgmma (SASS HGMMA / QGMMA), a bf16 and an
+e4m3 mma.sync (SASS HMMA; on sm_90a ptxas turns e4m3 mma.sync into F2FP unpacks to f16 and
+HMMA.16816.F32, tests/test_cupti_counter_kernels.py).
+
+The FP8 rule of tools.ncu.work_metrics counts a kernel's fp8 tensor ops as wgmma's only where the
+kernel issued GMMA and HMMA_INST_METRIC read 0. Its premises, asserted here: an fp8 wgmma kernel
+reads 0 on HMMA_INST_METRIC (else no honest FP8 wgmma kernel can ever earn credit), and an fp8
+mma.sync kernel reads more than 0 (else mma.sync fp8 work would pass for wgmma's). What a bf16
+wgmma kernel reads on HMMA_INST_METRIC is recorded, not asserted (the open question: the expert
+GEMM, HGMMA only, seemed not to read 0).
+
+Each kernel is launched once (4 CTAs, 8 MMAs per warp or warpgroup, all inputs 1.0, so every
+accumulator ends at K x 8 whatever layout the descriptors describe) inside one
+`RangeProfiler(CUPTI_METRICS).profile(run)`. Every value is printed and written as JSON to
+$PTXBENCH_GPU_LOGS/cupti_counters.json (a temporary folder when unset).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tools import ncu
+
+pytestmark = pytest.mark.gpu
+
+ITERS, BLOCKS = 8, 4  # MMAs per warp (mma.sync) or warpgroup (wgmma); CTAs per launch
+SOURCE = r"""
+#include <ptxbench/wgmma.cuh>
+using namespace ptxbench;
+constexpr int ITERS = %ITERS%;
+constexpr int TILE_BYTES = 4096;  // A (64 x 32 bytes) and B (8 x 32 bytes) fit with room to spare
+
+// words[k] holds 1.0 of the input type (packed); read with volatile loads per MMA, so ptxas can
+// neither fold the inputs nor merge identical MMAs (it does both for constant e4m3 mma.sync).
+__device__ unsigned word(const unsigned* words, int k) {
+  unsigned w;
+  asm volatile("ld.volatile.global.u32 %0, [%1];\n" : "=r"(w) : "l"(words + k));
+  return w;
+}
+
+// The shared tiles filled with 1.0; the proxy fence makes these generic writes visible to wgmma.
+__device__ void fill_tiles(unsigned* a, unsigned* b, unsigned w) {
+  for (int i = threadIdx.x; i < TILE_BYTES / 4; i += blockDim.x) a[i] = b[i] = w;
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+}
+
+__device__ void store(float* out, const float (&d)[4]) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int i = 0; i < 4; ++i) out[4 * t + i] = d[i];
+}
+
+// No swizzle: 8-row x 16-byte core matrices, 128 B apart along K (LBO), 256 B along M/N (SBO).
+__device__ unsigned long long desc(const void* tile) { return wgmma_desc(tile, 128, 256, WGMMA_SWIZZLE_NONE); }
+
+extern "C" __global__ void __launch_bounds__(128) wgmma_bf16(const unsigned* words, float* out) {
+  __shared__ __align__(1024) unsigned a[TILE_BYTES / 4], b[TILE_BYTES / 4];
+  fill_tiles(a, b, word(words, 0));
+  const unsigned long long da = desc(a), db = desc(b);
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k)
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n\t}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(da), "l"(db), "r"(1));
+  wgmma_commit();
+  wgmma_wait<0>();
+  store(out, d);
+}
+
+extern "C" __global__ void __launch_bounds__(128) wgmma_e4m3(const unsigned* words, float* out) {
+  __shared__ __align__(1024) unsigned a[TILE_BYTES / 4], b[TILE_BYTES / 4];
+  fill_tiles(a, b, word(words, 0));
+  const unsigned long long da = desc(a), db = desc(b);
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k)
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n\t}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(da), "l"(db), "r"(1));
+  wgmma_commit();
+  wgmma_wait<0>();
+  store(out, d);
+}
+
+extern "C" __global__ void __launch_bounds__(32) mma_sync_bf16(const unsigned* words, float* out) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k) {
+    const unsigned w = word(words, k);
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %4, %4, %4}, {%4, %4}, "
+                 "{%0, %1, %2, %3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(w));
+  }
+  store(out, d);
+}
+
+extern "C" __global__ void __launch_bounds__(32) mma_sync_e4m3(const unsigned* words, float* out) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k) {
+    const unsigned w = word(words, k);
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %4, %4, %4}, {%4, %4}, "
+                 "{%0, %1, %2, %3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(w));
+  }
+  store(out, d);
+}
+""".replace("%ITERS%", str(ITERS))
+
+BF16_ONES, E4M3_ONES = 0x3F803F80, 0x38383838  # 1.0 packed twice (bf16) or four times (e4m3)
+
+
+def _kernel(threads: int, word: int, m: int, k: int, warps_issuing: int) -> dict:
+    """A probe kernel: its block, input word, MMA shape (M x 8 x K) and the warps that issue each MMA."""
+    return {"threads": threads, "word": word, "shape": (m, 8, k), "warps": warps_issuing}
+
+
+KERNELS = {
+    "wgmma_bf16": _kernel(128, BF16_ONES, 64, 16, 4),
+    "wgmma_e4m3": _kernel(128, E4M3_ONES, 64, 32, 4),
+    "mma_sync_bf16": _kernel(32, BF16_ONES, 16, 16, 1),
+    "mma_sync_e4m3": _kernel(32, E4M3_ONES, 16, 32, 1),
+}
+
+
+def expected(name: str) -> dict:
+    """What a launch does, for reading the counters against: warp-level MMA instructions issued and
+    FLOPs (2 x M x N x K per MMA), and the value every output element must end at."""
+    spec = KERNELS[name]
+    m, n, k = spec["shape"]
+    return {"mma_warp_instructions": BLOCKS * spec["warps"] * ITERS, "flops": 2 * m * n * k * ITERS * BLOCKS,
+            "output": float(k * ITERS)}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> dict:
+    """Every probe kernel launched once under one RangeProfiler with the in-process check's metric
+    set: per kernel its launches, every metric, what work_metrics derives, and its output."""
+    import torch
+    from cuda.bindings import driver as d
+
+    from tools.compile import compile_source
+    from tools.cupti import RangeProfiler
+    from tools.launch import Module, check
+
+    torch.zeros(1, device="cuda")  # the primary context, current before the module loads (FACTS.md)
+    comp = compile_source(SOURCE, "cuda", "sm_90a")
+    assert comp.ok, comp.error
+    module = Module(comp.cubin, comp.symbols)
+    profiler = RangeProfiler(list(ncu.CUPTI_METRICS))
+    results: dict = {"metrics": list(ncu.CUPTI_METRICS), "passes": profiler.passes, "chip": profiler.chip,
+                     "iters": ITERS, "blocks": BLOCKS, "kernels": {}}
+    try:
+        for name, spec in KERNELS.items():
+            words = torch.full((ITERS,), spec["word"], dtype=torch.int32, device="cuda")
+            out = torch.full((BLOCKS * spec["threads"] * 4,), -1.0, device="cuda")
+            args = (ctypes.c_uint64(words.data_ptr()), ctypes.c_uint64(out.data_ptr()))
+            params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
+            fn = module.function(name)
+
+            def run(fn=fn, spec=spec, params=params, name=name) -> None:
+                check(d.cuLaunchKernel(fn, BLOCKS, 1, 1, spec["threads"], 1, 1, 0, d.CUstream(0),
+                                       ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
+                check(d.cuCtxSynchronize(), f"cuCtxSynchronize({name})")
+
+            launches = profiler.profile(run)
+            row = {"name": launches[0].name, "metrics": launches[0].metrics} if launches else None
+            values = out.cpu()
+            results["kernels"][name] = {
+                "launches": len(launches), "range_name": row["name"] if row else None,
+                "metrics": row["metrics"] if row else {},
+                "work_metrics": ncu.work_metrics(ncu.counter_rows([row])) if row else {},
+                "expected": expected(name),
+                "output": {"min": float(values.min()), "max": float(values.max())},
+            }
+    finally:
+        profiler.close()
+        module.unload()
+    logs = os.environ.get("PTXBENCH_GPU_LOGS")
+    report(results, (Path(logs) if logs else tmp_path_factory.mktemp("cupti_counters")) / "cupti_counters.json")
+    return results
+
+
+def report(results: dict, path: Path) -> None:
+    """Print every kernel's counters and write them all as JSON to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, sort_keys=True))
+    print(f"\ncupti counters on {results['chip']} ({results['passes']} passes), written to {path}")
+    for name, r in results["kernels"].items():
+        print(f"== {name}: {r['launches']} launch(es) ({r['range_name']}), expected {r['expected']}, output {r['output']}")
+        for metric, value in r["metrics"].items():
+            print(f"   {metric:70s} {value:,.0f}")
+        print(f"   work_metrics: wgmma_flops {r['work_metrics'].get('wgmma_flops')} "
+              f"other_flops {r['work_metrics'].get('other_flops')}")
+    bf16 = results["kernels"]["wgmma_bf16"]["metrics"]
+    print(f"OPEN QUESTION: bf16 wgmma (HGMMA only) reads {ncu.HMMA_INST_METRIC} = {bf16.get(ncu.HMMA_INST_METRIC)} "
+          f"(its GMMA instructions: {bf16.get(ncu.GMMA_METRIC)})")
+
+
+def _counters(measured: dict, name: str) -> tuple[dict, str]:
+    """A kernel's metric values, and every value in one line for an assertion's message."""
+    r = measured["kernels"][name]
+    assert r["launches"] == 1, f"{name}: {r['launches']} profiled launches, expected 1"
+    shown = f"{name}: " + ", ".join(f"{m}={v:g}" for m, v in r["metrics"].items()) + \
+        f"; work_metrics {r['work_metrics']}; expected {r['expected']}"
+    return r["metrics"], shown
+
+
+def test_probe_kernels_compute_what_they_should(measured):
+    """Every accumulator ends at K x ITERS: the kernels did their MMAs (else fix this test's kernels,
+    and read none of the counter verdicts below)."""
+    for name, r in measured["kernels"].items():
+        want = r["expected"]["output"]
+        assert r["output"] == {"min": want, "max": want}, f"{name}: output {r['output']}, expected all {want}"
+
+
+def test_bf16_wgmma_counts_as_gmma_and_hgmma_ops(measured):
+    m, shown = _counters(measured, "wgmma_bf16")
+    assert m[ncu.GMMA_METRIC] > 0, shown
+    assert m[ncu.HGMMA_OPS_METRICS[0]] > 0, shown
+    # Recorded, not asserted: does the HMMA-pipe counter count warpgroup MMAs too?
+    print(f"wgmma_bf16 {ncu.HMMA_INST_METRIC} = {m[ncu.HMMA_INST_METRIC]:g} (not asserted)")
+
+
+def test_fp8_wgmma_reads_no_hmma_so_the_fp8_rule_can_credit_it(measured):
+    m, shown = _counters(measured, "wgmma_e4m3")
+    assert m[ncu.GMMA_METRIC] > 0, shown
+    assert m[ncu.FP8_OPS_METRIC] > 0, shown
+    assert m[ncu.HMMA_INST_METRIC] == 0, (
+        f"DEFECT in the FP8 rule (tools.ncu.work_metrics, hardware-counter branch): an fp8 wgmma kernel "
+        f"with no HMMA in its SASS reads {ncu.HMMA_INST_METRIC} = {m[ncu.HMMA_INST_METRIC]:g}, so its fp8 ops "
+        f"are never counted as wgmma's and no honest FP8 wgmma kernel can earn credit. {shown}")
+
+
+def test_bf16_mma_sync_counts_as_hmma_not_gmma(measured):
+    m, shown = _counters(measured, "mma_sync_bf16")
+    assert m[ncu.HMMA_INST_METRIC] > 0, shown
+    assert m["sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum"] > 0, shown
+    assert m[ncu.GMMA_METRIC] == 0, shown
+
+
+def test_fp8_mma_sync_counts_as_hmma(measured):
+    m, shown = _counters(measured, "mma_sync_e4m3")
+    assert m[ncu.HMMA_INST_METRIC] > 0, (
+        f"DEFECT in the FP8 rule's other premise: an fp8 mma.sync kernel reads {ncu.HMMA_INST_METRIC} = 0, so "
+        f"the counters cannot tell its fp8 ops from wgmma's. {shown}")
