@@ -72,6 +72,6 @@ def test_the_gpu_report_prints_and_writes_every_value(tmp_path, capsys):
     assert json.loads((tmp_path / "logs" / "cupti_counters.json").read_text()) == results
     printed = capsys.readouterr().out
     assert all(f"== {name}:" in printed for name in KERNELS) and ncu.HMMA_INST_METRIC in printed
-    assert "OPEN QUESTION" in printed
+    assert "OPEN QUESTION" in printed and f"fp8 mma.sync reads {ncu.FP8_OPS_METRIC}" in printed
     assert expected("wgmma_e4m3") == {"mma_warp_instructions": 4 * 4 * ITERS, "flops": 2 * 64 * 8 * 32 * ITERS * 4,
                                       "output": 32.0 * ITERS}

@@ -201,6 +201,11 @@ def report(results: dict, path: Path) -> None:
     bf16 = results["kernels"]["wgmma_bf16"]["metrics"]
     print(f"OPEN QUESTION: bf16 wgmma (HGMMA only) reads {ncu.HMMA_INST_METRIC} = {bf16.get(ncu.HMMA_INST_METRIC)} "
           f"(its GMMA instructions: {bf16.get(ncu.GMMA_METRIC)})")
+    # sm_90a has no fp8 mma.sync datapath (ptxas unpacks to f16, tests/test_cupti_counter_kernels.py):
+    # if this reads 0, fp8 ops on Hopper come from QGMMA only, and the rule needs no HMMA gate there
+    fp8_sync = results["kernels"]["mma_sync_e4m3"]["metrics"]
+    print(f"fp8 mma.sync reads {ncu.FP8_OPS_METRIC} = {fp8_sync.get(ncu.FP8_OPS_METRIC)}, "
+          f"sm__ops_path_tensor_op_hmma_src_fp16.sum = {fp8_sync.get('sm__ops_path_tensor_op_hmma_src_fp16.sum')}")
 
 
 def _counters(measured: dict, name: str) -> tuple[dict, str]:
