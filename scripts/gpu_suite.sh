@@ -15,7 +15,7 @@
 # expert`, `--tasks` for the new families).
 # Into $OUT (default runs/gpu_suite), at most 8 files as the device tool returns them:
 #   suite.log (environment + pytest + per-test durations), bench.log, bench.json, bench.md, worker_tests.log,
-#   baselines_tests.json, worker_bench.log.
+#   baselines_tests.json, worker_bench.log, cupti_counters.json.
 # Exit status: the tests' (the benchmark is informative).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +92,7 @@ done
   cat "$TESTS_CACHE"/*/test_times.txt 2>/dev/null | sort -rn | head -40
   cat "$TESTS_CACHE"/*/test_times.txt 2>/dev/null | awk '{s += $1} END {printf "total %.0f s in %d tests\n", s, NR}'; } >> "$OUT/suite.log"
 cp -f "$TESTS_CACHE/a/baselines.json" "$OUT/baselines_tests.json" 2>/dev/null || true
+cp -f "$TESTS_CACHE"/*/cupti_counters.json "$OUT/" 2>/dev/null || true  # what each counter read (PART=4)
 
 left=$(( CALL_S - (SECONDS - START) ))
 if [ -n "${SKIP_BENCH:-}" ] || [ "$left" -lt 60 ]; then
