@@ -547,8 +547,16 @@ def plan(config: SweepConfig) -> GridSummary:
 
 
 def model_identity(spec: str) -> str:
-    """What names a model for this check: the spec, but for a recorded or scripted model its
-    file's name, not its folder (a sweep moved with its files is the same sweep)."""
+    """What names a model, for the sweep (a run recorded with another model is refused) and the
+    report (runs of two models are never pooled): the spec, but for a recorded or scripted model its
+    file's name, not its folder (a sweep moved with its files is the same sweep), and for a recording
+    the run id its config.json holds where it can be read (sweep runs' folders are all r0, r1 ..., so
+    two models' recordings of one cell share a folder name)."""
+    recording = _recording_id(spec)
+    return _file_identity(spec) if recording is None else f"{_file_identity(spec)} (run {recording})"
+
+
+def _file_identity(spec: str) -> str:
     for prefix in ("scripted:", "replay:"):
         if spec.startswith(prefix):
             return prefix + Path(spec.removeprefix(prefix)).name
@@ -557,25 +565,24 @@ def model_identity(spec: str) -> str:
 
 def _recording_id(spec: str) -> str | None:
     """The run id a replay:<run> model's config.json records, None when there is none to read."""
-    from agent.trajectory import RunFolderError, read_config
+    from agent.trajectory import read_config
 
     if not spec.startswith("replay:"):
         return None
     source = Path(spec.removeprefix("replay:"))
     try:
         return read_config(source if source.is_dir() else source.parent).run_id
-    except RunFolderError:
+    except (RunFolderError, OSError):
         return None
 
 
 def same_model(recorded: str, now: str) -> bool:
-    """Two specs name the same model. Two recordings are told apart by their run ids where both
-    can be read: sweep runs' folders are all r0, r1 ..., so two models' recordings of one cell
-    share a folder name."""
-    if model_identity(recorded) != model_identity(now):
-        return False
+    """Two specs name the same model (model_identity). A recording that can no longer be read (moved
+    or deleted since its runs were recorded) is compared by its file name alone."""
+    if model_identity(recorded) == model_identity(now):
+        return True
     ids = _recording_id(recorded), _recording_id(now)
-    return None in ids or ids[0] == ids[1]
+    return None in ids and _file_identity(recorded) == _file_identity(now)
 
 
 def _recorded_settings(run: SweepRun, config: SweepConfig, runs_dir: Path) -> dict[str, Any]:

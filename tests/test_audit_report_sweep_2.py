@@ -69,3 +69,32 @@ def test_an_unreadable_summary_of_a_resumable_run_is_rebuilt_by_its_resume(tmp_p
     assert outcome.status == "finished" and outcome.succeeded, outcome
     after = read_summary(r0)
     assert (after.turns, after.stop_reason, after.best) == (before.turns, before.stop_reason, before.best)
+
+
+# ---- 1. two recordings under one folder name -----------------------------------------------------
+def _record(tmp_path: Path, run_id: str, replies: list[str]) -> Path:
+    """A real one-turn `agent solve` run with scripted replies: what a replay: model reads."""
+    from agent.run import SolveRequest, solve
+    from agent.trajectory import Budget
+
+    script = write_script(tmp_path / f"{run_id.replace('/', '_')}.json", replies)
+    solve(SolveRequest(task="gemm", model=script, context="none", budget=Budget(max_turns=1), executed_check=False,
+                       runs_dir=tmp_path / "rec", run_id=run_id), progress=False)
+    return tmp_path / "rec" / run_id
+
+
+def test_a_report_keeps_two_recordings_of_one_folder_name_apart(tmp_path):
+    """Sweeps s1 and s2 replay model `rep` from a/r0 (a kernel that compiles) and from b/r0 (prose).
+    The report pooled both into one row: compiled 50% (1/2) for a model that is two models."""
+    from agent.report import write_report
+    from agent_loop_helpers import probe_reply
+
+    a, b = _record(tmp_path, "a/r0", [probe_reply()]), _record(tmp_path, "b/r0", [NO_CODE])
+    for name, rec in (("s1", a), ("s2", b)):
+        cfg = _sweep_config(tmp_path, models=f'[{{spec = "replay:{rec}", name = "rep"}}]')
+        assert run_sweep(cfg.model_copy(update={"name": name})).succeeded == 1
+    report = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1])
+    compiled = sorted((r.metrics["compiled"].successes, r.metrics["compiled"].n) for r in report.rows)
+    assert compiled == [(0, 1), (1, 1)], [(r.key[0], r.metrics["compiled"]) for r in report.rows]
+    labels = sorted(r.key[0] for r in report.rows)
+    assert "a/r0" in labels[0] + labels[1] and "b/r0" in labels[0] + labels[1], labels
