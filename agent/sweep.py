@@ -394,6 +394,7 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
             done.append((r, state, summary))
         else:
             todo.append((r, "partial" if state == "done" else state))
+    refuse_changed_inputs(config, [r for r, state in todo if state == "partial"])
     # Before anything is written: a model no run could use stops the sweep here, once.
     if models_checked is not None:
         warnings = models_checked
@@ -543,7 +544,9 @@ def plan(config: SweepConfig) -> GridSummary:
     runs = expand(config)
     refuse_mismatched_replays(config, runs)
     refuse_changed_models(config, runs)
-    return GridSummary(runs, {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs})
+    states = {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs}
+    refuse_changed_inputs(config, [r for r in runs if states[r.run_id] == "partial"])
+    return GridSummary(runs, states)
 
 
 def model_identity(spec: str) -> str:
@@ -634,6 +637,31 @@ def refuse_changed_models(config: SweepConfig, runs: list[SweepRun]) -> None:
                     f"{run_dir} was recorded with {key} = {json.dumps(was)} and the config now says "
                     f"{json.dumps(now)}; its run id does not name {key}, so it would be reused or resumed as this "
                     f"config's: give the sweep another `name`, or move its old runs away")
+
+
+def refuse_changed_inputs(config: SweepConfig, to_resume: list[SweepRun]) -> None:
+    """Runs to be resumed whose prompt templates or docs differ from this checkout's: agent.run.resume
+    refuses each (its later turns would be another experiment under the same run), so the sweep refuses
+    them all before any run starts, naming each run and what changed, rather than running the others
+    and leaving that refusal as one error line among many."""
+    from agent.run import inputs_change
+    from agent.trajectory import read_config
+
+    changed = []
+    for r in to_resume:
+        try:
+            recorded = read_config(Path(config.runs_dir) / r.run_id)
+        except RunFolderError:
+            continue  # resuming it says what is wrong with it
+        if (problem := inputs_change(recorded, Path(config.runs_dir) / r.run_id)) is not None:
+            # resume's own words, without its advice for one run (a sweep has its own below)
+            changed.append(f"{r.run_id}: {problem.split('; start a new run')[0]}")
+    if changed:
+        raise SweepError(
+            f"{len(changed)} unfinished run{'s' if len(changed) > 1 else ''} would go on with other prompts or docs "
+            f"than {'they' if len(changed) > 1 else 'it'} started with: " + "; ".join(changed)
+            + ". Run the sweep from a checkout with the files those runs started with, or give the sweep another "
+            "`name` (or move those runs away) to start them afresh")
 
 
 def models_to_run(grid: GridSummary, retry_failed: bool = False) -> set[str]:

@@ -24,9 +24,10 @@ from agent.sweep import load_sweep_config, run_sweep
 CELL = "gemm_n7168_k5120/sm_90a/none"
 
 
-def _sweep_config(d: Path, extra: str = "", models: str = '[{spec = "scripted:prose.json", name = "prose"}]'):
+def _sweep_config(d: Path, extra: str = "", models: str = '[{spec = "scripted:prose.json", name = "prose"}]',
+                  contexts: str = '["none"]'):
     (d / "sweep.toml").write_text(
-        f'name = "s"\nmodels = {models}\ntasks = ["gemm"]\ncontexts = ["none"]\nconcurrency = 1\n'
+        f'name = "s"\nmodels = {models}\ntasks = ["gemm"]\ncontexts = {contexts}\nconcurrency = 1\n'
         f'executed_check = false\ncheck_models = false\n{extra}\n[budget]\nmax_turns = 1\n')
     return load_sweep_config(d / "sweep.toml", runs_dir=str(d / "runs"))
 
@@ -98,3 +99,42 @@ def test_a_report_keeps_two_recordings_of_one_folder_name_apart(tmp_path):
     assert compiled == [(0, 1), (1, 1)], [(r.key[0], r.metrics["compiled"]) for r in report.rows]
     labels = sorted(r.key[0] for r in report.rows)
     assert "a/r0" in labels[0] + labels[1] and "b/r0" in labels[0] + labels[1], labels
+
+
+# ---- 4. runs to resume whose prompts or docs changed ---------------------------------------------
+def _as_if_recorded_with(run_dir: Path, **fields) -> None:
+    """The run was started from another checkout (other prompt templates or docs) and killed before
+    its summary: what agent.run.resume refuses to go on with here."""
+    raw = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**raw, **fields}))
+    (run_dir / "summary.json").unlink()
+
+
+def test_a_sweep_refuses_up_front_to_resume_runs_whose_prompts_or_docs_changed(tmp_path):
+    """Each such run was resumed in turn and failed with resume's refusal, after the others ran: a
+    sweep half run, and the refusal one error line among many. Refused before any run starts now,
+    naming each run and what changed; runs that ended (nothing to resume) are no reason to refuse."""
+    import pytest
+
+    from agent.sweep import SweepError, plan
+
+    write_script(tmp_path / "prose.json", [NO_CODE] * 8)
+    cfg = _sweep_config(tmp_path, "replicas = 2", contexts='["none", "docs"]')
+    assert run_sweep(cfg).succeeded == 4
+    runs = tmp_path / "runs" / "s" / "prose" / "gemm_n7168_k5120" / "sm_90a"
+    _as_if_recorded_with(runs / "none" / "r0", template_hash="0" * 64)
+    _as_if_recorded_with(runs / "docs" / "r1", knowledge_version="f" * 64)
+    (runs / "docs" / "r0" / "summary.json").unlink()  # killed, same checkout: resumable
+    finished = json.loads((runs / "none" / "r1" / "config.json").read_text())
+    (runs / "none" / "r1" / "config.json").write_text(json.dumps({**finished, "template_hash": "1" * 64}))
+    events_before = {p: p.read_text() for p in runs.rglob("events.jsonl")}
+
+    for attempt in (lambda: plan(cfg), lambda: run_sweep(cfg)):
+        with pytest.raises(SweepError) as refused:
+            attempt()
+        message = str(refused.value)
+        assert "s/prose/gemm_n7168_k5120/sm_90a/none/r0" in message and "prompt templates" in message, message
+        assert "s/prose/gemm_n7168_k5120/sm_90a/docs/r1" in message and "docs version" in message, message
+        assert "/docs/r0" not in message and "/none/r1" not in message, message
+    assert {p: p.read_text() for p in runs.rglob("events.jsonl")} == events_before, "a run went on"
+    assert not (runs / "docs" / "r0" / "summary.json").exists()
