@@ -146,7 +146,8 @@ def _settings(c: RunConfig) -> dict[str, object]:
             "docs": None if c.context == "none" else (c.knowledge_version or "unknown")[:12],
             # what judged and timed it (None: no GPU): a speedup is against the library on that GPU, and
             # a run on CPU never showed the model a correctness verdict (agent.run.gpu_change)
-            "gpu": c.gpu,
+            # (a run resumed on a GPU after turns without one: its own experiment, from which turn)
+            "gpu": c.gpu if c.gpu_from_turn is None else f"{c.gpu} from turn {c.gpu_from_turn}",
             "budget": ", ".join(f"{k}={v:g}" for k, v in c.budget.model_dump(exclude={"max_turns"}).items()
                                 if v is not None) or "no caps"}
 

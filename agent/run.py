@@ -317,13 +317,19 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
         retrieve = _get_retriever(config.context)
         owned = evaluator is None
         evaluator = evaluator or _get_evaluator()
-        if (problem := gpu_change(config, _gpu_name(evaluator))) is not None:
+        gpu_now = _gpu_name(evaluator)
+        if (problem := gpu_change(config, gpu_now)) is not None:
             if owned:
                 evaluator.close()
             raise SolveError(problem)
+        # A run that had no GPU (or whose worker could not start) goes on on this one: its config says
+        # so once the graph shows which turns were judged before (_drive), never a CPU run after it.
+        found_gpu = gpu_now if gpu_now is not None and not gpu_now.startswith("unavailable") \
+            and gpu_now != config.gpu else None
         deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
                     evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
-        return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop)
+        return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop,
+                      found_gpu=found_gpu)
 
 
 def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
@@ -348,7 +354,36 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
             return (f"run {run_dir} retrieved from docs version {config.knowledge_version[:12]}; this checkout's "
                     f"docs (knowledge/docs, examples, include) are {(now_docs or 'unavailable')[:12]}: its next "
                     f"turns would read other docs under the same context arm; {afresh}")
-    return None
+    return toolchain_change(config, run_dir)
+
+
+# The tools whose versions draw a run's verdicts: the compilers (compile errors, registers, spills) and
+# the disassemblers (the SASS feature verdicts). For a run judged on a GPU torch too: its cuBLAS and
+# cuDNN are the library every speedup is measured against. (litellm, langgraph judge nothing.)
+JUDGING_TOOLS = ("nvrtc", "ptxas", "cuobjdump", "nvdisasm")
+
+
+def _judged_on_gpu(config: RunConfig) -> bool:
+    return config.gpu is not None and not config.gpu.startswith("unavailable")
+
+
+def toolchain_change(config: RunConfig, run_dir: Path) -> str | None:
+    """Why the run must not go on with this machine's toolchain, or None: its verdicts so far were
+    drawn by the tools recorded in its config, and its later ones would be another toolchain's,
+    pooled in one run. A config recorded without tool versions has nothing to compare: it goes on."""
+    then = config.tool_versions
+    if not then:
+        return None
+    now = tool_versions()
+    names = [*JUDGING_TOOLS, *(("torch",) if _judged_on_gpu(config) else ())]
+    differ = [n for n in names if then.get(n) != now.get(n)]
+    if not differ:
+        return None
+    was = ", ".join(f"{n} {then.get(n) or 'none'}" for n in differ)
+    is_ = ", ".join(f"{n} {now.get(n) or 'none'}" for n in differ)
+    return (f"run {run_dir} was judged with {was}; this machine has {is_}: its next candidates would be judged "
+            f"by another toolchain; start a new run (agent solve --task {config.task_requested or config.task} "
+            f"...), or resume it where those tools are (agent doctor lists them)")
 
 
 def _knowledge_version() -> str | None:
@@ -432,7 +467,8 @@ def _start_locked(config: RunConfig, task, model, state: dict, run_dir: Path, re
 
 # ---------------------------------------------------------------------------------------
 def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: bool,
-           close_evaluator: bool = True, stop: threading.Event | None = None) -> RunSummary:
+           close_evaluator: bool = True, stop: threading.Event | None = None,
+           found_gpu: str | None = None) -> RunSummary:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from agent.progress import RunProgress
@@ -458,13 +494,16 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
         return summary
     if resumed and snapshot.values:
         deps.clock = Clock(offset=(snapshot.values.get("spent") or {}).get("wall_s", 0.0))
+    if found_gpu is not None:
+        config = deps.config = with_found_gpu(config, found_gpu, snapshot.values if start_state is None else {})
+        writer.write_config(config)
     live = RunProgress(config, enabled=progress)
     writer.subscribe(live.on_event)
     writer.event("run_start", resumed=resumed, retried_turn=retry_turn or None, run_id=config.run_id,
                  task=config.task, arch=config.arch,
                  model=config.model, lang=config.lang, context=config.context, samples=config.samples,
                  strategy=config.strategy, profile_feedback=config.profile_feedback,
-                 budget=config.budget.model_dump(), gpu=config.gpu)
+                 budget=config.budget.model_dump(), gpu=config.gpu, gpu_from_turn=config.gpu_from_turn)
     status, stop_reason, stop_detail, tb = "finished", None, None, None
     try:
         with live, _sigterm_as_interrupt():
@@ -495,6 +534,20 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
                  turns=summary.turns, best=summary.best_path, traceback=tb)
     writer.write_summary(summary)
     return summary
+
+
+def with_found_gpu(config: RunConfig, gpu: str, values: dict) -> RunConfig:
+    """The config of a run without a GPU that goes on on `gpu`: from now on a run judged on that GPU
+    (a report files it there, a resume elsewhere is refused), from the first turn no candidate was
+    evaluated in yet (`gpu_from_turn`; the turns before it are unverified; None when there are none).
+    torch is recorded anew: it is what this GPU's library speedups are measured with."""
+    judged = [a["turn"] for a in values.get("attempts") or []]
+    first = max(judged) + 1 if judged else 1
+    versions = dict(config.tool_versions)
+    if "torch" in (now := tool_versions()):
+        versions["torch"] = now["torch"]
+    return config.model_copy(update={"gpu": gpu, "gpu_from_turn": first if first > 1 else None,
+                                     "tool_versions": versions})
 
 
 def _retry_failed_turn(graph, thread: dict, values: dict) -> int | None:

@@ -41,7 +41,7 @@ HISTORIES = ("full", "latest")
 
 # What each event type records (payload fields besides seq/time/type).
 EVENT_TYPES = {
-    "run_start": "resumed, retried_turn (a turn redone after the model failed), task, arch, model, budget, gpu",
+    "run_start": "resumed, retried_turn (a turn redone after the model failed), task, arch, model, budget, gpu, gpu_from_turn",
     "node": "node, phase (start|end), turn, inputs | outputs (a short description), seconds",
     "retrieval": "turn, mode, sections [{id, doc, heading, tokens, why}] as retrieved, new_sections (the ids put "
                  "into this turn's prompt), tokens, prompt_tokens, truncated",
@@ -138,6 +138,9 @@ class RunConfig(BaseModel):
     repair_run: bool = False
     tool_versions: dict[str, str] = Field(default_factory=dict)  # ptxas, nvrtc, cuobjdump, ptxbench, litellm, ...
     gpu: str | None = None  # what the evaluator found; None = no GPU (evaluation skipped)
+    # A run started without a GPU and resumed on one (agent.run.resume): `gpu` is that GPU and this the
+    # first turn judged on it; its earlier turns are unverified. None: judged on `gpu` from its start.
+    gpu_from_turn: int | None = None
     executed_check: bool = False  # count executed instructions with the hardware counters (GPU only)
     seed: int | None = 0  # base seed sent to the model (varied per turn and sample); None: none sent
     temperature: float | None = None

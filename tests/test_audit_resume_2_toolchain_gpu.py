@@ -1,0 +1,189 @@
+"""Audit of resume against a changed toolchain or a GPU found on resume.
+
+- A run's verdicts were drawn by the compilers and disassemblers recorded in its config
+  (`tool_versions`: NVRTC, ptxas, cuobjdump, nvdisasm; and, for a run judged on a GPU, torch, whose
+  cuBLAS/cuDNN are the library a speedup is measured against). Resumed under others, one run would
+  hold the verdicts of two toolchains: refused, one line naming the old and the new versions, like a
+  change of prompts or docs. Versions that draw no verdict (litellm, langgraph) do not count.
+- A run started without a GPU may go on on a GPU (its later candidates are judged there). Its config
+  then says so: `gpu` is the GPU its later turns were judged on and `gpu_from_turn` the first such
+  turn (the turns before it are unverified), so a report never files it as a CPU run, nor pools it
+  with runs judged on that GPU from their first turn.
+
+Real `agent solve` runs (scripted replies, real ptxas, real SQLite checkpoints); the GPU is the
+CPU stand-in worker (tests/fake_worker.py) behind the real Evaluator.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
+from agent_loop_helpers import REPO, GEMM_TASK, agent_cli, broken_probe_reply, events, probe_reply, write_script
+
+from agent.run import resume, tool_versions
+from agent.trajectory import read_config, read_summary
+
+
+def _stopped_run(tmp_path: Path, first=broken_probe_reply) -> tuple[Path, Path, Path]:
+    """A run that asked for turn 2 and got no reply (its script held one): resumable."""
+    script = tmp_path / "script.json"
+    model = write_script(script, [first()])
+    runs = tmp_path / "runs"
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", "none",
+                  "--runs-dir", str(runs), "--run-id", "r", "--quiet")
+    run_dir = runs / "r"
+    summary = read_summary(run_dir)
+    assert summary is not None and summary.stop_reason == "model_error", (p.stdout, p.stderr)
+    write_script(script, [first(), probe_reply()])  # the reply turn 2 waits for
+    return runs, run_dir, script
+
+
+def _edit_config(run_dir: Path, **changes) -> None:
+    path = run_dir / "config.json"
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data, indent=2))
+
+
+# ---------------------------------------------------------------------------------------
+# The toolchain
+# ---------------------------------------------------------------------------------------
+def test_resume_under_another_ptxas_is_refused_naming_both_versions(tmp_path):
+    runs, run_dir, _ = _stopped_run(tmp_path)
+    recorded = read_config(run_dir).tool_versions
+    now = recorded["ptxas"]
+    assert now == tool_versions()["ptxas"]
+    _edit_config(run_dir, tool_versions={**recorded, "ptxas": "12.8.93"})  # as if turn 1 was compiled by 12.8
+    n_events = len(events(run_dir))
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    err = p.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "ptxas 12.8.93" in err and now in err and "start a new run" in err, err
+    assert len(events(run_dir)) == n_events  # nothing asked, nothing written
+    assert read_summary(run_dir).stop_reason == "model_error"
+
+
+def test_resume_without_a_tool_it_had_is_refused(tmp_path):
+    """cuobjdump found then, missing now (or the other way round): the SASS verdicts of its later
+    candidates would be drawn differently (or skipped)."""
+    runs, run_dir, _ = _stopped_run(tmp_path)
+    recorded = read_config(run_dir).tool_versions
+    gone = {k: v for k, v in recorded.items() if k != "nvdisasm"}
+    _edit_config(run_dir, tool_versions=gone)
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 2 and "nvdisasm none" in p.stderr and recorded["nvdisasm"] in p.stderr, p.stderr
+
+
+def test_resume_under_another_torch_is_refused_only_for_a_run_judged_on_a_gpu(tmp_path):
+    """torch brings the library (cuBLAS, cuDNN) a speedup is measured against: for a run judged on a
+    GPU another torch is another baseline. A run that never ran a kernel compared with nothing."""
+    runs, run_dir, _ = _stopped_run(tmp_path)
+    recorded = read_config(run_dir).tool_versions
+    _edit_config(run_dir, tool_versions={**recorded, "torch": "2.11.0+cu130"}, gpu="NVIDIA H200")
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 2 and "torch 2.11.0+cu130" in p.stderr, p.stderr
+    _edit_config(run_dir, gpu=None)
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert read_summary(run_dir).turns == 2
+
+
+def test_resume_goes_on_when_only_versions_that_judge_nothing_changed(tmp_path):
+    runs, run_dir, _ = _stopped_run(tmp_path)
+    recorded = read_config(run_dir).tool_versions
+    _edit_config(run_dir, tool_versions={**recorded, "litellm": "0.0.1", "langgraph": "0.0.1"})
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert read_summary(run_dir).turns == 2
+
+
+def test_resume_of_a_run_recorded_without_tool_versions_goes_on(tmp_path):
+    runs, run_dir, _ = _stopped_run(tmp_path)
+    _edit_config(run_dir, tool_versions={})
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 0, p.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# A GPU found on resume
+# ---------------------------------------------------------------------------------------
+def _fake_gpu(tmp_path: Path, monkeypatch):
+    from tools.evaluator import Evaluator
+
+    (tmp_path / "mode").write_text("pass")
+    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(tmp_path / "mode"))
+    return Evaluator(gpus=[0], worker_cmd=[sys.executable, str(REPO / "tests" / "fake_worker.py")],
+                     cache_dir=tmp_path / "cache")
+
+
+def test_a_cpu_run_resumed_on_a_gpu_records_the_gpu_and_the_turn_it_started(tmp_path, monkeypatch):
+    runs, run_dir, _ = _stopped_run(tmp_path, first=probe_reply)
+    assert read_config(run_dir).gpu is None
+    [run1] = events(run_dir, "run")
+    assert run1["gpu"] is None and run1["run_status"] == "skipped"  # turn 1: unverified, no GPU
+    # a CPU machine's torch (no GPU: its version compared with nothing so far)
+    _edit_config(run_dir, tool_versions={**read_config(run_dir).tool_versions, "torch": "2.0.0+cpu"})
+    with _fake_gpu(tmp_path, monkeypatch) as ev:
+        summary = resume(run_dir, progress=False, evaluator=ev)
+    assert summary.turns == 2, (summary.status, summary.stop_reason, summary.stop_detail)
+    config = read_config(run_dir)
+    # the GPU its later turns were judged on, and from which turn: turn 1 stays unverified
+    assert config.gpu == "Fake H200" and config.gpu_from_turn == 2
+    # the torch its GPU speedups are measured with, so a later resume on this machine compares with it
+    assert config.tool_versions["torch"] == tool_versions()["torch"]
+    assert summary.per_turn[0].candidates[0].outcome == "unverified"
+    assert [e["gpu"] for e in events(run_dir, "run")] == [None, "Fake H200"]
+    start = events(run_dir, "run_start")[-1]
+    assert start["resumed"] and start["gpu"] == "Fake H200" and start["gpu_from_turn"] == 2
+    # and from now on it is a run judged on that GPU: resumed without one it is refused, as any such run
+    assert "was judged on Fake H200" in _resume_refusal(runs)
+
+
+def _resume_refusal(runs: Path) -> str:
+    summary = json.loads((runs / "r" / "summary.json").read_text())
+    summary["status"], summary["stop_reason"] = "interrupted", "interrupted"  # as if stopped by Ctrl-C
+    (runs / "r" / "summary.json").write_text(json.dumps(summary))
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    return p.stderr
+
+
+def test_a_run_with_no_turn_judged_before_the_gpu_is_a_plain_gpu_run(tmp_path, monkeypatch):
+    """Stopped before any turn was evaluated (the model failed on turn 1): nothing unverified, so no
+    turn to name; the run is one judged on that GPU from its start."""
+    script = tmp_path / "s.json"
+    model = write_script(script, [])
+    runs = tmp_path / "runs"
+    agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "1", "--context", "none",
+              "--runs-dir", str(runs), "--run-id", "r", "--quiet")
+    assert read_summary(runs / "r").stop_reason == "model_error"
+    write_script(script, [probe_reply()])
+    with _fake_gpu(tmp_path, monkeypatch) as ev:
+        summary = resume(runs / "r", progress=False, evaluator=ev)
+    assert summary.turns == 1
+    config = read_config(runs / "r")
+    assert config.gpu == "Fake H200" and config.gpu_from_turn is None
+
+
+def test_report_files_a_run_resumed_on_a_gpu_apart(tmp_path, monkeypatch):
+    """In one report with a run judged on the GPU from its first turn, the resumed run is its own row,
+    labelled with the turn its GPU verdicts start at (never pooled, never filed as a CPU run)."""
+    from agent.run import SolveRequest, solve
+    from agent.trajectory import Budget
+
+    runs, run_dir, _ = _stopped_run(tmp_path, first=probe_reply)
+    with _fake_gpu(tmp_path, monkeypatch) as ev:
+        resume(run_dir, progress=False, evaluator=ev)
+        (tmp_path / "g").mkdir()  # the same script name: the same model, one cell
+        model = write_script(tmp_path / "g" / "script.json", [probe_reply(), probe_reply()])
+        solve(SolveRequest(task=GEMM_TASK, model=model, runs_dir=runs, run_id="g", context="none",
+                           budget=Budget(max_turns=2)), progress=False, evaluator=ev)
+    assert read_config(runs / "g").gpu == "Fake H200" and read_config(runs / "g").gpu_from_turn is None
+    out = tmp_path / "report"
+    p = agent_cli("report", str(runs), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    md = (out / "report.md").read_text()
+    assert "gpu=Fake H200 from turn 2" in md and "gpu=Fake H200)" in md, md
