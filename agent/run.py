@@ -333,8 +333,9 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
 
 
 def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
-    """Why the run must not go on with this checkout's prompts or docs, or None. Its turns so far were
-    asked with the prompt templates and docs recorded in its config; later turns asked with others
+    """Why the run must not go on with this checkout's prompts, docs or toolchain (toolchain_change),
+    or None. Its turns so far were asked with the prompt templates and docs recorded in its config; later
+    turns asked with others
     would be another experiment counted under the same run (and pooled with it by reports). A config
     without a template hash (every run `agent solve` started has one) cannot show its prompts: refused
     too. One recorded before configs held the docs version goes on: it stays "unknown" in reports."""

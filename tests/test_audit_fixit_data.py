@@ -259,7 +259,9 @@ def test_a_kernel_that_failed_held_out_workloads_is_no_correction(tmp_path):
                        reply_for(s, f"Reasoning for {tag}."))])
     write_run(runs, "h", turns)
     pairs, _ = find_pairs(load_attempts(runs / "h"))
-    assert [(p.error, p.failed.record.turn, p.fixed.record.turn) for p in pairs] == [("numerical", 1, 3)]
+    # (turn 2 is a failure of its own, fitted to the visible sizes: turn 3 fixes that too)
+    assert [(p.error, p.failed.record.turn, p.fixed.record.turn) for p in pairs] == [("numerical", 1, 3),
+                                                                                   ("held_out", 2, 3)]
 
 
 def test_real_best_of_two_run_pairs_only_the_continued_sample(tmp_path):

@@ -5,7 +5,7 @@ Stages, each small and typed:
 
   load_attempts(run dirs)      every candidate of every trajectory, with its EvalResult
   error_classes(attempt)       compile | features_missing | runtime | timeout | numerical |
-                               input_modified | implausible
+                               input_modified | implausible | held_out
   find_pairs(attempts)         failed candidate -> the first later candidate of the same run
                                descended from it (its chat held the failed kernel) that fixed
                                that error class without failing a check the failed one passed,
@@ -41,9 +41,9 @@ from tools.results import WRONG_NUMBERS, EvalResult
 from tools.solution import Solution, SolutionError
 
 ErrorClass = Literal["compile", "features_missing", "runtime", "timeout", "numerical", "input_modified",
-                     "implausible"]
+                     "implausible", "held_out"]
 ERROR_CLASSES: tuple[str, ...] = ("compile", "features_missing", "runtime", "timeout", "numerical", "input_modified",
-                                  "implausible")
+                                  "implausible", "held_out")
 # Failed workloads' reasons with a class of their own. Neither crashed: input_modified wrote its
 # read-only inputs, implausible was timed faster than the GPU's ceiling (it skipped work). The
 # other reasons are numerical (WRONG_NUMBERS) or runtime (crash, fault, bad manifest ...).
@@ -126,7 +126,16 @@ def error_classes(a: Attempt) -> set[str]:
                       or ("numerical" if w.reason in WRONG_NUMBERS else "runtime"))
         if ev.run_status == "failed" and not failed:
             found.add("runtime")
+        # Every visible workload passed, a held-out one failed: fitted to the sizes it was shown. (With a
+        # visible failure too, the held-out ones are that same mistake.) Its feedback counted them by
+        # kind, never by size, and so does the example built from it.
+        if ev.run_status == "ok" and not failed and _held_out(ev, "failed"):
+            found.add("held_out")
     return found
+
+
+def _held_out(ev: EvalResult, status: str) -> list:
+    return [w for w in ev.workloads if w.split == "held_out" and w.status == status]
 
 
 def passed_checks(a: Attempt) -> set[str]:
@@ -143,10 +152,14 @@ def passed_checks(a: Attempt) -> set[str]:
             # plausibility is judged on the timed runs: an untimed kernel never showed it
             if all(w.timing is not None for w in a.eval.workloads if w.split == "visible"):
                 passed.add("implausible")
+            # generalising is shown by running the held-out sizes: all of them passed (none skipped)
+            held = [w for w in a.eval.workloads if w.split == "held_out"]
+            if held and all(w.status == "passed" for w in held):
+                passed.add("held_out")
     return passed
 
 
-GPU_FAILURES = frozenset({"runtime", "timeout", "numerical", "input_modified", "implausible"})
+GPU_FAILURES = frozenset({"runtime", "timeout", "numerical", "input_modified", "implausible", "held_out"})
 
 
 def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
@@ -156,8 +169,7 @@ def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
     one that failed a held-out workload (fitted to the sizes it was shown: it would teach the very
     failure to generalise that a fine-tuned model is tested for)."""
     done = passed_checks(later)
-    held_out_failed = later.eval is not None and any(
-        w.split == "held_out" and w.status == "failed" for w in later.eval.workloads)
+    held_out_failed = later.eval is not None and bool(_held_out(later.eval, "failed"))
     return (error in done and passed_checks(failed) <= done and not error_classes(later) & GPU_FAILURES
             and not held_out_failed)
 

@@ -1,0 +1,104 @@
+"""Audit of Fixit's classes: a kernel that passes every visible workload and fails a held-out one was
+fitted to the sizes it was shown. That is a failure of its own (`held_out`): it is counted among the
+failed candidates, paired with the later kernel that passes the held-out workloads too, and taught
+with the feedback the model got, which names held-out workloads by count and kind, never by size.
+(It had no class: never a failed example, never counted, and its fix taught nothing.)
+
+Run folders written with the real TrajectoryWriter and hand-made GPU verdicts
+(tests/trajectory_fixtures.py), built with the real `agent fixit build` CLI.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
+from agent_loop_helpers import agent_cli
+from trajectory_fixtures import eval_result, kernel, reply_for, write_run
+
+from agent.fixit.build import error_classes, find_pairs, load_attempts, passed_checks
+from tools.results import Mismatch, Timing, WorkloadResult
+
+HELD_M = 1234  # a held-out size no other text of an example holds
+
+
+def _c(tag: str, *, visible: str = "correct", held: str | None = "passed", reason: str = "incorrect",
+       speedup: float | None = 1.0):
+    """A candidate that ran on the GPU: its visible workload as `visible`, a held-out workload
+    passed, failed (with `reason`) or skipped (`held` None: none at all)."""
+    s, ev = kernel(tag), eval_result(visible, speedup=speedup if visible == "correct" else None)
+    if visible == "correct":
+        ev.workloads[0].timing = Timing(median_ms=1.0, iqr_ms=0.01, cv=0.01, runs=10)
+    if held is not None:
+        ok = held == "passed"
+        ev.workloads.append(WorkloadResult(
+            workload=f"M{HELD_M}", split="held_out", axes={"M": HELD_M}, status=held,
+            reason=None if held != "failed" else reason,
+            detail=f"at M={HELD_M}" if held == "failed" else None,
+            outputs=[Mismatch(output="C", max_abs_err=0.0 if ok else 3.0, max_rel_err=0.0 if ok else 1.0,
+                              mismatch_frac=0.0 if ok else 0.5, passed=ok)] if held != "skipped" else []))
+    return (s, ev, reply_for(s, f"Reasoning for {tag}."))
+
+
+def _drop_feedback_events(run_dir: Path) -> None:
+    """As a run whose feedback was not recorded: the build renders it from eval.json (agent.feedback)."""
+    path = run_dir / "events.jsonl"
+    kept = [x for x in path.read_text().splitlines() if json.loads(x)["type"] != "feedback"]
+    path.write_text("\n".join(kept) + "\n")
+
+
+def test_a_kernel_failing_only_held_out_workloads_is_a_held_out_failure(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "fit", [[_c("f1", held="failed")], [_c("f2", held="passed", speedup=1.2)]])
+    first, second = load_attempts(root / "fit")
+    assert error_classes(first) == {"held_out"} and error_classes(second) == set()
+    assert "held_out" in passed_checks(second) and "held_out" not in passed_checks(first)
+    pairs, unfixed = find_pairs([first, second])
+    assert [(p.error, p.failed.record.turn, p.fixed.record.turn) for p in pairs] == [("held_out", 1, 2)]
+    assert not unfixed
+
+
+def test_held_out_is_not_shown_by_a_kernel_whose_held_out_workloads_did_not_run(tmp_path):
+    """Passing held-out workloads is shown by running them: a kernel whose held-out run was skipped
+    (or a task without any) fixes no held-out failure."""
+    root = tmp_path / "runs"
+    write_run(root, "skip", [[_c("s1", held="failed")], [_c("s2", held="skipped")], [_c("s3", held=None)]])
+    attempts = load_attempts(root / "skip")
+    assert [error_classes(a) for a in attempts] == [{"held_out"}, set(), set()]
+    pairs, unfixed = find_pairs(attempts)
+    assert not pairs and [(a.record.turn, e) for a, e in unfixed] == [(1, "held_out")]
+
+
+def test_visible_failures_keep_their_own_class(tmp_path):
+    """Wrong numbers on the visible size too: a numerical failure (the held-out ones are the same
+    mistake), not a kernel fitted to the visible size."""
+    root = tmp_path / "runs"
+    write_run(root, "num", [[_c("n1", visible="numerical", held="failed")]])
+    [a] = load_attempts(root / "num")
+    assert error_classes(a) == {"numerical"}
+
+
+def test_held_out_examples_are_counted_and_never_show_a_held_out_size(tmp_path):
+    root = tmp_path / "runs"
+    # fitted to the visible size, then fixed; a crash only at the held-out size, never fixed
+    write_run(root, "fit", [[_c("f1", held="failed")], [_c("f2", held="passed", speedup=1.2)]])
+    write_run(root, "crash", [[_c("c1", held="failed", reason="cuda_error")], [_c("c2", held="failed")]])
+    for run in ("fit", "crash"):
+        _drop_feedback_events(root / run)
+    out = tmp_path / "data"
+    p = agent_cli("fixit", "build", str(root), "--out", str(out), "--split", "all", "--json")
+    assert p.returncode == 0, p.stderr
+    card = json.loads(p.stdout)
+    rows = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    assert card["examples"] == len(rows) == 1
+    [row] = rows
+    assert row["meta"]["errors"] == ["held_out"] and row["meta"]["failed_turn"] == 1
+    assert card["failed_candidates_by_error"] == {"held_out": 3} and card["by_error"] == {"held_out": 1}
+    from_rows = Counter(e for r in rows for e in r["meta"]["errors"])
+    assert sum(card["failed_candidates_by_error"].values()) == sum(from_rows.values()) + card["unfixed_failures"]
+    # the model is told that held-out workloads failed, and of which kind, never at which size
+    user = row["messages"][1]["content"]
+    assert "held-out workloads (sizes not shown): 0 of 1 passed; failed: 1 incorrect" in user, user
+    text = json.dumps(row)
+    assert str(HELD_M) not in text, [m["content"] for m in row["messages"] if str(HELD_M) in m["content"]]
