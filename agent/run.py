@@ -335,10 +335,10 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
 def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
     """Why the run must not go on with this checkout's prompts, docs or toolchain (toolchain_change),
     or None. Its turns so far were asked with the prompt templates and docs recorded in its config; later
-    turns asked with others
-    would be another experiment counted under the same run (and pooled with it by reports). A config
-    without a template hash (every run `agent solve` started has one) cannot show its prompts: refused
-    too. One recorded before configs held the docs version goes on: it stays "unknown" in reports."""
+    turns asked with others would be another experiment counted under the same run (and pooled with it
+    by reports). A config without a template hash (every run `agent solve` started has one) cannot show
+    its prompts: refused too. One recorded before configs held the docs version goes on: it stays
+    "unknown" in reports."""
     afresh = (f"start a new run (agent solve --task {config.task_requested or config.task} ...), or resume it "
               f"from a checkout with the files it ran with")
     now_prompts = (prompts.PROMPT_VERSION, prompts.template_hash())
