@@ -26,7 +26,9 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
 A verdict that could not be checked (no GPU, no ncu) is unknown: a run is unknown when
 none of its candidates reached the verdict and at least one was unchecked. Proportions
 count known runs only, with Wilson 95% intervals; a cell without known runs shows n/a,
-never a pass. The speedup interval is a seeded bootstrap over the cell's runs.
+never a pass. The speedup interval is a seeded bootstrap over the cell's runs. Replicas of a
+scripted: or replay: model that got the same replies are one sample (cell_samples): copies of
+one draw of the model never narrow an interval.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
 run its model's provider stopped (model_error) past the turns it completed, a run past its own
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import html
 import json
 import math
@@ -247,12 +250,58 @@ def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
         "cwa": _any(candidate_cwa(c, executed=False) for c in cands),
         "cwa_executed": cwa_run,
     }
+    return RunMetrics(_with_fast_p(values, best), best, max(sols) if sols else None)
+
+
+def _with_fast_p(values: dict[str, Tri], best: float | None) -> dict[str, Tri]:
+    """fast_p from cwa_executed and the best speedup: fast_0 is cwa_executed itself."""
+    cwa_run = values["cwa_executed"]
     for p in FAST_P:
         if p == 0 or cwa_run is not True:
             values[f"fast_{p:g}"] = cwa_run
         else:  # a cwa kernel that was not timed cannot be said to beat the library
             values[f"fast_{p:g}"] = None if best is None else best > p
-    return RunMetrics(values, best, max(sols) if sols else None)
+    return values
+
+
+def deterministic(config: RunConfig) -> bool:
+    """A model that sends the same replies whatever the seed: scripted replies, a replayed recording."""
+    return config.model.startswith(("scripted:", "replay:"))
+
+
+def _replies(run: RunRecord, turn_limit: int) -> str:
+    """A fingerprint of the replies a run got up to `turn_limit` (each candidate's reply.md)."""
+    h = hashlib.sha256()
+    for t in run.summary.per_turn:  # type: ignore[union-attr]
+        for c in t.candidates if t.turn <= turn_limit else []:
+            reply = run.run_dir / c.path / "reply.md"
+            h.update(c.path.encode() + b"\0" + (reply.read_bytes() if reply.is_file() else b"(none)") + b"\0")
+    return h.hexdigest()
+
+
+def cell_samples(runs: Sequence[RunRecord], turn_limit: int) -> list[RunMetrics]:
+    """The independent samples among runs measured at `turn_limit`: one per run, except that runs of
+    a deterministic model that got the same replies in the same cell (its replicas) are one sample.
+    n copies of one reply sequence are one draw of the model; counted n times they would narrow every
+    interval as if n draws had agreed. A merged sample holds the verdicts its copies agree on (n/a
+    where the same kernels got different verdicts), and the geometric mean of their speedups."""
+    groups: dict[object, list[RunMetrics]] = {}
+    for r in runs:
+        key = (cell_key(r), _replies(r, turn_limit)) if deterministic(r.config) else r.run_dir
+        groups.setdefault(key, []).append(run_metrics(r.summary, turn_limit))  # type: ignore[arg-type]
+    return [copies[0] if len(copies) == 1 else _merge_copies(copies) for copies in groups.values()]
+
+
+def _merge_copies(copies: Sequence[RunMetrics]) -> RunMetrics:
+    values: dict[str, Tri] = {}
+    for name in ("compiled", "arch_sass", "correct", "correct_held_out", "cwa", "cwa_executed"):
+        known = {m.values[name] for m in copies if m.values[name] is not None}
+        values[name] = known.pop() if len(known) == 1 else None
+    timed = [m for m in copies if m.values["cwa_executed"] is True] if values["cwa_executed"] is True else []
+    speeds = [m.speedup for m in timed if m.speedup]
+    sols = [m.sol_score for m in timed if m.sol_score is not None]
+    best = geomean(speeds) if speeds else None  # type: ignore[arg-type]
+    return RunMetrics(_with_fast_p(values, best), best, sum(sols) / len(sols) if sols else None)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,8 +361,15 @@ class CellRow:
     runs: int  # runs measured at this turn limit (RunRecord.measured_at)
     unfinished: int
     metrics: dict[str, Proportion]
-    speedups: list[float] = field(default_factory=list)  # best speedup of each timed cwa run
-    sol_scores: list[float] = field(default_factory=list)  # best SOL score of each scored cwa run
+    speedups: list[float] = field(default_factory=list)  # best speedup of each timed cwa sample
+    sol_scores: list[float] = field(default_factory=list)  # best SOL score of each scored cwa sample
+    # independent samples among those runs (cell_samples): fewer where a deterministic model's
+    # replicas got the same replies; -1: as many as runs
+    samples: int = -1
+
+    def __post_init__(self):
+        if self.samples < 0:
+            self.samples = self.runs
 
     @property
     def sol_score(self) -> float | None:
@@ -379,11 +435,12 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
     for key, members in group_cells(runs, by).items():
         for limit in sorted(set(turn_limits)):
             done = [r for r in members if r.measured_at(limit)]
-            per_run = [run_metrics(r.summary, limit) for r in done]  # type: ignore[arg-type]
+            per_run = cell_samples(done, limit)
             metrics = {m: proportion([pr.values[m] for pr in per_run]) for m in PROPORTIONS}
             speedups = [pr.speedup for pr in per_run if pr.values["cwa_executed"] is True and pr.speedup]
             sols = [pr.sol_score for pr in per_run if pr.values["cwa_executed"] is True and pr.sol_score is not None]
-            rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols))
+            rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols,
+                                len(per_run)))
     return rows
 
 
@@ -414,7 +471,7 @@ def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
     out = []
     for r in rows:
         d: dict[str, object] = dict(zip(KEY_NAMES, r.key))
-        d.update(turn_limit=r.turn_limit, runs=r.runs, unfinished=r.unfinished)
+        d.update(turn_limit=r.turn_limit, runs=r.runs, samples=r.samples, unfinished=r.unfinished)
         for m in PROPORTIONS:
             p = r.metrics[m]
             ci = p.wilson()
@@ -449,7 +506,8 @@ def _table(rows: Sequence[CellRow]) -> tuple[list[str], list[list[str]]]:
     head = [*KEY_NAMES, "runs"] + [label for _, label in COLUMNS] + ["speedup (geomean)", "SOL score (mean)"]
     body = []
     for r in rows:
-        runs = f"{r.runs}" + (f" (+{r.unfinished} unfinished)" if r.unfinished else "")
+        runs = f"{r.runs}" + (f" (as {r.samples} sample{'s' if r.samples != 1 else ''}: same replies)"
+                              if r.samples < r.runs else "") + (f" (+{r.unfinished} unfinished)" if r.unfinished else "")
         sol = "n/a" if r.sol_score is None else f"{r.sol_score:.2f} (n={len(r.sol_scores)})"
         body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS] + [_fmt_speedup(r), sol])
     return head, body
@@ -498,8 +556,7 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
         ax.set_title(f"{task} {arch} (turn {turn_limit})", fontsize=9)
         drawn = False
         for (model, context), series in _by_model_setting(members).items():
-            metrics = [run_metrics(r.summary, turn_limit) for r in series  # type: ignore[arg-type]
-                       if r.measured_at(turn_limit)]
+            metrics = cell_samples([r for r in series if r.measured_at(turn_limit)], turn_limit)
             ys = fast_p_curve(metrics, ps)
             if all(y is None for y in ys):
                 continue
@@ -530,8 +587,7 @@ def plot_speedup_by_turn(runs: Sequence[RunRecord], limits: Sequence[int], path:
         for (model, context), series in _by_model_setting(members).items():
             xs, ys = [], []
             for turn in range(1, max(limits) + 1):
-                sp = [m.speedup for m in (run_metrics(r.summary, turn)  # type: ignore[arg-type]
-                                          for r in series if r.measured_at(turn))
+                sp = [m.speedup for m in cell_samples([r for r in series if r.measured_at(turn)], turn)
                       if m.values["cwa_executed"] is True and m.speedup]
                 if sp:
                     xs.append(turn)
@@ -679,9 +735,9 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     write_csv([r for g in groups.values() for r in g], files["families_csv"])
     unfinished = sum(1 for r in runs if not r.measured_at(limits[-1]))
     files["md"] = out / "report.md"
-    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, _evaluation_notes(runs), groups))
+    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, _evaluation_notes(runs, rows), groups))
     files["html"] = out / "report.html"
-    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, _evaluation_notes(runs), files, groups))
+    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, _evaluation_notes(runs, rows), files, groups))
     return Report(out, files, rows, len(runs), unfinished, *groups.values())
 
 
@@ -690,9 +746,14 @@ def _default_limits(runs: Sequence[RunRecord]) -> list[int]:
     return [t for t in DEFAULT_TURN_LIMITS if t < longest] + [longest]
 
 
-def _evaluation_notes(runs: Sequence[RunRecord]) -> list[str]:
+def _evaluation_notes(runs: Sequence[RunRecord], rows: Sequence[CellRow] = ()) -> list[str]:
     notes = sorted({r.summary.evaluation for r in runs if r.summary and r.summary.evaluation != "ok"})
-    return [f"evaluation {n} (correctness and speed are n/a for those runs)" for n in notes]
+    lines = [f"evaluation {n} (correctness and speed are n/a for those runs)" for n in notes]
+    if any(r.samples < r.runs for r in rows):
+        lines.append("runs of a scripted: or replay: model that got the same replies (its replicas) count as one "
+                     "sample: one draw of the model, with the verdicts its copies agree on (n/a where they differ) "
+                     "and the geometric mean of their speedups")
+    return lines
 
 
 _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback x history) and turn limit: the share of "

@@ -138,3 +138,40 @@ def test_a_sweep_refuses_up_front_to_resume_runs_whose_prompts_or_docs_changed(t
         assert "/docs/r0" not in message and "/none/r1" not in message, message
     assert {p: p.read_text() for p in runs.rglob("events.jsonl")} == events_before, "a run went on"
     assert not (runs / "docs" / "r0" / "summary.json").exists()
+
+
+# ---- 2. replicas of a model that sends the same replies in every replica -------------------------
+def test_replicas_of_a_scripted_model_are_one_sample_in_the_report(tmp_path):
+    """Three replicas of a scripted model send the same kernel: one draw of the model, not three. The
+    report counted 3/3 compiled (Wilson 44%-100%) as if three independent runs had compiled."""
+    from agent.report import write_report
+    from agent_loop_helpers import probe_reply
+
+    write_script(tmp_path / "probe.json", [probe_reply()])
+    cfg = _sweep_config(tmp_path, "replicas = 3", models='[{spec = "scripted:probe.json", name = "probe"}]')
+    assert run_sweep(cfg).succeeded == 3
+    report = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1])
+    [row] = report.rows
+    assert (row.runs, row.samples) == (3, 1)
+    assert (row.metrics["compiled"].successes, row.metrics["compiled"].n) == (1, 1)
+    assert row.metrics["compiled"].wilson()[0] < 0.25  # one sample's interval, not three's
+    md = report.files["md"].read_text()
+    assert "| 3 (as 1 sample: same replies) |" in md and "count as one sample" in md, md
+    csv_row = (tmp_path / "report" / "report.csv").read_text().splitlines()
+    assert "samples" in csv_row[0].split(",")
+
+
+def test_replicas_of_a_scripted_model_with_other_replies_stay_apart(tmp_path):
+    """Runs of one scripted model name that got different replies (its file rewritten between two
+    sweeps) are different draws: both are counted, and copies are merged only within the same replies."""
+    from agent.report import write_report
+    from agent_loop_helpers import probe_reply
+
+    write_script(tmp_path / "probe.json", [probe_reply()])
+    cfg = _sweep_config(tmp_path, "replicas = 2", models='[{spec = "scripted:probe.json", name = "probe"}]')
+    assert run_sweep(cfg).succeeded == 2
+    write_script(tmp_path / "probe.json", [NO_CODE])
+    assert run_sweep(cfg.model_copy(update={"name": "s2"})).succeeded == 2
+    [row] = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1]).rows
+    assert (row.runs, row.samples) == (4, 2)
+    assert (row.metrics["compiled"].successes, row.metrics["compiled"].n) == (1, 2)
