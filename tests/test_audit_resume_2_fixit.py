@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
 from agent_loop_helpers import agent_cli
+from openai_server import openai_server  # noqa: F401  (the fixture)
 from trajectory_fixtures import eval_result, kernel, reply_for, write_run
 
 from agent.fixit.build import error_classes, find_pairs, load_attempts, passed_checks
@@ -102,3 +103,84 @@ def test_held_out_examples_are_counted_and_never_show_a_held_out_size(tmp_path):
     assert "held-out workloads (sizes not shown): 0 of 1 passed; failed: 1 incorrect" in user, user
     text = json.dumps(row)
     assert str(HELD_M) not in text, [m["content"] for m in row["messages"] if str(HELD_M) in m["content"]]
+
+
+# ---------------------------------------------------------------------------------------
+# Teacher runs that did not end
+# ---------------------------------------------------------------------------------------
+def _student_with_a_compile_error(root: Path) -> None:
+    from agent_loop_helpers import broken_probe_reply
+    from tools.results import CompileResult, EvalResult, InspectResult
+    from tools.solution import extract_solution
+
+    broken = broken_probe_reply()
+    for run in ("s1", "s2"):
+        ev = EvalResult(task="gemm_n7168_k5120", arch="sm_90a", requested_features=["wgmma", "tma"],
+                        run_reason="did not compile",
+                        compile=CompileResult(status="failed", arch="sm_90a", language="cuda", error="nvrtc error"),
+                        inspect=InspectResult(status="skipped", reason="did not compile", arch="sm_90a"))
+        write_run(root, run, [[(extract_solution(broken), ev, broken)]], context="none")
+
+
+def test_a_teacher_run_the_model_failed_is_asked_again_by_the_next_build(tmp_path):
+    """The teacher's provider failed (here: no reply at all): the failure stays unfixed in this build,
+    and the next build asks the teacher again. (The run was stamped as finished and reused by every
+    later build: that failure never reached the teacher again.)"""
+    from agent_loop_helpers import probe_reply
+
+    from agent.fixit.build import TEACHER_STAMP, BuildOptions, build
+
+    root = tmp_path / "runs"
+    _student_with_a_compile_error(root)
+    script = tmp_path / "teacher.json"
+    script.write_text(json.dumps({"replies": []}))  # an outage: the teacher answers nothing
+    options = BuildOptions(teacher=f"scripted:{script}", teacher_turns=1, split=None)
+    first = build([root], tmp_path / "data", options)
+    assert first.examples == 0 and first.card["unfixed_failures"] == 2
+    teacher_run = tmp_path / "data/teacher_runs/teacher/s1/1-0"
+    assert (teacher_run / "config.json").exists() and not (teacher_run / TEACHER_STAMP).exists()
+    script.write_text(json.dumps({"replies": [probe_reply()]}))  # the provider is back (one reply a run)
+    second = build([root], tmp_path / "data", options)
+    # both repaired (the two students wrote the same kernel: one example, the other a near-duplicate)
+    assert second.card["pairs_found"] == 2 and second.card["unfixed_failures"] == 0
+    assert second.card["by_source"] == {"teacher": 1} and second.card["dropped"]["near_duplicate"] == 1
+    assert (teacher_run / TEACHER_STAMP).exists()
+
+
+def test_ctrl_c_during_a_teacher_run_stops_the_build(tmp_path, openai_server):
+    """Ctrl-C while the teacher answers stops the build (exit 130), the next failure is not sent to
+    the teacher, and the interrupted run is not kept as a finished one. (It was stamped finished, and
+    the build went on to the next failure: Ctrl-C only cost the data of the run it landed in.)"""
+    import subprocess
+    import sys
+    import time
+
+    from agent_loop_helpers import REPO, cli_env, ctrl_c_reaches_it
+    from openai_server import OpenAIServer as S
+
+    from agent.fixit.build import TEACHER_STAMP
+
+    root = tmp_path / "runs"
+    _student_with_a_compile_error(root)
+    openai_server.push(S.delay(600, S.ok("late")))
+    out = tmp_path / "data"
+    cmd = [sys.executable, "-m", "agent.cli", "fixit", "build", str(root), "--out", str(out), "--split", "all",
+           "--teacher", "openai/test-model", "--teacher-api-base", openai_server.base_url, "--teacher-turns", "1"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_reaches_it)
+    deadline = time.monotonic() + 120
+    while not openai_server.requests:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the teacher's request never came"
+        time.sleep(0.01)
+    proc.send_signal(__import__("signal").SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 130, err
+    assert len(openai_server.requests) == 1  # the second failure never went to the teacher
+    assert not list((out / "teacher_runs").rglob(TEACHER_STAMP))
+    assert not (out / "train.jsonl").exists()

@@ -256,7 +256,8 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
     One teacher run per failed candidate, under work_dir/teacher/<run id>/<turn>-<sample>: the
     chat opens with the task, the student's kernel and the feedback the student got; the
     teacher then has `turns` turns. Its first candidate that fixes the error class is the
-    correction. A finished teacher run is reused, so a second build costs no calls, but only by
+    correction. A teacher run that ended for good is reused, so a second build costs no calls (one
+    the teacher's provider stopped is asked again; Ctrl-C stops the build), but only by
     the same teacher, with the same turns, for the same kernel and feedback (TEACHER_STAMP says
     which): run ids repeat (a sweep run again, another --teacher into the same folder).
     """
@@ -281,8 +282,13 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
                 shutil.rmtree(run_dir)
             config = cfg.model_copy(update={"run_id": run_id, "model": teacher, "api_base": api_base,
                                             "model_options": {}, "budget": Budget(max_turns=turns)})
-            agent_run.repair(config, failed.solution, feedback, runs_dir=work_dir, quiet=True)
-            stamp_path.write_text(json.dumps(stamp) + "\n")  # written last: the run is finished
+            summary = agent_run.repair(config, failed.solution, feedback, runs_dir=work_dir, quiet=True)
+            if summary.stop_reason == "interrupted":  # Ctrl-C (or SIGTERM) is meant for the build
+                raise KeyboardInterrupt
+            # Written last, and only for a run that ended for good: one the teacher's provider or the
+            # infrastructure stopped is asked again by the next build, never reused as the teacher's answer.
+            if agent_run.finished_summary(run_dir) is not None:
+                stamp_path.write_text(json.dumps(stamp) + "\n")
         return next((b for b in load_attempts(run_dir) if fixes(b, failed, error)), None)
 
     return repair
