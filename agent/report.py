@@ -31,8 +31,8 @@ scripted: or replay: model that got the same replies are one sample (cell_sample
 one draw of the model never narrow an interval.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
-run its model's provider stopped (model_error) past the turns it completed, a run past its own
-max_turns (reports of several budgets: it had no such turn), and Fixit's teacher runs
+run its model's provider stopped (model_error) or that ran out of replayed or human replies
+(replay_end, human_end) past the turns it completed, a run past its own max_turns (reports of several budgets: it had no such turn), and Fixit's teacher runs
 (each opened with a student's kernel: not a benchmark run). Runs that would share
 a cell but differ in a setting no column names (two models under one name, another language, other
 prompt templates or docs versions ...) get model labels that name it (distinguish); one run found in two folders is refused.
@@ -90,7 +90,10 @@ class RunRecord:
             # its budget ended it before that limit (runs of two budgets reported together): it had
             # no such turn to succeed in, and counted there it would read as a failure
             return False
-        return self.summary.stop_reason != "model_error" or turn_limit <= self.summary.turns  # type: ignore[union-attr]
+        # the model's provider stopped it, or a replay or reply folder had no reply left (the recorded
+        # model never had the next turn): what it would have done past its turns is unknown
+        return self.summary.stop_reason not in ("model_error", "replay_end", "human_end") \
+            or turn_limit <= self.summary.turns  # type: ignore[union-attr]
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:

@@ -175,3 +175,23 @@ def test_replicas_of_a_scripted_model_with_other_replies_stay_apart(tmp_path):
     [row] = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1]).rows
     assert (row.runs, row.samples) == (4, 2)
     assert (row.metrics["compiled"].successes, row.metrics["compiled"].n) == (1, 2)
+
+
+# ---- 5. a replay that ran out of recorded replies ------------------------------------------------
+def test_a_replay_is_not_measured_past_the_turns_it_had_replies_for(tmp_path):
+    """A one-turn recording replayed under a 3-turn budget ends at turn 2 with replay_end (no reply
+    left). At turn limit 3 the report counted it as a run that failed in 3 turns, though the recorded
+    model never had turns 2 and 3 (as a run stopped by its own max_turns, it had no such turn)."""
+    from agent.report import write_report
+
+    rec = _record(tmp_path, "a/r0", [NO_CODE])
+    (tmp_path / "sweep.toml").write_text(
+        f'name = "s"\nmodels = [{{spec = "replay:{rec}", name = "rep"}}]\ntasks = ["gemm"]\ncontexts = ["none"]\n'
+        f'executed_check = false\ncheck_models = false\n[budget]\nmax_turns = 3\n')
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    [outcome] = run_sweep(cfg).outcomes
+    assert (outcome.stop_reason, outcome.turns) == ("replay_end", 1), outcome
+    report = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1, 3])
+    at = {r.turn_limit: r for r in report.rows}
+    assert (at[1].runs, at[1].metrics["compiled"].n) == (1, 1)
+    assert (at[3].runs, at[3].unfinished, at[3].metrics["compiled"].n) == (0, 1, 0), at[3]
