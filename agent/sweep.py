@@ -12,7 +12,8 @@ settings other than the plain loop's (`evolve`, `profile-on`, `latest`, `evolve+
 runs with a config.json but no finished summary are resumed through agent.run's resume,
 the rest start fresh; --retry-failed also resumes runs a ptxbench error or the model's provider
 (model_error) stopped. A run recorded under an id with another model or setting (language, budget,
-seed, parameters ...) is refused, never taken for this config's. Each run lives in a thread of the driver (its LLM calls are I/O);
+seed, parameters ...) is refused, never taken for this config's, and so are unfinished runs whose
+prompt templates or docs changed since they started (agent.run.resume would refuse each). Each run lives in a thread of the driver (its LLM calls are I/O);
 evaluations go through the executor's shared evaluator, which queues GPU work per GPU
 (agent/executors.py). Replica k runs with seed + k, so the same sweep gives the same runs.
 """
