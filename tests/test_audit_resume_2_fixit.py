@@ -184,3 +184,49 @@ def test_ctrl_c_during_a_teacher_run_stops_the_build(tmp_path, openai_server):
     assert len(openai_server.requests) == 1  # the second failure never went to the teacher
     assert not list((out / "teacher_runs").rglob(TEACHER_STAMP))
     assert not (out / "train.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# Which runs a build reads
+# ---------------------------------------------------------------------------------------
+def _real_fixed_run(tmp_path: Path, runs: Path, run_id: str = "real") -> Path:
+    """A real CPU run of the loop: a compile error in turn 1, fixed in turn 2."""
+    from agent_loop_helpers import GEMM_TASK, broken_probe_reply, probe_reply, write_script
+
+    model = write_script(tmp_path / f"{run_id}.json", [broken_probe_reply(), probe_reply()])
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", "none",
+                  "--runs-dir", str(runs), "--run-id", run_id, "--quiet")
+    assert p.returncode == 0, p.stderr
+    return runs / run_id
+
+
+def test_a_run_killed_before_its_summary_still_gives_its_examples(tmp_path):
+    """A run killed (SIGKILL, out of memory, a lost machine) has no summary.json, but its candidates,
+    their eval.json and the events naming them are on disk: its mistakes and fixes are data like any
+    run's. (It gave none, silently, while the card counted it among the runs read.)"""
+    runs = tmp_path / "runs"
+    run_dir = _real_fixed_run(tmp_path, runs)
+    full = agent_cli("fixit", "build", str(runs), "--out", str(tmp_path / "full"), "--split", "all", "--json")
+    (run_dir / "summary.json").unlink()  # as if killed before the summary was written
+    p = agent_cli("fixit", "build", str(runs), "--out", str(tmp_path / "killed"), "--split", "all", "--json")
+    assert p.returncode == 0 == full.returncode, p.stderr
+    card, full_card = json.loads(p.stdout), json.loads(full.stdout)
+    assert full_card["examples"] == 1 and full_card["failed_candidates_by_error"] == {"compile": 1}
+    for key in ("examples", "failed_candidates_by_error", "pairs_found", "unfixed_failures", "by_error"):
+        assert card[key] == full_card[key], key
+    assert (tmp_path / "killed/train.jsonl").read_text() == (tmp_path / "full/train.jsonl").read_text()
+
+
+def test_a_run_in_two_folders_is_refused(tmp_path):
+    """A copy of a run (old runs moved aside, a sweep copied) read twice counted its failures twice in
+    the card and its pairs twice (the second then dropped as a near-duplicate). Refused, as
+    `agent report` refuses it, naming both folders."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    run_dir = _real_fixed_run(tmp_path, runs / "a")
+    shutil.copytree(run_dir, runs / "b" / "real")
+    p = agent_cli("fixit", "build", str(runs), "--out", str(tmp_path / "data"), "--split", "all", "--json")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "real" in p.stderr and "two folders" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "data" / "train.jsonl").exists()

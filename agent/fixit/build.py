@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
 
-from agent.trajectory import CandidateRecord, RunConfig, read_config, read_events, read_summary
+from agent.trajectory import CandidateRecord, RunConfig, TurnRecord, read_config, read_events, read_summary
 from tools.results import WRONG_NUMBERS, EvalResult
 from tools.solution import Solution, SolutionError
 
@@ -76,10 +76,10 @@ class Attempt:
 
 
 def load_attempts(run_dir: Path) -> list[Attempt]:
-    """All candidates of one run, in (turn, sample) order; runs without a summary have none."""
+    """All candidates of one run, in (turn, sample) order. A run without a summary (killed before it
+    wrote one, or still going) is read from its events: every candidate evaluated is recorded there."""
     summary = read_summary(run_dir)
-    if summary is None:
-        return []
+    per_turn = summary.per_turn if summary is not None else turns_from_events(run_dir)
     config = read_config(run_dir)
     # A feedback event names the candidate it describes (`parent`): for evolve that is the parent
     # drawn for the next turn, not the turn's own candidate. Runs recorded before that: by turn.
@@ -91,9 +91,9 @@ def load_attempts(run_dir: Path) -> list[Attempt]:
         else:
             by_turn[e.get("turn")] = e.get("text")
     chosen_path = {t.turn: next((c.path for c in t.candidates if t.chosen is None or c.sample == t.chosen), None)
-                   for t in summary.per_turn}
+                   for t in per_turn}
     attempts = []
-    for t in summary.per_turn:
+    for t in per_turn:
         for c in t.candidates:
             folder = run_dir / c.path
             try:
@@ -109,6 +109,19 @@ def load_attempts(run_dir: Path) -> list[Attempt]:
             attempts.append(Attempt(run_dir, config, c, solution, ev, reply,
                                     about.get(c.path) or (by_turn.get(t.turn) if chosen else None), parent))
     return sorted(attempts, key=lambda a: a.key)
+
+
+def turns_from_events(run_dir: Path) -> list[TurnRecord]:
+    """The turns of a run without a summary, from its `candidate` events (the last one of a candidate
+    wins: a candidate evaluated again on resume is recorded twice). Which sample a best-of-N turn went
+    on with is not recorded there; each candidate names its parent, which is what pairing reads."""
+    latest: dict[str, CandidateRecord] = {}
+    for e in read_events(run_dir, "candidate"):
+        latest[e["path"]] = CandidateRecord.model_validate(e)
+    turns: dict[int, list[CandidateRecord]] = {}
+    for c in sorted(latest.values(), key=lambda c: (c.turn, c.sample)):
+        turns.setdefault(c.turn, []).append(c)
+    return [TurnRecord(turn=t, candidates=cs) for t, cs in sorted(turns.items())]
 
 
 def error_classes(a: Attempt) -> set[str]:
@@ -500,6 +513,13 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
     run_dirs = [d for d in find_run_dirs(run_paths) if not is_teacher_run(d)]
     if not run_dirs:
         raise ValueError("no runs found (a run folder holds config.json)")
+    seen: dict[str, Path] = {}
+    for d in run_dirs:  # as agent.report.load_runs: a copy read too would count the run's failures twice
+        run_id = read_config(d).run_id
+        if run_id in seen:
+            raise ValueError(f"run {run_id} is in two folders, {seen[run_id]} and {d}: build from one of them "
+                             f"(reading both would count its failures and pairs twice)")
+        seen[run_id] = d
     if teacher_fn is None and options.teacher:
         teacher_fn = teacher_repair(options.teacher, out / "teacher_runs", options.teacher_api_base,
                                     options.teacher_turns)
