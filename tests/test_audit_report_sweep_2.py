@@ -14,10 +14,12 @@ Real sweeps (agent.sweep.run_sweep, the `agent` CLI), scripted replies, real run
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
-from agent_loop_helpers import NO_CODE, write_script
+from agent_loop_helpers import NO_CODE, cli_env, write_script
 
 from agent.sweep import load_sweep_config, run_sweep
 
@@ -136,6 +138,10 @@ def test_a_sweep_refuses_up_front_to_resume_runs_whose_prompts_or_docs_changed(t
         assert "s/prose/gemm_n7168_k5120/sm_90a/none/r0" in message and "prompt templates" in message, message
         assert "s/prose/gemm_n7168_k5120/sm_90a/docs/r1" in message and "docs version" in message, message
         assert "/docs/r0" not in message and "/none/r1" not in message, message
+    cli = subprocess.run([sys.executable, "-m", "agent.cli", "sweep", "sweep.toml"], cwd=tmp_path, env=cli_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 2 and "Traceback" not in cli.stderr, cli.stderr[-2000:]
+    assert " ".join(cli.stderr.split()).startswith("error:") and "2 unfinished runs" in cli.stderr, cli.stderr
     assert {p: p.read_text() for p in runs.rglob("events.jsonl")} == events_before, "a run went on"
     assert not (runs / "docs" / "r0" / "summary.json").exists()
 
