@@ -458,7 +458,8 @@ def _start_locked(config: RunConfig, task, model, state: dict, run_dir: Path, re
     config = config.model_copy(update={"prompt_version": prompts.PROMPT_VERSION,
                                        "template_hash": prompts.template_hash(),
                                        "knowledge_version": _knowledge_version(),
-                                       "tool_versions": tool_versions(), "gpu": _gpu_name(evaluator)})
+                                       "tool_versions": tool_versions(), "gpu": _gpu_name(evaluator),
+                                       "gpu_from_turn": None})  # a repair's config is its student's
     writer = TrajectoryWriter(run_dir)
     writer.write_config(config)
     deps = Deps(config=config, task=task, task_text=task_text or _render_task(task, config), model=model,

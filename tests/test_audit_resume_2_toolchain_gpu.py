@@ -187,3 +187,20 @@ def test_report_files_a_run_resumed_on_a_gpu_apart(tmp_path, monkeypatch):
     assert p.returncode == 0, p.stderr
     md = (out / "report.md").read_text()
     assert "gpu=Fake H200 from turn 2" in md and "gpu=Fake H200)" in md, md
+
+
+def test_a_teacher_run_of_such_a_run_does_not_inherit_its_gpu_turn(tmp_path):
+    """A Fixit teacher run starts from the student's config (agent.run.repair): the machine it runs on
+    says its GPU, and its own turns were all judged there: no `gpu_from_turn` of the student's."""
+    from agent_loop_helpers import probe_reply
+
+    from agent.fixit.build import BuildOptions, build
+
+    runs, run_dir, _ = _stopped_run(tmp_path)  # turn 1 failed to compile: a failure for the teacher
+    _edit_config(run_dir, gpu="NVIDIA H200", gpu_from_turn=2)
+    script = tmp_path / "teacher.json"
+    script.write_text(json.dumps({"replies": [probe_reply()]}))
+    res = build([runs], tmp_path / "data", BuildOptions(teacher=f"scripted:{script}", teacher_turns=1, split=None))
+    assert res.card["by_source"] == {"teacher": 1}
+    teacher = read_config(tmp_path / "data/teacher_runs/teacher/r/1-0")
+    assert teacher.repair_run and teacher.gpu is None and teacher.gpu_from_turn is None
