@@ -35,7 +35,7 @@ run its model's provider stopped (model_error) or that ran out of replayed or hu
 (replay_end, human_end) past the turns it completed, a run past its own max_turns (reports of several budgets: it had no such turn), and Fixit's teacher runs
 (each opened with a student's kernel: not a benchmark run). Runs that would share
 a cell but differ in a setting no column names (two models under one name, another language, other
-prompt templates or docs versions ...) get model labels that name it (distinguish); one run found in two folders is refused.
+prompt templates or docs versions, other requested features ...) get model labels that name it (distinguish); one run found in two folders is refused.
 """
 from __future__ import annotations
 
@@ -170,6 +170,17 @@ def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
     for key, members in cells.items():
         settings = [_settings(r.config) for r in members]
         differ = [k for k in settings[0] if len({json.dumps(s[k], sort_keys=True) for s in settings}) > 1]
+        # What `arch (SASS)` and correct+arch check: runs of one task asked for other instructions (a task
+        # definition changed between sweeps) answered another question. Compared within a task only: the
+        # family tables pool tasks that may ask for different ones.
+        features = ["+".join(sorted(r.config.requested_features)) or "none" for r in members]
+        per_task: dict[str, set[str]] = {}
+        for r, f in zip(members, features):
+            per_task.setdefault(r.config.task, set()).add(f)
+        if any(len(fs) > 1 for fs in per_task.values()):
+            differ.append("features")
+            for s, f in zip(settings, features):
+                s["features"] = f
         if not differ:
             continue
         for r, s in zip(members, settings):

@@ -201,3 +201,34 @@ def test_a_replay_is_not_measured_past_the_turns_it_had_replies_for(tmp_path):
     at = {r.turn_limit: r for r in report.rows}
     assert (at[1].runs, at[1].metrics["compiled"].n) == (1, 1)
     assert (at[3].runs, at[3].unfinished, at[3].metrics["compiled"].n) == (0, 1, 0), at[3]
+
+
+# ---- 6. runs asked for other instructions --------------------------------------------------------
+def test_runs_asked_for_other_features_are_not_pooled(tmp_path):
+    """A task's requested features are what `arch (SASS)` and correct+arch check. Runs recorded when
+    the task asked for wgmma only, reported with runs asked for wgmma + TMA, were pooled into one row:
+    the arch rate mixed two different questions."""
+    from agent.report import write_report
+
+    write_script(tmp_path / "prose.json", [NO_CODE] * 4)
+    cfg = _sweep_config(tmp_path)
+    for name in ("s1", "s2"):
+        assert run_sweep(cfg.model_copy(update={"name": name})).succeeded == 1
+    old = next((tmp_path / "runs" / "s1").rglob("config.json")).parent
+    raw = json.loads((old / "config.json").read_text())
+    assert sorted(raw["requested_features"]) == ["tma", "wgmma"], raw["requested_features"]
+    (old / "config.json").write_text(json.dumps({**raw, "requested_features": ["wgmma"]}))
+    rows = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1]).rows
+    assert sorted(r.runs for r in rows) == [1, 1], [(r.key[0], r.runs) for r in rows]
+    assert any("wgmma" in r.key[0] and "tma" not in r.key[0] for r in rows), [r.key[0] for r in rows]
+
+    # another task of the family asking for other instructions is no reason to split the model's label
+    (old / "config.json").write_text(json.dumps(raw))
+    other = cfg.model_copy(update={"name": "s3", "tasks": ["gemm_n128_k2048"]})
+    assert run_sweep(other).succeeded == 1
+    third = next((tmp_path / "runs" / "s3").rglob("config.json")).parent
+    raw3 = json.loads((third / "config.json").read_text())
+    (third / "config.json").write_text(json.dumps({**raw3, "requested_features": ["wgmma"]}))
+    report = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1])
+    assert {r.key[0] for r in report.rows} == {"prose"}, [r.key for r in report.rows]
+    assert [r.runs for r in report.families] == [3]
