@@ -358,10 +358,14 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
     return toolchain_change(config, run_dir)
 
 
-# The tools whose versions draw a run's verdicts: the compilers (compile errors, registers, spills) and
-# the disassemblers (the SASS feature verdicts). For a run judged on a GPU torch too: its cuBLAS and
+# The tools whose versions draw a run's verdicts: the compilers write the machine code that is judged
+# (compile errors, registers, spills, the instructions themselves), so any other version is another
+# toolchain. The disassemblers only print that code: another release reads the same cubin the same way
+# (this project's CPU machines carry 13.2 wheels, its GPU machine 13.0), but without one the SASS
+# feature verdicts are not drawn at all. For a run judged on a GPU torch counts too: its cuBLAS and
 # cuDNN are the library every speedup is measured against. (litellm, langgraph judge nothing.)
-JUDGING_TOOLS = ("nvrtc", "ptxas", "cuobjdump", "nvdisasm")
+COMPILERS = ("nvrtc", "ptxas")
+DISASSEMBLERS = ("cuobjdump", "nvdisasm")
 
 
 def _judged_on_gpu(config: RunConfig) -> bool:
@@ -376,8 +380,9 @@ def toolchain_change(config: RunConfig, run_dir: Path) -> str | None:
     if not then:
         return None
     now = tool_versions()
-    names = [*JUDGING_TOOLS, *(("torch",) if _judged_on_gpu(config) else ())]
-    differ = [n for n in names if then.get(n) != now.get(n)]
+    versions = [*COMPILERS, *(("torch",) if _judged_on_gpu(config) else ())]
+    differ = [n for n in versions if then.get(n) != now.get(n)]
+    differ += [n for n in DISASSEMBLERS if (n in then) != (n in now)]
     if not differ:
         return None
     was = ", ".join(f"{n} {then.get(n) or 'none'}" for n in differ)

@@ -1,10 +1,11 @@
 """Audit of resume against a changed toolchain or a GPU found on resume.
 
-- A run's verdicts were drawn by the compilers and disassemblers recorded in its config
-  (`tool_versions`: NVRTC, ptxas, cuobjdump, nvdisasm; and, for a run judged on a GPU, torch, whose
-  cuBLAS/cuDNN are the library a speedup is measured against). Resumed under others, one run would
-  hold the verdicts of two toolchains: refused, one line naming the old and the new versions, like a
-  change of prompts or docs. Versions that draw no verdict (litellm, langgraph) do not count.
+- A run's verdicts were drawn by the compilers recorded in its config (`tool_versions`: NVRTC,
+  ptxas; and, for a run judged on a GPU, torch, whose cuBLAS/cuDNN are the library a speedup is
+  measured against), with the disassemblers it had. Resumed under other compilers, or without a
+  disassembler it had (or with one it lacked), one run would hold the verdicts of two toolchains:
+  refused, one line naming the old and the new versions, like a change of prompts or docs. Versions
+  that draw no verdict (litellm, langgraph, another release of a disassembler) do not count.
 - A run started without a GPU may go on on a GPU (its later candidates are judged there). Its config
   then says so: `gpu` is the GPU its later turns were judged on and `gpu_from_turn` the first such
   turn (the turns before it are unverified), so a report never files it as a CPU run, nor pools it
@@ -92,9 +93,12 @@ def test_resume_under_another_torch_is_refused_only_for_a_run_judged_on_a_gpu(tm
 
 
 def test_resume_goes_on_when_only_versions_that_judge_nothing_changed(tmp_path):
+    """litellm and langgraph judge nothing; another release of a disassembler prints the same cubin
+    (this project's CPU machines have 13.2 wheels of cuobjdump and nvdisasm, its GPU machine 13.0)."""
     runs, run_dir, _ = _stopped_run(tmp_path)
     recorded = read_config(run_dir).tool_versions
-    _edit_config(run_dir, tool_versions={**recorded, "litellm": "0.0.1", "langgraph": "0.0.1"})
+    _edit_config(run_dir, tool_versions={**recorded, "litellm": "0.0.1", "langgraph": "0.0.1",
+                                         "cuobjdump": "12.9.1", "nvdisasm": "12.9.1"})
     p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
     assert p.returncode == 0, p.stderr
     assert read_summary(run_dir).turns == 2
