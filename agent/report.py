@@ -278,11 +278,6 @@ def _with_fast_p(values: dict[str, Tri], best: float | None) -> dict[str, Tri]:
     return values
 
 
-def deterministic(config: RunConfig) -> bool:
-    """A model that sends the same replies whatever the seed: scripted replies, a replayed recording."""
-    return config.model.startswith(("scripted:", "replay:"))
-
-
 def _replies(run: RunRecord, turn_limit: int) -> str:
     """A fingerprint of the replies a run got up to `turn_limit` (each candidate's reply.md)."""
     h = hashlib.sha256()
@@ -299,9 +294,11 @@ def cell_samples(runs: Sequence[RunRecord], turn_limit: int) -> list[RunMetrics]
     n copies of one reply sequence are one draw of the model; counted n times they would narrow every
     interval as if n draws had agreed. A merged sample holds the verdicts its copies agree on (n/a
     where the same kernels got different verdicts), and the geometric mean of their speedups."""
+    from agent.sweep import deterministic
+
     groups: dict[object, list[RunMetrics]] = {}
     for r in runs:
-        key = (cell_key(r), _replies(r, turn_limit)) if deterministic(r.config) else r.run_dir
+        key = (cell_key(r), _replies(r, turn_limit)) if deterministic(r.config.model) else r.run_dir
         groups.setdefault(key, []).append(run_metrics(r.summary, turn_limit))  # type: ignore[arg-type]
     return [copies[0] if len(copies) == 1 else _merge_copies(copies) for copies in groups.values()]
 

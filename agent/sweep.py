@@ -401,6 +401,11 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
         warnings = models_checked
     else:
         warnings = check_models(config, {r.model.name for r, _ in todo}) if todo else []
+    copies = [m.name for m in config.models if deterministic(m.spec)] if config.replicas > 1 else []
+    if copies:
+        warnings = [*warnings, f"{', '.join(copies)} send{'s' if len(copies) == 1 else ''} the same replies in every "
+                               f"replica: `agent report` counts {'its' if len(copies) == 1 else 'their'} "
+                               f"{config.replicas} replicas of a cell as one sample"]
     sweep_dir = runs_dir / config.name
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.json").write_text(json.dumps(
@@ -558,6 +563,12 @@ def model_identity(spec: str) -> str:
     two models' recordings of one cell share a folder name)."""
     recording = _recording_id(spec)
     return _file_identity(spec) if recording is None else f"{_file_identity(spec)} (run {recording})"
+
+
+def deterministic(spec: str) -> bool:
+    """A model that sends the same replies whatever the seed (scripted replies, a replayed recording):
+    its replicas are copies of one draw, and `agent report` counts them as one sample."""
+    return spec.startswith(("scripted:", "replay:"))
 
 
 def _file_identity(spec: str) -> str:

@@ -155,7 +155,9 @@ def test_replicas_of_a_scripted_model_are_one_sample_in_the_report(tmp_path):
 
     write_script(tmp_path / "probe.json", [probe_reply()])
     cfg = _sweep_config(tmp_path, "replicas = 3", models='[{spec = "scripted:probe.json", name = "probe"}]')
-    assert run_sweep(cfg).succeeded == 3
+    result = run_sweep(cfg)
+    assert result.succeeded == 3
+    assert any("probe sends the same replies in every replica" in w for w in result.warnings), result.warnings
     report = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1])
     [row] = report.rows
     assert (row.runs, row.samples) == (3, 1)
