@@ -7,6 +7,9 @@ read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
   crash     die by SIGSEGV without answering
   fatal     answer cuda_error (CUDA_ERROR_ILLEGAL_ADDRESS) with fatal=True, then exit
   nostart   fail at start-up (hello with an error)
+  fp8_wgmma pass, and where the request asks for the in-process executed check, report a counted
+            run whose counters are an honest fp8 wgmma kernel's (GMMA, fp8 tensor ops = the task's
+            FLOPs, the HMMA-pipe counter above 0 as QGMMA makes it: tools/ncu.py)
 """
 import os
 import signal
@@ -46,7 +49,22 @@ def main() -> int:
             result.update(status="failed", reason="cuda_error", detail="CUDA_ERROR_ILLEGAL_ADDRESS (kernel execution)")
             write_msg(out, {"op": "result", "result": result, "fatal": True})
             return 3
+        if m == "fp8_wgmma" and msg.get("credit"):
+            result["credit"] = fp8_wgmma_credit(msg)
         write_msg(out, {"op": "result", "result": result, "fatal": False})
+
+
+def fp8_wgmma_credit(msg: dict) -> dict:
+    """tools.worker._credit_run's result for one counted launch of an honest fp8 wgmma kernel."""
+    from tasks.schema import Task, Workload
+    from tools import ncu
+
+    task, wl = Task.model_validate(msg["task"]), Workload.model_validate(msg["workload"])
+    metrics = {m: 0.0 for m in msg["credit"]["metrics"]}
+    metrics.update({ncu.GMMA_METRIC: 1e4, ncu.HMMA_INST_METRIC: 1e4, ncu.DURATION_METRIC: 1e4,
+                    ncu.FP8_OPS_METRIC: float(task.flop_count(task.axis_values(wl)))})
+    return {"status": "ran", "reason": None, "runs": 2, "profiled_at": 2, "passes": 6, "profile_s": 0.0,
+            "launches": [{"name": "kernel", "metrics": metrics}]}
 
 
 if __name__ == "__main__":

@@ -150,11 +150,85 @@ def test_the_in_process_run_is_tied_to_the_timed_median_both_ways():
     assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is True
 
 
-def test_fp8_ops_count_as_wgmma_only_without_hmma():
-    fp8 = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=1e6, sm__ops_path_tensor_src_fp8__dot__sum=1e12)
-    assert ncu.work_metrics(ncu.counter_rows([{"name": "k", "metrics": fp8}]))["wgmma_flops"] == 1e12
-    mixed = dict(fp8, **{ncu.HMMA_INST_METRIC: 10.0})
-    assert ncu.work_metrics(ncu.counter_rows([{"name": "k", "metrics": mixed}]))["wgmma_flops"] == 0.0
+def test_fp8_ops_count_as_wgmma_only_where_the_sass_has_no_warp_level_mma():
+    """The fp8 ops counter does not tell QGMMA from mma.sync, and the HMMA-pipe instruction counter
+    counts HGMMA and QGMMA too (CUPTI's description, below): an honest fp8 wgmma kernel reads it
+    above 0. So the module's SASS decides: no warp-level MMA in it, every fp8 op was QGMMA's."""
+    fp8 = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=1e6, sm__ops_path_tensor_src_fp8__dot__sum=1e12,
+                    sm__inst_executed_pipe_tensor_op_hmma__dot__sum=1e6)  # the QGMMAs themselves
+    row = lambda mma_sync: ncu.counter_rows([{"name": "k", "metrics": fp8}], mma_sync)  # noqa: E731
+    assert ncu.work_metrics(row(False))["wgmma_flops"] == 1e12
+    assert ncu.work_metrics(row(False))["other_flops"] == 0.0
+    for unsure in (True, None):  # an mma.sync in the SASS, or SASS not read: not wgmma's
+        assert ncu.work_metrics(row(unsure))["wgmma_flops"] == 0.0
+        assert ncu.work_metrics(row(unsure))["other_flops"] == 1e12
+    assert ncu.issues_mma_sync({"QGMMA", "UTMALDG"}) is False and ncu.issues_mma_sync(None) is None
+    assert all(ncu.issues_mma_sync({op}) for op in ("HMMA", "IMMA", "QMMA", "DMMA"))
+
+
+def test_an_fp8_wgmma_solution_is_credited_through_the_evaluator_path():
+    """credit_in_process with the SASS fact the evaluator passes: an fp8 wgmma kernel carries the
+    work; the same counters from a module that also holds HMMA do not."""
+    fp8 = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=1e6,
+                    sm__ops_path_tensor_src_fp8__dot__sum=WORK.flops, sm__inst_executed_pipe_tensor_op_hmma__dot__sum=1e6,
+                    gpu__time_duration__dot__sum=1.0e6)
+    ran = {"status": "ran", "launches": [{"name": "k", "metrics": fp8}]}
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0, mma_sync=False).carries["wgmma"] is True
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0, mma_sync=True).carries["wgmma"] is False
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is False
+
+
+WARP_MMA = {  # an extra kernel in the module, never launched: what the module's SASS holds decides
+    "qgmma": r"""
+extern "C" __global__ void spare(float* out, unsigned long long da, unsigned long long db) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  asm volatile("wgmma.fence.sync.aligned;\n"
+               "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
+               "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(da), "l"(db));
+  out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}
+""",
+    "hmma": r"""
+extern "C" __global__ void spare(float* out, const unsigned* a) {
+  float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
+  unsigned t = threadIdx.x;
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};" : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+               : "r"(a[t]), "r"(a[t + 32]), "r"(a[t + 64]), "r"(a[t + 96]), "r"(a[t + 32]), "r"(a[t]));
+  out[t] = d0 + d1 + d2 + d3;
+}
+""",
+}
+
+
+@pytest.mark.parametrize("spare,credited", [("qgmma", True), ("hmma", False)])
+def test_the_evaluator_reads_the_fp8_rule_from_the_modules_sass(spare, credited, tmp_path, monkeypatch):
+    """End to end on CPU (real NVRTC, ptxas and disassembler; a stand-in worker that reports an
+    honest fp8 wgmma kernel's counters): the module's SASS reaches the in-process verdict. With no
+    warp-level MMA anywhere in the module the fp8 ops are wgmma's; with an mma.sync beside them
+    they may not be, and no credit is taken."""
+    import json
+    import sys
+
+    from test_evaluator_cpu import ROOT
+    from tools.evaluator import Evaluator
+
+    mode = tmp_path / "mode"
+    mode.write_text("fp8_wgmma")
+    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
+    monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
+    sol = tmp_path / "sol"
+    sol.mkdir()
+    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA[spare])
+    (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
+    with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=30,
+                   cache_dir=tmp_path) as ev:
+        r = ev.evaluate(Solution.from_dir(sol), small_gemm(), "sm_90a", executed_check=True, time=False)
+    assert r.compile.ok, r.compile.error
+    assert ("QGMMA" if spare == "qgmma" else "HMMA") in {op for k in r.inspect.kernels.values() for op in k.opcodes}
+    assert r.executed.status == "ok", json.dumps(r.executed.model_dump(mode="json"))[:800]
+    assert all(c.carries["wgmma"] is credited for c in r.executed.workloads), r.executed.workloads
 
 
 def test_a_workload_whose_run_was_not_counted_withholds_credit():
@@ -178,6 +252,24 @@ def test_the_check_reads_its_counters_in_six_passes_on_gh100():
     _host_library()
     assert cupti.passes("GH100", list(ncu.CUPTI_METRICS)) == 6
     assert cupti.passes("GH100", [ncu.GMMA_METRIC, ncu.DURATION_METRIC]) == 1
+
+
+def test_the_hmma_pipe_counter_counts_warpgroup_mmas_too():
+    """Why the fp8 rule reads the SASS and not this counter: CUPTI describes it, on GH100, as
+    counting the tensor pipe's HGMMA and QGMMA instructions beside HMMA."""
+    import ctypes as C
+
+    _host_library()
+    props = cupti._struct("MetricProperties", [("pHostObject", cupti.P), ("pMetricName", C.c_char_p),
+                                               ("pDescription", C.c_char_p), ("pHwUnit", C.c_char_p),
+                                               ("pDimUnit", C.c_char_p), ("metricType", C.c_int)])
+    host = cupti._Host("GH100", None, [ncu.DURATION_METRIC])
+    try:
+        p = props(pHostObject=host.obj, pMetricName=ncu.HMMA_INST_METRIC.removesuffix(".sum").encode())
+        cupti._call("cuptiProfilerHostGetMetricProperties", p)
+    finally:
+        host.close()
+    assert b"HGMMA" in p.pDescription and b"QGMMA" in p.pDescription, p.pDescription
 
 
 def test_an_unknown_metric_is_a_clear_error():

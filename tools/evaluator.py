@@ -384,8 +384,20 @@ class Evaluator:
                              requested_features=task.features_for(arch))
             if not compiled:
                 res.phase_s["compile"] = _time.perf_counter() - t0
+
+            def module_sass() -> InspectResult:
+                """The SASS inspection, waited for where it still runs (it overlaps the runs: by the
+                executed check it is done)."""
+                if inspecting is None:
+                    return res.inspect
+                try:
+                    return inspecting.result()
+                except Exception as exc:  # noqa: BLE001 - reported where the inspection is collected
+                    return InspectResult(status="skipped", reason=f"inspection failed: {exc}"[:200], arch=arch)
+
             try:
-                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, credit, in_process)
+                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, credit, in_process,
+                            module_sass)
             except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
                 import traceback
 
@@ -405,7 +417,7 @@ class Evaluator:
         return res
 
     def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
-               sanitize: bool, time: bool, credit=None, in_process: bool = False) -> None:
+               sanitize: bool, time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -427,7 +439,8 @@ class Evaluator:
                 if sanitize:
                     res.sanitize = SanitizeResult(status="skipped", reason=reason)
             else:
-                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit, in_process)
+                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit, in_process,
+                          module_sass)
 
     def _cannot_run(self, arch: str) -> str | None:
         if not self._workers:
@@ -462,7 +475,7 @@ class Evaluator:
             res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
 
     def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
-             time: bool, credit=None, in_process: bool = False) -> None:
+             time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
         import time as _time
 
         with self._worker() as w:
@@ -509,7 +522,8 @@ class Evaluator:
             names = _entries(res.compile, solution)
             if executed_check:
                 t0 = _time.perf_counter()
-                res.executed = self._executed(res, solution, task, wls, stop, credit, w.device, in_process, arch)
+                res.executed = self._executed(res, solution, task, wls, stop, credit, w.device, in_process, arch,
+                                              module_sass() if module_sass else res.inspect)
                 res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
                 from tools import ncu
@@ -521,7 +535,7 @@ class Evaluator:
                 res.phase_s["sanitize"] = _time.perf_counter() - t0
 
     def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str,
-                  in_process: bool = False, arch: str = "sm_90a") -> ExecutedCheck:
+                  in_process: bool = False, arch: str = "sm_90a", sass: InspectResult | None = None) -> ExecutedCheck:
         """The executed check on every judged workload that ran to a verdict of its own (one the
         manifest, a fault or a hang did not decide: those count nothing), each tied to its timed
         median. In process: each workload's counted run came back with its result. Nsight
@@ -547,8 +561,9 @@ class Evaluator:
                             if (ran[w.name].credit or {}).get("status") == "unavailable"), None)
         ex: ExecutedCheck | None = None
         if in_process and unavailable is None:
+            mma_sync = ncu.issues_mma_sync(_module_opcodes(sass))  # whether its fp8 ops can be wgmma's
             credits = [ncu.credit_in_process({"workload": w.name, "split": w.split}, ran[w.name].credit, features,
-                                             work, timed[w.name]) for w, work in zip(chosen, works)]
+                                             work, timed[w.name], mma_sync) for w, work in zip(chosen, works)]
             ex = ncu.combine(features, credits)
             ex.phase_s = {"counted_runs": round(sum(ran[w.name].phase_s.get("credit", 0.0) for w in chosen), 3)}
         elif in_process and credit is None:  # CUPTI cannot run here: Nsight Compute counts instead
@@ -660,6 +675,14 @@ def _inspect(comp: CompileResult, solution, arch: str) -> InspectResult:
     if not comp.ok:
         return InspectResult(status="skipped", reason="did not compile", arch=arch)
     return inspect(comp, kernels=[launch.kernel for launch in solution.manifest.launches])
+
+
+def _module_opcodes(insp: InspectResult | None) -> set[str] | None:
+    """The SASS base opcodes of every kernel in the module, launched or not; None where the SASS
+    was not read (then nothing may be taken as absent from it)."""
+    if insp is None or insp.status != "ok" or insp.infra_error or not insp.kernels:
+        return None
+    return {op for k in insp.kernels.values() for op in k.opcodes}
 
 
 def _harness_compile_failure(solution, arch: str, exc: Exception, comp: CompileResult | None = None) -> CompileResult:

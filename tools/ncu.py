@@ -69,6 +69,11 @@ WORK_METRICS = (*HGMMA_OPS_METRICS, FP8_OPS_METRIC, *OTHER_FLOP_METRICS, TMA_BYT
 # HMMA instructions (whether a kernel's fp8 tensor ops can be wgmma's: see work_metrics)
 TMA_INST_METRICS = ("smsp__inst_executed_op_tma_ld.sum", "smsp__inst_executed_op_tma_st.sum")
 HMMA_INST_METRIC = "sm__inst_executed_pipe_tensor_op_hmma.sum"
+# ... which counts the tensor pipe's HGMMA and QGMMA too (CUPTI's own description on GH100: "warp
+# instructions executed by tensor pipe (HMMA/HFMA2.MMA/HGMMA/QGMMA ops)"), so it cannot say whether
+# a wgmma kernel also ran mma.sync. In process that comes from the module's SASS instead: a row
+# carries SASS_MMA_SYNC, "0" where no kernel of the module holds a warp-level MMA (issues_mma_sync).
+SASS_MMA_SYNC = "sass:mma_sync"
 FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": TMA_INST_METRICS}
 # What the in-process check reads, in one profiled run (CUPTI replays the kernel per pass,
 # restoring the memory it may write, so every pass sees the same inputs and state): 6 passes on
@@ -255,10 +260,9 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
                 ops = parse_instances(row[OPCODE_METRIC])
                 qgmma = sum(v for k, v in ops.items() if k.startswith("QGMMA"))
                 hmma = sum(v for k, v in ops.items() if k.startswith("HMMA"))
-            else:  # hardware counters only: any GMMA, and no HMMA (fp8 mma.sync issues HMMA-pipe work)
+            else:  # hardware counters only: any GMMA, and no warp-level MMA anywhere in the module's SASS
                 qgmma = _number(row.get(GMMA_METRIC, "")) or 0.0
-                hmma = _number(row.get(HMMA_INST_METRIC, ""))
-                hmma = 1.0 if hmma is None else hmma  # not measured: the fp8 ops are not wgmma's
+                hmma = 0.0 if row.get(SASS_MMA_SYNC) == "0" else 1.0  # SASS unknown: the fp8 ops are not wgmma's
             if qgmma > 0 and hmma == 0:
                 wgmma_fp8 += _number(row[FP8_OPS_METRIC]) or 0.0
         out["wgmma_flops"] = (sum(out[m] for m in HGMMA_OPS_METRICS) + wgmma_fp8) * FLOPS_PER_OP
@@ -505,21 +509,32 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
     return wc
 
 
-def counter_rows(launches: list[dict]) -> list[dict[str, str]]:
+def counter_rows(launches: list[dict], mma_sync: bool | None = None) -> list[dict[str, str]]:
     """The in-process check's launches ({name, metrics}) as rows like ncu's raw CSV, so one
-    verdict (counts_from_rows, work_metrics, per_kernel) serves both."""
-    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()}} for x in launches]
+    verdict (counts_from_rows, work_metrics, per_kernel) serves both. `mma_sync`: whether the
+    module's SASS holds a warp-level MMA (None: not known)."""
+    sass = {} if mma_sync is None else {SASS_MMA_SYNC: "1" if mma_sync else "0"}
+    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()}, **sass}
+            for x in launches]
+
+
+def issues_mma_sync(opcodes: set[str] | None) -> bool | None:
+    """Whether SASS base opcodes hold a warp-level MMA (HMMA, IMMA, QMMA, DMMA, ...: any *MMA but
+    the warpgroup *GMMA); None where the SASS is not known."""
+    if opcodes is None:
+        return None
+    return any(op.endswith("MMA") and not op.endswith("GMMA") for op in opcodes)
 
 
 def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,
-                      timed_ms: float | None) -> WorkloadCredit:
+                      timed_ms: float | None, mma_sync: bool | None = None) -> WorkloadCredit:
     """One workload's credit from its worker result's in-process run (tools.worker._credit_run)."""
     if not credit or credit.get("status") != "ran":
         why = (credit or {}).get("reason") or "its profiled run was not reached"
         return WorkloadCredit(workload=meta["workload"], split=meta["split"], status="skipped",
                               runs=(credit or {}).get("runs", 0), reason=f"not credited: {why}"[:400])
     r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at")}
-    return _credit(r, counter_rows(credit.get("launches") or []), features, work, timed_ms)
+    return _credit(r, counter_rows(credit.get("launches") or [], mma_sync), features, work, timed_ms)
 
 
 def combine(features: list[str], credits: list[WorkloadCredit], extra_metrics: tuple[str, ...] = (),
