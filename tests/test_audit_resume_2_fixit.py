@@ -230,3 +230,28 @@ def test_a_run_in_two_folders_is_refused(tmp_path):
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "real" in p.stderr and "two folders" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not (tmp_path / "data" / "train.jsonl").exists()
+
+
+def test_the_teacher_is_not_sent_the_students_model_settings(tmp_path):
+    """A teacher run starts from the student's config; the student's model parameters (a local
+    model's context window, provider options) and temperature are the student's, not the teacher's.
+    (The teacher inherited them: a small student's context window stopped every teacher run before
+    its first request, context_exceeded, and the failures stayed unfixed.)"""
+    from agent_loop_helpers import probe_reply
+
+    from agent.fixit.build import BuildOptions, build
+    from agent.trajectory import read_config
+
+    root = tmp_path / "runs"
+    _student_with_a_compile_error(root)
+    for run in ("s1", "s2"):
+        path = root / run / "config.json"
+        config = json.loads(path.read_text())
+        config.update(model_params={"context_window": 1200, "top_k": 5}, temperature=1.3)
+        path.write_text(json.dumps(config))
+    script = tmp_path / "teacher.json"
+    script.write_text(json.dumps({"replies": [probe_reply()]}))
+    res = build([root], tmp_path / "data", BuildOptions(teacher=f"scripted:{script}", teacher_turns=1, split=None))
+    assert res.card["pairs_found"] == 2 and res.card["unfixed_failures"] == 0
+    teacher = read_config(tmp_path / "data/teacher_runs/teacher/s1/1-0")
+    assert teacher.model_params == {} and teacher.temperature is None

@@ -293,8 +293,11 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
         if not done:
             if run_dir.exists():  # died half-way, another teacher's, or another kernel's: start again
                 shutil.rmtree(run_dir)
+            # the student's model settings (its context window, provider options, temperature) are not
+            # the teacher's: the teacher is asked with its provider's defaults
             config = cfg.model_copy(update={"run_id": run_id, "model": teacher, "api_base": api_base,
-                                            "model_options": {}, "budget": Budget(max_turns=turns)})
+                                            "model_options": {}, "model_params": {}, "temperature": None,
+                                            "model_name": None, "budget": Budget(max_turns=turns)})
             summary = agent_run.repair(config, failed.solution, feedback, runs_dir=work_dir, quiet=True)
             if summary.stop_reason == "interrupted":  # Ctrl-C (or SIGTERM) is meant for the build
                 raise KeyboardInterrupt
