@@ -158,18 +158,30 @@ def _settings(c: RunConfig) -> dict[str, object]:
                                 if v is not None) or "no caps"}
 
 
+# Cell-key settings that runs told apart by distinguish() may differ in: the task (families pool
+# tasks) and the two ablations. Settings only the arms that send docs have (the none arm's are None).
+ABLATION_FREE = ("task", "context", "profile")
+DOCS_ARM_ONLY = ("docs", "context_tokens", "context_turn_tokens")
+
+
 def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
     """Runs that would share a cell, or a family's cell, but differ in a setting the cell key does not
     name (two models under one `name`, another language, sample count, temperature ...) get a model label
     naming the settings that differ, so they are never pooled into one row. Labels otherwise stay."""
     cells: dict[tuple[str, ...], list[RunRecord]] = {}
-    for r in runs:  # the cell without its task: the family tables pool a family's tasks
+    for r in runs:  # the cell without its task (the family tables pool a family's tasks) and without the
+        # ablations' settings: the arms the report shows side by side must differ in those alone
         r.label = None
         key = cell_key(r)
-        cells.setdefault((key[0], *key[2:]), []).append(r)
+        cells.setdefault(tuple(v for i, v in enumerate(key) if KEY_NAMES[i] not in ABLATION_FREE), []).append(r)
     for key, members in cells.items():
         settings = [_settings(r.config) for r in members]
-        differ = [k for k in settings[0] if len({json.dumps(s[k], sort_keys=True) for s in settings}) > 1]
+        for s, r in zip(settings, members):  # what only the arms that send docs have is no difference
+            if r.config.context == "none":
+                for k in DOCS_ARM_ONLY:
+                    s[k] = None
+        differ = [k for k in settings[0] if len({json.dumps(s[k], sort_keys=True) for s in settings
+                                                 if not (k in DOCS_ARM_ONLY and s[k] is None)}) > 1]
         # What `arch (SASS)` and correct+arch check: runs of one task asked for other instructions (a task
         # definition changed between sweeps) answered another question. Compared within a task only: the
         # family tables pool tasks that may ask for different ones.
@@ -184,7 +196,9 @@ def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
         if not differ:
             continue
         for r, s in zip(members, settings):
-            r.label = f"{key[0]} ({', '.join(f'{k}={s[k]}' for k in differ)})"
+            named = [k for k in differ if not (k in DOCS_ARM_ONLY and r.config.context == "none")]
+            if named:  # a none-arm run that differs in docs settings alone goes with every docs arm
+                r.label = f"{key[0]} ({', '.join(f'{k}={s[k]}' for k in named)})"
     return runs
 
 
