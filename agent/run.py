@@ -326,6 +326,9 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
         # so once the graph shows which turns were judged before (_drive), never a CPU run after it.
         found_gpu = gpu_now if gpu_now is not None and not gpu_now.startswith("unavailable") \
             and gpu_now != config.gpu else None
+        if (toolchain := recorded_toolchain(config, run_dir)) != config.tool_versions:
+            config = config.model_copy(update={"tool_versions": toolchain})
+            writer.write_config(config)
         deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
                     evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
         return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop,
@@ -360,12 +363,12 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
 
 # The tools whose versions draw a run's verdicts: the compilers write the machine code that is judged
 # (compile errors, registers, spills, the instructions themselves), so any other version is another
-# toolchain. The disassemblers only print that code: another release reads the same cubin the same way
-# (this project's CPU machines carry 13.2 wheels, its GPU machine 13.0), but without one the SASS
-# feature verdicts are not drawn at all. For a run judged on a GPU torch counts too: its cuBLAS and
-# cuDNN are the library every speedup is measured against. (litellm, langgraph judge nothing.)
+# toolchain. For a run judged on a GPU torch counts too: its cuBLAS and cuDNN are the library every
+# speedup is measured against. The disassemblers only print that code: another release reads the same
+# cubin the same way (this project's CPU machines carry 13.2 wheels, its GPU machine 13.0). A tool
+# missing on either side judges nothing: without it a candidate stops the run with infra_error, no
+# verdict drawn ("fix it, then resume"). (litellm, langgraph judge nothing.)
 COMPILERS = ("nvrtc", "ptxas")
-DISASSEMBLERS = ("cuobjdump", "nvdisasm")
 
 
 def _judged_on_gpu(config: RunConfig) -> bool:
@@ -375,21 +378,43 @@ def _judged_on_gpu(config: RunConfig) -> bool:
 def toolchain_change(config: RunConfig, run_dir: Path) -> str | None:
     """Why the run must not go on with this machine's toolchain, or None: its verdicts so far were
     drawn by the tools recorded in its config, and its later ones would be another toolchain's,
-    pooled in one run. A config recorded without tool versions has nothing to compare: it goes on."""
+    pooled in one run. A run that drew no verdict yet, or whose config records no tool versions, has
+    nothing to compare: it goes on (recorded_toolchain)."""
     then = config.tool_versions
-    if not then:
+    if not then or not _judged(run_dir):
         return None
     now = tool_versions()
     versions = [*COMPILERS, *(("torch",) if _judged_on_gpu(config) else ())]
-    differ = [n for n in versions if then.get(n) != now.get(n)]
-    differ += [n for n in DISASSEMBLERS if (n in then) != (n in now)]
+    differ = [n for n in versions if n in then and n in now and then[n] != now[n]]
     if not differ:
         return None
-    was = ", ".join(f"{n} {then.get(n) or 'none'}" for n in differ)
-    is_ = ", ".join(f"{n} {now.get(n) or 'none'}" for n in differ)
+    was = ", ".join(f"{n} {then[n]}" for n in differ)
+    is_ = ", ".join(f"{n} {now[n]}" for n in differ)
     return (f"run {run_dir} was judged with {was}; this machine has {is_}: its next candidates would be judged "
             f"by another toolchain; start a new run (agent solve --task {config.task_requested or config.task} "
             f"...), or resume it where those tools are (agent doctor lists them)")
+
+
+def _judged(run_dir: Path) -> bool:
+    """Whether the run drew a verdict: a candidate's eval.json is written only then (an infrastructure
+    fault writes none, agent.nodes)."""
+    return any((run_dir / "candidates").glob("*/eval.json"))
+
+
+def recorded_toolchain(config: RunConfig, run_dir: Path) -> dict[str, str]:
+    """The tool versions a resumed run records: before its first verdict this machine's (they will draw
+    it); after, the recorded ones (toolchain_change let no other compiler through) and any tool it
+    lacked then, which judges its candidates from now on. (A config recorded before configs held tool
+    versions keeps none: which tools judged its first turns is unknown, not today's.)"""
+    if not _judged(run_dir):
+        return tool_versions()
+    if not config.tool_versions:
+        return {}
+    now = tool_versions()
+    merged = {**now, **config.tool_versions}
+    if "toolchain" not in now:  # "unavailable: ..." then, found now
+        merged.pop("toolchain", None)
+    return merged
 
 
 def _knowledge_version() -> str | None:

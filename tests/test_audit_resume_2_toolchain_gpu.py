@@ -2,10 +2,11 @@
 
 - A run's verdicts were drawn by the compilers recorded in its config (`tool_versions`: NVRTC,
   ptxas; and, for a run judged on a GPU, torch, whose cuBLAS/cuDNN are the library a speedup is
-  measured against), with the disassemblers it had. Resumed under other compilers, or without a
-  disassembler it had (or with one it lacked), one run would hold the verdicts of two toolchains:
-  refused, one line naming the old and the new versions, like a change of prompts or docs. Versions
-  that draw no verdict (litellm, langgraph, another release of a disassembler) do not count.
+  measured against). Resumed under other compilers, one run would hold the verdicts of two
+  toolchains: refused, one line naming the old and the new versions, like a change of prompts or
+  docs. Versions that draw no verdict (litellm, langgraph, another release of a disassembler) do not
+  count, nor does a missing tool (without it a candidate stops the run with infra_error, no verdict
+  drawn), nor a run that drew no verdict yet: "fix the toolchain, then resume" goes on.
 - A run started without a GPU may go on on a GPU (its later candidates are judged there). Its config
   then says so: `gpu` is the GPU its later turns were judged on and `gpu_from_turn` the first such
   turn (the turns before it are unverified), so a report never files it as a CPU run, nor pools it
@@ -67,17 +68,6 @@ def test_resume_under_another_ptxas_is_refused_naming_both_versions(tmp_path):
     assert read_summary(run_dir).stop_reason == "model_error"
 
 
-def test_resume_without_a_tool_it_had_is_refused(tmp_path):
-    """cuobjdump found then, missing now (or the other way round): the SASS verdicts of its later
-    candidates would be drawn differently (or skipped)."""
-    runs, run_dir, _ = _stopped_run(tmp_path)
-    recorded = read_config(run_dir).tool_versions
-    gone = {k: v for k, v in recorded.items() if k != "nvdisasm"}
-    _edit_config(run_dir, tool_versions=gone)
-    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
-    assert p.returncode == 2 and "nvdisasm none" in p.stderr and recorded["nvdisasm"] in p.stderr, p.stderr
-
-
 def test_resume_under_another_torch_is_refused_only_for_a_run_judged_on_a_gpu(tmp_path):
     """torch brings the library (cuBLAS, cuDNN) a speedup is measured against: for a run judged on a
     GPU another torch is another baseline. A run that never ran a kernel compared with nothing."""
@@ -109,6 +99,7 @@ def test_resume_of_a_run_recorded_without_tool_versions_goes_on(tmp_path):
     _edit_config(run_dir, tool_versions={})
     p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
     assert p.returncode == 0, p.stderr
+    assert read_config(run_dir).tool_versions == {}  # which tools judged turn 1 stays unknown, not today's
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,3 +199,37 @@ def test_a_teacher_run_of_such_a_run_does_not_inherit_its_gpu_turn(tmp_path):
     assert res.card["by_source"] == {"teacher": 1}
     teacher = read_config(tmp_path / "data/teacher_runs/teacher/r/1-0")
     assert teacher.repair_run and teacher.gpu is None and teacher.gpu_from_turn is None
+
+
+def test_a_run_stopped_by_a_missing_ptxas_resumes_once_it_is_installed(tmp_path):
+    """The documented recovery of an infrastructure fault: fix it, then resume. A run whose ptxas was
+    missing drew no verdict (its candidate stopped the run with infra_error), so the toolchain it
+    goes on with is its first; its config records that one."""
+    script = tmp_path / "s.json"
+    model = write_script(script, [probe_reply()])
+    runs = tmp_path / "runs"
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "1", "--context", "none",
+                  "--runs-dir", str(runs), "--run-id", "r", "--quiet",
+                  env={"PTXBENCH_PTXAS": str(tmp_path / "no-such-ptxas")})
+    summary = read_summary(runs / "r")
+    assert summary.stop_reason == "infra_error", (p.stdout, p.stderr)
+    assert "ptxas" not in read_config(runs / "r").tool_versions
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert read_summary(runs / "r").turns == 1
+    assert read_config(runs / "r").tool_versions["ptxas"] == tool_versions()["ptxas"]
+
+
+def test_a_run_with_no_verdict_yet_resumes_under_another_compiler(tmp_path):
+    """Nothing judged yet (the model failed on turn 1): no two toolchains can meet in it."""
+    script = tmp_path / "s.json"
+    model = write_script(script, [])
+    runs = tmp_path / "runs"
+    agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "1", "--context", "none",
+              "--runs-dir", str(runs), "--run-id", "r", "--quiet")
+    assert read_summary(runs / "r").stop_reason == "model_error"
+    _edit_config(runs / "r", tool_versions={**read_config(runs / "r").tool_versions, "ptxas": "12.8.93"})
+    write_script(script, [probe_reply()])
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert read_config(runs / "r").tool_versions["ptxas"] == tool_versions()["ptxas"]
