@@ -255,3 +255,21 @@ def test_the_teacher_is_not_sent_the_students_model_settings(tmp_path):
     assert res.card["pairs_found"] == 2 and res.card["unfixed_failures"] == 0
     teacher = read_config(tmp_path / "data/teacher_runs/teacher/s1/1-0")
     assert teacher.model_params == {} and teacher.temperature is None
+
+
+def test_a_run_killed_mid_turn_keeps_the_candidates_its_summary_had_not_reached(tmp_path):
+    """The summary is written after each turn's decision; a run killed while a later turn was being
+    judged or decided (the long step) has that turn's candidates on disk, evaluated, and in its events.
+    A fix among them is a fix. (They were left out: the summary of the turn before was all that was read.)"""
+    runs = tmp_path / "runs"
+    run_dir = _real_fixed_run(tmp_path, runs)
+    full = agent_cli("fixit", "build", str(runs), "--out", str(tmp_path / "full"), "--split", "all", "--json")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary.update(status="running", stop_reason=None, turns=1, per_turn=summary["per_turn"][:1])
+    (run_dir / "summary.json").write_text(json.dumps(summary))  # as turn 1's decision left it
+    p = agent_cli("fixit", "build", str(runs), "--out", str(tmp_path / "killed"), "--split", "all", "--json")
+    assert p.returncode == 0 == full.returncode, p.stderr
+    card = json.loads(p.stdout)
+    assert card["examples"] == json.loads(full.stdout)["examples"] == 1 and card["unfixed_failures"] == 0
+    row = json.loads((tmp_path / "killed/train.jsonl").read_text())
+    assert (row["meta"]["failed_turn"], row["meta"]["fixed_turn"]) == (1, 2)

@@ -76,10 +76,13 @@ class Attempt:
 
 
 def load_attempts(run_dir: Path) -> list[Attempt]:
-    """All candidates of one run, in (turn, sample) order. A run without a summary (killed before it
-    wrote one, or still going) is read from its events: every candidate evaluated is recorded there."""
+    """All candidates of one run, in (turn, sample) order: the turns its summary holds, and any later
+    ones its events record. The summary is written after each turn's decision, so a run killed while a
+    turn was judged or decided (or before its first summary) has evaluated candidates only there."""
     summary = read_summary(run_dir)
-    per_turn = summary.per_turn if summary is not None else turns_from_events(run_dir)
+    per_turn = list(summary.per_turn) if summary is not None else []
+    done = max((t.turn for t in per_turn), default=0)
+    per_turn += [t for t in turns_from_events(run_dir) if t.turn > done]
     config = read_config(run_dir)
     # A feedback event names the candidate it describes (`parent`): for evolve that is the parent
     # drawn for the next turn, not the turn's own candidate. Runs recorded before that: by turn.
