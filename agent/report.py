@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from agent.trajectory import CandidateRecord, RunConfig, RunSummary, read_config, read_summary
+from agent.trajectory import CandidateRecord, RunConfig, RunSummary, is_teacher_run, read_config, read_summary
 
 FAST_P = (0.0, 0.5, 0.8, 1.0)
 DEFAULT_TURN_LIMITS = (1, 4, 8)
@@ -121,7 +121,6 @@ def _inside_candidates(folder: Path, top: Path) -> bool:
 def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
     """The runs under `paths`. Two folders holding one run id (a copy, or old runs moved aside)
     are refused: counting both would count that run twice."""
-    from agent.fixit.build import is_teacher_run
 
     # Fixit's teacher runs (a data folder among the runs) opened with a student's kernel: no benchmark runs
     runs = [RunRecord(d, read_config(d), read_summary(d)) for d in find_run_dirs(paths) if not is_teacher_run(d)]

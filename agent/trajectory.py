@@ -368,6 +368,16 @@ def read_config(run_dir: str | Path) -> RunConfig:
     return _read_model(Path(run_dir) / "config.json", RunConfig)
 
 
+def is_teacher_run(run_dir: Path) -> bool:
+    """A Fixit teacher's repair run of some data folder (DATA/teacher_runs/teacher/...): the teacher's
+    mistakes, not a student's own, and read as a student's its failures would go to the teacher
+    again, build after build; nor are they the teacher model's benchmark runs (each opens with a
+    student's kernel). Its config says so (repair_run); ones recorded before that are known by
+    their place and id."""
+    config = read_config(run_dir)
+    return config.repair_run or ("teacher_runs" in run_dir.parts and config.run_id.startswith("teacher/"))
+
+
 def read_summary(run_dir: str | Path) -> RunSummary | None:
     p = Path(run_dir) / "summary.json"
     return _read_model(p, RunSummary) if p.exists() else None

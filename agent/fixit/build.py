@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
 
-from agent.trajectory import CandidateRecord, RunConfig, TurnRecord, read_config, read_events, read_summary
+from agent.trajectory import (CandidateRecord, RunConfig, TurnRecord, is_teacher_run, read_config, read_events,
+                              read_summary)
 from tools.results import WRONG_NUMBERS, EvalResult
 from tools.solution import Solution, SolutionError
 
@@ -499,15 +500,6 @@ class BuildResult:
     out_dir: Path
     examples: int
     card: dict
-
-
-def is_teacher_run(run_dir: Path) -> bool:
-    """A teacher's repair run of some data folder (DATA/teacher_runs/teacher/...): the teacher's
-    mistakes, not a student's own, and read as a student's its failures would go to the teacher
-    again, build after build. A data folder inside the runs given is found by find_run_dirs. Its
-    config says so (repair_run); ones recorded before that are known by their place and id."""
-    config = read_config(run_dir)
-    return config.repair_run or ("teacher_runs" in run_dir.parts and config.run_id.startswith("teacher/"))
 
 
 def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOptions = BuildOptions(), *,
