@@ -66,7 +66,7 @@ WORK_METRICS = (*HGMMA_OPS_METRICS, FP8_OPS_METRIC, *OTHER_FLOP_METRICS, TMA_BYT
                 DURATION_METRIC)
 # Hardware counters that stand in for the per-opcode counts where no SASS is patched (the
 # in-process check, tools.cupti): executed TMA loads/stores (UTMALDG/UTMASTG, warp level), and
-# HMMA instructions (whether a kernel's fp8 tensor ops can be wgmma's: see work_metrics)
+# the tensor pipe's HMMA-class instructions (recorded in the profile and the counted run's metrics)
 TMA_INST_METRICS = ("smsp__inst_executed_op_tma_ld.sum", "smsp__inst_executed_op_tma_st.sum")
 HMMA_INST_METRIC = "sm__inst_executed_pipe_tensor_op_hmma.sum"
 # ... which counts the tensor pipe's HGMMA and QGMMA too (CUPTI's own description on GH100: "warp
