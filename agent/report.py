@@ -192,6 +192,16 @@ def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
             differ.append("features")
             for s, f in zip(settings, features):
                 s["features"] = f
+        # likewise a task whose definition changed (workloads, tolerance ...): runs recorded before
+        # configs held its hash are "unknown", a definition of their own
+        defined = [(r.config.task_hash or "unknown")[:12] for r in members]
+        per_task = {}
+        for r, h in zip(members, defined):
+            per_task.setdefault(r.config.task, set()).add(h)
+        if any(len(hs) > 1 for hs in per_task.values()):
+            differ.append("task_def")
+            for s, h in zip(settings, defined):
+                s["task_def"] = h
         if not differ:
             continue
         for r, s in zip(members, settings):

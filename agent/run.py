@@ -352,6 +352,14 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
         return (f"run {run_dir} was asked with prompt templates {config.prompt_version} "
                 f"{config.template_hash[:12]}; this checkout's are {now_prompts[0]} {now_prompts[1][:12]} "
                 f"(agent/prompts/): its next turns would be asked with other prompts; {afresh}")
+    try:
+        now_task = task_hash(_get_task(config.task)) if config.task_hash is not None else None
+    except SolveError as exc:  # the task is gone from this checkout
+        return f"run {run_dir}: {exc}; {afresh}"
+    if now_task != config.task_hash:
+        return (f"run {run_dir} was judged on task {config.task} as defined then ({config.task_hash[:12]}); this "
+                f"checkout defines it otherwise ({now_task[:12]}: workloads, tolerance, reference or requested "
+                f"instructions, tasks/): its next turns would be judged on another task; {afresh}")
     if config.context != "none" and config.knowledge_version is not None:
         now_docs = _knowledge_version()
         if now_docs != config.knowledge_version:
@@ -415,6 +423,15 @@ def recorded_toolchain(config: RunConfig, run_dir: Path) -> dict[str, str]:
     if "toolchain" not in now:  # "unavailable: ..." then, found now
         merged.pop("toolchain", None)
     return merged
+
+
+def task_hash(task) -> str:
+    """sha256 over a task's whole definition: what its runs are judged against (workloads, held-out
+    sizes, tolerance, reference, requested instructions). Another definition under the same name is
+    another task: reports never pool their runs, a resume under it is refused."""
+    import hashlib
+
+    return hashlib.sha256(task.model_dump_json().encode()).hexdigest()
 
 
 def _knowledge_version() -> str | None:
@@ -487,7 +504,7 @@ def _start_locked(config: RunConfig, task, model, state: dict, run_dir: Path, re
     evaluator = evaluator or _get_evaluator()
     config = config.model_copy(update={"prompt_version": prompts.PROMPT_VERSION,
                                        "template_hash": prompts.template_hash(),
-                                       "knowledge_version": _knowledge_version(),
+                                       "knowledge_version": _knowledge_version(), "task_hash": task_hash(task),
                                        "tool_versions": tool_versions(), "gpu": _gpu_name(evaluator),
                                        "gpu_from_turn": None})  # a repair's config is its student's
     writer = TrajectoryWriter(run_dir)

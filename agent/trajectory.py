@@ -133,6 +133,9 @@ class RunConfig(BaseModel):
     # knowledge.retriever.knowledge_version(): sha256 over the docs, examples and helper headers an
     # arm can send. None: recorded before configs held it (reports count those as "unknown")
     knowledge_version: str | None = None
+    # agent.run.task_hash: sha256 over the task's definition (workloads, tolerance, reference, requested
+    # features ...). None: recorded before configs held it (reports count those as "unknown")
+    task_hash: str | None = None
     # started by agent.run.repair from a given kernel and its feedback (Fixit's teacher): no benchmark
     # run (reports and Fixit builds leave it out)
     repair_run: bool = False
