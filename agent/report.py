@@ -181,27 +181,19 @@ def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
                     s[k] = None
         differ = [k for k in settings[0] if len({json.dumps(s[k], sort_keys=True) for s in settings
                                                  if not (k in DOCS_ARM_ONLY and s[k] is None)}) > 1]
-        # What `arch (SASS)` and correct+arch check: runs of one task asked for other instructions (a task
-        # definition changed between sweeps) answered another question. Compared within a task only: the
-        # family tables pool tasks that may ask for different ones.
-        features = ["+".join(sorted(r.config.requested_features)) or "none" for r in members]
-        per_task: dict[str, set[str]] = {}
-        for r, f in zip(members, features):
-            per_task.setdefault(r.config.task, set()).add(f)
-        if any(len(fs) > 1 for fs in per_task.values()):
-            differ.append("features")
-            for s, f in zip(settings, features):
-                s["features"] = f
-        # likewise a task whose definition changed (workloads, tolerance ...): runs recorded before
-        # configs held its hash are "unknown", a definition of their own
-        defined = [(r.config.task_hash or "unknown")[:12] for r in members]
-        per_task = {}
-        for r, h in zip(members, defined):
-            per_task.setdefault(r.config.task, set()).add(h)
-        if any(len(hs) > 1 for hs in per_task.values()):
-            differ.append("task_def")
-            for s, h in zip(settings, defined):
-                s["task_def"] = h
+        # Settings compared within a task only (the family tables pool tasks that may differ in them):
+        # the instructions it asked for (what `arch (SASS)` and correct+arch check) and its definition
+        # (workloads, tolerance ...; runs recorded before configs held its hash: "unknown"). Runs of one
+        # task under another answered another question.
+        for name, values in (("features", ["+".join(sorted(r.config.requested_features)) or "none" for r in members]),
+                             ("task_def", [(r.config.task_hash or "unknown")[:12] for r in members])):
+            per_task: dict[str, set[str]] = {}
+            for r, v in zip(members, values):
+                per_task.setdefault(r.config.task, set()).add(v)
+            if any(len(vs) > 1 for vs in per_task.values()):
+                differ.append(name)
+                for s, v in zip(settings, values):
+                    s[name] = v
         if not differ:
             continue
         for r, s in zip(members, settings):

@@ -4,12 +4,10 @@ resume under another definition is refused, and reports never pool runs of two d
 Real CLI runs (scripted replies), real run folders."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
 from test_audit_resume_report import _edit_config, _stopped_run
-from trajectory_fixtures import eval_result, kernel, reply_for, write_run
+from test_audit_report_ablation import _c, _edit
+from trajectory_fixtures import write_run
 
 from agent.report import load_runs, summarise
 from agent.run import task_hash
@@ -45,16 +43,6 @@ def test_a_hash_changes_with_what_judges_a_run():
     looser.tolerance = looser.tolerance.model_copy(update={"atol": looser.tolerance.atol * 2})
     assert len({task_hash(t) for t in (task, held_out, looser)}) == 3
     assert task_hash(get_task(GEMM_TASK)) == task_hash(task)
-
-
-def _c(kind: str, tag: str, speedup: float | None = None):
-    s = kernel(tag)
-    return (s, eval_result(kind, speedup=speedup), reply_for(s, f"attempt {tag}"))
-
-
-def _edit(run_dir: Path, **changes) -> None:
-    path = run_dir / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
 def test_reports_never_pool_runs_of_two_definitions(tmp_path):
