@@ -2,8 +2,12 @@
 on all its workloads without the check and with it (in the worker, tools.cupti); with --ncu-arms
 also with the Nsight Compute profile, and with the check by Nsight Compute (PTXBENCH_CREDIT=ncu), on a
 GPU machine. Prints the evaluator's phases, each workload's credit and counted-run cost.
+`--metric-sets` adds an arm per other counter set (the check then withholds credit for want of
+counters; what the arm measures is the counted run's cost with fewer counters: is it the set, or
+the kernels' replay?).
 
-    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms] [--out runs/bench_credit]
+    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms]
+        [--metric-sets no_sass,gmma_only] [--out runs/bench_credit]
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tools import ncu  # noqa: E402
 from tools.evaluator import Evaluator  # noqa: E402
 from tools.solution import Solution  # noqa: E402
 
@@ -40,6 +45,13 @@ def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool =
     return row
 
 
+CHECK_SET = tuple(ncu.CUPTI_METRICS)
+METRIC_SETS = {  # the evaluator sends ncu.CUPTI_METRICS to the worker with every counted run
+    "no_sass": tuple(m for m in CHECK_SET if "__sass_" not in m),  # no SASS-patched metrics: 5 passes
+    "gmma_only": (ncu.GMMA_METRIC,),  # one hardware counter: 1 pass
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", default="gemm_n7168_k5120,mha_bwd_d128")
@@ -47,7 +59,11 @@ def main() -> int:
     ap.add_argument("--out", default="runs/bench_credit")
     ap.add_argument("--ncu-arms", action="store_true",
                     help="also time the check with the Nsight Compute profile, and the check by Nsight Compute")
+    ap.add_argument("--metric-sets", default="", help=f"also the counted run with these sets: {', '.join(METRIC_SETS)}")
     args = ap.parse_args()
+    unknown = [m for m in args.metric_sets.split(",") if m and m not in METRIC_SETS]
+    if unknown:
+        ap.error(f"unknown metric set(s) {', '.join(unknown)}; known: {', '.join(METRIC_SETS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {}
@@ -66,6 +82,12 @@ def main() -> int:
             one(ev, sol, task, True)  # cold counters: CUPTI's set-up, once per worker
             arm("off", False)
             arm("on", True)
+            for name in [m for m in args.metric_sets.split(",") if m]:
+                ncu.CUPTI_METRICS = METRIC_SETS[name]
+                try:
+                    arm(f"on_{name}", True)
+                finally:
+                    ncu.CUPTI_METRICS = CHECK_SET
             if args.ncu_arms:
                 arm("on_profile", True, profile=True)  # + the Nsight Compute profile
                 ev.in_process_credit = False  # the check as it was: a Nsight Compute process
