@@ -7,7 +7,7 @@ counters; what the arm measures is the counted run's cost with fewer counters: i
 the kernels' replay?).
 
     python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms]
-        [--metric-sets no_sass,gmma_only] [--out runs/bench_credit]
+        [--metric-sets no_sass,gmma_only,hw_one_pass,sass_one_pass] [--out runs/bench_credit]
 """
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ CHECK_SET = tuple(ncu.CUPTI_METRICS)
 METRIC_SETS = {  # the evaluator sends ncu.CUPTI_METRICS to the worker with every counted run
     "no_sass": tuple(m for m in CHECK_SET if "__sass_" not in m),  # no SASS-patched metrics: 5 passes
     "gmma_only": (ncu.GMMA_METRIC,),  # one hardware counter: 1 pass
+    # the two halves a counted run could be split into, one pass each on GH100 (host API, 2026-12-02):
+    # the hardware counters less the mma.sync ops, tf32 wgmma ops and LSU bytes; the SASS-patched ones
+    "hw_one_pass": tuple(m for m in CHECK_SET if "__sass_" not in m and "hmma_src" not in m
+                         and m not in (ncu.HGMMA_OPS_METRICS[2], ncu.OTHER_READ_METRICS[0])),
+    "sass_one_pass": (*(m for m in CHECK_SET if "__sass_" in m), "sm__sass_data_bytes_mem_global_op_ld.sum",
+                      "smsp__sass_inst_executed.sum"),
 }
 
 
