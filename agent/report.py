@@ -392,6 +392,10 @@ class CellRow:
     # independent samples among those runs (cell_samples): fewer where a deterministic model's
     # replicas got the same replies; -1: as many as runs
     samples: int = -1
+    tasks: tuple[str, ...] = ()  # the tasks of those runs (a family's row pools several)
+    # what sent the replies (agent.sweep.model_identity): the provider's model, or scripted replies,
+    # a replayed recording, a person, whatever name the sweep gave it
+    model_source: str = ""
 
     def __post_init__(self):
         if self.samples < 0:
@@ -457,6 +461,8 @@ def group_cells(runs: Sequence[RunRecord], key=cell_key) -> dict[CellKey, list[R
 def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TURN_LIMITS,
               by=cell_key) -> list[CellRow]:
     """Rows per cell and turn limit; `by` groups runs into cells (cell_key, family_key, split_key)."""
+    from agent.sweep import model_identity
+
     rows: list[CellRow] = []
     for key, members in group_cells(runs, by).items():
         for limit in sorted(set(turn_limits)):
@@ -466,7 +472,24 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
             speedups = [pr.speedup for pr in per_run if pr.values["cwa_executed"] is True and pr.speedup]
             sols = [pr.sol_score for pr in per_run if pr.values["cwa_executed"] is True and pr.sol_score is not None]
             rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols,
-                                len(per_run)))
+                                len(per_run), tuple(sorted({r.config.task for r in done})),
+                                ", ".join(sorted({model_identity(r.config.model) for r in members}))))
+    return _name_task_sets(rows)
+
+
+def _name_task_sets(rows: list[CellRow]) -> list[CellRow]:
+    """Rows of one family (and arch) at one turn limit are read side by side: models, context arms,
+    strategies. Where their measured runs cover different tasks of the family (a model bound to some
+    tasks, an arm whose runs of a task were all interrupted), a rate over an easy task next to one over
+    easy and hard tasks is no comparison: each such row names its tasks in the family column."""
+    groups: dict[tuple, list[CellRow]] = {}
+    for r in rows:
+        if r.runs:  # a row without measured runs shows n/a: nothing to compare
+            groups.setdefault((r.turn_limit, r.key[1], r.key[2]), []).append(r)
+    for members in groups.values():
+        if len({r.tasks for r in members}) > 1:
+            for r in members:
+                r.key = (r.key[0], f"{r.key[1]} (tasks: {', '.join(r.tasks)})", *r.key[2:])  # type: ignore[assignment]
     return rows
 
 
@@ -497,7 +520,7 @@ def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
     out = []
     for r in rows:
         d: dict[str, object] = dict(zip(KEY_NAMES, r.key))
-        d.update(turn_limit=r.turn_limit, runs=r.runs, samples=r.samples, unfinished=r.unfinished)
+        d.update(model_source=r.model_source, turn_limit=r.turn_limit, runs=r.runs, samples=r.samples, unfinished=r.unfinished)
         for m in PROPORTIONS:
             p = r.metrics[m]
             ci = p.wilson()
@@ -775,11 +798,21 @@ def _default_limits(runs: Sequence[RunRecord]) -> list[int]:
 def _evaluation_notes(runs: Sequence[RunRecord], rows: Sequence[CellRow] = ()) -> list[str]:
     notes = sorted({r.summary.evaluation for r in runs if r.summary and r.summary.evaluation != "ok"})
     lines = [f"evaluation {n} (correctness and speed are n/a for those runs)" for n in notes]
+    # A sweep may name scripted replies or a recording as it likes (model_a): say what sent them
+    sources = {(r.key[0], r.model_source) for r in rows if _not_a_model(r.model_source)}
+    if sources:
+        lines.append("replies not drawn from a model here, not a model's own result: "
+                     + "; ".join(f"{label}: {source}" for label, source in sorted(sources))
+                     + " (scripted: replies written in advance, replay: a recorded run's replies, human: a person's)")
     if any(r.samples < r.runs for r in rows):
         lines.append("runs of a scripted: or replay: model that got the same replies (its replicas) count as one "
                      "sample: one draw of the model, with the verdicts its copies agree on (n/a where they differ) "
                      "and the geometric mean of their speedups")
     return lines
+
+
+def _not_a_model(source: str) -> bool:
+    return any(part.startswith(("scripted:", "replay:")) or part == "human" for part in source.split(", "))
 
 
 _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback x history) and turn limit: the share of "

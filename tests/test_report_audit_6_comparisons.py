@@ -1,0 +1,98 @@
+"""agent report, audited as a paper's reviewer reads it: rows shown side by side that answer
+different questions, and numbers of scripted replies that read as a model's.
+
+1. A family row pools the runs of the family's tasks. Two arms (or two models) whose measured runs
+   covered different tasks of a family were shown side by side as one comparison: a `none` arm
+   measured on the easy task only read as better than a `docs` arm measured on the easy and a hard one.
+2. A sweep may give a scripted: or replay: model a name (docs/examples/sweep_gpu_ray.toml calls the
+   shipped expert solutions' scripts model_a and model_b): the report showed those rows as a model's
+   results, nothing in it said they were replayed replies.
+
+Real run folders (TrajectoryWriter, a real sweep with scripted replies), the real report and CLI.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
+from agent_loop_helpers import cli_env, probe_reply, write_script
+from trajectory_fixtures import GEMM, eval_result, kernel, reply_for, write_run
+
+from agent.report import write_report
+from agent.sweep import load_sweep_config, run_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+HARD = "gemm_n2048_k4096"  # another GEMM task (the family's, split train like GEMM)
+
+
+def _c(kind: str, tag: str, speedup: float | None = None, task: str = GEMM):
+    s = kernel(tag)
+    return (s, eval_result(kind, task=task, speedup=speedup), reply_for(s, f"attempt {tag}"))
+
+
+def _family_rows(report, table: str = "families"):
+    return {r.key[3]: r for r in getattr(report, table) if r.turn_limit == 1}
+
+
+# ---- 1. arms compared over different tasks of a family ------------------------------------------
+def test_family_rows_of_arms_measured_on_other_tasks_name_their_tasks(tmp_path):
+    root = tmp_path / "runs"
+    for k in range(2):
+        write_run(root, f"m/{GEMM}/docs/r{k}", [[_c("correct", f"d{k}", 1.1)]], context="docs")
+        write_run(root, f"m/{HARD}/docs/r{k}", [[_c("compile", f"h{k}", task=HARD)]], task=HARD, context="docs")
+        write_run(root, f"m/{GEMM}/none/r{k}", [[_c("correct", f"n{k}", 1.1)]], context="none")
+    # the none arm's runs of the hard task were interrupted: measured on the easy task alone
+    write_run(root, f"m/{HARD}/none/r0", [[_c("compile", "x0", task=HARD)]], task=HARD, context="none",
+              status="interrupted")
+    report = write_report([root], tmp_path / "report", [1])
+    for table in ("families", "splits"):
+        rows = _family_rows(report, table)
+        docs, none = rows["docs"], rows["none"]
+        assert (docs.metrics["correct"].successes, docs.metrics["correct"].n) == (2, 4)
+        assert (none.metrics["correct"].successes, none.metrics["correct"].n) == (2, 2)
+        # 100% vs 50% correct is no finding about the docs: the rows say over which tasks they were measured
+        assert docs.key[1] != none.key[1], (table, docs.key, none.key)
+        assert GEMM in none.key[1] and HARD not in none.key[1], none.key
+        assert GEMM in docs.key[1] and HARD in docs.key[1], docs.key
+    md = report.files["md"].read_text()
+    assert f"GEMM (tasks: {GEMM})" in md, md
+    data = [r for r in csv.DictReader(open(report.files["families_csv"]))]
+    assert {r["task"] for r in data if r["context"] == "none"} == {f"GEMM (tasks: {GEMM})",
+                                                                  f"GEMM / train (tasks: {GEMM})"}
+
+
+def test_family_rows_over_the_same_tasks_keep_the_family_name(tmp_path):
+    root = tmp_path / "runs"
+    for ctx in ("docs", "none"):
+        write_run(root, f"m/{GEMM}/{ctx}/r0", [[_c("correct", f"{ctx}0", 1.1)]], context=ctx)
+        write_run(root, f"m/{HARD}/{ctx}/r0", [[_c("compile", f"{ctx}1", task=HARD)]], task=HARD, context=ctx)
+    report = write_report([root], tmp_path / "report", [1])
+    assert {r.key[1] for r in report.families} == {"GEMM"}
+    assert {r.key[1] for r in report.splits} == {"GEMM / train"}
+
+
+# ---- 2. scripted replies under a model's name ----------------------------------------------------
+def test_a_named_scripted_model_is_reported_as_scripted_replies(tmp_path):
+    write_script(tmp_path / "probe.json", [probe_reply()])
+    (tmp_path / "sweep.toml").write_text(
+        'name = "s"\nmodels = [{spec = "scripted:probe.json", name = "model_a"}, "scripted:probe.json"]\n'
+        'tasks = ["gemm"]\ncontexts = ["none"]\nconcurrency = 1\nexecuted_check = false\ncheck_models = false\n'
+        '[budget]\nmax_turns = 1\n')
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    assert run_sweep(cfg).succeeded == 2
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "report", str(tmp_path / "runs"), "--out", str(out),
+                           "--turn-limits", "1", "--json"], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    kinds = {r["model"]: r["model_source"] for r in data["rows"]}
+    assert kinds == {"model_a": "scripted:probe.json", "scripted-probe": "scripted:probe.json"}, kinds
+    assert {r["model_source"] for r in csv.DictReader(open(out / "report.csv"))} == {"scripted:probe.json"}
+    md = (out / "report.md").read_text()
+    assert "model_a: scripted:probe.json" in md, md
+    assert "not a model's own" in md, md
