@@ -327,6 +327,8 @@ class RunOutcome(BaseModel):
     verdicts: list[dict] = Field(default_factory=list)  # per candidate, in turn order (for comparisons)
     error: str | None = None  # a crash in ptxbench itself, one line
     seconds: float = 0.0
+    # what its summary.json records (a skipped run: how it ended before this sweep); None: no summary
+    recorded_status: str | None = None
     # ended on its own terms (budget, replay end) with the model answering: the run measured something
     succeeded: bool = False
 
@@ -339,7 +341,7 @@ class SweepResult(BaseModel):
     ran: int  # started fresh or resumed now
     skipped: int  # finished before this invocation
     resumed: int
-    failed: int  # runs that ended with an error
+    failed: int  # runs (now or before) that ended with an error
     succeeded: int = 0  # runs (now or before) that finished with the model answering
     seconds: float
     outcomes: list[RunOutcome]
@@ -368,7 +370,8 @@ def outcome_from(run_id: str, before: RunState, summary: RunSummary | None, seco
                       stop_reason=summary.stop_reason, stop_detail=summary.stop_detail, evaluation=summary.evaluation,
                       best_outcome=summary.best.outcome if summary.best else None, turns=summary.turns,
                       verdicts=verdict_sequence(summary), error=error, seconds=seconds,
-                      succeeded=summary.status == "finished" and summary.stop_reason != "model_error")
+                      succeeded=summary.status == "finished" and summary.stop_reason != "model_error",
+                      recorded_status=summary.status)
 
 
 ProgressFn = Callable[[RunOutcome, int, int], None]  # (outcome, runs accounted for, total)
@@ -459,7 +462,8 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
         sweep=config.name, runs_dir=str(runs_dir), executor=executor.describe() if executor else "none (all done)",
         total=len(runs), ran=len(started), skipped=len(done),
         resumed=sum(1 for _, s in started if s == "partial"),
-        failed=sum(1 for o in ordered if o.status in ("failed", "error")),
+        # now or before, as `succeeded` counts: a run that failed in an earlier invocation still failed
+        failed=sum(1 for o in ordered if o.status in ("failed", "error") or o.recorded_status == "failed"),
         succeeded=sum(1 for o in ordered if o.succeeded), seconds=time.monotonic() - start,
         outcomes=ordered, warnings=warnings, interrupted=interrupted,
         infra_errors=sum(1 for o in ordered if o.stop_reason == "infra_error" and o.status != "skipped"))
@@ -525,6 +529,7 @@ def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, 
     run_dir = runs_dir / r.run_id
     try:
         if state == "partial":
+            _reopen(run_dir)
             summary = agent_run.resume(str(run_dir), runs_dir, progress=False, evaluator=evaluator, stop=stop)
         else:
             summary = agent_run.solve(r.request(config, runs_dir), progress=False, evaluator=evaluator, stop=stop)
@@ -536,6 +541,26 @@ def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, 
         except RunFolderError as unreadable:  # raised here, it would stop the whole sweep
             summary, message = None, f"{message}; {unreadable}"
         return outcome_from(r.run_id, state, summary, time.monotonic() - start, error=message)
+
+
+def _reopen(run_dir: Path) -> None:
+    """A run --retry-failed resumes has not ended until it ends again: its summary of the earlier end
+    (failed, or the provider's model_error) says interrupted from now on. Left as it was, a driver killed
+    mid-resume would leave that old end as the run's, so the next sweep skipped the run and `agent report`
+    measured it at its old turns, though its checkpoint went on. (The turns it records stay.)"""
+    from agent.run import run_folder_lock
+    from agent.trajectory import write_text_atomic
+
+    with run_folder_lock(run_dir):  # not under another process that drives it now
+        summary = _readable_summary(run_dir)
+        if summary is None or summary.status not in DONE_STATUSES or summary.stop_reason == "infra_error":
+            return  # no end recorded (an infrastructure fault's is none either: run_state resumes it anyway)
+        was = summary.stop_reason or summary.status
+        write_text_atomic(run_dir / "summary.json", summary.model_copy(update={
+            "status": "interrupted", "stop_reason": "interrupted",
+            "stop_detail": f"being resumed after it ended with {was} (agent sweep --retry-failed); "
+                           f"if no sweep drives it now, its driver was stopped: run the sweep again"}
+        ).model_dump_json(indent=2) + "\n")
 
 
 @dataclass

@@ -119,9 +119,10 @@ def sweep(
         # The same failure in every run is one line with a count, not sixty.
         problems: dict[str, list[str]] = {}
         for o in result.outcomes:
-            if not o.succeeded and o.status != "skipped":
+            if not o.succeeded:  # a run skipped now: how it ended before (the counts above include it)
                 why = o.error or (f"{o.stop_reason}: {o.stop_detail}" if o.stop_detail else o.stop_reason) or o.status
-                problems.setdefault(f"{o.status}, {why}", []).append(o.run_id)
+                status = o.status if o.status != "skipped" else f"{o.recorded_status} before"
+                problems.setdefault(f"{status}, {why}", []).append(o.run_id)
         for why, ids in problems.items():
             more = f" and {plural(len(ids) - 1, 'other run')}" if len(ids) > 1 else ""
             say(f"[red]{escape(why)}[/red] ({escape(ids[0])}{more})")
