@@ -70,6 +70,13 @@ class Attempt:
     # The candidate whose feedback this one answered (its path in the run); None: it answered the
     # task (turn 1), or for a teacher run, the student's kernel the run opened with.
     parent: str | None = None
+    # The chat as sent for this candidate (its `llm_request` event): the system prompt of the run's
+    # prompt version, the task message with its arm's docs, ... and the message it answered last.
+    # None: not recorded (hand-written run folders).
+    sent: list[dict] | None = None
+    # The message that followed this candidate in a chat that went on from it (docs retrieved for
+    # its result, then its feedback), as sent; None: no recorded request continued from it.
+    followed_by: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -96,6 +103,8 @@ def load_attempts(run_dir: Path) -> list[Attempt]:
             by_turn[e.get("turn")] = e.get("text")
     chosen_path = {t.turn: next((c.path for c in t.candidates if t.chosen is None or c.sample == t.chosen), None)
                    for t in per_turn}
+    # What the model was sent (the last request of a candidate wins: one asked again after a crash).
+    sent = {(e.get("turn"), e.get("sample")): e.get("messages") for e in read_events(run_dir, "llm_request")}
     attempts = []
     for t in per_turn:
         for c in t.candidates:
@@ -111,7 +120,13 @@ def load_attempts(run_dir: Path) -> list[Attempt]:
             # Runs recorded before candidates named their parent continued from the previous turn's chosen one.
             parent = c.parent if c.parent is not None or t.turn == 1 else chosen_path.get(t.turn - 1)
             attempts.append(Attempt(run_dir, config, c, solution, ev, reply,
-                                    about.get(c.path) or (by_turn.get(t.turn) if chosen else None), parent))
+                                    about.get(c.path) or (by_turn.get(t.turn) if chosen else None), parent,
+                                    sent.get((t.turn, c.sample)) or None))
+    by_path = {a.record.path: a for a in attempts}
+    for a in attempts:  # the first chat that went on from a candidate says what followed it
+        last = a.sent[-1] if a.sent else None
+        if a.parent in by_path and last and last.get("role") == "user" and by_path[a.parent].followed_by is None:
+            by_path[a.parent].followed_by = last.get("content")
     return sorted(attempts, key=lambda a: a.key)
 
 
@@ -382,21 +397,36 @@ def explain(p: Pair, explainer: ExplainerFn | None) -> Pair:
 def messages(p: Pair) -> list[dict]:
     """system, user (task + wrong kernel + feedback), assistant (reasoning + fixed kernel).
 
+    The system prompt and the task message are those the model was sent when it wrote the wrong
+    kernel (its run's prompt version; the task message with its context arm's docs), and after the
+    kernel comes what was sent after it (docs retrieved for its result, then its feedback), so an
+    example teaches a fix in the prompt it was written in, as the trained model is prompted in a
+    sweep. Runs that recorded no requests: rendered as the loop renders them, without docs.
+
     Only the assistant message is trained on: it carries weight 1, the others weight 0
     (the OpenAI fine-tuning convention; `agent fixit train` turns it into prompt/completion).
     """
     from agent import prompts
-    from tasks import get_task
-    from tasks.describe import render_task
 
     cfg = p.failed.config
-    task = get_task(cfg.task)
-    # The task as the loop describes it, then the attempt and its feedback (which ends by asking for a fix).
+    seen = p.failed.sent
+    if seen and len(seen) >= 2 and [m.get("role") for m in seen[:2]] == ["system", "user"]:
+        system, task_message = seen[0]["content"], seen[1]["content"]
+    else:
+        from tasks import get_task
+        from tasks.describe import render_task
+
+        system = prompts.system_prompt(cfg.arch, cfg.lang, cfg.prompt_version)
+        task_message = render_task(get_task(cfg.task), cfg.arch, cfg.lang)
+    # What followed the wrong kernel: as the fixing reply itself was sent it (it answered that kernel),
+    # else as the chat that went on from it was; else the feedback recorded or rendered for it.
+    answered = p.fixed.sent[-1] if p.source == "trajectory" and answers(p) and p.fixed.sent else None
+    after = (answered.get("content") if answered and answered.get("role") == "user" else None) \
+        or p.failed.followed_by or feedback_text(p.failed)
     wrong, fixed = solution_block(p.failed.solution), solution_block(p.fixed.solution)  # type: ignore[arg-type]
-    user = (render_task(task, cfg.arch, cfg.lang).strip() + "\n\n## Your previous attempt\n\n" + wrong
-            + "\n" + feedback_text(p.failed).strip() + "\n")
+    user = (task_message.strip() + "\n\n## Your previous attempt\n\n" + wrong + "\n" + after.strip() + "\n")
     answer = (p.explanation.strip() + "\n\n" if p.explanation.strip() else "") + fixed
-    return [{"role": "system", "content": prompts.system_prompt(cfg.arch, cfg.lang), "weight": 0},
+    return [{"role": "system", "content": system, "weight": 0},
             {"role": "user", "content": user, "weight": 0},
             {"role": "assistant", "content": answer, "weight": 1}]
 
@@ -531,6 +561,14 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
         splits = {d: task_split(read_config(d).task) for d in run_dirs}
         left_out.update(s for s in splits.values() if s != options.split)
         run_dirs = [d for d in run_dirs if splits[d] == options.split]
+    # A run judged against another definition of its task (other workloads, held-out sizes, tolerance,
+    # reference) verified its fixes against that one, and its prompts and feedback name that one's
+    # visible sizes: no example of the task an adapter is evaluated on. Runs recorded before configs
+    # held the hash cannot be told apart: kept, and counted on the card.
+    definitions = {d: task_definition(read_config(d)) for d in run_dirs}
+    left_out.update(s for s in definitions.values() if s == "other_task_definition")
+    run_dirs = [d for d in run_dirs if definitions[d] != "other_task_definition"]
+    unknown_definition = sum(1 for d in run_dirs if definitions[d] == "unknown")
     pairs: list[Pair] = []
     failures = Counter()
     unfixed_total = 0
@@ -572,10 +610,27 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
         for i, p in enumerate(chosen):
             f.write(json.dumps({"messages": messages(p), "meta": example_meta(p, i)}, ensure_ascii=False) + "\n")
     card = data_card(chosen, runs=len(run_dirs), failures=failures, pairs_found=len(pairs),
-                     unfixed=unfixed_total, dropped=dropped, options=options, left_out=left_out)
+                     unfixed=unfixed_total, dropped=dropped, options=options, left_out=left_out,
+                     unknown_definition=unknown_definition)
     (out / "data_card.json").write_text(json.dumps(card, indent=2) + "\n")
     (out / "data_card.md").write_text(render_card(card))
     return BuildResult(out, len(chosen), card)
+
+
+def task_definition(config: RunConfig) -> str:
+    """`current` when the run was judged against today's definition of its task (agent.run.task_hash),
+    `other_task_definition` when against another, `unknown` when it recorded none (or its task is
+    no longer known here)."""
+    from agent.run import task_hash
+    from tasks import get_task
+
+    if not config.task_hash:
+        return "unknown"
+    try:
+        current = task_hash(get_task(config.task))
+    except ValueError:
+        return "unknown"
+    return "current" if config.task_hash == current else "other_task_definition"
 
 
 def example_meta(p: Pair, index: int) -> dict:
@@ -591,12 +646,15 @@ def example_meta(p: Pair, index: int) -> dict:
 
 
 def data_card(chosen: Sequence[Pair], *, runs: int, failures: Counter, pairs_found: int, unfixed: int,
-              dropped: Counter, options: BuildOptions, left_out: Counter = Counter()) -> dict:
+              dropped: Counter, options: BuildOptions, left_out: Counter = Counter(),
+              unknown_definition: int = 0) -> dict:
     def count(key) -> dict:
         return dict(sorted(Counter(key(p) for p in chosen).items()))
 
     return {
         "examples": len(chosen), "runs": runs, "runs_left_out": dict(sorted(left_out.items())),
+        # runs recorded before configs held their task's hash: judged against a definition unknown
+        "runs_task_definition_unknown": unknown_definition,
         "failed_candidates_by_error": dict(sorted(failures.items())),
         "pairs_found": pairs_found, "unfixed_failures": unfixed, "dropped": dict(sorted(dropped.items())),
         # an example fixing two classes (features and numbers, say) counts under both, as its meta.errors says
@@ -623,8 +681,10 @@ def render_card(card: dict) -> str:
     lines = ["# Fixit data card", "",
              f"{card['examples']} examples from {card['runs']} runs: each pairs a failed kernel and its "
              "evaluation feedback with the later kernel that fixed that error class, and an explanation.", "",
-             f"- runs left out by the split (`{card['options']['split'] or 'all'}`): "
-             f"{json.dumps(card['runs_left_out'])}",
+             f"- runs left out (by the split `{card['options']['split'] or 'all'}`, or judged against another "
+             f"definition of their task): {json.dumps(card['runs_left_out'])}",
+             f"- runs that recorded no task definition (judged against one unknown): "
+             f"{card.get('runs_task_definition_unknown', 0)}",
              f"- pairs found: {card['pairs_found']}; failures left unfixed: {card['unfixed_failures']}",
              f"- dropped: {json.dumps(card['dropped'])}",
              f"- failed candidates by error class: {json.dumps(card['failed_candidates_by_error'])}",
