@@ -25,8 +25,9 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
 
 A verdict that could not be checked (no GPU, no ncu) is unknown: a run is unknown when
 none of its candidates reached the verdict and at least one was unchecked. Proportions
-count known runs only, with Wilson 95% intervals; a cell without known runs shows n/a,
-never a pass. The speedup interval is a seeded bootstrap over the cell's runs. Replicas of a
+count known runs only, with Wilson 95% intervals that span the unknown runs both ways (an unknown
+verdict is one a run got too far to settle without a GPU or the executed check: the known runs are
+no random sample); a cell without known runs shows n/a, never a pass. The speedup interval is a seeded bootstrap over the cell's runs. Replicas of a
 scripted: or replay: model that got the same replies are one sample (cell_samples): copies of
 one draw of the model never narrow an interval.
 
@@ -344,12 +345,21 @@ class Proportion:
         return self.successes / self.n if self.n else None
 
     def wilson(self, z: float = 1.959964) -> tuple[float, float] | None:
+        """Wilson's 95% interval of the cell's rate. Runs whose verdict is unknown are no random part
+        of the cell (a verdict is unchecked where a run got further: compiled on a CPU, correct where the
+        executed check did not run), so the rate over known runs is no estimate of the cell's: the
+        interval spans them both ways, from all of them failing to all of them passing."""
         if not self.n:
             return None
-        p, n = self.successes / self.n, self.n
-        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-        return max(0.0, centre - half), min(1.0, centre + half)
+        total = self.n + self.unknown
+        return _wilson(self.successes, total, z)[0], _wilson(self.successes + self.unknown, total, z)[1]
+
+
+def _wilson(successes: int, n: int, z: float) -> tuple[float, float]:
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def proportion(values: Sequence[Tri]) -> Proportion:
@@ -816,7 +826,8 @@ def _not_a_model(source: str) -> bool:
 
 
 _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback x history) and turn limit: the share of "
-          "runs that reached each verdict with a Wilson 95% interval and (successes/known runs); speedup is the "
+          "runs that reached each verdict with a Wilson 95% interval (stretched over the runs whose verdict is n/a, "
+          "either way) and (successes/known runs); speedup is the "
           "geometric mean of each correct-with-arch run's best speedup vs the library, with a bootstrap 95% "
           "interval; SOL score the mean of each such run's best score against the roofline (1 = speed of light, "
           "0.5 = the library). "

@@ -16,6 +16,8 @@ import csv
 import json
 import subprocess
 import sys
+
+import pytest
 from pathlib import Path
 
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
@@ -96,3 +98,28 @@ def test_a_named_scripted_model_is_reported_as_scripted_replies(tmp_path):
     md = (out / "report.md").read_text()
     assert "model_a: scripted:probe.json" in md, md
     assert "not a model's own" in md, md
+
+
+# ---- 3. intervals where some verdicts are unknown ------------------------------------------------
+def test_an_interval_spans_the_runs_whose_verdict_is_unknown(tmp_path):
+    """A GPU sweep run without the executed check (executed_check = false): five runs never compiled
+    (known: not correct with arch), five wrote correct kernels with wgmma + TMA in their SASS that no
+    check counted at run time (unknown). The unknowns are exactly the runs that got furthest, so the
+    known runs are no sample of the cell: the report said `correct+arch executed 0% [0%-43%] (0/5, 5 n/a)`,
+    an interval that excludes the 50% the cell has if the five unknowns executed their instructions."""
+    root = tmp_path / "runs"
+    for k in range(5):
+        write_run(root, f"m/gemm/docs/f{k}", [[_c("compile", f"f{k}")]])
+        write_run(root, f"m/gemm/docs/u{k}", [[_c("correct_unchecked", f"u{k}", 1.3)]])
+    report = write_report([root], tmp_path / "report", [1])
+    [row] = report.rows
+    for name in ("cwa_executed", "fast_1"):
+        p = row.metrics[name]
+        assert (p.successes, p.n, p.unknown) == (0, 5, 5), name
+        lo, hi = p.wilson()
+        assert lo == 0.0 and hi >= 0.5, (name, lo, hi)  # 5 of 10 is a value the cell may have
+    [csv_row] = list(csv.DictReader(open(report.files["csv"])))
+    assert float(csv_row["cwa_executed_hi"]) >= 0.5, csv_row
+    assert f"0% [0%-{row.metrics['cwa_executed'].wilson()[1]:.0%}] (0/5, 5 n/a)" in report.files["md"].read_text()
+    # known runs alone keep Wilson's interval
+    assert row.metrics["correct"].wilson() == pytest.approx((0.2366, 0.7634), abs=1e-3)
