@@ -150,10 +150,14 @@ class RayExecutor:
 
     def describe(self) -> str:
         s = self._cluster.stats()
+        what = self._what
+        if s.pool.other_gpu:  # the runs record one GPU: actors on another are left idle
+            what += (f"; {s.pool.other_gpu} actor(s) on another GPU ({', '.join(s.pool.other_gpus)}) left idle: "
+                     f"the runs are judged on {self._shared.gpu}")
         if not s.evaluations:
-            return self._what
+            return what
         per_eval = 1000.0 / s.evaluations
-        return (f"{self._what}; {s.evaluations} evaluations, driver CPU {self.driver_cpu_s() * per_eval:.1f} "
+        return (f"{what}; {s.evaluations} evaluations, driver CPU {self.driver_cpu_s() * per_eval:.1f} "
                 f"ms/evaluation (executor bookkeeping {s.bookkeeping_cpu_s * per_eval:.1f} ms), "
                 f"{s.retried} retried, {s.pool.replaced} GPU actors replaced")
 

@@ -7,7 +7,8 @@ One candidate's way through the cluster, with the driver only submitting and wai
                       Ray's object store; the driver fetches only a one-bit "done?" flag.
     GpuEvaluatorActor one per GPU (num_gpus=1): Evaluator.evaluate(..., compiled=<that object>),
                       i.e. correctness and timing only. Ray moves the cubin to the actor's node.
-    GpuActorPool      which actors are free; replaces dead ones; grows when nodes join.
+    GpuActorPool      which actors are free; replaces dead ones; grows when nodes join; hands out
+                      only actors on the GPU the sweep's runs record (the first actor's).
     ClusterEvaluator  what a run calls: prepare -> the next free actor -> EvalResult.
 
 Faults, and what each costs:
@@ -19,6 +20,10 @@ Faults, and what each costs:
 - a node is lost while its actors are idle: the pool's supervisor sees the node gone
   (ray.nodes(), every poll_s) and replaces them before a request can pick one.
 - a node joins: the supervisor sees more GPUs than actors and starts actors on them.
+- a GPU of another kind (an H100 node in a sweep judged on H200s): every run records one GPU
+  (the first actor's), and what `agent report` files its speedups under must be what measured
+  them, so that actor is held idle (its GPU taken, no actor started in its place) and never
+  given a request; the executor's description names it.
 - the driver is killed: nothing here survives it and nothing needs to; each run's folder
   keeps every finished evaluation (eval.json), which a resumed run reuses (agent/nodes.py).
 - a node running a prepare task is lost: Ray re-runs the task (tasks retry by default).
@@ -136,6 +141,8 @@ class PoolStats:
     started: int = 0
     replaced: int = 0  # died (or their node was lost) and replaced
     start_failures: int = 0
+    other_gpu: int = 0  # up on a GPU of another kind than the sweep's: held idle, never handed a request
+    other_gpus: list[str] = field(default_factory=list)  # those GPUs' names
 
 
 class GpuActorPool:
@@ -144,7 +151,11 @@ class GpuActorPool:
     A supervisor thread collects actors as they come up, compares the cluster's live GPUs
     with the actors it has (live + pending) every poll_s and starts the difference, and drops
     the actors of nodes that are gone. Actors are never restarted by Ray itself: a replacement
-    is a new actor, so a request is never silently re-run on the same one."""
+    is a new actor, so a request is never silently re-run on the same one.
+
+    The sweep's runs record one GPU (`gpu`: the first actor's to come up) and their verdicts and
+    speedups are filed under it: an actor that comes up on another GPU is held in `_other`, alive
+    (its GPU counts as covered, so none is started in its place) and never handed out."""
 
     def __init__(self, stages: RayStages, *, actor_cpus: float, poll_s: float = 1.0, max_start_failures: int = 3):
         import ray
@@ -159,6 +170,9 @@ class GpuActorPool:
         self._lock = threading.Lock()
         self._live: list[_Slot] = []
         self._pending: list[_Slot] = []
+        self._other: list[_Slot] = []  # up on another GPU than `gpu`: held idle
+        self.gpu: str | None = None  # the GPU the sweep is judged on, once the first actor is up
+        self._gpu_known = False
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._became_live = threading.Condition(self._lock)
         self.stats = PoolStats()
@@ -197,6 +211,8 @@ class GpuActorPool:
                 self._live.remove(slot)
             if slot in self._pending:
                 self._pending.remove(slot)
+            if slot in self._other:  # held idle: its replacement is held too, or becomes usable
+                self._other.remove(slot)
             self.stats.replaced += 1
             self.last_error = why
             self._spawn(1)
@@ -219,6 +235,8 @@ class GpuActorPool:
     def snapshot(self) -> PoolStats:
         with self._lock:
             self.stats.live, self.stats.pending = len(self._live), len(self._pending)
+            self.stats.other_gpu = len(self._other)
+            self.stats.other_gpus = sorted({str(s.info.gpu) for s in self._other if s.info is not None})
             return PoolStats(**vars(self.stats))
 
     def close(self) -> None:
@@ -227,7 +245,7 @@ class GpuActorPool:
         self._stop.set()
         self._thread.join(timeout=10)
         with self._lock:
-            slots, self._live, self._pending = self._live + self._pending, [], []
+            slots, self._live, self._pending, self._other = self._live + self._pending + self._other, [], [], []
         closing = [s.handle.close.remote() for s in slots if s.info is not None]
         if closing:
             ray.wait(closing, num_returns=len(closing), timeout=30)
@@ -274,6 +292,11 @@ class GpuActorPool:
             with self._became_live:
                 if slot in self._pending and slot.alive:
                     self._pending.remove(slot)
+                    if not self._gpu_known:  # the first actor up names the sweep's GPU
+                        self.gpu, self._gpu_known = slot.info.gpu, True
+                    if slot.info.gpu != self.gpu:
+                        self._other.append(slot)
+                        continue
                     self._live.append(slot)
                     self._free.put(slot)
                     self._became_live.notify_all()
@@ -286,11 +309,11 @@ class GpuActorPool:
         alive_ids = {n["NodeID"] for n in nodes}
         gpus = sum(int(n.get("Resources", {}).get("GPU", 0)) for n in nodes)
         with self._lock:
-            gone = [s for s in self._live if s.info is not None and s.info.node_id not in alive_ids]
+            gone = [s for s in self._live + self._other if s.info is not None and s.info.node_id not in alive_ids]
         for s in gone:
             self.lost(s, f"node {s.info.node_id[:8]} was lost")
         with self._lock:
-            self._spawn(gpus - len(self._live) - len(self._pending))
+            self._spawn(gpus - len(self._live) - len(self._pending) - len(self._other))
 
     def _spawn(self, n: int) -> None:
         """Start n actors (caller holds the lock). Stops after repeated start failures: an actor

@@ -1,0 +1,92 @@
+"""Audit 6: the Ray executor on a cluster whose nodes differ (a real local Ray cluster; the GPU actor is
+a stand-in, as in tests/test_ray_executor.py, since a fake GPU cannot run kernels).
+
+1. GPUs of two kinds (an H100 node and an H200 node): every run records the first actor's GPU
+   (config.gpu, what `agent report` files its verdicts and speedups under), yet each evaluation went
+   to whichever actor was free, so about half of a run's candidates were judged and timed on the other
+   GPU, against that GPU's library. A sweep's evaluations now go only to actors on the GPU its runs
+   record; actors on another kind are held idle (so no actor is started in their place) and the
+   executor's description says so.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from agent_loop_helpers import GEMM_TASK, PROBE_CU, PROBE_MANIFEST  # noqa: E402
+from ray_stubs import StubGpuActor  # noqa: E402
+
+from agent.executors import RayExecutor  # noqa: E402
+from agent.ray_evaluator import ActorInfo, RayStages  # noqa: E402
+from tools.solution import Solution  # noqa: E402
+
+POLL_S = 0.2
+
+
+class KindStubActor(StubGpuActor):
+    """The stand-in GPU actor, naming its GPU after its node: `stub H100` on a node with the custom
+    resource stub_h100, `stub H200` elsewhere."""
+
+    def __init__(self, log: str):
+        super().__init__(log)
+        node = next(n for n in ray.nodes() if n["NodeID"] == self._node)
+        self._gpu = "stub H100" if "stub_h100" in node.get("Resources", {}) else "stub H200"
+
+    def describe(self):
+        return ActorInfo.here(self._gpu, None)
+
+    def evaluate(self, solution, task, arch, compiled, kwargs):
+        res = super().evaluate(solution, task, arch, compiled, kwargs)
+        res.gpu = self._gpu
+        return res
+
+
+@pytest.fixture(scope="module")
+def two_kinds():
+    """A head with one `H200` and a node with one `H100`."""
+    from ray.cluster_utils import Cluster
+
+    import ray.cloudpickle
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1, "include_dashboard": False})
+    c.add_node(num_cpus=1, num_gpus=1, resources={"stub_h100": 1})
+    ray.init(address=c.address, log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def _wait_for(what, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := what():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"still not true after {timeout_s} s")
+
+
+def test_a_sweep_is_judged_on_the_one_gpu_its_runs_record(two_kinds, tmp_path):
+    ex = RayExecutor(stages=RayStages(gpu_actor=KindStubActor, actor_args=(str(tmp_path / "gpu.log"),)),
+                     poll_s=POLL_S)
+    try:
+        # both actors up (one on each GPU), none still starting
+        _wait_for(lambda: (s := ex.stats().pool).started >= 2 and s.pending == 0)
+        ev = ex.evaluator()
+        assert ev.gpu in ("stub H100", "stub H200")
+        probe = Solution(language="cuda", source=PROBE_CU, manifest=PROBE_MANIFEST)
+        gpus = [ev.evaluate(probe, GEMM_TASK, "sm_90a").gpu for _ in range(4)]
+        assert gpus == [ev.gpu] * 4, (ev.gpu, gpus)
+        time.sleep(5 * POLL_S)  # the other GPU's actor is held, not replaced again and again
+        s = ex.stats()
+        assert (s.pool.started, s.pool.live, s.pool.other_gpu, s.pool.replaced) == (2, 1, 1, 0), s
+        other = "stub H100" if ev.gpu == "stub H200" else "stub H200"
+        assert other in ex.describe() and "idle" in ex.describe(), ex.describe()
+    finally:
+        ex.close()
