@@ -28,8 +28,8 @@ none of its candidates reached the verdict and at least one was unchecked. Propo
 count known runs only, with Wilson 95% intervals that span the unknown runs both ways (an unknown
 verdict is one a run got too far to settle without a GPU or the executed check: the known runs are
 no random sample); a cell without known runs shows n/a, never a pass. The speedup interval is a seeded bootstrap over the cell's runs. Replicas of a
-scripted: or replay: model that got the same replies are one sample (cell_samples): copies of
-one draw of the model never narrow an interval.
+scripted: or replay: model, or of any model at temperature 0, that got the same replies are one
+sample (cell_samples): copies of one draw of the model never narrow an interval.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
 run its model's provider stopped (model_error) or that ran out of replayed or human replies
@@ -306,7 +306,8 @@ def _replies(run: RunRecord, turn_limit: int) -> str:
 
 def cell_samples(runs: Sequence[RunRecord], turn_limit: int) -> list[RunMetrics]:
     """The independent samples among runs measured at `turn_limit`: one per run, except that runs of
-    a deterministic model that got the same replies in the same cell (its replicas) are one sample.
+    a deterministic model (scripted, replayed, or any model decoding greedily: temperature 0) that got
+    the same replies in the same cell (its replicas) are one sample.
     n copies of one reply sequence are one draw of the model; counted n times they would narrow every
     interval as if n draws had agreed. A merged sample holds the verdicts its copies agree on (n/a
     where the same kernels got different verdicts), and the geometric mean of their speedups."""
@@ -314,7 +315,8 @@ def cell_samples(runs: Sequence[RunRecord], turn_limit: int) -> list[RunMetrics]
 
     groups: dict[object, list[RunMetrics]] = {}
     for r in runs:
-        key = (cell_key(r), _replies(r, turn_limit)) if deterministic(r.config.model) else r.run_dir
+        greedy = deterministic(r.config.model) or r.config.temperature == 0
+        key = (cell_key(r), _replies(r, turn_limit)) if greedy else r.run_dir
         groups.setdefault(key, []).append(run_metrics(r.summary, turn_limit))  # type: ignore[arg-type]
     return [copies[0] if len(copies) == 1 else _merge_copies(copies) for copies in groups.values()]
 
@@ -815,7 +817,8 @@ def _evaluation_notes(runs: Sequence[RunRecord], rows: Sequence[CellRow] = ()) -
                      + "; ".join(f"{label}: {source}" for label, source in sorted(sources))
                      + " (scripted: replies written in advance, replay: a recorded run's replies, human: a person's)")
     if any(r.samples < r.runs for r in rows):
-        lines.append("runs of a scripted: or replay: model that got the same replies (its replicas) count as one "
+        lines.append("runs of a scripted: or replay: model, or of a model at temperature 0, that got the same "
+                     "replies (its replicas) count as one "
                      "sample: one draw of the model, with the verdicts its copies agree on (n/a where they differ) "
                      "and the geometric mean of their speedups")
     return lines

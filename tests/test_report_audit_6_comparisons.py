@@ -123,3 +123,38 @@ def test_an_interval_spans_the_runs_whose_verdict_is_unknown(tmp_path):
     assert f"0% [0%-{row.metrics['cwa_executed'].wilson()[1]:.0%}] (0/5, 5 n/a)" in report.files["md"].read_text()
     # known runs alone keep Wilson's interval
     assert row.metrics["correct"].wilson() == pytest.approx((0.2366, 0.7634), abs=1e-3)
+
+
+# ---- 4. replicas of greedy decoding ---------------------------------------------------------------
+def _edit_config(run_dir: Path, **changes) -> None:
+    path = run_dir / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_replicas_at_temperature_zero_that_got_the_same_replies_are_one_sample(tmp_path):
+    """A sweep at temperature 0 (greedy decoding, e.g. a local server) with three replicas: the server
+    sent the same reply to each. Three copies of one draw were counted as three runs that agreed
+    (compiled 3/3, Wilson 44%-100%), as scripted replicas were before they were merged."""
+    root = tmp_path / "runs"
+    for k in range(3):
+        _edit_config(write_run(root, f"m/gemm/docs/r{k}", [[_c("correct", "same", 1.2)]], model="openai/local"),
+                     temperature=0.0)
+    report = write_report([root], tmp_path / "report", [1])
+    [row] = report.rows
+    assert (row.runs, row.samples) == (3, 1), row
+    assert (row.metrics["compiled"].successes, row.metrics["compiled"].n) == (1, 1)
+    assert row.speedups == [1.2]
+    assert "| 3 (as 1 sample: same replies) |" in report.files["md"].read_text()
+    # other replies at temperature 0 are other draws (a server that is not deterministic)
+    _edit_config(write_run(root, "m/gemm/docs/r3", [[_c("correct", "other", 1.4)]], model="openai/local"),
+                 temperature=0.0)
+    [row] = write_report([root], tmp_path / "report", [1]).rows
+    assert (row.runs, row.samples) == (4, 2)
+
+
+def test_replicas_sampled_with_a_temperature_stay_runs_of_their_own(tmp_path):
+    root = tmp_path / "runs"
+    for k in range(2):
+        write_run(root, f"m/gemm/docs/r{k}", [[_c("correct", "same", 1.2)]], model="openai/local")
+    [row] = write_report([root], tmp_path / "report", [1]).rows
+    assert (row.runs, row.samples) == (2, 2)
