@@ -15,8 +15,9 @@ Faults, and what each costs:
 - a GPU actor dies while running a request (worker crash, node lost): the pool drops it and
   starts a replacement (placed when a GPU is free); the request is retried once on another
   actor. Only the retry's result comes back, so nothing is counted twice; a request whose
-  retry dies too raises GpuActorsLost (the run records a ptxbench failure, and
-  `agent sweep --retry-failed` resumes it).
+  retry dies too comes back with `harness_fault` set (no verdict), as a local GPU worker
+  failing on its own does: the run stops with infra_error and the next `agent sweep`
+  resumes it (evaluate() of ClusterEvaluator; _on_gpu raises GpuActorsLost).
 - a node is lost while its actors are idle: the pool's supervisor sees the node gone
   (ray.nodes(), every poll_s) and replaces them before a request can pick one.
 - a node joins: the supervisor sees more GPUs than actors and starts actors on them.
@@ -381,16 +382,31 @@ class ClusterEvaluator:
         import ray
 
         compiled = kwargs.pop("compiled", None)
-        task = self._shared(task)
+        task_ref = self._shared(task)
         if compiled is None:
-            done_ref, payload_ref = self._prepare.remote(solution, task, arch, kwargs, self.no_gpu_reason)
+            done_ref, payload_ref = self._prepare.remote(solution, task_ref, arch, kwargs, self.no_gpu_reason)
             if ray.get(done_ref):  # one bool: the cubin stays in the object store
                 return ray.get(payload_ref)
         else:  # the caller compiled already
             payload_ref = ray.put(compiled)
         with self._lock:
             self._stats.on_gpu += 1
-        return self._on_gpu(solution, task, arch, payload_ref, kwargs)
+        try:
+            return self._on_gpu(solution, task_ref, arch, payload_ref, kwargs)
+        except GpuActorsLost as exc:
+            # The harness failed, not the candidate: no verdict (tools/results.py), and the run stops with
+            # infra_error as it does when a local worker fails on its own, never as a ptxbench error.
+            return self._lost(solution, task, arch, ray.get(payload_ref), kwargs, str(exc))
+
+    @staticmethod
+    def _lost(solution, task, arch: str, compiled, kwargs: dict, why: str) -> EvalResult:
+        from tools.evaluator import Evaluator
+
+        cpu_only = Evaluator(gpus=[])
+        cpu_only.no_gpu_reason = why
+        res = without_cubin(cpu_only.evaluate(solution, task, arch, compiled=compiled, **kwargs))
+        res.harness_fault = why
+        return res
 
     def _on_gpu(self, solution, task, arch: str, payload_ref, kwargs: dict) -> EvalResult:
         import ray

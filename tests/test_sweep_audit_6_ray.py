@@ -90,3 +90,39 @@ def test_a_sweep_is_judged_on_the_one_gpu_its_runs_record(two_kinds, tmp_path):
         assert other in ex.describe() and "idle" in ex.describe(), ex.describe()
     finally:
         ex.close()
+
+
+# ---- 2. GPU actors lost are an infrastructure fault, as a local worker's is -----------------------
+def test_a_run_whose_gpu_actors_all_died_stops_as_an_infrastructure_fault(two_kinds, tmp_path):
+    """A request whose actor and its retry's actor both die: the local executor's worker failing on its own
+    stops the run with infra_error (resumed by the next sweep, exit 3); on Ray the same fault stopped it as
+    a ptxbench error (status failed, stop_reason error): the next sweep skipped it as done, its cell lost a
+    replica in `agent report` unless --retry-failed, and the sweep said 0 infrastructure errors."""
+    from agent_loop_helpers import probe_reply, write_script
+    from ray_stubs import stub_stages
+
+    from agent.sweep import load_sweep_config, run_state, run_sweep
+    from agent.trajectory import read_summary
+
+    write_script(tmp_path / "m.json", [probe_reply()])
+    (tmp_path / "sweep.toml").write_text(
+        'name = "lost"\nmodels = [{spec = "scripted:m.json", name = "m"}]\ntasks = ["gemm"]\ncontexts = ["none"]\n'
+        'concurrency = 1\nexecuted_check = false\n[budget]\nmax_turns = 1\n')
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"), executor="ray")
+    die = tmp_path / "die"
+    die.write_text("2")  # the request and its retry both kill their actor
+    ex = RayExecutor(stages=stub_stages(tmp_path / "gpu.log", die_file=die), poll_s=POLL_S)
+    try:
+        first = run_sweep(cfg, ex)
+        [o] = first.outcomes
+        run_dir = tmp_path / "runs" / o.run_id
+        summary = read_summary(run_dir)
+        assert (summary.status, summary.stop_reason) == ("failed", "infra_error"), summary.stop_detail
+        assert first.infra_errors == 1 and "died 2 times" in summary.stop_detail
+        assert not list(run_dir.glob("candidates/*/eval.json"))  # no verdict drawn
+        assert run_state(run_dir) == "partial"
+        again = run_sweep(cfg, ex)  # the actors are back: the same sweep resumes it, no --retry-failed
+        assert (again.resumed, again.infra_errors) == (1, 0)
+        assert read_summary(run_dir).status == "finished" and read_summary(run_dir).stop_reason == "max_turns"
+    finally:
+        ex.close()
