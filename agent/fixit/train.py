@@ -131,19 +131,52 @@ def check_base_model(base_model: str) -> Path:
     return folder
 
 
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "fixit_train.json")
+LIBRARIES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
+
+
+def check_out(out: str | Path) -> Path:
+    """--out holds no adapter yet: a trained adapter is a result, never replaced by another training."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise TrainError(f"--out {out}: exists and is not a folder")
+    held = [name for name in ADAPTER_FILES if (folder / name).exists()]
+    if held:
+        raise TrainError(f"--out {out} already holds an adapter ({held[0]}); give another --out, or remove it first")
+    return folder
+
+
+def library_versions() -> dict[str, str]:
+    """The libraries that train (their versions decide the loss masking and when the seed is set)."""
+    import importlib.metadata
+
+    versions = {}
+    for dist in LIBRARIES:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
 def train(data: str | Path, options: TrainOptions) -> TrainResult:
     rows = load_examples(data)  # bad data is an error before the slow imports
     check_base_model(options.base_model)
+    check_out(options.out)
     try:
         import torch
         from datasets import Dataset
         from peft import LoraConfig
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import set_seed
         from trl import SFTConfig, SFTTrainer
     except ImportError as exc:
         raise TrainError(f"training needs the optional extra: pip install -e '.[train]' ({exc.name} missing)") from None
 
     start = time.monotonic()
+    # Before anything draws: TRL releases before 1.x (pyproject allows them) build the LoRA matrices
+    # before the trainer seeds itself, so the same --seed gave another adapter each time.
+    set_seed(options.seed)
     try:  # local files only: a folder is what --base-model takes
         tokenizer = AutoTokenizer.from_pretrained(options.base_model, local_files_only=True)
     except (OSError, ValueError) as exc:
@@ -193,6 +226,6 @@ def train(data: str | Path, options: TrainOptions) -> TrainResult:
                          device="cuda" if cuda else "cpu", seconds=round(time.monotonic() - start, 2),
                          loss_tokens=trained, tokens=total, dropped_too_long=len(lengths) - len(keep))
     (Path(options.out) / "fixit_train.json").write_text(
-        json.dumps({"options": asdict(options), "data": data_provenance(data), "result": asdict(result)},
-                   indent=2) + "\n")
+        json.dumps({"options": asdict(options), "data": data_provenance(data), "result": asdict(result),
+                    "versions": library_versions()}, indent=2) + "\n")
     return result
