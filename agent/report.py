@@ -154,8 +154,19 @@ def _settings(c: RunConfig) -> dict[str, object]:
             # a run on CPU never showed the model a correctness verdict (agent.run.gpu_change)
             # (a run resumed on a GPU after turns without one: its own experiment, from which turn)
             "gpu": c.gpu if c.gpu_from_turn is None else f"{c.gpu} from turn {c.gpu_from_turn}",
+            "toolchain": _toolchain(c),
             "budget": ", ".join(f"{k}={v:g}" for k, v in c.budget.model_dump(exclude={"max_turns"}).items()
                                 if v is not None) or "no caps"}
+
+
+def _toolchain(c: RunConfig) -> str:
+    """The tools that drew the run's verdicts, as a resume compares them (agent.run.toolchain_change):
+    the compilers write the machine code that is judged, and for a run judged on a GPU torch's cuBLAS
+    and cuDNN are the library its speedups are against. Runs recorded without versions: "unknown"."""
+    from agent.run import COMPILERS
+
+    names = [*COMPILERS, *(("torch",) if c.gpu is not None and not c.gpu.startswith("unavailable") else ())]
+    return ", ".join(f"{n} {c.tool_versions[n]}" for n in names if n in c.tool_versions) or "unknown"
 
 
 # Cell-key settings that runs told apart by distinguish() may differ in: the task (families pool

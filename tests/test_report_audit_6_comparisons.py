@@ -158,3 +158,36 @@ def test_replicas_sampled_with_a_temperature_stay_runs_of_their_own(tmp_path):
         write_run(root, f"m/gemm/docs/r{k}", [[_c("correct", "same", 1.2)]], model="openai/local")
     [row] = write_report([root], tmp_path / "report", [1]).rows
     assert (row.runs, row.samples) == (2, 2)
+
+
+# ---- 5. runs judged by another toolchain ---------------------------------------------------------
+def test_runs_judged_by_another_compiler_or_library_are_not_pooled(tmp_path):
+    """A resume refuses another ptxas, NVRTC or (for a run judged on a GPU) torch: the compilers write
+    the machine code that is judged, torch's cuBLAS is the library every speedup is measured against.
+    Two sweeps made under two toolchains were pooled into one cell all the same: a none arm timed
+    against one cuBLAS beside a docs arm timed against another read as one comparison."""
+    root = tmp_path / "runs"
+    base = {"ptxbench": "0.1.0", "litellm": "1.0", "torch": "2.11.0", "nvrtc": "13.0.88", "ptxas": "13.0.88",
+            "cuobjdump": "13.0.85"}
+    gpu = "NVIDIA H200"
+
+    def run(sweep: str, k: int, ctx: str = "docs", gpu: str | None = gpu, **versions):
+        d = write_run(root, f"{sweep}/m/gemm/{ctx}/r{k}", [[_c("correct", f"{sweep}{ctx}{k}", 1.0 + k / 10)]],
+                      context=ctx)
+        _edit_config(d, tool_versions={**base, **versions}, gpu=gpu)
+
+    run("a", 0), run("b", 0, ptxas="13.2.51")
+    rows = write_report([root], tmp_path / "report", [1]).rows
+    assert len(rows) == 2 and any("ptxas 13.2.51" in r.key[0] for r in rows), [r.key for r in rows]
+
+    # another arm timed against another library is labelled too
+    for k in range(2):
+        run("c", k, ctx="none", torch="2.13.0")
+    keys = {(r.key[0], r.key[3]) for r in write_report([root / "a", root / "c"], tmp_path / "r2", [1]).rows}
+    assert len({model for model, _ in keys}) == 2 and any("torch 2.13.0" in m for m, _ in keys), keys
+
+    # what judges nothing is no difference: a disassembler, the LLM client, torch on a CPU run
+    run("d", 0, cuobjdump="13.2.50", litellm="1.2")
+    assert len(write_report([root / "a", root / "d"], tmp_path / "r3", [1]).rows) == 1
+    run("e", 0, gpu=None), run("f", 0, gpu=None, torch="2.13.0")
+    assert len(write_report([root / "e", root / "f"], tmp_path / "r4", [1]).rows) == 1
