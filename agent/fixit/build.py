@@ -290,8 +290,9 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
     teacher then has `turns` turns. Its first candidate that fixes the error class is the
     correction. A teacher run that ended for good is reused, so a second build costs no calls (one
     the teacher's provider stopped is asked again; Ctrl-C stops the build), but only by
-    the same teacher, with the same turns, for the same kernel and feedback (TEACHER_STAMP says
-    which): run ids repeat (a sweep run again, another --teacher into the same folder).
+    the same teacher, with the same turns, for the same kernel and feedback of the same task, arch,
+    language and task definition (TEACHER_STAMP says which): run ids repeat (a sweep run again,
+    another --teacher into the same folder, one --run-id used for two experiments).
     """
     import hashlib
     import shutil
@@ -306,7 +307,9 @@ def teacher_repair(teacher: str, work_dir: Path, api_base: str | None = None, tu
         feedback = feedback_text(failed)
         kernel = solution_block(failed.solution)  # type: ignore[arg-type]
         digest = hashlib.sha256((kernel + "\0" + feedback).encode()).hexdigest()
-        stamp = {"teacher": teacher, "turns": turns, "failed": digest}
+        # run ids repeat across experiments: a repair is of this task's (and arch's) kernel, judged by its definition
+        stamp = {"teacher": teacher, "turns": turns, "failed": digest, "task": cfg.task, "arch": cfg.arch,
+                 "lang": cfg.lang, "task_hash": cfg.task_hash}
         stamp_path = run_dir / TEACHER_STAMP
         done = stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp
         if not done:
