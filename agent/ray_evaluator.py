@@ -28,6 +28,10 @@ Faults, and what each costs:
 - the driver is killed: nothing here survives it and nothing needs to; each run's folder
   keeps every finished evaluation (eval.json), which a resumed run reuses (agent/nodes.py).
 - a node running a prepare task is lost: Ray re-runs the task (tasks retry by default).
+- a node whose compilers (NVRTC, ptxas) are other releases than the driver's: a run records the
+  driver's (config.tool_versions) and ptxas writes the machine code that is judged, so a
+  candidate compiled there gets no verdict (infra_error: install the driver's toolchain on that
+  node, then resume) and takes no GPU (checked_prepare).
 
 Tests and the scaling simulation (agent/ray_sim.py) swap the stages for stubs through
 RayStages: a fake GPU cannot run kernels, and a simulated compile should cost a fixed time.
@@ -87,6 +91,28 @@ def prepare(solution, task, arch: str, kwargs: dict, no_gpu_reason: str | None) 
     # have had does not matter for a candidate that did not compile.
     cpu_only = Evaluator(gpus=[])
     cpu_only.no_gpu_reason = no_gpu_reason or "no GPU needed: it did not compile"
+    return True, without_cubin(cpu_only.evaluate(solution, task, arch, compiled=compiled, **kwargs))
+
+
+def checked_prepare(stage: tuple[Callable[..., Prepared], dict[str, str]], solution, task, arch: str, kwargs: dict,
+                    no_gpu_reason: str | None) -> Prepared:
+    """`stage` = (the prepare stage, the compilers the sweep's runs record: the driver's). The stage runs
+    here, on any node; a candidate it compiled with other compiler releases is no verdict of the run's
+    (agent.run.toolchain_change refuses a resume under another ptxas for the same reason)."""
+    from tools.evaluator import Evaluator
+
+    prepare_stage, compilers = stage
+    done, payload = prepare_stage(solution, task, arch, kwargs, no_gpu_reason)
+    comp, insp = (payload.compile, payload.inspect) if done else payload
+    differ = [n for n, v in compilers.items() if comp.toolchain.get(n) not in (None, v)]
+    if not differ:
+        return done, payload
+    why = (f"this Ray node compiled with {', '.join(f'{n} {comp.toolchain[n]}' for n in differ)}; the sweep's runs "
+           f"record {', '.join(f'{n} {compilers[n]}' for n in differ)} (the driver's): install those on every node "
+           f"(agent doctor lists them), then run the sweep again")
+    cpu_only = Evaluator(gpus=[])
+    cpu_only.no_gpu_reason = why
+    compiled = (comp.model_copy(update={"infra_error": why, "cubin": None}), insp)
     return True, without_cubin(cpu_only.evaluate(solution, task, arch, compiled=compiled, **kwargs))
 
 
@@ -358,9 +384,17 @@ class ClusterEvaluator:
                  retries: int = 1):
         import ray
 
+        from agent.run import COMPILERS
+        from tools.toolchain import find_toolchain
+
         self.stages = stages or RayStages()
-        self._prepare = ray.remote(self.stages.prepare).options(  # no task events: as for the actors
+        self._prepare = ray.remote(checked_prepare).options(  # no task events: as for the actors
             num_cpus=self.stages.prepare_cpus, num_returns=2, enable_task_events=False)
+        try:  # what every run records (agent.run.tool_versions); a driver without a toolchain checks none
+            mine = find_toolchain().versions()
+        except Exception:  # noqa: BLE001
+            mine = {}
+        self._stage = ray.put((self.stages.prepare, {n: v for n, v in mine.items() if n in COMPILERS}))
         self.gpus = int(ray.cluster_resources().get("GPU", 0))
         self.no_gpu_reason = None if self.gpus else "the Ray cluster has no GPU"
         self.pool = GpuActorPool(self.stages, actor_cpus=actor_cpus, poll_s=poll_s) if self.gpus else None
@@ -384,7 +418,8 @@ class ClusterEvaluator:
         compiled = kwargs.pop("compiled", None)
         task_ref = self._shared(task)
         if compiled is None:
-            done_ref, payload_ref = self._prepare.remote(solution, task_ref, arch, kwargs, self.no_gpu_reason)
+            done_ref, payload_ref = self._prepare.remote(self._stage, solution, task_ref, arch, kwargs,
+                                                         self.no_gpu_reason)
             if ray.get(done_ref):  # one bool: the cubin stays in the object store
                 return ray.get(payload_ref)
         else:  # the caller compiled already

@@ -126,3 +126,37 @@ def test_a_run_whose_gpu_actors_all_died_stops_as_an_infrastructure_fault(two_ki
         assert read_summary(run_dir).status == "finished" and read_summary(run_dir).stop_reason == "max_turns"
     finally:
         ex.close()
+
+
+# ---- 3. a node that compiles with another toolchain draws no verdict ------------------------------
+def other_ptxas_prepare(solution, task, arch, kwargs, no_gpu_reason):
+    """The real compile + inspect task, on a node whose ptxas is another release than the driver's."""
+    from agent.ray_evaluator import prepare
+
+    done, payload = prepare(solution, task, arch, kwargs, no_gpu_reason)
+    comp = payload.compile if done else payload[0]
+    comp.toolchain = {**comp.toolchain, "ptxas": "12.0.76"}
+    return done, payload
+
+
+def test_a_candidate_compiled_by_another_ptxas_than_the_runs_record_draws_no_verdict(two_kinds, tmp_path):
+    """Compile tasks run on any node. A run records the driver's compilers (config.tool_versions: a resume
+    under another ptxas is refused, since ptxas writes the machine code that is judged); a node with
+    another ptxas judged the run's candidates all the same (compile errors, registers, spills, the
+    instructions in the SASS), under the recorded version. Such a candidate now gets no verdict
+    (infra_error: fix the node, then resume), and takes no GPU."""
+    from ray_stubs import StubGpuActor
+
+    stages = RayStages(prepare=other_ptxas_prepare, gpu_actor=StubGpuActor, actor_args=(str(tmp_path / "gpu.log"),))
+    ex = RayExecutor(stages=stages, poll_s=POLL_S)
+    try:
+        ev = ex.evaluator()
+        good = ev.evaluate(Solution(language="cuda", source=PROBE_CU, manifest=PROBE_MANIFEST), GEMM_TASK, "sm_90a")
+        broken = ev.evaluate(Solution(language="cuda", source=PROBE_CU.replace("float d0", "flaot d0"),
+                                      manifest=PROBE_MANIFEST), GEMM_TASK, "sm_90a")
+        stats = ex.stats()
+    finally:
+        ex.close()
+    for res in (good, broken):
+        assert res.infra_error and "ptxas 12.0.76" in res.infra_error, res.infra_error
+    assert stats.on_gpu == 0
