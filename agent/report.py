@@ -27,16 +27,20 @@ A verdict that could not be checked (no GPU, no ncu) is unknown: a run is unknow
 none of its candidates reached the verdict and at least one was unchecked. Proportions
 count known runs only, with Wilson 95% intervals that span the unknown runs both ways (an unknown
 verdict is one a run got too far to settle without a GPU or the executed check: the known runs are
-no random sample); a cell without known runs shows n/a, never a pass. The speedup interval is a seeded bootstrap over the cell's runs. Replicas of a
-scripted: or replay: model, or of any model at temperature 0, that got the same replies are one
-sample (cell_samples): copies of one draw of the model never narrow an interval.
+no random sample); a cell without known runs shows n/a, never a pass. The speedup interval is a
+seeded bootstrap over the cell's runs. Replicas of a scripted: or replay: model, or of any model at
+temperature 0, that got the same replies are one sample (cell_samples): copies of one draw of the
+model never narrow an interval. Rows of scripted, replayed or human replies say so (model_source, and
+a note naming them), whatever name a sweep gave them.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
 run its model's provider stopped (model_error) or that ran out of replayed or human replies
-(replay_end, human_end) past the turns it completed, a run past its own max_turns (reports of several budgets: it had no such turn), and Fixit's teacher runs
-(each opened with a student's kernel: not a benchmark run). Runs that would share
-a cell but differ in a setting no column names (two models under one name, another language, other
-prompt templates or docs versions, other requested features ...) get model labels that name it (distinguish); one run found in two folders is refused.
+(replay_end, human_end) past the turns it completed, a run past its own max_turns (reports of
+several budgets: it had no such turn), and Fixit's teacher runs (each opened with a student's
+kernel: not a benchmark run). Runs that would share a cell but differ in a setting no column names
+(two models under one name, another language, other prompt templates or docs versions, other
+requested features, other compilers ...) get model labels that name it (distinguish); one run found
+in two folders is refused. Rows of a family measured over different tasks of it name their tasks.
 """
 from __future__ import annotations
 
@@ -543,7 +547,8 @@ def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
     out = []
     for r in rows:
         d: dict[str, object] = dict(zip(KEY_NAMES, r.key))
-        d.update(model_source=r.model_source, turn_limit=r.turn_limit, runs=r.runs, samples=r.samples, unfinished=r.unfinished)
+        d.update(model_source=r.model_source, turn_limit=r.turn_limit, runs=r.runs, samples=r.samples,
+                 unfinished=r.unfinished)
         for m in PROPORTIONS:
             p = r.metrics[m]
             ci = p.wilson()
