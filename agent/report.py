@@ -827,7 +827,8 @@ def _evaluation_notes(runs: Sequence[RunRecord], rows: Sequence[CellRow] = ()) -
     notes = sorted({r.summary.evaluation for r in runs if r.summary and r.summary.evaluation != "ok"})
     lines = [f"evaluation {n} (correctness and speed are n/a for those runs)" for n in notes]
     # A sweep may name scripted replies or a recording as it likes (model_a): say what sent them
-    sources = {(r.key[0], r.model_source) for r in rows if _not_a_model(r.model_source)}
+    sources = {(r.key[0], r.model_source) for r in rows if _not_a_model(r.model_source)
+               and not r.key[0].startswith(("scripted", "replay", "human"))}  # unless its label says so
     if sources:
         lines.append("replies not drawn from a model here, not a model's own result: "
                      + "; ".join(f"{label}: {source}" for label, source in sorted(sources))
