@@ -364,13 +364,17 @@ def outcome_from(run_id: str, before: RunState, summary: RunSummary | None, seco
     if summary is None:
         return RunOutcome(run_id=run_id, state_before=before, status="error", error=error or "no summary written",
                           seconds=seconds)
+    # A crash or refusal raised out of the run (`error`): this sweep's error, whatever summary.json held before
+    # (an earlier stop's, or another process's that drives the run now), whose verdicts are kept below.
+    status = "skipped" if skipped else "error" if error is not None else summary.status
     if error is None and summary.status == "failed":  # the run recorded its own crash
         error = summary.stop_detail
-    return RunOutcome(run_id=run_id, state_before=before, status="skipped" if skipped else summary.status,
+    return RunOutcome(run_id=run_id, state_before=before, status=status,
                       stop_reason=summary.stop_reason, stop_detail=summary.stop_detail, evaluation=summary.evaluation,
                       best_outcome=summary.best.outcome if summary.best else None, turns=summary.turns,
                       verdicts=verdict_sequence(summary), error=error, seconds=seconds,
-                      succeeded=summary.status == "finished" and summary.stop_reason != "model_error",
+                      succeeded=status != "error" and summary.status == "finished"
+                      and summary.stop_reason != "model_error",
                       recorded_status=summary.status)
 
 

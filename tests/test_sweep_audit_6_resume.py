@@ -106,3 +106,23 @@ def test_a_retried_run_killed_midway_is_resumed_not_taken_as_ended(tmp_path):
     summary = read_summary(run_dir)
     assert (summary.status, summary.stop_reason, summary.turns) == ("finished", "max_turns", 3), summary
     assert json.loads((run_dir / "summary.json").read_text())["turns"] == 3
+
+
+# ---- 3. a run this sweep could not drive is this sweep's error, not its old record -------------
+def test_a_run_another_process_drives_is_an_error_of_this_sweep_not_its_stale_summary(tmp_path):
+    """A second `agent sweep` over runs a first one is still driving: each such run's resume is refused
+    (the run folder is in use). The outcome took the status of the summary on disk (interrupted, from an
+    earlier stop), so `--json` said status interrupted and failed 0 for runs this sweep could not run."""
+    from agent.run import run_folder_lock
+
+    cfg = _config(tmp_path, [probe_reply()])
+    [o] = run_sweep(cfg).outcomes
+    run_dir = tmp_path / "runs" / o.run_id
+    s = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**s, "status": "interrupted", "stop_reason": "interrupted"}))
+    with run_folder_lock(run_dir):  # another process drives it now
+        second = run_sweep(cfg)
+    [o] = second.outcomes
+    assert o.status == "error" and "in use" in o.error, o
+    assert (second.ran, second.failed, second.succeeded) == (1, 1, 0), second
+    assert read_summary(run_dir).status == "interrupted"  # its record is the other process's business
