@@ -7,7 +7,8 @@ Stages, each small and typed:
   error_classes(attempt)       compile | features_missing | runtime | timeout | numerical |
                                input_modified | implausible | held_out
   find_pairs(attempts)         failed candidate -> the first later candidate of the same run
-                               descended from it (its chat held the failed kernel) that fixed
+                               descended from it (its chat held the failed kernel), another kernel
+                               than the failed one (not it sent again), that fixed
                                that error class without failing a check the failed one passed,
                                nor any check on the GPU, held-out workloads included (source
                                "trajectory"); with a teacher model, unfixed failures are
@@ -203,7 +204,16 @@ def fixes(later: Attempt, failed: Attempt, error: str) -> bool:
     done = passed_checks(later)
     held_out_failed = later.eval is not None and bool(_held_out(later.eval, "failed"))
     return (error in done and passed_checks(failed) <= done and not error_classes(later) & GPU_FAILURES
-            and not held_out_failed)
+            and not held_out_failed and not same_kernel(later.solution, failed.solution))
+
+
+def same_kernel(a: Solution | None, b: Solution | None) -> bool:
+    """The same kernel sent again: its source equal but for comments and whitespace, and the same launch
+    manifest. A GPU verdict can flip on it (fresh random inputs each check, a timeout under load): it
+    passing the second time fixed nothing, and taught as a correction it says resending is one."""
+    if a is None or b is None or a.language != b.language:
+        return False
+    return _tokens(a.source) == _tokens(b.source) and a.manifest == b.manifest
 
 
 # ---------------------------------------------------------------------------------------
@@ -452,10 +462,14 @@ class Filters:
         return None
 
 
+def _tokens(text: str) -> list[str]:
+    """The source's tokens, comments dropped (whitespace is no token)."""
+    return re.findall(r"\w+|[^\w\s]", re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S))
+
+
 def shingles(text: str, k: int = SHINGLE) -> frozenset[str]:
     """k-token shingles of the text with comments dropped and whitespace normalised."""
-    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
-    tokens = re.findall(r"\w+|[^\w\s]", text)
+    tokens = _tokens(text)
     if len(tokens) <= k:
         return frozenset([" ".join(tokens)])
     return frozenset(" ".join(tokens[i:i + k]) for i in range(len(tokens) - k + 1))
