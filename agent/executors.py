@@ -6,7 +6,8 @@ runs hold; GPU work waits for a free GPU whatever the number of runs in flight.
 
   local  one tools.evaluator.Evaluator, which owns one worker subprocess per local GPU and
          queues requests per GPU; compile + inspect run in the caller's thread. Without a
-         GPU: compile + inspect only (each EvalResult says run skipped, and why).
+         GPU: compile + inspect only (each EvalResult says run skipped, and why). GPUs of one
+         kind only (one_gpu_kind): the runs record one GPU.
   ray    a Ray cluster (an existing one by address, or a local one started with ray.init()):
          compile + inspect as Ray CPU tasks anywhere in the cluster, then each request goes
          to the next free GPU actor (one per GPU), which only runs kernels; dead actors are
@@ -20,6 +21,8 @@ per-run verdicts on either.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Protocol
@@ -57,18 +60,50 @@ class SharedEvaluator:
         pass
 
 
+def one_gpu_kind(gpus: list[str], arches: list[str]) -> tuple[list[str], list[str]]:
+    """Of the local GPUs `gpus` (detect_gpus ids), those of one kind (nvidia-smi's name), and the names
+    of the others, left idle. A sweep's runs record one GPU and every verdict and speedup is filed under
+    it, while each evaluation goes to whichever GPU worker is free: on a machine with two kinds (an H100
+    beside a display card, or beside an H200) a run's candidates would be judged on both. The kind: the
+    first GPU's that runs one of the sweep's arches, else the first GPU's. Where nvidia-smi cannot say,
+    all of them, as before."""
+    from tools.evaluator import ARCH_CC
+
+    smi = shutil.which("nvidia-smi")
+    if len(gpus) < 2 or smi is None:
+        return gpus, []
+    try:
+        proc = subprocess.run([smi, "--query-gpu=index,uuid,name,compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return gpus, []
+    rows = [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.count(",") >= 3]
+    # an id is an index or (a prefix of) a UUID, as CUDA_VISIBLE_DEVICES gives it (detect_gpus)
+    kind = {g: next(((r[2], r[3]) for r in rows if r[0] == g or r[1].startswith(g)), None) for g in gpus}
+    if proc.returncode != 0 or None in kind.values():
+        return gpus, []
+    wanted = {ARCH_CC[a] for a in arches if a in ARCH_CC}
+    first = next((g for g in gpus if kind[g][1] in wanted), gpus[0])
+    keep = [g for g in gpus if kind[g][0] == kind[first][0]]
+    return keep, [kind[g][0] for g in gpus if g not in keep]
+
+
 class LocalExecutor:
     """One tools.evaluator.Evaluator for the sweep: it owns one worker per local GPU and
     queues GPU requests per GPU itself; compile + inspect run in the calling run's thread,
-    so they go on in parallel. Without a GPU it compiles and inspects only."""
+    so they go on in parallel. Without a GPU it compiles and inspects only. `arches`: the
+    sweep's, which choose the GPU kind on a machine with several (one_gpu_kind)."""
 
-    def __init__(self):
+    def __init__(self, arches: list[str] | None = None):
         from tools.evaluator import Evaluator, detect_gpus
 
         gpus, reason = detect_gpus()  # nvidia-smi: this process creates no CUDA context
+        gpus, idle = one_gpu_kind(gpus, list(arches or []))
         self._evaluator = Evaluator(gpus=gpus or None)  # None: it says itself why there is no GPU
         self._what = (f"local: {len(gpus)} GPU worker(s)" if gpus
                       else f"local: no GPU ({reason}); compile + inspect only")
+        if idle:  # the runs record one GPU: the others would judge candidates under its name
+            self._what += f"; {len(idle)} GPU(s) of another kind left idle ({', '.join(sorted(set(idle)))})"
         self._shared = SharedEvaluator(self._evaluator.evaluate, self._evaluator.gpu_name(), reason)
 
     def evaluator(self) -> SharedEvaluator:
@@ -180,4 +215,4 @@ def make_executor(config) -> Executor:
     """From a SweepConfig: its `executor` ("local" | "ray") and `ray_address`."""
     if config.executor == "ray":
         return RayExecutor(config.ray_address)
-    return LocalExecutor()
+    return LocalExecutor(config.arches)
