@@ -99,3 +99,19 @@ def test_a_run_of_another_task_definition_gives_no_example(tmp_path):
     assert card["runs_task_definition_unknown"] == 1
     assert card["failed_candidates_by_error"] == {"compile": 2}
     assert "other_task_definition" in (tmp_path / "data" / "data_card.md").read_text()
+
+
+def test_the_shipped_before_after_sweep_asks_about_tasks_never_trained_on():
+    """docs/examples/sweep_fixit.toml is how FIXIT.md benchmarks an adapter against its base model.
+    Fixit data is built from the train split's tasks; a comparison on those tasks alone measures
+    memorisation of the training trajectories' problems (FIXIT.md says so). It ran gemm, attn_fwd
+    and attn_bwd only, all three train tasks: the sweep must hold held-out tasks too (the report
+    shows them apart, per family and split)."""
+    from agent.sweep import load_sweep_config
+    from tasks.registry import select_tasks, task_split
+
+    root = Path(__file__).resolve().parents[1]
+    config = load_sweep_config(root / "docs" / "examples" / "sweep_fixit.toml")
+    tasks = [t for spec in config.tasks for t in select_tasks(spec)]
+    splits = {task_split(t) for t in tasks}
+    assert "held_out_tasks" in splits, tasks
