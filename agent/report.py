@@ -20,6 +20,8 @@ candidate of turns 1..T counts), then summarised over the cell's replicas:
                               (fast_0 = cwa_executed): speed counts only where the requested
                               instructions were counted doing the work at run time
   speedup                     geometric mean over the cell's cwa_executed runs of each run's best speedup
+  speedup_held_out            the same over the held-out sizes, of each run's best kernel (the one its
+                              visible speed chose) where that kernel was right there
   sol_score                   mean over the cell's cwa_executed runs of each run's best SOL score
                               (tools/roofline.py: 1 at the roofline, 0.5 at the library)
 
@@ -274,6 +276,8 @@ class RunMetrics:
     values: dict[str, Tri]  # the PROPORTIONS
     speedup: float | None  # best speedup among its cwa candidates (None: none, or untimed)
     sol_score: float | None = None  # best SOL score among its cwa candidates
+    # the held-out sizes' speedup of the kernel that gave `speedup` (None: wrong or untimed there)
+    speedup_held_out: float | None = None
 
 
 def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
@@ -282,9 +286,11 @@ def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
     # at run time (the executed check): a kernel with wgmma in its SASS that a timed run never
     # executed must not buy fast_p or a speedup. Unchecked (no GPU, check off) is unknown, never a pass.
     cwa_run = _any(candidate_cwa(c, executed=True) for c in cands)
-    speeds = [c.verdicts.speedup for c in cands
-              if candidate_cwa(c, executed=True) is True and c.verdicts.speedup is not None]
-    best = max(speeds) if speeds else None
+    timed = [c for c in cands if candidate_cwa(c, executed=True) is True and c.verdicts.speedup is not None]
+    # the held-out sizes choose nothing: their speedup is that of the kernel the visible speed chose
+    fastest = max(timed, key=lambda c: c.verdicts.speedup, default=None)  # type: ignore[arg-type,return-value]
+    best = fastest.verdicts.speedup if fastest else None
+    held_out = fastest.verdicts.speedup_held_out if fastest and fastest.verdicts.correct_held_out else None
     sols = [c.verdicts.sol_score for c in cands
             if candidate_cwa(c, executed=True) is True and c.verdicts.sol_score is not None]
     values: dict[str, Tri] = {
@@ -295,7 +301,7 @@ def run_metrics(summary: RunSummary, turn_limit: int) -> RunMetrics:
         "cwa": _any(candidate_cwa(c, executed=False) for c in cands),
         "cwa_executed": cwa_run,
     }
-    return RunMetrics(_with_fast_p(values, best), best, max(sols) if sols else None)
+    return RunMetrics(_with_fast_p(values, best), best, max(sols) if sols else None, held_out)
 
 
 def _with_fast_p(values: dict[str, Tri], best: float | None) -> dict[str, Tri]:
@@ -345,7 +351,9 @@ def _merge_copies(copies: Sequence[RunMetrics]) -> RunMetrics:
     speeds = [m.speedup for m in timed if m.speedup]
     sols = [m.sol_score for m in timed if m.sol_score is not None]
     best = geomean(speeds) if speeds else None  # type: ignore[arg-type]
-    return RunMetrics(_with_fast_p(values, best), best, sum(sols) / len(sols) if sols else None)  # type: ignore[arg-type]
+    held = [m.speedup_held_out for m in timed if m.speedup_held_out]
+    return RunMetrics(_with_fast_p(values, best), best, sum(sols) / len(sols) if sols else None,  # type: ignore[arg-type]
+                      geomean(held) if held else None)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------
@@ -423,6 +431,8 @@ class CellRow:
     # what sent the replies (agent.sweep.model_identity): the provider's model, or scripted replies,
     # a replayed recording, a person, whatever name the sweep gave it
     model_source: str = ""
+    # of the samples in `speedups`: their best kernel's speedup on the held-out sizes, where right there
+    speedups_held_out: list[float] = field(default_factory=list)
 
     def __post_init__(self):
         if self.samples < 0:
@@ -439,6 +449,10 @@ class CellRow:
     @property
     def speedup_ci(self) -> tuple[float, float] | None:
         return bootstrap_geomean_ci(self.speedups)
+
+    @property
+    def speedup_held_out(self) -> float | None:
+        return geomean(self.speedups_held_out) if self.speedups_held_out else None
 
 
 def cell_key(run: RunRecord) -> CellKey:
@@ -500,7 +514,9 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
             sols = [pr.sol_score for pr in per_run if pr.values["cwa_executed"] is True and pr.sol_score is not None]
             rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols,
                                 len(per_run), tuple(sorted({r.config.task for r in done})),
-                                ", ".join(sorted({model_identity(r.config.model) for r in members}))))
+                                ", ".join(sorted({model_identity(r.config.model) for r in members})),
+                                [pr.speedup_held_out for pr in per_run if pr.values["cwa_executed"] is True
+                                 and pr.speedup and pr.speedup_held_out]))
     return _name_task_sets(rows)
 
 
@@ -536,11 +552,12 @@ def _fmt_prop(p: Proportion) -> str:
     return f"{p.rate:.0%} [{lo:.0%}-{hi:.0%}] ({p.successes}/{p.n}{unknown})"
 
 
-def _fmt_speedup(row: CellRow) -> str:
-    if row.speedup is None:
+def _fmt_speedup(row: CellRow, held_out: bool = False) -> str:
+    xs = row.speedups_held_out if held_out else row.speedups
+    if not xs:
         return "n/a"
-    ci = row.speedup_ci
-    return f"{row.speedup:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "") + f" (n={len(row.speedups)})"
+    ci = bootstrap_geomean_ci(xs)
+    return f"{geomean(xs):.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "") + f" (n={len(xs)})"
 
 
 def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
@@ -562,6 +579,11 @@ def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
         d["speedup_lo"] = "" if ci is None else round(ci[0], 4)
         d["speedup_hi"] = "" if ci is None else round(ci[1], 4)
         d["speedup_n"] = len(r.speedups)
+        ci = bootstrap_geomean_ci(r.speedups_held_out)
+        d["speedup_held_out_geomean"] = "n/a" if r.speedup_held_out is None else round(r.speedup_held_out, 4)
+        d["speedup_held_out_lo"] = "" if ci is None else round(ci[0], 4)
+        d["speedup_held_out_hi"] = "" if ci is None else round(ci[1], 4)
+        d["speedup_held_out_n"] = len(r.speedups_held_out)
         d["sol_score_mean"] = "n/a" if r.sol_score is None else round(r.sol_score, 4)
         d["sol_score_n"] = len(r.sol_scores)
         out.append(d)
@@ -580,13 +602,14 @@ def write_csv(rows: Sequence[CellRow], path: Path) -> None:
 
 
 def _table(rows: Sequence[CellRow]) -> tuple[list[str], list[list[str]]]:
-    head = [*KEY_NAMES, "runs"] + [label for _, label in COLUMNS] + ["speedup (geomean)", "SOL score (mean)"]
+    head = [*KEY_NAMES, "runs"] + [label for _, label in COLUMNS] + ["speedup (geomean)", "speedup held-out (geomean)",
+                                                                     "SOL score (mean)"]
     body = []
     for r in rows:
         runs = f"{r.runs}" + (f" (as {r.samples} sample{'s' if r.samples != 1 else ''}: same replies)"
                               if r.samples < r.runs else "") + (f" (+{r.unfinished} unfinished)" if r.unfinished else "")
         sol = "n/a" if r.sol_score is None else f"{r.sol_score:.2f} (n={len(r.sol_scores)})"
-        body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS] + [_fmt_speedup(r), sol])
+        body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS] + [_fmt_speedup(r), _fmt_speedup(r, held_out=True), sol])
     return head, body
 
 
@@ -849,7 +872,7 @@ _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback
           "runs that reached each verdict with a Wilson 95% interval (stretched over the runs whose verdict is n/a, "
           "either way) and (successes/known runs); speedup is the "
           "geometric mean of each correct-with-arch run's best speedup vs the library, with a bootstrap 95% "
-          "interval; SOL score the mean of each such run's best score against the roofline (1 = speed of light, "
+          "interval (held-out: that kernel's speedup on the held-out sizes, where it was right there); SOL score the mean of each such run's best score against the roofline (1 = speed of light, "
           "0.5 = the library). "
           "n/a = not checked (e.g. no GPU), never a pass.")
 

@@ -192,3 +192,37 @@ def test_runs_judged_by_another_compiler_or_library_are_not_pooled(tmp_path):
     assert len(write_report([root / "a", root / "d"], tmp_path / "r3", [1]).rows) == 1
     run("e", 0, gpu=None), run("f", 0, gpu=None, torch="2.13.0")
     assert len(write_report([root / "e", root / "f"], tmp_path / "r4", [1]).rows) == 1
+
+
+# ---- 6. the held-out sizes' speedup --------------------------------------------------------------
+def _held_out(tag: str, visible: float, held_out: float | None, passed: bool = True):
+    from tools.results import WorkloadResult
+
+    s = kernel(tag)
+    ev = eval_result("correct", speedup=visible)
+    ev.workloads.append(WorkloadResult(workload="w1", split="held_out", axes={"M": 77},
+                                       status="passed" if passed else "failed",
+                                       reason=None if passed else "incorrect",
+                                       speedup=held_out if passed else None))
+    ev.speedup_held_out = held_out if passed else None
+    return (s, ev, reply_for(s, "attempt"))
+
+
+def test_the_held_out_sizes_speedup_is_reported_apart(tmp_path):
+    """Every candidate is timed on the held-out sizes too (EvalResult.speedup_held_out), but the report
+    showed the visible sizes' speedup alone: a kernel tuned to the one size it was shown (1.2x there,
+    0.4x on the sizes it never saw) read as 1.2x. The held-out speedup is the run's best kernel's (the
+    one its visible speed chose: the held-out sizes choose nothing), where it was right there."""
+    root = tmp_path / "runs"
+    write_run(root, "m/gemm/docs/r0", [[_held_out("a", 1.2, 0.4)], [_held_out("b", 1.0, 0.9)]])
+    write_run(root, "m/gemm/docs/r1", [[_held_out("c", 0.9, 0.6)], [_c("compile", "c1")]])
+    write_run(root, "m/gemm/docs/r2", [[_held_out("d", 1.1, None, passed=False)], [_c("compile", "d1")]])  # wrong there
+    report = write_report([root], tmp_path / "report", [1, 2])
+    at = {r.turn_limit: r for r in report.rows}
+    assert at[2].speedups_held_out == [0.4, 0.6], at[2]  # r0's best is turn 1's kernel, not turn 2's 0.9
+    assert at[2].speedup == pytest.approx((1.2 * 0.9 * 1.1) ** (1 / 3))
+    [csv_row] = [r for r in csv.DictReader(open(report.files["csv"])) if r["turn_limit"] == "2"]
+    assert float(csv_row["speedup_held_out_geomean"]) == pytest.approx((0.4 * 0.6) ** 0.5, abs=1e-4)
+    assert csv_row["speedup_held_out_n"] == "2"
+    md = report.files["md"].read_text()
+    assert "speedup held-out (geomean)" in md and "0.49x" in md, md
