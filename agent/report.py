@@ -336,7 +336,7 @@ def cell_samples(runs: Sequence[RunRecord], turn_limit: int) -> list[RunMetrics]
 
     groups: dict[object, list[RunMetrics]] = {}
     for r in runs:
-        greedy = deterministic(r.config.model) or r.config.temperature == 0
+        greedy = deterministic(r.config.model) or 0 in (r.config.temperature, r.config.model_params.get("temperature"))
         key = (cell_key(r), _replies(r, turn_limit)) if greedy else r.run_dir
         groups.setdefault(key, []).append(run_metrics(r.summary, turn_limit))  # type: ignore[arg-type]
     return [copies[0] if len(copies) == 1 else _merge_copies(copies) for copies in groups.values()]
@@ -352,8 +352,8 @@ def _merge_copies(copies: Sequence[RunMetrics]) -> RunMetrics:
     sols = [m.sol_score for m in timed if m.sol_score is not None]
     best = geomean(speeds) if speeds else None  # type: ignore[arg-type]
     held = [m.speedup_held_out for m in timed if m.speedup_held_out]
-    return RunMetrics(_with_fast_p(values, best), best, sum(sols) / len(sols) if sols else None,  # type: ignore[arg-type]
-                      geomean(held) if held else None)  # type: ignore[arg-type]
+    sol = sum(sols) / len(sols) if sols else None  # type: ignore[arg-type]
+    return RunMetrics(_with_fast_p(values, best), best, sol, geomean(held) if held else None)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------
@@ -609,7 +609,8 @@ def _table(rows: Sequence[CellRow]) -> tuple[list[str], list[list[str]]]:
         runs = f"{r.runs}" + (f" (as {r.samples} sample{'s' if r.samples != 1 else ''}: same replies)"
                               if r.samples < r.runs else "") + (f" (+{r.unfinished} unfinished)" if r.unfinished else "")
         sol = "n/a" if r.sol_score is None else f"{r.sol_score:.2f} (n={len(r.sol_scores)})"
-        body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS] + [_fmt_speedup(r), _fmt_speedup(r, held_out=True), sol])
+        body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS]
+                    + [_fmt_speedup(r), _fmt_speedup(r, held_out=True), sol])
     return head, body
 
 

@@ -151,6 +151,11 @@ def test_replicas_at_temperature_zero_that_got_the_same_replies_are_one_sample(t
                  temperature=0.0)
     [row] = write_report([root], tmp_path / "report", [1]).rows
     assert (row.runs, row.samples) == (4, 2)
+    # the temperature given as a model parameter (a sweep's `params`) is greedy decoding too
+    for d in root.rglob("config.json"):
+        _edit_config(d.parent, temperature=None, model_params={"temperature": 0})
+    [row] = write_report([root], tmp_path / "report", [1]).rows
+    assert (row.runs, row.samples) == (4, 2)
 
 
 def test_replicas_sampled_with_a_temperature_stay_runs_of_their_own(tmp_path):
