@@ -524,15 +524,19 @@ def _name_task_sets(rows: list[CellRow]) -> list[CellRow]:
     """Rows of one family (and arch) at one turn limit are read side by side: models, context arms,
     strategies. Where their measured runs cover different tasks of the family (a model bound to some
     tasks, an arm whose runs of a task were all interrupted), a rate over an easy task next to one over
-    easy and hard tasks is no comparison: each such row names its tasks in the family column."""
+    easy and hard tasks is no comparison: each row that lacks some of the tasks the others cover names
+    its tasks in the family column (or those it lacks, where that is the shorter list)."""
     groups: dict[tuple, list[CellRow]] = {}
     for r in rows:
         if r.runs:  # a row without measured runs shows n/a: nothing to compare
             groups.setdefault((r.turn_limit, r.key[1], r.key[2]), []).append(r)
     for members in groups.values():
-        if len({r.tasks for r in members}) > 1:
-            for r in members:
-                r.key = (r.key[0], f"{r.key[1]} (tasks: {', '.join(r.tasks)})", *r.key[2:])  # type: ignore[assignment]
+        every = sorted({t for r in members for t in r.tasks})
+        for r in members:
+            lacks = [t for t in every if t not in r.tasks]
+            if lacks:
+                which = f"tasks: {', '.join(r.tasks)}" if len(r.tasks) <= len(lacks) else f"without {', '.join(lacks)}"
+                r.key = (r.key[0], f"{r.key[1]} ({which})", *r.key[2:])  # type: ignore[assignment]
     return rows
 
 
