@@ -470,7 +470,8 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
         failed=sum(1 for o in ordered if o.status in ("failed", "error") or o.recorded_status == "failed"),
         succeeded=sum(1 for o in ordered if o.succeeded), seconds=time.monotonic() - start,
         outcomes=ordered, warnings=warnings, interrupted=interrupted,
-        infra_errors=sum(1 for o in ordered if o.stop_reason == "infra_error" and o.status != "skipped"))
+        # runs this sweep drove that an infrastructure fault stopped (an error outcome's summary is an older one)
+        infra_errors=sum(1 for o in ordered if o.stop_reason == "infra_error" and o.status == "failed"))
 
 
 class SweepError(ValueError):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
 from agent_loop_helpers import NO_CODE, cli_env, probe_reply, write_script
 
@@ -109,20 +110,22 @@ def test_a_retried_run_killed_midway_is_resumed_not_taken_as_ended(tmp_path):
 
 
 # ---- 3. a run this sweep could not drive is this sweep's error, not its old record -------------
-def test_a_run_another_process_drives_is_an_error_of_this_sweep_not_its_stale_summary(tmp_path):
+@pytest.mark.parametrize("stale", [("interrupted", "interrupted"), ("failed", "infra_error")])
+def test_a_run_another_process_drives_is_an_error_of_this_sweep_not_its_stale_summary(tmp_path, stale):
     """A second `agent sweep` over runs a first one is still driving: each such run's resume is refused
     (the run folder is in use). The outcome took the status of the summary on disk (interrupted, from an
-    earlier stop), so `--json` said status interrupted and failed 0 for runs this sweep could not run."""
+    earlier stop), so `--json` said status interrupted and failed 0 for runs this sweep could not run;
+    and a stale infra_error summary counted as an infrastructure fault of this sweep (exit 3)."""
     from agent.run import run_folder_lock
 
     cfg = _config(tmp_path, [probe_reply()])
     [o] = run_sweep(cfg).outcomes
     run_dir = tmp_path / "runs" / o.run_id
     s = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").write_text(json.dumps({**s, "status": "interrupted", "stop_reason": "interrupted"}))
+    (run_dir / "summary.json").write_text(json.dumps({**s, "status": stale[0], "stop_reason": stale[1]}))
     with run_folder_lock(run_dir):  # another process drives it now
         second = run_sweep(cfg)
     [o] = second.outcomes
     assert o.status == "error" and "in use" in o.error, o
-    assert (second.ran, second.failed, second.succeeded) == (1, 1, 0), second
-    assert read_summary(run_dir).status == "interrupted"  # its record is the other process's business
+    assert (second.ran, second.failed, second.succeeded, second.infra_errors) == (1, 1, 0, 0), second
+    assert read_summary(run_dir).status == stale[0]  # its record is the other process's business
