@@ -859,8 +859,7 @@ def _evaluation_notes(runs: Sequence[RunRecord], rows: Sequence[CellRow] = ()) -
                and not r.key[0].startswith(("scripted", "replay", "human"))}  # unless its label says so
     if sources:
         lines.append("replies not drawn from a model here, not a model's own result: "
-                     + "; ".join(f"{label}: {source}" for label, source in sorted(sources))
-                     + " (scripted: replies written in advance, replay: a recorded run's replies, human: a person's)")
+                     + "; ".join(f"{label}: {_source_words(source)}" for label, source in sorted(sources)))
     if any(r.samples < r.runs for r in rows):
         lines.append("runs of a scripted: or replay: model, or of a model at temperature 0, that got the same "
                      "replies (its replicas) count as one "
@@ -871,6 +870,17 @@ def _evaluation_notes(runs: Sequence[RunRecord], rows: Sequence[CellRow] = ()) -
 
 def _not_a_model(source: str) -> bool:
     return any(part.startswith(("scripted:", "replay:")) or part == "human" for part in source.split(", "))
+
+
+def _source_words(source: str) -> str:
+    """scripted:a.json -> "scripted replies (a.json)": what sent a row's replies, in words."""
+    words = {"scripted:": "scripted replies, written in advance", "replay:": "a recorded run's replies"}
+    out = []
+    for part in source.split(", "):
+        prefix = next((p for p in words if part.startswith(p)), None)
+        out.append("a person's replies" if part == "human" else
+                   f"{words[prefix]} ({part.removeprefix(prefix)})" if prefix else part)
+    return ", ".join(out)
 
 
 _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback x history) and turn limit: the share of "

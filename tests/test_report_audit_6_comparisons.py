@@ -107,8 +107,8 @@ def test_a_named_scripted_model_is_reported_as_scripted_replies(tmp_path):
     assert kinds == {"model_a": "scripted:probe.json", "scripted-probe": "scripted:probe.json"}, kinds
     assert {r["model_source"] for r in csv.DictReader(open(out / "report.csv"))} == {"scripted:probe.json"}
     md = (out / "report.md").read_text()
-    assert "model_a: scripted:probe.json" in md, md
-    assert "scripted-probe: scripted:probe.json" not in md  # its label says so already
+    assert "model_a: scripted replies, written in advance (probe.json)" in md, md
+    assert "scripted-probe: scripted" not in md  # its label says so already
     assert "not a model's own" in md, md
 
 
