@@ -574,6 +574,7 @@ class GridSummary:
 
     runs: list[SweepRun]
     states: dict[str, RunState] = field(default_factory=dict)
+    runs_dir: Path = Path("runs")
 
 
 def plan(config: SweepConfig) -> GridSummary:
@@ -582,7 +583,7 @@ def plan(config: SweepConfig) -> GridSummary:
     refuse_changed_models(config, runs)
     states = {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs}
     refuse_changed_inputs(config, [r for r in runs if states[r.run_id] == "partial"])
-    return GridSummary(runs, states)
+    return GridSummary(runs, states, Path(config.runs_dir))
 
 
 def model_identity(spec: str) -> str:
@@ -707,5 +708,15 @@ def refuse_changed_inputs(config: SweepConfig, to_resume: list[SweepRun]) -> Non
 
 
 def models_to_run(grid: GridSummary, retry_failed: bool = False) -> set[str]:
-    """Names of the models with runs left to do (all of them with retry_failed: a failed run may be redone)."""
-    return {r.model.name for r in grid.runs if retry_failed or grid.states[r.run_id] != "done"}
+    """Names of the models with runs left to do; with retry_failed, also those with a run it redoes (retryable).
+    A model whose runs all ended for good is not checked: it may be gone (an endpoint shut down) and nothing
+    of the sweep needs it."""
+    def todo(r: SweepRun) -> bool:
+        if grid.states[r.run_id] != "done":
+            return True
+        if not retry_failed:
+            return False
+        summary = _readable_summary(grid.runs_dir / r.run_id)
+        return summary is None or retryable(summary)
+
+    return {r.model.name for r in grid.runs if todo(r)}

@@ -129,3 +129,28 @@ def test_a_run_another_process_drives_is_an_error_of_this_sweep_not_its_stale_su
     assert o.status == "error" and "in use" in o.error, o
     assert (second.ran, second.failed, second.succeeded, second.infra_errors) == (1, 1, 0, 0), second
     assert read_summary(run_dir).status == stale[0]  # its record is the other process's business
+
+
+# ---- 4. --retry-failed checks only the models it will run --------------------------------------
+def test_retry_failed_does_not_stop_on_a_model_whose_runs_all_succeeded(tmp_path):
+    """`agent sweep --retry-failed` checked every model of the config before any run (its runs might have
+    failed): a model whose runs had all succeeded and that can no longer be built (its endpoint gone, its
+    script moved) stopped the whole sweep, and the other model's failed runs could not be retried."""
+    write_script(tmp_path / "done.json", [probe_reply()])
+    write_script(tmp_path / "flaky.json", [{"fault": "bad_request"}, probe_reply()])
+    (tmp_path / "sweep.toml").write_text(
+        'name = "s"\nmodels = [{spec = "scripted:done.json", name = "done"}, '
+        '{spec = "scripted:flaky.json", name = "flaky"}]\ntasks = ["gemm"]\ncontexts = ["none"]\n'
+        'concurrency = 1\nexecuted_check = false\nruns_dir = "runs"\n[budget]\nmax_turns = 1\n')
+
+    def sweep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "agent.cli", "sweep", "sweep.toml", "--json", *args],
+                              cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+
+    first = sweep()
+    assert first.returncode == 1 and json.loads(first.stdout)["succeeded"] == 1, first.stderr[-2000:]
+    (tmp_path / "done.json").unlink()  # its runs are over; the model is gone
+    retried = sweep("--retry-failed")
+    assert retried.returncode == 0, retried.stderr[-2000:]
+    result = json.loads(retried.stdout)
+    assert (result["ran"], result["skipped"], result["succeeded"]) == (1, 1, 2), result
