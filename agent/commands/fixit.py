@@ -105,7 +105,7 @@ def train(
     epochs: float = typer.Option(1.0, help="epochs"),
     batch_size: int = typer.Option(1, help="per-device batch size"),
     grad_accum: int = typer.Option(1, help="gradient accumulation steps"),
-    max_length: int = typer.Option(8192, help="tokens per example (longer ones are left out whole, and counted)"),
+    max_length: int = typer.Option(16384, help="tokens per example (longer ones are left out whole, and counted)"),
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
