@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from agent.commands.common import console, fail, out_folder, plural, print_json
+from agent.commands.common import console, err_console, fail, out_folder, plural, print_json
 
 fixit_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                         help="Fine-tuning data from a model's own mistakes, and LoRA training.")
@@ -36,6 +36,11 @@ def build(
     min_speedup: Optional[float] = typer.Option(None, help="keep fixes timed at least this fast vs the library"),
     cap_per_task: Optional[int] = typer.Option(None, help="at most N examples per task"),
     cap_per_error: Optional[int] = typer.Option(None, help="at most N examples per error class"),
+    max_examples: Optional[int] = typer.Option(
+        None, help="at most N examples, the first N of the balanced order (spread over tasks, error classes and "
+                   "turns); with --task, N from those tasks only: equal-size sets for diverse-vs-narrow data"),
+    task: Optional[List[str]] = typer.Option(None, "--task", help="only examples of this task (repeatable; aliases "
+                                                                  "accepted)"),
     max_chars: int = typer.Option(60_000, help="drop pairs whose two kernels exceed this many characters"),
     seed: int = typer.Option(0, help="seed of the stratified down-sampling"),
     split: str = typer.Option(
@@ -51,20 +56,33 @@ def build(
     missing = [str(p) for p in runs if not p.exists()]
     if missing:
         fail(f"no such run or sweep folder: {missing[0]}")
-    for name, cap in (("--cap-per-task", cap_per_task), ("--cap-per-error", cap_per_error)):
+    for name, cap in (("--cap-per-task", cap_per_task), ("--cap-per-error", cap_per_error),
+                      ("--max-examples", max_examples)):
         if cap is not None and cap < 1:
             fail(f"{name} must be at least 1")
+    tasks = None
+    if task:
+        from tasks.registry import UnknownTask, get_task
+
+        try:
+            tasks = tuple(sorted({get_task(t).name for t in task}))
+        except UnknownTask as exc:
+            fail(str(exc).splitlines()[0])
     out_folder(out)
     options = BuildOptions(teacher=teacher, teacher_api_base=teacher_api_base, teacher_turns=teacher_turns,
                            explainer=explainer,
                            explainer_api_base=explainer_api_base,
                            filters=Filters(min_speedup=min_speedup, max_chars=max_chars),
-                           cap_per_task=cap_per_task, cap_per_error=cap_per_error, seed=seed,
-                           split=None if split == "all" else split)
+                           cap_per_task=cap_per_task, cap_per_error=cap_per_error, max_examples=max_examples,
+                           tasks=tasks, seed=seed, split=None if split == "all" else split)
     try:
         result = build_data(runs, out, options)
     except (ValueError, OSError) as exc:
         fail((str(exc).splitlines() or [type(exc).__name__])[0])
+    if max_examples is not None and result.examples < max_examples:  # equal-size arms are equal only if both fill
+        err_console.print(f"warning: only {plural(result.examples, 'example')}, fewer than --max-examples "
+                          f"{max_examples}: a set built with the same --max-examples from other tasks is larger",
+                          highlight=False, markup=False)
     if as_json:
         print_json(result.card)
         return

@@ -18,8 +18,9 @@ Stages, each small and typed:
                                blocks) when that reply answered the failed kernel itself, or
                                an explainer model's answer
   filter / dedupe / balance    min speedup, size; near-duplicate kernels out (Jaccard of
-                               5-token shingles >= 0.9); caps per task and error class, drawn
-                               round-robin over (task, error class, turn) strata, seeded
+                               5-token shingles >= 0.9); caps per task and error class and a
+                               total (--max-examples), drawn round-robin over the tasks, then
+                               over each task's (error class, turn) strata, seeded
   build(runs, out)             all of the above -> train.jsonl (chat messages; loss on the last message only,
                                marked weight=1) + data_card.md + data_card.json
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
@@ -494,24 +495,33 @@ def dedupe(pairs: Sequence[Pair], threshold: float = DUP_JACCARD) -> tuple[list[
 
 def balance(pairs: Sequence[Pair], *, cap_per_task: int | None, cap_per_error: int | None,
             seed: int) -> list[Pair]:
-    """Stratified down-sampling: round-robin over (task, error, turn) strata, shuffled with
-    the seed, taking a pair while its task and error class are under their caps."""
+    """Stratified down-sampling, shuffled with the seed: round-robin over the tasks, and within a
+    task over its (error class, failed turn) strata, taking a pair while its task and error class
+    are under their caps. The pairs come back in the order taken, so any first N of them are spread
+    over the tasks first, then over each task's error classes and turns, as evenly as the data allows
+    (a task with many strata does not crowd out one with few)."""
     rng = random.Random(seed)
     strata: dict[tuple, list[Pair]] = {}
     for p in pairs:
         strata.setdefault((p.task, p.error, p.turn), []).append(p)
-    queues = [strata[k] for k in sorted(strata)]
-    for q in queues:
-        rng.shuffle(q)
-    rng.shuffle(queues)
+    by_task: dict[str, list[list[Pair]]] = {}
+    for key in sorted(strata):
+        rng.shuffle(strata[key])
+        by_task.setdefault(key[0], []).append(strata[key])
+    order = sorted(by_task)
+    rng.shuffle(order)
+    rotation = {t: deque(rng.sample(by_task[t], len(by_task[t]))) for t in order}
     per_task: Counter = Counter()
     per_error: Counter = Counter()  # an example counts under every class it fixes, as the card counts it
     chosen: list[Pair] = []
-    while any(queues):
-        for q in queues:
-            if not q:
+    while any(rotation.values()):
+        for t in order:
+            if not rotation[t]:
                 continue
-            p = q.pop()
+            queue = rotation[t].popleft()
+            p = queue.pop()
+            if queue:
+                rotation[t].append(queue)
             if cap_per_task is not None and per_task[p.task] >= cap_per_task:
                 continue
             if cap_per_error is not None and any(per_error[e] >= cap_per_error for e in p.errors):
@@ -535,6 +545,11 @@ class BuildOptions:
     filters: Filters = field(default_factory=Filters)
     cap_per_task: int | None = None
     cap_per_error: int | None = None
+    # At most this many examples, the first in the balanced round-robin order (so a smaller set keeps
+    # the spread over tasks, error classes and turns); with `tasks`, the same size drawn from fewer
+    # tasks: the two arms of "diverse data beats more data" at equal size (docs/FIXIT.md).
+    max_examples: int | None = None
+    tasks: tuple[str, ...] | None = None  # only pairs of these tasks (canonical names); None: every task
     seed: int = 0
     dedupe_threshold: float = DUP_JACCARD
     # Only runs of tasks in this split (tasks.registry.task_split: "train"); None: every run. Runs of
@@ -608,16 +623,18 @@ def build(run_paths: Iterable[str | Path], out_dir: str | Path, options: BuildOp
     dropped: Counter = Counter()
     kept = []
     for p in pairs:
-        why = options.filters.reject(p)
+        why = "other_task" if options.tasks is not None and p.task not in options.tasks else options.filters.reject(p)
         if why:
             dropped[why] += 1
         else:
             kept.append(p)
     kept, dupes = dedupe(kept, options.dedupe_threshold)
     dropped["near_duplicate"] = dupes
-    chosen = balance(kept, cap_per_task=options.cap_per_task, cap_per_error=options.cap_per_error,
-                     seed=options.seed)
-    dropped["over_cap"] = len(kept) - len(chosen)
+    balanced = balance(kept, cap_per_task=options.cap_per_task, cap_per_error=options.cap_per_error,
+                       seed=options.seed)
+    dropped["over_cap"] = len(kept) - len(balanced)
+    chosen = balanced[:options.max_examples]  # round-robin order: the first N are spread as widely as all
+    dropped["over_max_examples"] = len(balanced) - len(chosen)
     chosen.sort(key=lambda p: (p.task, p.error, p.failed.config.run_id, p.failed.key))
     for p in chosen:
         explain(p, explainer_fn)
@@ -683,6 +700,7 @@ def data_card(chosen: Sequence[Pair], *, runs: int, failures: Counter, pairs_fou
         "options": {"teacher": options.teacher, "explainer": options.explainer,
                     "min_speedup": options.filters.min_speedup, "max_chars": options.filters.max_chars,
                     "cap_per_task": options.cap_per_task, "cap_per_error": options.cap_per_error,
+                    "max_examples": options.max_examples, "tasks": list(options.tasks) if options.tasks else None,
                     "seed": options.seed, "dedupe_jaccard": options.dedupe_threshold, "shingle_tokens": SHINGLE,
                     "split": options.split},
         "format": "train.jsonl: {messages: [system, user, assistant], meta}; train on the assistant "
