@@ -79,6 +79,16 @@ def without_cubin(res: EvalResult) -> EvalResult:
 Prepared = tuple[bool, Any]  # (True, EvalResult): that is the whole verdict; (False, compiled): GPU next
 
 
+def without_gpu(solution, task, arch: str, compiled, kwargs: dict, why: str) -> EvalResult:
+    """The verdict of a compiled candidate that gets no GPU, saying `why`: the evaluator still runs
+    the static manifest checks."""
+    from tools.evaluator import Evaluator
+
+    cpu_only = Evaluator(gpus=[])
+    cpu_only.no_gpu_reason = why
+    return without_cubin(cpu_only.evaluate(solution, task, arch, compiled=compiled, **kwargs))
+
+
 def prepare(solution, task, arch: str, kwargs: dict, no_gpu_reason: str | None) -> Prepared:
     """Compile + inspect, as a Ray CPU task. When that is the whole verdict (it did not compile,
     or the cluster has no GPU), finish it here, so no GPU actor is taken for it."""
@@ -87,11 +97,9 @@ def prepare(solution, task, arch: str, kwargs: dict, no_gpu_reason: str | None) 
     compiled = Evaluator.compile_and_inspect(solution, arch)
     if compiled[0].ok and no_gpu_reason is None:
         return False, compiled
-    # Without a GPU the evaluator still runs the static manifest checks; which GPU it would
-    # have had does not matter for a candidate that did not compile.
-    cpu_only = Evaluator(gpus=[])
-    cpu_only.no_gpu_reason = no_gpu_reason or "no GPU needed: it did not compile"
-    return True, without_cubin(cpu_only.evaluate(solution, task, arch, compiled=compiled, **kwargs))
+    # which GPU it would have had does not matter for a candidate that did not compile
+    why = no_gpu_reason or "no GPU needed: it did not compile"
+    return True, without_gpu(solution, task, arch, compiled, kwargs, why)
 
 
 def checked_prepare(stage: tuple[Callable[..., Prepared], dict[str, str]], solution, task, arch: str, kwargs: dict,
@@ -99,8 +107,6 @@ def checked_prepare(stage: tuple[Callable[..., Prepared], dict[str, str]], solut
     """`stage` = (the prepare stage, the compilers the sweep's runs record: the driver's). The stage runs
     here, on any node; a candidate it compiled with other compiler releases is no verdict of the run's
     (agent.run.toolchain_change refuses a resume under another ptxas for the same reason)."""
-    from tools.evaluator import Evaluator
-
     prepare_stage, compilers = stage
     done, payload = prepare_stage(solution, task, arch, kwargs, no_gpu_reason)
     comp, insp = (payload.compile, payload.inspect) if done else payload
@@ -110,10 +116,8 @@ def checked_prepare(stage: tuple[Callable[..., Prepared], dict[str, str]], solut
     why = (f"this Ray node compiled with {', '.join(f'{n} {comp.toolchain[n]}' for n in differ)}; the sweep's runs "
            f"record {', '.join(f'{n} {compilers[n]}' for n in differ)} (the driver's): install those on every node "
            f"(agent doctor lists them), then run the sweep again")
-    cpu_only = Evaluator(gpus=[])
-    cpu_only.no_gpu_reason = why
     compiled = (comp.model_copy(update={"infra_error": why, "cubin": None}), insp)
-    return True, without_cubin(cpu_only.evaluate(solution, task, arch, compiled=compiled, **kwargs))
+    return True, without_gpu(solution, task, arch, compiled, kwargs, why)
 
 
 class GpuEvaluatorActor:
@@ -435,11 +439,7 @@ class ClusterEvaluator:
 
     @staticmethod
     def _lost(solution, task, arch: str, compiled, kwargs: dict, why: str) -> EvalResult:
-        from tools.evaluator import Evaluator
-
-        cpu_only = Evaluator(gpus=[])
-        cpu_only.no_gpu_reason = why
-        res = without_cubin(cpu_only.evaluate(solution, task, arch, compiled=compiled, **kwargs))
+        res = without_gpu(solution, task, arch, compiled, kwargs, why)
         res.harness_fault = why
         return res
 
