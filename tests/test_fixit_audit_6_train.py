@@ -55,11 +55,11 @@ def test_training_into_a_folder_holding_an_adapter_is_refused(tmp_path):
 
 
 def test_the_same_seed_gives_the_same_adapter_and_the_record_names_the_libraries(tmp_path):
-    from safetensors.torch import load_file
-
     from agent.fixit.train import train
 
-    data, base = _data_and_model(tmp_path)
+    data, base = _data_and_model(tmp_path)  # skips without the train extra, which brings safetensors
+    from safetensors.torch import load_file
+
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for out, seed in ((a, 3), (b, 3), (c, 4)):
         train(data, _options(base, out, seed=seed))
