@@ -9,15 +9,21 @@ NVIDIA's `cupti-python` (13.0-13.4) has no bindings for the range profiler, so t
 the few C entry points it needs with ctypes, from the struct layouts of cupti_range_profiler.h,
 cupti_profiler_host.h, cupti_profiler_target.h and cupti_target.h (CUPTI 13.0).
 
-    profiler = RangeProfiler(metrics)           # after the CUDA context exists
-    launches = profiler.profile(run)            # run() launches kernels and waits for them
-    # -> [Launch(name, {metric: value}), ...], one per kernel launch, in launch order
+    profiler = RangeProfiler(metrics, replay="user")    # after the CUDA context exists
+    launches = profiler.profile_passes(run_pass, "gemm") # run_pass(i, ranged) once per pass
+    # -> [Launch(range name, {metric: value}), ...], every metric, each read on its own pass
 
-Auto range + kernel replay: every launch inside `profile` is a range; where the metrics need
-several passes, CUPTI replays each kernel itself, restoring the device memory it may write
-before each pass, so every pass sees the same inputs. The host half (metric names, config image,
-number of passes, evaluating the counter data) needs no GPU: `passes("GH100", metrics)` runs on
-any machine that has the library.
+User range + user replay (what the executed check uses): each pass is a run of the caller's
+own, on fresh inputs, with the counted launches inside `ranged()`; nothing is replayed or
+restored, so a pass costs one run and about 40 ms of CUPTI's start and stop. The metrics are
+split in two configurations, the hardware counters first, then the SASS-patched metrics
+(`is_sass_patched`): a pass of the second kind runs instrumented code (2.6-49x slower on the
+H200), so only the first kind's runs are the kernel as it is timed (`instrumented_passes`).
+
+Auto range + kernel replay (`profile(run)`, kept for the probe and the counters test): every
+launch is a range; CUPTI replays each kernel per pass, restoring the memory it may write.
+The host half (metric names, config image, number of passes, evaluating the counter data)
+needs no GPU: `passes("GH100", metrics)` runs on any machine that has the library.
 """
 from __future__ import annotations
 
@@ -31,7 +37,9 @@ import time
 from dataclasses import dataclass, field
 
 P, SIZE, U8P = C.c_void_p, C.c_size_t, C.POINTER(C.c_uint8)
-AUTO_RANGE, KERNEL_REPLAY = 1, 2  # CUpti_ProfilerRange, CUpti_ProfilerReplayMode
+AUTO_RANGE, USER_RANGE = 1, 2  # CUpti_ProfilerRange
+KERNEL_REPLAY, USER_REPLAY = 2, 3  # CUpti_ProfilerReplayMode
+MAX_PASSES = 32  # a configuration that asks for more is refused, never looped on
 RANGE_PROFILER = 0  # CUpti_ProfilerType
 MAX_RANGES = 64  # kernel launches one profiled run may make (a manifest has a handful)
 
@@ -73,6 +81,7 @@ SetConfig = _struct("SetConfig", [("pRangeProfilerObject", P), ("configSize", SI
                                   ("replayMode", C.c_int), ("maxRangesPerPass", SIZE), ("numNestingLevels", C.c_uint16),
                                   ("minNestingLevel", C.c_uint16), ("passIndex", SIZE),
                                   ("targetNestingLevel", C.c_uint16)])
+PushRange = _struct("PushRange", [("pRangeProfilerObject", P), ("pRangeName", C.c_char_p)])
 Decode = _struct("Decode", [("pRangeProfilerObject", P), ("numOfRangeDropped", SIZE)])
 CounterDataSize = _struct("CounterDataSize", [("pRangeProfilerObject", P), ("pMetricNames", C.POINTER(C.c_char_p)),
                                               ("numMetrics", SIZE), ("maxNumOfRanges", SIZE),
@@ -168,6 +177,12 @@ class _Host:
             self.obj = None
 
 
+def is_sass_patched(metric: str) -> bool:
+    """Metrics Nsight's tools collect by patching the kernel's SASS (smsp__sass_*, sm__sass_*):
+    their pass runs instrumented code, slower than the kernel that is timed."""
+    return "__sass_" in metric
+
+
 def passes(chip: str, metrics: list[str]) -> int:
     """Passes CUPTI needs to collect `metrics` on `chip` (e.g. "GH100"); CuptiError for a
     metric the chip does not have. Runs without a GPU."""
@@ -188,15 +203,23 @@ class Launch:
 
 class RangeProfiler:
     """The range profiler on the current CUDA context, configured for `metrics`. Build it once
-    per worker (0.7 s the first time in a process, 0.08 s after, on the H200). A `profile` costs
-    about 0.25 s of fixed cost (most of it the first start after enabling) plus, per pass after
-    the first, a replay of every launch with the context's memory saved and restored
-    (docs/BENCHMARKS.md)."""
+    per worker (0.7 s the first time in a process, 0.08 s after, on the H200).
 
-    def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = False):
+    replay="user" (the executed check): `profile_passes`, one run of the caller's per pass, the
+    hardware counters' passes first. Enabled per call: the first start after enabling costs
+    about 0.22 s, each pass about 0.04 s beside its run (docs/BENCHMARKS.md). The profiler is
+    never left enabled between calls: runs made under an enabled profiler were 0.6% slower and
+    a kept-enabled profiler crashed the worker (H200, 2026-12-02).
+    replay="kernel": `profile(run)`, CUPTI's kernel replay of every launch (about 0.25 s fixed,
+    plus a replay of every launch per pass with the context's memory saved and restored)."""
+
+    def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = False,
+                 replay: str = "kernel"):
         from cuda.bindings import driver as d
 
-        self.keep_enabled = keep_enabled
+        if replay not in ("kernel", "user"):
+            raise ValueError(f"replay must be 'kernel' or 'user', not {replay!r}")
+        self.keep_enabled, self.replay = keep_enabled, replay
         self._obj, self._data = None, None
         _call("cuptiProfilerInitialize", Init())
         err, ctx = d.cuCtxGetCurrent()
@@ -211,8 +234,19 @@ class RangeProfiler:
         image = (C.c_uint8 * avail.counterAvailabilityImageSize)()
         avail.pCounterAvailabilityImage = C.cast(image, U8P)
         _call("cuptiProfilerGetCounterAvailability", avail)
-        self.host = _Host(self.chip, image, metrics)
-        self.metrics, self.passes = self.host.metrics, self.host.passes
+        self.metrics = list(metrics)
+        if replay == "user":  # hardware counters, then the SASS-patched metrics: two configurations
+            groups = [[m for m in self.metrics if not is_sass_patched(m)], [m for m in self.metrics if is_sass_patched(m)]]
+            self.hosts = [_Host(self.chip, image, g) for g in groups if g]
+        else:
+            self.hosts = [_Host(self.chip, image, self.metrics)]
+        self.host = self.hosts[0]
+        self.passes = sum(h.passes for h in self.hosts)
+        # the passes (0-based, in the order profile_passes runs them) that run SASS-patched code
+        hw = sum(h.passes for h in self.hosts if not any(is_sass_patched(m) for m in h.metrics))
+        self.instrumented_passes = tuple(range(hw, self.passes))
+        if self.passes > MAX_PASSES:
+            raise CuptiError(f"the metrics need {self.passes} passes (at most {MAX_PASSES})")
         self.last_phase_s: dict[str, float] = {}
 
     def _enable(self):
@@ -249,6 +283,8 @@ class RangeProfiler:
     def profile(self, run) -> list[Launch]:
         """Call `run()` (it launches kernels and waits for them) with every launch profiled;
         the launches in order, each with its metric values."""
+        if self.replay != "kernel":
+            raise CuptiError("profile(run) needs a RangeProfiler built with replay='kernel'")
         clock = time.perf_counter
         t0 = clock()
         done = False
@@ -292,7 +328,118 @@ class RangeProfiler:
             if done:  # where each part of the last profile went (seconds)
                 self.last_phase_s = {"setup": t1 - t0, "runs": t2 - t1, "decode": t3 - t2, "disable": clock() - t3}
 
+    def _counter_data(self, obj, host: _Host) -> C.Array:
+        size = CounterDataSize(pRangeProfilerObject=obj, pMetricNames=host._names, numMetrics=len(host.metrics),
+                               maxNumOfRanges=MAX_RANGES, maxNumRangeTreeNodes=MAX_RANGES)
+        _call("cuptiRangeProfilerGetCounterDataSize", size)
+        data = (C.c_uint8 * size.counterDataSize)()
+        _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
+            pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
+        return data
+
+    def _set_user_config(self, host: _Host):
+        """Enable (once per profile_passes) and configure for `host`'s metrics: user range, user
+        replay. A configuration refused after another one was used on the same enable (not seen;
+        CUPTI does not document switching) is retried once on a fresh enable."""
+        for attempt in (0, 1):
+            if self._obj is None:
+                enable = Enable(ctx=self.ctx)
+                _call("cuptiRangeProfilerEnable", enable)
+                self._obj = enable.pRangeProfilerObject
+            try:
+                data = self._counter_data(self._obj, host)
+                _call("cuptiRangeProfilerSetConfig", SetConfig(
+                    pRangeProfilerObject=self._obj, configSize=len(host.config), pConfig=host.config,
+                    counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE,
+                    replayMode=USER_REPLAY, maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1,
+                    passIndex=0, targetNestingLevel=1))
+                return self._obj, data
+            except CuptiError:
+                if attempt:
+                    raise
+                self._disable()
+        raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def _ranged(self, obj, default: str, seen: list[str]):
+        """`with ranged(label=None):` the launches inside are one range, named label or `default`."""
+        _call("cuptiRangeProfilerPushRange", PushRange(pRangeProfilerObject=obj, pRangeName=default.encode()))
+        seen.append(default)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if ok:
+                _call("cuptiRangeProfilerPopRange", RPObject(pRangeProfilerObject=obj))
+            else:  # the run's own error is the verdict: never masked by CUPTI's
+                with contextlib.suppress(CuptiError):
+                    _call("cuptiRangeProfilerPopRange", RPObject(pRangeProfilerObject=obj))
+
+    def profile_passes(self, run_pass, name: str) -> list[Launch]:
+        """User replay: call `run_pass(i, ranged)` once per pass (i = 0 .. passes-1, the hardware
+        counters' passes first: `instrumented_passes` are the rest). run_pass prepares its run
+        (fresh inputs) outside the range, then makes the launches to count inside
+        `with ranged():` (or `ranged(label)`: several ranges per pass are kept apart by name) and
+        waits for them. Returns one Launch per range name, with every metric of every pass.
+        The profiler is enabled for this call only."""
+        if self.replay != "user":
+            raise CuptiError("profile_passes needs a RangeProfiler built with replay='user'")
+        clock = time.perf_counter
+        t0 = clock()
+        phase = {"setup": 0.0, "runs": 0.0, "decode": 0.0}
+        values: dict[str, dict[str, float]] = {}
+        i = 0
+        try:
+            for host in self.hosts:
+                t = clock()
+                obj, data = self._set_user_config(host)
+                phase["setup"] += clock() - t
+                t = clock()
+                submitted = False
+                while not submitted:
+                    if i >= self.passes:
+                        raise CuptiError(f"CUPTI asked for more than the {self.passes} passes it planned")
+                    _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
+                    seen: list[str] = []
+                    try:
+                        run_pass(i, lambda label=None: self._ranged(obj, label or name, seen))
+                    except BaseException:  # the run's error (a hang, a fault) is the verdict
+                        with contextlib.suppress(CuptiError):
+                            _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
+                        raise
+                    if not seen:
+                        raise CuptiError(f"pass {i} counted nothing: run_pass made no range")
+                    stop = Stop(pRangeProfilerObject=obj)
+                    _call("cuptiRangeProfilerStop", stop)
+                    submitted = bool(stop.isAllPassSubmitted)
+                    i += 1
+                phase["runs"] += clock() - t
+                t = clock()
+                decode = Decode(pRangeProfilerObject=obj)
+                _call("cuptiRangeProfilerDecodeData", decode)
+                if decode.numOfRangeDropped:
+                    raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {MAX_RANGES}?)")
+                info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
+                _call("cuptiRangeProfilerGetCounterDataInfo", info)
+                for r in range(info.numTotalRanges):
+                    ri = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=r,
+                                   rangeDelimiter=b"/")
+                    _call("cuptiRangeProfilerCounterDataGetRangeInfo", ri)
+                    label = (ri.rangeName or b"?").decode(errors="replace")
+                    values.setdefault(label, {}).update(host.evaluate(data, r))
+                phase["decode"] += clock() - t
+        finally:
+            t = clock()
+            with contextlib.suppress(CuptiError):
+                self._disable()
+            phase["disable"] = clock() - t
+            phase["total"] = clock() - t0
+            self.last_phase_s = phase
+        return [Launch(label, m) for label, m in values.items()]
+
     def close(self) -> None:
         with contextlib.suppress(CuptiError):
             self._disable()
-        self.host.close()
+        for host in self.hosts:
+            host.close()

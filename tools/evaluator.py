@@ -484,6 +484,7 @@ class Evaluator:
             res.gpu, res.device = info.get("gpu"), w.device
             limits = info.get("limits") or NOMINAL_LIMITS[arch]
             stop: str | None = None
+            metrics: list[str] | None = None
             for wl in wls:
                 axes = task.axis_values(wl)
                 if stop:
@@ -496,10 +497,13 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
-                if in_process:  # secret, like the timing seed: which run is counted derives from it
+                if in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     from tools import ncu
 
-                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": list(ncu.CUPTI_METRICS)}
+                    if metrics is None:  # the SASS says whether the mma.sync counters (3 more passes) are needed
+                        sass = module_sass() if module_sass else res.inspect
+                        metrics = list(ncu.credit_metrics(ncu.issues_mma_sync(_module_opcodes(sass))))
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and
