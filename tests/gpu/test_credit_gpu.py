@@ -67,13 +67,16 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
                            workloads="all", executed_check=True)
     _credited(r)
     for w in r.executed.workloads:
-        print(f"{task} {w.workload:>6} {w.split:>8} profiled run {w.profiled_at}/{w.runs} kernel {w.kernel_ms} ms "
-              f"timed {w.timed_ms} ms shares {w.shares} carries {w.carries} {w.notes}")
+        print(f"{task} {w.workload:>6} {w.split:>8} counted runs {w.counted_from}-{w.runs} {w.run_ms} ms "
+              f"(instrumented {w.instrumented_ms}) timed {w.timed_ms} ms shares {w.shares} carries {w.carries} {w.notes}")
     print(task, "phases (s):", {k: round(v, 3) for k, v in r.phase_s.items()})
     assert r.correct is True and r.split_correct("held_out") is True, show(r)
     assert len(r.executed.workloads) == len(r.workloads) and all(w.status == "ok" for w in r.executed.workloads)
     requested = get_task(task).features_for("sm_90a")
     assert requested and all(w.carries == {f: True for f in requested} for w in r.executed.workloads), r.executed.notes
+    # in process: one counted run per hardware pass, each tied to the timed median; the SASS-patched pass apart
+    assert all(w.counted_from is not None and w.run_ms and w.instrumented_ms for w in r.executed.workloads), \
+        r.executed.workloads
     assert r.correct_with_arch is True
 
 
