@@ -348,17 +348,24 @@ class RangeProfiler:
                 self._obj = enable.pRangeProfilerObject
             try:
                 data = self._counter_data(self._obj, host)
-                _call("cuptiRangeProfilerSetConfig", SetConfig(
-                    pRangeProfilerObject=self._obj, configSize=len(host.config), pConfig=host.config,
-                    counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE,
-                    replayMode=USER_REPLAY, maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1,
-                    passIndex=0, targetNestingLevel=1))
+                self._user_pass_config(self._obj, host, data, 0, 1)
                 return self._obj, data
             except CuptiError:
                 if attempt:
                     raise
                 self._disable()
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _user_pass_config(obj, host: _Host, data: C.Array, pass_index: int, level: int) -> None:
+        """SetConfig before every pass of user replay, with the pass index and nesting level the
+        last Stop returned: configured once, CUPTI collects pass 0 again and again and never
+        reports every pass submitted (seen on the H200, 2026-12-02)."""
+        _call("cuptiRangeProfilerSetConfig", SetConfig(
+            pRangeProfilerObject=obj, configSize=len(host.config), pConfig=host.config,
+            counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE, replayMode=USER_REPLAY,
+            maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=pass_index,
+            targetNestingLevel=level))
 
     @contextlib.contextmanager
     def _ranged(self, obj, default: str, seen: list[str]):
@@ -414,6 +421,8 @@ class RangeProfiler:
                     _call("cuptiRangeProfilerStop", stop)
                     submitted = bool(stop.isAllPassSubmitted)
                     i += 1
+                    if not submitted:
+                        self._user_pass_config(obj, host, data, stop.passIndex, max(1, stop.targetNestingLevel))
                 phase["runs"] += clock() - t
                 t = clock()
                 decode = Decode(pRangeProfilerObject=obj)

@@ -170,6 +170,7 @@ def measured(tmp_path_factory) -> dict:
                                        ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
                 check(d.cuCtxSynchronize(), f"cuCtxSynchronize({name})")
 
+            print(f"kernel replay: {name}", flush=True)
             launches = profiler.profile(run)
             row = {"name": launches[0].name, "metrics": launches[0].metrics} if launches else None
             values = out.cpu()
@@ -203,6 +204,7 @@ def measured(tmp_path_factory) -> dict:
                                            ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
                 check(d.cuCtxSynchronize(), f"cuCtxSynchronize({name})")
 
+            print(f"user replay: {name}", flush=True)
             ranges = user.profile_passes(run_pass, name)
             results["kernels"][name]["user_ranges"] = [x.name for x in ranges]
             results["kernels"][name]["user_metrics"] = ranges[0].metrics if ranges else {}
