@@ -358,9 +358,6 @@ class RangeProfiler:
 
     @staticmethod
     def _user_pass_config(obj, host: _Host, data: C.Array, pass_index: int, level: int) -> None:
-        """SetConfig before every pass of user replay, with the pass index and nesting level the
-        last Stop returned: configured once, CUPTI collects pass 0 again and again and never
-        reports every pass submitted (seen on the H200, 2026-12-02)."""
         _call("cuptiRangeProfilerSetConfig", SetConfig(
             pRangeProfilerObject=obj, configSize=len(host.config), pConfig=host.config,
             counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE, replayMode=USER_REPLAY,
@@ -396,6 +393,7 @@ class RangeProfiler:
         t0 = clock()
         phase = {"setup": 0.0, "runs": 0.0, "decode": 0.0}
         values: dict[str, dict[str, float]] = {}
+        self.last_stops: list[list[int]] = []  # per pass: what Stop returned (pass index, level, all submitted)
         i = 0
         try:
             for host in self.hosts:
@@ -403,10 +401,10 @@ class RangeProfiler:
                 obj, data = self._set_user_config(host)
                 phase["setup"] += clock() - t
                 t = clock()
-                submitted = False
-                while not submitted:
-                    if i >= self.passes:
-                        raise CuptiError(f"CUPTI asked for more than the {self.passes} passes it planned")
+                # Exactly the passes CUPTI planned for this configuration. Stop's isAllPassSubmitted
+                # never read 1 on the H200 (driver 580, CUPTI 13.0: neither with one SetConfig nor
+                # with one per pass), so it is recorded (`last_stops`), not looped on.
+                for _ in range(host.passes):
                     _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
                     seen: list[str] = []
                     try:
@@ -419,10 +417,9 @@ class RangeProfiler:
                         raise CuptiError(f"pass {i} counted nothing: run_pass made no range")
                     stop = Stop(pRangeProfilerObject=obj)
                     _call("cuptiRangeProfilerStop", stop)
-                    submitted = bool(stop.isAllPassSubmitted)
+                    self.last_stops.append([int(stop.passIndex), int(stop.targetNestingLevel),
+                                            int(stop.isAllPassSubmitted)])
                     i += 1
-                    if not submitted:
-                        self._user_pass_config(obj, host, data, stop.passIndex, max(1, stop.targetNestingLevel))
                 phase["runs"] += clock() - t
                 t = clock()
                 decode = Decode(pRangeProfilerObject=obj)

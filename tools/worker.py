@@ -695,6 +695,7 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
     finally:
         out["profile_s"] = round(time.perf_counter() - t0, 4)
         out["profile_phase_s"] = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
+        out["stops"] = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
         result.phase_s["credit"] = time.perf_counter() - t0
     out["status"] = "ran"
     out["launches"] = [{"name": x.name, "metrics": x.metrics} for x in launches]
