@@ -178,6 +178,11 @@ WRONG_NUMBERS = frozenset({"incorrect", "nan_output", "unwritten_output", "wrong
 # Verdicts reached by running the kernel to the end: the executed check still counts what such a
 # kernel executed (a fault, a hang or the manifest decided the others: nothing to count)
 CREDITABLE = WRONG_NUMBERS | {"implausible"}
+# The judge's own rules, dated: a change to how a verdict is drawn (what is counted, on which runs,
+# what it is tied to) is another judge, so a run judged under other rules is not resumed under these
+# (agent.run.toolchain_change). 2026-12-02: instruction credit read on the counted runs that follow
+# the timed runs (CUPTI user replay, one per pass), every one judged and tied to the timed median.
+RULES_VERSION = "2026-12-02"
 
 
 class WorkloadResult(BaseModel):
