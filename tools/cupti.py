@@ -237,16 +237,24 @@ class RangeProfiler:
         self.metrics = list(metrics)
         if replay == "user":  # hardware counters, then the SASS-patched metrics: two configurations
             groups = [[m for m in self.metrics if not is_sass_patched(m)], [m for m in self.metrics if is_sass_patched(m)]]
-            self.hosts = [_Host(self.chip, image, g) for g in groups if g]
         else:
-            self.hosts = [_Host(self.chip, image, self.metrics)]
+            groups = [self.metrics]
+        self.hosts: list[_Host] = []
+        try:
+            for g in (g for g in groups if g):
+                self.hosts.append(_Host(self.chip, image, g))
+            if sum(h.passes for h in self.hosts) > MAX_PASSES:
+                raise CuptiError(f"the metrics need {sum(h.passes for h in self.hosts)} passes (at most {MAX_PASSES})")
+        except BaseException:  # a half-built profiler keeps no host object
+            for host in self.hosts:
+                with contextlib.suppress(CuptiError):
+                    host.close()
+            raise
         self.host = self.hosts[0]
         self.passes = sum(h.passes for h in self.hosts)
         # the passes (0-based, in the order profile_passes runs them) that run SASS-patched code
         hw = sum(h.passes for h in self.hosts if not any(is_sass_patched(m) for m in h.metrics))
         self.instrumented_passes = tuple(range(hw, self.passes))
-        if self.passes > MAX_PASSES:
-            raise CuptiError(f"the metrics need {self.passes} passes (at most {MAX_PASSES})")
         self.last_phase_s: dict[str, float] = {}
 
     def _enable(self):
@@ -357,7 +365,8 @@ class RangeProfiler:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _user_pass_config(obj, host: _Host, data: C.Array, pass_index: int, level: int) -> None:
+    def _user_pass_config(obj, host: _Host, data: C.Array, pass_index: int = 0, level: int = 1) -> None:
+        """SetConfig for `host`'s metrics: user range, user replay, one nesting level."""
         _call("cuptiRangeProfilerSetConfig", SetConfig(
             pRangeProfilerObject=obj, configSize=len(host.config), pConfig=host.config,
             counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE, replayMode=USER_REPLAY,
@@ -414,6 +423,8 @@ class RangeProfiler:
                             _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
                         raise
                     if not seen:
+                        with contextlib.suppress(CuptiError):
+                            _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
                         raise CuptiError(f"pass {i} counted nothing: run_pass made no range")
                     stop = Stop(pRangeProfilerObject=obj)
                     _call("cuptiRangeProfilerStop", stop)

@@ -537,10 +537,12 @@ def counter_rows(launches: list[dict], mma_sync: bool | None = None) -> list[dic
     verdict (counts_from_rows, work_metrics, per_kernel) serves both. `mma_sync`: whether the
     module's SASS holds a warp-level MMA (None: not known)."""
     sass = {} if mma_sync is None else {SASS_MMA_SYNC: "1" if mma_sync else "0"}
-    # a value CUPTI could not read (NaN, inf: a pass that was not collected) is left out, so it is
-    # "not measured" and never passes a share test (NaN compares false both ways)
-    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items() if math.isfinite(v)},
-             **sass} for x in launches]
+    # a value CUPTI could not read (NaN, inf: a pass that was not collected; None once the worker's
+    # result went through JSON) is left out, so it is "not measured" and never passes a share test
+    # (NaN compares false both ways)
+    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()
+                                          if isinstance(v, (int, float)) and math.isfinite(v)}, **sass}
+            for x in launches]
 
 
 def issues_mma_sync(opcodes: set[str] | None) -> bool | None:
