@@ -1,17 +1,19 @@
-"""How CUPTI's user replay walks its passes on this GPU (docs/BENCHMARKS.md, 2026-12-02): one
-cuBLAS bf16 GEMM per pass inside a user range, the executed check's hardware counters, with the
-configuration set once (NVIDIA's range_profiling sample) or again before every pass with the pass
-index Stop returned. Prints, per arm, what each Stop returned (pass index, nesting level, all
-passes submitted) and how many metrics came back finite.
+"""Does CUPTI's user replay work here as the executed check uses it (tools.cupti.profile_passes)?
+One cuBLAS bf16 GEMM per pass inside a user range, the check's metric set (no mma.sync ops: three
+passes on GH100), each pass timed with events. Prints what each Stop returned (pass index,
+nesting level, all passes submitted), how many metrics came back finite, each pass's time and
+the plain GEMM's: the last pass (SASS-patched) should be the slow one (docs/BENCHMARKS.md).
 
-    python scripts/probe_user_replay.py [--n 4096] [--max-passes 8]
+    python scripts/probe_user_replay.py [--n 4096] [--repeat 2] [--full]   # --full: with mma.sync ops
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -21,47 +23,46 @@ def main() -> int:
     import torch
 
     from tools import cupti, ncu
-    from tools.cupti import RPObject, Stop, _call
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--max-passes", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--full", action="store_true", help="the six-pass set (with the mma.sync ops counters)")
     args = ap.parse_args()
     torch.zeros(1, device="cuda")
     a = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)
-    metrics = [m for m in ncu.credit_metrics(False) if not cupti.is_sass_patched(m)]
-    prof = cupti.RangeProfiler(metrics, replay="user")
-    host = prof.hosts[0]
-    for arm in ("set_once", "set_per_pass"):
-        stops = []
-        obj, data = prof._set_user_config(host)
+
+    def timed() -> float:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        torch.matmul(a, b)
+        e1.record()
+        torch.cuda.synchronize()
+        return e0.elapsed_time(e1)
+
+    plain = statistics.median(timed() for _ in range(20))
+    prof = cupti.RangeProfiler(list(ncu.credit_metrics(None if args.full else False)), replay="user")
+    for r in range(args.repeat):
+        pass_ms: list[float] = []
+
+        def run_pass(i, ranged) -> None:
+            with ranged():
+                pass_ms.append(timed())
+
+        t0 = time.perf_counter()
         try:
-            for k in range(args.max_passes):
-                _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
-                with prof._ranged(obj, "gemm", []):
-                    torch.matmul(a, b)
-                torch.cuda.synchronize()
-                stop = Stop(pRangeProfilerObject=obj)
-                _call("cuptiRangeProfilerStop", stop)
-                stops.append([int(stop.passIndex), int(stop.targetNestingLevel), int(stop.isAllPassSubmitted)])
-                if stop.isAllPassSubmitted:
-                    break
-                if arm == "set_per_pass":
-                    prof._user_pass_config(obj, host, data, int(stop.passIndex), max(1, int(stop.targetNestingLevel)))
-            decoded = cupti.Decode(pRangeProfilerObject=obj)
-            _call("cuptiRangeProfilerDecodeData", decoded)
-            info = cupti.CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
-            _call("cuptiRangeProfilerGetCounterDataInfo", info)
-            values = host.evaluate(data, 0) if info.numTotalRanges else {}
-            finite = sum(1 for v in values.values() if math.isfinite(v))
-            print(json.dumps({"arm": arm, "planned_passes": host.passes, "stops": stops, "ranges": info.numTotalRanges,
-                              "finite": finite, "metrics": len(metrics),
-                              "values": {m.split(".")[0][-40:]: v for m, v in values.items()}}), flush=True)
+            ranges = prof.profile_passes(run_pass, "gemm")
+            values = ranges[0].metrics if ranges else {}
+            row = {"ranges": [x.name for x in ranges], "finite": sum(math.isfinite(v) for v in values.values()),
+                   "nan": [m for m, v in values.items() if not math.isfinite(v)]}
         except cupti.CuptiError as exc:
-            print(json.dumps({"arm": arm, "stops": stops, "error": str(exc)}), flush=True)
-        finally:
-            prof._disable()
+            row = {"error": str(exc)}
+        print(json.dumps({"repeat": r, "passes": prof.passes, "instrumented": list(prof.instrumented_passes),
+                          "metrics": len(prof.metrics), "stops": getattr(prof, "last_stops", None),
+                          "pass_ms": [round(x, 4) for x in pass_ms], "plain_ms": round(plain, 4),
+                          "profile_s": round(time.perf_counter() - t0, 4),
+                          "phase_s": {k: round(v, 4) for k, v in prof.last_phase_s.items()}, **row}), flush=True)
     prof.close()
     return 0
 

@@ -1,8 +1,8 @@
 """Hardware counters read in-process, through CUPTI's range profiler (CUDA 12.6+).
 
-The executed check needs a few counters (wgmma instructions and FLOPs, TMA bytes, kernel time)
-of one run of the candidate: the run must be one of the evaluation's own runs, in the worker
-that times it, so the kernel cannot tell it from a timed one. Nsight Compute can only watch a
+The executed check needs a few counters (wgmma instructions and FLOPs, TMA bytes, other math
+and reads) of the candidate's runs: they must be the evaluation's own runs, in the worker that
+times them, so the kernel cannot tell them from timed ones. Nsight Compute can only watch a
 whole process from outside (a second process with its own start-up: 6-12 s per evaluation on the
 H200); CUPTI's range profiler reads the same counters inside the worker, around one launch.
 NVIDIA's `cupti-python` (13.0-13.4) has no bindings for the range profiler, so this module binds
@@ -15,10 +15,12 @@ cupti_profiler_host.h, cupti_profiler_target.h and cupti_target.h (CUPTI 13.0).
 
 User range + user replay (what the executed check uses): each pass is a run of the caller's
 own, on fresh inputs, with the counted launches inside `ranged()`; nothing is replayed or
-restored, so a pass costs one run and about 40 ms of CUPTI's start and stop. The metrics are
-split in two configurations, the hardware counters first, then the SASS-patched metrics
-(`is_sass_patched`): a pass of the second kind runs instrumented code (2.6-49x slower on the
-H200), so only the first kind's runs are the kernel as it is timed (`instrumented_passes`).
+restored, so a pass costs one run and about 40 ms of CUPTI's start and stop. All metrics are in
+one configuration: CUPTI schedules the SASS-patched metrics (`is_sass_patched`) on a pass of
+their own, the last (H200, 2026-12-02: passes 1-5 of the six-pass set ran the plain kernel,
+within 1% of its timed median; pass 6 ran instrumented code, 2.6-49x slower). A second
+configuration on the same enable (hardware counters, then the SASS-patched ones) is not an
+option: its pass never completed and its metrics read NaN (H200, 2026-12-02).
 
 Auto range + kernel replay (`profile(run)`, kept for the probe and the counters test): every
 launch is a range; CUPTI replays each kernel per pass, restoring the memory it may write.
@@ -206,7 +208,7 @@ class RangeProfiler:
     per worker (0.7 s the first time in a process, 0.08 s after, on the H200).
 
     replay="user" (the executed check): `profile_passes`, one run of the caller's per pass, the
-    hardware counters' passes first. Enabled per call: the first start after enabling costs
+    SASS-patched pass last. Enabled per call: the first start after enabling costs
     about 0.22 s, each pass about 0.04 s beside its run (docs/BENCHMARKS.md). The profiler is
     never left enabled between calls: runs made under an enabled profiler were 0.6% slower and
     a kept-enabled profiler crashed the worker (H200, 2026-12-02).
@@ -235,26 +237,17 @@ class RangeProfiler:
         avail.pCounterAvailabilityImage = C.cast(image, U8P)
         _call("cuptiProfilerGetCounterAvailability", avail)
         self.metrics = list(metrics)
-        if replay == "user":  # hardware counters, then the SASS-patched metrics: two configurations
-            groups = [[m for m in self.metrics if not is_sass_patched(m)], [m for m in self.metrics if is_sass_patched(m)]]
-        else:
-            groups = [self.metrics]
-        self.hosts: list[_Host] = []
-        try:
-            for g in (g for g in groups if g):
-                self.hosts.append(_Host(self.chip, image, g))
-            if sum(h.passes for h in self.hosts) > MAX_PASSES:
-                raise CuptiError(f"the metrics need {sum(h.passes for h in self.hosts)} passes (at most {MAX_PASSES})")
-        except BaseException:  # a half-built profiler keeps no host object
-            for host in self.hosts:
-                with contextlib.suppress(CuptiError):
-                    host.close()
-            raise
-        self.host = self.hosts[0]
-        self.passes = sum(h.passes for h in self.hosts)
-        # the passes (0-based, in the order profile_passes runs them) that run SASS-patched code
-        hw = sum(h.passes for h in self.hosts if not any(is_sass_patched(m) for m in h.metrics))
-        self.instrumented_passes = tuple(range(hw, self.passes))
+        self.host = _Host(self.chip, image, self.metrics)
+        self.passes = self.host.passes
+        if self.passes > MAX_PASSES:
+            with contextlib.suppress(CuptiError):
+                self.host.close()
+            raise CuptiError(f"the metrics need {self.passes} passes (at most {MAX_PASSES})")
+        # The passes (0-based, in the order profile_passes runs them) that run SASS-patched code:
+        # the last one, where any metric needs patching (see the module's docstring). Were CUPTI to
+        # order them otherwise, an instrumented run would be tied and fail the tie: credit withheld,
+        # never granted (tests/gpu/test_credit_gpu.py's honest experts would show it).
+        self.instrumented_passes = (self.passes - 1,) if any(is_sass_patched(m) for m in self.metrics) else ()
         self.last_phase_s: dict[str, float] = {}
 
     def _enable(self):
@@ -336,43 +329,6 @@ class RangeProfiler:
             if done:  # where each part of the last profile went (seconds)
                 self.last_phase_s = {"setup": t1 - t0, "runs": t2 - t1, "decode": t3 - t2, "disable": clock() - t3}
 
-    def _counter_data(self, obj, host: _Host) -> C.Array:
-        size = CounterDataSize(pRangeProfilerObject=obj, pMetricNames=host._names, numMetrics=len(host.metrics),
-                               maxNumOfRanges=MAX_RANGES, maxNumRangeTreeNodes=MAX_RANGES)
-        _call("cuptiRangeProfilerGetCounterDataSize", size)
-        data = (C.c_uint8 * size.counterDataSize)()
-        _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
-            pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
-        return data
-
-    def _set_user_config(self, host: _Host):
-        """Enable (once per profile_passes) and configure for `host`'s metrics: user range, user
-        replay. A configuration refused after another one was used on the same enable (not seen;
-        CUPTI does not document switching) is retried once on a fresh enable."""
-        for attempt in (0, 1):
-            if self._obj is None:
-                enable = Enable(ctx=self.ctx)
-                _call("cuptiRangeProfilerEnable", enable)
-                self._obj = enable.pRangeProfilerObject
-            try:
-                data = self._counter_data(self._obj, host)
-                self._user_pass_config(self._obj, host, data, 0, 1)
-                return self._obj, data
-            except CuptiError:
-                if attempt:
-                    raise
-                self._disable()
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _user_pass_config(obj, host: _Host, data: C.Array, pass_index: int = 0, level: int = 1) -> None:
-        """SetConfig for `host`'s metrics: user range, user replay, one nesting level."""
-        _call("cuptiRangeProfilerSetConfig", SetConfig(
-            pRangeProfilerObject=obj, configSize=len(host.config), pConfig=host.config,
-            counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE, replayMode=USER_REPLAY,
-            maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=pass_index,
-            targetNestingLevel=level))
-
     @contextlib.contextmanager
     def _ranged(self, obj, default: str, seen: list[str]):
         """`with ranged(label=None):` the launches inside are one range, named label or `default`."""
@@ -390,73 +346,70 @@ class RangeProfiler:
                     _call("cuptiRangeProfilerPopRange", RPObject(pRangeProfilerObject=obj))
 
     def profile_passes(self, run_pass, name: str) -> list[Launch]:
-        """User replay: call `run_pass(i, ranged)` once per pass (i = 0 .. passes-1, the hardware
-        counters' passes first: `instrumented_passes` are the rest). run_pass prepares its run
-        (fresh inputs) outside the range, then makes the launches to count inside
-        `with ranged():` (or `ranged(label)`: several ranges per pass are kept apart by name) and
-        waits for them. Returns one Launch per range name, with every metric of every pass.
-        The profiler is enabled for this call only."""
+        """User replay: call `run_pass(i, ranged)` once per pass (i = 0 .. passes-1;
+        `instrumented_passes` run SASS-patched code). run_pass prepares its run (fresh inputs)
+        outside the range, then makes the launches to count inside `with ranged():` (or
+        `ranged(label)`: several ranges per pass are kept apart by name) and waits for them.
+        Returns one Launch per range name, with every metric. The profiler is enabled for this
+        call only. CUPTI must report every pass submitted after the last one (`last_stops`: what
+        each Stop returned), else CuptiError: no partial counts are ever evaluated."""
         if self.replay != "user":
             raise CuptiError("profile_passes needs a RangeProfiler built with replay='user'")
         clock = time.perf_counter
         t0 = clock()
-        phase = {"setup": 0.0, "runs": 0.0, "decode": 0.0}
-        values: dict[str, dict[str, float]] = {}
-        self.last_stops: list[list[int]] = []  # per pass: what Stop returned (pass index, level, all submitted)
-        i = 0
+        phase: dict[str, float] = {}
+        self.last_stops: list[list[int]] = []  # per pass: (pass index, nesting level, all passes submitted)
         try:
-            for host in self.hosts:
-                t = clock()
-                obj, data = self._set_user_config(host)
-                phase["setup"] += clock() - t
-                t = clock()
-                # Exactly the passes CUPTI planned for this configuration. Stop's isAllPassSubmitted
-                # never read 1 on the H200 (driver 580, CUPTI 13.0: neither with one SetConfig nor
-                # with one per pass), so it is recorded (`last_stops`), not looped on.
-                for _ in range(host.passes):
-                    _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
-                    seen: list[str] = []
-                    try:
-                        run_pass(i, lambda label=None: self._ranged(obj, label or name, seen))
-                    except BaseException:  # the run's error (a hang, a fault) is the verdict
-                        with contextlib.suppress(CuptiError):
-                            _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
-                        raise
-                    if not seen:
-                        with contextlib.suppress(CuptiError):
-                            _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
-                        raise CuptiError(f"pass {i} counted nothing: run_pass made no range")
-                    stop = Stop(pRangeProfilerObject=obj)
-                    _call("cuptiRangeProfilerStop", stop)
-                    self.last_stops.append([int(stop.passIndex), int(stop.targetNestingLevel),
-                                            int(stop.isAllPassSubmitted)])
-                    i += 1
-                phase["runs"] += clock() - t
-                t = clock()
-                decode = Decode(pRangeProfilerObject=obj)
-                _call("cuptiRangeProfilerDecodeData", decode)
-                if decode.numOfRangeDropped:
-                    raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {MAX_RANGES}?)")
-                info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
-                _call("cuptiRangeProfilerGetCounterDataInfo", info)
-                for r in range(info.numTotalRanges):
-                    ri = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=r,
-                                   rangeDelimiter=b"/")
-                    _call("cuptiRangeProfilerCounterDataGetRangeInfo", ri)
-                    label = (ri.rangeName or b"?").decode(errors="replace")
-                    values.setdefault(label, {}).update(host.evaluate(data, r))
-                phase["decode"] += clock() - t
+            obj, data = self._enable()
+            _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
+                pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
+            _call("cuptiRangeProfilerSetConfig", SetConfig(
+                pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
+                counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE, replayMode=USER_REPLAY,
+                maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0,
+                targetNestingLevel=1))
+            t1 = clock()
+            for i in range(self.passes):  # NVIDIA's range_profiling sample: one SetConfig, Start..Stop per pass
+                _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
+                seen: list[str] = []
+                try:
+                    run_pass(i, lambda label=None: self._ranged(obj, label or name, seen))
+                except BaseException:  # the run's error (a hang, a fault) is the verdict
+                    with contextlib.suppress(CuptiError):
+                        _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
+                    raise
+                stop = Stop(pRangeProfilerObject=obj)
+                _call("cuptiRangeProfilerStop", stop)
+                self.last_stops.append([int(stop.passIndex), int(stop.targetNestingLevel),
+                                        int(stop.isAllPassSubmitted)])
+                if not seen:
+                    raise CuptiError(f"pass {i} counted nothing: run_pass made no range")
+            if not self.last_stops[-1][2]:
+                raise CuptiError(f"CUPTI did not report every pass submitted after its {self.passes} passes "
+                                 f"(Stop returned {self.last_stops})")
+            t2 = clock()
+            decode = Decode(pRangeProfilerObject=obj)
+            _call("cuptiRangeProfilerDecodeData", decode)
+            if decode.numOfRangeDropped:
+                raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {MAX_RANGES}?)")
+            info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
+            _call("cuptiRangeProfilerGetCounterDataInfo", info)
+            values: dict[str, dict[str, float]] = {}
+            for r in range(info.numTotalRanges):
+                ri = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=r,
+                               rangeDelimiter=b"/")
+                _call("cuptiRangeProfilerCounterDataGetRangeInfo", ri)
+                values.setdefault((ri.rangeName or b"?").decode(errors="replace"), {}).update(
+                    self.host.evaluate(data, r))
+            phase = {"setup": t1 - t0, "runs": t2 - t1, "decode": clock() - t2}
+            return [Launch(label, m) for label, m in values.items()]
         finally:
-            t = clock()
+            t3 = clock()
             with contextlib.suppress(CuptiError):
                 self._disable()
-            phase["disable"] = clock() - t
-            phase["total"] = clock() - t0
-            self.last_phase_s = phase
-        return [Launch(label, m) for label, m in values.items()]
+            self.last_phase_s = {**phase, "disable": clock() - t3, "total": clock() - t0}
 
     def close(self) -> None:
         with contextlib.suppress(CuptiError):
             self._disable()
-        for host in self.hosts:
-            host.close()
+        self.host.close()
