@@ -33,7 +33,10 @@ def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool =
            "correct_with_arch": r.correct_with_arch, "speedup": r.speedup,
            # the timed medians (candidate, library) and the candidate's CV per workload
            "timed": {x.workload: [x.timing and round(x.timing.median_ms, 5), x.baseline and round(x.baseline.median_ms, 5),
-                                  x.timing and round(x.timing.cv, 5)] for x in r.workloads}}
+                                  x.timing and round(x.timing.cv, 5)] for x in r.workloads},
+           # where each workload's time went in the worker (verify, baseline, timed, credit): the
+           # check's cost beside its own phase shows here
+           "workload_phase_s": {x.workload: {k: round(v, 3) for k, v in x.phase_s.items()} for x in r.workloads}}
     if executed:
         row["executed"] = {"status": r.executed.status, "phase_s": r.executed.phase_s, "reason": r.executed.reason, "notes": r.executed.notes,
                            "workloads": [{"workload": w.workload, "split": w.split, "profiled_at": w.profiled_at,
@@ -107,6 +110,7 @@ def main() -> int:
         for k, v in rows.items():
             print(f"{task} {k}: wall {v['wall_s']} s, phases {v['phase_s']}, correct_with_arch {v['correct_with_arch']}, "
                   f"check phases {(v.get('executed') or {}).get('phase_s')}")
+            print(f"   per workload: {v['workload_phase_s']}")
             for w in (v.get("executed") or {}).get("workloads", []):
                 runs = (f"counted {w['counted_from']}-{w['runs']}" if w["counted_from"] is not None
                         else f"run {w['profiled_at']}/{w['runs']}")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tools import worker as protocol
 from tools.ceilings import computes_in_fp8
+from tools.features import ptx_may_issue_mma_sync
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
 from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_skipped
 from tools.roofline import apply_roofline
@@ -500,9 +501,11 @@ class Evaluator:
                 if in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     from tools import ncu
 
-                    if metrics is None:  # the SASS says whether the mma.sync counters (3 more passes) are needed
-                        sass = module_sass() if module_sass else res.inspect
-                        metrics = list(ncu.credit_metrics(ncu.issues_mma_sync(_module_opcodes(sass))))
+                    if metrics is None:  # the mma.sync ops counters (3 more passes) only where the PTX has
+                        # mma/wmma; read from the PTX, not the SASS, whose inspection overlaps these runs. Safe
+                        # either way: the verdict reads the SASS, and a module whose SASS holds a warp-level MMA
+                        # without those counters has its other math unmeasured: no credit.
+                        metrics = list(ncu.credit_metrics(ptx_may_issue_mma_sync(res.compile.ptx)))
                     req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
