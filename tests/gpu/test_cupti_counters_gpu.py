@@ -188,6 +188,7 @@ def measured(tmp_path_factory) -> dict:
         profiler.close()
     # The same launches by user replay (what the worker's counted runs use), by a profiler of its
     # own made after the kernel-replay one is closed: one launch per pass, inside a user range.
+    user = None
     try:
         user = RangeProfiler(list(ncu.CUPTI_METRICS), replay="user")
         results["user_passes"], results["user_instrumented_passes"] = user.passes, list(user.instrumented_passes)
@@ -208,8 +209,10 @@ def measured(tmp_path_factory) -> dict:
             ranges = user.profile_passes(run_pass, name)
             results["kernels"][name]["user_ranges"] = [x.name for x in ranges]
             results["kernels"][name]["user_metrics"] = ranges[0].metrics if ranges else {}
-        user.close()
-    finally:
+            results["kernels"][name]["user_stops"] = user.last_stops
+    finally:  # a profiler left initialised would hold the device's one profiling session (Nsight Compute next)
+        if user is not None:
+            user.close()
         module.unload()
     logs = os.environ.get("PTXBENCH_GPU_LOGS")
     report(results, (Path(logs) if logs else tmp_path_factory.mktemp("cupti_counters")) / "cupti_counters.json")
