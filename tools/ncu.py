@@ -89,10 +89,11 @@ def credit_metrics(mma_sync: bool | None) -> tuple[str, ...]:
     """What the in-process check (CUPTI user replay, one counted run per pass) collects.
     - Not the kernel time: a user range's gpu__time_duration spans the range (the stream gate
       included), so each counted run is timed with events, as a timed run is.
-    - Not the mma.sync ops counters where the module's SASS holds no warp-level MMA
-      (`mma_sync` False): a kernel with no HMMA instruction does no HMMA math, and without those
-      three counters the set takes 3 passes on GH100 instead of 6 (work_metrics reads them as 0
-      on such rows, which carry SASS_MMA_SYNC "0")."""
+    - Not the mma.sync ops counters where the module cannot hold a warp-level MMA (`mma_sync`
+      False: no mma/wmma in its PTX, tools.features.ptx_may_issue_mma_sync): a kernel with no HMMA
+      instruction does no HMMA math, and without those three counters the set takes 3 passes on
+      GH100 instead of 6. The verdict reads them as 0 only on rows whose module SASS was read and
+      holds none (SASS_MMA_SYNC "0", work_metrics); anywhere else the other math is unmeasured."""
     drop = {DURATION_METRIC, *(HMMA_OPS_METRICS if mma_sync is False else ())}
     return tuple(m for m in CUPTI_METRICS if m not in drop)
 # (A two-pass set that bounds the other math from above by warp-instruction counts, 128 FLOPs per

@@ -688,7 +688,7 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
                 f"the executed check's counted run {lead + i + 1} (after the timed runs)"))
 
     try:
-        launches = profiler.profile_passes(run_pass, "+".join(bound.plan.kernel_names)[:200])
+        launches = profiler.profile_passes(run_pass, "+".join(ws.plan.kernel_names)[:200])
     except CuptiError as exc:
         out["reason"] = str(exc)[:400]
         return
