@@ -157,21 +157,29 @@ def measured(tmp_path_factory) -> dict:
     profiler = RangeProfiler(list(ncu.CUPTI_METRICS))
     results: dict = {"metrics": list(ncu.CUPTI_METRICS), "passes": profiler.passes, "chip": profiler.chip,
                      "iters": ITERS, "blocks": BLOCKS, "kernels": {}}
+    def launcher(name: str, spec: dict):
+        """The kernel's launch on fresh inputs (all 1.0) and output (poisoned), and that output."""
+        words = torch.full((ITERS,), spec["word"], dtype=torch.int32, device="cuda")
+        out = torch.full((BLOCKS * spec["threads"] * 4,), -1.0, device="cuda")
+        args = (ctypes.c_uint64(words.data_ptr()), ctypes.c_uint64(out.data_ptr()))
+        params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
+        fn = module.function(name)
+
+        def launch() -> None:
+            _ = (words, args)  # kept alive as long as the launch: params holds only their addresses
+            check(d.cuLaunchKernel(fn, BLOCKS, 1, 1, spec["threads"], 1, 1, 0, d.CUstream(0),
+                                   ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
+
+        return launch, out
+
+    def synchronize() -> None:
+        check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+
     try:
         for name, spec in KERNELS.items():
-            words = torch.full((ITERS,), spec["word"], dtype=torch.int32, device="cuda")
-            out = torch.full((BLOCKS * spec["threads"] * 4,), -1.0, device="cuda")
-            args = (ctypes.c_uint64(words.data_ptr()), ctypes.c_uint64(out.data_ptr()))
-            params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
-            fn = module.function(name)
-
-            def run(fn=fn, spec=spec, params=params, name=name) -> None:
-                check(d.cuLaunchKernel(fn, BLOCKS, 1, 1, spec["threads"], 1, 1, 0, d.CUstream(0),
-                                       ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
-                check(d.cuCtxSynchronize(), f"cuCtxSynchronize({name})")
-
+            launch, out = launcher(name, spec)
             print(f"kernel replay: {name}", flush=True)
-            launches = profiler.profile(run)
+            launches = profiler.profile(lambda launch=launch: (launch(), synchronize()))
             row = {"name": launches[0].name, "metrics": launches[0].metrics} if launches else None
             values = out.cpu()
             results["kernels"][name] = {
@@ -193,17 +201,12 @@ def measured(tmp_path_factory) -> dict:
         user = RangeProfiler(list(ncu.CUPTI_METRICS), replay="user")
         results["user_passes"], results["user_instrumented_passes"] = user.passes, list(user.instrumented_passes)
         for name, spec in KERNELS.items():
-            words = torch.full((ITERS,), spec["word"], dtype=torch.int32, device="cuda")
-            out = torch.full((BLOCKS * spec["threads"] * 4,), -1.0, device="cuda")
-            args = (ctypes.c_uint64(words.data_ptr()), ctypes.c_uint64(out.data_ptr()))
-            params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
-            fn = module.function(name)
+            launch, _out = launcher(name, spec)
 
-            def run_pass(i, ranged, fn=fn, spec=spec, params=params, name=name) -> None:
+            def run_pass(i, ranged, launch=launch) -> None:
                 with ranged():
-                    check(d.cuLaunchKernel(fn, BLOCKS, 1, 1, spec["threads"], 1, 1, 0, d.CUstream(0),
-                                           ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
-                check(d.cuCtxSynchronize(), f"cuCtxSynchronize({name})")
+                    launch()
+                synchronize()
 
             print(f"user replay: {name}", flush=True)
             ranges = user.profile_passes(run_pass, name)
