@@ -281,6 +281,21 @@ class RangeProfiler:
             maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
         return obj, data
 
+    def _ranges(self, obj, data: C.Array) -> list[tuple[str, dict[str, float]]]:
+        """Decode what the passes collected: (range name, metric values) per range, in order."""
+        decode = Decode(pRangeProfilerObject=obj)
+        _call("cuptiRangeProfilerDecodeData", decode)
+        if decode.numOfRangeDropped:
+            raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {MAX_RANGES}?)")
+        info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
+        _call("cuptiRangeProfilerGetCounterDataInfo", info)
+        out = []
+        for r in range(info.numTotalRanges):
+            ri = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=r, rangeDelimiter=b"/")
+            _call("cuptiRangeProfilerCounterDataGetRangeInfo", ri)
+            out.append(((ri.rangeName or b"?").decode(errors="replace"), self.host.evaluate(data, r)))
+        return out
+
     def profile(self, run) -> list[Launch]:
         """Call `run()` (it launches kernels and waits for them) with every launch profiled;
         the launches in order, each with its metric values."""
@@ -307,18 +322,7 @@ class RangeProfiler:
                 raise
             _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
             t2 = clock()
-            decode = Decode(pRangeProfilerObject=obj)
-            _call("cuptiRangeProfilerDecodeData", decode)
-            if decode.numOfRangeDropped:
-                raise CuptiError(f"{decode.numOfRangeDropped} profiled launches were dropped (more than {MAX_RANGES}?)")
-            info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
-            _call("cuptiRangeProfilerGetCounterDataInfo", info)
-            out = []
-            for i in range(info.numTotalRanges):
-                name = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=i,
-                                 rangeDelimiter=b"/")
-                _call("cuptiRangeProfilerCounterDataGetRangeInfo", name)
-                out.append(Launch((name.rangeName or b"?").decode(errors="replace"), self.host.evaluate(data, i)))
+            out = [Launch(name, values) for name, values in self._ranges(obj, data)]
             t3 = clock()
             done = True
             return out
@@ -388,19 +392,9 @@ class RangeProfiler:
                 raise CuptiError(f"CUPTI did not report every pass submitted after its {self.passes} passes "
                                  f"(Stop returned {self.last_stops})")
             t2 = clock()
-            decode = Decode(pRangeProfilerObject=obj)
-            _call("cuptiRangeProfilerDecodeData", decode)
-            if decode.numOfRangeDropped:
-                raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {MAX_RANGES}?)")
-            info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
-            _call("cuptiRangeProfilerGetCounterDataInfo", info)
             values: dict[str, dict[str, float]] = {}
-            for r in range(info.numTotalRanges):
-                ri = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=r,
-                               rangeDelimiter=b"/")
-                _call("cuptiRangeProfilerCounterDataGetRangeInfo", ri)
-                values.setdefault((ri.rangeName or b"?").decode(errors="replace"), {}).update(
-                    self.host.evaluate(data, r))
+            for label, metrics in self._ranges(obj, data):  # a range name repeated (several per pass) is one
+                values.setdefault(label, {}).update(metrics)
             phase = {"setup": t1 - t0, "runs": t2 - t1, "decode": clock() - t2}
             return [Launch(label, m) for label, m in values.items()]
         finally:
