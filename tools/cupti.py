@@ -271,13 +271,15 @@ class RangeProfiler:
             obj, self._obj = self._obj, None
             _call("cuptiRangeProfilerDisable", RPObject(pRangeProfilerObject=obj))
 
-    def _configure(self):
+    def _configure(self, range_mode: int = AUTO_RANGE, replay_mode: int = KERNEL_REPLAY):
+        """Enabled, the counter data image cleared, and configured: one SetConfig for all passes
+        (NVIDIA's range_profiling sample; Stop then walks the passes itself)."""
         obj, data = self._enable()
         _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
             pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
         _call("cuptiRangeProfilerSetConfig", SetConfig(
             pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
-            counterDataImageSize=len(data), pCounterDataImage=data, range=AUTO_RANGE, replayMode=KERNEL_REPLAY,
+            counterDataImageSize=len(data), pCounterDataImage=data, range=range_mode, replayMode=replay_mode,
             maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
         return obj, data
 
@@ -364,14 +366,7 @@ class RangeProfiler:
         phase: dict[str, float] = {}
         self.last_stops: list[list[int]] = []  # per pass: (pass index, nesting level, all passes submitted)
         try:
-            obj, data = self._enable()
-            _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
-                pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
-            _call("cuptiRangeProfilerSetConfig", SetConfig(
-                pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
-                counterDataImageSize=len(data), pCounterDataImage=data, range=USER_RANGE, replayMode=USER_REPLAY,
-                maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0,
-                targetNestingLevel=1))
+            obj, data = self._configure(USER_RANGE, USER_REPLAY)
             t1 = clock()
             for i in range(self.passes):  # NVIDIA's range_profiling sample: one SetConfig, Start..Stop per pass
                 _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
