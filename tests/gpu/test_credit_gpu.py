@@ -70,6 +70,11 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
         print(f"{task} {w.workload:>6} {w.split:>8} counted runs {w.counted_from}-{w.runs} {w.run_ms} ms "
               f"(instrumented {w.instrumented_ms}) timed {w.timed_ms} ms shares {w.shares} carries {w.carries} {w.notes}")
     print(task, "phases (s):", {k: round(v, 3) for k, v in r.phase_s.items()})
+    # the check's cost, per workload and in all (docs/BENCHMARKS.md reads it from this line)
+    print(task, "credit phase (s):", {x.workload: round(x.phase_s.get("credit", 0.0), 3) for x in r.workloads},
+          "total", round(sum(x.phase_s.get("credit", 0.0) for x in r.workloads), 3),
+          "per part:", [(x.credit or {}).get("profile_phase_s") for x in r.workloads][:1],
+          "stops:", [(x.credit or {}).get("stops") for x in r.workloads][:1])
     assert r.correct is True and r.split_correct("held_out") is True, show(r)
     assert len(r.executed.workloads) == len(r.workloads) and all(w.status == "ok" for w in r.executed.workloads)
     requested = get_task(task).features_for("sm_90a")
