@@ -58,6 +58,7 @@ class FakeCupti:
         self.collecting = 0  # the pass being collected
         self.next_pass = 0  # the pass index the last Stop returned
         self.ranges: list[str] = []  # range names, in first-push order
+        self.name_at: list[tuple[str, int]] = []  # each PushRange's name and the address it was given at
         self.set_configs: list[dict[str, int]] = []
         self.objects = 0x100
 
@@ -102,6 +103,8 @@ class FakeCupti:
             name = params.pRangeName.decode()
             if name not in self.ranges:
                 self.ranges.append(name)
+            # CUPTI may keep the pointer (to match the range in later passes): remember it as C would
+            self.name_at.append((name, C.c_void_p.from_buffer(params, type(params).pRangeName.offset).value))
         elif fn == POP:
             assert self.started
         elif fn == STOP:
@@ -116,6 +119,10 @@ class FakeCupti:
             self.submitted = bool(said[2])
         elif fn == DECODE_FN:
             assert not self.started
+            churn = [bytes(len(n) + k % 3) for k in range(3000) for n, _ in self.name_at[:1]]  # reuse freed blocks
+            for n, at in self.name_at:  # every pointer CUPTI was given still holds its name
+                assert C.string_at(at) == n.encode(), f"the range name {n!r} CUPTI was given was freed"
+            del churn
             self.decoded = True
             params.numOfRangeDropped = self.dropped
         elif fn == DATA_INFO:
@@ -176,6 +183,7 @@ def setup(monkeypatch, passes: int = 3, replay: str = "user", **kw) -> tuple[Ran
     monkeypatch.setattr(cupti, "_call", fake)
     prof = RangeProfiler.__new__(RangeProfiler)
     prof.keep_enabled, prof.replay, prof.ctx, prof._obj, prof._data = False, replay, 0x1, None, None
+    prof._names = {}
     prof.chip, prof.metrics, prof.host, prof.passes = "GH100", list(METRICS), host, passes
     prof.instrumented_passes = (passes - 1,)
     prof.last_phase_s = {}

@@ -223,6 +223,7 @@ class RangeProfiler:
             raise ValueError(f"replay must be 'kernel' or 'user', not {replay!r}")
         self.keep_enabled, self.replay = keep_enabled, replay
         self._obj, self._data = None, None
+        self._names: dict[str, bytes] = {}  # range names as CUPTI was given them (see _ranged)
         _call("cuptiProfilerInitialize", Init())
         err, ctx = d.cuCtxGetCurrent()
         if int(err) != 0 or not int(ctx):
@@ -338,7 +339,10 @@ class RangeProfiler:
     @contextlib.contextmanager
     def _ranged(self, obj, default: str, seen: list[str]):
         """`with ranged(label=None):` the launches inside are one range, named label or `default`."""
-        _call("cuptiRangeProfilerPushRange", PushRange(pRangeProfilerObject=obj, pRangeName=default.encode()))
+        # CUPTI may keep the name's pointer to match the range across passes: the bytes live as
+        # long as this profiler does, never a temporary that the next allocation reuses
+        name = self._names.setdefault(default, default.encode())
+        _call("cuptiRangeProfilerPushRange", PushRange(pRangeProfilerObject=obj, pRangeName=name))
         seen.append(default)
         ok = False
         try:

@@ -525,7 +525,9 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
                         kernel_ms=kernel_ms, run_ms=list(run_ms or []),
                         instrumented_ms=list(r.get("instrumented_ms") or []), timed_ms=timed_ms)
     if uncounted:
-        wc.status, wc.reason = "skipped", f"no executed-instruction counts for {', '.join(uncounted)}"
+        unread = sorted(set(r.get("unread") or []))
+        wc.status, wc.reason = "skipped", (f"no executed-instruction counts for {', '.join(uncounted)}"
+                                           + (f" (CUPTI read no value for {', '.join(unread)})" if unread else ""))[:400]
         return wc
     v = verdict(features, counts, per_kernel(rows, features), metrics, work)
     wc.executed, wc.shares, wc.carries, wc.notes = v.executed, v.shares, v.carries, v.notes
@@ -561,7 +563,9 @@ def credit_in_process(meta: dict, credit: dict | None, features: list[str], work
         why = (credit or {}).get("reason") or "its profiled run was not reached"
         return WorkloadCredit(workload=meta["workload"], split=meta["split"], status="skipped",
                               runs=(credit or {}).get("runs", 0), reason=f"not credited: {why}"[:400])
-    r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at"),
+    unread = [m for x in credit.get("launches") or [] for m, v in x["metrics"].items()
+              if not (isinstance(v, (int, float)) and math.isfinite(v))]
+    r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at"), "unread": unread,
          "counted_from": credit.get("counted_from"), "instrumented_ms": credit.get("instrumented_ms")}
     return _credit(r, counter_rows(credit.get("launches") or [], mma_sync), features, work, timed_ms,
                    credit.get("run_ms") or None)

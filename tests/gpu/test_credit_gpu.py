@@ -65,10 +65,11 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
 
     r = evaluator.evaluate(Solution.from_dir(ROOT / "tasks" / task / "expert"), task, "sm_90a",
                            workloads="all", executed_check=True)
+    for w in r.executed.workloads:  # printed before any assert: a failure shows every workload's reason
+        print(f"{task} {w.workload:>6} {w.split:>8} {w.status} {w.reason or ''} counted runs {w.counted_from}-{w.runs} "
+              f"{w.run_ms} ms (instrumented {w.instrumented_ms}) timed {w.timed_ms} ms shares {w.shares} "
+              f"carries {w.carries} {w.notes}")
     _credited(r)
-    for w in r.executed.workloads:
-        print(f"{task} {w.workload:>6} {w.split:>8} counted runs {w.counted_from}-{w.runs} {w.run_ms} ms "
-              f"(instrumented {w.instrumented_ms}) timed {w.timed_ms} ms shares {w.shares} carries {w.carries} {w.notes}")
     print(task, "phases (s):", {k: round(v, 3) for k, v in r.phase_s.items()})
     # the check's cost, per workload and in all (docs/BENCHMARKS.md reads it from this line)
     print(task, "credit phase (s):", {x.workload: round(x.phase_s.get("credit", 0.0), 3) for x in r.workloads},
