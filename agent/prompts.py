@@ -86,11 +86,12 @@ def credit_rules(arch: str) -> str:
     work.append("  - any other requested instruction: it executes.")
     lines = [
         f"- It is in the SASS of the kernels your manifest launches{SASS_CAVEATS.get(arch, '')}.",
-        "- It is executed by those kernels, counted on runs at random positions among the timed runs, on every "
-        "judged workload (the hidden ones included): a kernel that takes another path when profiled, on its "
-        "first launch or on some shapes earns nothing.",
+        "- It is executed by those kernels, counted on the runs that follow the timed runs (fresh inputs, "
+        "prepared and timed as timed runs are, every counted run judged), on every judged workload (the hidden "
+        "ones included): a kernel that takes another path when counted, on its first launch or on some shapes "
+        "earns nothing.",
         "- It carries the task's work:", *work,
-        f"- The counted run is the timed kernel: its time is within {ncu.SAME_RUN_RATIO - 1:.0%} "
+        f"- The counted runs are the timed kernel: each one's time is within {ncu.SAME_RUN_RATIO - 1:.0%} "
         f"(+{ncu.SAME_RUN_SLACK_MS:g} ms) of the timed median.",
     ]
     return "\n".join(lines)

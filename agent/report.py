@@ -168,11 +168,13 @@ def _settings(c: RunConfig) -> dict[str, object]:
 def _toolchain(c: RunConfig) -> str:
     """The tools that drew the run's verdicts, as a resume compares them (agent.run.toolchain_change):
     the compilers write the machine code that is judged, and for a run judged on a GPU torch's cuBLAS
-    and cuDNN are the library its speedups are against. Runs recorded without versions: "unknown"."""
-    from agent.run import COMPILERS
+    and cuDNN are the library its speedups are against; and the judge's rules (tools.results.RULES_VERSION).
+    Runs recorded without versions: "unknown"."""
+    from agent.run import judged_by
 
-    names = [*COMPILERS, *(("torch",) if c.gpu is not None and not c.gpu.startswith("unavailable") else ())]
-    return ", ".join(f"{n} {c.tool_versions[n]}" for n in names if n in c.tool_versions) or "unknown"
+    if not c.tool_versions:
+        return "unknown"
+    return ", ".join(f"{n} {v}" for n, v in judged_by(c).items())
 
 
 # Cell-key settings that runs told apart by distinguish() may differ in: the task (families pool

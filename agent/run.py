@@ -377,10 +377,20 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
 # missing on either side judges nothing: without it a candidate stops the run with infra_error, no
 # verdict drawn ("fix it, then resume"). (litellm, langgraph judge nothing.)
 COMPILERS = ("nvrtc", "ptxas")
+RULES = "rules"  # tool_versions' key for the judge's own rules (tools.results.RULES_VERSION)
 
 
 def _judged_on_gpu(config: RunConfig) -> bool:
     return config.gpu is not None and not config.gpu.startswith("unavailable")
+
+
+def judged_by(config: RunConfig) -> dict[str, str]:
+    """What drew a run's verdicts, as its config records it: the compilers, the judge's rules
+    ("unversioned" for a run recorded before rules were), and for a run judged on a GPU torch
+    (its cuBLAS and cuDNN are the library). A compiler the config does not record is left out."""
+    then = config.tool_versions
+    names = [*COMPILERS, *(("torch",) if _judged_on_gpu(config) else ())]
+    return {**{n: then[n] for n in names if n in then}, RULES: then.get(RULES, "unversioned")}
 
 
 def toolchain_change(config: RunConfig, run_dir: Path) -> str | None:
@@ -388,18 +398,16 @@ def toolchain_change(config: RunConfig, run_dir: Path) -> str | None:
     drawn by the tools recorded in its config, and its later ones would be another toolchain's,
     pooled in one run. A run that drew no verdict yet, or whose config records no tool versions, has
     nothing to compare: it goes on (recorded_toolchain)."""
-    then = config.tool_versions
-    if not then or not _judged(run_dir):
+    if not config.tool_versions or not _judged(run_dir):
         return None
-    now = tool_versions()
-    versions = [*COMPILERS, *(("torch",) if _judged_on_gpu(config) else ())]
-    differ = [n for n in versions if n in then and n in now and then[n] != now[n]]
+    then, now = judged_by(config), tool_versions()
+    differ = [n for n in then if n in now and then[n] != now[n]]
     if not differ:
         return None
     was = ", ".join(f"{n} {then[n]}" for n in differ)
     is_ = ", ".join(f"{n} {now[n]}" for n in differ)
     return (f"run {run_dir} was judged with {was}; this machine has {is_}: its next candidates would be judged "
-            f"by another toolchain; start a new run (agent solve --task {config.task_requested or config.task} "
+            f"by another toolchain or rules; start a new run (agent solve --task {config.task_requested or config.task} "
             f"...), or resume it where those tools are (agent doctor lists them)")
 
 
@@ -774,6 +782,9 @@ def tool_versions() -> dict[str, str]:
         versions.update(find_toolchain().versions())
     except Exception as exc:  # a missing tool shows up in the evaluation; the record says why
         versions["toolchain"] = f"unavailable: {exc}"
+    from tools.results import RULES_VERSION
+
+    versions[RULES] = RULES_VERSION
     return versions
 
 

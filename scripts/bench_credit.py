@@ -6,7 +6,7 @@ GPU machine. Prints the evaluator's phases, each workload's credit and counted-r
 counters; what the arm measures is the counted run's cost with fewer counters: is it the set, or
 the kernels' replay?).
 
-    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms]
+    python scripts/bench_credit.py [--tasks gemm_n7168_k5120,mha_bwd_d128] [--ncu-arms] [--one-cold]
         [--metric-sets no_sass,gmma_only,hw_one_pass,sass_one_pass] [--out runs/bench_credit]
 """
 from __future__ import annotations
@@ -33,13 +33,19 @@ def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool =
            "correct_with_arch": r.correct_with_arch, "speedup": r.speedup,
            # the timed medians (candidate, library) and the candidate's CV per workload
            "timed": {x.workload: [x.timing and round(x.timing.median_ms, 5), x.baseline and round(x.baseline.median_ms, 5),
-                                  x.timing and round(x.timing.cv, 5)] for x in r.workloads}}
+                                  x.timing and round(x.timing.cv, 5)] for x in r.workloads},
+           # where each workload's time went in the worker (verify, baseline, timed, credit): the
+           # check's cost beside its own phase shows here
+           "workload_phase_s": {x.workload: {k: round(v, 3) for k, v in x.phase_s.items()} for x in r.workloads}}
     if executed:
         row["executed"] = {"status": r.executed.status, "phase_s": r.executed.phase_s, "reason": r.executed.reason, "notes": r.executed.notes,
                            "workloads": [{"workload": w.workload, "split": w.split, "profiled_at": w.profiled_at,
-                                          "runs": w.runs, "kernel_ms": w.kernel_ms, "timed_ms": w.timed_ms,
-                                          "shares": w.shares, "carries": w.carries} for w in r.executed.workloads],
-                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "profile_s", "profile_phase_s")}
+                                          "counted_from": w.counted_from, "runs": w.runs, "kernel_ms": w.kernel_ms,
+                                          "run_ms": w.run_ms, "instrumented_ms": w.instrumented_ms,
+                                          "timed_ms": w.timed_ms, "shares": w.shares, "carries": w.carries}
+                                         for w in r.executed.workloads],
+                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "lead_runs", "profile_s",
+                                                                                  "profile_phase_s", "stops")}
                                             | {"workload": x.workload, "credit_s": x.phase_s.get("credit")}
                                             for x in r.workloads]}
     return row
@@ -65,6 +71,8 @@ def main() -> int:
     ap.add_argument("--out", default="runs/bench_credit")
     ap.add_argument("--ncu-arms", action="store_true",
                     help="also time the check with the Nsight Compute profile, and the check by Nsight Compute")
+    ap.add_argument("--one-cold", action="store_true",
+                    help="one cold evaluation (check on) before the warm arms, not two (saves device time)")
     ap.add_argument("--metric-sets", default="", help=f"also the counted run with these sets: {', '.join(METRIC_SETS)}")
     args = ap.parse_args()
     unknown = [m for m in args.metric_sets.split(",") if m and m not in METRIC_SETS]
@@ -84,7 +92,8 @@ def main() -> int:
                   f"timed {rows[name]['timed']}", flush=True)
 
         with Evaluator(cache_dir=out / "cache") as ev:
-            one(ev, sol, task, False)  # cold: worker start, library backend chosen
+            if not args.one_cold:
+                one(ev, sol, task, False)  # cold: worker start, library backend chosen
             one(ev, sol, task, True)  # cold counters: CUPTI's set-up, once per worker
             arm("off", False)
             arm("on", True)
@@ -101,9 +110,13 @@ def main() -> int:
         for k, v in rows.items():
             print(f"{task} {k}: wall {v['wall_s']} s, phases {v['phase_s']}, correct_with_arch {v['correct_with_arch']}, "
                   f"check phases {(v.get('executed') or {}).get('phase_s')}")
+            print(f"   per workload: {v['workload_phase_s']}")
             for w in (v.get("executed") or {}).get("workloads", []):
-                print(f"   {w['workload']:>8} {w['split']:>8} run {w['profiled_at']}/{w['runs']} kernel {w['kernel_ms']} "
-                      f"timed {w['timed_ms']} shares {w['shares']} carries {w['carries']}")
+                runs = (f"counted {w['counted_from']}-{w['runs']}" if w["counted_from"] is not None
+                        else f"run {w['profiled_at']}/{w['runs']}")
+                print(f"   {w['workload']:>8} {w['split']:>8} {runs} kernel {w['kernel_ms']} runs {w['run_ms']} "
+                      f"instrumented {w['instrumented_ms']} timed {w['timed_ms']} shares {w['shares']} "
+                      f"carries {w['carries']}")
             if v.get("executed", {}).get("reason") or v.get("executed", {}).get("notes"):
                 print("   executed:", v["executed"]["status"], v["executed"]["reason"], v["executed"]["notes"])
     (out / "bench_credit.json").write_text(json.dumps(report, indent=1) + "\n")

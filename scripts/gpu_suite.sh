@@ -43,7 +43,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then export PYTHONPATH="/tmp/site${PYTHO
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 # One pytest over the GPU tests: run_tests DEVICES CACHE LOG [pytest targets...]; DEVICES "" keeps
-# CUDA_VISIBLE_DEVICES as it is. Each run has its own cache (worker logs, baseline cache, per-test
+# CUDA_VISIBLE_DEVICES as it is. -rP keeps what passing tests print (the figures BENCHMARKS reads:
+# e.g. each expert's credit phase in test_credit_gpu). Each run has its own cache (worker logs, baseline cache, per-test
 # durations written as each test finishes: tests/conftest.py).
 run_tests() {
   local devices=$1 cache=$2 log=$3
@@ -51,7 +52,7 @@ run_tests() {
   mkdir -p "$cache"
   ( if [ -n "$devices" ]; then export CUDA_VISIBLE_DEVICES="$devices"; fi
     PTXBENCH_GPU_LOGS="$cache" PTXBENCH_TEST_TIMES="$cache/test_times.txt" \
-      timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v --durations=20 -p no:cacheprovider \
+      timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v -rP --durations=20 -p no:cacheprovider \
       --timeout "${GPU_TEST_EACH:-300}" "$@" > "$log" 2>&1 )
 }
 # One device call each on one H200 (per-file test times of 2026-12-02, docs/BENCHMARKS.md: PART=2

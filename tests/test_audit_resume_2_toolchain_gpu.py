@@ -68,6 +68,25 @@ def test_resume_under_another_ptxas_is_refused_naming_both_versions(tmp_path):
     assert read_summary(run_dir).stop_reason == "model_error"
 
 
+def test_resume_under_other_judging_rules_is_refused(tmp_path):
+    """The judge's rules are dated (tools.results.RULES_VERSION): a run whose verdicts were drawn
+    under other rules, or recorded before rules were (its credit read another way), is another
+    judge's: refused as another compiler is, naming both."""
+    from tools.results import RULES_VERSION
+
+    runs, run_dir, _ = _stopped_run(tmp_path)
+    recorded = read_config(run_dir).tool_versions
+    assert recorded["rules"] == RULES_VERSION
+    for then, shown in (({**recorded, "rules": "2026-11-30"}, "rules 2026-11-30"),
+                        ({k: v for k, v in recorded.items() if k != "rules"}, "rules unversioned")):
+        _edit_config(run_dir, tool_versions=then)
+        p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+        assert p.returncode == 2 and shown in p.stderr and RULES_VERSION in p.stderr, p.stderr
+    _edit_config(run_dir, tool_versions=recorded)
+    p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
+    assert p.returncode == 0, p.stderr
+
+
 def test_resume_under_another_torch_is_refused_only_for_a_run_judged_on_a_gpu(tmp_path):
     """torch brings the library (cuBLAS, cuDNN) a speedup is measured against: for a run judged on a
     GPU another torch is another baseline. A run that never ran a kernel compared with nothing."""

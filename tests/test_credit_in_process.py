@@ -1,59 +1,136 @@
 """The executed check in the worker (tools.worker._credit_run, tools.cupti), on CPU: where the
-counted run sits among the evaluation's own runs, that it is judged, what happens where CUPTI
-cannot run, and the verdict from hardware counters alone (no per-opcode SASS counts). The host
-half of CUPTI (metric names, config image, passes) runs here with the real library; the counters
-themselves are read in tests/gpu/test_credit_gpu.py."""
+counted runs sit among the evaluation's own runs (one per CUPTI pass, user replay: right after the
+timed runs, or after 1-4 uncounted runs where nothing was timed), that each one is on fresh
+inputs, timed, judged and tied to the timed median, what happens where CUPTI cannot run or a
+counted run hangs, and the verdict from hardware counters alone (no per-opcode SASS counts). The
+host half of CUPTI (metric names, config image, passes) runs here with the real library; the
+counters themselves are read in tests/gpu/test_credit_gpu.py, and the profiler's own pass loop
+is tested without a GPU in tests/test_cupti_user_replay.py."""
 from __future__ import annotations
 
-import pytest
+import contextlib
+from pathlib import Path
 
-from test_evaluator_cpu import CpuState, gemm, small_gemm
+import pytest
+import torch
+from test_evaluator_cpu import CpuState, corrupt, gemm, small_gemm
+
 from tools import cupti, ncu, worker
+from tools.correctness import poison_mask
 from tools.cupti import CuptiError, Launch
 from tools.ncu import TaskWork
 from tools.solution import Solution
-from pathlib import Path
+from tools.timing import KernelTimeout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "adversarial"
 WORK = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+LIMIT_S = 5.0  # the request's kernel_timeout_s
+PHASES = {"setup": 0.25, "runs": 0.01, "decode": 0.001, "disable": 0.002, "total": 0.263}
+
+
+class ClockEvent:
+    """An event of a counted run: reads the stand-in's clock, which counted launches advance."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def record(self):
+        self.t = self.state.clock_ms
+
+    def elapsed_time(self, end) -> float:
+        return end.t - self.t
+
+
+class FakeProfiler:
+    """tools.cupti.RangeProfiler(replay="user") as tools.worker._credit_run uses it: `passes`
+    runs, one per pass, the last `instrumented_passes` SASS-patched. `fail`: (when, message), a
+    CuptiError raised "before" any pass (set-up) or "after" them all (decode)."""
+
+    def __init__(self, state, passes: int, instrumented: tuple[int, ...], fail: tuple[str, str] | None):
+        self.state, self.passes, self.instrumented_passes, self.fail = state, passes, tuple(instrumented), fail
+        self.metrics = list(ncu.credit_metrics(False))
+        self.last_phase_s: dict[str, float] = {}
+        self.last_stops: list[list[int]] = []  # what CUPTI's Stop returned per pass, as on the H200 (recorded)
+        self.names: list[str] = []  # the default range name of each profile_passes call
+        self.ranges: list[tuple[int, str]] = []  # (pass, range name) of every range pushed
+
+    def profile_passes(self, run_pass, name: str) -> list[Launch]:
+        state = self.state
+        self.names.append(name)
+
+        @contextlib.contextmanager
+        def ranged(label=None):
+            self.ranges.append((state.pass_index, label or name))
+            state.inside = True
+            try:
+                yield
+            finally:
+                state.inside = False
+
+        if self.fail and self.fail[0] == "before":
+            raise CuptiError(self.fail[1])
+        self.last_stops = []
+        try:
+            for i in range(self.passes):
+                state.pass_index = i
+                run_pass(i, ranged)
+                last = i == self.passes - 1  # the pass index wraps to 0, every pass submitted
+                self.last_stops.append([0 if last else i + 1, 1, int(last)])
+        finally:
+            state.pass_index = None
+            self.last_phase_s = dict(PHASES)
+        if self.fail:
+            raise CuptiError(self.fail[1])
+        return [Launch(name, state.metrics_of(state.counted))]
 
 
 class CountedState(CpuState):
-    """The CPU stand-in with in-process counters: `profile(run)` records which launch it saw
-    and reports what `metrics_of(launch number)` says that launch did."""
+    """The CPU stand-in with in-process counters (FakeProfiler). Every launch is numbered; one
+    made inside a counted range is recorded in `counted` (its number, pass, inputs, and whether
+    its outputs were poisoned when it started) and takes `ms_of(pass)` on the clock its events
+    read. Every wait records (pass or None, its limit); `hang_at`: the wait of that pass hangs."""
 
-    def __init__(self, kernel, metrics_of=None, fail: str | None = None):
-        self.launches, self.counted = 0, []
-        self.inside, self.fail = False, fail
-        self.metrics_of = metrics_of or (lambda n: {m: 0.0 for m in ncu.CUPTI_METRICS})
+    def __init__(self, kernel, metrics_of=None, fail: str | None = None, passes: int = 3,
+                 instrumented: tuple[int, ...] = (2,), profile_fail: tuple[str, str] | None = None,
+                 ms_of=None, hang_at: int | None = None):
+        self.launches, self.counted, self.waits, self.asked = 0, [], [], []
+        self.inside, self.pass_index, self.fail, self.hang_at = False, None, fail, hang_at
+        self.clock_ms, self.ms_of = 0.0, ms_of or (lambda i: 1.0)
+        self.metrics_of = metrics_of or (lambda counted: {m: 0.0 for m in ncu.credit_metrics(False)})
+        self.bound = None
 
         def counting(ws, call):
             self.launches += 1
             if self.inside:
-                self.counted.append(self.launches)
+                self.counted.append({"launch": self.launches, "pass": self.pass_index, "A": ws.inputs["A"].clone(),
+                                     "poisoned": bool(poison_mask(ws.outputs["C"]).all())})
+                self.clock_ms += self.ms_of(self.pass_index)
             return kernel(ws, self.launches)
 
         super().__init__(counting)
-        state = self
+        self.profiler = FakeProfiler(self, passes, instrumented, profile_fail)
 
-        class Profiler:
-            passes = 5
-            metrics = list(ncu.CUPTI_METRICS)
+    def bind(self, plan, cubin, symbols, ws):
+        self.bound = super().bind(plan, cubin, symbols, ws)
+        self.bound.plan = plan  # as the real Bound has it: the counted range is named after its kernels
+        return self.bound
 
-            def profile(self, run):
-                state.inside = True
-                try:
-                    run()
-                finally:
-                    state.inside = False
-                return [Launch("gemm", state.metrics_of(state.counted[-1]))]
+    def event(self):
+        return ClockEvent(self) if self.inside else super().event()
 
-        self.profiler = Profiler()
+    def wait(self, limit_s):
+        self.waits.append((self.pass_index, limit_s))
+        if self.hang_at is not None and self.pass_index == self.hang_at:
+            raise KernelTimeout(f"the GPU did not finish within {limit_s:.0f} s")
 
     def counters(self, metrics):
+        self.asked.append(metrics)
         if self.fail:
             raise CuptiError(self.fail)
         return self.profiler
+
+    def passes_counted(self) -> list[int]:
+        return [c["pass"] for c in self.counted]
 
 
 def request(credit_seed: int, time: bool = True, timing_seed: int = 7) -> dict:
@@ -61,53 +138,193 @@ def request(credit_seed: int, time: bool = True, timing_seed: int = 7) -> dict:
     sol = Solution.from_dir(FIXTURES / "good")
     return {"cubin": b"", "manifest": sol.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
             "workload": task.workloads[0].model_dump(mode="json"), "seeds": [11, 12], "time": time,
-            "timing_seed": timing_seed, "timing_budget_s": 0.01,
-            "credit": {"seed": credit_seed, "metrics": list(ncu.CUPTI_METRICS)}}
+            "timing_seed": timing_seed, "timing_budget_s": 0.01, "kernel_timeout_s": LIMIT_S,
+            "credit": {"seed": credit_seed, "metrics": list(ncu.credit_metrics(False))}}
 
 
-def test_the_counted_run_comes_after_every_timed_run_at_a_secret_place():
-    """Same worker, same module instance: the counted launch follows the checks and all the timed
-    runs (never the module's first), at a place that moves with the secret seed."""
+# ---------------------------------------------------------------- where the counted runs are
+
+def test_the_counted_runs_follow_the_timed_runs_directly():
+    """Timed: one counted run per pass, the launches right after the last timed run (their place
+    is secret because the number of timed runs is: it moves with the timing seed), in pass order,
+    each inside its own range named after the manifest's kernels."""
     places = set()
-    for seed in range(30):
+    for seed in range(10):
         state = CountedState(gemm)
-        result, fatal = worker.run_workload(state, request(seed, timing_seed=seed))
+        req = request(seed, timing_seed=seed)
+        result, fatal = worker.run_workload(state, req)
         assert result["status"] == "passed" and not fatal, result
         credit = result["credit"]
-        assert credit["status"] == "ran" and len(state.counted) == 1, credit
+        assert credit["status"] == "ran" and credit["reason"] is None, credit
+        assert credit["lead_runs"] == 0 and credit["counted_from"] == 1 and credit["runs"] == credit["passes"] == 3
         before = 2 + result["warmup_runs"] + result["timed_runs"]  # the seeded checks, warm-ups, timed runs
-        assert state.counted[0] > before, (state.counted, before)
-        assert state.counted[0] == state.launches - credit["runs"] + credit["profiled_at"]
-        assert credit["launches"][0]["name"] == "gemm" and credit["passes"] == 5
-        places.add(state.counted[0])
-    assert len(places) >= 10
+        assert [c["launch"] for c in state.counted] == [before + 1, before + 2, before + 3]
+        assert state.launches == before + 3 and state.passes_counted() == [0, 1, 2]
+        name = worker.COUNTED_RANGE  # ours, never a name the candidate chose
+        assert state.profiler.names == [name] and state.profiler.ranges == [(0, name), (1, name), (2, name)]
+        assert credit["launches"] == [{"name": name, "metrics": {m: 0.0 for m in ncu.credit_metrics(False)}}]
+        assert state.asked == [tuple(req["credit"]["metrics"])]
+        assert credit["profile_phase_s"] == PHASES and credit["profile_s"] >= 0 and "credit" in result["phase_s"]
+        assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]  # CUPTI's pass bookkeeping, recorded
+        places.add(before + 1)
+    assert len(places) >= 3, places
 
 
-def test_the_counted_run_is_judged():
-    """A kernel that answers wrong only where it is counted fails the workload: credit is never
-    taken on a wrong answer."""
-    state = CountedState(lambda ws, n: gemm(ws, n) if not state.inside else ws.outputs["C"].zero_())
+def test_untimed_the_counted_runs_follow_one_to_four_uncounted_runs():
+    """Nothing timed: 1-4 uncounted runs (as many as the secret credit seed says) come between
+    the seeded checks and the counted runs, so the first counted run is never the module's first
+    launch nor one the kernel can count to."""
+    leads = set()
+    for seed in range(30):
+        state = CountedState(gemm)
+        result, fatal = worker.run_workload(state, request(seed, time=False))
+        assert result["status"] == "passed" and not fatal, result
+        credit = result["credit"]
+        lead = credit["lead_runs"]
+        assert 1 <= lead <= 4 and credit["counted_from"] == lead + 1 and credit["runs"] == lead + 3, credit
+        assert [c["launch"] for c in state.counted] == [2 + lead + 1, 2 + lead + 2, 2 + lead + 3]
+        assert state.launches == 2 + lead + 3 and state.counted[0]["launch"] > 3
+        assert [w for w in state.waits if w[0] is None][-lead:] == [(None, LIMIT_S)] * lead  # the uncounted runs
+        leads.add(lead)
+    assert leads == {1, 2, 3, 4}
+
+
+def test_each_counted_run_is_prepared_fresh_and_timed_in_its_own_list():
+    """Each counted run gets inputs of its own (from the secret credit seed: the same seed gives the
+    same inputs, another seed others) and poisoned outputs, as a timed run does. The hardware
+    passes' times go to run_ms, the SASS-patched pass's to instrumented_ms; that pass may take
+    INSTRUMENTED_SLOWDOWN times the slowest plain run beyond the kernel time limit."""
+    ms = {0: 1.0, 1: 3.0, 2: 40.0}
+    state = CountedState(gemm, ms_of=ms.__getitem__)
+    result, _ = worker.run_workload(state, request(21))
+    credit = result["credit"]
+    assert result["status"] == "passed" and credit["status"] == "ran", result
+    assert credit["run_ms"] == [1.0, 3.0] and credit["instrumented_ms"] == [40.0]
+    assert all(c["poisoned"] for c in state.counted)
+    a = [c["A"] for c in state.counted]
+    assert len(a) == 3 and not any(torch.equal(a[i], a[j]) for i in range(3) for j in range(i + 1, 3))
+    waits = {p: limit for p, limit in state.waits if p is not None}
+    assert waits[0] == waits[1] == LIMIT_S
+    assert waits[2] == pytest.approx(LIMIT_S + worker.INSTRUMENTED_SLOWDOWN * 3.0 / 1e3)
+    assert [p for p, _ in state.waits if p is not None] == [0, 1, 2]  # one wait per counted run
+
+    again = CountedState(gemm)
+    worker.run_workload(again, request(21, timing_seed=8))  # other timed runs, same credit seed
+    assert all(torch.equal(x, c["A"]) for x, c in zip(a, again.counted))
+    other = CountedState(gemm)
+    worker.run_workload(other, request(22))
+    assert not any(torch.equal(x, c["A"]) for x, c in zip(a, other.counted))
+
+
+def test_the_instrumented_passes_come_from_the_profiler():
+    """Six passes, the last one SASS-patched (credit_metrics(True) on GH100: 5 + 1): five run_ms,
+    one instrumented_ms; the instrumented wait is the only long one."""
+    state = CountedState(gemm, passes=6, instrumented=(5,), ms_of=lambda i: 2.0 if i < 5 else 90.0)
+    result, _ = worker.run_workload(state, request(5, time=False))
+    credit = result["credit"]
+    assert credit["passes"] == 6 and credit["run_ms"] == [2.0] * 5 and credit["instrumented_ms"] == [90.0]
+    assert credit["runs"] == credit["lead_runs"] + 6
+    long = [p for p, limit in state.waits if limit > LIMIT_S]
+    assert long == [5] and max(limit for _, limit in state.waits) == pytest.approx(LIMIT_S + 0.1)
+
+
+# ---------------------------------------------------------------- every counted run judged
+
+@pytest.mark.parametrize("k,time", [(0, True), (1, True), (2, True), (1, False)])
+def test_every_counted_run_is_judged(k, time):
+    """A kernel that answers wrong only on the k-th counted run (the instrumented one included)
+    fails the workload as a wrong timed run would, and the detail names that counted run; no
+    counted run comes after it."""
+    state = CountedState(lambda ws, n: ws.outputs["C"].zero_() if state.inside and state.pass_index == k
+                         else gemm(ws, n))
+    result, fatal = worker.run_workload(state, request(3, time=time))
+    assert result["status"] == "failed" and result["reason"] == "wrong_in_timed_run" and not fatal, result
+    n = result["credit"]["lead_runs"] + k + 1
+    assert f"the executed check's counted run {n} (after the timed runs)" in result["detail"], result["detail"]
+    assert state.passes_counted() == list(range(k + 1)) and result["credit"]["status"] != "ran"
+
+
+def test_a_counted_run_that_writes_out_of_bounds_fails_with_that_reason():
+    state = CountedState(lambda ws, n: (gemm(ws, n), corrupt(ws) if state.pass_index == 1 else None))
     result, _ = worker.run_workload(state, request(3))
-    assert result["status"] == "failed" and result["reason"] == "wrong_in_timed_run", result
-    assert "executed check's run" in result["detail"]
+    assert result["reason"] == "out_of_bounds_write", result
+    assert result["detail"].startswith("the executed check's counted run 2 (after the timed runs): "), result["detail"]
 
 
-def test_a_wrong_kernel_is_still_counted_and_not_judged_again():
-    """Wrong from the first check: the model still learns whether its instructions ran."""
+def test_the_counted_runs_are_judged_as_timed_runs_are(monkeypatch):
+    """judge_run, the timed runs' verdict, on each counted run: on the seed its inputs came from,
+    sampled rows (the task has a sampler), named by its place after the timed runs."""
+    judged = []
+    real = worker.judge_run
+
+    def spy(task, axes, ws, seed, rng, device, rows, full, what):
+        judged.append((what, full, rows, seed))
+        real(task, axes, ws, seed, rng, device, rows, full, what)
+
+    monkeypatch.setattr(worker, "judge_run", spy)
+    state = CountedState(gemm)
+    result, _ = worker.run_workload(state, request(9))
+    assert result["status"] == "passed", result
+    counted = [j for j in judged if "counted run" in j[0]]
+    what = "the executed check's counted run {} (after the timed runs)"
+    assert [j[0] for j in counted] == [what.format(i) for i in (1, 2, 3)]
+    assert all(not full and rows == 1024 for _, full, rows, _ in counted)
+    assert len({seed for *_, seed in counted}) == 3
+    assert len(judged) == len(counted) + result["warmup_runs"] + result["timed_runs"]  # every timed-phase run too
+
+
+def test_a_wrong_kernel_is_still_counted_and_not_judged_again(monkeypatch):
+    """Wrong from the first check (a creditable verdict): the model still learns whether its
+    instructions ran. Nothing was timed, so uncounted runs come first; no counted run is judged."""
+    judged = []
+    monkeypatch.setattr(worker, "judge_run", lambda *a: judged.append(a[-1]))
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_())
     result, _ = worker.run_workload(state, request(4))
-    assert result["reason"] == "incorrect"
-    assert result["credit"]["status"] == "ran" and len(state.counted) == 1
+    assert result["reason"] == "incorrect" and "counted run" not in result["detail"]
+    credit = result["credit"]
+    assert credit["status"] == "ran" and state.passes_counted() == [0, 1, 2] and judged == []
+    assert 1 <= credit["lead_runs"] <= 4 and credit["counted_from"] == credit["lead_runs"] + 1
+    assert state.counted[0]["launch"] == 1 + credit["lead_runs"] + 1  # after the one seeded check it failed
 
+
+# ---------------------------------------------------------------- CUPTI failures, hangs
 
 def test_no_counters_is_unavailable_never_the_candidates_fault():
     state = CountedState(gemm, fail="libcupti not found")
     result, _ = worker.run_workload(state, request(5))
     assert result["status"] == "passed"
     assert result["credit"]["status"] == "unavailable" and "libcupti" in result["credit"]["reason"]
+    assert state.counted == []
     plain, _ = worker.run_workload(CpuState(gemm), request(5))  # a worker with no counters at all
     assert plain["status"] == "passed" and plain["credit"]["status"] == "unavailable"
 
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_profiler_error_is_recorded_and_the_workload_still_passes(when):
+    """CUPTI failing in set-up (no counted run made) or after the runs (decode): the reason is in
+    the credit, the workload keeps its verdict, the worker is not restarted."""
+    state = CountedState(gemm, profile_fail=(when, "cuptiRangeProfilerDecodeData failed: CUPTI error 7"))
+    result, fatal = worker.run_workload(state, request(6))
+    assert result["status"] == "passed" and not fatal, result
+    credit = result["credit"]
+    assert credit["status"] == "failed" and "CUPTI error 7" in credit["reason"] and credit["launches"] == []
+    assert len(state.counted) == (3 if when == "after" else 0) and credit["profile_s"] is not None
+    wc = ncu.credit_in_process(META, credit, ["wgmma"], WORK, 1.0)
+    assert wc.status == "skipped" and "CUPTI error 7" in wc.reason
+
+
+@pytest.mark.parametrize("hang_at", [0, 2])
+def test_a_hang_in_a_counted_run_is_a_timeout(hang_at):
+    """A kernel that hangs on a counted run (a hardware pass or the instrumented one): the
+    workload's verdict is the hang, and the worker is replaced (fatal: the context is not reused)."""
+    state = CountedState(gemm, hang_at=hang_at)
+    result, fatal = worker.run_workload(state, request(7))
+    assert result["reason"] == "timeout" and fatal, result
+    assert result["credit"]["status"] != "ran" and state.restored == 0
+    assert state.passes_counted() == list(range(hang_at + 1))
+
+
+# ---------------------------------------------------------------- the tie to the timed median
 
 def _counters(**kw) -> dict[str, float]:
     out = {m: 0.0 for m in ncu.CUPTI_METRICS}
@@ -121,6 +338,138 @@ HONEST = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=4e6,
                    l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum=WORK.read_bytes * 3,
                    gpu__time_duration__dot__sum=1.0e6)
 META = {"workload": "M8192", "split": "visible"}
+
+
+def _counted(run_ms: list[float], counted_from: int = 1, instrumented_ms=(45.0,), metrics=None) -> dict:
+    """An in-process credit as _credit_run reports it: counters without a kernel time, each
+    hardware pass's run timed."""
+    metrics = metrics or {m: v for m, v in HONEST.items() if m in ncu.credit_metrics(False)}
+    return {"status": "ran", "runs": counted_from - 1 + len(run_ms) + len(instrumented_ms),
+            "counted_from": counted_from, "run_ms": list(run_ms), "instrumented_ms": list(instrumented_ms),
+            "launches": [{"name": "k", "metrics": metrics}]}
+
+
+def test_every_counted_run_is_tied_to_the_timed_median_both_ways():
+    """Not their median: each hardware pass's run. One slow run among three (their median still
+    1.0 ms) or one fast one withdraws the credit, and the note names that counted run. The
+    instrumented run (45 ms here) is never tied."""
+    wc = ncu.credit_in_process(META, _counted([1.0, 1.02, 0.98], counted_from=2), ["wgmma", "tma"], WORK, 1.0,
+                               mma_sync=False)
+    assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": True}, wc
+    assert wc.kernel_ms == 1.0 and wc.run_ms == [1.0, 1.02, 0.98] and wc.instrumented_ms == [45.0]
+    assert wc.counted_from == 2 and wc.runs == 5 and wc.timed_ms == 1.0
+
+    slow = ncu.credit_in_process(META, _counted([1.0, 1.5, 1.0], counted_from=2), ["wgmma", "tma"], WORK, 1.0,
+                                 mma_sync=False)
+    assert slow.kernel_ms == 1.0 and slow.carries == {"wgmma": False, "tma": False}
+    assert slow.notes["wgmma"].startswith("counted run 3's kernels took 1.5 ms, the timed runs 1 ms (median)")
+    assert "not the one whose instructions were counted" in slow.notes["tma"]
+
+    fast = ncu.credit_in_process(META, _counted([1.0, 1.0, 0.5], counted_from=2), ["wgmma"], WORK, 1.0,
+                                 mma_sync=False)
+    assert fast.carries["wgmma"] is False and fast.notes["wgmma"].startswith("counted run 4's kernels took 0.5 ms")
+    assert "the timed runs took a slower path" in fast.notes["wgmma"]
+
+    untimed = ncu.credit_in_process(META, _counted([1.0, 9.0, 0.1]), ["wgmma"], WORK, None, mma_sync=False)
+    assert untimed.carries["wgmma"] is True  # nothing timed: no speed claimed, nothing tied
+
+
+def test_the_withheld_credit_names_the_counted_runs():
+    ok = ncu.credit_in_process(META, _counted([1.0, 1.0]), ["wgmma"], WORK, 1.0, mma_sync=False)
+    slow = ncu.credit_in_process({"workload": "M70", "split": "held_out"}, _counted([1.0, 2.0], counted_from=3),
+                                 ["wgmma"], WORK, 1.0, mma_sync=False)
+    out = ncu.combine(["wgmma"], [ok, slow])
+    assert out.carries["wgmma"] is False
+    assert out.notes["wgmma"].startswith("held-out workload #1 (counted runs 3-5): counted run 4's kernels took 2 ms")
+
+
+def test_the_worker_reports_what_the_tie_needs():
+    """End to end: the counted runs' times as the worker measured them reach the tie; one slow
+    hardware-pass run withdraws the credit, whatever the instrumented one took."""
+    honest = {m: v for m, v in HONEST.items() if m in ncu.credit_metrics(False)}
+    for ms, carried in (({0: 1.0, 1: 1.0, 2: 30.0}, True), ({0: 1.0, 1: 1.3, 2: 1.0}, False)):
+        state = CountedState(gemm, metrics_of=lambda counted: honest, ms_of=ms.__getitem__)
+        result, _ = worker.run_workload(state, request(8))
+        wc = ncu.credit_in_process(META, result["credit"], ["wgmma"], WORK, 1.0, mma_sync=False)
+        assert wc.status == "ok" and wc.carries["wgmma"] is carried, wc
+        if not carried:
+            assert wc.notes["wgmma"].startswith("counted run 2's kernels took 1.3 ms")
+
+
+def test_the_nsight_compute_run_is_tied_by_its_kernel_time_both_ways():
+    ran = {"status": "ran", "launches": [{"name": "k", "metrics": HONEST}]}  # 1.0 ms counted (gpu__time_duration)
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 0.5).carries["wgmma"] is False  # timed path faster
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 2.0).carries["wgmma"] is False  # timed path slower
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is True
+
+
+# ---------------------------------------------------------------- what is counted
+
+def test_credit_metrics_drop_the_mma_sync_counters_only_where_the_sass_has_none():
+    """No kernel time (each run is timed with events), and the three mma.sync ops counters only
+    where the module's SASS may hold a warp-level MMA (True) or is not known (None)."""
+    assert len(ncu.HMMA_OPS_METRICS) == 3 and all("hmma" in m for m in ncu.HMMA_OPS_METRICS)
+    for mma_sync in (True, None):
+        assert ncu.credit_metrics(mma_sync) == tuple(m for m in ncu.CUPTI_METRICS if m != ncu.DURATION_METRIC)
+    without = ncu.credit_metrics(False)
+    assert without == tuple(m for m in ncu.CUPTI_METRICS
+                            if m != ncu.DURATION_METRIC and m not in ncu.HMMA_OPS_METRICS)
+    assert len(ncu.CUPTI_METRICS) - len(without) == 4
+
+
+def test_no_mma_sync_in_the_sass_reads_its_counters_as_zero():
+    """Rows of a module without a warp-level MMA (SASS_MMA_SYNC "0") lack the mma.sync ops
+    counters (not collected) and still give the other math; where the SASS is not known they are
+    missing and the other math is not measured, so wgmma carries nothing."""
+    ffma = ncu.OTHER_FLOP_METRICS["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    counters = {m: HONEST.get(m, 0.0) for m in ncu.credit_metrics(False)}
+    counters["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"] = 1000.0
+    rows = ncu.counter_rows([{"name": "k", "metrics": counters}], mma_sync=False)
+    assert rows[0][ncu.SASS_MMA_SYNC] == "0" and not any(m in rows[0] for m in ncu.HMMA_OPS_METRICS)
+    got = ncu.work_metrics(rows)
+    assert got["other_flops"] == 1000.0 * ffma and got["wgmma_flops"] == WORK.flops * 1.02
+    assert "other_flops" not in ncu.work_metrics(ncu.counter_rows([{"name": "k", "metrics": counters}], None))
+    ran = _counted([1.0], metrics=counters)
+    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0, mma_sync=False).carries["wgmma"] is True
+    unknown = ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0)
+    assert unknown.carries["wgmma"] is False and "outside wgmma could not be measured" in unknown.notes["wgmma"]
+
+
+@pytest.mark.parametrize("metric,bad,why", [
+    (ncu.GMMA_METRIC, float("nan"), f"no executed-instruction counts for wgmma (CUPTI read no value for {ncu.GMMA_METRIC})"),
+    (ncu.HGMMA_OPS_METRICS[0], float("inf"), "the share of the work wgmma carried could not be measured"),
+    ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", float("nan"),
+     "the floating-point math done outside wgmma could not be measured"),
+    (ncu.TMA_BYTES_METRIC, float("nan"), "the share of the work tma carried could not be measured"),
+])
+def test_a_counter_cupti_could_not_read_is_not_measured(metric, bad, why):
+    """NaN or inf (a pass that was not collected) is left out of the rows, so the feature it
+    decides is not measured and not credited; the other feature is decided as before."""
+    counters = {m: HONEST.get(m, 0.0) for m in ncu.credit_metrics(False)}
+    counters[metric] = bad
+    assert metric not in ncu.counter_rows([{"name": "k", "metrics": counters}], False)[0]
+    wc = ncu.credit_in_process(META, _counted([1.0], metrics=counters), ["wgmma", "tma"], WORK, 1.0, mma_sync=False)
+    if metric == ncu.GMMA_METRIC:
+        assert wc.status == "skipped" and wc.reason == why and not any(wc.carries.values())
+    else:
+        lost = "tma" if metric == ncu.TMA_BYTES_METRIC else "wgmma"
+        assert wc.status == "ok" and wc.notes[lost] == why
+        assert wc.carries == {"wgmma": lost != "wgmma", "tma": lost != "tma"}
+
+
+def test_an_unread_counter_from_the_worker_is_not_measured():
+    """The same, end to end: NaN from CUPTI becomes None in the worker's result (JSON mode) and
+    reaches the verdict as not measured, not as an error; the other feature is decided as before."""
+    counters = {m: HONEST.get(m, 0.0) for m in ncu.credit_metrics(False)}
+    counters[ncu.TMA_BYTES_METRIC] = float("nan")
+    state = CountedState(gemm, metrics_of=lambda counted: counters)
+    result, _ = worker.run_workload(state, request(3, time=False))
+    reported = result["credit"]["launches"][0]["metrics"]
+    assert reported[ncu.TMA_BYTES_METRIC] is None and reported[ncu.GMMA_METRIC] == HONEST[ncu.GMMA_METRIC]
+    assert ncu.TMA_BYTES_METRIC not in ncu.counter_rows(result["credit"]["launches"], False)[0]
+    wc = ncu.credit_in_process(META, result["credit"], ["wgmma", "tma"], WORK, None, mma_sync=False)
+    assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": False}, wc
+    assert wc.notes["tma"] == "the share of the work tma carried could not be measured"
 
 
 def test_hardware_counters_alone_give_the_verdict():
@@ -143,20 +492,16 @@ def test_hardware_counters_alone_give_the_verdict():
     assert wc.executed["wgmma"] and not wc.carries["wgmma"]
 
 
-def test_the_in_process_run_is_tied_to_the_timed_median_both_ways():
-    ran = {"status": "ran", "launches": [{"name": "k", "metrics": HONEST}]}  # 1.0 ms counted
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 0.5).carries["wgmma"] is False  # timed path faster
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 2.0).carries["wgmma"] is False  # timed path slower
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is True
-
-
 def test_fp8_ops_count_as_wgmma_only_where_the_sass_has_no_warp_level_mma():
     """The fp8 ops counter does not tell QGMMA from mma.sync, and the HMMA-pipe instruction counter
     counts HGMMA and QGMMA too (CUPTI's description, below): an honest fp8 wgmma kernel reads it
     above 0. So the module's SASS decides: no warp-level MMA in it, every fp8 op was QGMMA's."""
     fp8 = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=1e6, sm__ops_path_tensor_src_fp8__dot__sum=1e12,
                     sm__inst_executed_pipe_tensor_op_hmma__dot__sum=1e6)  # the QGMMAs themselves
-    row = lambda mma_sync: ncu.counter_rows([{"name": "k", "metrics": fp8}], mma_sync)  # noqa: E731
+
+    def row(mma_sync):
+        return ncu.counter_rows([{"name": "k", "metrics": fp8}], mma_sync)
+
     assert ncu.work_metrics(row(False))["wgmma_flops"] == 1e12
     assert ncu.work_metrics(row(False))["other_flops"] == 0.0
     for unsure in (True, None):  # an mma.sync in the SASS, or SASS not read: not wgmma's
@@ -212,6 +557,7 @@ def test_the_evaluator_reads_the_fp8_rule_from_the_modules_sass(spare, credited,
     import sys
 
     from test_evaluator_cpu import ROOT
+
     from tools.evaluator import Evaluator
 
     mode = tmp_path / "mode"
@@ -229,6 +575,11 @@ def test_the_evaluator_reads_the_fp8_rule_from_the_modules_sass(spare, credited,
     assert ("QGMMA" if spare == "qgmma" else "HMMA") in {op for k in r.inspect.kernels.values() for op in k.opcodes}
     assert r.executed.status == "ok", json.dumps(r.executed.model_dump(mode="json"))[:800]
     assert all(c.carries["wgmma"] is credited for c in r.executed.workloads), r.executed.workloads
+    # the metrics asked for came from the same SASS, before the first request: the mma.sync ops
+    # counters only where the module holds a warp-level MMA (the stand-in adds the kernel time)
+    for w in r.workloads:
+        asked = set(w.credit["launches"][0]["metrics"]) - {ncu.DURATION_METRIC}
+        assert asked == set(ncu.credit_metrics(spare == "hmma")), (w.workload, asked ^ set(ncu.credit_metrics(False)))
 
 
 def test_a_workload_whose_run_was_not_counted_withholds_credit():
@@ -252,6 +603,20 @@ def test_the_check_reads_its_counters_in_six_passes_on_gh100():
     _host_library()
     assert cupti.passes("GH100", list(ncu.CUPTI_METRICS)) == 6
     assert cupti.passes("GH100", [ncu.GMMA_METRIC, ncu.DURATION_METRIC]) == 1
+
+
+@pytest.mark.parametrize("mma_sync,hardware", [(False, 2), (True, 5), (None, 5)])
+def test_the_sass_patched_credit_metrics_cost_one_pass_of_their_own(mma_sync, hardware):
+    """What the counted runs cost on GH100, all metrics in one configuration: the hardware
+    counters' passes (2 without the mma.sync ops counters, 5 with them) plus one for the
+    SASS-patched metrics (the instrumented run, CUPTI's last): 3 or 6 counted runs."""
+    _host_library()
+    metrics = list(ncu.credit_metrics(mma_sync))
+    hw = [m for m in metrics if not cupti.is_sass_patched(m)]
+    sass = [m for m in metrics if cupti.is_sass_patched(m)]
+    assert set(sass) == {m for m in ncu.OTHER_FLOP_METRICS if "__sass_" in m} | {ncu.OTHER_READ_METRICS[1]}
+    assert (cupti.passes("GH100", hw), cupti.passes("GH100", sass)) == (hardware, 1)
+    assert cupti.passes("GH100", metrics) == hardware + 1
 
 
 def test_the_hmma_pipe_counter_counts_warpgroup_mmas_too():
@@ -285,9 +650,9 @@ def test_struct_sizes_follow_cuptis_rule():
     assert cupti.Init.size == 16 and cupti.SetConfig.size == cupti.SetConfig.targetNestingLevel.offset + 2
 
 
-def test_a_hang_in_the_counted_run_is_the_verdict_not_a_profiler_error(monkeypatch):
-    """A kernel that hangs only where it is counted: the worker reports the hang (and restarts),
-    even though CUPTI then fails to stop its range."""
+def test_a_hang_under_kernel_replay_is_the_verdict_not_a_profiler_error(monkeypatch):
+    """profile(run) (kernel replay, kept for the probe): a run that hangs is reported as the hang,
+    even though CUPTI then fails to stop its range. (User replay: tests/test_cupti_user_replay.py.)"""
     from tools.timing import KernelTimeout
 
     calls = []
@@ -299,7 +664,7 @@ def test_a_hang_in_the_counted_run_is_the_verdict_not_a_profiler_error(monkeypat
 
     monkeypatch.setattr(cupti, "_call", call)
     prof = cupti.RangeProfiler.__new__(cupti.RangeProfiler)
-    prof.keep_enabled, prof._obj, prof._data = False, 1, (cupti.C.c_uint8 * 8)()
+    prof.keep_enabled, prof.replay, prof._obj, prof._data = False, "kernel", 1, (cupti.C.c_uint8 * 8)()
     prof.metrics, prof.host = [], type("H", (), {"config": (cupti.C.c_uint8 * 8)(), "_names": None})()
 
     def run():

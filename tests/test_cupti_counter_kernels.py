@@ -75,3 +75,17 @@ def test_the_gpu_report_prints_and_writes_every_value(tmp_path, capsys):
     assert "OPEN QUESTION" in printed and f"fp8 mma.sync reads {ncu.FP8_OPS_METRIC}" in printed
     assert expected("wgmma_e4m3") == {"mma_warp_instructions": 4 * 4 * ITERS, "flops": 2 * 64 * 8 * 32 * ITERS * 4,
                                       "output": 32.0 * ITERS}
+
+
+def test_the_ptx_says_which_kernels_may_issue_a_warp_level_mma(sass):
+    """The executed check picks its counters from the PTX before the SASS is read
+    (tools.features.ptx_may_issue_mma_sync): no mma/wmma in a kernel's PTX must mean no warp-level
+    MMA in its SASS, and the probe kernels' mma.sync must be seen."""
+    from tools.features import ptx_entries, ptx_may_issue_mma_sync
+
+    comp = compile_source(SOURCE, "cuda", "sm_90a")
+    entries = ptx_entries(comp.ptx)
+    for name, ops in sass.items():
+        in_sass = ncu.issues_mma_sync({op.split(".")[0] for op in ops})
+        assert ptx_may_issue_mma_sync(entries[name]) is in_sass, (name, ops)
+    assert ptx_may_issue_mma_sync(comp.ptx) is True

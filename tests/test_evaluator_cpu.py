@@ -875,13 +875,17 @@ def test_credit_goes_to_the_kernel_that_was_timed():
 
 
 def test_agent_eval_says_why_credit_was_withheld():
-    """`agent eval` prints the note of a feature that executed without carrying the work, and the
-    profiled and timed times behind the tie."""
+    """`agent eval` prints the note of a feature that executed without carrying the work, and each
+    workload's counted runs' times beside its timed median: the tie behind the note."""
     from agent.commands.common import console
     from agent.commands.evaluate import render
     from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult
 
-    ex = ExecutedCheck(status="ok", executed={"wgmma": True}, carries={"wgmma": False}, metrics={"kernel_ms": 20.7},
+    from tools.results import WorkloadCredit
+
+    slow = WorkloadCredit(workload="M8192", status="ok", counted_from=1, runs=3, run_ms=[0.761, 20.7],
+                          instrumented_ms=[2.0], timed_ms=0.76)
+    ex = ExecutedCheck(status="ok", executed={"wgmma": True}, carries={"wgmma": False}, workloads=[slow],
                        notes={"wgmma": "the kernel that was timed is not the one whose instructions were counted"},
                        timed_ms=0.76)
     r = EvalResult(task="gemm_n7168_k5120", arch="sm_90a", requested_features=["wgmma"], executed=ex,
@@ -891,7 +895,7 @@ def test_agent_eval_says_why_credit_was_withheld():
         render(r)
     text = " ".join(cap.get().split())
     assert "wgmma does not carry the work: the kernel that was timed is not the one" in text
-    assert "profiled run 20.7 ms, timed median 0.76 ms" in text
+    assert "workload M8192: counted runs 1-3 0.761, 20.7 ms, timed median 0.76 ms" in text
 
 
 def test_a_nan_outside_the_sampled_rows_still_fails_a_timed_run():

@@ -1,23 +1,31 @@
 """Hardware counters read in-process, through CUPTI's range profiler (CUDA 12.6+).
 
-The executed check needs a few counters (wgmma instructions and FLOPs, TMA bytes, kernel time)
-of one run of the candidate: the run must be one of the evaluation's own runs, in the worker
-that times it, so the kernel cannot tell it from a timed one. Nsight Compute can only watch a
+The executed check needs a few counters (wgmma instructions and FLOPs, TMA bytes, other math
+and reads) of the candidate's runs: they must be the evaluation's own runs, in the worker that
+times them, so the kernel cannot tell them from timed ones. Nsight Compute can only watch a
 whole process from outside (a second process with its own start-up: 6-12 s per evaluation on the
 H200); CUPTI's range profiler reads the same counters inside the worker, around one launch.
 NVIDIA's `cupti-python` (13.0-13.4) has no bindings for the range profiler, so this module binds
 the few C entry points it needs with ctypes, from the struct layouts of cupti_range_profiler.h,
 cupti_profiler_host.h, cupti_profiler_target.h and cupti_target.h (CUPTI 13.0).
 
-    profiler = RangeProfiler(metrics)           # after the CUDA context exists
-    launches = profiler.profile(run)            # run() launches kernels and waits for them
-    # -> [Launch(name, {metric: value}), ...], one per kernel launch, in launch order
+    profiler = RangeProfiler(metrics, replay="user")    # after the CUDA context exists
+    launches = profiler.profile_passes(run_pass, "gemm") # run_pass(i, ranged) once per pass
+    # -> [Launch(range name, {metric: value}), ...], every metric, each read on its own pass
 
-Auto range + kernel replay: every launch inside `profile` is a range; where the metrics need
-several passes, CUPTI replays each kernel itself, restoring the device memory it may write
-before each pass, so every pass sees the same inputs. The host half (metric names, config image,
-number of passes, evaluating the counter data) needs no GPU: `passes("GH100", metrics)` runs on
-any machine that has the library.
+User range + user replay (what the executed check uses): each pass is a run of the caller's
+own, on fresh inputs, with the counted launches inside `ranged()`; nothing is replayed or
+restored, so a pass costs one run and about 40 ms of CUPTI's start and stop. All metrics are in
+one configuration: CUPTI schedules the SASS-patched metrics (`is_sass_patched`) on a pass of
+their own, the last (H200, 2026-12-02: passes 1-5 of the six-pass set ran the plain kernel,
+within 1% of its timed median; pass 6 ran instrumented code, 2.6-49x slower). A second
+configuration on the same enable (hardware counters, then the SASS-patched ones) is not an
+option: its pass never completed and its metrics read NaN (H200, 2026-12-02).
+
+Auto range + kernel replay (`profile(run)`, kept for the probe and the counters test): every
+launch is a range; CUPTI replays each kernel per pass, restoring the memory it may write.
+The host half (metric names, config image, number of passes, evaluating the counter data)
+needs no GPU: `passes("GH100", metrics)` runs on any machine that has the library.
 """
 from __future__ import annotations
 
@@ -31,7 +39,9 @@ import time
 from dataclasses import dataclass, field
 
 P, SIZE, U8P = C.c_void_p, C.c_size_t, C.POINTER(C.c_uint8)
-AUTO_RANGE, KERNEL_REPLAY = 1, 2  # CUpti_ProfilerRange, CUpti_ProfilerReplayMode
+AUTO_RANGE, USER_RANGE = 1, 2  # CUpti_ProfilerRange
+KERNEL_REPLAY, USER_REPLAY = 2, 3  # CUpti_ProfilerReplayMode
+MAX_PASSES = 32  # a configuration that asks for more is refused, never looped on
 RANGE_PROFILER = 0  # CUpti_ProfilerType
 MAX_RANGES = 64  # kernel launches one profiled run may make (a manifest has a handful)
 
@@ -73,6 +83,7 @@ SetConfig = _struct("SetConfig", [("pRangeProfilerObject", P), ("configSize", SI
                                   ("replayMode", C.c_int), ("maxRangesPerPass", SIZE), ("numNestingLevels", C.c_uint16),
                                   ("minNestingLevel", C.c_uint16), ("passIndex", SIZE),
                                   ("targetNestingLevel", C.c_uint16)])
+PushRange = _struct("PushRange", [("pRangeProfilerObject", P), ("pRangeName", C.c_char_p)])
 Decode = _struct("Decode", [("pRangeProfilerObject", P), ("numOfRangeDropped", SIZE)])
 CounterDataSize = _struct("CounterDataSize", [("pRangeProfilerObject", P), ("pMetricNames", C.POINTER(C.c_char_p)),
                                               ("numMetrics", SIZE), ("maxNumOfRanges", SIZE),
@@ -168,6 +179,12 @@ class _Host:
             self.obj = None
 
 
+def is_sass_patched(metric: str) -> bool:
+    """Metrics Nsight's tools collect by patching the kernel's SASS (smsp__sass_*, sm__sass_*):
+    their pass runs instrumented code, slower than the kernel that is timed."""
+    return "__sass_" in metric
+
+
 def passes(chip: str, metrics: list[str]) -> int:
     """Passes CUPTI needs to collect `metrics` on `chip` (e.g. "GH100"); CuptiError for a
     metric the chip does not have. Runs without a GPU."""
@@ -188,16 +205,25 @@ class Launch:
 
 class RangeProfiler:
     """The range profiler on the current CUDA context, configured for `metrics`. Build it once
-    per worker (0.7 s the first time in a process, 0.08 s after, on the H200). A `profile` costs
-    about 0.25 s of fixed cost (most of it the first start after enabling) plus, per pass after
-    the first, a replay of every launch with the context's memory saved and restored
-    (docs/BENCHMARKS.md)."""
+    per worker (0.7 s the first time in a process, 0.08 s after, on the H200).
 
-    def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = False):
+    replay="user" (the executed check): `profile_passes`, one run of the caller's per pass, the
+    SASS-patched pass last. Enabled per call: the first start after enabling costs
+    about 0.22 s, each pass about 0.04 s beside its run (docs/BENCHMARKS.md). The profiler is
+    never left enabled between calls: runs made under an enabled profiler were 0.6% slower and
+    a kept-enabled profiler crashed the worker (H200, 2026-12-02).
+    replay="kernel": `profile(run)`, CUPTI's kernel replay of every launch (about 0.25 s fixed,
+    plus a replay of every launch per pass with the context's memory saved and restored)."""
+
+    def __init__(self, metrics: list[str], device_index: int = 0, keep_enabled: bool = False,
+                 replay: str = "kernel"):
         from cuda.bindings import driver as d
 
-        self.keep_enabled = keep_enabled
+        if replay not in ("kernel", "user"):
+            raise ValueError(f"replay must be 'kernel' or 'user', not {replay!r}")
+        self.keep_enabled, self.replay = keep_enabled, replay
         self._obj, self._data = None, None
+        self._names: dict[str, bytes] = {}  # range names as CUPTI was given them (see _ranged)
         _call("cuptiProfilerInitialize", Init())
         err, ctx = d.cuCtxGetCurrent()
         if int(err) != 0 or not int(ctx):
@@ -211,8 +237,18 @@ class RangeProfiler:
         image = (C.c_uint8 * avail.counterAvailabilityImageSize)()
         avail.pCounterAvailabilityImage = C.cast(image, U8P)
         _call("cuptiProfilerGetCounterAvailability", avail)
-        self.host = _Host(self.chip, image, metrics)
-        self.metrics, self.passes = self.host.metrics, self.host.passes
+        self.metrics = list(metrics)
+        self.host = _Host(self.chip, image, self.metrics)
+        self.passes = self.host.passes
+        if self.passes > MAX_PASSES:
+            with contextlib.suppress(CuptiError):
+                self.host.close()
+            raise CuptiError(f"the metrics need {self.passes} passes (at most {MAX_PASSES})")
+        # The passes (0-based, in the order profile_passes runs them) that run SASS-patched code:
+        # the last one, where any metric needs patching (see the module's docstring). Were CUPTI to
+        # order them otherwise, an instrumented run would be tied and fail the tie: credit withheld,
+        # never granted (tests/gpu/test_credit_gpu.py's honest experts would show it).
+        self.instrumented_passes = (self.passes - 1,) if any(is_sass_patched(m) for m in self.metrics) else ()
         self.last_phase_s: dict[str, float] = {}
 
     def _enable(self):
@@ -236,19 +272,38 @@ class RangeProfiler:
             obj, self._obj = self._obj, None
             _call("cuptiRangeProfilerDisable", RPObject(pRangeProfilerObject=obj))
 
-    def _configure(self):
+    def _configure(self, range_mode: int = AUTO_RANGE, replay_mode: int = KERNEL_REPLAY):
+        """Enabled, the counter data image cleared, and configured: one SetConfig for all passes
+        (NVIDIA's range_profiling sample; Stop then walks the passes itself)."""
         obj, data = self._enable()
         _call("cuptiRangeProfilerCounterDataImageInitialize", CounterDataInit(
             pRangeProfilerObject=obj, counterDataSize=len(data), pCounterData=data))
         _call("cuptiRangeProfilerSetConfig", SetConfig(
             pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
-            counterDataImageSize=len(data), pCounterDataImage=data, range=AUTO_RANGE, replayMode=KERNEL_REPLAY,
+            counterDataImageSize=len(data), pCounterDataImage=data, range=range_mode, replayMode=replay_mode,
             maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
         return obj, data
+
+    def _ranges(self, obj, data: C.Array) -> list[tuple[str, dict[str, float]]]:
+        """Decode what the passes collected: (range name, metric values) per range, in order."""
+        decode = Decode(pRangeProfilerObject=obj)
+        _call("cuptiRangeProfilerDecodeData", decode)
+        if decode.numOfRangeDropped:
+            raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {MAX_RANGES}?)")
+        info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
+        _call("cuptiRangeProfilerGetCounterDataInfo", info)
+        out = []
+        for r in range(info.numTotalRanges):
+            ri = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=r, rangeDelimiter=b"/")
+            _call("cuptiRangeProfilerCounterDataGetRangeInfo", ri)
+            out.append(((ri.rangeName or b"?").decode(errors="replace"), self.host.evaluate(data, r)))
+        return out
 
     def profile(self, run) -> list[Launch]:
         """Call `run()` (it launches kernels and waits for them) with every launch profiled;
         the launches in order, each with its metric values."""
+        if self.replay != "kernel":
+            raise CuptiError("profile(run) needs a RangeProfiler built with replay='kernel'")
         clock = time.perf_counter
         t0 = clock()
         done = False
@@ -270,18 +325,7 @@ class RangeProfiler:
                 raise
             _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
             t2 = clock()
-            decode = Decode(pRangeProfilerObject=obj)
-            _call("cuptiRangeProfilerDecodeData", decode)
-            if decode.numOfRangeDropped:
-                raise CuptiError(f"{decode.numOfRangeDropped} profiled launches were dropped (more than {MAX_RANGES}?)")
-            info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
-            _call("cuptiRangeProfilerGetCounterDataInfo", info)
-            out = []
-            for i in range(info.numTotalRanges):
-                name = RangeInfo(pCounterDataImage=data, counterDataImageSize=len(data), rangeIndex=i,
-                                 rangeDelimiter=b"/")
-                _call("cuptiRangeProfilerCounterDataGetRangeInfo", name)
-                out.append(Launch((name.rangeName or b"?").decode(errors="replace"), self.host.evaluate(data, i)))
+            out = [Launch(name, values) for name, values in self._ranges(obj, data)]
             t3 = clock()
             done = True
             return out
@@ -291,6 +335,72 @@ class RangeProfiler:
                     self._disable()
             if done:  # where each part of the last profile went (seconds)
                 self.last_phase_s = {"setup": t1 - t0, "runs": t2 - t1, "decode": t3 - t2, "disable": clock() - t3}
+
+    @contextlib.contextmanager
+    def _ranged(self, obj, default: str, seen: list[str]):
+        """`with ranged(label=None):` the launches inside are one range, named label or `default`."""
+        # CUPTI may keep the name's pointer to match the range across passes: the bytes live as
+        # long as this profiler does, never a temporary that the next allocation reuses
+        name = self._names.setdefault(default, default.encode())
+        _call("cuptiRangeProfilerPushRange", PushRange(pRangeProfilerObject=obj, pRangeName=name))
+        seen.append(default)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if ok:
+                _call("cuptiRangeProfilerPopRange", RPObject(pRangeProfilerObject=obj))
+            else:  # the run's own error is the verdict: never masked by CUPTI's
+                with contextlib.suppress(CuptiError):
+                    _call("cuptiRangeProfilerPopRange", RPObject(pRangeProfilerObject=obj))
+
+    def profile_passes(self, run_pass, name: str) -> list[Launch]:
+        """User replay: call `run_pass(i, ranged)` once per pass (i = 0 .. passes-1;
+        `instrumented_passes` run SASS-patched code). run_pass prepares its run (fresh inputs)
+        outside the range, then makes the launches to count inside `with ranged():` (or
+        `ranged(label)`: several ranges per pass are kept apart by name) and waits for them.
+        Returns one Launch per range name, with every metric. The profiler is enabled for this
+        call only. CUPTI must report every pass submitted after the last one (`last_stops`: what
+        each Stop returned), else CuptiError: no partial counts are ever evaluated."""
+        if self.replay != "user":
+            raise CuptiError("profile_passes needs a RangeProfiler built with replay='user'")
+        clock = time.perf_counter
+        t0 = clock()
+        phase: dict[str, float] = {}
+        self.last_stops: list[list[int]] = []  # per pass: (pass index, nesting level, all passes submitted)
+        try:
+            obj, data = self._configure(USER_RANGE, USER_REPLAY)
+            t1 = clock()
+            for i in range(self.passes):  # NVIDIA's range_profiling sample: one SetConfig, Start..Stop per pass
+                _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
+                seen: list[str] = []
+                try:
+                    run_pass(i, lambda label=None: self._ranged(obj, label or name, seen))
+                except BaseException:  # the run's error (a hang, a fault) is the verdict
+                    with contextlib.suppress(CuptiError):
+                        _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
+                    raise
+                stop = Stop(pRangeProfilerObject=obj)
+                _call("cuptiRangeProfilerStop", stop)
+                self.last_stops.append([int(stop.passIndex), int(stop.targetNestingLevel),
+                                        int(stop.isAllPassSubmitted)])
+                if not seen:
+                    raise CuptiError(f"pass {i} counted nothing: run_pass made no range")
+            if not self.last_stops[-1][2]:
+                raise CuptiError(f"CUPTI did not report every pass submitted after its {self.passes} passes "
+                                 f"(Stop returned {self.last_stops})")
+            t2 = clock()
+            values: dict[str, dict[str, float]] = {}
+            for label, metrics in self._ranges(obj, data):  # a range name repeated (several per pass) is one
+                values.setdefault(label, {}).update(metrics)
+            phase = {"setup": t1 - t0, "runs": t2 - t1, "decode": clock() - t2}
+            return [Launch(label, m) for label, m in values.items()]
+        finally:
+            t3 = clock()
+            with contextlib.suppress(CuptiError):
+                self._disable()
+            self.last_phase_s = {**phase, "disable": clock() - t3, "total": clock() - t0}
 
     def close(self) -> None:
         with contextlib.suppress(CuptiError):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tools import worker as protocol
 from tools.ceilings import computes_in_fp8
+from tools.features import ptx_may_issue_mma_sync
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
 from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_skipped
 from tools.roofline import apply_roofline
@@ -484,6 +485,7 @@ class Evaluator:
             res.gpu, res.device = info.get("gpu"), w.device
             limits = info.get("limits") or NOMINAL_LIMITS[arch]
             stop: str | None = None
+            metrics: list[str] | None = None
             for wl in wls:
                 axes = task.axis_values(wl)
                 if stop:
@@ -496,10 +498,15 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
-                if in_process:  # secret, like the timing seed: which run is counted derives from it
+                if in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     from tools import ncu
 
-                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": list(ncu.CUPTI_METRICS)}
+                    if metrics is None:  # the mma.sync ops counters (3 more passes) only where the PTX has
+                        # mma/wmma; read from the PTX, not the SASS, whose inspection overlaps these runs. Safe
+                        # either way: the verdict reads the SASS, and a module whose SASS holds a warp-level MMA
+                        # without those counters has its other math unmeasured: no credit.
+                        metrics = list(ncu.credit_metrics(ptx_may_issue_mma_sync(res.compile.ptx)))
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and

@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import math
 import os
 from dataclasses import dataclass
 import pickle
 import re
 import shutil
+import statistics
 import signal
 import subprocess
 import sys
@@ -80,6 +82,20 @@ FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": TMA_INST_METRICS}
 # GH100, each a replay of every launch with the context's memory saved and restored (2 s per
 # attention-backward workload on the H200, docs/BENCHMARKS.md).
 CUPTI_METRICS = (GMMA_METRIC, *TMA_INST_METRICS, HMMA_INST_METRIC, *WORK_METRICS)
+HMMA_OPS_METRICS = tuple(m for m in OTHER_FLOP_METRICS if m.startswith("sm__ops_path_tensor_op_hmma"))
+
+
+def credit_metrics(mma_sync: bool | None) -> tuple[str, ...]:
+    """What the in-process check (CUPTI user replay, one counted run per pass) collects.
+    - Not the kernel time: a user range's gpu__time_duration spans the range (the stream gate
+      included), so each counted run is timed with events, as a timed run is.
+    - Not the mma.sync ops counters where the module cannot hold a warp-level MMA (`mma_sync`
+      False: no mma/wmma in its PTX, tools.features.ptx_may_issue_mma_sync): a kernel with no HMMA
+      instruction does no HMMA math, and without those three counters the set takes 3 passes on
+      GH100 instead of 6. The verdict reads them as 0 only on rows whose module SASS was read and
+      holds none (SASS_MMA_SYNC "0", work_metrics); anywhere else the other math is unmeasured."""
+    drop = {DURATION_METRIC, *(HMMA_OPS_METRICS if mma_sync is False else ())}
+    return tuple(m for m in CUPTI_METRICS if m not in drop)
 # (A two-pass set that bounds the other math from above by warp-instruction counts, 128 FLOPs per
 # FMA-pipe instruction for HFMA2, was tried on the H200 on 2026-12-01: the honest attention-backward
 # experts' softmax arithmetic then reads as 10.7% of their math and they lose credit, so it is not
@@ -248,6 +264,8 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
     sums the verdict uses: wgmma_flops, other_flops, tma_bytes, other_read_bytes. A derived sum
     is absent when one of its metrics is missing from a launch (then it is not measured)."""
     out: dict[str, float] = {}
+    # no warp-level MMA in the module's SASS: no mma.sync math, so its counters read 0 (credit_metrics)
+    rows = [{**{m: "0" for m in HMMA_OPS_METRICS}, **r} if r.get(SASS_MMA_SYNC) == "0" else r for r in rows]
     for metric in WORK_METRICS:
         total = _totals(rows, metric)
         if total is not None:
@@ -493,15 +511,23 @@ def _unprofiled(r: dict) -> WorkloadCredit:
 
 
 def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: TaskWork | None,
-            timed_ms: float | None) -> WorkloadCredit:
-    """One workload's verdict from its profiled run's rows, tied to its timed median."""
+            timed_ms: float | None, run_ms: list[float] | None = None) -> WorkloadCredit:
+    """One workload's verdict from its counted run(s)' rows, tied to its timed median. `run_ms`:
+    the in-process check's counted runs (hardware passes), each timed as a timed run; else the
+    profiled run's kernel time from its rows (Nsight Compute)."""
     counts, uncounted = counts_from_rows(rows, features)
     metrics = work_metrics(rows)
+    kernel_ms = statistics.median(run_ms) if run_ms else metrics.get("kernel_ms")
+    if run_ms:
+        metrics["kernel_ms"] = kernel_ms
     wc = WorkloadCredit(workload=r["workload"], split=r.get("split", "visible"), status="ok", runs=r.get("runs", 0),
-                        profiled_at=r.get("profiled_at"), counts=counts, kernel_ms=metrics.get("kernel_ms"),
-                        timed_ms=timed_ms)
+                        profiled_at=r.get("profiled_at"), counted_from=r.get("counted_from"), counts=counts,
+                        kernel_ms=kernel_ms, run_ms=list(run_ms or []),
+                        instrumented_ms=list(r.get("instrumented_ms") or []), timed_ms=timed_ms)
     if uncounted:
-        wc.status, wc.reason = "skipped", f"no executed-instruction counts for {', '.join(uncounted)}"
+        unread = sorted(set(r.get("unread") or []))
+        wc.status, wc.reason = "skipped", (f"no executed-instruction counts for {', '.join(uncounted)}"
+                                           + (f" (CUPTI read no value for {', '.join(unread)})" if unread else ""))[:400]
         return wc
     v = verdict(features, counts, per_kernel(rows, features), metrics, work)
     wc.executed, wc.shares, wc.carries, wc.notes = v.executed, v.shares, v.carries, v.notes
@@ -514,7 +540,11 @@ def counter_rows(launches: list[dict], mma_sync: bool | None = None) -> list[dic
     verdict (counts_from_rows, work_metrics, per_kernel) serves both. `mma_sync`: whether the
     module's SASS holds a warp-level MMA (None: not known)."""
     sass = {} if mma_sync is None else {SASS_MMA_SYNC: "1" if mma_sync else "0"}
-    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()}, **sass}
+    # a value CUPTI could not read (NaN, inf: a pass that was not collected; None once the worker's
+    # result went through JSON) is left out, so it is "not measured" and never passes a share test
+    # (NaN compares false both ways)
+    return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()
+                                          if isinstance(v, (int, float)) and math.isfinite(v)}, **sass}
             for x in launches]
 
 
@@ -533,8 +563,12 @@ def credit_in_process(meta: dict, credit: dict | None, features: list[str], work
         why = (credit or {}).get("reason") or "its profiled run was not reached"
         return WorkloadCredit(workload=meta["workload"], split=meta["split"], status="skipped",
                               runs=(credit or {}).get("runs", 0), reason=f"not credited: {why}"[:400])
-    r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at")}
-    return _credit(r, counter_rows(credit.get("launches") or [], mma_sync), features, work, timed_ms)
+    unread = [m for x in credit.get("launches") or [] for m, v in x["metrics"].items()
+              if not (isinstance(v, (int, float)) and math.isfinite(v))]
+    r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at"), "unread": unread,
+         "counted_from": credit.get("counted_from"), "instrumented_ms": credit.get("instrumented_ms")}
+    return _credit(r, counter_rows(credit.get("launches") or [], mma_sync), features, work, timed_ms,
+                   credit.get("run_ms") or None)
 
 
 def combine(features: list[str], credits: list[WorkloadCredit], extra_metrics: tuple[str, ...] = (),
@@ -571,11 +605,19 @@ def combine(features: list[str], credits: list[WorkloadCredit], extra_metrics: t
         if withheld is not None:
             why = withheld.notes.get(f) or (f"{f} did not execute" if not withheld.executed.get(f) else
                                             f"{f} did not carry the work")
-            out.notes[f] = f"{labels[withheld.workload]} (profiled run {withheld.profiled_at} of {withheld.runs}): {why}"
+            out.notes[f] = f"{labels[withheld.workload]} ({_runs_label(withheld)}): {why}"
     skipped = [c for c in credits if c.status != "ok"]
     if skipped:
         out.reason = "; ".join(f"{labels[c.workload]}: {c.reason}" for c in skipped)[:600]
     return out
+
+
+def _runs_label(c: WorkloadCredit) -> str:
+    """Which runs the credit was read on, for notes: the in-process check's counted runs (1-based
+    places after the timed runs), or Nsight Compute's one profiled run among its credit runs."""
+    if c.counted_from is not None:
+        return f"counted runs {c.counted_from}-{c.runs}"
+    return f"profiled run {c.profiled_at} of {c.runs}"
 
 
 def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict[str, int]],
@@ -602,24 +644,30 @@ def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict
 
 
 def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
-    """Withdraw the credit of a profiled run that was not the timed kernel, in place: its kernel
-    time must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS) of the timed median of its workload,
-    both ways. Slower: the credited path is not the timed one (the timed path is faster and
-    generic). Faster: the timed runs took a slower path than the one whose instructions were
+    """Withdraw the credit of counted runs that were not the timed kernel, in place: each one's
+    kernel time (every counted run of the in-process check, `run_ms`; else the one profiled run,
+    `kernel_ms`) must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS) of the timed median of its
+    workload, both ways. Slower: the credited path is not the timed one (the timed path is faster
+    and generic). Faster: the timed runs took a slower path than the one whose instructions were
     counted. `timed_ms` None: the workload was not timed, so no speed is claimed and nothing is tied."""
     if credit.status != "ok" or timed_ms is None:
         return
-    profiled = credit.kernel_ms
     credit.timed_ms = timed_ms
-    if profiled is None:
-        why = "the profiled run's kernel time was not measured, so it cannot be tied to the timed runs"
-    elif profiled > SAME_RUN_RATIO * timed_ms + SAME_RUN_SLACK_MS:
-        why = (f"the profiled run's kernels took {profiled:.4g} ms, the timed runs {timed_ms:.4g} ms (median): "
-               "the kernel that was timed is not the one whose instructions were counted")
-    elif profiled < timed_ms / SAME_RUN_RATIO - SAME_RUN_SLACK_MS:
-        why = (f"the profiled run's kernels took {profiled:.4g} ms, the timed runs {timed_ms:.4g} ms (median): "
-               "the timed runs took a slower path than the one whose instructions were counted")
-    else:
+    runs = [(f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms)
+            for k, ms in enumerate(credit.run_ms)] or [("the profiled run", credit.kernel_ms)]
+    why = None
+    for what, ms in runs:
+        if ms is None:
+            why = f"{what}'s kernel time was not measured, so it cannot be tied to the timed runs"
+        elif ms > SAME_RUN_RATIO * timed_ms + SAME_RUN_SLACK_MS:
+            why = (f"{what}'s kernels took {ms:.4g} ms, the timed runs {timed_ms:.4g} ms (median): "
+                   "the kernel that was timed is not the one whose instructions were counted")
+        elif ms < timed_ms / SAME_RUN_RATIO - SAME_RUN_SLACK_MS:
+            why = (f"{what}'s kernels took {ms:.4g} ms, the timed runs {timed_ms:.4g} ms (median): "
+                   "the timed runs took a slower path than the one whose instructions were counted")
+        if why:
+            break
+    if why is None:
         return
     for f, carried in credit.carries.items():
         if carried:

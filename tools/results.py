@@ -178,6 +178,11 @@ WRONG_NUMBERS = frozenset({"incorrect", "nan_output", "unwritten_output", "wrong
 # Verdicts reached by running the kernel to the end: the executed check still counts what such a
 # kernel executed (a fault, a hang or the manifest decided the others: nothing to count)
 CREDITABLE = WRONG_NUMBERS | {"implausible"}
+# The judge's own rules, dated: a change to how a verdict is drawn (what is counted, on which runs,
+# what it is tied to) is another judge, so a run judged under other rules is not resumed under these
+# (agent.run.toolchain_change). 2026-12-02: instruction credit read on the counted runs that follow
+# the timed runs (CUPTI user replay, one per pass), every one judged and tied to the timed median.
+RULES_VERSION = "2026-12-02"
 
 
 class WorkloadResult(BaseModel):
@@ -217,22 +222,26 @@ class WorkloadResult(BaseModel):
 
 
 class WorkloadCredit(BaseModel):
-    """The executed check on one judged workload: its own profiled run (a random one of its
-    credit runs, tools.worker.run_credit), counts, work shares and verdict, and the tie of that
-    run's kernel time to the workload's timed median."""
+    """The executed check on one judged workload: its counted runs (in process: one per CUPTI
+    pass, right after the timed runs, tools.worker._credit_run; under Nsight Compute: one
+    profiled run drawn among its credit runs, tools.worker.run_credit), counts, work shares and
+    verdict, and the tie of every counted run's kernel time to the workload's timed median."""
 
     workload: str
     split: str = "visible"
     status: Status
     reason: str | None = None
-    profiled_at: int | None = None  # which credit run was profiled (1-based), drawn per evaluation
+    profiled_at: int | None = None  # Nsight Compute: which credit run was profiled (1-based), drawn per evaluation
+    counted_from: int | None = None  # in process: the first counted run (1-based, after the timed runs); the last is `runs`
     runs: int = 0  # credit runs on this workload
     counts: dict[str, int] = Field(default_factory=dict)
     executed: dict[str, bool] = Field(default_factory=dict)
     shares: dict[str, float | None] = Field(default_factory=dict)
     carries: dict[str, bool] = Field(default_factory=dict)
     notes: dict[str, str] = Field(default_factory=dict)
-    kernel_ms: float | None = None  # the profiled run's kernels (Nsight Compute)
+    kernel_ms: float | None = None  # the counted runs' median (in process) or the profiled run's kernels (Nsight Compute)
+    run_ms: list[float] = Field(default_factory=list)  # each counted run of a hardware pass, timed as timed runs are: all tied
+    instrumented_ms: list[float] = Field(default_factory=list)  # the SASS-patched pass's run: instrumented code, not tied
     timed_ms: float | None = None  # the workload's timed median, when it was timed
 
 

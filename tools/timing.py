@@ -196,11 +196,10 @@ class Side:
             self.gated = False
 
 
-def _cold_run(side: Side, state) -> tuple:
-    """One cold run: prepare, flush L2, then, behind the gate, events around run() only, then
-    finish() (not timed). Returns the (start, end) events."""
-    side.prepare()
-    state.flusher.flush()
+def gated_run(side: Side, state) -> tuple:
+    """run() behind the stream gate, with events around it only (no prepare, no flush, no
+    finish): the timed part of a cold run, and all of an executed-check counted run, which
+    prepares outside its profiler range. Returns the (start, end) events."""
     gate = getattr(state, "gate", None) if side.gated else None  # None: CPU stand-ins, or no gate on this GPU
     hold = gate.hold() if gate else None
     start, end = state.event(), state.event()
@@ -212,8 +211,17 @@ def _cold_run(side: Side, state) -> tuple:
     if gate:
         gate.release(hold)
         side.issued(host_s)
-    side.finish()
     return start, end
+
+
+def _cold_run(side: Side, state) -> tuple:
+    """One cold run: prepare, flush L2, then, behind the gate, events around run() only, then
+    finish() (not timed). Returns the (start, end) events."""
+    side.prepare()
+    state.flusher.flush()
+    events = gated_run(side, state)
+    side.finish()
+    return events
 
 
 def measure(side: Side, state, n: int, limit_s: float) -> list[float]:

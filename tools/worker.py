@@ -236,8 +236,8 @@ class State:
             check(d.cuProfilerStop(), "cuProfilerStop")
 
     def counters(self, metrics: tuple[str, ...]):
-        """The in-process hardware counters (tools.cupti.RangeProfiler) for `metrics`, built once
-        per worker; raises CuptiError (remembered: a failing set-up is not retried) where CUPTI's
+        """The in-process hardware counters (tools.cupti.RangeProfiler, user replay) for `metrics`,
+        built once per worker and metric set; raises CuptiError (remembered: a failing set-up is not retried) where CUPTI's
         range profiler cannot run here."""
         from tools.cupti import CuptiError, RangeProfiler
 
@@ -249,7 +249,7 @@ class State:
                     self._counters.close()
                 self._counters = None
             try:
-                self._counters = RangeProfiler(list(metrics))
+                self._counters = RangeProfiler(list(metrics), replay="user")
             except Exception as exc:  # noqa: BLE001 - no counters is a skipped check, never a failed run
                 self._counters_error = f"{type(exc).__name__}: {exc}"[:400]
                 raise CuptiError(self._counters_error) from None
@@ -452,29 +452,41 @@ class TimedJudge:
         if total > 1 and self.full_at is None:  # the count is known from pair 1 on: choose the runs judged whole
             self.full_at = set(self.rng.sample(range(1, total), k=min(total - 1, self.rng.randint(1, 2))))
         full = not self.sampled or i in (self.full_at or ())
-        fresh = self._inputs()  # made now, after the runs (see the class docstring)
-        if full:
-            from tasks.reference import run_reference
-
-            expected, scales = run_reference(self.task, fresh), _term_scales(self.task, fresh)
-            reason, detail, mism = self.ws.verdict(expected, self.task.tolerance, scales, inputs=fresh)
-            self.full_checks += 1
-        else:
-            import torch
-
-            from tasks.sampled import sample
-
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(self.rng.getrandbits(63))
-            reason, detail, mism = self.ws.verdict(None, self.task.tolerance, inputs=fresh,
-                                                   samples=sample(self.task, fresh, gen, self.rows))
-        if reason is None:
-            return
+        self.full_checks += full
         what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
-        if reason in ("incorrect", "unwritten_output", "nan_output"):
-            raise Failed("wrong_in_timed_run", f"{what} (fresh inputs, right in the checks before): {detail}",
-                         outputs=mism)
-        raise Failed(reason, f"{what}: {detail}", outputs=mism)
+        judge_run(self.task, self.axes, self.ws, self.seed, self.rng, self.device, self.rows, full, what)
+
+
+def judge_run(task, axes: dict, ws: "Workspace", seed: int, rng, device: str, rows: int, full: bool,
+              what: str) -> None:
+    """The verdict on one run's output, as every timed run gets it; raises Failed naming `what`.
+    The inputs are generated again from the run's `seed` (fast generator) now, after the run:
+    while the candidate ran, nothing the reference is computed from existed in device memory, and
+    the inputs are judged unchanged against this regeneration. `full`: compared whole against the
+    reference; else on `rows` random rows of each output (drawn from `rng`), the whole output
+    still scanned (guards, poison, NaN)."""
+    from tasks.generators import generate_inputs
+
+    fresh = generate_inputs(task, axes, seed, device=device, fast=True)
+    if full:
+        from tasks.reference import run_reference
+
+        expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
+        reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+    else:
+        import torch
+
+        from tasks.sampled import sample
+
+        gen = torch.Generator(device=device)
+        gen.manual_seed(rng.getrandbits(63))
+        reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh, samples=sample(task, fresh, gen, rows))
+    if reason is None:
+        return
+    if reason in ("incorrect", "unwritten_output", "nan_output"):
+        raise Failed("wrong_in_timed_run", f"{what} (fresh inputs, right in the checks before): {detail}",
+                     outputs=mism)
+    raise Failed(reason, f"{what}: {detail}", outputs=mism)
 
 
 def _term_scales(task, fresh: dict) -> dict | None:
@@ -607,36 +619,38 @@ def _verify(state: State, req: dict, task, axes: dict, ws: Workspace, bound, res
 # same module instance; or, where CUPTI cannot run, in a process of its own under Nsight Compute
 # with --profile-from-start off (run_credit).
 
-CREDIT_RUNS = (1, 8)  # runs after the timed ones; one of them, drawn at random, is profiled
+CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
+CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
+COUNTED_RANGE = "counted_run"  # the user range each pass's counted run is made in
+INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 
 
 def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
                 judge: bool) -> None:
-    """The executed check's run, in this worker and module instance, right after the timed runs
-    (or the checks, when nothing is timed): CREDIT_RUNS more runs on fresh inputs drawn and
-    prepared as the timed runs' are (outputs poisoned, scratch reset, L2 flushed); one of them, at
-    a position drawn from the request's secret `credit.seed`, runs under the hardware counters.
-    The kernel cannot single that run out: not by its place (never the module's first launch; how
-    many runs came before is secret and changes with every evaluation), not by its inputs or
-    module state. Its output is judged (`judge`) as a timed run's is (scanned whole, values on
-    random rows, or whole where the task has no sampler): credit is only taken on a right answer.
-    Fills result.credit (tools.results.WorkloadResult.credit). A CUPTI failure is reported there
-    ("unavailable" or "failed"), never as the candidate's fault."""
+    """The executed check in this worker and module instance: counted runs that continue the
+    timed runs. One run per pass of CUPTI's user replay, each prepared and timed as a timed run
+    is (fresh inputs from the request's secret `credit.seed`, outputs poisoned, L2 flushed,
+    scratch zeroed and the launches behind the stream gate, events around them), each judged as
+    a timed run is (`judge`; sampled rows, the whole output scanned): credit is only taken on
+    right answers. The hardware counters' runs come first; their times (`run_ms`) are tied to the
+    timed median, every one of them, both ways (tools.ncu.tie_to_timed_run). The SASS-patched
+    pass runs instrumented code: its time is recorded (`instrumented_ms`), never tied.
+    Where the workload was timed, the counted runs follow the timed ones directly (their number
+    is secret and drawn per evaluation); where not, 1-4 uncounted runs come first, so the counted
+    ones never start at a place the kernel can count to. Fills result.credit; a CUPTI failure is
+    reported there ("unavailable" or a reason), never as the candidate's fault."""
     import random
 
-    import torch
-
     from tasks.generators import generate_inputs
-    from tasks.reference import run_reference
-    from tasks.sampled import has_sampler, rows_for, sample
+    from tasks.sampled import has_sampler, rows_for
     from tools.cupti import CuptiError
+    from tools.timing import Side, gated_run
 
     spec = req["credit"]
     rng = random.Random(int(spec["seed"]))
-    runs = rng.randint(*CREDIT_RUNS)
-    at = rng.randrange(runs)
-    out: dict = {"status": "failed", "reason": None, "runs": runs, "profiled_at": None, "passes": None,
-                 "profile_s": None, "launches": []}
+    lead = 0 if (judge and req.get("time")) else rng.randint(*CREDIT_LEAD_RUNS)
+    out: dict = {"status": "failed", "reason": None, "runs": 0, "lead_runs": lead, "passes": None,
+                 "counted_from": None, "run_ms": [], "instrumented_ms": [], "profile_s": None, "launches": []}
     result.credit = out
     t0 = time.perf_counter()
     try:
@@ -646,40 +660,48 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
     except CuptiError as exc:
         out["status"], out["reason"] = "unavailable", str(exc)
         return
-    out["passes"] = profiler.passes
-    seeds = [rng.getrandbits(31) for _ in range(runs)]
+    out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
+    instrumented = set(getattr(profiler, "instrumented_passes", ()))
+    rows = max(SAMPLED_ROWS, rows_for(task))
+    sampled = has_sampler(task)
+    side = Side("candidate", lambda: (ws.zero_scratch(), bound.launch()))
 
-    def counted(run) -> None:
-        t1 = time.perf_counter()
-        launches = profiler.profile(run)
-        out["profile_s"] = round(time.perf_counter() - t1, 4)
-        out["profile_phase_s"] = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
-        out["profiled_at"], out["status"] = at + 1, "ran"
-        out["launches"] = [{"name": x.name, "metrics": x.metrics} for x in launches]
-        result.phase_s["credit"] = time.perf_counter() - t0
-        if not judge:
-            return
-        # judged as a timed run is: the whole output scanned, its values on random rows
-        fresh = generate_inputs(task, axes, seeds[at], device=state.device, fast=True)
-        if has_sampler(task):
-            gen = torch.Generator(device=state.device)
-            gen.manual_seed(rng.getrandbits(63))
-            reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh,
-                                              samples=sample(task, fresh, gen, max(SAMPLED_ROWS, rows_for(task))))
-        else:
-            expected, scales = run_reference(task, fresh), _term_scales(task, fresh)
-            reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
-        if reason is not None:
-            kind = "wrong_in_timed_run" if reason in ("incorrect", "unwritten_output", "nan_output") else reason
-            raise Failed(kind, f"the executed check's run (fresh inputs, after the timed runs): {detail}",
-                         outputs=mism)
+    def prepare(seed: int) -> None:
+        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=True))
+        ws.prepare()
+        state.flusher.flush()
+
+    for _ in range(lead):
+        prepare(rng.getrandbits(31))
+        gated_run(side, state)
+        state.wait(limit)
+
+    def run_pass(i: int, ranged) -> None:
+        seed = rng.getrandbits(31)
+        prepare(seed)
+        with ranged():
+            start, end = gated_run(side, state)
+        slow = INSTRUMENTED_SLOWDOWN * max(out["run_ms"], default=0.0) / 1e3 if i in instrumented else 0.0
+        state.wait(limit + slow)
+        (out["instrumented_ms"] if i in instrumented else out["run_ms"]).append(round(start.elapsed_time(end), 5))
+        if judge:
+            judge_run(task, axes, ws, seed, rng, state.device, rows, not sampled, what=(
+                f"the executed check's counted run {lead + i + 1} (after the timed runs)"))
 
     try:
-        _prepared_runs(state, task, axes, ws, bound, seeds, limit, at, counted)
+        # one range per pass, under a name of ours: nothing the candidate names (its kernels)
+        # reaches CUPTI's bookkeeping
+        launches = profiler.profile_passes(run_pass, COUNTED_RANGE)
     except CuptiError as exc:
         out["reason"] = str(exc)[:400]
         return
-    result.phase_s["credit"] = time.perf_counter() - t0
+    finally:
+        out["profile_s"] = round(time.perf_counter() - t0, 4)
+        out["profile_phase_s"] = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
+        out["stops"] = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
+        result.phase_s["credit"] = time.perf_counter() - t0
+    out["status"] = "ran"
+    out["launches"] = [{"name": x.name, "metrics": x.metrics} for x in launches]
 
 
 def _prepared_runs(state: State, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,

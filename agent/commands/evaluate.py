@@ -59,10 +59,12 @@ def render(r: EvalResult) -> None:
     else:
         for f, why in r.executed.notes.items():  # executed, but credit withheld: why
             say(f"[yellow]{f} does not carry the work[/yellow]: {escape(why)}")
-        profiled = r.executed.metrics.get("kernel_ms")
-        if profiled is not None and r.executed.timed_ms:
-            say(f"profiled run {profiled:.4g} ms, timed median {r.executed.timed_ms:.4g} ms "
-                f"(credit needs the profiled run to be the timed kernel)")
+        for w in r.executed.workloads:  # credit needs every counted run to be the timed kernel
+            ran = ", ".join(f"{ms:.4g}" for ms in w.run_ms) or (f"{w.kernel_ms:.4g}" if w.kernel_ms else "")
+            if ran and w.timed_ms:
+                which = (f"counted runs {w.counted_from}-{w.runs}" if w.counted_from is not None
+                         else f"profiled run {w.profiled_at} of {w.runs}")
+                say(f"workload {escape(w.workload)}: {which} {ran} ms, timed median {w.timed_ms:.4g} ms")
     if r.sanitize.status != "skipped" or r.sanitize.reason != "not requested":
         say(f"compute-sanitizer: {r.sanitize.status} {escape(r.sanitize.reason or '')}")
         for e in r.sanitize.errors[:5]:

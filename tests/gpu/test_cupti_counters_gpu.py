@@ -12,7 +12,8 @@ makes of an fp8 wgmma kernel's counters (all its math is wgmma's) and of an fp8 
 
 Each kernel is launched once (4 CTAs, 8 MMAs per warp or warpgroup, all inputs 1.0, so every
 accumulator ends at K x 8 whatever layout the descriptors describe) inside one
-`RangeProfiler(CUPTI_METRICS).profile(run)`. Every value is printed and written as JSON to
+`RangeProfiler(CUPTI_METRICS).profile(run)`, then again by user replay (`profile_passes`, the
+worker's way). Every value is printed and written as JSON to
 $PTXBENCH_GPU_LOGS/cupti_counters.json (a temporary folder when unset).
 """
 from __future__ import annotations
@@ -156,20 +157,29 @@ def measured(tmp_path_factory) -> dict:
     profiler = RangeProfiler(list(ncu.CUPTI_METRICS))
     results: dict = {"metrics": list(ncu.CUPTI_METRICS), "passes": profiler.passes, "chip": profiler.chip,
                      "iters": ITERS, "blocks": BLOCKS, "kernels": {}}
+    def launcher(name: str, spec: dict):
+        """The kernel's launch on fresh inputs (all 1.0) and output (poisoned), and that output."""
+        words = torch.full((ITERS,), spec["word"], dtype=torch.int32, device="cuda")
+        out = torch.full((BLOCKS * spec["threads"] * 4,), -1.0, device="cuda")
+        args = (ctypes.c_uint64(words.data_ptr()), ctypes.c_uint64(out.data_ptr()))
+        params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
+        fn = module.function(name)
+
+        def launch() -> None:
+            _ = (words, args)  # kept alive as long as the launch: params holds only their addresses
+            check(d.cuLaunchKernel(fn, BLOCKS, 1, 1, spec["threads"], 1, 1, 0, d.CUstream(0),
+                                   ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
+
+        return launch, out
+
+    def synchronize() -> None:
+        check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+
     try:
         for name, spec in KERNELS.items():
-            words = torch.full((ITERS,), spec["word"], dtype=torch.int32, device="cuda")
-            out = torch.full((BLOCKS * spec["threads"] * 4,), -1.0, device="cuda")
-            args = (ctypes.c_uint64(words.data_ptr()), ctypes.c_uint64(out.data_ptr()))
-            params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
-            fn = module.function(name)
-
-            def run(fn=fn, spec=spec, params=params, name=name) -> None:
-                check(d.cuLaunchKernel(fn, BLOCKS, 1, 1, spec["threads"], 1, 1, 0, d.CUstream(0),
-                                       ctypes.addressof(params), 0), f"cuLaunchKernel({name})")
-                check(d.cuCtxSynchronize(), f"cuCtxSynchronize({name})")
-
-            launches = profiler.profile(run)
+            launch, out = launcher(name, spec)
+            print(f"kernel replay: {name}", flush=True)
+            launches = profiler.profile(lambda launch=launch: (launch(), synchronize()))
             row = {"name": launches[0].name, "metrics": launches[0].metrics} if launches else None
             values = out.cpu()
             results["kernels"][name] = {
@@ -184,6 +194,28 @@ def measured(tmp_path_factory) -> dict:
             }
     finally:
         profiler.close()
+    # The same launches by user replay (what the worker's counted runs use), by a profiler of its
+    # own made after the kernel-replay one is closed: one launch per pass, inside a user range.
+    user = None
+    try:
+        user = RangeProfiler(list(ncu.CUPTI_METRICS), replay="user")
+        results["user_passes"], results["user_instrumented_passes"] = user.passes, list(user.instrumented_passes)
+        for name, spec in KERNELS.items():
+            launch, _out = launcher(name, spec)
+
+            def run_pass(i, ranged, launch=launch) -> None:
+                with ranged():
+                    launch()
+                synchronize()
+
+            print(f"user replay: {name}", flush=True)
+            ranges = user.profile_passes(run_pass, name)
+            results["kernels"][name]["user_ranges"] = [x.name for x in ranges]
+            results["kernels"][name]["user_metrics"] = ranges[0].metrics if ranges else {}
+            results["kernels"][name]["user_stops"] = user.last_stops
+    finally:  # a profiler left initialised would hold the device's one profiling session (Nsight Compute next)
+        if user is not None:
+            user.close()
         module.unload()
     logs = os.environ.get("PTXBENCH_GPU_LOGS")
     report(results, (Path(logs) if logs else tmp_path_factory.mktemp("cupti_counters")) / "cupti_counters.json")
@@ -260,3 +292,15 @@ def test_fp8_mma_sync_math_is_never_wgmmas(measured):
     work = measured["kernels"]["mma_sync_e4m3"]["work_metrics"]
     assert work["wgmma_flops"] == 0 and work["other_flops"] > 0, (
         f"DEFECT in the FP8 rule: fp8 mma.sync math counts as wgmma's. {shown}")
+
+
+def test_user_replay_reads_what_kernel_replay_reads(measured):
+    """The worker's counted runs use CUPTI's user replay (one run per pass, hardware counters
+    first, the SASS-patched metrics on a pass of their own): every counter but the range's own
+    duration reads what kernel replay reads on the same launch."""
+    assert measured["user_instrumented_passes"] == [measured["user_passes"] - 1], measured["user_instrumented_passes"]
+    for name, r in measured["kernels"].items():
+        assert r["user_ranges"] == [name], r["user_ranges"]
+        user, kernel = r["user_metrics"], r["metrics"]
+        differ = {m: (kernel[m], user.get(m)) for m in kernel if m != ncu.DURATION_METRIC and user.get(m) != kernel[m]}
+        assert not differ, f"{name}: user replay reads differently (kernel, user): {differ}"
