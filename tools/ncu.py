@@ -95,7 +95,7 @@ def credit_metrics(mma_sync: bool | None) -> tuple[str, ...]:
       GH100 instead of 6. The verdict reads them as 0 only on rows whose module SASS was read and
       holds none (SASS_MMA_SYNC "0", work_metrics); anywhere else the other math is unmeasured."""
     drop = {DURATION_METRIC, *(HMMA_OPS_METRICS if mma_sync is False else ())}
-    return tuple(m for m in CUPTI_METRICS if m not in drop) + PATH_METRICS
+    return tuple(m for m in CUPTI_METRICS if m not in drop)
 # (A two-pass set that bounds the other math from above by warp-instruction counts, 128 FLOPs per
 # FMA-pipe instruction for HFMA2, was tried on the H200 on 2026-12-01: the honest attention-backward
 # experts' softmax arithmetic then reads as 10.7% of their math and they lose credit, so it is not
@@ -126,15 +126,6 @@ MMA_FEATURES = ("wgmma", "tcgen05_mma")
 # that is more than that faster than the credited one loses the credit.
 SAME_RUN_RATIO = 1.10  # the five expert kernels on the H200: 0.983-1.001 (docs/BENCHMARKS.md)
 SAME_RUN_SLACK_MS = 0.01
-# The instrumented counted run (the SASS-patched pass, untied: it runs 2.6-100x slower) must take
-# the path the hardware passes counted, or a kernel that senses instrumentation could hide its
-# SIMT math there: the warp instructions it executed, read by the SASS-patched counter, against
-# the same count read by a hardware counter on a hardware pass (each run on fresh inputs of one
-# shape; the tasks' kernels branch on shapes, not on values). No extra pass on GH100.
-INST_METRIC = "smsp__inst_executed.sum"
-SASS_INST_METRIC = "smsp__sass_inst_executed.sum"
-PATH_METRICS = (INST_METRIC, SASS_INST_METRIC)
-SAME_PATH_RATIO = 1.02
 
 
 def _opcodes_for(feature: str) -> set[str]:
@@ -541,8 +532,6 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
     v = verdict(features, counts, per_kernel(rows, features), metrics, work)
     wc.executed, wc.shares, wc.carries, wc.notes = v.executed, v.shares, v.carries, v.notes
     tie_to_timed_run(wc, timed_ms)
-    if run_ms:  # the in-process check: its instrumented run is not tied by time, so by path
-        same_path(wc, rows)
     return wc
 
 
@@ -679,27 +668,6 @@ def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
         if why:
             break
     if why is None:
-        return
-    for f, carried in credit.carries.items():
-        if carried:
-            credit.carries[f] = False
-            credit.notes[f] = why
-
-
-def same_path(credit: WorkloadCredit, rows: list[dict[str, str]]) -> None:
-    """Withdraw the credit, in place, where the instrumented counted run did not execute the
-    warp instructions the hardware-counted runs did (within SAME_PATH_RATIO), or where that could
-    not be compared: the other math it counted would not describe the timed kernel."""
-    if credit.status != "ok":
-        return
-    hw, sass = _totals(rows, INST_METRIC), _totals(rows, SASS_INST_METRIC)
-    if hw is None or sass is None:
-        why = ("the instrumented counted run's instructions could not be compared with the other counted "
-               "runs' (a counter was not read)")
-    elif abs(hw - sass) > (SAME_PATH_RATIO - 1) * max(hw, sass):
-        why = (f"the instrumented counted run executed {sass:.4g} warp instructions, the hardware-counted runs "
-               f"{hw:.4g}: not the same path, so the math it counted does not describe the timed kernel")
-    else:
         return
     for f, carried in credit.carries.items():
         if carried:

@@ -70,10 +70,6 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
         print(f"{task} {w.workload:>6} {w.split:>8} {w.status} {w.reason or ''} counted runs {w.counted_from}-{w.runs} "
               f"{w.run_ms} ms (instrumented {w.instrumented_ms}) timed {w.timed_ms} ms shares {w.shares} "
               f"carries {w.carries} {w.notes}")
-    for x in r.workloads:  # the instrumented run's path against the hardware passes' (tools.ncu.same_path)
-        m = ((x.credit or {}).get("launches") or [{}])[0].get("metrics", {})
-        print(f"{task} {x.workload:>6} warp instructions: hardware {m.get(ncu.INST_METRIC)}, "
-              f"instrumented {m.get(ncu.SASS_INST_METRIC)}")
     _credited(r)
     print(task, "phases (s):", {k: round(v, 3) for k, v in r.phase_s.items()})
     # the check's cost (docs/BENCHMARKS.md reads it from this line): the credit op (one profiler session for every workload) and each workload's own share of it
