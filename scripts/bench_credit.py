@@ -44,7 +44,7 @@ def one(ev: Evaluator, sol: Solution, task: str, executed: bool, profile: bool =
                                           "run_ms": w.run_ms, "instrumented_ms": w.instrumented_ms,
                                           "timed_ms": w.timed_ms, "shares": w.shares, "carries": w.carries}
                                          for w in r.executed.workloads],
-                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "lead_runs", "profile_s",
+                           "counted_runs": [{k: (x.credit or {}).get(k) for k in ("passes", "lead_runs", "profile_s", "own_s",
                                                                                   "profile_phase_s", "stops")}
                                             | {"workload": x.workload, "credit_s": x.phase_s.get("credit")}
                                             for x in r.workloads]}

@@ -9,7 +9,10 @@ read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
   nostart   fail at start-up (hello with an error)
   fp8_wgmma pass, and where the request asks for the in-process executed check, report a counted
             run whose counters are an honest fp8 wgmma kernel's (GMMA, fp8 tensor ops = the task's
-            FLOPs, the HMMA-pipe counter above 0 as QGMMA makes it: tools/ncu.py)
+            FLOPs, the HMMA-pipe counter above 0 as QGMMA makes it: tools/ncu.py); deferred
+            (`credit.defer`) the workload's credit is "pending" and comes with the credit op
+  counted_wrong   as fp8_wgmma, but the credit op says the first workload's counted run answered wrong
+  counted_hang    as fp8_wgmma, but the credit op never answers
 """
 import os
 import signal
@@ -33,11 +36,23 @@ def main() -> int:
         return 1
     write_msg(out, {"op": "hello", "info": {"gpu": "Fake H200", "cc": "9.0", "pid": os.getpid(),
                                             "limits": NOMINAL_LIMITS["sm_90a"]}})
+    pending: dict[str, dict] = {}  # deferred credits, as tools.worker keeps them until the credit op
     while True:
         msg = read_msg(inp)
         if msg is None or msg.get("op") == "exit":
             return 0
         m = mode()
+        if msg.get("op") == "credit":
+            if m == "counted_hang":
+                time.sleep(3600)
+            failed = {}
+            if m == "counted_wrong" and pending:
+                failed[next(iter(pending))] = {"reason": "wrong_in_timed_run", "outputs": [], "detail": (
+                    "the executed check's counted run 2 (after the timed runs) (fresh inputs, right in the checks "
+                    "before): output 'C': 3 of 64 elements off")}
+            write_msg(out, {"op": "credits", "credits": pending, "failed": failed, "fatal": False, "seconds": 0.1})
+            pending = {}
+            continue
         wl = msg["workload"]
         result = {"workload": wl["name"], "split": wl["split"], "axes": wl["axes"], "seeds": msg["seeds"],
                   "status": "passed", "detail": f"pid {os.getpid()}"}
@@ -49,8 +64,11 @@ def main() -> int:
             result.update(status="failed", reason="cuda_error", detail="CUDA_ERROR_ILLEGAL_ADDRESS (kernel execution)")
             write_msg(out, {"op": "result", "result": result, "fatal": True})
             return 3
-        if m == "fp8_wgmma" and msg.get("credit"):
+        if m in ("fp8_wgmma", "counted_wrong", "counted_hang") and msg.get("credit"):
             result["credit"] = fp8_wgmma_credit(msg)
+            if msg["credit"].get("defer"):
+                pending[wl["name"]] = {**result["credit"], "own_s": 0.02, "workloads_counted": 0}
+                result["credit"] = {**result["credit"], "status": "pending", "launches": []}
         write_msg(out, {"op": "result", "result": result, "fatal": False})
 
 

@@ -61,7 +61,7 @@ class FakeProfiler:
         @contextlib.contextmanager
         def ranged(label=None):
             self.ranges.append((state.pass_index, label or name))
-            state.inside = True
+            state.inside, state.label = True, label or name
             try:
                 yield
             finally:
@@ -81,7 +81,9 @@ class FakeProfiler:
             self.last_phase_s = dict(PHASES)
         if self.fail:
             raise CuptiError(self.fail[1])
-        return [Launch(name, state.metrics_of(state.counted))]
+        labels = list(dict.fromkeys(label for _, label in self.ranges))  # one Launch per range name, as CUPTI
+        return [Launch(label, state.metrics_of([c for c in state.counted if c.get("label", label) == label]))
+                for label in labels if any(c.get("label", label) == label for c in state.counted)]
 
 
 class CountedState(CpuState):
@@ -97,13 +99,14 @@ class CountedState(CpuState):
         self.inside, self.pass_index, self.fail, self.hang_at = False, None, fail, hang_at
         self.clock_ms, self.ms_of = 0.0, ms_of or (lambda i: 1.0)
         self.metrics_of = metrics_of or (lambda counted: {m: 0.0 for m in ncu.credit_metrics(False)})
-        self.bound = None
+        self.bound, self.label = None, None
 
         def counting(ws, call):
             self.launches += 1
             if self.inside:
                 self.counted.append({"launch": self.launches, "pass": self.pass_index, "A": ws.inputs["A"].clone(),
-                                     "poisoned": bool(poison_mask(ws.outputs["C"]).all())})
+                                     "poisoned": bool(poison_mask(ws.outputs["C"]).all()), "label": self.label,
+                                     "M": ws.inputs["A"].shape[0]})
                 self.clock_ms += self.ms_of(self.pass_index)
             return kernel(ws, self.launches)
 
@@ -133,13 +136,17 @@ class CountedState(CpuState):
         return [c["pass"] for c in self.counted]
 
 
-def request(credit_seed: int, time: bool = True, timing_seed: int = 7) -> dict:
+def request(credit_seed: int, time: bool = True, timing_seed: int = 7, workload: int = 0,
+            evaluation: str | None = None) -> dict:
+    """A workload request with the in-process check; `evaluation`: deferred, as the evaluator asks."""
     task = small_gemm()
     sol = Solution.from_dir(FIXTURES / "good")
+    credit = {"seed": credit_seed, "metrics": list(ncu.credit_metrics(False))}
+    if evaluation is not None:
+        credit.update(defer=True, evaluation=evaluation)
     return {"cubin": b"", "manifest": sol.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
-            "workload": task.workloads[0].model_dump(mode="json"), "seeds": [11, 12], "time": time,
-            "timing_seed": timing_seed, "timing_budget_s": 0.01, "kernel_timeout_s": LIMIT_S,
-            "credit": {"seed": credit_seed, "metrics": list(ncu.credit_metrics(False))}}
+            "workload": task.workloads[workload].model_dump(mode="json"), "seeds": [11, 12], "time": time,
+            "timing_seed": timing_seed, "timing_budget_s": 0.01, "kernel_timeout_s": LIMIT_S, "credit": credit}
 
 
 # ---------------------------------------------------------------- where the counted runs are
@@ -410,7 +417,8 @@ def test_credit_metrics_drop_the_mma_sync_counters_only_where_the_sass_has_none(
     where the module's SASS may hold a warp-level MMA (True) or is not known (None)."""
     assert len(ncu.HMMA_OPS_METRICS) == 3 and all("hmma" in m for m in ncu.HMMA_OPS_METRICS)
     for mma_sync in (True, None):
-        assert ncu.credit_metrics(mma_sync) == tuple(m for m in ncu.CUPTI_METRICS if m != ncu.DURATION_METRIC)
+        assert ncu.credit_metrics(mma_sync) == tuple(
+            m for m in ncu.CUPTI_METRICS if m != ncu.DURATION_METRIC)
     without = ncu.credit_metrics(False)
     assert without == tuple(m for m in ncu.CUPTI_METRICS
                             if m != ncu.DURATION_METRIC and m not in ncu.HMMA_OPS_METRICS)
@@ -711,3 +719,139 @@ def test_without_cupti_the_check_falls_back_to_nsight_compute_and_says_why(monke
     assert made == [["wgmma"]] and ex.status == "ok" and ex.carries == {"wgmma": True}
     assert "in-process counters unavailable (no libcupti" in ex.reason and "Nsight Compute counted instead" in ex.reason
     assert ex.profile is not None and ex.profile.status == "skipped" and "not asked for" in ex.profile.reason
+
+
+# ---------------------------------------------------------------- one profiler session per evaluation
+
+def _deferred(state, time: bool = True, evaluation: str = "e1") -> tuple[list[dict], list[int]]:
+    """Both workloads of the small GEMM, deferred: their results and the launch count after each."""
+    results, after = [], []
+    for k in (0, 1):
+        result, fatal = worker.run_workload(state, request(3 + k, time=time, workload=k, evaluation=evaluation))
+        assert not fatal, result
+        results.append(result)
+        after.append(state.launches)
+    return results, after
+
+
+def test_deferred_workloads_are_counted_in_one_session_after_the_last_timed_run():
+    """Deferred: each workload is judged and timed and its module and workspace kept ("pending");
+    the credit op then makes every workload's counted runs in one profiler session (one
+    profile_passes call: CUPTI's start and its SASS patching paid once), each pass one run of
+    each workload in order, each in a range of its own, all after the last workload's timed runs.
+    Each workload gets its own counts and run times back."""
+    state = CountedState(gemm, metrics_of=lambda counted: {"n": float(len(counted)), "M": float(counted[0]["M"])})
+    results, after = _deferred(state)
+    assert [r["credit"]["status"] for r in results] == ["pending", "pending"] and not state.counted
+    assert state.kept == 2 and [e.workload for e in state.pending] == ["M128", "M70"]
+    reply, fatal = worker.run_pending(state)
+    assert not fatal and reply["op"] == "credits" and not reply["failed"] and state.pending == []
+    assert state.profiler.names and len(state.profiler.names) == 1  # one session for the evaluation
+    labels = [e for _, e in state.profiler.ranges]
+    assert labels == [f"{worker.COUNTED_RANGE}_0", f"{worker.COUNTED_RANGE}_1"] * 3  # per pass: each workload once
+    assert [c["M"] for c in state.counted] == [128, 70] * 3 and min(c["launch"] for c in state.counted) > after[-1]
+    for name, m in (("M128", 128.0), ("M70", 70.0)):
+        credit = reply["credits"][name]
+        assert credit["status"] == "ran" and credit["reason"] is None and credit["workloads_counted"] == 2
+        assert credit["launches"][0]["metrics"] == {"n": 3.0, "M": m}  # its own range, its own counts
+        assert len(credit["run_ms"]) == 2 and len(credit["instrumented_ms"]) == 1 and credit["own_s"] >= 0
+        assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]
+    assert state.restored == 3  # after each workload, and after the counted runs
+
+
+def test_a_deferred_workload_that_answers_wrong_on_a_counted_run_fails_alone():
+    """A kernel wrong only on the held-out workload's counted runs: that workload fails
+    (wrong_in_timed_run, naming the counted run), the other keeps its counts."""
+    state = CountedState(lambda ws, n: ws.outputs["C"].zero_() if state.inside and ws.inputs["A"].shape[0] == 70
+                         else gemm(ws, n))
+    _deferred(state)
+    reply, fatal = worker.run_pending(state)
+    assert not fatal and set(reply["failed"]) == {"M70"}
+    assert reply["failed"]["M70"]["reason"] == "wrong_in_timed_run"
+    assert "the executed check's counted run 1 (after the timed runs)" in reply["failed"]["M70"]["detail"]
+    assert reply["credits"]["M128"]["status"] == "ran"
+
+
+def test_a_hang_in_the_counted_runs_is_fatal_and_names_its_workload():
+    state = CountedState(gemm, hang_at=1)
+    _deferred(state)
+    reply, fatal = worker.run_pending(state)
+    assert fatal and reply["failed"]["M128"]["reason"] == "timeout" and "M70" not in reply["failed"]
+    assert "counted run 2" in reply["failed"]["M128"]["detail"]
+    assert reply["credits"]["M70"]["status"] == "failed"
+    assert "M128's counted run ended the session" in reply["credits"]["M70"]["reason"]
+
+
+def test_another_evaluations_deferred_workloads_are_dropped():
+    """An evaluation that never sent its credit op leaves nothing behind for the next one."""
+    state = CountedState(gemm)
+    _deferred(state, evaluation="first")
+    worker.run_workload(state, request(9, workload=0, evaluation="second"))
+    assert [(e.workload, e.evaluation) for e in state.pending] == [("M128", "second")]
+    reply, _ = worker.run_pending(state)
+    assert set(reply["credits"]) == {"M128"}
+
+
+def test_the_deferred_workspaces_are_memory_kept_on_purpose():
+    """State.restore's lost-memory check leaves out what deferred workspaces hold."""
+    from types import SimpleNamespace
+
+    state = CountedState(gemm)
+    _deferred(state)
+    held = worker.State.held_bytes(SimpleNamespace(pending=state.pending))
+    expected = sum(g.raw.numel() for e in state.pending for g in e.ws.guarded.values())
+    assert held == expected > 2 * 128 * 64
+
+
+def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: float = 30):
+    import sys
+
+    from test_evaluator_cpu import ROOT
+
+    from tools.evaluator import Evaluator
+
+    mode = tmp_path / "mode"
+    mode.write_text(mode_name)
+    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
+    monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
+    with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=timeout_s,
+                   cache_dir=tmp_path) as ev:
+        return ev.evaluate(Solution.from_dir(FIXTURES / "good"), small_gemm(), "sm_90a", executed_check=True,
+                           time=False, workloads="all")
+
+
+def test_the_evaluator_asks_for_the_counted_runs_once_after_the_last_workload(tmp_path, monkeypatch):
+    r = _through_the_evaluator("fp8_wgmma", tmp_path, monkeypatch)
+    assert [w.status for w in r.workloads] == ["passed", "passed"]
+    assert all(w.credit["status"] == "ran" and w.phase_s["credit"] == 0.02 for w in r.workloads)
+    assert r.executed.status == "ok" and "counted_runs" in r.phase_s
+
+
+def test_a_counted_run_answered_wrong_fails_its_workload_through_the_evaluator(tmp_path, monkeypatch):
+    r = _through_the_evaluator("counted_wrong", tmp_path, monkeypatch)
+    first = r.workloads[0]
+    assert first.status == "failed" and first.reason == "wrong_in_timed_run" and "counted run 2" in first.detail
+    assert r.workloads[1].status == "passed" and r.correct is False
+
+
+def test_counted_runs_that_never_answer_credit_nothing(tmp_path, monkeypatch):
+    r = _through_the_evaluator("counted_hang", tmp_path, monkeypatch, timeout_s=3)
+    assert [w.status for w in r.workloads] == ["passed", "passed"]
+    assert all(w.credit["status"] == "failed" and "gave no answer" in w.credit["reason"] for w in r.workloads)
+    assert r.executed.status != "ok" or not any(r.executed.carries.values())
+
+
+# ---------------------------------------------------------------- the instrumented run
+
+def test_a_kernel_that_answers_wrong_only_on_the_instrumented_run_fails():
+    """The SASS-patched pass's run is not tied by time (it runs 2.6-100x slower) but it is
+    judged: a kernel that senses instrumentation and drops its SIMT math there must still answer
+    right there, so what it counts there is a path that does the work. Dropping it is
+    wrong_in_timed_run, naming the counted run (3 of 3: the instrumented pass is CUPTI's last)."""
+    state = CountedState(lambda ws, n: ws.outputs["C"].zero_() if state.inside and state.pass_index == 2
+                         else gemm(ws, n))
+    _deferred(state)
+    reply, fatal = worker.run_pending(state)
+    assert not fatal and set(reply["failed"]) == {"M128", "M70"}
+    assert all(f["reason"] == "wrong_in_timed_run" and "counted run 3 (after the timed runs)" in f["detail"]
+               for f in reply["failed"].values())

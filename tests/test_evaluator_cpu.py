@@ -187,9 +187,18 @@ class CpuState:
         self.kernel, self._wait = kernel, wait
         self.flusher = type("Flusher", (), {"flush": lambda self: None})()
         self.restored = 0
+        self.pending = []  # deferred workloads (tools.worker.Counted), as State keeps them
+        self.kept = 0  # modules handed to deferred workloads
 
     def bind(self, plan, cubin, symbols, ws):
         return FakeBound(ws, self.kernel)
+
+    def keep_module(self):
+        self.kept += 1
+        return None
+
+    def drop_pending(self):
+        self.pending = []
 
     def event(self):
         return CpuEvent()

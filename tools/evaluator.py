@@ -486,6 +486,7 @@ class Evaluator:
             limits = info.get("limits") or NOMINAL_LIMITS[arch]
             stop: str | None = None
             metrics: list[str] | None = None
+            evaluation = secrets.token_hex(8)  # the worker keeps deferred workloads of this evaluation only
             for wl in wls:
                 axes = task.axis_values(wl)
                 if stop:
@@ -506,7 +507,10 @@ class Evaluator:
                         # either way: the verdict reads the SASS, and a module whose SASS holds a warp-level MMA
                         # without those counters has its other math unmeasured: no credit.
                         metrics = list(ncu.credit_metrics(ptx_may_issue_mma_sync(res.compile.ptx)))
-                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics}
+                    # deferred: every workload's counted runs in one profiler session after the last
+                    # workload's timed runs (the credit op, _counted_runs)
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "defer": True,
+                                     "evaluation": evaluation}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and
@@ -515,6 +519,11 @@ class Evaluator:
                     res.harness_fault = res.harness_fault or f"workload {wl.name}: {wr.detail}"
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
+            if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
+                stop = self._counted_runs(w, res)
+            for x in res.workloads:  # the worker that kept them is gone: nothing was counted
+                if (x.credit or {}).get("status") == "pending":
+                    x.credit = {**x.credit, "status": "failed", "reason": f"not counted: {stop}"[:400]}
             res.run_status = "ok"
             res.phase_s["workloads"] = _time.perf_counter() - t0
             _summarise_speed(res)
@@ -540,6 +549,41 @@ class Evaluator:
                 res.sanitize = (SanitizeResult(status="skipped", reason=stop.removeprefix("not run: ")) if hung else
                                 ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
                 res.phase_s["sanitize"] = _time.perf_counter() - t0
+
+    def _counted_runs(self, w: WorkerHandle, res: EvalResult) -> str | None:
+        """The evaluation's credit op: the worker makes every deferred workload's counted runs in
+        one profiler session (tools.worker.run_pending) and each workload gets its credit back. A
+        counted run that answered wrong fails its workload (`wrong_in_timed_run`); one that hung
+        or killed the context fails it too and, as for any workload, stops the evaluation
+        (returned: the stop reason). Where the op itself gives no answer, no workload is credited."""
+        import time as _time
+
+        from tools.results import Mismatch
+
+        t0 = _time.perf_counter()
+        pending = [x for x in res.workloads if (x.credit or {}).get("status") == "pending"]
+        why = None
+        try:
+            reply = w.request({"op": "credit"}, self.timeout_s)
+        except (WorkerTimeout, WorkerCrash, WorkerStartError) as exc:
+            reply, why = {}, f"the counted runs gave no answer: {exc}"
+        if not why and reply.get("op") != "credits":
+            why = f"the counted runs failed in the worker: {reply.get('error')}"
+        if reply.get("fatal"):
+            w.kill()  # it exits by itself; make sure before the next request
+        stop = None
+        for x in pending:
+            x.credit = (reply.get("credits") or {}).get(x.workload) or {**(x.credit or {}), "status": "failed", "reason": (
+                why or "not counted: the worker that kept this workload restarted before the counted runs")}
+            x.phase_s["credit"] = float(x.credit.get("own_s") or 0.0)
+            failed = (reply.get("failed") or {}).get(x.workload)
+            if failed:
+                x.status, x.reason, x.detail = "failed", failed["reason"], failed["detail"]
+                x.outputs = [Mismatch.model_validate(m) for m in failed.get("outputs") or []] or x.outputs
+                if x.reason in ("timeout", "cuda_error"):
+                    stop = f"not run: workload {x.workload} ended with {x.reason} in its counted runs"
+        res.phase_s["counted_runs"] = _time.perf_counter() - t0
+        return stop
 
     def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str,
                   in_process: bool = False, arch: str = "sm_90a", sass: InspectResult | None = None) -> ExecutedCheck:
@@ -572,7 +616,9 @@ class Evaluator:
             credits = [ncu.credit_in_process({"workload": w.name, "split": w.split}, ran[w.name].credit, features,
                                              work, timed[w.name], mma_sync) for w, work in zip(chosen, works)]
             ex = ncu.combine(features, credits)
-            ex.phase_s = {"counted_runs": round(sum(ran[w.name].phase_s.get("credit", 0.0) for w in chosen), 3)}
+            # the credit op's wall time (every workload's counted runs, CUPTI's session included)
+            ex.phase_s = {"counted_runs": round(res.phase_s.get("counted_runs", sum(
+                ran[w.name].phase_s.get("credit", 0.0) for w in chosen)), 3)}
         elif in_process and credit is None:  # CUPTI cannot run here: Nsight Compute counts instead
             credit = ncu.CreditProcess(features, self._workers[0].env_without_device, self.ncu_timeout_s)
         if credit is not None:

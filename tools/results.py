@@ -182,7 +182,9 @@ CREDITABLE = WRONG_NUMBERS | {"implausible"}
 # what it is tied to) is another judge, so a run judged under other rules is not resumed under these
 # (agent.run.toolchain_change). 2026-12-02: instruction credit read on the counted runs that follow
 # the timed runs (CUPTI user replay, one per pass), every one judged and tied to the timed median.
-RULES_VERSION = "2026-12-02"
+# 2026-12-03: those counted runs made for every workload in one profiler session, after the last
+# workload's timed runs (each workload's module instance and workspace kept until then).
+RULES_VERSION = "2026-12-03"
 
 
 class WorkloadResult(BaseModel):

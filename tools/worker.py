@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 _HEADER = struct.Struct("<Q")
 MAX_MESSAGE = 1 << 31
@@ -187,6 +188,7 @@ class State:
         self._free0 = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
         self._nvml = _nvml_handle()
         self._counters, self._counters_error = None, None
+        self.pending: list[Counted] = []  # deferred workloads, waiting for the evaluation's credit op
 
     @property
     def gate(self):
@@ -269,6 +271,24 @@ class State:
         """SM clock, temperature and power now (NVML), so drift is visible in every result."""
         return _nvml_state(self._nvml)
 
+    def keep_module(self):
+        """The current module, handed to a deferred workload (Counted.module): bind and restore
+        leave it loaded, so its counted runs use the module instance its timed runs used."""
+        module, self._module = self._module, None
+        return module
+
+    def drop_pending(self) -> None:
+        """Drop deferred workloads whose evaluation never asked for their counted runs."""
+        for e in self.pending:
+            if e.module is not None:
+                with contextlib.suppress(Exception):
+                    e.module.unload()
+        self.pending = []
+
+    def held_bytes(self) -> int:
+        """Device memory the deferred workloads' workspaces hold (kept on purpose, not lost)."""
+        return sum(g.raw.numel() * g.raw.element_size() for e in self.pending for g in e.ws.guarded.values())
+
     def restore(self) -> str | None:
         """Undo what the last candidate may have changed in the context (stack size, printf
         FIFO and malloc heap limits; its module; cached memory). Returns why the worker must
@@ -289,7 +309,8 @@ class State:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         free = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
-        lost = self._free0 - free - (self._flusher.buffer.numel() if self._flusher is not None else 0)
+        lost = (self._free0 - free - (self._flusher.buffer.numel() if self._flusher is not None else 0)
+                - self.held_bytes())
         if lost > RESTART_LOST_BYTES:
             return f"{lost / 2**30:.1f} GiB of device memory was not given back after the candidate"
         return None
@@ -519,6 +540,8 @@ def run_workload(state: State, req: dict) -> tuple[dict, bool]:
     from tools.solution import LaunchManifest
     from tools.timing import KernelTimeout
 
+    if state.pending and state.pending[0].evaluation != (req.get("credit") or {}).get("evaluation"):
+        state.drop_pending()  # another evaluation's, which never asked for its counted runs
     task = Task.model_validate(req["task"])
     wl = Workload.model_validate(req["workload"])
     result = WorkloadResult(workload=wl.name, split=wl.split, axes=task.axis_values(wl), status="failed",
@@ -548,15 +571,20 @@ def run_workload(state: State, req: dict) -> tuple[dict, bool]:
         fatal = state.sticky_error() is not None
     if result.reason is None:
         result.status = "passed"
-    if not fatal:
-        try:
-            why = state.restore()
-        except Exception as exc:  # noqa: BLE001 - a context that cannot be restored is not reused
-            why = f"{type(exc).__name__}: {exc}"
-        if why:
-            log(f"restarting after {wl.name}: {why}")
-            fatal = True
+    fatal = fatal or _must_restart(state, wl.name)
     return result.model_dump(mode="json"), fatal
+
+
+def _must_restart(state: State, after: str) -> bool:
+    """Restore what a candidate may have changed in the context; True where that is not enough
+    (the worker must not serve another request)."""
+    try:
+        why = state.restore()
+    except Exception as exc:  # noqa: BLE001 - a context that cannot be restored is not reused
+        why = f"{type(exc).__name__}: {exc}"
+    if why:
+        log(f"restarting after {after}: {why}")
+    return bool(why)
 
 
 def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
@@ -625,34 +653,51 @@ COUNTED_RANGE = "counted_run"  # the user range each pass's counted run is made 
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 
 
+@dataclass
+class Counted:
+    """One workload's side of the executed check: what its counted runs need (its module
+    instance and workspace, as its timed runs left them: the same code, __device__ state and
+    addresses) and what they found (`out`, the WorkloadResult's `credit`)."""
+    label: str  # its user range: ours, never a name the candidate chose
+    workload: str
+    task: object
+    axes: dict
+    ws: Workspace
+    bound: object
+    limit: float
+    judge: bool
+    rng: object  # random.Random from the request's secret credit seed
+    lead: int
+    out: dict
+    profiler: object = None  # tools.cupti.RangeProfiler(replay="user"), the evaluation's metric set
+    evaluation: str | None = None
+    module: object = None  # kept loaded until the counted runs (deferred), then unloaded
+    seconds: float = 0.0  # this workload's own share of the counted runs (prepare, run, judge)
+    failed: Failed | None = None  # a counted run answered wrong: the workload fails with it
+
+
 def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
                 judge: bool) -> None:
-    """The executed check in this worker and module instance: counted runs that continue the
-    timed runs. One run per pass of CUPTI's user replay, each prepared and timed as a timed run
-    is (fresh inputs from the request's secret `credit.seed`, outputs poisoned, L2 flushed,
-    scratch zeroed and the launches behind the stream gate, events around them), each judged as
-    a timed run is (`judge`; sampled rows, the whole output scanned): credit is only taken on
-    right answers. The hardware counters' runs come first; their times (`run_ms`) are tied to the
-    timed median, every one of them, both ways (tools.ncu.tie_to_timed_run). The SASS-patched
-    pass runs instrumented code: its time is recorded (`instrumented_ms`), never tied.
-    Where the workload was timed, the counted runs follow the timed ones directly (their number
-    is secret and drawn per evaluation); where not, 1-4 uncounted runs come first, so the counted
-    ones never start at a place the kernel can count to. Fills result.credit; a CUPTI failure is
-    reported there ("unavailable" or a reason), never as the candidate's fault."""
+    """The executed check for this workload, in this worker and module instance: counted runs
+    that continue the timed runs (run_counted). Deferred (`credit.defer`, as the evaluator asks):
+    the workload's module and workspace are kept and its counted runs wait for the evaluation's
+    credit op, where every workload's run in one profiler session (CUPTI's first start and its
+    SASS patching paid once per evaluation, not per workload). Else they run now. Fills
+    result.credit; a CUPTI failure is reported there ("unavailable" or a reason), never as the
+    candidate's fault."""
     import random
 
-    from tasks.generators import generate_inputs
-    from tasks.sampled import has_sampler, rows_for
     from tools.cupti import CuptiError
-    from tools.timing import Side, gated_run
 
     spec = req["credit"]
     rng = random.Random(int(spec["seed"]))
+    # where the workload was timed and judged, the counted runs follow its timed runs (their
+    # number is secret and drawn per evaluation); where not, 1-4 uncounted runs come first, so the
+    # counted ones never start at a place the kernel can count to
     lead = 0 if (judge and req.get("time")) else rng.randint(*CREDIT_LEAD_RUNS)
     out: dict = {"status": "failed", "reason": None, "runs": 0, "lead_runs": lead, "passes": None,
                  "counted_from": None, "run_ms": [], "instrumented_ms": [], "profile_s": None, "launches": []}
     result.credit = out
-    t0 = time.perf_counter()
     try:
         if not hasattr(state, "counters"):
             raise CuptiError("this worker has no hardware counters")
@@ -661,47 +706,155 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
         out["status"], out["reason"] = "unavailable", str(exc)
         return
     out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
-    instrumented = set(getattr(profiler, "instrumented_passes", ()))
-    rows = max(SAMPLED_ROWS, rows_for(task))
-    sampled = has_sampler(task)
-    side = Side("candidate", lambda: (ws.zero_scratch(), bound.launch()))
+    defer = bool(spec.get("defer"))
+    entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}" if defer else COUNTED_RANGE,
+                    workload=req["workload"]["name"], task=task, axes=axes, ws=ws, bound=bound, limit=limit,
+                    judge=judge, rng=rng, lead=lead, out=out, profiler=profiler, evaluation=spec.get("evaluation"))
+    if defer:
+        entry.module = state.keep_module()
+        out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
+        state.pending.append(entry)
+        return
+    t0 = time.perf_counter()
+    try:
+        run_counted(state, [entry])
+    finally:
+        result.phase_s["credit"] = time.perf_counter() - t0
+    if entry.failed is not None:
+        raise entry.failed
 
-    def prepare(seed: int) -> None:
-        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=True))
-        ws.prepare()
+
+class _NothingLeft(Exception):
+    """Every workload of the counted runs has answered wrong: the passes stop."""
+
+
+def run_counted(state: State, entries: list[Counted]) -> None:
+    """The counted runs of `entries`, all in one session of CUPTI's user replay: one run of each
+    workload per pass, in order, each inside its workload's own range. Each run is prepared and
+    timed as a timed run is (fresh inputs from the workload's secret credit seed, outputs
+    poisoned, L2 flushed, scratch zeroed and the launches behind the stream gate, events around
+    them) and judged as a timed run is (`judge`; sampled rows, the whole output scanned): credit
+    is only taken on right answers, and a wrong one is the workload's failure (`failed`). The
+    hardware passes' times (`run_ms`) are tied to the timed median, every one, both ways
+    (tools.ncu.tie_to_timed_run); the SASS-patched pass runs instrumented code: its time is
+    recorded (`instrumented_ms`), never tied. A hang or a dead context raises (fatal); a CUPTI
+    failure is every entry's `reason`."""
+    from tasks.generators import generate_inputs
+    from tasks.sampled import has_sampler, rows_for
+    from tools.cupti import CuptiError
+    from tools.launch import CudaError
+    from tools.timing import KernelTimeout, Side, gated_run
+
+    profiler = entries[0].profiler  # one evaluation, one metric set
+    for e in entries:
+        e.out["status"], e.out["reason"] = "failed", None  # "ran" once CUPTI's counts are in
+    instrumented = set(getattr(profiler, "instrumented_passes", ()))
+    clock = time.perf_counter
+
+    def prepare(e: Counted, seed: int) -> None:
+        e.ws.load_inputs(generate_inputs(e.task, e.axes, seed, device=state.device, fast=True))
+        e.ws.prepare()
         state.flusher.flush()
 
-    for _ in range(lead):
-        prepare(rng.getrandbits(31))
-        gated_run(side, state)
-        state.wait(limit)
+    def side(e: Counted) -> Side:
+        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()))
+
+    for e in entries:  # uncounted runs first, where the workload was not timed and judged
+        for _ in range(e.lead):
+            prepare(e, e.rng.getrandbits(31))
+            gated_run(side(e), state)
+            state.wait(e.limit)
 
     def run_pass(i: int, ranged) -> None:
-        seed = rng.getrandbits(31)
-        prepare(seed)
-        with ranged():
-            start, end = gated_run(side, state)
-        slow = INSTRUMENTED_SLOWDOWN * max(out["run_ms"], default=0.0) / 1e3 if i in instrumented else 0.0
-        state.wait(limit + slow)
-        (out["instrumented_ms"] if i in instrumented else out["run_ms"]).append(round(start.elapsed_time(end), 5))
-        if judge:
-            judge_run(task, axes, ws, seed, rng, state.device, rows, not sampled, what=(
-                f"the executed check's counted run {lead + i + 1} (after the timed runs)"))
+        for e in entries:
+            t0 = clock()
+            seed = e.rng.getrandbits(31)
+            prepare(e, seed)
+            slow = INSTRUMENTED_SLOWDOWN * max(e.out["run_ms"], default=0.0) / 1e3 if i in instrumented else 0.0
+            try:
+                with ranged(e.label):
+                    start, end = gated_run(side(e), state)
+                state.wait(e.limit + slow)
+            except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
+                why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
+                e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
+                                  f"the executed check's counted run {e.lead + i + 1}: {why}", fatal=True)
+                raise
+            (e.out["instrumented_ms"] if i in instrumented else e.out["run_ms"]).append(
+                round(start.elapsed_time(end), 5))
+            if e.judge and e.failed is None:
+                rows = max(SAMPLED_ROWS, rows_for(e.task))
+                try:
+                    judge_run(e.task, e.axes, e.ws, seed, e.rng, state.device, rows, not has_sampler(e.task), what=(
+                        f"the executed check's counted run {e.lead + i + 1} (after the timed runs)"))
+                except Failed as f:  # the workload fails; the passes go on while another one is counted
+                    e.failed = f
+            e.seconds += clock() - t0
+            if all(x.failed is not None for x in entries):
+                raise _NothingLeft
 
+    t0 = clock()
     try:
-        # one range per pass, under a name of ours: nothing the candidate names (its kernels)
-        # reaches CUPTI's bookkeeping
-        launches = profiler.profile_passes(run_pass, COUNTED_RANGE)
+        launches = {x.name: x for x in profiler.profile_passes(run_pass, entries[0].label)}
     except CuptiError as exc:
-        out["reason"] = str(exc)[:400]
+        for e in entries:
+            e.out["reason"] = str(exc)[:400]
+        return
+    except _NothingLeft:
+        for e in entries:
+            e.out["reason"] = "not counted: its counted run answered wrong"
         return
     finally:
-        out["profile_s"] = round(time.perf_counter() - t0, 4)
-        out["profile_phase_s"] = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
-        out["stops"] = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
-        result.phase_s["credit"] = time.perf_counter() - t0
-    out["status"] = "ran"
-    out["launches"] = [{"name": x.name, "metrics": x.metrics} for x in launches]
+        total = round(clock() - t0, 4)
+        parts = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
+        stops = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
+        for e in entries:
+            e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
+                         own_s=round(e.seconds, 4))
+    for e in entries:
+        got = launches.get(e.label)
+        if got is None:
+            e.out["reason"] = f"CUPTI returned no range {e.label!r} (it returned {sorted(launches)})"[:400]
+            continue
+        e.out["status"] = "ran"
+        e.out["launches"] = [{"name": got.name, "metrics": got.metrics}]
+
+
+def run_pending(state: State) -> tuple[dict, bool]:
+    """The evaluation's credit op: every deferred workload's counted runs (run_counted) in one
+    profiler session, after all the timed runs. Returns (reply, fatal): reply has `credits`
+    (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a counted run
+    answered wrong, or hung) and `seconds`."""
+    from tools.launch import CudaError
+    from tools.timing import KernelTimeout
+
+    entries, state.pending = state.pending, []
+    reply: dict = {"op": "credits", "credits": {}, "failed": {}}
+    fatal = False
+    t0 = time.perf_counter()
+    try:
+        if entries:
+            run_counted(state, entries)
+    except (KernelTimeout, CudaError):  # run_counted named the workload whose run it was
+        fatal = True
+        culprit = next((e.workload for e in entries if e.failed is not None and e.failed.fatal), "a workload")
+        for e in entries:
+            e.out["status"] = "failed"
+            e.out["reason"] = e.out["reason"] or f"not counted: {culprit}'s counted run ended the session"
+    finally:
+        for e in entries:  # the kept modules and workspaces go now (the context may be dead: best effort)
+            if e.module is not None and not fatal:
+                with contextlib.suppress(Exception):
+                    e.module.unload()
+            e.module = e.ws = e.bound = None
+    for e in entries:
+        reply["credits"][e.workload] = e.out
+        if e.failed is not None:
+            reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [
+                m.model_dump(mode="json") for m in e.failed.outputs]}
+    fatal = fatal or _must_restart(state, "the counted runs")
+    reply["seconds"] = time.perf_counter() - t0
+    return reply, fatal
 
 
 def _prepared_runs(state: State, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,
@@ -970,13 +1123,17 @@ def serve() -> int:
         if msg.get("op") == "info":
             write_msg(proto_out, {"op": "info", "info": state.info})
             continue
-        if msg.get("op") != "run":
+        if msg.get("op") not in ("run", "credit"):
             write_msg(proto_out, {"op": "error", "error": f"unknown op {msg.get('op')!r}"})
             continue
         t0 = time.perf_counter()
         try:
-            result, fatal = run_workload(state, msg)
-            reply = {"op": "result", "result": result, "fatal": fatal}
+            if msg["op"] == "credit":  # the evaluation's deferred counted runs (run_pending)
+                reply, fatal = run_pending(state)
+                reply["fatal"] = fatal
+            else:
+                result, fatal = run_workload(state, msg)
+                reply = {"op": "result", "result": result, "fatal": fatal}
         except Exception as exc:  # noqa: BLE001 - a harness bug: report it, keep serving
             log(traceback.format_exc())
             reply = {"op": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}

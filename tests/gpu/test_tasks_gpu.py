@@ -122,3 +122,31 @@ def test_ptxbench_set_simple_solution_passes_and_is_timed(evaluator, name):
         print(f"{name} {w.workload}: simple {w.timing.median_ms:.4g} ms, {w.baseline_name} "
               f"{w.baseline.median_ms if w.baseline else float('nan'):.4g} ms, speedup {w.speedup}")
         assert w.baseline_name and w.baseline is not None and w.baseline.median_ms > 0, show(timed)
+
+
+@pytest.mark.parametrize("name,S", [("mha_bwd_d128", 77), ("mha_bwd_d128_causal", 1000), ("mha_bwd_d96_causal", 300),
+                                    ("mha_bwd_d256", 256), ("mha_bwd_d64", 8192)])
+def test_fast_backward_inputs_on_the_gpu_are_a_consistent_forward(name, S):
+    """The timed and counted runs' backward inputs on the GPU (one flash-attention forward writes
+    O and LSE) are the forward of the same Q, K, V to bf16 accuracy: against the fp32 reference
+    on a few heads, and how long one generation takes is printed (docs/BENCHMARKS.md)."""
+    import torch
+
+    task = get_task(name)
+    axes = task.axis_values({"S": S})
+    generate_inputs(task, axes, seed=3, device="cuda", fast=True)  # warm-up (kernels, allocator)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fast = generate_inputs(task, axes, seed=3, device="cuda", fast=True)
+    torch.cuda.synchronize()
+    took = time.perf_counter() - t0
+    q, k, v = (fast[n][:1, :2].float() for n in ("Q", "K", "V"))  # two heads, in fp32: the forward by hand
+    scores = (q @ k.transpose(-1, -2)) * float(task.scalar_values(axes)["sm_scale"])
+    if "causal" in task.tags:
+        scores.masked_fill_(torch.ones(S, S, dtype=torch.bool, device="cuda").tril().logical_not(), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    o = torch.softmax(scores, dim=-1) @ v
+    lse_err = (fast["LSE"][:1, :2].float() - lse).abs().max().item()
+    o_err = ((fast["O"][:1, :2].float() - o).norm() / o.norm()).item()
+    print(f"{name} S{S}: fast generation {took * 1e3:.1f} ms, LSE max error {lse_err:.3g}, O relative error {o_err:.3g}")
+    assert lse_err < 0.1 and o_err < 0.02
