@@ -757,6 +757,7 @@ def test_deferred_workloads_are_counted_in_one_session_after_the_last_timed_run(
         assert len(credit["run_ms"]) == 2 and len(credit["instrumented_ms"]) == 1 and credit["own_s"] >= 0
         assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]
     assert state.restored == 3  # after each workload, and after the counted runs
+    assert state.unloaded == 2  # the kept module instances go once their counted runs are made
 
 
 def test_a_deferred_workload_that_answers_wrong_on_a_counted_run_fails_alone():

@@ -188,14 +188,15 @@ class CpuState:
         self.flusher = type("Flusher", (), {"flush": lambda self: None})()
         self.restored = 0
         self.pending = []  # deferred workloads (tools.worker.Counted), as State keeps them
-        self.kept = 0  # modules handed to deferred workloads
+        self.kept = self.unloaded = 0  # modules handed to deferred workloads, and unloaded after their counted runs
 
     def bind(self, plan, cubin, symbols, ws):
         return FakeBound(ws, self.kernel)
 
     def keep_module(self):
         self.kept += 1
-        return None
+        state = self
+        return type("KeptModule", (), {"unload": lambda self: setattr(state, "unloaded", state.unloaded + 1)})()
 
     def drop_pending(self):
         self.pending = []
