@@ -13,6 +13,7 @@ read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
             (`credit.defer`) the workload's credit is "pending" and comes with the credit op
   counted_wrong   as fp8_wgmma, but the credit op says the first workload's counted run answered wrong
   counted_hang    as fp8_wgmma, but the credit op never answers
+  fp8_then_fatal  as fp8_wgmma on this process's first run request, as fatal on the next
 """
 import os
 import signal
@@ -37,6 +38,7 @@ def main() -> int:
     write_msg(out, {"op": "hello", "info": {"gpu": "Fake H200", "cc": "9.0", "pid": os.getpid(),
                                             "limits": NOMINAL_LIMITS["sm_90a"]}})
     pending: dict[str, dict] = {}  # deferred credits, as tools.worker keeps them until the credit op
+    runs = 0
     while True:
         msg = read_msg(inp)
         if msg is None or msg.get("op") == "exit":
@@ -53,6 +55,9 @@ def main() -> int:
             write_msg(out, {"op": "credits", "credits": pending, "failed": failed, "fatal": False, "seconds": 0.1})
             pending = {}
             continue
+        runs += 1
+        if m == "fp8_then_fatal":
+            m = "fp8_wgmma" if runs == 1 else "fatal"
         wl = msg["workload"]
         result = {"workload": wl["name"], "split": wl["split"], "axes": wl["axes"], "seeds": msg["seeds"],
                   "status": "passed", "detail": f"pid {os.getpid()}"}

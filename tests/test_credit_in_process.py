@@ -835,6 +835,16 @@ def test_a_counted_run_answered_wrong_fails_its_workload_through_the_evaluator(t
     assert r.workloads[1].status == "passed" and r.correct is False
 
 
+def test_no_counted_runs_are_asked_for_once_a_workload_killed_the_worker(tmp_path, monkeypatch):
+    """The second workload kills the context: the evaluation stops, and the first workload's kept
+    counted runs died with that worker; none are asked of the next one, and the credit says why."""
+    r = _through_the_evaluator("fp8_then_fatal", tmp_path, monkeypatch)
+    assert [(w.status, w.reason) for w in r.workloads] == [("passed", None), ("failed", "cuda_error")]
+    first = r.workloads[0].credit
+    assert first["status"] == "failed" and "ended with cuda_error" in first["reason"], first
+    assert "counted_runs" not in r.phase_s and r.correct_with_arch is not True
+
+
 def test_counted_runs_that_never_answer_credit_nothing(tmp_path, monkeypatch):
     r = _through_the_evaluator("counted_hang", tmp_path, monkeypatch, timeout_s=3)
     assert [w.status for w in r.workloads] == ["passed", "passed"]
