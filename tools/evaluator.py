@@ -507,10 +507,9 @@ class Evaluator:
                         # either way: the verdict reads the SASS, and a module whose SASS holds a warp-level MMA
                         # without those counters has its other math unmeasured: no credit.
                         metrics = list(ncu.credit_metrics(ptx_may_issue_mma_sync(res.compile.ptx)))
-                    # deferred: every workload's counted runs in one profiler session after the last
-                    # workload's timed runs (the credit op, _counted_runs)
-                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "defer": True,
-                                     "evaluation": evaluation}
+                    # the worker keeps the workload for its counted runs: every workload's in one
+                    # profiler session after the last workload's timed runs (the credit op, _counted_runs)
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "evaluation": evaluation}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and

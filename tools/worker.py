@@ -649,7 +649,7 @@ def _verify(state: State, req: dict, task, axes: dict, ws: Workspace, bound, res
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
-COUNTED_RANGE = "counted_run"  # the user range each pass's counted run is made in
+COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 
 
@@ -679,12 +679,12 @@ class Counted:
 def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
                 judge: bool) -> None:
     """The executed check for this workload, in this worker and module instance: counted runs
-    that continue the timed runs (run_counted). Deferred (`credit.defer`, as the evaluator asks):
-    the workload's module and workspace are kept and its counted runs wait for the evaluation's
-    credit op, where every workload's run in one profiler session (CUPTI's first start and its
-    SASS patching paid once per evaluation, not per workload). Else they run now. Fills
-    result.credit; a CUPTI failure is reported there ("unavailable" or a reason), never as the
-    candidate's fault."""
+    that continue the timed runs (run_counted), made at the evaluation's credit op (run_pending).
+    The workload's module and workspace are kept until then, as its timed runs left them, and every
+    workload's counted runs run in one profiler session (CUPTI's first start and its SASS patching
+    paid once per evaluation, not per workload). Fills result.credit ("pending" until the credit
+    op); a CUPTI failure is reported there ("unavailable" or a reason), never as the candidate's
+    fault."""
     import random
 
     from tools.cupti import CuptiError
@@ -706,22 +706,11 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
         out["status"], out["reason"] = "unavailable", str(exc)
         return
     out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
-    defer = bool(spec.get("defer"))
-    entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}" if defer else COUNTED_RANGE,
-                    workload=req["workload"]["name"], task=task, axes=axes, ws=ws, bound=bound, limit=limit,
-                    judge=judge, rng=rng, lead=lead, out=out, profiler=profiler, evaluation=spec.get("evaluation"))
-    if defer:
-        entry.module = state.keep_module()
-        out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
-        state.pending.append(entry)
-        return
-    t0 = time.perf_counter()
-    try:
-        run_counted(state, [entry])
-    finally:
-        result.phase_s["credit"] = time.perf_counter() - t0
-    if entry.failed is not None:
-        raise entry.failed
+    entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
+                    axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
+                    profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module())
+    out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
+    state.pending.append(entry)
 
 
 class _NothingLeft(Exception):
