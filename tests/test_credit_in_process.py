@@ -770,6 +770,7 @@ def test_deferred_workloads_are_counted_in_one_session_after_the_last_timed_run(
         assert credit["status"] == "ran" and credit["reason"] is None and credit["workloads_counted"] == 2
         assert credit["launches"][0]["metrics"] == {"n": 3.0, "M": m}  # its own range, its own counts
         assert len(credit["run_ms"]) == 2 and len(credit["instrumented_ms"]) == 1 and credit["own_s"] >= 0
+        assert len(credit["pass_s"]) == 3 and all(len(p) == 3 and min(p) >= 0 for p in credit["pass_s"])
         assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]
     assert state.restored == 3  # after each workload, and after the counted runs
     assert state.unloaded == 2  # the kept module instances go once their counted runs are made

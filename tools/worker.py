@@ -759,6 +759,7 @@ def run_counted(state: State, entries: list[Counted]) -> None:
             t0 = clock()
             seed = e.rng.getrandbits(31)
             prepare(e, seed)
+            t1 = clock()
             slow = INSTRUMENTED_SLOWDOWN * max(e.out["run_ms"], default=0.0) / 1e3 if i in instrumented else 0.0
             try:
                 with ranged(e.label):
@@ -769,6 +770,7 @@ def run_counted(state: State, entries: list[Counted]) -> None:
                 e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
                                   f"the executed check's counted run {e.lead + i + 1}: {why}", fatal=True)
                 raise
+            t2 = clock()
             (e.out["instrumented_ms"] if i in instrumented else e.out["run_ms"]).append(
                 round(start.elapsed_time(end), 5))
             if e.judge and e.failed is None:
@@ -779,6 +781,8 @@ def run_counted(state: State, entries: list[Counted]) -> None:
                 except Failed as f:  # the workload fails; the passes go on while another one is counted
                     e.failed = f
             e.seconds += clock() - t0
+            # where a counted run's cost goes: prepare (inputs, poison, flush), run (range, gate, wait), judge
+            e.out.setdefault("pass_s", []).append([round(t1 - t0, 4), round(t2 - t1, 4), round(clock() - t2, 4)])
             if all(x.failed is not None for x in entries):
                 raise _NothingLeft
 
