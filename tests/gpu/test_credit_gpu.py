@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from gpu_helpers import show
-from tools import ncu
 from tools.solution import Solution
 
 pytestmark = pytest.mark.gpu
@@ -72,7 +71,8 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
               f"carries {w.carries} {w.notes}")
     _credited(r)
     print(task, "phases (s):", {k: round(v, 3) for k, v in r.phase_s.items()})
-    # the check's cost (docs/BENCHMARKS.md reads it from this line): the credit op (one profiler session for every workload) and each workload's own share of it
+    # the check's cost (docs/BENCHMARKS.md reads it from this line): the credit op (one profiler
+    # session for every workload) and each workload's own share of it
     print(task, "counted runs (s):", round(r.phase_s.get("counted_runs", 0.0), 3), "own share:",
           {x.workload: round(x.phase_s.get("credit", 0.0), 3) for x in r.workloads},
           "per part:", [(x.credit or {}).get("profile_phase_s") for x in r.workloads][:1],
