@@ -249,6 +249,32 @@ def test_the_instrumented_passes_come_from_the_profiler():
     assert long == [5] and max(limit for _, limit in state.waits) == pytest.approx(LIMIT_S + 0.1)
 
 
+class RecordingGate:
+    """A stream gate (tools.timing.StreamGate) that records the pass of each hold."""
+
+    def __init__(self, state):
+        self.state, self.held, self._n = state, [], 0
+
+    def hold(self):
+        self.held.append(self.state.pass_index)
+        self._n += 1
+        return self._n
+
+    def release(self, hold) -> None:
+        pass
+
+
+def test_the_instrumented_pass_runs_ungated():
+    """CUPTI patches a kernel's SASS at its first launch in the instrumented pass and blocks the
+    host there; a gate ahead of that launch would hold the stream to its limit (0.2 s a workload on
+    the H200). The hardware passes' runs are gated as timed runs are; the instrumented one is not."""
+    state = CountedState(gemm, passes=4, instrumented=(3,))
+    state.gate = RecordingGate(state)
+    result, _ = with_counted_runs(state, request(5))
+    assert result["credit"]["status"] == "ran", result["credit"]
+    assert [p for p in state.gate.held if p is not None] == [0, 1, 2], state.gate.held
+
+
 # ---------------------------------------------------------------- every counted run judged
 
 @pytest.mark.parametrize("k,time", [(0, True), (1, True), (2, True), (1, False)])
