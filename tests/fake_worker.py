@@ -9,8 +9,8 @@ read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
   nostart   fail at start-up (hello with an error)
   fp8_wgmma pass, and where the request asks for the in-process executed check, report a counted
             run whose counters are an honest fp8 wgmma kernel's (GMMA, fp8 tensor ops = the task's
-            FLOPs, the HMMA-pipe counter above 0 as QGMMA makes it: tools/ncu.py); deferred
-            (`credit.defer`) the workload's credit is "pending" and comes with the credit op
+            FLOPs, the HMMA-pipe counter above 0 as QGMMA makes it: tools/ncu.py); the workload's
+            credit is "pending" and comes with the credit op, as tools.worker keeps it
   counted_wrong   as fp8_wgmma, but the credit op says the first workload's counted run answered wrong
   counted_hang    as fp8_wgmma, but the credit op never answers
   fp8_then_fatal  as fp8_wgmma on this process's first run request, as fatal on the next
@@ -70,10 +70,9 @@ def main() -> int:
             write_msg(out, {"op": "result", "result": result, "fatal": True})
             return 3
         if m in ("fp8_wgmma", "counted_wrong", "counted_hang") and msg.get("credit"):
-            result["credit"] = fp8_wgmma_credit(msg)
-            if msg["credit"].get("defer"):
-                pending[wl["name"]] = {**result["credit"], "own_s": 0.02, "workloads_counted": 0}
-                result["credit"] = {**result["credit"], "status": "pending", "launches": []}
+            credit = fp8_wgmma_credit(msg)
+            pending[wl["name"]] = {**credit, "own_s": 0.02, "workloads_counted": 0}
+            result["credit"] = {**credit, "status": "pending", "launches": []}
         write_msg(out, {"op": "result", "result": result, "fatal": False})
 
 

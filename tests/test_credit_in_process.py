@@ -9,6 +9,7 @@ is tested without a GPU in tests/test_cupti_user_replay.py."""
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 
 import pytest
@@ -138,15 +139,28 @@ class CountedState(CpuState):
 
 def request(credit_seed: int, time: bool = True, timing_seed: int = 7, workload: int = 0,
             evaluation: str | None = None) -> dict:
-    """A workload request with the in-process check; `evaluation`: deferred, as the evaluator asks."""
+    """A workload request with the in-process check (`evaluation`: the id the evaluator gives it)."""
     task = small_gemm()
     sol = Solution.from_dir(FIXTURES / "good")
-    credit = {"seed": credit_seed, "metrics": list(ncu.credit_metrics(False))}
-    if evaluation is not None:
-        credit.update(defer=True, evaluation=evaluation)
+    credit = {"seed": credit_seed, "metrics": list(ncu.credit_metrics(False)), "evaluation": evaluation}
     return {"cubin": b"", "manifest": sol.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
             "workload": task.workloads[workload].model_dump(mode="json"), "seeds": [11, 12], "time": time,
             "timing_seed": timing_seed, "timing_budget_s": 0.01, "kernel_timeout_s": LIMIT_S, "credit": credit}
+
+
+def with_counted_runs(state, req: dict) -> tuple[dict, bool]:
+    """One workload's request, then the evaluation's credit op (tools.worker.run_pending), merged
+    as tools.evaluator.Evaluator._counted_runs merges them: the workload's credit comes from the
+    op, and a counted run that failed fails the workload."""
+    result, fatal = worker.run_workload(state, req)
+    if fatal or (result.get("credit") or {}).get("status") != "pending":
+        return result, fatal
+    reply, fatal = worker.run_pending(state)
+    result["credit"] = reply["credits"][result["workload"]]
+    failed = reply["failed"].get(result["workload"])
+    if failed:
+        result.update(status="failed", reason=failed["reason"], detail=failed["detail"])
+    return result, fatal
 
 
 # ---------------------------------------------------------------- where the counted runs are
@@ -154,12 +168,12 @@ def request(credit_seed: int, time: bool = True, timing_seed: int = 7, workload:
 def test_the_counted_runs_follow_the_timed_runs_directly():
     """Timed: one counted run per pass, the launches right after the last timed run (their place
     is secret because the number of timed runs is: it moves with the timing seed), in pass order,
-    each inside its own range named after the manifest's kernels."""
+    each inside the workload's range, under a name of ours."""
     places = set()
     for seed in range(10):
         state = CountedState(gemm)
         req = request(seed, timing_seed=seed)
-        result, fatal = worker.run_workload(state, req)
+        result, fatal = with_counted_runs(state, req)
         assert result["status"] == "passed" and not fatal, result
         credit = result["credit"]
         assert credit["status"] == "ran" and credit["reason"] is None, credit
@@ -167,11 +181,11 @@ def test_the_counted_runs_follow_the_timed_runs_directly():
         before = 2 + result["warmup_runs"] + result["timed_runs"]  # the seeded checks, warm-ups, timed runs
         assert [c["launch"] for c in state.counted] == [before + 1, before + 2, before + 3]
         assert state.launches == before + 3 and state.passes_counted() == [0, 1, 2]
-        name = worker.COUNTED_RANGE  # ours, never a name the candidate chose
+        name = f"{worker.COUNTED_RANGE}_0"  # ours, never a name the candidate chose
         assert state.profiler.names == [name] and state.profiler.ranges == [(0, name), (1, name), (2, name)]
         assert credit["launches"] == [{"name": name, "metrics": {m: 0.0 for m in ncu.credit_metrics(False)}}]
         assert state.asked == [tuple(req["credit"]["metrics"])]
-        assert credit["profile_phase_s"] == PHASES and credit["profile_s"] >= 0 and "credit" in result["phase_s"]
+        assert credit["profile_phase_s"] == PHASES and credit["profile_s"] >= 0 and credit["own_s"] >= 0
         assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]  # CUPTI's pass bookkeeping, recorded
         places.add(before + 1)
     assert len(places) >= 3, places
@@ -184,7 +198,7 @@ def test_untimed_the_counted_runs_follow_one_to_four_uncounted_runs():
     leads = set()
     for seed in range(30):
         state = CountedState(gemm)
-        result, fatal = worker.run_workload(state, request(seed, time=False))
+        result, fatal = with_counted_runs(state, request(seed, time=False))
         assert result["status"] == "passed" and not fatal, result
         credit = result["credit"]
         lead = credit["lead_runs"]
@@ -203,7 +217,7 @@ def test_each_counted_run_is_prepared_fresh_and_timed_in_its_own_list():
     INSTRUMENTED_SLOWDOWN times the slowest plain run beyond the kernel time limit."""
     ms = {0: 1.0, 1: 3.0, 2: 40.0}
     state = CountedState(gemm, ms_of=ms.__getitem__)
-    result, _ = worker.run_workload(state, request(21))
+    result, _ = with_counted_runs(state, request(21))
     credit = result["credit"]
     assert result["status"] == "passed" and credit["status"] == "ran", result
     assert credit["run_ms"] == [1.0, 3.0] and credit["instrumented_ms"] == [40.0]
@@ -216,10 +230,10 @@ def test_each_counted_run_is_prepared_fresh_and_timed_in_its_own_list():
     assert [p for p, _ in state.waits if p is not None] == [0, 1, 2]  # one wait per counted run
 
     again = CountedState(gemm)
-    worker.run_workload(again, request(21, timing_seed=8))  # other timed runs, same credit seed
+    with_counted_runs(again, request(21, timing_seed=8))  # other timed runs, same credit seed
     assert all(torch.equal(x, c["A"]) for x, c in zip(a, again.counted))
     other = CountedState(gemm)
-    worker.run_workload(other, request(22))
+    with_counted_runs(other, request(22))
     assert not any(torch.equal(x, c["A"]) for x, c in zip(a, other.counted))
 
 
@@ -227,12 +241,38 @@ def test_the_instrumented_passes_come_from_the_profiler():
     """Six passes, the last one SASS-patched (credit_metrics(True) on GH100: 5 + 1): five run_ms,
     one instrumented_ms; the instrumented wait is the only long one."""
     state = CountedState(gemm, passes=6, instrumented=(5,), ms_of=lambda i: 2.0 if i < 5 else 90.0)
-    result, _ = worker.run_workload(state, request(5, time=False))
+    result, _ = with_counted_runs(state, request(5, time=False))
     credit = result["credit"]
     assert credit["passes"] == 6 and credit["run_ms"] == [2.0] * 5 and credit["instrumented_ms"] == [90.0]
     assert credit["runs"] == credit["lead_runs"] + 6
     long = [p for p, limit in state.waits if limit > LIMIT_S]
     assert long == [5] and max(limit for _, limit in state.waits) == pytest.approx(LIMIT_S + 0.1)
+
+
+class RecordingGate:
+    """A stream gate (tools.timing.StreamGate) that records the pass of each hold."""
+
+    def __init__(self, state):
+        self.state, self.held, self._n = state, [], 0
+
+    def hold(self):
+        self.held.append(self.state.pass_index)
+        self._n += 1
+        return self._n
+
+    def release(self, hold) -> None:
+        pass
+
+
+def test_the_instrumented_pass_runs_ungated():
+    """CUPTI patches a kernel's SASS at its first launch in the instrumented pass and blocks the
+    host there; a gate ahead of that launch would hold the stream to its limit (0.2 s a workload on
+    the H200). The hardware passes' runs are gated as timed runs are; the instrumented one is not."""
+    state = CountedState(gemm, passes=4, instrumented=(3,))
+    state.gate = RecordingGate(state)
+    result, _ = with_counted_runs(state, request(5))
+    assert result["credit"]["status"] == "ran", result["credit"]
+    assert [p for p in state.gate.held if p is not None] == [0, 1, 2], state.gate.held
 
 
 # ---------------------------------------------------------------- every counted run judged
@@ -244,7 +284,7 @@ def test_every_counted_run_is_judged(k, time):
     counted run comes after it."""
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_() if state.inside and state.pass_index == k
                          else gemm(ws, n))
-    result, fatal = worker.run_workload(state, request(3, time=time))
+    result, fatal = with_counted_runs(state, request(3, time=time))
     assert result["status"] == "failed" and result["reason"] == "wrong_in_timed_run" and not fatal, result
     n = result["credit"]["lead_runs"] + k + 1
     assert f"the executed check's counted run {n} (after the timed runs)" in result["detail"], result["detail"]
@@ -253,7 +293,7 @@ def test_every_counted_run_is_judged(k, time):
 
 def test_a_counted_run_that_writes_out_of_bounds_fails_with_that_reason():
     state = CountedState(lambda ws, n: (gemm(ws, n), corrupt(ws) if state.pass_index == 1 else None))
-    result, _ = worker.run_workload(state, request(3))
+    result, _ = with_counted_runs(state, request(3))
     assert result["reason"] == "out_of_bounds_write", result
     assert result["detail"].startswith("the executed check's counted run 2 (after the timed runs): "), result["detail"]
 
@@ -270,7 +310,7 @@ def test_the_counted_runs_are_judged_as_timed_runs_are(monkeypatch):
 
     monkeypatch.setattr(worker, "judge_run", spy)
     state = CountedState(gemm)
-    result, _ = worker.run_workload(state, request(9))
+    result, _ = with_counted_runs(state, request(9))
     assert result["status"] == "passed", result
     counted = [j for j in judged if "counted run" in j[0]]
     what = "the executed check's counted run {} (after the timed runs)"
@@ -286,7 +326,7 @@ def test_a_wrong_kernel_is_still_counted_and_not_judged_again(monkeypatch):
     judged = []
     monkeypatch.setattr(worker, "judge_run", lambda *a: judged.append(a[-1]))
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_())
-    result, _ = worker.run_workload(state, request(4))
+    result, _ = with_counted_runs(state, request(4))
     assert result["reason"] == "incorrect" and "counted run" not in result["detail"]
     credit = result["credit"]
     assert credit["status"] == "ran" and state.passes_counted() == [0, 1, 2] and judged == []
@@ -298,11 +338,11 @@ def test_a_wrong_kernel_is_still_counted_and_not_judged_again(monkeypatch):
 
 def test_no_counters_is_unavailable_never_the_candidates_fault():
     state = CountedState(gemm, fail="libcupti not found")
-    result, _ = worker.run_workload(state, request(5))
+    result, _ = with_counted_runs(state, request(5))
     assert result["status"] == "passed"
     assert result["credit"]["status"] == "unavailable" and "libcupti" in result["credit"]["reason"]
     assert state.counted == []
-    plain, _ = worker.run_workload(CpuState(gemm), request(5))  # a worker with no counters at all
+    plain, _ = with_counted_runs(CpuState(gemm), request(5))  # a worker with no counters at all
     assert plain["status"] == "passed" and plain["credit"]["status"] == "unavailable"
 
 
@@ -311,7 +351,7 @@ def test_a_profiler_error_is_recorded_and_the_workload_still_passes(when):
     """CUPTI failing in set-up (no counted run made) or after the runs (decode): the reason is in
     the credit, the workload keeps its verdict, the worker is not restarted."""
     state = CountedState(gemm, profile_fail=(when, "cuptiRangeProfilerDecodeData failed: CUPTI error 7"))
-    result, fatal = worker.run_workload(state, request(6))
+    result, fatal = with_counted_runs(state, request(6))
     assert result["status"] == "passed" and not fatal, result
     credit = result["credit"]
     assert credit["status"] == "failed" and "CUPTI error 7" in credit["reason"] and credit["launches"] == []
@@ -325,9 +365,9 @@ def test_a_hang_in_a_counted_run_is_a_timeout(hang_at):
     """A kernel that hangs on a counted run (a hardware pass or the instrumented one): the
     workload's verdict is the hang, and the worker is replaced (fatal: the context is not reused)."""
     state = CountedState(gemm, hang_at=hang_at)
-    result, fatal = worker.run_workload(state, request(7))
+    result, fatal = with_counted_runs(state, request(7))
     assert result["reason"] == "timeout" and fatal, result
-    assert result["credit"]["status"] != "ran" and state.restored == 0
+    assert result["credit"]["status"] != "ran" and state.restored == 1  # after the timed runs; not after the hang
     assert state.passes_counted() == list(range(hang_at + 1))
 
 
@@ -396,7 +436,7 @@ def test_the_worker_reports_what_the_tie_needs():
     honest = {m: v for m, v in HONEST.items() if m in ncu.credit_metrics(False)}
     for ms, carried in (({0: 1.0, 1: 1.0, 2: 30.0}, True), ({0: 1.0, 1: 1.3, 2: 1.0}, False)):
         state = CountedState(gemm, metrics_of=lambda counted: honest, ms_of=ms.__getitem__)
-        result, _ = worker.run_workload(state, request(8))
+        result, _ = with_counted_runs(state, request(8))
         wc = ncu.credit_in_process(META, result["credit"], ["wgmma"], WORK, 1.0, mma_sync=False)
         assert wc.status == "ok" and wc.carries["wgmma"] is carried, wc
         if not carried:
@@ -466,14 +506,15 @@ def test_a_counter_cupti_could_not_read_is_not_measured(metric, bad, why):
 
 
 def test_an_unread_counter_from_the_worker_is_not_measured():
-    """The same, end to end: NaN from CUPTI becomes None in the worker's result (JSON mode) and
-    reaches the verdict as not measured, not as an error; the other feature is decided as before."""
+    """The same, end to end: NaN from CUPTI comes back in the credit op's reply as NaN (pickled;
+    None once a result went through JSON) and reaches the verdict as not measured, not as an
+    error; the other feature is decided as before."""
     counters = {m: HONEST.get(m, 0.0) for m in ncu.credit_metrics(False)}
     counters[ncu.TMA_BYTES_METRIC] = float("nan")
     state = CountedState(gemm, metrics_of=lambda counted: counters)
-    result, _ = worker.run_workload(state, request(3, time=False))
+    result, _ = with_counted_runs(state, request(3, time=False))
     reported = result["credit"]["launches"][0]["metrics"]
-    assert reported[ncu.TMA_BYTES_METRIC] is None and reported[ncu.GMMA_METRIC] == HONEST[ncu.GMMA_METRIC]
+    assert math.isnan(reported[ncu.TMA_BYTES_METRIC]) and reported[ncu.GMMA_METRIC] == HONEST[ncu.GMMA_METRIC]
     assert ncu.TMA_BYTES_METRIC not in ncu.counter_rows(result["credit"]["launches"], False)[0]
     wc = ncu.credit_in_process(META, result["credit"], ["wgmma", "tma"], WORK, None, mma_sync=False)
     assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": False}, wc
@@ -755,6 +796,7 @@ def test_deferred_workloads_are_counted_in_one_session_after_the_last_timed_run(
         assert credit["status"] == "ran" and credit["reason"] is None and credit["workloads_counted"] == 2
         assert credit["launches"][0]["metrics"] == {"n": 3.0, "M": m}  # its own range, its own counts
         assert len(credit["run_ms"]) == 2 and len(credit["instrumented_ms"]) == 1 and credit["own_s"] >= 0
+        assert len(credit["pass_s"]) == 3 and all(len(p) == 3 and min(p) >= 0 for p in credit["pass_s"])
         assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]
     assert state.restored == 3  # after each workload, and after the counted runs
     assert state.unloaded == 2  # the kept module instances go once their counted runs are made

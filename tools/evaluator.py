@@ -507,10 +507,9 @@ class Evaluator:
                         # either way: the verdict reads the SASS, and a module whose SASS holds a warp-level MMA
                         # without those counters has its other math unmeasured: no credit.
                         metrics = list(ncu.credit_metrics(ptx_may_issue_mma_sync(res.compile.ptx)))
-                    # deferred: every workload's counted runs in one profiler session after the last
-                    # workload's timed runs (the credit op, _counted_runs)
-                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "defer": True,
-                                     "evaluation": evaluation}
+                    # the worker keeps the workload for its counted runs: every workload's in one
+                    # profiler session after the last workload's timed runs (the credit op, _counted_runs)
+                    req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "evaluation": evaluation}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
                 if wr.reason == "harness_error" or (wr.status == "skipped" and
@@ -616,9 +615,9 @@ class Evaluator:
             credits = [ncu.credit_in_process({"workload": w.name, "split": w.split}, ran[w.name].credit, features,
                                              work, timed[w.name], mma_sync) for w, work in zip(chosen, works)]
             ex = ncu.combine(features, credits)
-            # the credit op's wall time (every workload's counted runs, CUPTI's session included)
-            ex.phase_s = {"counted_runs": round(res.phase_s.get("counted_runs", sum(
-                ran[w.name].phase_s.get("credit", 0.0) for w in chosen)), 3)}
+            # the credit op's wall time (every workload's counted runs, CUPTI's session included; 0
+            # where the evaluation stopped before it)
+            ex.phase_s = {"counted_runs": round(res.phase_s.get("counted_runs", 0.0), 3)}
         elif in_process and credit is None:  # CUPTI cannot run here: Nsight Compute counts instead
             credit = ncu.CreditProcess(features, self._workers[0].env_without_device, self.ncu_timeout_s)
         if credit is not None:

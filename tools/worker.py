@@ -649,7 +649,7 @@ def _verify(state: State, req: dict, task, axes: dict, ws: Workspace, bound, res
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
-COUNTED_RANGE = "counted_run"  # the user range each pass's counted run is made in
+COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 
 
@@ -679,12 +679,12 @@ class Counted:
 def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
                 judge: bool) -> None:
     """The executed check for this workload, in this worker and module instance: counted runs
-    that continue the timed runs (run_counted). Deferred (`credit.defer`, as the evaluator asks):
-    the workload's module and workspace are kept and its counted runs wait for the evaluation's
-    credit op, where every workload's run in one profiler session (CUPTI's first start and its
-    SASS patching paid once per evaluation, not per workload). Else they run now. Fills
-    result.credit; a CUPTI failure is reported there ("unavailable" or a reason), never as the
-    candidate's fault."""
+    that continue the timed runs (run_counted), made at the evaluation's credit op (run_pending).
+    The workload's module and workspace are kept until then, as its timed runs left them, and every
+    workload's counted runs run in one profiler session (CUPTI's first start and its SASS patching
+    paid once per evaluation, not per workload). Fills result.credit ("pending" until the credit
+    op); a CUPTI failure is reported there ("unavailable" or a reason), never as the candidate's
+    fault."""
     import random
 
     from tools.cupti import CuptiError
@@ -706,22 +706,11 @@ def _credit_run(state: State, req: dict, task, axes: dict, ws: Workspace, bound,
         out["status"], out["reason"] = "unavailable", str(exc)
         return
     out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
-    defer = bool(spec.get("defer"))
-    entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}" if defer else COUNTED_RANGE,
-                    workload=req["workload"]["name"], task=task, axes=axes, ws=ws, bound=bound, limit=limit,
-                    judge=judge, rng=rng, lead=lead, out=out, profiler=profiler, evaluation=spec.get("evaluation"))
-    if defer:
-        entry.module = state.keep_module()
-        out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
-        state.pending.append(entry)
-        return
-    t0 = time.perf_counter()
-    try:
-        run_counted(state, [entry])
-    finally:
-        result.phase_s["credit"] = time.perf_counter() - t0
-    if entry.failed is not None:
-        raise entry.failed
+    entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
+                    axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
+                    profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module())
+    out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
+    state.pending.append(entry)
 
 
 class _NothingLeft(Exception):
@@ -732,8 +721,8 @@ def run_counted(state: State, entries: list[Counted]) -> None:
     """The counted runs of `entries`, all in one session of CUPTI's user replay: one run of each
     workload per pass, in order, each inside its workload's own range. Each run is prepared and
     timed as a timed run is (fresh inputs from the workload's secret credit seed, outputs
-    poisoned, L2 flushed, scratch zeroed and the launches behind the stream gate, events around
-    them) and judged as a timed run is (`judge`; sampled rows, the whole output scanned): credit
+    poisoned, L2 flushed, scratch zeroed and, in the hardware passes, the launches behind the
+    stream gate, events around them) and judged as a timed run is (`judge`; sampled rows, the whole output scanned): credit
     is only taken on right answers, and a wrong one is the workload's failure (`failed`). The
     hardware passes' times (`run_ms`) are tied to the timed median, every one, both ways
     (tools.ncu.tie_to_timed_run); the SASS-patched pass runs instrumented code: its time is
@@ -756,8 +745,8 @@ def run_counted(state: State, entries: list[Counted]) -> None:
         e.ws.prepare()
         state.flusher.flush()
 
-    def side(e: Counted) -> Side:
-        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()))
+    def side(e: Counted, gated: bool = True) -> Side:
+        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()), gated=gated)
 
     for e in entries:  # uncounted runs first, where the workload was not timed and judged
         for _ in range(e.lead):
@@ -770,16 +759,22 @@ def run_counted(state: State, entries: list[Counted]) -> None:
             t0 = clock()
             seed = e.rng.getrandbits(31)
             prepare(e, seed)
+            t1 = clock()
             slow = INSTRUMENTED_SLOWDOWN * max(e.out["run_ms"], default=0.0) / 1e3 if i in instrumented else 0.0
             try:
+                # The SASS-patched pass runs ungated: CUPTI patches a kernel at its first launch
+                # there, blocking the host until the stream drains, while the gate holds the stream
+                # until its limit (0.2 s a workload, measured on the GEMM expert). That pass's time
+                # is recorded, never tied, so the gate buys it nothing.
                 with ranged(e.label):
-                    start, end = gated_run(side(e), state)
+                    start, end = gated_run(side(e, gated=i not in instrumented), state)
                 state.wait(e.limit + slow)
             except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
                 why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
                 e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
                                   f"the executed check's counted run {e.lead + i + 1}: {why}", fatal=True)
                 raise
+            t2 = clock()
             (e.out["instrumented_ms"] if i in instrumented else e.out["run_ms"]).append(
                 round(start.elapsed_time(end), 5))
             if e.judge and e.failed is None:
@@ -790,6 +785,8 @@ def run_counted(state: State, entries: list[Counted]) -> None:
                 except Failed as f:  # the workload fails; the passes go on while another one is counted
                     e.failed = f
             e.seconds += clock() - t0
+            # where a counted run's cost goes: prepare (inputs, poison, flush), run (range, gate, wait), judge
+            e.out.setdefault("pass_s", []).append([round(t1 - t0, 4), round(t2 - t1, 4), round(clock() - t2, 4)])
             if all(x.failed is not None for x in entries):
                 raise _NothingLeft
 

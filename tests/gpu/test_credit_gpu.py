@@ -76,6 +76,7 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
     print(task, "counted runs (s):", round(r.phase_s.get("counted_runs", 0.0), 3), "own share:",
           {x.workload: round(x.phase_s.get("credit", 0.0), 3) for x in r.workloads},
           "per part:", [(x.credit or {}).get("profile_phase_s") for x in r.workloads][:1],
+          "per counted run [prepare, run, judge]:", {x.workload: (x.credit or {}).get("pass_s") for x in r.workloads},
           "stops:", [(x.credit or {}).get("stops") for x in r.workloads][:1])
     assert r.correct is True and r.split_correct("held_out") is True, show(r)
     assert len(r.executed.workloads) == len(r.workloads) and all(w.status == "ok" for w in r.executed.workloads)
