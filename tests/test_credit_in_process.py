@@ -253,12 +253,11 @@ class RecordingGate:
     """A stream gate (tools.timing.StreamGate) that records the pass of each hold."""
 
     def __init__(self, state):
-        self.state, self.held, self._n = state, [], 0
+        self.state, self.held = state, []
 
-    def hold(self):
+    def hold(self) -> int:
         self.held.append(self.state.pass_index)
-        self._n += 1
-        return self._n
+        return len(self.held)
 
     def release(self, hold) -> None:
         pass
