@@ -30,7 +30,8 @@ class FeatureView(BaseModel):
     name: str
     in_sass: bool | None = None  # None: the SASS was not inspected (compile failed)
     opcodes: dict[str, int] = Field(default_factory=dict)  # proving SASS opcodes -> static count
-    executed: int | None = None  # executed instructions (the executed check); None: not counted
+    ran: bool | None = None  # the executed check saw it execute; None: not checked
+    executed: int | None = None  # executed instructions it counted (where it reports a count)
     share: float | None = None  # measured share of the task's work it carried
     carries: bool | None = None
 
@@ -138,7 +139,7 @@ def load_run(run_dir: str | Path) -> RunView:
     summary = read_summary(run_dir)
     events = list(read_events(run_dir))
     per_turn = summary.per_turn if summary and summary.per_turn else _turns_from_events(events)
-    best = summary.best_path if summary else None
+    best = (summary.best_path or (summary.best.path if summary.best else None)) if summary else None
     usage_of = {(e.get("turn"), e.get("sample")): e.get("usage") or {} for e in events if e["type"] == "llm_response"}
     decisions = {e.get("turn"): e for e in events if e["type"] == "decision"}
     feedback = {e.get("turn"): e.get("text") for e in events if e["type"] == "feedback"}
@@ -221,6 +222,7 @@ def _candidate_view(run_dir: Path, c: CandidateRecord, action: Action, usage: di
             f.in_sass = bool(verdict and verdict.present)
             f.opcodes = dict(verdict.opcodes) if verdict else {}
         if ev is not None and ev.executed.status == "ok":
+            f.ran = ev.executed.executed.get(name)
             f.executed = ev.executed.counts.get(name)
             f.share = ev.executed.shares.get(name)
             f.carries = ev.executed.carries.get(name)
@@ -322,13 +324,14 @@ def speedup_text(c: CandidateView) -> str:
 def feature_text(f: FeatureView) -> str:
     """wgmma: in SASS (HGMMA x64); executed 1.2e6, share 98%, carries."""
     sass = "not inspected" if f.in_sass is None else (
-        "in SASS (" + ", ".join(f"{op} x{n}" for op, n in sorted(f.opcodes.items())) + ")" if f.in_sass
+        "in SASS" + (" (" + ", ".join(f"{op} x{n}" for op, n in sorted(f.opcodes.items())) + ")"
+                     if f.opcodes else "") if f.in_sass
         else "MISSING from SASS")
     run = ""
-    if f.executed is not None:
+    if f.ran is not None or f.executed is not None:
         share = f", share {f.share:.0%}" if f.share is not None and math.isfinite(f.share) else ""
         carries = "" if f.carries is None else (", carries the work" if f.carries else ", does NOT carry the work")
-        run = f"; executed {f.executed:,}{share}{carries}"
+        run = f"; {_ran(f)}{share}{carries}"
     return f"{f.name}: {sass}{run}"
 
 
@@ -496,11 +499,17 @@ def _histogram(c: CandidateView) -> str:
             "<th>at run time</th></tr>" + "".join(rows) + "</table>" + flags)
 
 
+def _ran(f: FeatureView) -> str:
+    if f.executed is not None:
+        return f"executed {f.executed:,}" if f.executed or f.ran is not False else "NOT executed (0)"
+    return "executed" if f.ran else "NOT executed"
+
+
 def _executed(f: FeatureView) -> str:
-    if f.executed is None:
+    if f.ran is None and f.executed is None:
         return "not counted"
     share = f", share {f.share:.0%}" if f.share is not None and math.isfinite(f.share) else ""
-    return f"{f.executed:,} executed{share}" + ("" if f.carries is None else ", carries" if f.carries else ", does not carry")
+    return f"{_ran(f)}{share}" + ("" if f.carries is None else ", carries" if f.carries else ", does not carry")
 
 
 def _diff_html(diff: str) -> str:

@@ -2,7 +2,7 @@
 
 The seed artifact (zhang677/PTXBench) publishes three tables under
 benchmark/plot_viewer_v1/data/, one row per model x arch x task definition x evaluation run x
-turn limit (1, 4, 8), each over 12 trajectories: correctness_rate_by_release_date.csv,
+turn limit (1, 4, 8), each over its trajectories (12 in most, up to 24): correctness_rate_by_release_date.csv,
 arch_instruction_correctness_by_release_date.csv and best_speedup_by_release_date.csv. This
 script joins them into one list of rows and records where they came from (repository, commit,
 paths, commit date). Facts only: numbers and names, none of that repository's code.
