@@ -873,8 +873,12 @@ def write_run_pages(runs: Sequence[RunRecord], folder: Path) -> RunPages:
         links = []
         for r in sorted(members, key=lambda r: r.config.run_id):
             name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in r.config.run_id) + ".html"
-            view = load_run(r.run_dir)
-            write_html(view, folder / name)
+            try:
+                view = load_run(r.run_dir)
+                write_html(view, folder / name)
+            except (ValueError, OSError) as exc:  # a damaged events log: the tables still stand, the link says why
+                links.append((r.config.run_id, "", f"no page: {str(exc).splitlines()[0]}"))
+                continue
             best = next((c for t in view.turns for c in t.candidates if c.best), None)
             gist = f"{view.status}, {len(view.turns)} turn(s), best: " + (
                 "none" if best is None else f"{best.path} {best.outcome}"
@@ -994,7 +998,8 @@ def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int,
     if pages:
         lines += ["## Runs per cell", ""]
         for key, links in pages:
-            lines += [f"- {' / '.join(key)}: " + ", ".join(f"[{run_id}]({href}) ({gist})" for run_id, href, gist in links)]
+            lines += [f"- {' / '.join(key)}: " + ", ".join((f"[{run_id}]({href})" if href else run_id) + f" ({gist})"
+                                                      for run_id, href, gist in links)]
         lines += [""]
     return "\n".join(lines)
 
@@ -1032,8 +1037,8 @@ def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unf
         parts.append("<h2>Runs per cell</h2><ul>")
         for key, links in pages:
             parts.append(f"<li>{html.escape(' / '.join(key))}: " + ", ".join(
-                f"<a href='{html.escape(href)}'>{html.escape(run_id)}</a> ({html.escape(gist)})"
-                for run_id, href, gist in links) + "</li>")
+                (f"<a href='{html.escape(href)}'>{html.escape(run_id)}</a>" if href else html.escape(run_id))
+                + f" ({html.escape(gist)})" for run_id, href, gist in links) + "</li>")
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
