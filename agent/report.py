@@ -805,9 +805,12 @@ def plots_for(rows: Sequence[CellRow]) -> list[str]:
 
 
 def write_report(paths: Iterable[str | Path], out_dir: str | Path,
-                 turn_limits: Sequence[int] | None = None, tasks: Iterable[str] | None = None) -> Report:
+                 turn_limits: Sequence[int] | None = None, tasks: Iterable[str] | None = None,
+                 published: bool = False) -> Report:
     """Read runs under `paths`, write report.md/html/csv and the plots into `out_dir`. `tasks`: only
-    runs of these tasks (names, aliases or groups such as gemm:*; tasks.registry.select_tasks)."""
+    runs of these tasks (names, aliases or groups such as gemm:*; tasks.registry.select_tasks).
+    Each run gets its page (agent/show.py) under `out_dir`/runs/, linked from its cell. `published`:
+    the seed study's published rows (agent/published.py) beside the runs' own, at their tasks and limits."""
     if turn_limits is not None and any(t < 1 for t in turn_limits):
         raise ValueError(f"turn limits must be at least 1, not {sorted(turn_limits)}")
     runs = load_runs(paths)
@@ -841,11 +844,80 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     files["families_csv"] = out / "report_families.csv"
     write_csv([r for g in groups.values() for r in g], files["families_csv"])
     unfinished = sum(1 for r in runs if not r.measured_at(limits[-1]))
+    pages = write_run_pages(runs, out / "runs")
+    extra = _published_rows(rows, limits) if published else None
+    notes = _evaluation_notes(runs, rows)
+    if published:
+        from agent.published import note
+
+        notes.append(note())
+        files["published_csv"] = out / "report_published.csv"
+        _write_published_csv(extra, files["published_csv"])
     files["md"] = out / "report.md"
-    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, _evaluation_notes(runs, rows), groups))
+    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, notes, groups, extra, pages))
     files["html"] = out / "report.html"
-    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, _evaluation_notes(runs, rows), files, groups))
+    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, notes, files, groups, extra, pages))
     return Report(out, files, rows, len(runs), unfinished, *groups.values())
+
+
+# A cell's runs, each with its page: (cell key, [(run id, page path relative to the report, one-line gist)])
+RunPages = list[tuple[CellKey, list[tuple[str, str, str]]]]
+
+
+def write_run_pages(runs: Sequence[RunRecord], folder: Path) -> RunPages:
+    """Each run's page (agent/show.py) in `folder`, grouped by cell as the tables group them."""
+    from agent.show import load_run, write_html
+
+    out: RunPages = []
+    for key, members in group_cells(runs).items():
+        links = []
+        for r in sorted(members, key=lambda r: r.config.run_id):
+            name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in r.config.run_id) + ".html"
+            try:
+                view = load_run(r.run_dir)
+                write_html(view, folder / name)
+            except (ValueError, OSError) as exc:  # a damaged events log: the tables still stand, the link says why
+                links.append((r.config.run_id, "", f"no page: {str(exc).splitlines()[0]}"))
+                continue
+            best = next((c for t in view.turns for c in t.candidates if c.best), None)
+            gist = f"{view.status}, {len(view.turns)} turn(s), best: " + (
+                "none" if best is None else f"{best.path} {best.outcome}"
+                + (f" {best.speedup:.3f}x" if best.speedup is not None else ""))
+            links.append((r.config.run_id, f"{folder.name}/{name}", gist))
+        out.append((key, links))
+    return out
+
+
+def _published_rows(rows: Sequence[CellRow], limits: Sequence[int]) -> dict[int, list]:
+    """The seed study's published rows per turn limit, for the tasks and archs these runs measured."""
+    from agent.published import rows_for
+
+    pairs = {(t, r.key[2]) for r in rows for t in r.tasks}
+    return {limit: rows_for(pairs, limit) for limit in limits}
+
+
+def _write_published_csv(extra: dict[int, list] | None, path: Path) -> None:
+    from agent.published import csv_row
+
+    data = [csv_row(r) for limit in sorted(extra or {}) for r in (extra or {})[limit]]
+    with open(path, "w", newline="") as f:
+        if data:
+            writer = csv.DictWriter(f, fieldnames=list(data[0]))
+            writer.writeheader()
+            writer.writerows(data)
+
+
+def _turn_table(rows: Sequence[CellRow], limit: int, extra: dict[int, list] | None) -> tuple[list[str], list[list[str]]]:
+    """A turn limit's table: the runs' rows, each task's published rows (if asked for) after them."""
+    head, body = _table([r for r in rows if r.turn_limit == limit])
+    if extra:
+        from agent.published import table_row
+
+        task_col = head.index("task")
+        for pub in extra.get(limit, []):
+            at = max((i for i, b in enumerate(body) if b[task_col].split(" (")[0] == pub.task), default=len(body) - 1)
+            body.insert(at + 1, table_row(pub, head))
+    return head, body
 
 
 def _default_limits(runs: Sequence[RunRecord]) -> list[int]:
@@ -910,23 +982,31 @@ def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[
 
 
 def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
-                    notes: Sequence[str], groups: dict[str, Sequence[CellRow]] | None = None) -> str:
+                    notes: Sequence[str], groups: dict[str, Sequence[CellRow]] | None = None,
+                    extra: dict[int, list] | None = None, pages: RunPages | None = None) -> str:
     drawn = plots_for(rows)
     lines = ["# ptxbench report", "", _runs_line(n_runs, unfinished), "", _INTRO, ""]
     lines += [f"- {n}" for n in notes] + ([""] if notes else [])
     for limit in limits:
-        head, body = _table([r for r in rows if r.turn_limit == limit])
+        head, body = _turn_table(rows, limit, extra)
         lines += [f"## Turn limit {limit}", "", "| " + " | ".join(head) + " |",
                   "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body] + [""]
     for title, head, body in _group_tables(groups, limits):
         lines += [f"## {title}", "", "| " + " | ".join(head) + " |",
                   "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body] + [""]
     lines += ["## Plots", ""] + [f"![{name}]({fname})" for name, fname in PLOTS.items() if name in drawn] + [""]
+    if pages:
+        lines += ["## Runs per cell", ""]
+        for key, links in pages:
+            lines += [f"- {' / '.join(key)}: " + ", ".join((f"[{run_id}]({href})" if href else run_id) + f" ({gist})"
+                                                      for run_id, href, gist in links)]
+        lines += [""]
     return "\n".join(lines)
 
 
 def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
-                notes: Sequence[str], files: dict[str, Path], groups: dict[str, Sequence[CellRow]] | None = None) -> str:
+                notes: Sequence[str], files: dict[str, Path], groups: dict[str, Sequence[CellRow]] | None = None,
+                extra: dict[int, list] | None = None, pages: RunPages | None = None) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ptxbench report</title><style>",
              "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
              "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#f3f3f3}"
@@ -937,7 +1017,7 @@ def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unf
     if notes:
         parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     for limit in limits:
-        head, body = _table([r for r in rows if r.turn_limit == limit])
+        head, body = _turn_table(rows, limit, extra)
         parts.append(f"<h2>Turn limit {limit}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
                      + "</tr>")
         for b in body:
@@ -953,6 +1033,13 @@ def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unf
     for name in (n for n in PLOTS if n in files):  # embedded, so the HTML file stands alone
         data = base64.b64encode(files[name].read_bytes()).decode()
         parts.append(f"<h3>{name}</h3><img alt='{name}' src='data:image/png;base64,{data}'>")
+    if pages:  # each run's own page: its turns, kernels, diffs and feedback
+        parts.append("<h2>Runs per cell</h2><ul>")
+        for key, links in pages:
+            parts.append(f"<li>{html.escape(' / '.join(key))}: " + ", ".join(
+                (f"<a href='{html.escape(href)}'>{html.escape(run_id)}</a>" if href else html.escape(run_id))
+                + f" ({html.escape(gist)})" for run_id, href, gist in links) + "</li>")
+        parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -155,6 +155,8 @@ def report(
     task: Optional[List[str]] = typer.Option(
         None, "--task", help="only runs of these tasks or groups, e.g. gemm:*, ptxbench:held_out_tasks (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
+    published: bool = typer.Option(False, "--published", help="add the seed study's published rows (its own "
+                                   "harness) for the same tasks, archs and turn limits, marked as such"),
 ) -> None:
     from agent.report import report_json, write_report
     from tasks import UnknownTask, select_many
@@ -182,7 +184,7 @@ def report(
         fail(f"{runs[0]} is a shipped example run, which is read-only: give --out DIR for the report")
     out_dir = out_folder(out or (runs[0] / "report"))
     try:
-        result = write_report(runs, out_dir, limits, task or None)
+        result = write_report(runs, out_dir, limits, task or None, published=published)
     except (ValueError, OSError) as exc:
         fail(_one_line(exc))
     if as_json:
