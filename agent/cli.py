@@ -38,9 +38,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    from agent.commands import (bench, check, doctor, evaluate, fixit, knowledge, solve, sweep,
+    from agent.commands import (bench, check, doctor, evaluate, fixit, knowledge, serve, solve, sweep,
                                 tasks)
-    for module in (doctor, tasks, check, evaluate, solve, knowledge, sweep, fixit, bench):
+    for module in (doctor, tasks, check, evaluate, solve, knowledge, sweep, fixit, bench, serve):
         module.register(app)
 
 
