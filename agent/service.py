@@ -504,10 +504,9 @@ def create_app(service: Service, tokens: dict[str, str]):
 
     @app.get("/tasks", summary="the benchmark's tasks, as `agent tasks --json` lists them")
     def tasks_list():
-        from agent.commands.tasks import _summary
-        from tasks import list_tasks
+        from agent.commands.tasks import listed
 
-        return reply([_summary(t) for t in list_tasks()])
+        return reply(listed())
 
     @app.get("/tasks/{name}", summary="one task and the statement a model sees (visible workloads only)")
     def task_one(name: str, arch: Arch = "sm_90a", lang: Literal["cuda", "ptx"] = "cuda"):
