@@ -220,7 +220,8 @@ def test_restart_keeps_finished_jobs_and_runs_the_interrupted_ones(serve, tmp_pa
             job = c.wait(job_id, timeout_s=300)
             assert job["status"] == "done" and job["result"]["task"] == "gemm_n7168_k5120"
         assert c.job(cancelled)["status"] == "cancelled"
-    assert s2.stop(signal.SIGTERM) == 0  # graceful: exits 0
+    # graceful: the jobs drained, then it ends as the signal it got (uvicorn raises it again for process managers)
+    assert s2.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
 
 
 def test_concurrent_clients_each_job_answered_once(serve, tmp_path):

@@ -77,8 +77,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the evaluator over HTTP: tasks, check, evaluate (queued jobs), health; OpenAPI at /docs.
 
-        Exit status: 0 stopped (Ctrl-C, SIGTERM: running jobs finish or are requeued); 2 bad input
-        (a non-loopback --host without --token-file, a bad token file, a port in use)."""
+        Stopped by SIGTERM or Ctrl-C, it takes no new request, gives running jobs --drain-s, requeues
+        the rest, and ends as the signal it got (130 for Ctrl-C). Exit status 2: bad input (a
+        non-loopback --host without --token-file, a bad token file, a port in use)."""
         from agent.service import Limits
 
         if not is_loopback(host) and token_file is None:
@@ -106,6 +107,7 @@ def register(app: typer.Typer) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+            sock.listen(2048)  # before the line below: a client that reads it may connect at once
         except OSError as exc:
             sock.close()
             raise CliError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
