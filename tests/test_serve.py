@@ -212,7 +212,7 @@ def test_restart_keeps_finished_jobs_and_runs_the_interrupted_ones(serve, tmp_pa
         cancelled = c.submit("gemm", solution_body()["source"], solution_body()["launch"])
         assert c.cancel(cancelled)["status"] == "cancelled"
     s.stop(signal.SIGKILL)  # killed: whatever was running is requeued at the next start
-    s2 = serve("--slots", "1", store=s.store)
+    s2 = serve("--slots", "1", "--drain-s", "0", store=s.store)
     with ServiceClient(s2.url) as c:
         again = c.job(first["id"])
         assert again["status"] == "done" and again["result"] == first["result"]
@@ -220,8 +220,14 @@ def test_restart_keeps_finished_jobs_and_runs_the_interrupted_ones(serve, tmp_pa
             job = c.wait(job_id, timeout_s=300)
             assert job["status"] == "done" and job["result"]["task"] == "gemm_n7168_k5120"
         assert c.job(cancelled)["status"] == "cancelled"
-    # graceful: the jobs drained, then it ends as the signal it got (uvicorn raises it again for process managers)
+        late = c.submit("gemm", solution_body()["source"], solution_body()["launch"])
+    # graceful, with no time to drain: the running job goes back to the queue; the process ends as the
+    # signal it got (uvicorn raises it again, for process managers)
     assert s2.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+    s3 = serve("--slots", "1", store=s.store)
+    with ServiceClient(s3.url) as c:
+        job = c.wait(late, timeout_s=300)
+        assert job["status"] == "done" and job["result"]["task"] == "gemm_n7168_k5120"
 
 
 def test_concurrent_clients_each_job_answered_once(serve, tmp_path):
