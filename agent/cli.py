@@ -38,9 +38,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    from agent.commands import (bench, check, doctor, evaluate, fixit, knowledge, show, solve, sweep,
-                                tasks)
-    for module in (doctor, tasks, check, evaluate, solve, knowledge, sweep, fixit, bench, show):
+    from agent.commands import (bench, check, doctor, evaluate, fixit, knowledge, serve, show, solve,
+                                sweep, tasks)
+    for module in (doctor, tasks, check, evaluate, solve, knowledge, sweep, fixit, bench, show, serve):
         module.register(app)
 
 

@@ -12,7 +12,7 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
   "pydantic>=2.6" "nvtx>=0.2.10" "langgraph>=1.2,<1.3" "langgraph-checkpoint-sqlite>=3.0" \
-  "tenacity>=8.2" "pyyaml>=6" \
+  "tenacity>=8.2" "pyyaml>=6" "fastapi>=0.115" "uvicorn>=0.30" \
   "fla-core==0.6.0" "einops>=0.8" \
   "nvidia-cudnn-frontend==1.20.0" 2>&1 | grep -v '^WARNING: Location' || true
 # Already on the device image: keep its builds (numpy in particular is ABI-bound to torch).

@@ -170,7 +170,8 @@ def check(
     compiled, info = _compile_and_inspect(text, language, arch, launched)
     # null where the SASS could not be read (did not compile, no disassembler): not checked, not missing
     missing = info.missing(requested) if info.status == "ok" else None
-    manifest = manifest_problems(source, compiled, task, arch) if task is not None and source.is_dir() else []
+    manifest = (manifest_problems(Solution.from_dir(source), compiled, task, arch)
+                if task is not None and source.is_dir() else [])
     if json_out:
         print_json({**report(compiled, info), "task": task, "requested": requested, "missing": missing,
                     "manifest_errors": manifest})
@@ -194,8 +195,8 @@ def _exit_code(compiled: CompileResult, info: InspectResult, requested: list[str
     return ExitCode.OK
 
 
-def manifest_problems(folder: Path, compiled: CompileResult, task_name: str, arch: str) -> list[str]:
-    """What `agent eval` would find wrong with a solution folder's launch.json without a GPU
+def manifest_problems(solution: Solution, compiled: CompileResult, task_name: str, arch: str) -> list[str]:
+    """What `agent eval` would find wrong with a solution's launch.json without a GPU
     (tools.evaluator.static_check: names, expressions, shapes, nominal limits, kernels missing
     from the module, the argument count and sizes from the PTX signature), on the visible
     workloads; one line per distinct problem."""
@@ -205,7 +206,7 @@ def manifest_problems(folder: Path, compiled: CompileResult, task_name: str, arc
 
     if not compiled.ok:
         return []
-    task, solution = get_task(task_name), Solution.from_dir(folder)
+    task = get_task(task_name)
     found: dict[str, None] = {}
     for w in task.workloads_for("visible"):
         err = static_check(solution, compiled, task, task.axis_values(w), NOMINAL_LIMITS[arch])

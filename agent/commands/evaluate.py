@@ -148,6 +148,14 @@ def failures(r: EvalResult) -> list[str]:
     return out
 
 
+def eval_json(r: EvalResult) -> dict:
+    """What `agent eval --json` prints (and `agent serve`'s GET /jobs/{id} answers): the EvalResult
+    without its PTX text (it would drown the verdict; `agent check --json` prints it), plus the
+    verdicts, the infrastructure error and the failures in words."""
+    return {**r.model_dump(mode="json", exclude={"compile": {"ptx"}}), "verdicts": r.verdicts(),
+            "infra_error": r.infra_error, "failures": failures(r)}
+
+
 def exit_code(r: EvalResult) -> int:
     return ExitCode.INFRA if r.infra_error else ExitCode.FAILED if failures(r) else ExitCode.OK
 
@@ -194,9 +202,7 @@ def register(app: typer.Typer) -> None:
             result = ev.evaluate(sol, t, arch, workloads=workloads, executed_check=executed, sanitize=sanitize,
                                  time=not no_time, profile=executed and profile)
         if as_json:
-            # the PTX text would drown the verdict; `agent check --json` prints it
-            print_json({**result.model_dump(mode="json", exclude={"compile": {"ptx"}}), "verdicts": result.verdicts(),
-                        "infra_error": result.infra_error, "failures": failures(result)})
+            print_json(eval_json(result))
         else:
             render(result)
         raise typer.Exit(exit_code(result))

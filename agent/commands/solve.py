@@ -47,6 +47,9 @@ def solve_cmd(
         help="on | off: show the model the Nsight Compute profile of its kernel (GPU + ncu; needs the executed "
              "check, which runs that pass)."),
     api_base: Optional[str] = typer.Option(None, help="URL of an OpenAI-compatible server (vLLM, Ollama, ...)."),
+    evaluator_url: Optional[str] = typer.Option(
+        None, "--evaluator", help="Evaluate on a remote `agent serve` (http://host:port; token from "
+                                  "$PTXBENCH_EVALUATOR_TOKEN) instead of this machine's GPU."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (provider default if unset)."),
     model_param: Optional[list[str]] = typer.Option(
         None, "--model-param", metavar="KEY=VALUE",
@@ -79,6 +82,7 @@ def solve_cmd(
     """Run the agent loop on one task: draft, compile, inspect, evaluate, feed back, within a budget."""
     from agent import run
 
+    evaluator = remote_evaluator(evaluator_url) if evaluator_url else None
     try:
         if resume:
             run_dir, config = run.load_resumable(resume, runs_dir)
@@ -86,7 +90,7 @@ def solve_cmd(
             if run.finished_summary(run_dir) is not None and not json_out:
                 err_console.print(f"run {escape(config.run_id)} had already finished; nothing to resume (its "
                                   f"record is unchanged)", highlight=False, soft_wrap=True)
-            summary = run.resume(run_dir, progress=not quiet, human_reply_file=human_reply_file)
+            summary = run.resume(run_dir, progress=not quiet, human_reply_file=human_reply_file, evaluator=evaluator)
         else:
             if not task or not model:
                 raise CliError("give --task and --model (or --resume <run folder>)")
@@ -108,15 +112,32 @@ def solve_cmd(
             if mismatch:  # the run would record them as the model's answers to this task
                 raise CliError(f"{mismatch}; to judge a recorded kernel on this task, agent eval "
                                f"<run>/candidates/<turn>-<sample> --task {task} --arch {arch}")
-            summary = run.solve(req, progress=not quiet)
+            summary = run.solve(req, progress=not quiet, evaluator=evaluator)
             run_dir = runs_dir / summary.run_id
     except run.SolveError as exc:
         raise CliError(str(exc)) from None
+    finally:
+        if evaluator is not None:
+            evaluator.close()
     if json_out:
         print_json(summary)
     else:
         print_summary(summary, run_dir)
     raise typer.Exit(exit_code(summary))
+
+
+def remote_evaluator(url: str):
+    """--evaluator URL: a RemoteEvaluator (agent/client.py), or one line and exit 2."""
+    from urllib.parse import urlparse
+
+    from agent.client import RemoteEvaluator, ServiceError
+
+    if urlparse(url).scheme not in ("http", "https") or not urlparse(url).hostname:
+        raise CliError(f"--evaluator {url!r} is not an http(s) URL")
+    try:
+        return RemoteEvaluator(url)
+    except ServiceError as exc:
+        raise CliError(str(exc)) from None
 
 
 def model_params_from(pairs: list[str]) -> dict:

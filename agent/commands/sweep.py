@@ -40,6 +40,9 @@ def sweep(
     ray_address: Optional[str] = typer.Option(
         None, "--address", "--ray-address",
         help="an existing Ray cluster (auto, host:6379, ray://host:10001); implies --executor ray"),
+    evaluator_url: Optional[str] = typer.Option(
+        None, "--evaluator", help="evaluate on a remote `agent serve` (http://host:port; token from "
+                                  "$PTXBENCH_EVALUATOR_TOKEN) instead of the config's executor"),
     runs_dir: Optional[str] = typer.Option(None, help="where runs go (overrides the config)"),
     concurrency: Optional[int] = typer.Option(None, help="runs (LLM calls) in flight at once"),
     retry_failed: bool = typer.Option(
@@ -53,6 +56,8 @@ def sweep(
         fail(f"no sweep config at {config}")
     if executor not in (None, "local", "ray"):
         fail(f"unknown executor {executor!r}; choose local or ray")
+    if evaluator_url and (executor or ray_address):
+        fail("--evaluator (a remote agent serve) replaces --executor and --ray-address: give one of them")
     if ray_address and executor is None:  # an address only means something to Ray
         executor = "ray"
     try:
@@ -94,8 +99,14 @@ def sweep(
                               f"their current step (Ctrl-C again to quit now; they stay resumable either way)",
                               highlight=False)
 
+        remote = None
+        if evaluator_url:  # the service queues the GPU work; every run holds its one RemoteEvaluator
+            from agent.client import RemoteExecutor
+            from agent.commands.solve import remote_evaluator
+
+            remote = RemoteExecutor.around(remote_evaluator(evaluator_url))
         try:
-            result = run_sweep(cfg, progress=on_run, retry_failed=retry_failed, models_checked=checked,
+            result = run_sweep(cfg, remote, progress=on_run, retry_failed=retry_failed, models_checked=checked,
                                on_interrupt=on_interrupt)
         except RuntimeError as exc:  # e.g. ray not installed
             fail(str(exc))
@@ -104,6 +115,9 @@ def sweep(
             err_console.print(f"interrupted; run  agent sweep {escape(str(config))}  again to resume", highlight=False)
             sys.stdout.flush()
             os._exit(ExitCode.INTERRUPTED)  # their threads would hold the process until they end
+        finally:
+            if remote is not None:
+                remote.close()
     say = functools.partial(console.print, highlight=False, soft_wrap=True)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)

@@ -32,6 +32,17 @@ def _summary(task) -> dict:
     }
 
 
+def listed() -> list[dict]:
+    """What `agent tasks --json` prints (and `agent serve`'s GET /tasks): every task's summary, by family."""
+    from tasks import list_tasks
+    from tasks.schema import OP_FAMILIES
+
+    order = list(dict.fromkeys(OP_FAMILIES.values()))
+    tasks = sorted(list_tasks(), key=lambda t: (order.index(t.op_family) if t.op_family in order else len(order),
+                                                "held_out_variant" in t.tags))
+    return [_summary(t) for t in tasks]
+
+
 def _load(name: str):
     from tasks import UnknownTask, get_task
 
@@ -51,14 +62,7 @@ def register(app: typer.Typer) -> None:
         """List every task: name, op type, aliases, requested features per arch, workload counts."""
         if ctx.invoked_subcommand is not None:
             return
-        from tasks import list_tasks
-
-        from tasks.schema import OP_FAMILIES
-
-        order = list(dict.fromkeys(OP_FAMILIES.values()))
-        tasks = sorted(list_tasks(), key=lambda t: (order.index(t.op_family) if t.op_family in order else len(order),
-                                                    "held_out_variant" in t.tags))
-        rows = [_summary(t) for t in tasks]
+        rows = listed()
         if as_json:
             print_json(rows)
             return
