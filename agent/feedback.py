@@ -89,22 +89,38 @@ def candidate_record(turn: int, sample: int, path: str, ev: EvalResult | None = 
                            verdicts=Verdicts(**ev.verdicts()), verified=ran(ev), error=error)
 
 
-def best_eligible(c: CandidateRecord) -> bool:
-    """Correct with the requested instructions; on CPU: compiled with them, flagged unverified."""
-    return c.outcome in ("correct_with_arch", "unverified")
+def best_eligible(c: CandidateRecord, require: bool = True) -> bool:
+    """The run's goal is met: correct with the requested instructions (on CPU: compiled with them,
+    flagged unverified). Under --require off the model was never asked for them, so the loop's goal
+    is what it was told: correct (on CPU: compiled and not shown wrong); arch_missing is such a
+    kernel. The benchmark's verdicts (reports) are drawn from every candidate, not from this."""
+    if require:
+        return c.outcome in ("correct_with_arch", "unverified")
+    return c.outcome in ("correct_with_arch", "unverified", "arch_missing")
 
 
-def rank(c: CandidateRecord) -> tuple:
-    """Higher is better; choosing the sample that continues the conversation."""
+def outcome_words(c: CandidateRecord, require: bool = True) -> str:
+    """A candidate's outcome as the model is told it: under --require off, nothing about instructions."""
+    if require or c.outcome not in ("correct_with_arch", "unverified", "arch_missing"):
+        return c.outcome.replace("_", " ")
+    return "correct" if c.verdicts.correct is True else "compiled, correctness not checked"
+
+
+def rank(c: CandidateRecord, require: bool = True) -> tuple:
+    """Higher is better; choosing the sample that continues the conversation. Under --require off
+    the instructions play no part (the model was not asked for them): correct, then fast."""
     v = c.verdicts
+    if not require:
+        return (v.correct is True, best_eligible(c, False), v.compiled, c.outcome not in ("format_error", "model_error"),
+                v.speedup or 0.0)
     return (c.outcome == "correct_with_arch", c.outcome == "unverified", v.correct is True, v.arch_sass, v.compiled,
             c.outcome not in ("format_error", "model_error"), v.speedup or 0.0)
 
 
-def population(attempts: list[CandidateRecord], k: int) -> list[CandidateRecord]:
+def population(attempts: list[CandidateRecord], k: int, require: bool = True) -> list[CandidateRecord]:
     """Evolve's parents: the best k candidates so far by `rank` (correct with the requested
     instructions first, then speedup), earlier ones first among equals."""
-    return sorted(attempts, key=rank, reverse=True)[:k]  # sorted() is stable under reverse
+    return sorted(attempts, key=lambda c: rank(c, require), reverse=True)[:k]  # sorted() is stable under reverse
 
 
 def draw_parent(pop: list[CandidateRecord], seed: int | None, turn: int) -> CandidateRecord:
@@ -114,8 +130,8 @@ def draw_parent(pop: list[CandidateRecord], seed: int | None, turn: int) -> Cand
     return rng.choices(pop, weights=range(len(pop), 0, -1))[0]
 
 
-def better_best(new: CandidateRecord, old: CandidateRecord | None) -> bool:
-    if not best_eligible(new):
+def better_best(new: CandidateRecord, old: CandidateRecord | None, require: bool = True) -> bool:
+    if not best_eligible(new, require):
         return False
     if old is None:
         return True
@@ -127,31 +143,38 @@ def better_best(new: CandidateRecord, old: CandidateRecord | None) -> bool:
 # ---------------------------------------------------------------------------------------
 def render_feedback(turn: int, action: str, lang: str, chosen: CandidateRecord, ev: EvalResult | None,
                     others: list[CandidateRecord] = (), samples: int = 1, best: CandidateRecord | None = None,
-                    profile: bool = False, max_turns: int | None = None, next_turn: int | None = None) -> str:
+                    profile: bool = False, max_turns: int | None = None, next_turn: int | None = None,
+                    require: bool = True) -> str:
     """The user message that follows the chosen candidate's reply. `best`: the best candidate
     so far; when a repair is asked for after a regression, the model is pointed back to it.
     `profile`: add the Nsight Compute profile block (the --profile-feedback ablation).
     `max_turns`: the run's turn budget, stated with the next step (`next_turn`, by default turn + 1;
-    evolve answers an older parent)."""
-    sections = format_section(chosen, lang) if ev is None else eval_sections(ev, lang, profile)
+    evolve answers an older parent).
+    `require`: the --require axis; off leaves out the requested-instruction verdicts (agent.prompts)."""
+    sections = format_section(chosen, lang) if ev is None else eval_sections(ev, lang, profile, require)
     if chosen.note:  # the reply held several candidates: say which one these results are about
         sections = f"Your reply: {chosen.note}\n\n{sections}"
     other_line = ""
     if others:
         other_line = "Other samples this turn: " + ", ".join(
-            f"{c.turn}-{c.sample} {c.outcome.replace('_', ' ')}" for c in others) + ".\n"
+            f"{c.turn}-{c.sample} {outcome_words(c, require)}" for c in others) + ".\n"
     if action == "optimise":
-        status = ("is correct and uses the requested instructions" if chosen.verified else
-                  "compiles with the requested instructions (its correctness is not known yet)")
-        next_step = prompts.render("next_optimise", status=status)
+        if require:
+            status = ("is correct and uses the requested instructions" if chosen.verified else
+                      "compiles with the requested instructions (its correctness is not known yet)")
+        else:
+            status = "is correct" if chosen.verified else "compiles (its correctness is not known yet)"
+        next_step = prompts.render("next_optimise", status=status,
+                                   keeping=" and keeping the requested instructions" if require else "")
     else:
         next_step = prompts.render("next_repair")
         if best is not None and best.path != chosen.path:
             v = best.verdicts
-            status = best.outcome.replace("_", " ") + (f", speedup {v.speedup:.3g}x" if v.speedup is not None else "")
+            status = outcome_words(best, require) + (f", speedup {v.speedup:.3g}x" if v.speedup is not None else "")
             next_step += prompts.render("feedback_best", turn=best.turn, status=status)
     if max_turns:
-        next_step = next_step.rstrip() + "\n" + prompts.budget_line(next_turn or turn + 1, max_turns) + "\n"
+        next_step = (next_step.rstrip() + "\n" + prompts.budget_line(next_turn or turn + 1, max_turns, require)
+                     + "\n")
     sample_note = f" (sample {chosen.sample} of {samples}, the best this turn)" if samples > 1 else ""
     of_turns = f" of {max_turns}" if max_turns else ""
     text = prompts.render("feedback", turn=f"{turn}{of_turns}", sample_note=sample_note,
@@ -164,10 +187,11 @@ def format_section(chosen: CandidateRecord, lang: str) -> str:
                           fence=prompts.fence(lang))
 
 
-def eval_sections(ev: EvalResult, lang: str, profile: bool = False) -> str:
+def eval_sections(ev: EvalResult, lang: str, profile: bool = False, require: bool = True) -> str:
     parts = [compile_section(ev, lang)]
     if ev.compiled:
-        parts.append(arch_section(ev))
+        if require:  # under --require off the instructions are judged, never reported to the model
+            parts.append(arch_section(ev))
         parts.append(run_section(ev))
         parts.append(memcheck_section(ev))
         parts.append(timing_section(ev))

@@ -120,9 +120,7 @@ class Nodes:
         turn = state["turn"] + 1
         messages = list(state["messages"])
         if not messages:
-            messages = [{"role": "system", "content": prompts.system_prompt(cfg.arch, cfg.lang, cfg.prompt_version)},
-                        {"role": "user", "content": prompts.task_prompt(d.task_text, cfg.arch, state.get("context", ""),
-                                                                        cfg.prompt_version, cfg.budget.max_turns)}]
+            messages = turn1_messages(cfg, d.task_text, state.get("context", ""))
         else:
             # new docs first, the feedback after them: the message ends with what to do next
             content = state.get("context", "").strip() + "\n\n" + (state.get("feedback") or "").strip()
@@ -281,11 +279,12 @@ class Nodes:
         per_turn = list(state.get("per_turn") or [])
         best = CandidateRecord(**state["best"]) if state.get("best") else None
         chosen = None
+        asks = prompts.requires(cfg.require)
         if current:
             spent.turns += 1
-            chosen = max(current, key=fb.rank)  # ties: the lowest sample
+            chosen = max(current, key=lambda c: fb.rank(c, asks))  # ties: the lowest sample
             for c in current:
-                if fb.better_best(c, best):
+                if fb.better_best(c, best, asks):
                     best = c
             reply = next(r for r in state["replies"] if r["sample"] == chosen.sample)
             messages.append({"role": "assistant", "content": reply["text"]})
@@ -302,14 +301,16 @@ class Nodes:
         # evolve a parent drawn from the best candidates so far
         basis, pop = chosen, []
         if cfg.strategy == "evolve" and not stop_reason:
-            pop = fb.population([CandidateRecord(**c) for c in state.get("attempts") or []], cfg.population)
+            pop = fb.population([CandidateRecord(**c) for c in state.get("attempts") or []], cfg.population, asks)
             basis = fb.draw_parent(pop, cfg.seed, turn) if pop else chosen
         parent = basis.path if basis else state.get("parent")
         if stop_reason:
             action, why = "stop", stop_detail
-        elif fb.best_eligible(basis):
+        elif fb.best_eligible(basis, asks):
             action = "optimise"
-            if basis.outcome == "correct_with_arch":
+            if not asks:  # the goal the model was told: correct (the instructions are judged, not asked)
+                why = "correct" if basis.verified else "compiled; correctness unverified (" + state["evaluation"] + ")"
+            elif basis.outcome == "correct_with_arch":
                 why = "correct with the requested instructions"
             elif basis.verified:  # ran correct on the GPU; the executed-instruction check did not run
                 why = "correct, the requested instructions in the SASS; their execution unverified"
@@ -354,7 +355,8 @@ class Nodes:
         ev = EvalResult.model_validate_json(eval_path.read_text()) if eval_path.exists() else None
         best = CandidateRecord(**state["best"]) if state.get("best") else None
         text = fb.render_feedback(last.turn, action, cfg.lang, chosen, ev, others, cfg.samples, best=best,
-                                  profile=cfg.profile_feedback, max_turns=cfg.budget.max_turns)
+                                  profile=cfg.profile_feedback, max_turns=cfg.budget.max_turns,
+                                  require=prompts.requires(cfg.require))
         d.writer.event("feedback", turn=last.turn, kind=action, outcome=chosen.outcome, text=text, parent=chosen.path)
         if cfg.history == "latest":  # docs sent with earlier feedback are no longer in the chat: they may come again
             return {"feedback": text, "context_sections": list(state.get("base_sections") or [])}
@@ -368,7 +370,8 @@ class Nodes:
         pdir = d.writer.run_dir / parent.path
         ev = EvalResult.model_validate_json((pdir / "eval.json").read_text()) if (pdir / "eval.json").exists() else None
         text = fb.render_feedback(parent.turn, action, cfg.lang, parent, ev, profile=cfg.profile_feedback,
-                                  max_turns=cfg.budget.max_turns, next_turn=state["turn"] + 1)
+                                  max_turns=cfg.budget.max_turns, next_turn=state["turn"] + 1,
+                                  require=prompts.requires(cfg.require))
         reply = (pdir / "reply.md").read_text() if (pdir / "reply.md").exists() else ""
         d.writer.event("feedback", turn=state["turn"], kind=action, outcome=parent.outcome, text=text,
                        parent=parent.path)
@@ -402,6 +405,17 @@ def _finish_reason(raw: dict | None) -> str | None:
         return raw["choices"][0]["finish_reason"]
     except (TypeError, KeyError, IndexError):
         return None
+
+
+def turn1_messages(cfg: RunConfig, task_text: str, context: str = "") -> list[dict]:
+    """The chat a run opens with: the system prompt and the task prompt (statement, docs, budget),
+    rendered with the run's prompt version and --require setting. `task_text` is
+    agent.run.render_statement(task, cfg). The one place both are built (draft, Fixit's teacher repairs,
+    the prompt tests)."""
+    asks = prompts.requires(cfg.require)
+    return [{"role": "system", "content": prompts.system_prompt(cfg.arch, cfg.lang, cfg.prompt_version, asks)},
+            {"role": "user", "content": prompts.task_prompt(task_text, cfg.arch, context, cfg.prompt_version,
+                                                            cfg.budget.max_turns, asks)}]
 
 
 def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:

@@ -8,6 +8,7 @@ The task itself is described by tasks.describe.render_task, never here.
 from __future__ import annotations
 
 import hashlib
+import re
 import string
 from pathlib import Path
 
@@ -59,11 +60,43 @@ def fence(lang: str) -> str:
 SASS_CAVEATS = {"sm_90a": " (and, for wgmma, not serialized by ptxas)"}
 
 
-def system_prompt(arch: str, lang: str, version: str = PROMPT_VERSION) -> str:
-    return render("system", version, gpu_name=GPU_NAMES.get(arch, arch), arch=arch,
-                  arch_instructions=ARCH_INSTRUCTIONS.get(arch, "its own instructions"),
-                  credit_rules=credit_rules(arch),
-                  language_rules=render(f"lang_{fence(lang)}", version, arch=arch).strip(), fence=fence(lang))
+# ---------------------------------------------------------------------------------------
+# The --require axis (issue 41), in one place. On: the prompts ask for the architecture's
+# instructions, the task statement lists them and the credit rules are stated. Off: no prompt,
+# statement or feedback names or asks for them and no credit rule is stated; the run is still
+# judged on them (SASS, executed, carried), so correct-with-arch is measured unasked. Every text
+# that differs between the two is chosen here or in tasks.describe.render_task(require=...).
+# ---------------------------------------------------------------------------------------
+REQUIRES = ("on", "off")
+
+
+def requires(setting: str) -> bool:
+    """A run's `require` setting ("on" | "off", RunConfig.require) as the flag the renderers take."""
+    if setting not in REQUIRES:
+        raise PromptError(f"require must be one of {', '.join(REQUIRES)}, not {setting!r}")
+    return setting == "on"
+
+
+def goal_words(require: bool) -> str:
+    """What a kernel must be for its speed to count, as the model is told it."""
+    return "correct with the requested instructions" if require else "correct"
+
+
+def system_prompt(arch: str, lang: str, version: str = PROMPT_VERSION, require: bool = True) -> str:
+    if require:
+        values = dict(request=f"Where the task asks for them, use the architecture's own instructions "
+                              f"({ARCH_INSTRUCTIONS.get(arch, 'its own instructions')}).\n",
+                      inspected=" and the machine code (SASS) is inspected",
+                      results="the compiler's diagnostics, the SASS verdict, correctness and speed",
+                      credited=" with the requested instructions credited",
+                      credit_rules="\nA requested instruction is credited only if all of these hold:\n"
+                                   + credit_rules(arch) + "\n")
+    else:
+        values = dict(request="", inspected="", results="the compiler's diagnostics, correctness and speed",
+                      credited="", credit_rules="")
+    text = render("system", version, gpu_name=GPU_NAMES.get(arch, arch), arch=arch, fence=fence(lang),
+                  language_rules=render(f"lang_{fence(lang)}", version, arch=arch).strip(), **values)
+    return re.sub(r"\n{3,}", "\n\n", text)
 
 
 def credit_rules(arch: str) -> str:
@@ -105,14 +138,14 @@ def history_view(messages: list[dict], policy: str) -> list[dict]:
     return list(messages[:2]) + list(messages[-2:])
 
 
-def budget_line(turn: int, max_turns: int | None) -> str:
+def budget_line(turn: int, max_turns: int | None, require: bool = True) -> str:
     """The turn budget, as the model is told it on every turn."""
     if not max_turns:
         return ""
     left = max_turns - turn
     more = f"{left} more after this one" if left else "this is the last one"
-    return (f"This is turn {turn} of {max_turns} ({more}). Your best kernel across all turns that is correct "
-            "with the requested instructions is what counts, then its speed.")
+    return (f"This is turn {turn} of {max_turns} ({more}). Your best kernel across all turns that is "
+            f"{goal_words(require)} is what counts, then its speed.")
 
 
 def context_block(texts: list[str], why: str = "", version: str = PROMPT_VERSION) -> str:
@@ -124,7 +157,7 @@ def context_block(texts: list[str], why: str = "", version: str = PROMPT_VERSION
 
 
 def task_prompt(task_description: str, arch: str, context: str = "", version: str = PROMPT_VERSION,
-                max_turns: int | None = None) -> str:
-    """task_description comes from tasks.describe.render_task(task, arch, language)."""
+                max_turns: int | None = None, require: bool = True) -> str:
+    """task_description comes from tasks.describe.render_task(task, arch, language, require)."""
     return render("task", version, task=task_description.strip(), context=context, arch=arch,
-                  budget=budget_line(1, max_turns))
+                  budget=budget_line(1, max_turns, require))

@@ -196,7 +196,7 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
                        samples=config.samples, strategy=config.strategy, population=config.population,
                        profile_feedback=config.profile_feedback,
                        runs_dir=out_root, seed=config.seed, temperature=config.temperature,
-                       executed_check=config.executed_check, history=config.history,
+                       executed_check=config.executed_check, history=config.history, require=config.require,
                        model_params=dict(config.model_params), context_turn_tokens=config.context_turn_tokens,
                        memcheck=config.memcheck,
                        command=["agent", "replay", "--through-graph", str(run_dir)])

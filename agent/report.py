@@ -1,8 +1,10 @@
 """Sweep reports: read run folders, compute the benchmark's metrics per cell and turn limit,
 write report.md, report.html, report.csv and PNG plots.
 
-A cell is (model, task, arch, context, strategy, profile feedback, history); its replicas are the
-runs that share it. Context and profile feedback are the two ablations: the report shows
+A cell is (model, task, arch, context, strategy, profile feedback, history, require); its replicas are the
+runs that share it. Context, profile feedback and require (were the instructions asked for: the
+verdicts are the same either way, so `cwa` under require off is correct-with-arch unasked) are the
+ablations: the report shows
 every metric with each setting side by side (and a plot of each). Each
 metric is computed per run at a turn limit T from the run's per-turn verdicts (every
 candidate of turns 1..T counts), then summarised over the cell's replicas:
@@ -179,7 +181,7 @@ def _toolchain(c: RunConfig) -> str:
 
 # Cell-key settings that runs told apart by distinguish() may differ in: the task (families pool
 # tasks) and the two ablations. Settings only the arms that send docs have (the none arm's are None).
-ABLATION_FREE = ("task", "context", "profile")
+ABLATION_FREE = ("task", "context", "profile", "require")
 DOCS_ARM_ONLY = ("docs", "context_tokens", "context_turn_tokens")
 
 
@@ -412,9 +414,9 @@ def bootstrap_geomean_ci(xs: Sequence[float], *, resamples: int = 2000, seed: in
 # Cells
 # ---------------------------------------------------------------------------------------
 # model (its parameters appended when it has any), task, arch, context, strategy, profile feedback (on/off),
-# history policy (full/latest)
-CellKey = tuple[str, str, str, str, str, str, str]
-KEY_NAMES = ("model", "task", "arch", "context", "strategy", "profile", "history")
+# history policy (full/latest), require (on/off: were the instructions asked for)
+CellKey = tuple[str, str, str, str, str, str, str, str]
+KEY_NAMES = ("model", "task", "arch", "context", "strategy", "profile", "history", "require")
 
 
 @dataclass
@@ -459,7 +461,8 @@ class CellRow:
 
 def cell_key(run: RunRecord) -> CellKey:
     c = run.config
-    return (run_label(run), c.task, c.arch, c.context, c.strategy, "on" if c.profile_feedback else "off", c.history)
+    return (run_label(run), c.task, c.arch, c.context, c.strategy, "on" if c.profile_feedback else "off", c.history,
+            c.require)
 
 
 def run_label(run: RunRecord) -> str:
@@ -775,7 +778,8 @@ def _by_model_setting(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[R
         c = r.config
         setting = ", ".join([c.context] + ([c.strategy] if c.strategy != "linear" else [])
                             + (["profile on"] if c.profile_feedback else [])
-                            + ([f"history {c.history}"] if c.history != "full" else []))
+                            + ([f"history {c.history}"] if c.history != "full" else [])
+                            + (["unasked"] if c.require == "off" else []))
         out.setdefault((run_label(r), setting), []).append(r)
     return dict(sorted(out.items()))
 
@@ -795,13 +799,14 @@ class Report:
 
 
 PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "context": "context.png",
-         "profile": "profile.png"}
+         "profile": "profile.png", "require": "require.png"}
+ABLATION_PLOTS = ("context", "profile", "require")
 
 
 def plots_for(rows: Sequence[CellRow]) -> list[str]:
     """The plots these runs can fill: an ablation's plot only where the runs vary that setting."""
-    varied = {name for name in ("context", "profile") if len({r.key[KEY_NAMES.index(name)] for r in rows}) > 1}
-    return [name for name in PLOTS if name not in ("context", "profile") or name in varied]
+    varied = {name for name in ABLATION_PLOTS if len({r.key[KEY_NAMES.index(name)] for r in rows}) > 1}
+    return [name for name in PLOTS if name not in ABLATION_PLOTS or name in varied]
 
 
 def write_report(paths: Iterable[str | Path], out_dir: str | Path,
@@ -839,6 +844,8 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
         plot_context(rows, limits[-1], files["context"])
     if "profile" in files:
         plot_ablation(rows, limits[-1], files["profile"], KEY_NAMES.index("profile"), "profile feedback")
+    if "require" in files:
+        plot_ablation(rows, limits[-1], files["require"], KEY_NAMES.index("require"), "instructions requested")
     files["csv"] = out / "report.csv"
     write_csv(rows, files["csv"])
     files["families_csv"] = out / "report_families.csv"
@@ -957,7 +964,7 @@ def _source_words(source: str) -> str:
     return ", ".join(out)
 
 
-_INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback x history) and turn limit: the share of "
+_INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback x history x require) and turn limit: the share of "
           "runs that reached each verdict with a Wilson 95% interval (stretched over the runs whose verdict is n/a, "
           "either way) and (successes/known runs); speedup is the "
           "geometric mean of each correct-with-arch run's best speedup vs the library, with a bootstrap 95% "

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from agent import prompts
 from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
-from agent.nodes import Deps, InfraFault, Nodes
+from agent.nodes import Deps, InfraFault, Nodes, turn1_messages
 from agent.state import initial_state, summary_from_state
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, HISTORIES, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
@@ -69,6 +69,7 @@ class SolveRequest:
     human_reply_file: str | None = None
     command: list[str] = field(default_factory=list)
     history: str = "full"  # full | latest: what of the chat each call sends
+    require: str = "on"  # on | off: ask for the requested instructions (and state the credit rules) or not
     model_params: dict = field(default_factory=dict)  # to the provider as given (agent.models.LOCAL_PARAMS aside)
     model_name: str | None = None  # a sweep's name for the model (reports show it)
     context_turn_tokens: int = 2000  # docs added on turns 2+ at most, per turn
@@ -88,7 +89,7 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
                      model_options: dict | None = None, strategy: str | None = None,
                      population: int = 4, history: str = "full", model_params: dict | None = None,
                      context_turn_tokens: int = 0, profile_feedback: bool = False,
-                     executed_check: bool = True) -> str | None:
+                     executed_check: bool = True, require: str = "on") -> str | None:
     """What is wrong with a run's settings, in one line naming the setting as a sweep config
     and `agent solve` spell it, or None. Shared by both, so they refuse the same things up
     front instead of failing once per run."""
@@ -125,6 +126,8 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
                 "include; use context docs (or docs+example) for PTX")
     if history not in HISTORIES:
         return f"unknown history policy {history!r} (--history); choose one of {', '.join(HISTORIES)}"
+    if require not in prompts.REQUIRES:
+        return f"unknown require setting {require!r} (--require); choose one of {', '.join(prompts.REQUIRES)}"
     if context_turn_tokens < 0:
         return f"context_turn_tokens (--context-turn-tokens) must be >= 0, not {context_turn_tokens}"
     from agent.models import model_params_problem
@@ -187,7 +190,7 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
                                model_options=req.model_options, strategy=req.strategy, population=req.population,
                                history=req.history, model_params=req.model_params,
                                context_turn_tokens=req.context_turn_tokens, profile_feedback=req.profile_feedback,
-                               executed_check=req.executed_check)
+                               executed_check=req.executed_check, require=req.require)
     if problem:
         raise SolveError(problem)
     if req.api_base:
@@ -206,7 +209,7 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
         profile_feedback=req.profile_feedback,
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
         executed_check=req.executed_check, command=req.command or list(sys.argv), history=req.history,
-        model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck,
+        require=req.require, model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck,
         model_name=req.model_name)
     return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
 
@@ -242,15 +245,11 @@ def repair(config: RunConfig, solution, feedback: str, *, runs_dir: str | Path =
     config = config.model_copy(update={"created": utc_now(), "command": list(sys.argv), "repair_run": True,
                                        "requested_features": task.features_for(config.arch)})
     state = initial_state()
-    task_text = _render_task(task, config)
+    task_text = render_statement(task, config)
     fence = "ptx" if solution.language == "ptx" else "cuda"
     reply = (f"```{fence}\n{solution.source.rstrip()}\n```\n\n```json\n"
              f"{solution.manifest.model_dump_json(indent=2, exclude_defaults=True)}\n```\n")
-    state["messages"] = [
-        {"role": "system", "content": prompts.system_prompt(config.arch, config.lang, config.prompt_version)},
-        {"role": "user", "content": prompts.task_prompt(task_text, config.arch, "", config.prompt_version,
-                                                        config.budget.max_turns)},
-        {"role": "assistant", "content": reply}]
+    state["messages"] = [*turn1_messages(config, task_text), {"role": "assistant", "content": reply}]
     state["feedback"] = feedback
     return _start(config, task, model, state, runs_dir, not quiet, evaluator, task_text=task_text)
 
@@ -329,7 +328,7 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
         if (toolchain := recorded_toolchain(config, run_dir)) != config.tool_versions:
             config = config.model_copy(update={"tool_versions": toolchain})
             writer.write_config(config)
-        deps = Deps(config=config, task=task, task_text=_render_task(task, config), model=model,
+        deps = Deps(config=config, task=task, task_text=render_statement(task, config), model=model,
                     evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
         return _drive(deps, None, resumed=True, progress=progress, close_evaluator=owned, stop=stop,
                       found_gpu=found_gpu)
@@ -517,7 +516,7 @@ def _start_locked(config: RunConfig, task, model, state: dict, run_dir: Path, re
                                        "gpu_from_turn": None})  # a repair's config is its student's
     writer = TrajectoryWriter(run_dir)
     writer.write_config(config)
-    deps = Deps(config=config, task=task, task_text=task_text or _render_task(task, config), model=model,
+    deps = Deps(config=config, task=task, task_text=task_text or render_statement(task, config), model=model,
                 evaluator=evaluator, writer=writer, clock=Clock(), retrieve=retrieve)
     return _drive(deps, state, resumed=False, progress=progress, close_evaluator=owned, stop=stop)
 
@@ -559,7 +558,7 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
     writer.event("run_start", resumed=resumed, retried_turn=retry_turn or None, run_id=config.run_id,
                  task=config.task, arch=config.arch,
                  model=config.model, lang=config.lang, context=config.context, samples=config.samples,
-                 strategy=config.strategy, profile_feedback=config.profile_feedback,
+                 strategy=config.strategy, profile_feedback=config.profile_feedback, require=config.require,
                  budget=config.budget.model_dump(), gpu=config.gpu, gpu_from_turn=config.gpu_from_turn)
     status, stop_reason, stop_detail, tb = "finished", None, None, None
     try:
@@ -763,10 +762,11 @@ def _get_evaluator():
 
 
 
-def _render_task(task, config: RunConfig) -> str:
+def render_statement(task, config: RunConfig) -> str:
+    """The task statement a run's model reads (tasks.describe.render_task, with its --require setting)."""
     from tasks.describe import render_task
 
-    return render_task(task, config.arch, config.lang)
+    return render_task(task, config.arch, config.lang, prompts.requires(config.require))
 
 
 def tool_versions() -> dict[str, str]:

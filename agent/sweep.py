@@ -1,5 +1,5 @@
 """Sweeps: a grid of independent agent runs (models x tasks x arches x context modes x
-search strategies x profile feedback x history policies x replicas), each with a deterministic
+search strategies x profile feedback x history policies x require settings x replicas), each with a deterministic
 run id, run concurrently and resumably.
 
     load_sweep_config(path) -> SweepConfig        TOML or YAML
@@ -7,7 +7,7 @@ run id, run concurrently and resumably.
     run_sweep(config, executor) -> SweepResult    runs every cell not yet finished
 
 Run ids are <sweep>/<model>/<task>/<arch>/<context>/r<k>, with a segment before r<k> for
-settings other than the plain loop's (`evolve`, `profile-on`, `latest`, `evolve+profile-on`; see
+settings other than the plain loop's (`evolve`, `profile-on`, `latest`, `require-off`, `evolve+profile-on`; see
 `variant`), so a second `agent sweep` on the same config finds what the first one did: runs with a finished summary.json are skipped,
 runs with a config.json but no finished summary are resumed through agent.run's resume,
 the rest start fresh; --retry-failed also resumes runs a ptxbench error or the model's provider
@@ -31,7 +31,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, PROFILE_FEEDBACK_DEFAULT, Budget, ContextMode, History,
-                              Language, RunFolderError, RunSummary, Strategy, read_summary)
+                              Language, Require, RunFolderError, RunSummary, Strategy, read_summary)
 
 DONE_STATUSES = ("finished", "failed")
 
@@ -81,6 +81,8 @@ class SweepConfig(BaseModel):
         default_factory=lambda: ["on" if PROFILE_FEEDBACK_DEFAULT else "off"])
     # what each call sends: the whole chat, or system + task + the last reply and its feedback
     histories: list[History] = Field(default_factory=lambda: ["full"])
+    # the --require axis: "on" (ask for the instructions, state the credit rules), "off" (never name them)
+    requires: list[Require] = Field(default_factory=lambda: ["on"])
     context_turn_tokens: int = Field(default=2000, ge=0)  # docs added on turns 2+ at most, per turn
     memcheck: bool = True  # compute-sanitizer memcheck after a visible crash, hang or out-of-bounds write
     replicas: int = Field(default=1, ge=1)
@@ -132,8 +134,9 @@ class SweepConfig(BaseModel):
         from agent.run import settings_problem
 
         if not self.arches or not self.contexts or not self.profile_feedback or self.strategies == [] \
-                or not self.histories:
-            raise ValueError("arches, contexts, strategies, profile_feedback and histories need at least one entry each")
+                or not self.histories or not self.requires:
+            raise ValueError("arches, contexts, strategies, profile_feedback, histories and requires need at least one "
+                             "entry each")
         for arch in self.arches:
             for context in self.contexts:
                 for strategy in self.strategy_list:
@@ -218,6 +221,7 @@ class SweepRun:
     strategy: str = "linear"
     profile_feedback: bool = PROFILE_FEEDBACK_DEFAULT
     history: str = "full"
+    require: str = "on"
 
     def request(self, sweep: SweepConfig, runs_dir: Path):
         """The agent.run.SolveRequest of this cell; replica k gets seed sweep.seed + k."""
@@ -230,16 +234,16 @@ class SweepRun:
             api_base=self.model.api_base, model_options=dict(self.model.options), runs_dir=runs_dir,
             run_id=self.run_id, seed=sweep.seed + self.replica, temperature=sweep.temperature,
             executed_check=sweep.executed_check,
-            command=["agent", "sweep", sweep.name, self.run_id], history=self.history,
+            command=["agent", "sweep", sweep.name, self.run_id], history=self.history, require=self.require,
             model_params=dict(self.model.params), context_turn_tokens=sweep.context_turn_tokens,
             memcheck=sweep.memcheck, model_name=self.model.name)
 
 
-def variant(strategy: str, samples: int, profile_feedback: bool, history: str = "full") -> str:
+def variant(strategy: str, samples: int, profile_feedback: bool, history: str = "full", require: str = "on") -> str:
     """The run-id segment for settings other than the plain loop's ("" for none): the strategy
-    unless the sweep's `samples` implies it, the profile feedback unless it is the default, and
-    the history policy unless it is full. Runs of sweeps made before these settings existed keep
-    their ids."""
+    unless the sweep's `samples` implies it, the profile feedback unless it is the default, the
+    history policy unless it is full, and `require-off` for runs not asked for the instructions.
+    Runs of sweeps made before these settings existed keep their ids."""
     from agent.run import implied_strategy
 
     parts = [strategy] if strategy != implied_strategy(samples) else []
@@ -247,12 +251,14 @@ def variant(strategy: str, samples: int, profile_feedback: bool, history: str = 
         parts.append("profile-on" if profile_feedback else "profile-off")
     if history != "full":
         parts.append(history)
+    if require != "on":
+        parts.append(f"require-{require}")
     return "+".join(parts)
 
 
 def expand(config: SweepConfig) -> list[SweepRun]:
     """Every cell x replica, in a fixed order (model, task, arch, context, strategy, profile
-    feedback, history, replica)."""
+    feedback, history, require, replica)."""
     from tasks import select_tasks
 
     # names, aliases or groups (gemm:*, attention:causal, ...); raises UnknownTask with close names
@@ -271,12 +277,13 @@ def expand(config: SweepConfig) -> list[SweepRun]:
                     for strategy in config.strategy_list:
                         for profile in config.profile_feedback:
                             for history in config.histories:
-                                cell = variant(strategy, config.samples, profile == "on", history)
-                                for k in range(config.replicas):
-                                    run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/" + \
-                                        (f"{cell}/" if cell else "") + f"r{k}"
-                                    runs.append(SweepRun(run_id, m, task, requested, arch, context, k, strategy,
-                                                         profile == "on", history))
+                                for require in config.requires:
+                                    cell = variant(strategy, config.samples, profile == "on", history, require)
+                                    for k in range(config.replicas):
+                                        run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/" + \
+                                            (f"{cell}/" if cell else "") + f"r{k}"
+                                        runs.append(SweepRun(run_id, m, task, requested, arch, context, k, strategy,
+                                                             profile == "on", history, require))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise ValueError("the grid names one run twice (a task listed twice, or two aliases of one task?)")
@@ -638,7 +645,8 @@ def _recorded_settings(run: SweepRun, config: SweepConfig, runs_dir: Path) -> di
     settings = {"lang": req.lang, "context": req.context, "context_tokens": req.context_tokens,
                 "budget": req.budget.model_dump(), "samples": req.samples, "strategy": req.strategy,
                 "profile_feedback": req.profile_feedback, "seed": req.seed, "temperature": req.temperature,
-                "executed_check": req.executed_check, "history": req.history, "model_params": req.model_params,
+                "executed_check": req.executed_check, "history": req.history, "require": req.require,
+                "model_params": req.model_params,
                 "context_turn_tokens": req.context_turn_tokens, "memcheck": req.memcheck}
     if req.strategy == "evolve":
         settings["population"] = req.population

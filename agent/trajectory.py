@@ -38,6 +38,9 @@ STRATEGIES = ("linear", "best-of-n", "evolve")
 # prompt, the task, the last reply and its feedback (PTXBench's latest pair), so prompts stay flat.
 History = Literal["full", "latest"]
 HISTORIES = ("full", "latest")
+# Whether the prompts ask for the architecture's instructions and state the credit rules (on), or
+# never name them (off: measured unasked); judged the same either way (agent.prompts.REQUIRES).
+Require = Literal["on", "off"]
 
 # What each event type records (payload fields besides seq/time/type).
 EVENT_TYPES = {
@@ -151,6 +154,8 @@ class RunConfig(BaseModel):
     # agent.models.LOCAL_PARAMS (context_window, prompt_cache); runs recorded before had none
     model_params: dict[str, Any] = Field(default_factory=dict)
     history: History = "full"  # runs recorded before the policy sent the full chat
+    # --require: on asks for the requested instructions (every run recorded before the axis did)
+    require: Require = "on"
     context_turn_tokens: int = 2000  # docs added on turns 2+ at most (whole sections), per turn
     memcheck: bool = True  # compute-sanitizer memcheck on a visible crash, hang or out-of-bounds write (GPU)
     created: str = Field(default_factory=utc_now)
@@ -257,13 +262,16 @@ class RunSummary(BaseModel):
     strategy: Strategy = "linear"
     profile_feedback: bool = False
     history: History = "full"
+    require: Require = "on"
     model_params: dict[str, Any] = Field(default_factory=dict)
     status: Literal["running", "finished", "interrupted", "failed"] = "running"
     stop_reason: StopReason | None = None
     stop_detail: str | None = None
     turns: int = 0  # turns completed (draft rounds that produced at least one reply)
     per_turn: list[TurnRecord] = Field(default_factory=list)
-    best: CandidateRecord | None = None  # best correct-with-arch (on CPU: compiled with features, unverified)
+    # best by the run's goal (feedback.best_eligible): correct-with-arch (on CPU: compiled with the
+    # features, unverified); under require off the model's own goal, correct (reports use every candidate)
+    best: CandidateRecord | None = None
     best_path: str | None = None  # relative to the run dir
     best_speedup: float | None = None
     evaluation: str = "ok"  # "ok" or "skipped: <reason>" (e.g. no GPU)

@@ -1,14 +1,20 @@
-"""What a model is told about a task: one markdown text per (task, arch, language).
+"""What a model is told about a task: one markdown text per (task, arch, language, require).
 
 It states the operation, every tensor with its axes, dtype and row-major layout, the
 reference code, the VISIBLE workloads (held-out values are never shown), the scalars, the
 instructions requested for the arch, how correctness and speed are judged, and the
-solution format (kernel source + launch manifest, tools/solution.py) with a complete
-example manifest for this task. Every fact about the harness lives here (what compiles the
+solution format (kernel source + launch manifest, tools/solution.py) with an example
+manifest for this task. Every fact about the harness lives here (what compiles the
 kernel, which headers exist, no INFINITY under NVRTC, what each manifest field means), so
-every arm of the context ablation gets it. Retrieval (architecture docs, the helper
-headers' API) is added by the agent separately, so this text says nothing that depends on
-the context mode.
+every arm of the context ablation gets it; nothing the architecture docs teach does (issue 41:
+the example manifest is a design-free skeleton, no tile, swizzle, block size, pipeline depth or
+kernel split; no description points at a doc). knowledge/docs/doc_only_facts.txt lists the facts
+that must never appear here, and tests/test_statement_facts.py renders every statement against it.
+
+`require` is the --require axis: True (on) names the requested instructions and what they are
+to carry; False (off) names none of them anywhere (no feature list, no request note, no helper
+header named after an instruction, no TMA in the manifest text), while the run is still judged on
+them. Retrieval (architecture docs, the helper headers' API) is added by the agent separately.
 """
 from __future__ import annotations
 
@@ -72,7 +78,7 @@ _GDN_INPUTS = ("fresh random values for every check: q and k are l2-normalised p
                "cu_seqlens cuts the tokens into sequences of arbitrary lengths")
 
 
-def render_task(task: Task, arch: str = "sm_90a", language: str = "cuda") -> str:
+def render_task(task: Task, arch: str = "sm_90a", language: str = "cuda", require: bool = True) -> str:
     if language not in ("cuda", "ptx"):
         raise ValueError(f"language must be 'cuda' or 'ptx', got {language!r}")
     parts = [
@@ -81,9 +87,9 @@ def render_task(task: Task, arch: str = "sm_90a", language: str = "cuda") -> str
         _tensors(task),
         _reference(task),
         _workloads(task),
-        _requested(task, arch),
+        _requested(task, arch) if require else "",
         _judging(task),
-        _format(task, arch, language),
+        _format(task, arch, language, require),
     ]
     return "\n\n".join(p.strip() for p in parts if p.strip()) + "\n"
 
@@ -158,14 +164,16 @@ def _workloads(task: Task) -> str:
 
 
 def _requested(task: Task, arch: str) -> str:
+    """The request (--require on only): the features, what they are to carry, how they are checked."""
     features = task.features_for(arch)
     if not features:
         return "## Instructions\nNo specific instructions are requested for this arch."
     items = "\n".join(f"- `{f}`: {FEATURE_TEXT.get(f, f)}" for f in features)
     serialized = (", and wgmma that ptxas serializes (ptxas info C7515) does not count" if "wgmma" in features
                   else "")
+    note = f"\n\n{task.request_note}" if task.request_note else ""
     return ("## Requested instructions\n"
-            f"The kernel must use these {arch} instructions for its main work:\n{items}\n\n"
+            f"The kernel must use these {arch} instructions for its main work:\n{items}{note}\n\n"
             "They are checked in the compiled machine code (SASS) and counted while the kernel runs: an "
             f"instruction that sits in a branch never taken does not count{serialized}.")
 
@@ -217,14 +225,14 @@ def _judging(task: Task) -> str:
             f"{BASELINE_TEXT.get(task.baseline, task.baseline)} timed the same way on the same GPU.")
 
 
-def _format(task: Task, arch: str, language: str) -> str:
+def _format(task: Task, arch: str, language: str, require: bool = True) -> str:
     if language == "cuda":
         source = ("One ```cuda``` block: CUDA C++ kernels declared `extern \"C\" __global__` (the manifest names "
                   f"them), compiled with NVRTC for compute_{arch.removeprefix('sm_')} (C++17) and then ptxas "
                   f"-arch={arch}. Inline PTX with `asm volatile` is allowed. Available headers: `cuda_bf16.h`, "
                   "`cuda_fp16.h`, `cuda_fp8.h`; fixed-width integer types and the `CUtensorMap` type are "
                   "predefined (`<stdint.h>` and `<cuda.h>` also resolve to them), and ptxbench's helper headers "
-                  f"{_helper_headers(arch)} are always on the include path (namespace `ptxbench`). There is no "
+                  f"{_helper_headers(arch, require)} are always on the include path (namespace `ptxbench`). There is no "
                   "C/C++ standard library: no `<cmath>`, `<math.h>` or `INFINITY` macro (write +inf as "
                   "`__int_as_float(0x7f800000)`, -inf as `__int_as_float(0xff800000)`); CUDA's device math "
                   "functions (`expf`, `exp2f`, `__expf`, `fmaxf`, ...) are built in. No host code, no `main`.")
@@ -236,22 +244,24 @@ def _format(task: Task, arch: str, language: str) -> str:
                   f"ptxas -arch={arch}.")
         params = ("`.param .u64` (a global address)", "`.param .s32`", "`.param .f32`",
                   "`.param .align 64 .b8 name[128]` (by value)")
-    example = manifest_json(example_manifest(task, arch))
+    example = manifest_json(example_manifest(task, arch, require))
     bullets = [
         "`buffers`: scratch memory `{\"name\", \"dtype\", \"shape\", \"zero\"}`; zero-filled before every run "
         "when `\"zero\": true` (the default), otherwise filled with garbage.",
-        "`tensor_maps`: TMA descriptors `{\"name\", \"tensor\", \"box\", \"view\", \"swizzle\", "
+        # The fields and their encoding are the harness's (cuTensorMapEncodeTiled's arguments); what
+        # a load of a box delivers, and which alignment a swizzle needs, is the docs' to teach.
+        "`tensor_maps`: tensor-map descriptors (`CUtensorMap`, encoded by the harness with "
+        "cuTensorMapEncodeTiled) `{\"name\", \"tensor\", \"box\", \"view\", \"swizzle\", "
         "\"element_strides\", \"l2_promotion\", \"oob_fill\"}` over an input, output or buffer. `view` reshapes "
         "it (row-major, same element count); `view` and `box` are outermost first (the harness reverses them into "
-        "the driver's innermost-first order, so kernel-side TMA coordinates are innermost first). `swizzle` is "
+        "the driver's innermost-first order, so kernel-side coordinates are innermost first). `swizzle` is "
         "\"none\" (default), \"32B\", \"64B\" or \"128B\". `oob_fill`: box elements outside the tensor "
-        "(or its view) read as zero with \"zero\" (default) or as NaN with \"nan\"; a load still delivers (and "
-        "counts in its transaction bytes) the whole box. `l2_promotion` (\"none\" default, \"64B\", \"128B\", "
-        "\"256B\") widens the L2 fetch of each box request. `element_strides` (default all 1) is the traversal "
-        "stride per box dimension.",
+        "(or its view) read as zero with \"zero\" (default) or as NaN with \"nan\". `l2_promotion` (\"none\" "
+        "default, \"64B\", \"128B\", \"256B\"). `element_strides` (default all 1) is the traversal stride per "
+        "box dimension.",
         "`launches`: run in order on one stream, each `{\"kernel\", \"grid\", \"block\", \"cluster\", "
         "\"shared_bytes\", \"args\"}`. `shared_bytes` is dynamic shared memory (the per-kernel limit is raised "
-        "for you, up to 227 KB; it starts only 16-byte aligned, so align it yourself where a swizzle needs more). "
+        "for you, up to 227 KB; it starts 16-byte aligned). "
         "`cluster` (optional, `[x, y, z]`) launches the grid as thread-block clusters of that shape: each "
         "cluster dimension must divide the grid dimension, and a cluster has at most 16 blocks (8 is the portable "
         "size; above 8 the non-portable attribute is set for you). A kernel may instead declare "
@@ -270,12 +280,16 @@ def _format(task: Task, arch: str, language: str) -> str:
             "2. One ```json``` block: the launch manifest. No host code of yours runs: the harness allocates the "
             "tensors, builds the tensor maps you declare (cuTensorMapEncodeTiled) and launches your kernels in "
             f"order.\n{manifest_text}\n\n"
-            "Example manifest for this task (the shape of a valid answer, not a tuned design):\n\n"
+            "Example manifest for this task: the shape of a valid answer with placeholder sizes, not a design "
+            "(it says nothing about how to tile, stage or split the work):\n\n"
             f"```json\n{example}\n```")
 
 
-def _helper_headers(arch: str) -> str:
-    """The ptxbench helper headers a kernel for `arch` can include (knowledge/include/ptxbench)."""
+def _helper_headers(arch: str, require: bool = True) -> str:
+    """The ptxbench helper headers a kernel for `arch` can include (knowledge/include/ptxbench).
+    Under --require off their names are not listed: most are named after an instruction."""
+    if not require:
+        return "(`<ptxbench/common.cuh>` and the others under `<ptxbench/...>`)"
     names = ["common", "mbarrier", "tma", "cluster"] + (["wgmma"] if arch == "sm_90a" else
                                                         ["tcgen05"] if arch == "sm_100a" else [])
     return ", ".join(f"`<ptxbench/{n}.cuh>`" for n in names)
@@ -290,115 +304,37 @@ def manifest_json(manifest: dict) -> str:
     return "{\n" + ",\n".join(sections) + "\n}"
 
 
-def example_manifest(task: Task, arch: str) -> dict:
-    """A complete, valid manifest for this task, using TMA like the requested designs do."""
+# The skeleton's placeholder sizes: a tile of 64 x 64 outputs per block of 256 threads, by pointer.
+# Deliberately what a first simple kernel would use and no tuned design (issue 41): no swizzle, no
+# warpgroup counts, no pipeline ring in shared_bytes, one launch (no preprocessing or split kernels).
+_TILE, _THREADS = 64, 256
+
+
+def example_manifest(task: Task, arch: str, require: bool = True) -> dict:
+    """A valid manifest for this task with placeholder sizes: one launch, every tensor and axis by
+    name, and (where TMA is requested and --require on) one tensor map over the first input, to show
+    how one is declared and passed. The same on both arches unless the request differs."""
     var = [n for n, a in task.axes.items() if a.type == "var"]
-    if task.op_type == "gemm" and {"A", "B", "C"} <= set(task.inputs) | set(task.outputs):
-        return {
-            "tensor_maps": [
-                {"name": "tmap_A", "tensor": "A", "box": [128, 64], "swizzle": "128B"},
-                {"name": "tmap_B", "tensor": "B", "box": [128, 64], "swizzle": "128B"},
-            ],
-            "launches": [{
-                "kernel": "gemm_kernel",
-                "grid": ["cdiv(M, 128) * cdiv(N, 128)"],
-                "block": [384],
-                "shared_bytes": "4 * (128 * 64 + 128 * 64) * 2 + 1024",
-                "args": ["tmap_A", "tmap_B", "C", "M", "N", "K"],
-            }],
-        }
-    if task.op_type == "fp8_gemm":
-        # 128x128 e4m3 tiles: 128 bytes per row, the 128B swizzle's width; the scales are read by pointer.
-        return {
-            "tensor_maps": [
-                {"name": "tmap_A", "tensor": "A", "box": [128, 128], "swizzle": "128B"},
-                {"name": "tmap_B", "tensor": "B", "box": [128, 128], "swizzle": "128B"},
-            ],
-            "launches": [{
-                "kernel": "fp8_gemm_kernel",
-                "grid": ["cdiv(m, 128) * cdiv(n, 128)"],
-                "block": [384],
-                "shared_bytes": "4 * (128 * 128 + 128 * 128) + 1024",
-                "args": ["tmap_A", "SF_A", "tmap_B", "SF_B", "D", "m", "n", "k"],
-            }],
-        }
-    # Rows per attention tile: 128, or 64 above d128, where these 128-row bf16 tiles would not fit
-    # the 227 KB of shared memory a block can have.
-    head_dim = task.axes["D"].value if "D" in task.axes else None
-    rows = 64 if (head_dim or 0) > 128 else 128
-    if task.op_type == "mha_fwd":
-        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "S", "D"], "box": [1, rows, 64],
-                 "swizzle": "128B"} for t in ("Q", "K", "V")]
-        return {
-            "tensor_maps": maps,
-            "launches": [{
-                "kernel": "attn_fwd_kernel",
-                "grid": [f"cdiv(S, {rows})", "B * H"],
-                "block": [384],
-                "shared_bytes": f"({rows} * D + 2 * 2 * {rows} * D) * 2 + 1024",
-                "args": ["tmap_Q", "tmap_K", "tmap_V", "O", "LSE", "S", "sm_scale",
-                         {"type": "f32", "value": "sm_scale * 1.4426950408889634"}],
-            }],
-        }
-    if task.op_type == "fp8_mha_fwd":
-        # e4m3 wgmma reads B K-major only: a first kernel writes V^T [B*H, D, L'] (keys contiguous, L'
-        # rounded up to 16 so that TMA's 16-byte stride rule holds, the pad written as zeros).
-        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "L", "D"], "box": [1, 128, "min(D, 128)"],
-                 "swizzle": "128B"} for t in ("Q", "K")]
-        maps.append({"name": "tmap_Vt", "tensor": "Vt", "box": [1, 64, 128], "swizzle": "128B"})
-        return {
-            "buffers": [{"name": "Vt", "dtype": "float8_e4m3fn", "shape": ["B * H", "D", "round_up(L, 16)"],
-                         "zero": False}],
-            "tensor_maps": maps,
-            "launches": [
-                {"kernel": "transpose_v", "grid": ["cdiv(L, 64)", "B * H"], "block": [256],
-                 "args": ["V", "Vt", "L"]},
-                {"kernel": "fp8_attn_fwd_kernel", "grid": ["cdiv(L, 128)", "B * H"], "block": [384],
-                 "shared_bytes": "128 * D + 2 * 2 * 128 * D + 1024",
-                 "args": ["tmap_Q", "tmap_K", "tmap_Vt", "descale_q", "descale_k", "descale_v", "O", "LSE", "L",
-                          "sm_scale"]},
-            ],
-        }
-    if task.op_type == "mha_bwd":
-        maps = [{"name": f"tmap_{t}", "tensor": t, "view": ["B * H", "S", "D"], "box": [1, 64, 64], "swizzle": "128B"}
-                for t in ("Q", "K", "V", "dO")]
-        return {
-            "buffers": [{"name": "Delta", "dtype": "float32", "shape": ["B", "H", "S"], "zero": False},
-                        {"name": "dQ_accum", "dtype": "float32", "shape": ["B", "H", "S", "D"], "zero": True}],
-            "tensor_maps": maps,
-            "launches": [
-                {"kernel": "attn_bwd_preprocess", "grid": ["cdiv(B * H * S, 8)"], "block": [256],
-                 "args": ["O", "dO", "Delta", {"type": "i32", "value": "B * H * S"}]},
-                {"kernel": "attn_bwd_main", "grid": [f"cdiv(S, {rows})", "B * H"], "block": [384],
-                 "shared_bytes": f"6 * {rows} * D * 2 + 2048",
-                 "args": ["tmap_Q", "tmap_K", "tmap_V", "tmap_dO", "LSE", "Delta", "dQ_accum", "dK", "dV", "S",
-                          "sm_scale"]},
-                {"kernel": "attn_bwd_convert_dq", "grid": ["cdiv(B * H * S * D, 256)"], "block": [256],
-                 "args": ["dQ_accum", "dQ", {"type": "i64", "value": "B * H * S * D"}, "sm_scale"]},
-            ],
-        }
-    if task.op_type in ("gdn_decode", "gdn_prefill"):
-        # TMA for the state rows (both) and the token chunks (prefill); the rest by pointer.
-        state_map = {"name": "tmap_state", "tensor": "state", "box": [32, 128],
-                     "view": [f"{'batch_size' if task.op_type == 'gdn_decode' else 'num_seqs'} * num_v_heads * head_size",
-                              "head_size"]}
-        heads = ["num_q_heads", "num_v_heads", "scale"]
-        if task.op_type == "gdn_decode":
-            return {"tensor_maps": [state_map], "launches": [{
-                "kernel": "gdn_decode_kernel", "grid": ["batch_size * num_v_heads"], "block": [128],
-                "shared_bytes": "head_size * head_size * 4 + 1024",
-                "args": ["q", "k", "v", "tmap_state", "A_log", "a", "dt_bias", "b", "output", "new_state", *heads]}]}
-        chunk_maps = [{"name": f"tmap_{t}", "tensor": t, "box": [64, 1, 64], "swizzle": "128B"} for t in ("q", "k", "v")]
-        return {"tensor_maps": [*chunk_maps, state_map], "launches": [{
-            "kernel": "gdn_prefill_kernel", "grid": ["num_seqs * num_v_heads"], "block": [384],
-            "shared_bytes": "head_size * head_size * 4 + 2 * 3 * 64 * head_size * 2 + 1024",
-            "args": ["tmap_q", "tmap_k", "tmap_v", "tmap_state", "A_log", "a", "dt_bias", "b", "cu_seqlens", "output",
-                     "new_state", *heads]}]}
-    # Any other Definition: one kernel over the first var axis, every tensor by pointer.
-    first = var[0] if var else "1"
-    return {"launches": [{
-        "kernel": f"{task.op_type}_kernel",
-        "grid": [f"cdiv({first}, 128)"],
-        "block": [128],
-        "args": [*task.inputs, *task.outputs, *task.axes, *task.scalars],
-    }]}
+    tokens = {"gemm": ("M", "N"), "fp8_gemm": ("m", "n"), "mha_fwd": ("S", "B * H"), "mha_bwd": ("S", "B * H"),
+              "fp8_mha_fwd": ("L", "B * H"), "gdn_decode": (None, "batch_size * num_v_heads"),
+              "gdn_mtp": (None, "batch_size * num_v_heads"), "gdn_prefill": (None, "num_seqs * num_v_heads")}
+    rows, cols = tokens.get(task.op_type, (var[0] if var else "1", None))
+    if task.op_type in ("gemm", "fp8_gemm"):  # one block per 64 x 64 tile of the output
+        grid = [f"cdiv({cols}, {_TILE})", f"cdiv({rows}, {_TILE})"]
+    elif cols is None:
+        grid = [f"cdiv({rows}, {_TILE})"]
+    elif rows is None:  # one block per (sequence, value head)
+        grid = [cols]
+    else:  # one block per 64 query rows of one (batch, head)
+        grid = [f"cdiv({rows}, {_TILE})", cols]
+    args: list = [*task.inputs, *task.outputs, *task.axes, *task.scalars]
+    manifest: dict = {}
+    if require and "tma" in task.features_for(arch):
+        first = next(iter(task.inputs))
+        shape = task.inputs[first].shape
+        # a box of up to 64 x 64 over the last two dims, one element deep in the others
+        box = [1] * (len(shape) - 2) + [f"min({d}, {_TILE})" for d in shape[-2:]]
+        manifest["tensor_maps"] = [{"name": f"tmap_{first}", "tensor": first, "box": box}]
+        args = [f"tmap_{first}" if a == first else a for a in args]
+    manifest["launches"] = [{"kernel": f"{task.op_type}_kernel", "grid": grid, "block": [_THREADS], "args": args}]
+    return manifest

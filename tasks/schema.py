@@ -100,6 +100,10 @@ class Task(BaseModel):
     flops: str = "0"  # expression over axes, e.g. "2*M*N*K"
     scalars: dict[str, str] = Field(default_factory=dict)  # e.g. {"sm_scale": "1/sqrt(D)"}
     requested_features: dict[str, list[str]] = Field(default_factory=dict)  # arch -> features
+    # What the request means for this task beyond the feature list (which part of the work the
+    # requested instructions are to carry). Stated only where the instructions are asked for
+    # (--require on, tasks.describe); the description itself never names them.
+    request_note: str = ""
     baseline: Literal["cublas", "sdpa_fwd", "sdpa_bwd", "fla_gdn", "sdpa_fp8_fwd", "fp8_block_gemm", "none"] = "none"
     generator: str = "stress"  # name of an input generator in tasks.generators
     family: str = ""  # seed task this is a variant of (e.g. "mha_bwd_d128"), for reports

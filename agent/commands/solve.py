@@ -58,6 +58,10 @@ def solve_cmd(
              "context_window=N and prompt_cache=true|false configure ptxbench's side only."),
     history: str = typer.Option("full", help="What each call sends: full (the whole chat) | latest (system, task, "
                                              "the last reply and its feedback)."),
+    require: str = typer.Option(
+        "on", "--require",
+        help="on | off: ask for the task's architecture instructions and state the credit rules (on), or name "
+             "them nowhere in the prompts and feedback (off); judged on them either way."),
     context_turn_tokens: int = typer.Option(2000, help="Docs added on turns 2+ at most, per turn (tokens)."),
     memcheck: bool = typer.Option(True, "--memcheck/--no-memcheck",
                                   help="Run compute-sanitizer memcheck on a candidate that crashed, hung or wrote out "
@@ -96,6 +100,8 @@ def solve_cmd(
                 raise CliError("give --task and --model (or --resume <run folder>)")
             if profile_feedback not in ("on", "off"):
                 raise CliError(f"--profile-feedback must be on or off, not {profile_feedback!r}")
+            if require not in ("on", "off"):
+                raise CliError(f"--require must be on or off, not {require!r}")
             options = {k: v for k, v in (("max_retries", max_retries), ("retry_base_s", retry_wait),
                                          ("timeout_s", request_timeout)) if v is not None}
             params = model_params_from(model_param or [])
@@ -107,7 +113,7 @@ def solve_cmd(
                 api_base=api_base, model_options=options, runs_dir=runs_dir, run_id=run_id,
                 seed=seed, temperature=temperature, executed_check=executed_check,
                 human_reply_file=human_reply_file, command=["agent", *sys.argv[1:]], history=history,
-                model_params=params, context_turn_tokens=context_turn_tokens, memcheck=memcheck)
+                require=require, model_params=params, context_turn_tokens=context_turn_tokens, memcheck=memcheck)
             mismatch = run.replay_mismatch(req)
             if mismatch:  # the run would record them as the model's answers to this task
                 raise CliError(f"{mismatch}; to judge a recorded kernel on this task, agent eval "
@@ -174,6 +180,8 @@ def _refuse_changes_on_resume(ctx: typer.Context, config, task: str | None, mode
                 return get_task(task).name == config.task
             except UnknownTask:
                 return False
+        if name == "require":  # the recorded setting repeated; another one would change the experiment
+            return ctx.params.get("require") == config.require
         return False
 
     changed = [p.opts[0] for p in ctx.command.params
@@ -211,7 +219,7 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
     wrap_items(f"task {s.task} on {s.arch},", [f"model {escape(s.model)}", f"lang {s.lang}", f"context {s.context}",
                                                 f"samples {s.samples}", f"strategy {s.strategy}",
                                                 f"profile feedback {'on' if s.profile_feedback else 'off'}",
-                                                f"history {s.history}"])
+                                                f"history {s.history}", f"require {s.require}"])
     if s.model_params:
         out("model params: " + escape(", ".join(f"{k}={json.dumps(v)}" for k, v in s.model_params.items())))
     if s.strategy == "evolve":  # the search tree: each candidate under the one whose feedback it answered
@@ -226,7 +234,9 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
                               for c in t.candidates)
             out(f"  turn {t.turn}: {cands} -> {t.action}")
     if s.best:
-        out(f"best: {s.best_path} ({_best_status(s.best)})")
+        out(f"best: {s.best_path} ({_best_status(s.best, s.require == 'on')})")
+    elif s.require == "off":
+        out("best: none (no candidate was correct" + ("" if s.evaluation == "ok" else ", nor compiled") + ")")
     else:
         out("best: none (no candidate was correct with the requested instructions"
             + ("" if s.evaluation == "ok" else ", nor compiled with them") + ")")
@@ -270,9 +280,15 @@ def candidate_tree(s: RunSummary) -> list[str]:
     return lines
 
 
-def _best_status(c) -> str:
-    """How far the best candidate is known to be good, in words."""
+def _best_status(c, require: bool = True) -> str:
+    """How far the best candidate is known to be good, in words (under --require off the best is
+    the best correct one, with or without the instructions: say which)."""
     v = c.verdicts
+    if not require and c.outcome != "correct_with_arch":
+        if v.correct is True:
+            return "correct, without the requested instructions credited" + (
+                f", speedup {v.speedup:.3g}x" if v.speedup is not None else "")
+        return "unverified: correctness not checked"
     if c.outcome == "correct_with_arch":
         return "correct with arch" + (f", speedup {v.speedup:.3g}x" if v.speedup is not None else "")
     if c.verified:  # correct on the GPU, but the executed-instruction check did not run

@@ -359,9 +359,11 @@ def feedback_text(a: Attempt) -> str:
     """What the model was (or would have been) told about this candidate."""
     if a.feedback:
         return a.feedback
+    from agent import prompts
     from agent.feedback import render_feedback
 
-    return render_feedback(a.record.turn, "repair", a.config.lang, a.record, a.eval)
+    return render_feedback(a.record.turn, "repair", a.config.lang, a.record, a.eval,
+                           require=prompts.requires(a.config.require))
 
 
 def solution_block(s: Solution) -> str:
@@ -430,8 +432,9 @@ def messages(p: Pair) -> list[dict]:
         from tasks import get_task
         from tasks.describe import render_task
 
-        system = prompts.system_prompt(cfg.arch, cfg.lang, cfg.prompt_version)
-        task_message = render_task(get_task(cfg.task), cfg.arch, cfg.lang)
+        asks = prompts.requires(cfg.require)
+        system = prompts.system_prompt(cfg.arch, cfg.lang, cfg.prompt_version, asks)
+        task_message = render_task(get_task(cfg.task), cfg.arch, cfg.lang, asks)
     # What followed the wrong kernel: as the fixing reply itself was sent it (it answered that kernel),
     # else as the chat that went on from it was; else the feedback recorded or rendered for it.
     answered = p.fixed.sent[-1] if p.source == "trajectory" and answers(p) and p.fixed.sent else None
