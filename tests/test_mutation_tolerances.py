@@ -8,6 +8,10 @@ so a gradient wrong by 2-5% on a few rows passed. (GDN and FP8 attention are lef
 tests: their judging rules were being changed when this file was written.)"""
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -115,3 +119,49 @@ def test_the_splits_and_why():
                                "S77": "held_out"}, name
     for task in TASKS.values():  # every task has both: a held-out speedup exists for each
         assert {w.split for w in task.workloads} == {"visible", "held_out"}, task.name
+
+
+# ---------------------------------------------------------------- the declarations as recorded
+
+DEFINITIONS = Path(__file__).resolve().parent / "fixtures" / "task_definitions.json"
+
+
+def built() -> dict[str, "Task"]:
+    """The tasks of the families this file covers, built now by their own builders (the registry
+    builds them once at import, before a mutation test switches a mutant on)."""
+    from tasks.families.attention import backward_task, forward_task
+    from tasks.families.fp8_gemm import fp8_gemm_task
+    from tasks.families.gemm import gemm_tasks
+
+    tasks = [*gemm_tasks(), fp8_gemm_task()]
+    for d in (64, 96, 128, 256):
+        for causal in (False, True):
+            tasks += [forward_task(d, causal), backward_task(d, causal)]
+    return {t.name: t for t in tasks}
+
+
+def definition_hash(task) -> str:
+    """As agent.run.task_hash: sha256 over the whole definition (kept here: tasks never import agent)."""
+    return hashlib.sha256(task.model_dump_json().encode()).hexdigest()
+
+
+def test_every_declaration_is_the_recorded_one():
+    """A task whose definition changed (tolerance, workloads and splits, FLOPs, reference, the
+    description a model reads, requested instructions) under the same name is another task: runs
+    judged under the old one are not comparable (agent.run.task_hash). So every change to a
+    family's declaration is made on purpose, here, in tests/fixtures/task_definitions.json
+    (rewrite it with `python tests/test_mutation_tolerances.py`), and shows in review."""
+    now = {n: definition_hash(t) for n, t in built().items()}
+    recorded = json.loads(DEFINITIONS.read_text())
+    changed = sorted(n for n in now.keys() | recorded.keys() if now.get(n) != recorded.get(n))
+    assert not changed, f"task definitions changed: {changed}"
+    # the registry holds what the builders build, for every task of these families
+    families = [n for n, t in TASKS.items() if t.op_type in ("gemm", "fp8_gemm", "mha_fwd", "mha_bwd")]
+    assert families and set(families) <= set(now)
+    for name in families:
+        assert definition_hash(TASKS[name]) == now[name], name
+
+
+if __name__ == "__main__":
+    DEFINITIONS.write_text(json.dumps({n: definition_hash(t) for n, t in sorted(built().items())}, indent=1) + "\n")
+    print(f"wrote {DEFINITIONS}")
