@@ -117,6 +117,10 @@ def test_the_splits_and_why():
     for name in ("mha_fwd_d128", "mha_bwd_d128", "mha_fwd_d128_causal", "mha_bwd_d128_causal"):
         assert split(name) == {"S4096": "visible", "S1024": "held_out", "S3000": "held_out", "S8192": "held_out",
                                "S77": "held_out"}, name
+    from tasks.families.gemm import gemm_task
+
+    # a shape of no table (the tests' small GEMMs): one visible M, the seed's
+    assert [(w.name, w.axes, w.split) for w in gemm_task(64, 32).workloads] == [("M8192", {"M": 8192}, "visible")]
     for task in TASKS.values():  # every task has both: a held-out speedup exists for each
         assert {w.split for w in task.workloads} == {"visible", "held_out"}, task.name
 
@@ -155,6 +159,13 @@ def test_every_declaration_is_the_recorded_one():
     recorded = json.loads(DEFINITIONS.read_text())
     changed = sorted(n for n in now.keys() | recorded.keys() if now.get(n) != recorded.get(n))
     assert not changed, f"task definitions changed: {changed}"
+    # the builders' defaults are the seed tasks (the registry builds those by the defaults)
+    from tasks.families.attention import backward_task, forward_task
+    from tasks.families.gemm import gemm_task
+
+    assert definition_hash(forward_task()) == recorded["mha_fwd_d128"]
+    assert definition_hash(backward_task()) == recorded["mha_bwd_d128"]
+    assert definition_hash(gemm_task()) == recorded[GEMM]
     # the registry holds what the builders build, for every task of these families
     families = [n for n, t in TASKS.items() if t.op_type in ("gemm", "fp8_gemm", "mha_fwd", "mha_bwd")]
     assert families and set(families) <= set(now)
