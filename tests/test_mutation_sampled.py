@@ -44,3 +44,14 @@ def test_a_sample_has_a_term_scale_exactly_where_its_task_is_judged_against_one(
             assert smp.scale is not None and smp.scale.shape == smp.expected.shape, out
         else:
             assert smp.scale is None, out
+
+
+def test_an_op_type_without_a_sampler_is_refused_by_name():
+    """Gated DeltaNet has no sampler (judged whole on every run): asking for one names why."""
+    from tasks import get_task
+
+    task = get_task("gdn_decode_qk4_v8_d128_k_last")
+    with pytest.raises(ValueError, match=r"^no sampled reference for op type 'gdn_decode' "
+                                         r"\(task gdn_decode_qk4_v8_d128_k_last\)$"):
+        sample(task, generate_inputs(task, task.axis_values(task.workloads[0]), seed=1),
+               torch.Generator().manual_seed(1), rows=4)
