@@ -109,6 +109,7 @@ def test_a_correction_passes_what_failed_keeps_what_passed_and_fails_nothing_on_
 def test_the_same_kernel_sent_again():
     a = Solution(language="cuda", source=SOURCE, manifest=MANIFEST)
     assert same_kernel(a, a.model_copy(update={"source": SOURCE.replace("  ", "\t") + "/* note */\n"}))
+    assert same_kernel(a, a.model_copy(update={"source": "/* a note\n   over lines */\n" + SOURCE}))
     assert not same_kernel(a, a.model_copy(update={"source": other(2)}))
     assert not same_kernel(a, a.model_copy(update={"language": "ptx"}))
     m2 = LaunchManifest.model_validate({"launches": [{"kernel": "k", "grid": [2], "block": [128], "args": ["A"]}]})
@@ -154,18 +155,25 @@ def test_shingles_and_jaccard():
 
 
 def test_near_duplicate_pairs_are_dropped():
-    long = " ".join(f"t{i}" for i in range(100))
+    """A pair is dropped when its wrong kernel is near a kept pair's wrong kernel AND its fix near
+    that pair's fix (Jaccard of 5-token shingles >= 0.9, at equality included)."""
+    wrong = " ".join(f"w{i}" for i in range(100))
+    right = " ".join(f"r{i}" for i in range(100))
 
     def pair(failed_src: str, fixed_src: str) -> Pair:
         return Pair(attempt(ev(compiled=False), source=failed_src), attempt(ev(wl()), turn=2, source=fixed_src),
                     "compile", "trajectory")
 
-    a = pair(long, long + " fixed")
-    near = pair(long + " extra", long + " fixed")  # 96 of 97 shingles shared on both sides
-    apart = pair(long, "something else entirely here and now")
+    a = pair(wrong, right)
+    near = pair(wrong + " extra", right)  # 96 of 97 shingles shared on the wrong side, all on the fixed side
+    apart = pair(wrong, "something else entirely here and now")
     kept, dropped = dedupe([a, near, apart])
     assert kept == [a, apart] and dropped == 1
-    kept, dropped = dedupe([a, near], threshold=0.999)
-    assert kept == [a, near] and dropped == 0
-    half = pair(" ".join(f"t{i}" for i in range(50)), long + " fixed")  # the wrong kernels differ
+    at = jaccard(shingles(wrong), shingles(wrong + " extra"))
+    assert at == 96 / 97
+    assert dedupe([a, near], threshold=at) == ([a], 1)  # at the threshold: a duplicate
+    assert dedupe([a, pair(wrong, right + " extra")], threshold=at)[1] == 1  # the fixed side at it too
+    assert dedupe([a, near], threshold=0.999) == ([a, near], 0)
+    # the wrong kernels differ: kept, however alike the fixes
+    half = pair(" ".join(f"w{i}" for i in range(50)), right)
     assert dedupe([a, half]) == ([a, half], 0)
