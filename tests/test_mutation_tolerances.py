@@ -154,7 +154,7 @@ def test_every_declaration_is_the_recorded_one():
     description a model reads, requested instructions) under the same name is another task: runs
     judged under the old one are not comparable (agent.run.task_hash). So every change to a
     family's declaration is made on purpose, here, in tests/fixtures/task_definitions.json
-    (rewrite it with `python tests/test_mutation_tolerances.py`), and shows in review."""
+    (rewrite it with `PYTHONPATH=. python tests/test_mutation_tolerances.py`), and shows in review."""
     now = {n: definition_hash(t) for n, t in built().items()}
     recorded = json.loads(DEFINITIONS.read_text())
     changed = sorted(n for n in now.keys() | recorded.keys() if now.get(n) != recorded.get(n))
