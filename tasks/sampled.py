@@ -77,14 +77,16 @@ def sample(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, ro
             return _gemm(x, gen, rows, terms)
         if task.op_type == "fp8_gemm":
             return _fp8_gemm(inputs, gen, rows, terms)
-        sm_scale = float(task.scalar_values(_axes_from_shapes(task, inputs))["sm_scale"])
-        causal = "causal" in task.tags
+
+        def scale_and_mask() -> tuple[float, bool]:  # attention's; other families have no sm_scale
+            return float(task.scalar_values(_axes_from_shapes(task, inputs))["sm_scale"]), "causal" in task.tags
+
         if task.op_type == "mha_fwd":
-            return _mha_fwd(x, gen, rows, sm_scale, causal, terms)
+            return _mha_fwd(x, gen, rows, *scale_and_mask(), terms)
         if task.op_type == "fp8_mha_fwd":
-            return _fp8_mha_fwd(inputs, gen, rows, sm_scale, causal, terms)
+            return _fp8_mha_fwd(inputs, gen, rows, *scale_and_mask(), terms)
         if task.op_type == "mha_bwd":
-            return _mha_bwd(x, gen, rows, sm_scale, causal, terms)
+            return _mha_bwd(x, gen, rows, *scale_and_mask(), terms)
     raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
 
 

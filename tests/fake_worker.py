@@ -12,6 +12,9 @@ read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
             FLOPs, the HMMA-pipe counter above 0 as QGMMA makes it: tools/ncu.py); the workload's
             credit is "pending" and comes with the credit op, as tools.worker keeps it
   counted_wrong   as fp8_wgmma, but the credit op says the first workload's counted run answered wrong
+  timed     as fp8_wgmma, each workload timed: speedup 2.0 on visible workloads, 0.5 on held-out ones
+  held_out_wrong  as timed, but the credit op says every held-out workload's counted run answered
+            wrong (a failure after its timing)
   counted_hang    as fp8_wgmma, but the credit op never answers
   fp8_then_fatal  as fp8_wgmma on this process's first run request, as fatal on the next
 """
@@ -38,6 +41,7 @@ def main() -> int:
     write_msg(out, {"op": "hello", "info": {"gpu": "Fake H200", "cc": "9.0", "pid": os.getpid(),
                                             "limits": NOMINAL_LIMITS["sm_90a"]}})
     pending: dict[str, dict] = {}  # deferred credits, as tools.worker keeps them until the credit op
+    held_out: set[str] = set()  # the pending workloads of the held-out split
     runs = 0
     while True:
         msg = read_msg(inp)
@@ -48,10 +52,13 @@ def main() -> int:
             if m == "counted_hang":
                 time.sleep(3600)
             failed = {}
+            wrong = {"reason": "wrong_in_timed_run", "outputs": [], "detail": (
+                "the executed check's counted run 2 (after the timed runs) (fresh inputs, right in the checks "
+                "before): output 'C': 3 of 64 elements off")}
             if m == "counted_wrong" and pending:
-                failed[next(iter(pending))] = {"reason": "wrong_in_timed_run", "outputs": [], "detail": (
-                    "the executed check's counted run 2 (after the timed runs) (fresh inputs, right in the checks "
-                    "before): output 'C': 3 of 64 elements off")}
+                failed[next(iter(pending))] = wrong
+            if m == "held_out_wrong":
+                failed.update({name: wrong for name in pending if name in held_out})
             write_msg(out, {"op": "credits", "credits": pending, "failed": failed, "fatal": False, "seconds": 0.1})
             pending = {}
             continue
@@ -69,7 +76,10 @@ def main() -> int:
             result.update(status="failed", reason="cuda_error", detail="CUDA_ERROR_ILLEGAL_ADDRESS (kernel execution)")
             write_msg(out, {"op": "result", "result": result, "fatal": True})
             return 3
-        if m in ("fp8_wgmma", "counted_wrong", "counted_hang") and msg.get("credit"):
+        if m in ("timed", "held_out_wrong"):
+            result["speedup"] = 2.0 if wl["split"] == "visible" else 0.5
+            held_out |= {wl["name"]} if wl["split"] == "held_out" else set()
+        if m in ("fp8_wgmma", "counted_wrong", "counted_hang", "timed", "held_out_wrong") and msg.get("credit"):
             credit = fp8_wgmma_credit(msg)
             pending[wl["name"]] = {**credit, "own_s": 0.02, "workloads_counted": 0}
             result["credit"] = {**credit, "status": "pending", "launches": []}

@@ -1,0 +1,92 @@
+"""The TMA credit's "reads outside TMA" rule (docs/METHODOLOGY.md, "Instruction credit"), on rows
+as `ncu --page raw --csv` gives them: every path that reads global memory without TMA is summed,
+cp.async (LDGSTS) as much as LDG. Kept in a file of its own because the rule's module is moving
+(tools/ncu.py -> tools/credit.py): re-point the one import below.
+
+Issue 46's planted bug: the cp.async bytes dropped from the sum, so a kernel streaming most of its
+input by cp.async kept its TMA credit. Each limit is checked at the edge (equality passes, one
+byte past fails) and for each read path alone, so no path can be left out of the sum unseen."""
+from __future__ import annotations
+
+import pytest
+
+from tools import ncu
+from tools.ncu import TaskWork, verdict, work_metrics
+
+TMA = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
+LDG = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
+LDGSTS = "sm__sass_data_bytes_mem_global_op_ldgsts.sum"
+HGMMA = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum"
+# The seed GEMM's work at M=8192 (N=7168, K=5120, bf16): what its credit is judged against.
+WORK = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+
+
+def row(**values: float) -> dict[str, str]:
+    """One profiled launch: every work metric 0 unless given."""
+    out = {"ID": "0", "Kernel Name": "gemm", ncu.OPCODE_METRIC: "64 (HGMMA: 32; UTMALDG: 32)"}
+    out.update({m: "0" for m in ncu.WORK_METRICS})
+    out.update({m: str(v) for m, v in values.items()})
+    return out
+
+
+def tma_verdict(features: list[str], *rows: dict[str, str]):
+    counts = {f: 1 for f in features}
+    return verdict(features, counts, {}, work_metrics(list(rows)), WORK)
+
+
+def test_both_non_tma_read_paths_are_collected_and_summed():
+    """The two read paths the rule names are among the metrics every profiler pass collects."""
+    assert set(ncu.OTHER_READ_METRICS) == {LDG, LDGSTS}
+    for mma_sync in (False, True, None):
+        assert {LDG, LDGSTS} <= set(ncu.credit_metrics(mma_sync))
+    assert {LDG, LDGSTS} <= set(ncu.WORK_METRICS)
+    m = work_metrics([row(**{TMA: 1.0, LDG: 3.0, LDGSTS: 5.0}), row(**{TMA: 2.0, LDG: 7.0, LDGSTS: 11.0})])
+    assert m["other_read_bytes"] == 3.0 + 5.0 + 7.0 + 11.0  # every launch, both paths
+    assert m["tma_bytes"] == 3.0
+
+
+@pytest.mark.parametrize("path", [LDG, LDGSTS])
+def test_a_kernel_streaming_its_input_by_one_path_beside_tma_keeps_no_tma_credit(path):
+    """TMA loaded the whole input once, and the kernel re-read it 3x more by LDG or by cp.async:
+    either way TMA did not carry the reads (the cap beside an MMA is 2x the input bytes)."""
+    ex = tma_verdict(["wgmma", "tma"], row(**{HGMMA: WORK.flops, TMA: WORK.read_bytes, path: 3 * WORK.read_bytes}))
+    assert ex.carries == {"wgmma": True, "tma": False}
+    assert ex.notes["tma"] == ("3.0x the task's input bytes were read from global memory outside TMA "
+                               "(LDG/cp.async; at most 2x)")
+
+
+def test_the_caps_hold_at_equality_and_fail_one_byte_past():
+    """2x the input bytes beside an MMA (a tiled kernel's side passes read 1.2x; an LDG-streamed
+    tiled GEMM re-reads its operands tens of times); 0.5x where the task asks for no matrix
+    instruction (memory-bound: each input byte is read once, so most must come by TMA). The two
+    paths split the bytes, so only their sum reaches the cap."""
+    cap = ncu.TMA_MAX_OTHER_READS * WORK.read_bytes
+    at = {HGMMA: WORK.flops, TMA: WORK.read_bytes, LDG: cap / 4, LDGSTS: cap * 3 / 4}
+    assert tma_verdict(["wgmma", "tma"], row(**at)).carries["tma"] is True
+    past = {**at, LDGSTS: cap * 3 / 4 + 1}
+    assert tma_verdict(["wgmma", "tma"], row(**past)).carries["tma"] is False
+    low = ncu.TMA_MAX_OTHER_READS_NO_MMA * WORK.read_bytes
+    at = {TMA: WORK.read_bytes, LDG: low / 2, LDGSTS: low / 2}
+    assert tma_verdict(["tma"], row(**at)).carries["tma"] is True
+    assert tma_verdict(["tma"], row(**{**at, LDGSTS: low / 2 + 1})).carries["tma"] is False
+    # the no-MMA cap applies only where no MMA feature is asked for
+    assert tma_verdict(["tma", "mbarrier"], row(**{**at, LDGSTS: low})).carries["tma"] is False
+
+
+def test_an_unmeasured_read_path_withholds_credit():
+    """A launch whose cp.async counter is missing cannot show that TMA carried the reads."""
+    r = row(**{HGMMA: WORK.flops, TMA: WORK.read_bytes})
+    del r[LDGSTS]
+    ex = tma_verdict(["wgmma", "tma"], r)
+    assert ex.carries["tma"] is False
+    assert ex.notes["tma"] == "the global-memory reads made outside TMA could not be measured"
+
+
+def test_the_credit_constants_and_why():
+    """WORK_SHARE: wgmma must issue >= 90% of the task's matrix FLOPs (tuned kernels measure
+    1.00-1.05) and TMA bring >= half its input bytes; wgmma at most 2.5x the FLOPs (a causal kernel
+    that computes every tile and masks does 2x) and >= 90% of all the math (tuned: >= 99%). Reads
+    outside TMA: 2x beside an MMA, 0.5x without (docstring above)."""
+    assert ncu.WORK_SHARE == {"wgmma": 0.9, "tma": 0.5}
+    assert (ncu.WGMMA_MAX_OVERWORK, ncu.WGMMA_MIN_OF_ALL_MATH) == (2.5, 0.9)
+    assert (ncu.TMA_MAX_OTHER_READS, ncu.TMA_MAX_OTHER_READS_NO_MMA) == (2.0, 0.5)
