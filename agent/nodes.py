@@ -422,11 +422,13 @@ def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
     """The retriever's arguments for a run: the query is the task as a model reads it
     (description and op type), never its id, and the op type keeps other families' docs out.
     scripts/measure_context.py makes this same call for the token table in docs/BENCHMARKS.md."""
-    from knowledge.retriever import task_query
+    from knowledge.retriever import task_query, task_variants
 
     return {"task": task_query(task.description or "", task.op_type, task.op_family), "arch": cfg.arch,
             "features": cfg.requested_features, "feedback": feedback, "mode": cfg.context,
-            "token_budget": cfg.context_tokens, "op_type": task.op_type}
+            "token_budget": cfg.context_tokens, "op_type": task.op_type,
+            # a held-out variant's recipe (a head dimension's) reaches only that variant's runs
+            "variants": task_variants(task.name, task.tags)}
 
 
 def cap_sections(sections: list[dict], cap: int) -> list[dict]:

@@ -101,15 +101,27 @@ class Section:
     doc: str  # path relative to knowledge/docs, e.g. "sm_90a/wgmma.md"
     index: int  # order in the doc (0 = intro)
     heading: str
-    text: str  # the markdown, heading line included
+    text: str  # the markdown a model reads, heading line included, every `<!-- ... -->` markup stripped
     arch: str
     features: tuple[str, ...]
     keywords: tuple[str, ...]
     tokens: int
     ops: tuple[str, ...] = ()  # a section's own `<!-- ops: ... -->` marker: the families it is for; () = the doc's
+    source: str = ""  # the markdown as written, markers included (snippets() reads their markers here)
+    core: tuple[str, ...] = ()  # `<!-- core: tma -->`: part of the minimal pipeline of these features
+    arches: tuple[str, ...] = ()  # `<!-- arch: sm_100a -->` anywhere in it: only for these arches; () = the doc's
+    variants: tuple[str, ...] = ()  # `<!-- variants: d96 -->`: only for tasks with one of these tags
 
     def for_op(self, op_type: str | None) -> bool:
         return op_type is None or not self.ops or op_type in self.ops
+
+    def for_arch(self, arch: str) -> bool:
+        return not self.arches or arch in self.arches
+
+    def for_variant(self, tags: frozenset[str] | None) -> bool:
+        """A variant-specific section (a head dimension's recipe) reaches only the tasks of that
+        variant; `tags` None (`agent knowledge search`) sees everything."""
+        return tags is None or not self.variants or bool(tags & set(self.variants))
 
     @property
     def flat(self) -> str:
@@ -190,23 +202,45 @@ def _split_sections(body: str) -> list[tuple[str, str]]:
     return out
 
 
-_SECTION_OPS = re.compile(r"^<!--\s*ops\s*:\s*(.*?)\s*-->[ \t]*\n?", re.M)
+_SECTION_MARKER = {key: re.compile(rf"^<!--\s*{key}\s*:\s*(.*?)\s*-->[ \t]*$", re.M)
+                   for key in ("ops", "core", "variants")}
+_ARCH_MARKER = re.compile(r"^[ \t]*<!--\s*arch\s*:\s*(\S+?)\s*-->[ \t]*$", re.M)
+_MARKUP_LINE = re.compile(r"^[ \t]*<!--.*?-->[ \t]*\n", re.M | re.S)
+_MARKUP = re.compile(r"<!--.*?-->", re.S)
 
 
-def _section_ops(text: str, where: str) -> tuple[str, tuple[str, ...]]:
-    """A section's `<!-- ops: fp8_gemm, fp8_mha_fwd -->` marker (the line under its heading):
-    the task families the section is for, within a doc written for more (FP8 material in the
-    attention doc, the backward in a forward-and-backward doc). The marker line is not part of
-    the text a model reads."""
-    found = _SECTION_OPS.findall(text)
+def strip_markup(text: str) -> str:
+    """The text without doc markup (`<!-- expect: ... -->`, `<!-- arch: ... -->`, any `<!-- -->`):
+    markers steer retrieval and the snippet checks; a model never reads them."""
+    return _MARKUP.sub("", _MARKUP_LINE.sub("", text + "\n")).strip()
+
+
+def _section_marker(text: str, key: str, where: str) -> tuple[str, ...]:
+    """A section's `<!-- KEY: a, b -->` marker line (under its heading), at most one per key:
+    `ops` (the task families it is for, within a doc written for more), `core` (the features
+    whose minimal pipeline it teaches: every docs arm requesting them holds it) and `variants`
+    (the task variants it is specific to, e.g. a held-out head dimension's recipe)."""
+    found = _SECTION_MARKER[key].findall(text)
     if not found:
-        return text, ()
+        return ()
     if len(found) > 1:
-        raise ValueError(f"{where}: more than one ops marker")
-    ops = tuple(o.strip() for o in found[0].split(",") if o.strip())
-    if not ops:
-        raise ValueError(f"{where}: an empty ops marker")
-    return _SECTION_OPS.sub("", text, count=1), ops
+        raise ValueError(f"{where}: more than one {key} marker")
+    values = tuple(o.strip() for o in found[0].split(",") if o.strip())
+    if not values:
+        raise ValueError(f"{where}: an empty {key} marker")
+    return values
+
+
+def _section(rel: str, index: int, heading: str, source: str, arch: str, feats: tuple[str, ...],
+             kws: tuple[str, ...]) -> Section:
+    where = f"{rel}#{heading}"
+    ops, core, variants = (_section_marker(source, k, where) for k in ("ops", "core", "variants"))
+    # a snippet compiled for one arch only (a mistake shown on the other arch) makes its section
+    # that arch's: "wgmma compiled for Blackwell" is no lesson for a Hopper run
+    arches = tuple(sorted(set(_ARCH_MARKER.findall(source))))
+    text = strip_markup(source)
+    return Section(rel, index, heading, text, arch, feats, kws, estimate_tokens(text), ops, source, core,
+                   arches, variants)
 
 
 def _load(folder: Path) -> tuple[Doc, ...]:
@@ -218,11 +252,7 @@ def _load(folder: Path) -> tuple[Doc, ...]:
         kws = tuple(str(k) for k in (meta.get("keywords") or ()))
         arches = tuple(str(a) for a in meta["arch"]) if isinstance(meta["arch"], list) else (str(meta["arch"]),)
         arch = path.parent.name if path.parent.name in arches else arches[0]
-        sections = []
-        for i, (h, t) in enumerate(_split_sections(body)):
-            t, sec_ops = _section_ops(t, f"{rel}#{h}")
-            sections.append(Section(rel, i, h, t, arch, feats, kws, estimate_tokens(t), sec_ops))
-        sections = tuple(sections)
+        sections = tuple(_section(rel, i, h, t, arch, feats, kws) for i, (h, t) in enumerate(_split_sections(body)))
         ops = tuple(str(o) for o in (meta.get("ops") or ()))
         docs.append(Doc(rel, str(meta["title"]), arch, arches, feats, kws, sections, body, ops))
     return tuple(docs)
@@ -246,6 +276,13 @@ def docs_for(arch: str, op_type: str | None = None) -> list[Doc]:
     return [d for d in docs if arch in d.arches] + [d for d in docs if d.arch in (COMMON, "any")]
 
 
+def task_variants(name: str, tags: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """A task's variant tags for retrieval: its registry tags plus its head dimension as `dNN`
+    (`mha_fwd_d96_causal` -> causal, d96), the vocabulary of `<!-- variants: ... -->` markers."""
+    dims = re.findall(r"(?:^|_)(d\d+)(?:_|$)", name)
+    return sorted(set(tags) | set(dims))
+
+
 def task_query(description: str, op_type: str, family: str = "") -> str:
     """The retrieval query for a task: what a model reads about it (its description), its family
     ("attention backward") and its op type, also spelled as words (mha_bwd -> "mha bwd"). Never
@@ -263,6 +300,23 @@ def knowledge_version(root: Path = ROOT) -> str:
         for path in sorted((root / sub).glob(pattern)):
             h.update(f"{sub}/{path.relative_to(root / sub).as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def companions() -> dict[str, tuple[str, ...]]:
+    """knowledge/docs/features.yaml: feature -> the features it cannot be used without."""
+    data = yaml.safe_load((DOCS_DIR / "features.yaml").read_text()) or {}
+    return {str(k): tuple(str(x) for x in v) for k, v in (data.get("companions") or {}).items()}
+
+
+def with_companions(features: list[str] | tuple[str, ...]) -> list[str]:
+    """The requested features and, transitively, their companions (requested ones first)."""
+    out = list(dict.fromkeys(features))
+    i = 0
+    while i < len(out):
+        out.extend(c for c in companions().get(out[i], ()) if c not in out)
+        i += 1
+    return out
 
 
 def known_arches() -> list[str]:
@@ -287,7 +341,7 @@ def snippets(doc: Doc | None = None) -> list[Snippet]:
     for d in ([doc] if doc else load_docs() + load_examples()):
         arch_defaults = [a for a in d.arches if a not in (COMMON, "any")] or ["sm_90a"]
         for sec in d.sections:
-            lines = sec.text.splitlines()
+            lines = sec.source.splitlines()
             i = 0
             while i < len(lines):
                 m = re.match(r"```(cuda|ptx)\s*$", lines[i])
@@ -442,9 +496,15 @@ class _BM25:
         return out
 
 
-@functools.lru_cache(maxsize=32)
-def _index(arch: str, op_type: str | None = None) -> tuple[tuple[Section, ...], _BM25]:
-    sections = tuple(s for d in docs_for(arch, op_type) for s in d.sections if s.for_op(op_type))
+def eligible(section: Section, arch: str, op_type: str | None, variants: frozenset[str] | None) -> bool:
+    """Whether a section of the arch's docs may reach this task at all (its family, its arch, its variant)."""
+    return section.for_op(op_type) and section.for_arch(arch) and section.for_variant(variants)
+
+
+@functools.lru_cache(maxsize=64)
+def _index(arch: str, op_type: str | None = None,
+           variants: frozenset[str] | None = None) -> tuple[tuple[Section, ...], _BM25]:
+    sections = tuple(s for d in docs_for(arch, op_type) for s in d.sections if eligible(s, arch, op_type, variants))
     corpus = [_terms(s.text + " " + " ".join(s.keywords) + " " + " ".join(s.features)) for s in sections]
     return sections, _BM25(corpus)
 
@@ -475,12 +535,12 @@ def feedback_signals(feedback: str | None) -> tuple[set[str], set[str]]:
 
 
 def _rank(task: str, arch: str, features: list[str], feedback: str | None,
-          op_type: str | None = None) -> list[tuple[Section, float, str]]:
-    sections, bm25 = _index(arch, op_type)
+          op_type: str | None = None, variants: frozenset[str] | None = None) -> list[tuple[Section, float, str]]:
+    sections, bm25 = _index(arch, op_type, variants)
     family_docs = {d.path for d in load_docs() if op_type is not None and op_type in d.ops}
     fb_feats, fb_codes = feedback_signals(feedback)
     fb_msgs = feedback_messages(feedback)
-    req = set(features)
+    req = set(with_companions(features))
     query = _terms(" ".join([task, *features, *features, feedback or "", feedback or ""]))
     bm = bm25.scores(query)
     top = max(bm) if bm and max(bm) > 0 else 1.0
@@ -500,6 +560,10 @@ def _rank(task: str, arch: str, features: list[str], feedback: str | None,
         if fbf:
             exact += 2
             why.append("feedback-feature:" + ",".join(fbf))
+        core = sorted(req & set(sec.core))
+        if core:  # the minimal pipeline of a requested feature: above any other section of the docs
+            exact += 3
+            why.append("core:" + ",".join(core))
         rq = sorted(req & set(sec.features))
         if rq:
             exact += 1  # flat: BM25 decides among the sections of requested features
@@ -528,13 +592,14 @@ def _render(sections: list[Section]) -> str:
 
 
 def _ranked_selection(task: str, arch: str, features: list[str], feedback: str | None, budget: int,
-                      op_type: str | None) -> tuple[list[Section], list[SectionRef], bool]:
+                      op_type: str | None, variants: frozenset[str] | None = None
+                      ) -> tuple[list[Section], list[SectionRef], bool]:
     """The docs arm: ranked sections added in order while they (and their doc titles) fit `budget`."""
     titles = {d.path: d.title for d in load_docs()}
     chosen, refs, truncated = [], [], False
     used = 0
     seen_docs: set[str] = set()
-    for sec, score, why in _rank(task, arch, features, feedback, op_type):
+    for sec, score, why in _rank(task, arch, features, feedback, op_type, variants):
         if score <= 0:
             break
         title_cost = 0 if sec.doc in seen_docs else estimate_tokens(f"# {titles[sec.doc]}  ({sec.doc})") + 1
@@ -563,23 +628,27 @@ def _headers(arch: str, budget: int) -> tuple[str, bool]:
 
 
 def retrieve(task: str, arch: str, features: list[str], feedback: str | None = None, mode: Mode = "docs",
-             token_budget: int = 12000, op_type: str | None = None, header_budget: int = HEADER_BUDGET) -> Retrieval:
+             token_budget: int = 12000, op_type: str | None = None, header_budget: int = HEADER_BUDGET,
+             variants: list[str] | tuple[str, ...] | None = None) -> Retrieval:
     """Doc sections for a model writing `task` on `arch` (see the module docstring).
 
     `task` is the query text (task_query() for a benchmark task); `op_type` restricts the docs
-    to those written for that task family (None: every doc, as `agent knowledge search` does)."""
+    to those written for that task family (None: every doc, as `agent knowledge search` does);
+    `variants` are the task's variant tags (task_variants()): a section written for one variant
+    (a head dimension's recipe) reaches only tasks that carry its tag (None: every section)."""
     if mode not in MODES:
         raise ValueError(f"unknown knowledge mode {mode!r} (use one of {', '.join(MODES)})")
     if mode == "none" or token_budget <= 0:
         return Retrieval(mode=mode, parts={})
-    chosen, refs, truncated = _ranked_selection(task, arch, features, feedback, token_budget, op_type)
+    tags = frozenset(variants) if variants is not None else None
+    chosen, refs, truncated = _ranked_selection(task, arch, features, feedback, token_budget, op_type, tags)
     parts = {"docs": {"tokens": estimate_tokens(_render(chosen)) if chosen else 0, "sections": len(chosen)}}
     if mode == "docs":
         text = _render(chosen) if chosen else ""
         return Retrieval(refs, text, estimate_tokens(text), mode, truncated, parts)
     if mode == "docs+example":
         examples = [d for d in load_examples() if op_type is not None and op_type in d.ops and arch in d.arches]
-        block = "\n\n".join(f"# {d.title}  (examples/{d.path})\n\n{d.body.strip()}" for d in examples)
+        block = "\n\n".join(f"# {d.title}  (examples/{d.path})\n\n{strip_markup(d.body)}" for d in examples)
         parts["example"] = {"tokens": estimate_tokens(block) if block else 0, "sections": len(examples)}
         refs = refs + [SectionRef(f"examples/{d.path}", d.title, estimate_tokens(d.body), 0.0, "example")
                        for d in examples]
@@ -601,7 +670,7 @@ def retrieve(task: str, arch: str, features: list[str], feedback: str | None = N
     extra: list[Section] = []
     for d in docs_for(arch, op_type):
         for s in d.sections:
-            if (s.doc, s.index) in picked or not s.for_op(op_type):
+            if (s.doc, s.index) in picked or not eligible(s, arch, op_type, tags):
                 continue
             if used + s.tokens > limit:
                 truncated = True
