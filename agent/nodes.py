@@ -105,7 +105,8 @@ class Nodes:
         else:
             block = prompts.context_block(_section_texts([x["id"] for x in new]), why=why)
         d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=refs, new_sections=[x["id"] for x in new],
-                       tokens=r.tokens, prompt_tokens=len(block) // 4, truncated=getattr(r, "truncated", False),
+                       tokens=r.tokens, prompt_tokens=_count(block, getattr(r, "tokenizer", "chars/4")),
+                       tokenizer=getattr(r, "tokenizer", "chars/4"), truncated=getattr(r, "truncated", False),
                        # tokens and sections each layer of the arm added: all of them on turn 1, later
                        # turns add only new_sections (the header API and the example are sent once)
                        added=getattr(r, "parts", {}) if turn == 1 else {})
@@ -428,7 +429,14 @@ def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
             "features": cfg.requested_features, "feedback": feedback, "mode": cfg.context,
             "token_budget": cfg.context_tokens, "op_type": task.op_type,
             # a held-out variant's recipe (a head dimension's) reaches only that variant's runs
-            "variants": task_variants(task.name, task.tags)}
+            "variants": task_variants(task.name, task.tags),
+            "model": cfg.model}  # the budget is in the model's own tokens where litellm knows its tokenizer
+
+
+def _count(text: str, tokenizer: str) -> int:
+    from knowledge.retriever import count_tokens
+
+    return count_tokens(text, tokenizer)
 
 
 def cap_sections(sections: list[dict], cap: int) -> list[dict]:

@@ -47,7 +47,7 @@ EVENT_TYPES = {
     "run_start": "resumed, retried_turn (a turn redone after the model failed), task, arch, model, budget, gpu, gpu_from_turn",
     "node": "node, phase (start|end), turn, inputs | outputs (a short description), seconds",
     "retrieval": "turn, mode, sections [{id, doc, heading, tokens, why}] as retrieved, new_sections (the ids put "
-                 "into this turn's prompt), tokens, prompt_tokens, truncated",
+                 "into this turn's prompt), tokens, prompt_tokens, tokenizer (litellm:<model> or the chars/4 fallback), truncated",
     "llm_request": "turn, sample, model, messages (the chat sent, after the history policy), history, "
                    "context {prompt_tokens, window, reserve, source}",
     "llm_response": "turn, sample, model, text, usage {prompt_tokens, completion_tokens, cost_usd, cached_tokens, "

@@ -33,11 +33,19 @@ Ranking, in order:
      contains an error code found in the feedback. More exact hits rank higher, and a
      hit from the feedback outranks one from the requested features (the feedback is
      about the model's current mistake);
-  2. BM25 over all sections of the arch with query = task + features + feedback.
-Sections are added in that order while they fit the token budget. Tokens are estimated as
-ceil(chars / 4) — the usual ratio for English and code with BPE tokenizers; no tokenizer
-dependency, and stable across models. Ties break on (doc path, section index), so the
-result is deterministic.
+     Above every other section of the docs (on turn 1): the `<!-- core: FEATURE -->` sections of
+     each requested feature and of its companions (knowledge/docs/features.yaml: tma needs
+     mbarrier), the minimal pipeline a feature cannot be used without;
+  2. BM25 (SQLite FTS5's bm25()) over the sections of the arch with query = task + features +
+     feedback.
+A section reaches a task only if it is written for the task's family (`ops`), its arch (a
+section holding an `<!-- arch: X -->` marker is arch X's only) and its variant (`<!-- variants:
+d96 -->`: a held-out head dimension's recipe reaches only that variant's tasks). No `<!-- -->`
+markup reaches a prompt (Section.text is stripped; Section.source keeps it for the snippet checks).
+Sections are added in that order while they fit the token budget, counted with the model's own
+tokenizer where litellm knows it (tokenizer_for), else ceil(chars / 4), a marked fallback
+(`Retrieval.tokenizer` says which). Ties break on (doc path, section index), so the result is
+deterministic.
 
 This module imports nothing of agent/, tools/ or tasks/.
 """
@@ -45,8 +53,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import re
+import sqlite3
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -79,8 +88,44 @@ _INSTRUCTION_FEATURES = {
 
 
 def estimate_tokens(text: str) -> int:
-    """ceil(len/4): see the module docstring."""
+    """ceil(len/4): the marked fallback where no tokenizer of the model is known (count_tokens)."""
     return (len(text) + 3) // 4
+
+
+FALLBACK_TOKENIZER = "chars/4"
+
+
+@functools.lru_cache(maxsize=64)
+def tokenizer_for(model: str | None) -> str:
+    """The tokenizer a model's budgets are counted with: `litellm:<model>` where litellm knows the
+    model's own tokenizer (OpenAI models through tiktoken, the tokenizers litellm bundles:
+    Anthropic, DeepSeek), else `chars/4`, the marked fallback (scripted, replayed and unknown
+    models; litellm not installed). chars/4 undercounts code-heavy docs: a 6,000 budget is about
+    7.7k real tokens of an OpenAI tokenizer."""
+    if not model or model == "human" or re.match(r"(scripted|replay):", model):
+        return FALLBACK_TOKENIZER
+    try:
+        import os
+
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
+        import litellm
+        from litellm.utils import huggingface_tokenizer_kind
+    except Exception:
+        return FALLBACK_TOKENIZER
+    bare = model.split("/", 1)[-1]
+    known_openai = litellm.model_cost.get(bare, {}).get("litellm_provider") == "openai"
+    bundled = huggingface_tokenizer_kind(model) in ("anthropic", "deepseek")  # shipped with litellm: no download
+    return f"litellm:{model}" if known_openai or bundled else FALLBACK_TOKENIZER
+
+
+@functools.lru_cache(maxsize=4096)
+def count_tokens(text: str, tokenizer: str = FALLBACK_TOKENIZER) -> int:
+    """Tokens of `text` under `tokenizer` (tokenizer_for): litellm's token_counter, or chars/4."""
+    if tokenizer == FALLBACK_TOKENIZER or not text:
+        return estimate_tokens(text)
+    import litellm
+
+    return int(litellm.token_counter(model=tokenizer.removeprefix("litellm:"), text=text))
 
 
 @dataclass(frozen=True)
@@ -163,6 +208,7 @@ class Retrieval:
     truncated: bool = False  # a section or header block was left out for the budget
     # what each layer of the arm added: {"docs": {"tokens", "sections"}, "headers": {...}, "full": {...}}
     parts: dict[str, dict[str, int]] = field(default_factory=dict)
+    tokenizer: str = FALLBACK_TOKENIZER  # what every token count here is in (tokenizer_for)
 
 
 # ---------------------------------------------------------------- loading
@@ -467,32 +513,39 @@ def _terms(text: str) -> list[str]:
 
 
 class _BM25:
-    """Okapi BM25 (k1 = 1.5, b = 0.75) — the few lines rank-bm25 would give, without its
-    numpy dependency in this path and with a fixed idf floor so scores stay positive."""
+    """Okapi BM25 from SQLite's FTS5 (its `bm25()` rank function: k1 = 1.2, b = 0.75), over
+    documents already split into our terms (`_terms`: `wgmma.mma_async` is one term and also
+    `wgmma`, `mma_async`), so the FTS5 tokenizer keeps `.`, `:` and `_` inside tokens. A query
+    term repeated weighs more (the query repeats the requested features and the feedback). The
+    standard library's sqlite3 has FTS5; nothing to install, the same on the GPU host."""
 
-    def __init__(self, corpus: list[list[str]], k1: float = 1.5, b: float = 0.75):
-        self.k1, self.b = k1, b
-        self.docs = [dict() for _ in corpus]
-        df: dict[str, int] = {}
-        for counts, toks in zip(self.docs, corpus):
-            for t in toks:
-                counts[t] = counts.get(t, 0) + 1
-            for t in counts:
-                df[t] = df.get(t, 0) + 1
-        self.lens = [len(t) for t in corpus]
-        self.avg = sum(self.lens) / max(1, len(corpus))
-        n = len(corpus)
-        self.idf = {t: max(0.01, math.log((n - f + 0.5) / (f + 0.5) + 1)) for t, f in df.items()}
+    def __init__(self, corpus: list[list[str]]):
+        self.n = len(corpus)
+        self.db = sqlite3.connect(":memory:", check_same_thread=False)
+        self.lock = threading.Lock()
+        self.db.execute("CREATE VIRTUAL TABLE s USING fts5(body, tokenize = \"unicode61 tokenchars '._:'\")")
+        self.db.executemany("INSERT INTO s(rowid, body) VALUES (?, ?)",
+                            [(i, " ".join(toks)) for i, toks in enumerate(corpus)])
+        self.vocab = {t for toks in corpus for t in toks}
 
     def scores(self, query: list[str]) -> list[float]:
-        out = []
-        for counts, length in zip(self.docs, self.lens):
-            s = 0.0
-            for q in query:
-                f = counts.get(q)
-                if f:
-                    s += self.idf[q] * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * length / self.avg))
-            out.append(s)
+        """BM25 of every section (0 where no term matches). FTS5's bm25() of an OR query is the
+        sum of its phrases' contributions, so a term that occurs c times in the query is asked
+        once, in the group of terms occurring c times, and that group's score is weighed by c:
+        the same sum as repeating it, without the cost of a query thousands of phrases long."""
+        out = [0.0] * self.n
+        counts: dict[str, int] = {}
+        for q in query:
+            if q in self.vocab:  # a term no section holds adds nothing
+                counts[q] = counts.get(q, 0) + 1
+        groups: dict[int, list[str]] = {}
+        for q, c in counts.items():
+            groups.setdefault(c, []).append(f'"{q}"')
+        with self.lock:
+            for c, phrases in groups.items():
+                for rowid, score in self.db.execute("SELECT rowid, -bm25(s) FROM s WHERE s MATCH ?",
+                                                    (" OR ".join(phrases),)):
+                    out[rowid] += c * max(0.0, score)
         return out
 
 
@@ -592,8 +645,8 @@ def _render(sections: list[Section]) -> str:
 
 
 def _ranked_selection(task: str, arch: str, features: list[str], feedback: str | None, budget: int,
-                      op_type: str | None, variants: frozenset[str] | None = None
-                      ) -> tuple[list[Section], list[SectionRef], bool]:
+                      op_type: str | None, variants: frozenset[str] | None = None,
+                      tz: str = FALLBACK_TOKENIZER) -> tuple[list[Section], list[SectionRef], bool]:
     """The docs arm: ranked sections added in order while they (and their doc titles) fit `budget`."""
     titles = {d.path: d.title for d in load_docs()}
     chosen, refs, truncated = [], [], False
@@ -602,26 +655,27 @@ def _ranked_selection(task: str, arch: str, features: list[str], feedback: str |
     for sec, score, why in _rank(task, arch, features, feedback, op_type, variants):
         if score <= 0:
             break
-        title_cost = 0 if sec.doc in seen_docs else estimate_tokens(f"# {titles[sec.doc]}  ({sec.doc})") + 1
-        if used + sec.tokens + title_cost + 1 > budget:
+        title_cost = 0 if sec.doc in seen_docs else count_tokens(f"# {titles[sec.doc]}  ({sec.doc})", tz) + 1
+        tokens = count_tokens(sec.text, tz)
+        if used + tokens + title_cost + 1 > budget:
             truncated = True
             continue
         chosen.append(sec)
         seen_docs.add(sec.doc)
-        used += sec.tokens + title_cost + 1
-        refs.append(SectionRef(sec.doc, sec.heading, sec.tokens, round(score, 4), why))
+        used += tokens + title_cost + 1
+        refs.append(SectionRef(sec.doc, sec.heading, tokens, round(score, 4), why))
     return chosen, refs, truncated
 
 
-def _headers(arch: str, budget: int) -> tuple[str, bool]:
+def _headers(arch: str, budget: int, tz: str = FALLBACK_TOKENIZER) -> tuple[str, bool]:
     """The arch's header API if it fits its own budget; else as many whole headers as fit."""
     api = header_api(arch)
-    if estimate_tokens(api) <= budget:
+    if count_tokens(api, tz) <= budget:
         return api, False
     blocks = api.split("\n### ")
     kept = blocks[0]
     for b in blocks[1:]:
-        if estimate_tokens(kept + "\n### " + b) > budget:
+        if count_tokens(kept + "\n### " + b, tz) > budget:
             return kept + "\n(Some helper headers were left out for the budget.)\n", True
         kept += "\n### " + b
     return kept, True
@@ -629,64 +683,67 @@ def _headers(arch: str, budget: int) -> tuple[str, bool]:
 
 def retrieve(task: str, arch: str, features: list[str], feedback: str | None = None, mode: Mode = "docs",
              token_budget: int = 12000, op_type: str | None = None, header_budget: int = HEADER_BUDGET,
-             variants: list[str] | tuple[str, ...] | None = None) -> Retrieval:
+             variants: list[str] | tuple[str, ...] | None = None, model: str | None = None) -> Retrieval:
     """Doc sections for a model writing `task` on `arch` (see the module docstring).
 
     `task` is the query text (task_query() for a benchmark task); `op_type` restricts the docs
     to those written for that task family (None: every doc, as `agent knowledge search` does);
     `variants` are the task's variant tags (task_variants()): a section written for one variant
-    (a head dimension's recipe) reaches only tasks that carry its tag (None: every section)."""
+    (a head dimension's recipe) reaches only tasks that carry its tag (None: every section);
+    `model` picks the tokenizer the budgets and counts are in (tokenizer_for; None: chars/4)."""
     if mode not in MODES:
         raise ValueError(f"unknown knowledge mode {mode!r} (use one of {', '.join(MODES)})")
     if mode == "none" or token_budget <= 0:
         return Retrieval(mode=mode, parts={})
     tags = frozenset(variants) if variants is not None else None
-    chosen, refs, truncated = _ranked_selection(task, arch, features, feedback, token_budget, op_type, tags)
-    parts = {"docs": {"tokens": estimate_tokens(_render(chosen)) if chosen else 0, "sections": len(chosen)}}
+    tz = tokenizer_for(model)
+    tok = functools.partial(count_tokens, tokenizer=tz)
+    chosen, refs, truncated = _ranked_selection(task, arch, features, feedback, token_budget, op_type, tags, tz)
+    parts = {"docs": {"tokens": tok(_render(chosen)) if chosen else 0, "sections": len(chosen)}}
     if mode == "docs":
         text = _render(chosen) if chosen else ""
-        return Retrieval(refs, text, estimate_tokens(text), mode, truncated, parts)
+        return Retrieval(refs, text, tok(text), mode, truncated, parts, tz)
     if mode == "docs+example":
         examples = [d for d in load_examples() if op_type is not None and op_type in d.ops and arch in d.arches]
         block = "\n\n".join(f"# {d.title}  (examples/{d.path})\n\n{strip_markup(d.body)}" for d in examples)
-        parts["example"] = {"tokens": estimate_tokens(block) if block else 0, "sections": len(examples)}
-        refs = refs + [SectionRef(f"examples/{d.path}", d.title, estimate_tokens(d.body), 0.0, "example")
+        parts["example"] = {"tokens": tok(block) if block else 0, "sections": len(examples)}
+        refs = refs + [SectionRef(f"examples/{d.path}", d.title, tok(strip_markup(d.body)), 0.0, "example")
                        for d in examples]
         text = "\n".join(t for t in (_render(chosen) if chosen else "", block) if t)
-        return Retrieval(refs, text, estimate_tokens(text), mode, truncated, parts)
+        return Retrieval(refs, text, tok(text), mode, truncated, parts, tz)
 
-    api, api_cut = _headers(arch, header_budget)
-    parts["headers"] = {"tokens": estimate_tokens(api), "sections": api.count("\n### ")}
+    api, api_cut = _headers(arch, header_budget, tz)
+    parts["headers"] = {"tokens": tok(api), "sections": api.count("\n### ")}
     if mode == "docs+headers":
         text = (_render(chosen) + "\n" + api) if chosen else api
-        return Retrieval(refs, text, estimate_tokens(text), mode, truncated or api_cut, parts)
+        return Retrieval(refs, text, tok(text), mode, truncated or api_cut, parts, tz)
 
     # full: the docs arm's sections first (so full holds everything docs+headers holds, whatever
     # the feedback ranked), then every other section of the family's docs in doc order.
     picked = {(s.doc, s.index) for s in chosen}
     truncated = False  # what the docs arm left out for its budget, full adds back
     limit = max(token_budget, FULL_MODE_BUDGET)
-    used = sum(s.tokens for s in chosen)
+    used = sum(tok(s.text) for s in chosen)
     extra: list[Section] = []
     for d in docs_for(arch, op_type):
         for s in d.sections:
             if (s.doc, s.index) in picked or not eligible(s, arch, op_type, tags):
                 continue
-            if used + s.tokens > limit:
+            if used + tok(s.text) > limit:
                 truncated = True
                 continue
             extra.append(s)
-            used += s.tokens
-    refs = refs + [SectionRef(s.doc, s.heading, s.tokens, 0.0, "full") for s in extra]
+            used += tok(s.text)
+    refs = refs + [SectionRef(s.doc, s.heading, tok(s.text), 0.0, "full") for s in extra]
     docs_text = _render(_doc_order(chosen + extra, arch, op_type))
-    parts["full"] = {"tokens": estimate_tokens(docs_text) - parts["docs"]["tokens"], "sections": len(extra)}
+    parts["full"] = {"tokens": tok(docs_text) - parts["docs"]["tokens"], "sections": len(extra)}
     text = docs_text + "\n" + api
     if truncated:
         text += f"\n(Some sections were left out: the full docs exceed {limit} tokens.)\n"
-    total = estimate_tokens(text)
+    total = tok(text)
     text = f"(All {len(chosen) + len(extra)} sections of the {arch} docs for this task and the helper headers: " \
            f"about {total} tokens.)\n\n" + text
-    return Retrieval(refs, text, estimate_tokens(text), mode, truncated or api_cut, parts)
+    return Retrieval(refs, text, tok(text), mode, truncated or api_cut, parts, tz)
 
 
 def _doc_order(sections: list[Section], arch: str, op_type: str | None) -> list[Section]:
