@@ -109,7 +109,9 @@ class Nodes:
                        tokenizer=getattr(r, "tokenizer", "chars/4"), truncated=getattr(r, "truncated", False),
                        # tokens and sections each layer of the arm added: all of them on turn 1, later
                        # turns add only new_sections (the header API and the example are sent once)
-                       added=getattr(r, "parts", {}) if turn == 1 else {})
+                       added=getattr(r, "parts", {}) if turn == 1 else {},
+                       # docs+example: the example served, or why none (it solves other variants)
+                       **({"example": r.example} if turn == 1 and getattr(r, "example", None) else {}))
         update = {"context": block, "context_sections": sorted(seen | {x["id"] for x in new})}
         if turn == 1:  # evolve starts every branch from turn 1's prompt, with these sections in it
             update["base_sections"] = update["context_sections"]

@@ -185,9 +185,17 @@ class Doc:
     sections: tuple[Section, ...]
     body: str
     ops: tuple[str, ...] = ()  # task op types the doc is for; () = every task
+    # a worked example's `solves: {tags: [d128], not: [causal]}`: the variants it solves as written
+    solves_tags: tuple[str, ...] = ()
+    solves_not: tuple[str, ...] = ()
 
     def for_op(self, op_type: str | None) -> bool:
         return op_type is None or not self.ops or op_type in self.ops
+
+    def solves(self, tags: frozenset[str] | None) -> bool:
+        """Whether this worked example solves, as written, a task with these variant tags (None:
+        unknown, as for `agent knowledge search`: yes)."""
+        return tags is None or (set(self.solves_tags) <= tags and not set(self.solves_not) & tags)
 
 
 @dataclass
@@ -209,6 +217,7 @@ class Retrieval:
     # what each layer of the arm added: {"docs": {"tokens", "sections"}, "headers": {...}, "full": {...}}
     parts: dict[str, dict[str, int]] = field(default_factory=dict)
     tokenizer: str = FALLBACK_TOKENIZER  # what every token count here is in (tokenizer_for)
+    example: str | None = None  # docs+example: which worked example was served, or why none
 
 
 # ---------------------------------------------------------------- loading
@@ -300,7 +309,9 @@ def _load(folder: Path) -> tuple[Doc, ...]:
         arch = path.parent.name if path.parent.name in arches else arches[0]
         sections = tuple(_section(rel, i, h, t, arch, feats, kws) for i, (h, t) in enumerate(_split_sections(body)))
         ops = tuple(str(o) for o in (meta.get("ops") or ()))
-        docs.append(Doc(rel, str(meta["title"]), arch, arches, feats, kws, sections, body, ops))
+        solves = meta.get("solves") or {}
+        docs.append(Doc(rel, str(meta["title"]), arch, arches, feats, kws, sections, body, ops,
+                        tuple(solves.get("tags") or ()), tuple(solves.get("not") or ())))
     return tuple(docs)
 
 
@@ -704,13 +715,19 @@ def retrieve(task: str, arch: str, features: list[str], feedback: str | None = N
         text = _render(chosen) if chosen else ""
         return Retrieval(refs, text, tok(text), mode, truncated, parts, tz)
     if mode == "docs+example":
-        examples = [d for d in load_examples() if op_type is not None and op_type in d.ops and arch in d.arches]
+        family = [d for d in load_examples() if op_type is not None and op_type in d.ops and arch in d.arches]
+        examples = [d for d in family if d.solves(tags)]  # pasted into a variant it does not solve, it fails
+        notes = [f"served examples/{d.path}" for d in examples] + [
+            f"examples/{d.path} left out: it solves {', '.join(d.solves_tags) or 'every variant'}"
+            + (f" (not {', '.join(d.solves_not)})" if d.solves_not else "") + " as written"
+            for d in family if d not in examples]
         block = "\n\n".join(f"# {d.title}  (examples/{d.path})\n\n{strip_markup(d.body)}" for d in examples)
         parts["example"] = {"tokens": tok(block) if block else 0, "sections": len(examples)}
         refs = refs + [SectionRef(f"examples/{d.path}", d.title, tok(strip_markup(d.body)), 0.0, "example")
                        for d in examples]
         text = "\n".join(t for t in (_render(chosen) if chosen else "", block) if t)
-        return Retrieval(refs, text, tok(text), mode, truncated, parts, tz)
+        return Retrieval(refs, text, tok(text), mode, truncated, parts, tz,
+                         "; ".join(notes) or f"no worked example for {op_type} on {arch}")
 
     api, api_cut = _headers(arch, header_budget, tz)
     parts["headers"] = {"tokens": tok(api), "sections": api.count("\n### ")}

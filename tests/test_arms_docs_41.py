@@ -169,3 +169,32 @@ def test_agent_solve_renders_the_pipeline_into_the_turn1_prompt(tmp_path):
     assert "<!--" not in user and "tcgen05" not in user.lower()
     [ret] = events(run_dir, "retrieval")
     assert any(s["why"].startswith("core:") for s in ret["sections"])
+
+
+@pytest.mark.parametrize("name,served", [("gemm_n7168_k5120", "gemm_tma_wgmma.md"),
+                                         ("mha_fwd_d128", "attention_forward.md"), ("mha_bwd_d128", "attention_backward.md"),
+                                         ("mha_fwd_d128_causal", None), ("mha_bwd_d128_causal", None),
+                                         ("mha_fwd_d64", None), ("mha_bwd_d256", None), ("fp8_mha_with_lse_d128", None)])
+def test_docs_example_serves_an_example_only_where_it_solves_the_task_as_written(name, served):
+    task = get_task(name)
+    _, docs = turn1(task, "sm_90a", "docs")
+    _, r = turn1(task, "sm_90a", "docs+example")
+    if served:
+        assert r.parts["example"]["sections"] == 1 and r.example == f"served examples/sm_90a/{served}"
+        # the wording inside the arm says what it is, and not that no arm holds it
+        assert "kept out of every context arm" not in r.text and "Only the docs+example arm serves it" in r.text
+    else:
+        assert r.text == docs.text and r.parts["example"] == {"tokens": 0, "sections": 0}
+        assert r.example.startswith(("no worked example", "examples/sm_90a/")) and "left out" in r.example \
+            or r.example.startswith("no worked example")
+
+
+def test_a_run_records_which_example_it_was_served(tmp_path):
+    model = write_script(tmp_path / "script.json", [NO_CODE])
+    p = agent_cli("solve", "--task", "attn_fwd_causal", "--model", model, "--arch", "sm_90a", "--context",
+                  "docs+example", "--max-turns", "1", "--runs-dir", str(tmp_path / "runs"), "--quiet")
+    assert p.returncode in (0, 1), p.stderr
+    [run_dir] = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    [ret] = events(run_dir, "retrieval")
+    assert ret["added"]["example"] == {"tokens": 0, "sections": 0}
+    assert "attention_forward.md left out: it solves d128 (not causal)" in ret["example"]
