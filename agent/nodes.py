@@ -97,8 +97,12 @@ class Nodes:
                  "why": s.why} for s in r.sections]
         seen = set(state.get("context_sections") or [])
         new = [x for x in refs if x["id"] not in seen]
-        if turn > 1:  # a turn's feedback, not a new manual, is the point of turns 2+
-            new = cap_sections(new, cfg.context_turn_tokens)
+        if turn > 1:  # a turn's feedback, not a new manual, is the point of turns 2+: only sections
+            # ranked for the feedback's error class (its failing construct, its C75xx codes, the
+            # pipeline of a feature that did not carry the work), each with its reason in `why`
+            from knowledge.retriever import follows_feedback
+
+            new = cap_sections([x for x in new if follows_feedback(x["why"])], cfg.context_turn_tokens)
         why = " and the last result" if turn > 1 else ""
         if turn == 1:
             block = prompts.context_block([r.text], why=why)  # exactly what the retriever rendered
@@ -107,6 +111,7 @@ class Nodes:
         d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=refs, new_sections=[x["id"] for x in new],
                        tokens=r.tokens, prompt_tokens=_count(block, getattr(r, "tokenizer", "chars/4")),
                        tokenizer=getattr(r, "tokenizer", "chars/4"), truncated=getattr(r, "truncated", False),
+                       focus=getattr(r, "focus", "none"),  # the feedback's error class (turns 2+)
                        # tokens and sections each layer of the arm added: all of them on turn 1, later
                        # turns add only new_sections (the header API and the example are sent once)
                        added=getattr(r, "parts", {}) if turn == 1 else {},

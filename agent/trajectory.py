@@ -47,7 +47,10 @@ EVENT_TYPES = {
     "run_start": "resumed, retried_turn (a turn redone after the model failed), task, arch, model, budget, gpu, gpu_from_turn",
     "node": "node, phase (start|end), turn, inputs | outputs (a short description), seconds",
     "retrieval": "turn, mode, sections [{id, doc, heading, tokens, why}] as retrieved, new_sections (the ids put "
-                 "into this turn's prompt), tokens, prompt_tokens, tokenizer (litellm:<model> or the chars/4 fallback), truncated",
+                 "into this turn's prompt), tokens, prompt_tokens, tokenizer (litellm:<model> or the chars/4 "
+                 "fallback), truncated, focus (the feedback's error class: compile_error, serialization, "
+                 "carried_work, other, none; turns 2+ add only sections whose why names it), example "
+                 "(docs+example, turn 1: the example served or why none)",
     "llm_request": "turn, sample, model, messages (the chat sent, after the history policy), history, "
                    "context {prompt_tokens, window, reserve, source}",
     "llm_response": "turn, sample, model, text, usage {prompt_tokens, completion_tokens, cost_usd, cached_tokens, "

@@ -218,6 +218,7 @@ class Retrieval:
     parts: dict[str, dict[str, int]] = field(default_factory=dict)
     tokenizer: str = FALLBACK_TOKENIZER  # what every token count here is in (tokenizer_for)
     example: str | None = None  # docs+example: which worked example was served, or why none
+    focus: str = "none"  # the feedback's error class (feedback_focus): what turns 2+ add sections for
 
 
 # ---------------------------------------------------------------- loading
@@ -598,32 +599,122 @@ def feedback_signals(feedback: str | None) -> tuple[set[str], set[str]]:
     return feats, set(_CODE_RE.findall(feedback))
 
 
+_DIAG_RE = re.compile(r"^\s*(?:-\s*)?(nvrtc|ptxas)\s+(error|warning|info)\b(?:\s*\((C\d{4})\))?\s*:", re.I)
+# A PTX instruction quoted on a diagnostic line (in its message or in the `[ptx: ...]` quote)
+_CONSTRUCT_RE = re.compile(r"\b((?:wgmma|mbarrier|tcgen05|cp\.async|cp\.reduce\.async|fence|setmaxnreg|stmatrix|"
+                           r"ldmatrix|elect|griddepcontrol|barrier\.cluster|mapa|tensormap|ld\.shared|st\.shared|"
+                           r"mma|ldgsts)(?:\.[a-z0-9_:]+)+|setmaxnreg|mapa)", re.I)
+_NOT_CARRIED_RE = re.compile(r"^\s*-\s*`(\w+)`:\s*(MISSING|in the SASS but never executed|executed, but did not carry)",
+                             re.M)
+SERIALIZATION_CODES = re.compile(r"\bC75\d\d\b|\bC7508\b")
+
+
+@dataclass(frozen=True)
+class FeedbackFocus:
+    """What a turn's feedback is about, so the docs added after it follow its error class:
+    compile_error (the construct on the failing line, the error's message and code), serialization
+    (ptxas's C75xx performance notes: the sections on those codes), carried_work (a requested
+    instruction missing, never executed or not carrying the work: that feature's pipeline), other
+    (a wrong or slow result: BM25 over the feedback, no exact hits)."""
+
+    kind: str
+    text: str  # what the BM25 query reads: the failing lines, not the whole feedback
+    codes: tuple[str, ...] = ()
+    messages: tuple[str, ...] = ()
+    constructs: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+
+
+def feedback_focus(feedback: str | None) -> FeedbackFocus:
+    if not feedback or not feedback.strip():
+        return FeedbackFocus("none", "")
+    lines = feedback.splitlines()
+    diags = [(m, ln) for ln in lines if (m := _DIAG_RE.match(ln))]
+    errors = [ln for m, ln in diags if m[2].lower() == "error"]
+    if errors:
+        text = "\n".join(errors)
+        constructs = tuple(dict.fromkeys(c.lower() for ln in errors for c in _CONSTRUCT_RE.findall(ln)))
+        feats = tuple(sorted({f for key, f in _INSTRUCTION_FEATURES.items() if key in text.lower()}))
+        return FeedbackFocus("compile_error", text, tuple(sorted(set(_CODE_RE.findall(text)))),
+                             tuple(feedback_messages(text)), constructs, feats)
+    serial = [ln for m, ln in diags if m[3] and SERIALIZATION_CODES.search(m[3])]
+    if serial:
+        text = "\n".join(serial)
+        return FeedbackFocus("serialization", text, tuple(sorted(set(_CODE_RE.findall(text)))))
+    missing = _NOT_CARRIED_RE.findall(feedback)
+    if missing:
+        feats = tuple(sorted({f for f, _ in missing}))
+        text = "\n".join(ln for ln in lines if _NOT_CARRIED_RE.match(ln))
+        return FeedbackFocus("carried_work", text, features=feats)
+    return FeedbackFocus("other", feedback)
+
+
+FOCUS_KINDS = ("compile-error", "serialization", "carried-work")
+
+
+def follows_feedback(why: str) -> bool:
+    """Whether a section was ranked for the feedback's error class (its `why` names the class):
+    the only sections a turn after the first adds."""
+    return any(part.startswith(k + ":") for part in why.split() for k in FOCUS_KINDS)
+
+
+def _code_of(text: str) -> str:
+    return "\n".join(re.findall(r"```(?:cuda|ptx)\n(.*?)```", text, re.S)).lower()
+
+
+def _construct_hit(construct: str, code: str) -> int:
+    """How many dot-separated parts of the failing construct a section's code shows (at least
+    two: `wgmma.mma_async`, not a bare `wgmma`), 0 if none."""
+    parts = construct.split(".")
+    for n in range(len(parts), 1, -1):
+        if ".".join(parts[:n]) in code:
+            return n
+    return 0
+
+
 def _rank(task: str, arch: str, features: list[str], feedback: str | None,
           op_type: str | None = None, variants: frozenset[str] | None = None) -> list[tuple[Section, float, str]]:
     sections, bm25 = _index(arch, op_type, variants)
     family_docs = {d.path for d in load_docs() if op_type is not None and op_type in d.ops}
-    fb_feats, fb_codes = feedback_signals(feedback)
-    fb_msgs = feedback_messages(feedback)
+    focus = feedback_focus(feedback)
+    fb_codes, fb_msgs = set(focus.codes), list(focus.messages)
+    # a carried-work failure asks for the pipeline of the features that failed, and their companions
+    fb_feats = set(with_companions(list(focus.features))) if focus.kind == "carried_work" else set(focus.features)
     req = set(with_companions(features))
-    query = _terms(" ".join([task, *features, *features, feedback or "", feedback or ""]))
+    query = _terms(" ".join([task, *features, *features, focus.text, focus.text]))
     bm = bm25.scores(query)
     top = max(bm) if bm and max(bm) > 0 else 1.0
     ranked = []
     for sec, b in zip(sections, bm):
         exact, why = 0.0, []
-        # feedback first: the current mistake matters most
+        # feedback first: the current mistake matters most, and only what its error class points at
+        # (a syntax error is no reason for the serialization sections)
+        kind = focus.kind.replace("_", "-")
         codes = [c for c in sorted(fb_codes) if re.search(rf"\b{c}\b", sec.text)]
         if codes:
             exact += 4 + len(codes)
-            why.append("code:" + ",".join(codes))
+            why.append(f"{kind}:code:" + ",".join(codes))
         msgs = [m for m in fb_msgs if m in sec.flat]
         if msgs:
             exact += 4 + len(msgs)
-            why.append(f"message:{len(msgs)}")
+            why.append(f"{kind}:message:{len(msgs)}")
+        if focus.constructs:
+            code = _code_of(sec.text)
+            hits = {c: _construct_hit(c, code) for c in focus.constructs}
+            best = max(hits.values())
+            if best:
+                exact += 4 + best / 10
+                why.append(f"{kind}:construct:" + max(hits, key=hits.get).rsplit(".", max(0, len(
+                    max(hits, key=hits.get).split(".")) - best))[0])
+        if focus.kind == "carried_work":
+            pipeline = sorted(fb_feats & set(sec.core))
+            if pipeline:
+                exact += 4
+                why.append("carried-work:core:" + ",".join(pipeline))
         fbf = sorted(fb_feats & set(sec.features))
         if fbf:
             exact += 2
-            why.append("feedback-feature:" + ",".join(fbf))
+            why.append(f"{kind}:feature:" + ",".join(fbf))
         core = sorted(req & set(sec.core))
         if core:  # the minimal pipeline of a requested feature: above any other section of the docs
             exact += 3
@@ -706,6 +797,14 @@ def retrieve(task: str, arch: str, features: list[str], feedback: str | None = N
         raise ValueError(f"unknown knowledge mode {mode!r} (use one of {', '.join(MODES)})")
     if mode == "none" or token_budget <= 0:
         return Retrieval(mode=mode, parts={})
+    out = _retrieve(task, arch, features, feedback, mode, token_budget, op_type, header_budget, variants, model)
+    out.focus = feedback_focus(feedback).kind
+    return out
+
+
+def _retrieve(task: str, arch: str, features: list[str], feedback: str | None, mode: str, token_budget: int,
+              op_type: str | None, header_budget: int, variants: list[str] | tuple[str, ...] | None,
+              model: str | None) -> Retrieval:
     tags = frozenset(variants) if variants is not None else None
     tz = tokenizer_for(model)
     tok = functools.partial(count_tokens, tokenizer=tz)

@@ -198,3 +198,92 @@ def test_a_run_records_which_example_it_was_served(tmp_path):
     [ret] = events(run_dir, "retrieval")
     assert ret["added"]["example"] == {"tokens": 0, "sections": 0}
     assert "attention_forward.md left out: it solves d128 (not causal)" in ret["example"]
+
+
+# ---------------------------------------------------------------- turns 2+: docs follow the error
+
+def _compiler_feedback(source: str, lang: str = "cuda", arch: str = "sm_90a") -> str:
+    """What a real compile says, as the feedback quotes it (tools' diagnostics, rendered)."""
+    from tools.compile import compile_source
+
+    r = compile_source(source, lang, arch)
+    return "\n".join(d.render() for d in r.diagnostics if d.severity == "error" or d.code)
+
+
+def _added_after(feedback: str) -> tuple[kr.Retrieval, list[kr.SectionRef]]:
+    """The sections a turn after the first adds for this feedback (agent.nodes' filter)."""
+    gemm = get_task("gemm_n7168_k5120")
+    _, first = turn1(gemm, "sm_90a", "docs")
+    cfg = RunConfig(run_id="t", task=gemm.name, model="scripted", arch="sm_90a", context="docs",
+                    requested_features=gemm.features_for("sm_90a"))
+    r = kr.retrieve(**retrieval_call(gemm, cfg, feedback))
+    seen = {(s.doc, s.heading) for s in first.sections}
+    return r, [s for s in r.sections if (s.doc, s.heading) not in seen and kr.follows_feedback(s.why)]
+
+
+def test_a_syntax_error_adds_no_serialization_sections():
+    from agent_loop_helpers import BROKEN_LINE_TEXT, PROBE_CU
+
+    feedback = _compiler_feedback(PROBE_CU.replace(BROKEN_LINE_TEXT, BROKEN_LINE_TEXT.replace("float d0", "flaot d0")))
+    assert 'identifier "flaot" is undefined' in feedback
+    r, added = _added_after(feedback)
+    assert r.focus == "compile_error"
+    assert not any(re.search(r"C75\d\d", s.why) for s in r.sections)  # no section ranked for a code
+    assert not any("Serialization" in s.heading or "C75" in s.heading for s in added)
+
+
+def test_a_compile_error_on_a_construct_adds_the_sections_that_show_it():
+    from agent_loop_helpers import PROBE_CU
+
+    feedback = _compiler_feedback(PROBE_CU.replace("mbarrier.try_wait.parity.shared::cta.b64",
+                                                   "mbarrier.try_wait.parity.shared::cta.b32"))
+    assert "mbarrier.try_wait.parity" in feedback
+    r, _ = _added_after(feedback)
+    assert r.focus == "compile_error"
+    top = r.sections[0]
+    assert "compile-error:construct:mbarrier.try_wait" in top.why and "mbarrier.try_wait" in code_of(
+        _section(top.doc, top.heading).text)
+
+
+def test_a_serialization_note_adds_its_c75xx_sections():
+    c7514 = next(s for s in kr.snippets() if s.expect == ("info", "C7514"))
+    feedback = _compiler_feedback(c7514.source, c7514.language)
+    r, added = _added_after(feedback)
+    assert r.focus == "serialization"
+    assert added and all(kr.follows_feedback(s.why) for s in added)
+    assert "C7514" in added[0].heading and added[0].why.startswith("serialization:code:C7514")
+
+
+def test_work_not_carried_adds_that_features_pipeline():
+    """The arch section's own line (agent/feedback.py writes it) for a TMA that did not carry the work."""
+    import inspect
+
+    from agent import feedback as fb
+
+    assert "executed, but did not carry the task's work" in inspect.getsource(fb.arch_section)
+    feedback = ("### Architecture instructions: executed without carrying the work\n"
+                "- `tma`: executed, but did not carry the task's work: tma carried 3.0% of the task's input bytes "
+                "(needs 50%)")
+    focus = kr.feedback_focus(feedback)
+    assert focus.kind == "carried_work" and focus.features == ("tma",)
+    r = kr.retrieve("gemm", "sm_90a", ["wgmma", "tma"], feedback, op_type="gemm", token_budget=6000)
+    pipeline = [s for s in r.sections if "carried-work:core:" in s.why]
+    assert {s.heading for s in pipeline} >= {"Loading a tile", "Model", "Phases in a ring of stages"}
+    assert r.sections[:len(pipeline)] == pipeline  # first
+
+
+def test_a_turn_2_retrieval_event_says_why_each_section_was_added(tmp_path):
+    """Through the loop: turn 1 a broken probe (NVRTC error), turn 2 the probe; the turn-2 retrieval
+    event names the error class and every section it added follows it."""
+    from agent_loop_helpers import broken_probe_reply, probe_reply
+
+    model = write_script(tmp_path / "script.json", [broken_probe_reply(), probe_reply()])
+    p = agent_cli("solve", "--task", "gemm", "--model", model, "--arch", "sm_90a", "--context", "docs",
+                  "--max-turns", "2", "--runs-dir", str(tmp_path / "runs"), "--quiet")
+    assert p.returncode in (0, 1), p.stderr
+    [run_dir] = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    ret = events(run_dir, "retrieval")
+    assert [e["turn"] for e in ret] == [1, 2] and ret[0]["focus"] == "none" and ret[1]["focus"] == "compile_error"
+    why = {s["id"]: s["why"] for s in ret[1]["sections"]}
+    assert all(kr.follows_feedback(why[i]) for i in ret[1]["new_sections"])
+    assert not any("C75" in i for i in ret[1]["new_sections"])
