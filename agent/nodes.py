@@ -89,7 +89,7 @@ class Nodes:
         retrieved again with the feedback, get only the sections not yet in the chat."""
         d, cfg = self.deps, self.deps.config
         turn = state["turn"] + 1
-        if cfg.context == "none" or d.retrieve is None:
+        if (cfg.context == "none" and not cfg.hints) or d.retrieve is None:
             d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=[], new_sections=[], tokens=0, added={})
             return {"context": ""}
         r = d.retrieve(**retrieval_call(d.task, cfg, state.get("feedback")))
@@ -437,7 +437,8 @@ def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
             "token_budget": cfg.context_tokens, "op_type": task.op_type,
             # a held-out variant's recipe (a head dimension's) reaches only that variant's runs
             "variants": task_variants(task.name, task.tags),
-            "model": cfg.model}  # the budget is in the model's own tokens where litellm knows its tokenizer
+            "model": cfg.model,  # the budget is in the model's own tokens where litellm knows its tokenizer
+            "hints": list(cfg.hints)}  # --hint: pattern docs whole on top of the arm
 
 
 def _count(text: str, tokenizer: str) -> int:

@@ -159,6 +159,8 @@ class RunConfig(BaseModel):
     history: History = "full"  # runs recorded before the policy sent the full chat
     # --require: on asks for the requested instructions (every run recorded before the axis did)
     require: Require = "on"
+    # --hint NAME (knowledge/hints): pattern docs added whole on top of the arm; runs recorded before had none
+    hints: list[str] = Field(default_factory=list)
     context_turn_tokens: int = 2000  # docs added on turns 2+ at most (whole sections), per turn
     memcheck: bool = True  # compute-sanitizer memcheck on a visible crash, hang or out-of-bounds write (GPU)
     created: str = Field(default_factory=utc_now)
@@ -266,6 +268,7 @@ class RunSummary(BaseModel):
     profile_feedback: bool = False
     history: History = "full"
     require: Require = "on"
+    hints: list[str] = Field(default_factory=list)
     model_params: dict[str, Any] = Field(default_factory=dict)
     status: Literal["running", "finished", "interrupted", "failed"] = "running"
     stop_reason: StopReason | None = None

@@ -68,6 +68,7 @@ INCLUDE_DIR = ROOT / "include"
 COMMON = "common"
 
 EXAMPLES_DIR = ROOT / "examples"
+HINTS_DIR = ROOT / "hints"  # named pattern docs, added whole on top of any arm (--hint)
 
 Mode = Literal["none", "docs", "docs+headers", "full", "docs+example"]
 NESTED_MODES: tuple[str, ...] = ("none", "docs", "docs+headers", "full")  # the ablation's four nested arms
@@ -328,6 +329,50 @@ def load_examples() -> tuple[Doc, ...]:
     return _load(EXAMPLES_DIR) if EXAMPLES_DIR.is_dir() else ()
 
 
+@dataclass(frozen=True)
+class Hint:
+    """A named pattern doc (knowledge/hints/NAME.md), the seed artifact's ablation variable: one
+    pattern at a time, added whole on top of any arm, the none arm included (--hint NAME)."""
+
+    name: str
+    title: str
+    arches: tuple[str, ...]
+    text: str  # the markdown a model reads (markup stripped)
+
+
+@functools.lru_cache(maxsize=1)
+def load_hints() -> dict[str, Hint]:
+    out = {}
+    for path in sorted(HINTS_DIR.glob("*.md")) if HINTS_DIR.is_dir() else ():
+        text = path.read_text()
+        end = text.index("\n---\n", 4)
+        meta = yaml.safe_load(text[4:end]) or {}
+        arches = tuple(meta["arch"]) if isinstance(meta["arch"], list) else (str(meta["arch"]),)
+        out[path.stem] = Hint(path.stem, str(meta["title"]), arches, strip_markup(text[end + 5:]))
+    return out
+
+
+def hint_problem(names: list[str] | tuple[str, ...], arch: str) -> str | None:
+    """What is wrong with a run's --hint names on `arch`, in one line, or None."""
+    hints = load_hints()
+    for n in names:
+        if n not in hints:
+            return f"unknown hint {n!r} (--hint); known: {', '.join(hints) or 'none'} (agent knowledge hints)"
+        if arch not in hints[n].arches:
+            return f"hint {n!r} is written for {', '.join(hints[n].arches)}, not {arch}"
+    if len(set(names)) != len(names):
+        return "a hint is named twice (--hint)"
+    return None
+
+
+def hint_block(names: list[str] | tuple[str, ...]) -> str:
+    """The named hints, whole, in the order given (the text a prompt carries)."""
+    hints = load_hints()
+    return "\n\n".join(f"# {hints[n].title}  (hints/{n}.md)\n\n"
+                         + hints[n].text.replace(f"# {hints[n].title.split(' (')[0]}", "", 1).strip()
+                         for n in names) + ("\n" if names else "")
+
+
 def docs_for(arch: str, op_type: str | None = None) -> list[Doc]:
     """The arch's own docs first, then the common ones; only those written for `op_type`'s family."""
     docs = [d for d in load_docs() if d.for_op(op_type)]
@@ -354,7 +399,8 @@ def knowledge_version(root: Path = ROOT) -> str:
     text under the same arm name (issue 25 rewrote most docs); a run's config is the place to
     record it, as it records the prompt templates' hash."""
     h = hashlib.sha256()
-    for sub, pattern in (("docs", "*/*.md"), ("examples", "*/*.md"), ("include", "ptxbench/*.cuh")):
+    for sub, pattern in (("docs", "*/*.md"), ("docs", "*.yaml"), ("examples", "*/*.md"), ("hints", "*.md"),
+                         ("include", "ptxbench/*.cuh")):
         for path in sorted((root / sub).glob(pattern)):
             h.update(f"{sub}/{path.relative_to(root / sub).as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
@@ -785,20 +831,31 @@ def _headers(arch: str, budget: int, tz: str = FALLBACK_TOKENIZER) -> tuple[str,
 
 def retrieve(task: str, arch: str, features: list[str], feedback: str | None = None, mode: Mode = "docs",
              token_budget: int = 12000, op_type: str | None = None, header_budget: int = HEADER_BUDGET,
-             variants: list[str] | tuple[str, ...] | None = None, model: str | None = None) -> Retrieval:
+             variants: list[str] | tuple[str, ...] | None = None, model: str | None = None,
+             hints: list[str] | tuple[str, ...] = ()) -> Retrieval:
     """Doc sections for a model writing `task` on `arch` (see the module docstring).
 
     `task` is the query text (task_query() for a benchmark task); `op_type` restricts the docs
     to those written for that task family (None: every doc, as `agent knowledge search` does);
     `variants` are the task's variant tags (task_variants()): a section written for one variant
     (a head dimension's recipe) reaches only tasks that carry its tag (None: every section);
-    `model` picks the tokenizer the budgets and counts are in (tokenizer_for; None: chars/4)."""
+    `model` picks the tokenizer the budgets and counts are in (tokenizer_for; None: chars/4);
+    `hints` (load_hints) are added whole after the arm's text, outside its budget, in any arm."""
     if mode not in MODES:
         raise ValueError(f"unknown knowledge mode {mode!r} (use one of {', '.join(MODES)})")
     if mode == "none" or token_budget <= 0:
-        return Retrieval(mode=mode, parts={})
-    out = _retrieve(task, arch, features, feedback, mode, token_budget, op_type, header_budget, variants, model)
+        out = Retrieval(mode=mode, parts={}, tokenizer=tokenizer_for(model))
+    else:
+        out = _retrieve(task, arch, features, feedback, mode, token_budget, op_type, header_budget, variants, model)
     out.focus = feedback_focus(feedback).kind
+    if hints:  # one named pattern at a time (the seed's variable), on top of whatever the arm holds
+        block = hint_block(hints)
+        out.parts["hints"] = {"tokens": count_tokens(block, out.tokenizer), "sections": len(hints)}
+        out.sections = out.sections + [SectionRef(f"hints/{n}.md", load_hints()[n].title,
+                                                  count_tokens(load_hints()[n].text, out.tokenizer), 0.0, f"hint:{n}")
+                                       for n in hints]
+        out.text = (out.text.rstrip("\n") + "\n\n" + block) if out.text else block
+        out.tokens = count_tokens(out.text, out.tokenizer)
     return out
 
 
