@@ -633,18 +633,6 @@ def feedback_messages(feedback: str | None) -> list[str]:
     return sorted(set(out))
 
 
-def feedback_signals(feedback: str | None) -> tuple[set[str], set[str]]:
-    """(features, ptxas codes) named in compiler/evaluator feedback."""
-    if not feedback:
-        return set(), set()
-    low = feedback.lower()
-    feats = {f for key, f in _INSTRUCTION_FEATURES.items() if key in low}
-    for m in re.finditer(r"\b(wgmma|tma|mbarrier|setmaxnreg|stmatrix|ldmatrix|tcgen05_mma|tmem|tcgen05_alloc|"
-                         r"cluster|pdl|bulk_copy)\b", low):
-        feats.add(m[1])
-    return feats, set(_CODE_RE.findall(feedback))
-
-
 _DIAG_RE = re.compile(r"^\s*(?:-\s*)?(nvrtc|ptxas)\s+(error|warning|info)\b(?:\s*\((C\d{4})\))?\s*:", re.I)
 # A PTX instruction quoted on a diagnostic line (in its message or in the `[ptx: ...]` quote)
 _CONSTRUCT_RE = re.compile(r"\b((?:wgmma|mbarrier|tcgen05|cp\.async|cp\.reduce\.async|fence|setmaxnreg|stmatrix|"
