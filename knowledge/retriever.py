@@ -394,10 +394,10 @@ def task_query(description: str, op_type: str, family: str = "") -> str:
 
 
 def knowledge_version(root: Path = ROOT) -> str:
-    """sha256 over every file an arm can put into a prompt: the docs (and their companion table), the worked
-    examples, the pattern hints and the helper headers (names and bytes). Two runs of one arm with different versions read different
-    text under the same arm name (issue 25 rewrote most docs); a run's config is the place to
-    record it, as it records the prompt templates' hash."""
+    """sha256 over every file an arm can put into a prompt: the docs (and their companion table),
+    the worked examples, the pattern hints and the helper headers (names and bytes). Two runs of
+    one arm with different versions read different text under the same arm name (issue 25 rewrote
+    most docs); a run's config is the place to record it, as it records the prompt templates' hash."""
     h = hashlib.sha256()
     for sub, pattern in (("docs", "*/*.md"), ("docs", "*.yaml"), ("examples", "*/*.md"), ("hints", "*.md"),
                          ("include", "ptxbench/*.cuh")):
