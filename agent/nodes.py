@@ -89,7 +89,7 @@ class Nodes:
         retrieved again with the feedback, get only the sections not yet in the chat."""
         d, cfg = self.deps, self.deps.config
         turn = state["turn"] + 1
-        if cfg.context == "none" or d.retrieve is None:
+        if (cfg.context == "none" and not cfg.hints) or d.retrieve is None:
             d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=[], new_sections=[], tokens=0, added={})
             return {"context": ""}
         r = d.retrieve(**retrieval_call(d.task, cfg, state.get("feedback")))
@@ -97,18 +97,26 @@ class Nodes:
                  "why": s.why} for s in r.sections]
         seen = set(state.get("context_sections") or [])
         new = [x for x in refs if x["id"] not in seen]
-        if turn > 1:  # a turn's feedback, not a new manual, is the point of turns 2+
-            new = cap_sections(new, cfg.context_turn_tokens)
+        if turn > 1:  # a turn's feedback, not a new manual, is the point of turns 2+: only sections
+            # ranked for the feedback's error class (its failing construct, its C75xx codes, the
+            # pipeline of a feature that did not carry the work), each with its reason in `why`
+            from knowledge.retriever import follows_feedback
+
+            new = cap_sections([x for x in new if follows_feedback(x["why"])], cfg.context_turn_tokens)
         why = " and the last result" if turn > 1 else ""
         if turn == 1:
             block = prompts.context_block([r.text], why=why)  # exactly what the retriever rendered
         else:
             block = prompts.context_block(_section_texts([x["id"] for x in new]), why=why)
         d.writer.event("retrieval", turn=turn, mode=cfg.context, sections=refs, new_sections=[x["id"] for x in new],
-                       tokens=r.tokens, prompt_tokens=len(block) // 4, truncated=getattr(r, "truncated", False),
+                       tokens=r.tokens, prompt_tokens=_count(block, getattr(r, "tokenizer", "chars/4")),
+                       tokenizer=getattr(r, "tokenizer", "chars/4"), truncated=getattr(r, "truncated", False),
+                       focus=getattr(r, "focus", "none"),  # the feedback's error class (turns 2+)
                        # tokens and sections each layer of the arm added: all of them on turn 1, later
                        # turns add only new_sections (the header API and the example are sent once)
-                       added=getattr(r, "parts", {}) if turn == 1 else {})
+                       added=getattr(r, "parts", {}) if turn == 1 else {},
+                       # docs+example: the example served, or why none (it solves other variants)
+                       **({"example": r.example} if turn == 1 and getattr(r, "example", None) else {}))
         update = {"context": block, "context_sections": sorted(seen | {x["id"] for x in new})}
         if turn == 1:  # evolve starts every branch from turn 1's prompt, with these sections in it
             update["base_sections"] = update["context_sections"]
@@ -422,11 +430,21 @@ def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
     """The retriever's arguments for a run: the query is the task as a model reads it
     (description and op type), never its id, and the op type keeps other families' docs out.
     scripts/measure_context.py makes this same call for the token table in docs/BENCHMARKS.md."""
-    from knowledge.retriever import task_query
+    from knowledge.retriever import task_query, task_variants
 
     return {"task": task_query(task.description or "", task.op_type, task.op_family), "arch": cfg.arch,
             "features": cfg.requested_features, "feedback": feedback, "mode": cfg.context,
-            "token_budget": cfg.context_tokens, "op_type": task.op_type}
+            "token_budget": cfg.context_tokens, "op_type": task.op_type,
+            # a held-out variant's recipe (a head dimension's) reaches only that variant's runs
+            "variants": task_variants(task.name, task.tags),
+            "model": cfg.model,  # the budget is in the model's own tokens where litellm knows its tokenizer
+            "hints": list(cfg.hints)}  # --hint: pattern docs whole on top of the arm
+
+
+def _count(text: str, tokenizer: str) -> int:
+    from knowledge.retriever import count_tokens
+
+    return count_tokens(text, tokenizer)
 
 
 def cap_sections(sections: list[dict], cap: int) -> list[dict]:

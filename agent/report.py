@@ -157,7 +157,7 @@ def _settings(c: RunConfig) -> dict[str, object]:
             # another experiment under the same arm name. Runs recorded before configs held the docs
             # version are "unknown", a version of their own; the none arm sends no docs at all.
             "prompts": f"{c.prompt_version}:{c.template_hash[:12] or 'unknown'}",
-            "docs": None if c.context == "none" else (c.knowledge_version or "unknown")[:12],
+            "docs": None if c.context == "none" and not c.hints else (c.knowledge_version or "unknown")[:12],
             # what judged and timed it (None: no GPU): a speedup is against the library on that GPU, and
             # a run on CPU never showed the model a correctness verdict (agent.run.gpu_change)
             # (a run resumed on a GPU after turns without one: its own experiment, from which turn)
@@ -459,9 +459,14 @@ class CellRow:
         return geomean(self.speedups_held_out) if self.speedups_held_out else None
 
 
+def arm(c: RunConfig) -> str:
+    """The context column: the arm, and each --hint added on top of it (`docs+hint:warp_specialization`)."""
+    return c.context + "".join(f"+hint:{h}" for h in c.hints)
+
+
 def cell_key(run: RunRecord) -> CellKey:
     c = run.config
-    return (run_label(run), c.task, c.arch, c.context, c.strategy, "on" if c.profile_feedback else "off", c.history,
+    return (run_label(run), c.task, c.arch, arm(c), c.strategy, "on" if c.profile_feedback else "off", c.history,
             c.require)
 
 
@@ -776,7 +781,7 @@ def _by_model_setting(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[R
     out: dict[tuple[str, str], list[RunRecord]] = {}
     for r in runs:
         c = r.config
-        setting = ", ".join([c.context] + ([c.strategy] if c.strategy != "linear" else [])
+        setting = ", ".join([arm(c)] + ([c.strategy] if c.strategy != "linear" else [])
                             + (["profile on"] if c.profile_feedback else [])
                             + ([f"history {c.history}"] if c.history != "full" else [])
                             + (["unasked"] if c.require == "off" else []))

@@ -70,6 +70,7 @@ class SolveRequest:
     command: list[str] = field(default_factory=list)
     history: str = "full"  # full | latest: what of the chat each call sends
     require: str = "on"  # on | off: ask for the requested instructions (and state the credit rules) or not
+    hints: list[str] = field(default_factory=list)  # --hint NAME: pattern docs added whole on top of the arm
     model_params: dict = field(default_factory=dict)  # to the provider as given (agent.models.LOCAL_PARAMS aside)
     model_name: str | None = None  # a sweep's name for the model (reports show it)
     context_turn_tokens: int = 2000  # docs added on turns 2+ at most, per turn
@@ -89,7 +90,8 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
                      model_options: dict | None = None, strategy: str | None = None,
                      population: int = 4, history: str = "full", model_params: dict | None = None,
                      context_turn_tokens: int = 0, profile_feedback: bool = False,
-                     executed_check: bool = True, require: str = "on") -> str | None:
+                     executed_check: bool = True, require: str = "on", hints: list[str] | tuple[str, ...] = ()
+                     ) -> str | None:
     """What is wrong with a run's settings, in one line naming the setting as a sweep config
     and `agent solve` spell it, or None. Shared by both, so they refuse the same things up
     front instead of failing once per run."""
@@ -128,6 +130,11 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
         return f"unknown history policy {history!r} (--history); choose one of {', '.join(HISTORIES)}"
     if require not in prompts.REQUIRES:
         return f"unknown require setting {require!r} (--require); choose one of {', '.join(prompts.REQUIRES)}"
+    if hints:
+        from knowledge.retriever import hint_problem
+
+        if problem := hint_problem(list(hints), arch):
+            return problem
     if context_turn_tokens < 0:
         return f"context_turn_tokens (--context-turn-tokens) must be >= 0, not {context_turn_tokens}"
     from agent.models import model_params_problem
@@ -190,7 +197,7 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
                                model_options=req.model_options, strategy=req.strategy, population=req.population,
                                history=req.history, model_params=req.model_params,
                                context_turn_tokens=req.context_turn_tokens, profile_feedback=req.profile_feedback,
-                               executed_check=req.executed_check, require=req.require)
+                               executed_check=req.executed_check, require=req.require, hints=req.hints)
     if problem:
         raise SolveError(problem)
     if req.api_base:
@@ -209,7 +216,7 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
         profile_feedback=req.profile_feedback,
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
         executed_check=req.executed_check, command=req.command or list(sys.argv), history=req.history,
-        require=req.require, model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck,
+        require=req.require, hints=list(req.hints), model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck,
         model_name=req.model_name)
     return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
 
@@ -313,7 +320,7 @@ def resume(run: str | Path, runs_dir: str | Path = DEFAULT_RUNS_DIR, *, progress
             writer = TrajectoryWriter(run_dir)
         except RunFolderError as exc:
             raise SolveError(str(exc)) from None
-        retrieve = _get_retriever(config.context)
+        retrieve = _get_retriever(config.context, config.hints)
         owned = evaluator is None
         evaluator = evaluator or _get_evaluator()
         gpu_now = _gpu_name(evaluator)
@@ -495,7 +502,7 @@ def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool
     run_dir = Path(runs_dir) / config.run_id
     if shipped_example(run_dir):
         raise SolveError(f"{run_dir} is inside a shipped example (read-only): choose another --runs-dir")
-    retrieve = _get_retriever(config.context)  # a refusal here leaves no folder behind
+    retrieve = _get_retriever(config.context, config.hints)  # a refusal here leaves no folder behind
     with run_folder_lock(run_dir):
         # under the lock: two starts of one id at once must not both find the folder free
         if (run_dir / "config.json").exists():
@@ -559,6 +566,7 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
                  task=config.task, arch=config.arch,
                  model=config.model, lang=config.lang, context=config.context, samples=config.samples,
                  strategy=config.strategy, profile_feedback=config.profile_feedback, require=config.require,
+                 hints=config.hints,
                  budget=config.budget.model_dump(), gpu=config.gpu, gpu_from_turn=config.gpu_from_turn)
     status, stop_reason, stop_detail, tb = "finished", None, None, None
     try:
@@ -745,8 +753,8 @@ def _check_reachable(api_base: str) -> None:
         raise SolveError(f"cannot reach {api_base}: {exc.strerror or exc}") from None
 
 
-def _get_retriever(mode: str):
-    if mode == "none":
+def _get_retriever(mode: str, hints: list[str] | tuple[str, ...] = ()):
+    if mode == "none" and not hints:  # a hint is added on top of any arm, the none arm included
         return None
     try:
         from knowledge.retriever import retrieve

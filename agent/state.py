@@ -60,7 +60,7 @@ def summary_from_state(config: RunConfig, state: dict[str, Any], status: str, *,
     return RunSummary(
         run_id=config.run_id, task=config.task, arch=config.arch, model=config.model, lang=config.lang,
         context=config.context, samples=config.samples, strategy=config.strategy,
-        profile_feedback=config.profile_feedback, history=config.history, require=config.require, model_params=dict(config.model_params),
+        profile_feedback=config.profile_feedback, history=config.history, require=config.require, hints=list(config.hints), model_params=dict(config.model_params),
         status=status,
         stop_reason=stop_reason or state.get("stop_reason"), stop_detail=stop_detail or state.get("stop_detail"),
         turns=spent.turns, per_turn=[TurnRecord(**t) for t in state.get("per_turn") or []],

@@ -83,6 +83,9 @@ class SweepConfig(BaseModel):
     histories: list[History] = Field(default_factory=lambda: ["full"])
     # the --require axis: "on" (ask for the instructions, state the credit rules), "off" (never name them)
     requires: list[Require] = Field(default_factory=lambda: ["on"])
+    # the --hint axis: each entry a list of pattern-doc names (agent knowledge hints) added whole on
+    # top of the arm; [] is no hint. The seed artifact varies one at a time: [[], ["warp_specialization"]]
+    hints: list[list[str]] = Field(default_factory=lambda: [[]])
     context_turn_tokens: int = Field(default=2000, ge=0)  # docs added on turns 2+ at most, per turn
     memcheck: bool = True  # compute-sanitizer memcheck after a visible crash, hang or out-of-bounds write
     replicas: int = Field(default=1, ge=1)
@@ -134,9 +137,15 @@ class SweepConfig(BaseModel):
         from agent.run import settings_problem
 
         if not self.arches or not self.contexts or not self.profile_feedback or self.strategies == [] \
-                or not self.histories or not self.requires:
-            raise ValueError("arches, contexts, strategies, profile_feedback, histories and requires need at least one "
-                             "entry each")
+                or not self.histories or not self.requires or not self.hints:
+            raise ValueError("arches, contexts, strategies, profile_feedback, histories, requires and hints need at "
+                             "least one entry each")
+        from knowledge.retriever import hint_problem
+
+        for arch in self.arches:
+            for names in self.hints:
+                if problem := hint_problem(names, arch):
+                    raise ValueError(f"hints: {problem}")
         for arch in self.arches:
             for context in self.contexts:
                 for strategy in self.strategy_list:
@@ -222,6 +231,7 @@ class SweepRun:
     profile_feedback: bool = PROFILE_FEEDBACK_DEFAULT
     history: str = "full"
     require: str = "on"
+    hints: tuple[str, ...] = ()
 
     def request(self, sweep: SweepConfig, runs_dir: Path):
         """The agent.run.SolveRequest of this cell; replica k gets seed sweep.seed + k."""
@@ -235,11 +245,12 @@ class SweepRun:
             run_id=self.run_id, seed=sweep.seed + self.replica, temperature=sweep.temperature,
             executed_check=sweep.executed_check,
             command=["agent", "sweep", sweep.name, self.run_id], history=self.history, require=self.require,
-            model_params=dict(self.model.params), context_turn_tokens=sweep.context_turn_tokens,
+            hints=list(self.hints), model_params=dict(self.model.params), context_turn_tokens=sweep.context_turn_tokens,
             memcheck=sweep.memcheck, model_name=self.model.name)
 
 
-def variant(strategy: str, samples: int, profile_feedback: bool, history: str = "full", require: str = "on") -> str:
+def variant(strategy: str, samples: int, profile_feedback: bool, history: str = "full", require: str = "on",
+            hints: list[str] | tuple[str, ...] = ()) -> str:
     """The run-id segment for settings other than the plain loop's ("" for none): the strategy
     unless the sweep's `samples` implies it, the profile feedback unless it is the default, the
     history policy unless it is full, and `require-off` for runs not asked for the instructions.
@@ -253,6 +264,7 @@ def variant(strategy: str, samples: int, profile_feedback: bool, history: str = 
         parts.append(history)
     if require != "on":
         parts.append(f"require-{require}")
+    parts.extend(f"hint-{h}" for h in hints)
     return "+".join(parts)
 
 
@@ -278,12 +290,15 @@ def expand(config: SweepConfig) -> list[SweepRun]:
                         for profile in config.profile_feedback:
                             for history in config.histories:
                                 for require in config.requires:
-                                    cell = variant(strategy, config.samples, profile == "on", history, require)
-                                    for k in range(config.replicas):
-                                        run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/" + \
-                                            (f"{cell}/" if cell else "") + f"r{k}"
-                                        runs.append(SweepRun(run_id, m, task, requested, arch, context, k, strategy,
-                                                             profile == "on", history, require))
+                                    for hints in config.hints:
+                                        cell = variant(strategy, config.samples, profile == "on", history, require,
+                                                       hints)
+                                        for k in range(config.replicas):
+                                            run_id = f"{config.name}/{m.name}/{task}/{arch}/{context}/" + \
+                                                (f"{cell}/" if cell else "") + f"r{k}"
+                                            runs.append(SweepRun(run_id, m, task, requested, arch, context, k,
+                                                                 strategy, profile == "on", history, require,
+                                                                 tuple(hints)))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise ValueError("the grid names one run twice (a task listed twice, or two aliases of one task?)")
@@ -646,7 +661,7 @@ def _recorded_settings(run: SweepRun, config: SweepConfig, runs_dir: Path) -> di
                 "budget": req.budget.model_dump(), "samples": req.samples, "strategy": req.strategy,
                 "profile_feedback": req.profile_feedback, "seed": req.seed, "temperature": req.temperature,
                 "executed_check": req.executed_check, "history": req.history, "require": req.require,
-                "model_params": req.model_params,
+                "hints": list(req.hints), "model_params": req.model_params,
                 "context_turn_tokens": req.context_turn_tokens, "memcheck": req.memcheck}
     if req.strategy == "evolve":
         settings["population"] = req.population

@@ -47,7 +47,10 @@ EVENT_TYPES = {
     "run_start": "resumed, retried_turn (a turn redone after the model failed), task, arch, model, budget, gpu, gpu_from_turn",
     "node": "node, phase (start|end), turn, inputs | outputs (a short description), seconds",
     "retrieval": "turn, mode, sections [{id, doc, heading, tokens, why}] as retrieved, new_sections (the ids put "
-                 "into this turn's prompt), tokens, prompt_tokens, truncated",
+                 "into this turn's prompt), tokens, prompt_tokens, tokenizer (litellm:<model> or the chars/4 "
+                 "fallback), truncated, focus (the feedback's error class: compile_error, serialization, "
+                 "carried_work, other, none; turns 2+ add only sections whose why names it), example "
+                 "(docs+example, turn 1: the example served or why none)",
     "llm_request": "turn, sample, model, messages (the chat sent, after the history policy), history, "
                    "context {prompt_tokens, window, reserve, source}",
     "llm_response": "turn, sample, model, text, usage {prompt_tokens, completion_tokens, cost_usd, cached_tokens, "
@@ -156,6 +159,8 @@ class RunConfig(BaseModel):
     history: History = "full"  # runs recorded before the policy sent the full chat
     # --require: on asks for the requested instructions (every run recorded before the axis did)
     require: Require = "on"
+    # --hint NAME (knowledge/hints): pattern docs added whole on top of the arm; runs recorded before had none
+    hints: list[str] = Field(default_factory=list)
     context_turn_tokens: int = 2000  # docs added on turns 2+ at most (whole sections), per turn
     memcheck: bool = True  # compute-sanitizer memcheck on a visible crash, hang or out-of-bounds write (GPU)
     created: str = Field(default_factory=utc_now)
@@ -263,6 +268,7 @@ class RunSummary(BaseModel):
     profile_feedback: bool = False
     history: History = "full"
     require: Require = "on"
+    hints: list[str] = Field(default_factory=list)
     model_params: dict[str, Any] = Field(default_factory=dict)
     status: Literal["running", "finished", "interrupted", "failed"] = "running"
     stop_reason: StopReason | None = None

@@ -122,17 +122,18 @@ def test_blackwell_arms_name_wgmma_only_as_the_other_arch(task):
 
 def test_knowledge_version_names_what_an_arm_can_send(tmp_path):
     """A run's arm is auditable after the fact only with the text it drew from: the version
-    changes with any doc, worked example or helper header, and only with them."""
+    changes with any doc, worked example, pattern hint, companion table or helper header, and only with them."""
     import shutil
 
     root = tmp_path / "knowledge"
-    for sub in ("docs", "examples", "include"):
+    for sub in ("docs", "examples", "hints", "include"):  # hints: --hint adds them to any arm
         shutil.copytree(kr.ROOT / sub, root / sub)
     base = kr.knowledge_version(root)
     assert base == kr.knowledge_version() and len(base) == 64
     (root / "retriever_notes.txt").write_text("not sent to any model")
     assert kr.knowledge_version(root) == base
-    for rel in ("docs/sm_90a/wgmma.md", "examples/sm_90a/gemm_tma_wgmma.md", "include/ptxbench/tma.cuh"):
+    for rel in ("docs/sm_90a/wgmma.md", "examples/sm_90a/gemm_tma_wgmma.md", "include/ptxbench/tma.cuh",
+                "hints/warp_specialization.md", "docs/features.yaml"):
         path = root / rel
         old = path.read_text()
         path.write_text(old + "\n")

@@ -5,7 +5,7 @@ the `requires` axis); then a two-turn `agent solve --require off` whose feedback
 them either, a resume that must not change the setting, and the report's require column.
 
 The docs-arm checks (the pipeline in code, no doc markup, no Blackwell material on Hopper) are the
-docs side of the issue (helper abl-docs): marked xfail(strict=False) until that lands."""
+docs side of the issue; tests/test_arms_docs_41.py checks them on every task x arch x arm."""
 from __future__ import annotations
 
 import csv
@@ -24,7 +24,6 @@ TASKS = {"gemm": "gemm_n7168_k5120", "attn_bwd": "mha_bwd_d128", "attn_fwd_causa
          "fp8_attn_fwd": "fp8_mha_with_lse_d128"}
 INSTRUCTION_NAMES = re.compile(r"wgmma|cp\.async\.bulk|mbarrier|\bTMA\b|tcgen05|setmaxnreg", re.I)
 REQUEST_WORDS = re.compile(r"requested instruction|Requested instructions|credited|must use these", re.I)
-DOCS_SIDE = pytest.mark.xfail(strict=False, reason="docs side: abl-docs")
 
 GRID = """\
 name = "steer"
@@ -108,7 +107,6 @@ def test_no_doc_markup_or_blackwell_material_in_the_none_arm(turn1, alias):
         assert "<!--" not in text and "tcgen05" not in text
 
 
-@DOCS_SIDE
 @pytest.mark.parametrize("alias", TASKS)
 def test_no_doc_markup_or_blackwell_material_in_the_docs_arm(turn1, alias):
     for require in ("on", "off"):
@@ -120,7 +118,6 @@ def _code_blocks(text: str) -> str:
     return "\n".join(re.findall(r"```[a-z+]*\n(.*?)```", text, re.S))
 
 
-@DOCS_SIDE
 @pytest.mark.parametrize("alias", ["gemm", "attn_bwd", "attn_fwd_causal"])
 def test_docs_arm_teaches_the_tma_pipeline_in_code(turn1, alias):
     for require in ("on", "off"):

@@ -110,7 +110,11 @@ def credit_metrics(mma_sync: bool | None) -> tuple[str, ...]:
 #          tens of times; the expert kernels' side passes read 1.2x); for a task that asks for
 #          no matrix instruction (memory-bound, e.g. GDN decode: each input byte is read once)
 #          <= 0.5x, so the bulk of the input must come through TMA.
-WORK_SHARE = {"wgmma": 0.9, "tma": 0.5}
+#   tcgen05.mma: the same rule as wgmma (issue 41: credit must not differ by arch). Its FLOPs are
+#          the derived sum `tcgen05_flops`, which no counter set read on the H200 provides; until a
+#          B200 run names its counters, a tcgen05 share is "unverified on this GPU" and carries nothing.
+WORK_SHARE = {"wgmma": 0.9, "tcgen05_mma": 0.9, "tma": 0.5}
+MMA_FLOPS = {"wgmma": "wgmma_flops", "tcgen05_mma": "tcgen05_flops"}  # the derived FLOP sum of each MMA feature
 WGMMA_MAX_OVERWORK = 2.5
 WGMMA_MIN_OF_ALL_MATH = 0.9
 TMA_MAX_OTHER_READS = 2.0
@@ -300,11 +304,12 @@ def work_shares(metrics: dict[str, float], work: TaskWork | None) -> dict[str, f
     """Share of the task's work each feature carried: wgmma FLOPs / task FLOPs, TMA bytes /
     task input bytes (capped at 1: re-reads through TMA do not count twice). None where the
     metric is missing or the task has no such work."""
-    shares: dict[str, float | None] = {"wgmma": None, "tma": None}
+    shares: dict[str, float | None] = {**{f: None for f in MMA_FLOPS}, "tma": None}
     if work is None:
         return shares
-    if "wgmma_flops" in metrics and work.flops > 0:
-        shares["wgmma"] = metrics["wgmma_flops"] / work.flops
+    for feature, flops in MMA_FLOPS.items():
+        if flops in metrics and work.flops > 0:
+            shares[feature] = metrics[flops] / work.flops
     if "tma_bytes" in metrics and work.read_bytes > 0:
         shares["tma"] = min(1.0, metrics["tma_bytes"] / work.read_bytes)
     return shares
@@ -315,24 +320,19 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
     """Did `feature` carry the task's work (WORK_SHARE and the limits beside it)? And if not, why,
     in a sentence a model can act on."""
     share = work_shares(metrics, work).get(feature)
+    if share is None and feature == "tcgen05_mma" and work is not None:
+        return False, ("tcgen05_mma's share of the task's matrix FLOPs is unverified on this GPU (no counter "
+                       "of tcgen05.mma FLOPs is read yet), so it carries no credit")
     if share is None:
         return False, f"the share of the work {feature} carried could not be measured"
     if share < WORK_SHARE[feature]:
-        what = "of the task's matrix FLOPs" if feature == "wgmma" else "of the task's input bytes"
+        what = "of the task's matrix FLOPs" if feature in MMA_FLOPS else "of the task's input bytes"
         return False, f"{feature} carried {share:.1%} {what} (needs {WORK_SHARE[feature]:.0%})"
     assert work is not None
-    if feature == "wgmma":
-        cap = WGMMA_MAX_OVERWORK * max(1.0, (work.padded_flops or work.flops) / work.flops)
-        if share > cap:
-            return False, (f"wgmma issued {share:.1f}x the task's matrix FLOPs (at most {cap:.3g}x, "
-                           f"{WGMMA_MAX_OVERWORK:g}x its work in whole 128-row tiles, counts as doing the task's work)")
-        other = metrics.get("other_flops")
-        if other is None:
-            return False, "the floating-point math done outside wgmma could not be measured"
-        of_all = metrics["wgmma_flops"] / max(metrics["wgmma_flops"] + other, 1.0)
-        if of_all < WGMMA_MIN_OF_ALL_MATH:
-            return False, (f"wgmma did {of_all:.1%} of the floating-point math the kernels did (needs "
-                           f"{WGMMA_MIN_OF_ALL_MATH:.0%}); the rest ran on FFMA/HMMA/other units")
+    if feature in MMA_FLOPS:
+        why = mma_carries(feature, share, metrics[MMA_FLOPS[feature]], metrics.get("other_flops"), work)
+        if why:
+            return False, why
     if feature == "tma":
         other = metrics.get("other_read_bytes")
         if other is None:
@@ -342,6 +342,25 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
             return False, (f"{other / work.read_bytes:.1f}x the task's input bytes were read from global "
                            f"memory outside TMA (LDG/cp.async; at most {cap:g}x)")
     return True, None
+
+
+def mma_carries(feature: str, share: float, mma_flops: float, other_flops: float | None,
+                work: TaskWork) -> str | None:
+    """The work-share rule of a matrix instruction (wgmma on sm_90a, tcgen05.mma on sm_100a: one
+    rule for both arches), past the minimum share: at most WGMMA_MAX_OVERWORK times the task's
+    FLOPs in whole tiles (no garbage MMAs beside the real math), and at least WGMMA_MIN_OF_ALL_MATH
+    of all the floating-point math the kernels did. None when it carries, else why not."""
+    cap = WGMMA_MAX_OVERWORK * max(1.0, (work.padded_flops or work.flops) / work.flops)
+    if share > cap:
+        return (f"{feature} issued {share:.1f}x the task's matrix FLOPs (at most {cap:.3g}x, "
+                f"{WGMMA_MAX_OVERWORK:g}x its work in whole 128-row tiles, counts as doing the task's work)")
+    if other_flops is None:
+        return f"the floating-point math done outside {feature} could not be measured"
+    of_all = mma_flops / max(mma_flops + other_flops, 1.0)
+    if of_all < WGMMA_MIN_OF_ALL_MATH:
+        return (f"{feature} did {of_all:.1%} of the floating-point math the kernels did (needs "
+                f"{WGMMA_MIN_OF_ALL_MATH:.0%}); the rest ran on FFMA/HMMA/other units")
+    return None
 
 
 class CreditProcess:

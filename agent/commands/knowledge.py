@@ -1,4 +1,5 @@
-"""`agent knowledge search "QUERY"`: what the retriever would give a model; `agent knowledge list`: the docs."""
+"""`agent knowledge search "QUERY"`: what the retriever would give a model; `agent knowledge list`: the docs;
+`agent knowledge hints`: the named pattern docs --hint adds."""
 from __future__ import annotations
 
 from typing import Annotated
@@ -73,6 +74,25 @@ def register(app: typer.Typer) -> None:
             table.add_column(col)
         for r in rows:
             table.add_row(r["doc"], r["arch"], r["title"], ", ".join(r["features"]), str(r["sections"]), str(r["tokens"]))
+        console.print(table)
+
+    @kn.command("hints")
+    def list_hints(as_json: Annotated[bool, typer.Option("--json", help="machine-readable list")] = False) -> None:
+        """The named pattern docs `agent solve --hint NAME` adds whole on top of any arm."""
+        from knowledge.retriever import count_tokens, load_hints
+
+        rows = [{"name": h.name, "arch": list(h.arches), "title": h.title, "tokens": count_tokens(h.text)}
+                for h in load_hints().values()]
+        if as_json:
+            print_json(rows)
+            return
+        from rich.table import Table
+
+        table = Table()
+        for col in ("name", "arch", "title", "tokens (chars/4)"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["name"], ", ".join(r["arch"]), r["title"], str(r["tokens"]))
         console.print(table)
 
     app.add_typer(kn, name="knowledge")

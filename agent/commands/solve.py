@@ -62,6 +62,10 @@ def solve_cmd(
         "on", "--require",
         help="on | off: ask for the task's architecture instructions and state the credit rules (on), or name "
              "them nowhere in the prompts and feedback (off); judged on them either way."),
+    hint: Optional[list[str]] = typer.Option(
+        None, "--hint", metavar="NAME",
+        help="Add the named pattern doc whole on top of the --context arm, the none arm included (repeatable; "
+             "agent knowledge hints lists them): the seed artifact's one-pattern-at-a-time variable."),
     context_turn_tokens: int = typer.Option(2000, help="Docs added on turns 2+ at most, per turn (tokens)."),
     memcheck: bool = typer.Option(True, "--memcheck/--no-memcheck",
                                   help="Run compute-sanitizer memcheck on a candidate that crashed, hung or wrote out "
@@ -113,7 +117,8 @@ def solve_cmd(
                 api_base=api_base, model_options=options, runs_dir=runs_dir, run_id=run_id,
                 seed=seed, temperature=temperature, executed_check=executed_check,
                 human_reply_file=human_reply_file, command=["agent", *sys.argv[1:]], history=history,
-                require=require, model_params=params, context_turn_tokens=context_turn_tokens, memcheck=memcheck)
+                require=require, hints=list(hint or []), model_params=params, context_turn_tokens=context_turn_tokens,
+                memcheck=memcheck)
             mismatch = run.replay_mismatch(req)
             if mismatch:  # the run would record them as the model's answers to this task
                 raise CliError(f"{mismatch}; to judge a recorded kernel on this task, agent eval "
@@ -182,6 +187,8 @@ def _refuse_changes_on_resume(ctx: typer.Context, config, task: str | None, mode
                 return False
         if name == "require":  # the recorded setting repeated; another one would change the experiment
             return ctx.params.get("require") == config.require
+        if name == "hint":  # the recorded hints repeated, in their order
+            return list(ctx.params.get("hint") or []) == list(config.hints)
         return False
 
     changed = [p.opts[0] for p in ctx.command.params

@@ -20,7 +20,7 @@ PTXBENCH_DEVICE int warpgroup_idx() { return __shfl_sync(0xffffffffu, (int)threa
 PTXBENCH_DEVICE int warp_idx() { return __shfl_sync(0xffffffffu, (int)threadIdx.x / 32, 0); }
 
 // One lane of the warp returns true (elect.sync, sm_90+). Use it to pick the thread that
-// issues TMA, mbarrier expect_tx or tcgen05.mma on behalf of the warp.
+// issues TMA, mbarrier expect_tx or a tensor-core MMA on behalf of the warp.
 PTXBENCH_DEVICE bool elect_one() {
   unsigned pred = 0;
   asm volatile(
@@ -45,7 +45,7 @@ template <int N> PTXBENCH_DEVICE void setmaxnreg_dec() {
 }
 
 // Order this thread's generic-proxy writes to shared memory before later async-proxy
-// reads of it (TMA store, wgmma/tcgen05 operand reads).
+// reads of it (TMA store, tensor-core MMA operand reads).
 PTXBENCH_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Same, for every state space (also global memory written and then read by TMA).
 PTXBENCH_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async;\n" ::: "memory"); }

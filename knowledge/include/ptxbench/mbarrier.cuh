@@ -1,5 +1,5 @@
 // ptxbench/mbarrier.cuh -- shared-memory mbarriers (sm_90+): the completion mechanism of
-// TMA loads (complete_tx) and of tcgen05.commit, and the producer/consumer handshake.
+// TMA loads (complete_tx) and of tensor-core MMA commits, and the producer/consumer handshake.
 // An mbarrier is a 64-bit word in shared memory, 8-byte aligned.
 #pragma once
 #include <ptxbench/common.cuh>
