@@ -54,18 +54,18 @@ def test_run_metrics_follow_turn_limits(runs):
 
 def test_cells_proportions_and_unknowns(runs):
     rows = {(r.key, r.turn_limit): r for r in summarise(load_runs([runs]), [1, 2])}
-    gpu1 = rows[(("scripted:weak", GEMM, "sm_90a", "docs", "linear", "off", "full"), 1)]
+    gpu1 = rows[(("scripted:weak", GEMM, "sm_90a", "docs", "linear", "off", "full", "on"), 1)]
     assert gpu1.runs == 3
     assert (gpu1.metrics["compiled"].successes, gpu1.metrics["compiled"].n) == (2, 3)
     assert (gpu1.metrics["cwa"].successes, gpu1.metrics["cwa"].n) == (1, 3)
     assert gpu1.speedups == [1.2]
-    gpu2 = rows[(("scripted:weak", GEMM, "sm_90a", "docs", "linear", "off", "full"), 2)]
+    gpu2 = rows[(("scripted:weak", GEMM, "sm_90a", "docs", "linear", "off", "full", "on"), 2)]
     assert (gpu2.metrics["correct"].successes, gpu2.metrics["fast_1"].successes) == (2, 1)
     assert gpu2.speedup == pytest.approx(math.sqrt(0.9 * 1.2))
-    cpu = rows[(("scripted:weak", GEMM, "sm_90a", "none", "linear", "off", "full"), 2)]
+    cpu = rows[(("scripted:weak", GEMM, "sm_90a", "none", "linear", "off", "full", "on"), 2)]
     assert cpu.metrics["correct"].rate is None and cpu.metrics["correct"].unknown == 2
     assert cpu.metrics["arch_sass"].rate == 1.0
-    unfinished = rows[(("scripted:weak", ATTN, "sm_90a", "docs", "linear", "off", "full"), 1)]
+    unfinished = rows[(("scripted:weak", ATTN, "sm_90a", "docs", "linear", "off", "full", "on"), 1)]
     assert unfinished.runs == 0 and unfinished.unfinished == 1 and unfinished.metrics["cwa"].rate is None
 
 
@@ -100,7 +100,7 @@ def test_report_files_and_cli(runs, tmp_path):
     assert "![fast_p](fast_p.png)" in md and "n/a" in md and "## Turn limit 2" in md
     html = (out / "report.html").read_text()
     # the runs vary the context, not the profile feedback: no profile plot (issue 23)
-    assert html.count("data:image/png;base64,") == 3 and len(PLOTS) == 4 and "class='na'" in html
+    assert html.count("data:image/png;base64,") == 3 and len(PLOTS) == 5 and "class='na'" in html
     assert not (out / "profile.png").exists() and "profile.png" not in md
 
 
