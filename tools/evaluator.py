@@ -34,7 +34,7 @@ from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_ski
 from tools.roofline import apply_roofline
 from tools.results import (CREDITABLE, CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult,
                            WorkloadResult)
-from tools.timing import TIMING_BUDGET_S, geo_spread, geomean
+from tools.timing import TIMING_BUDGET_S, TIMING_CAP_S, geo_spread, geomean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run on exactly this
@@ -260,11 +260,12 @@ class Evaluator:
                  kernel_timeout_s: float | None = None, startup_timeout_s: float = 300.0,
                  worker_cmd: list[str] | None = None, seed: int | None = None,
                  ncu_timeout_s: float = 600.0, timing_budget_s: float = TIMING_BUDGET_S,
-                 profile_metrics: tuple[str, ...] | None = None):
+                 timing_cap_s: float = TIMING_CAP_S, profile_metrics: tuple[str, ...] | None = None):
         self.timeout_s = timeout_s
         self.kernel_timeout_s = kernel_timeout_s or max(5.0, min(60.0, timeout_s / 3))
         self.cache_dir = (Path(cache_dir) if cache_dir else Path("runs") / ".cache").resolve()
         self.timing_budget_s = timing_budget_s  # wall time of the paired runs per workload, roughly
+        self.timing_cap_s = timing_cap_s  # the paired runs' cap for a kernel far from the library (tools.timing)
         self.ncu_timeout_s = ncu_timeout_s
         # collected in the executed check's ncu pass (so the profile costs no extra run), whether or
         # not the agent shows it to the model: both arms of the profile ablation are measured alike
@@ -651,6 +652,7 @@ class Evaluator:
                 "workload": wl.model_dump(mode="json"), "seeds": seeds, "time": time,
                 # secret: the timed phase's fresh inputs, run counts and sampled rows all derive from it
                 "timing_seed": self._rng.getrandbits(62), "timing_budget_s": self.timing_budget_s,
+                "timing_cap_s": self.timing_cap_s,
                 "kernel_timeout_s": self.kernel_timeout_s,
                 "baseline_cache": str(self.cache_dir / "baselines.json")}
 

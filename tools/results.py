@@ -214,9 +214,15 @@ class WorkloadResult(BaseModel):
     timed_runs: int = 0
     warmup_runs: int = 0
     full_checks: int = 0
+    # why the timed pairs ended (tools.timing.paired): "planned" (the drawn count, planned_runs),
+    # "interval" (tight enough to rank a kernel far from the library) or "cap" (the per-workload
+    # time cap, far from the library); speedup_ci is the interval it left
+    timing_stop: str | None = None
+    planned_runs: int = 0
     gpu_state: dict[str, dict[str, float]] = Field(default_factory=dict)  # "start"/"end" -> sm_mhz, temp_c, power_w
     # wall seconds in the worker: "verify" (the seeded checks), "baseline" (choosing/building the
-    # library side), "timed" (the paired runs, inputs and judging included)
+    # library side), "timed" (the paired runs, inputs and judging included), "judge" (judging the
+    # candidate's runs, inside "timed")
     phase_s: dict[str, float] = Field(default_factory=dict)
     # the executed check's in-process run (tools.worker._credit_run): status ("ran", "failed",
     # "unavailable"), reason, runs, profiled_at, passes, profile_s, launches [{name, metrics}]
