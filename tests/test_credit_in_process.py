@@ -614,7 +614,10 @@ def test_the_evaluator_reads_the_fp8_rule_from_the_modules_sass(spare, credited,
     monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
     sol = tmp_path / "sol"
     sol.mkdir()
-    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA[spare])
+    # the hmma case keeps a QGMMA in the module too: a module whose SASS holds no requested
+    # instruction at all gets its verdict without counted runs (test_credit_skip.py)
+    extra = WARP_MMA["qgmma"].replace("void spare(", "void spare_qgmma(") if spare == "hmma" else ""
+    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA[spare] + extra)
     (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
     with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=30,
                    cache_dir=tmp_path) as ev:

@@ -387,11 +387,13 @@ class Evaluator:
             if not compiled:
                 res.phase_s["compile"] = _time.perf_counter() - t0
 
-            def module_sass() -> InspectResult:
+            def module_sass(wait: bool = True) -> InspectResult | None:
                 """The SASS inspection, waited for where it still runs (it overlaps the runs: by the
-                executed check it is done)."""
+                executed check it is done); wait=False: None while it runs."""
                 if inspecting is None:
                     return res.inspect
+                if not wait and not inspecting.done():
+                    return None
                 try:
                     return inspecting.result()
                 except Exception as exc:  # noqa: BLE001 - reported where the inspection is collected
@@ -500,7 +502,9 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
-                if in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
+                if in_process and module_sass and _no_requested_sass(module_sass(wait=False), res.requested_features):
+                    pass  # no counted runs: the verdict is known from the SASS (_executed)
+                elif in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     from tools import ncu
 
                     if metrics is None:  # the mma.sync ops counters (3 more passes) only where the PTX has
@@ -520,7 +524,10 @@ class Evaluator:
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
-                stop = self._counted_runs(w, res)
+                if module_sass and _no_requested_sass(module_sass(), res.requested_features):
+                    self._drop_counted_runs(w, res)  # the inspection ended after the first workloads were sent
+                else:
+                    stop = self._counted_runs(w, res)
             for x in res.workloads:  # the worker that kept them is gone: nothing was counted
                 if (x.credit or {}).get("status") == "pending":
                     x.credit = {**x.credit, "status": "failed", "reason": f"not counted: {stop}"[:400]}
@@ -585,6 +592,16 @@ class Evaluator:
         res.phase_s["counted_runs"] = _time.perf_counter() - t0
         return stop
 
+    def _drop_counted_runs(self, w: WorkerHandle, res: EvalResult) -> None:
+        """The worker drops the workloads it kept for counted runs that the SASS made needless."""
+        try:
+            w.request({"op": "credit", "drop": True}, self.timeout_s)
+        except (WorkerTimeout, WorkerCrash, WorkerStartError):  # the next evaluation's first request drops them
+            pass
+        for x in res.workloads:
+            if (x.credit or {}).get("status") == "pending":
+                x.credit = {**x.credit, "status": "skipped", "reason": NO_REQUESTED_SASS}
+
     def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str,
                   in_process: bool = False, arch: str = "sm_90a", sass: InspectResult | None = None) -> ExecutedCheck:
         """The executed check on every judged workload that ran to a verdict of its own (one the
@@ -599,6 +616,17 @@ class Evaluator:
         if credit is None and not in_process:
             return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
         ran = {x.workload: x for x in res.workloads if x.status == "passed" or x.reason in CREDITABLE}
+        profile_wanted = credit is not None and bool(credit.extra_metrics)
+        features = task.features_for(arch)
+        if ran and not profile_wanted and _no_requested_sass(sass, features):
+            # An instruction the module's SASS does not hold cannot execute: the counted runs (and
+            # their SASS-patched pass, 50x a slow kernel's run) would only confirm zeros.
+            if credit is not None:
+                credit.close()
+            return ExecutedCheck(status="ok", reason=NO_REQUESTED_SASS, counts={f: 0 for f in features},
+                                 executed={f: False for f in features}, carries={f: False for f in features},
+                                 shares={f: None for f in features},
+                                 notes={f: NO_REQUESTED_SASS for f in features})
         chosen = [w for w in wls if w.name in ran]
         if not chosen:
             bad = next((x for x in res.workloads if x.status == "failed"), None)
@@ -606,8 +634,6 @@ class Evaluator:
             return ExecutedCheck(status="skipped", reason=f"not profiled: no workload ran to a verdict ({why})"[:400])
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
-        features = task.features_for(arch)
-        profile_wanted = credit is not None and bool(credit.extra_metrics)
         unavailable = next((ran[w.name].credit["reason"] for w in chosen
                             if (ran[w.name].credit or {}).get("status") == "unavailable"), None)
         ex: ExecutedCheck | None = None
@@ -674,6 +700,22 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+NO_REQUESTED_SASS = ("not counted: the SASS holds none of the requested instructions, so none can execute "
+                     "(verdict known without running: not credited)")
+
+
+def _no_requested_sass(sass: InspectResult | None, features: list[str]) -> bool:
+    """The module's SASS was read and no kernel in it, launched or not (a launched kernel may
+    start another: dynamic parallelism), holds an opcode of any requested feature: the executed
+    check's verdict is known (nothing executed, nothing credited). False while unknown."""
+    from tools.features import executed_opcodes
+
+    opcodes = _module_opcodes(sass)
+    if opcodes is None or not features:
+        return False
+    return not opcodes & set().union(*(executed_opcodes(f) for f in features))
 
 
 # The padding allowance of the wgmma overwork cap (tools.ncu.TaskWork.padded_flops): the task's
