@@ -422,6 +422,8 @@ class Evaluator:
 
     def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
                sanitize: bool, time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
+        import time as _time
+
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -433,7 +435,9 @@ class Evaluator:
 
             res.run_reason = missing_workloads_reason(task, workloads) or "no workloads"
         else:
-            reason = self._cannot_run(arch)
+            t0 = _time.perf_counter()
+            reason = self._cannot_run(arch)  # starts the GPU's worker where it is not up
+            res.phase_s["worker_start"] = _time.perf_counter() - t0
             if reason:
                 self._static_only(res, solution, task, wls, arch, reason)
                 if self._workers and reason.startswith("GPU worker did not start"):
@@ -482,7 +486,9 @@ class Evaluator:
              time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
         import time as _time
 
+        t0 = _time.perf_counter()
         with self._worker() as w:
+            res.phase_s["queue_wait"] = _time.perf_counter() - t0  # another evaluation held this GPU
             info = w.start()
             t0 = _time.perf_counter()
             res.gpu, res.device = info.get("gpu"), w.device

@@ -313,7 +313,9 @@ class EvalResult(BaseModel):
     seconds: float = 0.0
     # wall seconds per stage of this evaluation, where its time goes: compile (NVRTC + ptxas),
     # workloads (every worker round trip), inspect_wait (SASS inspection left after the runs it
-    # overlaps), executed (the ncu pass), sanitize
+    # overlaps), executed (the ncu pass), sanitize, worker_start (the GPU's worker started, or
+    # found up), queue_wait (waiting for the GPU another evaluation held), counted_runs (the
+    # credit op, inside workloads); agent/cost.py reads them
     phase_s: dict[str, float] = Field(default_factory=dict)
     # the GPU side failed, not the candidate (a worker that cannot start on a GPU machine, a
     # worker error); the toolchain's faults are compile.infra_error and inspect.infra_error
