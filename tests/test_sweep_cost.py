@@ -1,0 +1,79 @@
+"""A sweep says what it costs: one evaluation's phases (agent/cost.py), a sweep's GPU seconds and
+evaluations per GPU-minute from its recorded eval.json files, and `agent sweep --dry-run`'s
+estimate from the recorded cost table."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agent.cost import GPU_PHASES, PHASES, estimate, evaluation_phases, family_of, gpu_seconds, load_table, sweep_cost
+from tools.results import CompileResult, EvalResult, InspectResult, WorkloadResult
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ev(workloads_s: float = 7.0, counted: float = 1.0) -> EvalResult:
+    ev = EvalResult(task="gemm_n7168_k5120", arch="sm_90a", compile=CompileResult(status="ok", arch="sm_90a", language="cuda"),
+                    inspect=InspectResult(status="ok", arch="sm_90a"), run_status="ok")
+    ev.phase_s = {"compile": 1.0, "inspect_wait": 0.1, "queue_wait": 2.0, "worker_start": 3.0,
+                  "workloads": workloads_s, "counted_runs": counted, "executed": 0.05}
+    for name in ("M1", "M2"):
+        ev.workloads.append(WorkloadResult(workload=name, split="visible", axes={"M": 1}, status="passed",
+                                           phase_s={"verify": 0.5, "baseline": 0.25, "timed": 2.0, "judge": 0.5}))
+    return ev
+
+
+def test_an_evaluations_phases_add_up_to_its_gpu_time():
+    p = evaluation_phases(_ev())
+    assert set(p) == set(PHASES)
+    assert p["seeded_checks"] == 1.0 and p["library_setup"] == 0.5 and p["judging"] == 1.0
+    assert p["timed_pairs"] == 3.0  # timed less the judging inside it
+    assert p["other_gpu"] == 7.0 - 1.0 - 1.0 - 0.5 - 4.0  # the round trips beyond the worker's own phases
+    # GPU seconds: worker start + the workloads' round trips (counted runs inside) + executed
+    assert abs(gpu_seconds(p) - (3.0 + 7.0 + 0.05)) < 1e-6
+    assert "compile" not in GPU_PHASES and "queue_wait" not in GPU_PHASES
+
+
+def test_a_sweeps_cost_reads_every_recorded_evaluation(tmp_path):
+    for rid, n in (("s/a/r0", 2), ("s/b/r0", 1)):
+        for k in range(n):
+            d = tmp_path / rid / "candidates" / f"{k + 1}-0"
+            d.mkdir(parents=True)
+            (d / "eval.json").write_text(_ev(workloads_s=7.0).model_dump_json())
+    (tmp_path / "s/b/r0/candidates/9-0").mkdir()
+    (tmp_path / "s/b/r0/candidates/9-0/eval.json").write_text("{half written")
+    cost = sweep_cost(tmp_path, ["s/a/r0", "s/b/r0", "s/missing/r0"])
+    assert cost.evaluations == 3 and abs(cost.gpu_s - 3 * 10.05) < 0.01
+    assert abs(cost.evals_per_gpu_minute - 60 * 3 / 30.15) < 0.01
+    assert "3 evaluations in 30 GPU-s" in cost.line()
+    assert sweep_cost(tmp_path, []).evals_per_gpu_minute is None
+
+
+def test_the_estimate_uses_the_recorded_table():
+    table = load_table()
+    assert {"gemm", "attention_fwd", "attention_bwd"} <= set(table.gpu_s)
+    assert family_of("mha_bwd_d128_causal") == "attention_bwd" and family_of("fp8_mha_with_lse_d64") == "fp8_attention"
+
+    class Run:
+        def __init__(self, task):
+            self.task = task
+
+    est = estimate([Run("gemm_n7168_k5120"), Run("mha_fwd_d128")], table, evals_of=lambda r: 8)
+    gemm = sum(table.gpu_s["gemm"].values()) / 2 * 8
+    fwd = sum(table.gpu_s["attention_fwd"].values()) / 2 * 8
+    assert est.evaluations == 16 and abs(est.gpu_s - (gemm + fwd)) < 0.2
+
+
+def test_dry_run_prints_the_estimate(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "agent.cli", "sweep", str(ROOT / "docs/examples/sweep_gpu_ray.toml"), "--dry-run",
+           "--runs-dir", str(tmp_path)]
+    text = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert text.returncode == 0, text.stderr
+    assert "8 runs" in text.stdout and "estimated GPU time: at most 16 evaluations" in text.stdout, text.stdout
+    got = subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    est = json.loads(got.stdout)["estimate"]
+    assert est["evaluations"] == 16 and est["gpu_s"] > 0 and set(est["gpu_s_per_family"]) == {"gemm", "attention_fwd"}
