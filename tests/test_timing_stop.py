@@ -152,3 +152,11 @@ def test_a_phase_that_stops_early_still_judged_a_run_whole(monkeypatch):
             judge.after_pair(i, 40 if i else -1)
         assert any(whole), seed
         assert not whole[0]  # never the first run
+
+
+def test_a_slow_first_pair_ends_the_warm_up(monkeypatch):
+    """A first pair of SLOW_PAIR_S or more is the only warm-up; a fast one keeps the drawn 1-3."""
+    monkeypatch.setattr(timing, "SLOW_PAIR_S", 0.02)
+    warm = {_time(0.05, 0.01, seed, pair_s=0.02, budget_s=0.1)[0].warmup for seed in range(3)}
+    assert warm == {1}
+    assert {_time(0.99, 0.002, seed, budget_s=0.01)[0].warmup for seed in range(40)} == {1, 2, 3}

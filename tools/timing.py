@@ -44,6 +44,9 @@ MIN_STOP_PAIRS = (4, 6)
 MIN_CAP_PAIRS = 3  # the fewest timed pairs an interval is reported from
 ALWAYS_RUN_PAIRS = 1 + MIN_CAP_PAIRS  # pairs every timed phase with a baseline runs (>= 1 warm-up)
 TIMING_CAP_S = 4.0
+# A first pair this long (inputs, both runs, judging) ends the warm-up: 1-3 warm-up pairs of a
+# kernel that runs for a second cost seconds and warm nothing the first pair did not.
+SLOW_PAIR_S = 0.25
 
 
 # The gate holds the stream while the host issues one side's timed work. Without it the start
@@ -284,8 +287,8 @@ def stop_early(ratios: list[float], min_pairs: int, k: float = STOP_K, band: flo
     NEAR_BAND): at least `min_pairs` ratios, the interval outside the band, and its log
     half-width at most k * |ln median|. The interval is bootstrapped with a fixed seed: what the
     rule decides must not depend on the secret draws, only on the times."""
-    if len(ratios) < max(2, min_pairs):
-        return False
+    if len(ratios) < max(2, min_pairs) or not far_from_one(*[statistics.median(ratios)] * 2, band):
+        return False  # a median inside the band: so is part of its interval (and no bootstrap is paid)
     lo, hi = median_ci(ratios, _STOP_RNG)
     if not (lo > 0 and far_from_one(lo, hi, band)):
         return False
@@ -345,7 +348,10 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
                 b = events[baseline.name]
                 base.append(b[0].elapsed_time(b[1]))
         if total < 0:
-            total = warmup + plan_pairs(time.perf_counter() - t0, rng, budget_s)
+            pair_s = time.perf_counter() - t0
+            if pair_s >= SLOW_PAIR_S:  # the first pair already ran every first-call cost: no more warm-ups
+                warmup = 1
+            total = warmup + plan_pairs(pair_s, rng, budget_s)
             planned = total - warmup
         i += 1
         if baseline and i < total:
@@ -354,7 +360,7 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
                 stop = "interval"
                 break
             if (time.perf_counter() - start >= cap_s and len(ratios) >= MIN_CAP_PAIRS
-                    and far_from_one(*median_ci(ratios, _STOP_RNG))):
+                    and far_from_one(*[statistics.median(ratios)] * 2) and far_from_one(*median_ci(ratios, _STOP_RNG))):
                 stop = "cap"
                 break
     ungated = tuple(sorted(s.name for s in (candidate, baseline) if s and s.name in gated and not s.gated))
