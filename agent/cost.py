@@ -69,13 +69,22 @@ class SweepCost(BaseModel):
                 f"{self.evals_per_gpu_minute:.1f} per GPU-minute (most in " +
                 ", ".join(f"{k} {v:.0f} s" for v, k in top) + ")")
 
+    def phases_line(self) -> str:
+        """GPU seconds per phase, every phase."""
+        return "GPU seconds per phase: " + ", ".join(f"{k} {self.phase_s.get(k, 0.0):.1f}" for k in GPU_PHASES)
+
 
 def sweep_cost(runs_dir: str | Path, run_ids: list[str]) -> SweepCost:
+    return runs_cost([Path(runs_dir) / rid for rid in run_ids])
+
+
+def runs_cost(run_dirs: list[Path]) -> SweepCost:
+    """Every recorded evaluation (candidates/*/eval.json) of these run folders."""
     from tools.results import EvalResult
 
     cost = SweepCost(phase_s={k: 0.0 for k in PHASES})
-    for rid in run_ids:
-        for path in sorted((Path(runs_dir) / rid / "candidates").glob("*/eval.json")):
+    for run_dir in run_dirs:
+        for path in sorted((Path(run_dir) / "candidates").glob("*/eval.json")):
             try:
                 ev = EvalResult.model_validate_json(path.read_text())
             except (OSError, ValueError):

@@ -77,3 +77,29 @@ def test_dry_run_prints_the_estimate(tmp_path):
     got = subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     est = json.loads(got.stdout)["estimate"]
     assert est["evaluations"] == 16 and est["gpu_s"] > 0 and set(est["gpu_s_per_family"]) == {"gemm", "attention_fwd"}
+
+
+def test_the_report_says_what_the_runs_cost(tmp_path):
+    """agent report: evaluations per GPU-minute and GPU seconds per phase, in report.md and --json."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from trajectory_fixtures import GEMM, eval_result, kernel, reply_for, write_run
+
+    from agent.report import report_json, write_report
+
+    root = tmp_path / "runs" / "demo"
+
+    def cand(tag):
+        ev = eval_result("correct", task=GEMM, speedup=0.9)
+        return kernel(tag), ev, reply_for(kernel(tag), tag)
+
+    write_run(root, "m/gemm/docs/r0", [[cand("a0")], [cand("a1")]])
+    for path in root.rglob("eval.json"):  # as an evaluation on a GPU records its phases
+        ev = EvalResult.model_validate_json(path.read_text())
+        ev.run_status, ev.phase_s = "ok", {"worker_start": 0.0, "workloads": 3.0, "counted_runs": 0.5}
+        path.write_text(ev.model_dump_json())
+    rep = write_report([root], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    n = len(list(root.rglob("eval.json")))
+    assert n >= 2 and f"GPU cost: {n} evaluations in {3 * n} GPU-s, 20.0 per GPU-minute" in md
+    assert "GPU seconds per phase: worker_start 0.0, seeded_checks 0.0" in md and "counted_runs 1.0" in md
+    assert report_json(rep)["cost"]["evaluations"] == n
