@@ -133,8 +133,10 @@ class CostEstimate(BaseModel):
     assumption: str
 
     def line(self, gpus: int = 1) -> str:
-        return (f"estimated GPU time: at most {self.evaluations} evaluations, {self.gpu_s / 60:.0f} GPU-minutes "
-                f"({self.gpu_s / 3600 / max(1, gpus):.1f} h on {max(1, gpus)} GPU{'s' if gpus > 1 else ''}); "
+        hours = self.gpu_s / 3600 / max(1, gpus)
+        on = f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.0f} min"
+        return (f"estimated GPU time: at most {self.evaluations} evaluations, {self.gpu_s / 60:.1f} GPU-minutes "
+                f"({on} on {max(1, gpus)} GPU{'s' if gpus > 1 else ''}); "
                 f"{self.assumption}; cost table: {self.table}")
 
 

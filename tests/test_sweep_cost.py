@@ -103,3 +103,42 @@ def test_the_report_says_what_the_runs_cost(tmp_path):
     assert n >= 2 and f"GPU cost: {n} evaluations in {3 * n} GPU-s, 20.0 per GPU-minute" in md
     assert "GPU seconds per phase: worker_start 0.0, seeded_checks 0.0" in md and "counted_runs 1.0" in md
     assert report_json(rep)["cost"]["evaluations"] == n
+
+
+def test_worker_start_and_queue_wait_are_apart(tmp_path, monkeypatch):
+    """The first evaluation pays the worker's start; the next finds it up. Waiting for a GPU another
+    evaluation holds is queue_wait, never worker_start (a sweep of 8 runs on one GPU once showed
+    286 s of "worker start" that was the queue)."""
+    import threading
+
+    from test_evaluator_cpu import FIXTURES, small_gemm
+
+    from tools.evaluator import Evaluator
+    from tools.solution import Solution
+
+    mode = tmp_path / "mode"
+    mode.write_text("pass")
+    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
+    sol = Solution.from_dir(FIXTURES / "good")
+    with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=30,
+                   cache_dir=tmp_path) as ev:
+        first = ev.evaluate(sol, small_gemm(), "sm_90a", time=False)
+        second = ev.evaluate(sol, small_gemm(), "sm_90a", time=False)
+        # a third waits while the test holds the GPU's worker for 0.5 s
+        held = threading.Event()
+
+        def hold():
+            with ev._worker():
+                held.set()
+                import time as _t
+                _t.sleep(0.5)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
+        third = ev.evaluate(sol, small_gemm(), "sm_90a", time=False)
+        t.join()
+    assert first.phase_s["worker_start"] > 0.05 and first.phase_s["queue_wait"] < 0.05
+    assert second.phase_s["worker_start"] < 0.05
+    assert third.phase_s["queue_wait"] >= 0.4 and third.phase_s["worker_start"] < 0.05
+    assert evaluation_phases(third)["queue_wait"] >= 0.4 and gpu_seconds(evaluation_phases(third)) < 0.4

@@ -435,9 +435,7 @@ class Evaluator:
 
             res.run_reason = missing_workloads_reason(task, workloads) or "no workloads"
         else:
-            t0 = _time.perf_counter()
-            reason = self._cannot_run(arch)  # starts the GPU's worker where it is not up
-            res.phase_s["worker_start"] = _time.perf_counter() - t0
+            reason = self._cannot_run(arch, res.phase_s)  # starts the GPU's worker where it is not up
             if reason:
                 self._static_only(res, solution, task, wls, arch, reason)
                 if self._workers and reason.startswith("GPU worker did not start"):
@@ -450,13 +448,26 @@ class Evaluator:
                 self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit, in_process,
                           module_sass)
 
-    def _cannot_run(self, arch: str) -> str | None:
+    def _cannot_run(self, arch: str, phase_s: dict[str, float] | None = None) -> str | None:
+        """Why this arch cannot run here, or None. `phase_s`: an evaluation's, which gets the wait
+        for the GPU (queue_wait: another evaluation held it) and the worker's start-up (worker_start,
+        0 where it was up) apart."""
+        import time as _time
+
         if not self._workers:
             return f"no GPU: {self.no_gpu_reason}"
         if arch not in ARCH_CC:
             return f"unknown arch {arch!r}"
         try:
-            info = self.gpu_info() or {}
+            t0 = _time.perf_counter()
+            with self._worker() as w:
+                t1 = _time.perf_counter()
+                try:
+                    info = w.start() or {}
+                finally:
+                    if phase_s is not None:
+                        phase_s["queue_wait"] = phase_s.get("queue_wait", 0.0) + t1 - t0
+                        phase_s["worker_start"] = _time.perf_counter() - t1
         except WorkerStartError as exc:
             return str(exc)
         if info.get("cc") != ARCH_CC[arch]:
@@ -488,7 +499,7 @@ class Evaluator:
 
         t0 = _time.perf_counter()
         with self._worker() as w:
-            res.phase_s["queue_wait"] = _time.perf_counter() - t0  # another evaluation held this GPU
+            res.phase_s["queue_wait"] = res.phase_s.get("queue_wait", 0.0) + _time.perf_counter() - t0  # held by another
             info = w.start()
             t0 = _time.perf_counter()
             res.gpu, res.device = info.get("gpu"), w.device
