@@ -519,7 +519,8 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
-                if in_process and module_sass and _no_requested_sass(module_sass(wait=False), res.requested_features):
+                if (in_process and credit is None and module_sass  # a profile (credit: ncu) keeps every run
+                        and _no_requested_sass(module_sass(wait=False), res.requested_features)):
                     pass  # no counted runs: the verdict is known from the SASS (_executed)
                 elif in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     from tools import ncu
@@ -541,7 +542,7 @@ class Evaluator:
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
-                if module_sass and _no_requested_sass(module_sass(), res.requested_features):
+                if credit is None and module_sass and _no_requested_sass(module_sass(), res.requested_features):
                     self._drop_counted_runs(w, res)  # the inspection ended after the first workloads were sent
                 else:
                     stop = self._counted_runs(w, res)
