@@ -69,3 +69,20 @@ def test_a_requested_instruction_anywhere_in_the_module_keeps_the_counted_runs(t
 def test_the_verdict_is_known_only_from_a_module_read_whole(sass, known):
     assert _no_requested_sass(sass, ["wgmma", "tma"]) is known
     assert _no_requested_sass(sass, []) is False
+
+
+def test_the_feedback_says_missing_not_never_executed():
+    """The known verdict's feedback: a feature absent from the SASS is MISSING, never "in the SASS
+    but never executed"."""
+    from agent.feedback import arch_section
+    from tools.results import CompileResult, EvalResult, ExecutedCheck
+
+    f = ["wgmma", "tma"]
+    ex = ExecutedCheck(status="ok", reason=NO_REQUESTED_SASS, counts={x: 0 for x in f},
+                       executed={x: False for x in f}, carries={x: False for x in f})
+    ev = EvalResult(task="gemm_n7168_k5120", arch="sm_90a", requested_features=f, executed=ex,
+                    compile=CompileResult(status="ok", arch="sm_90a", language="cuda"),
+                    inspect=InspectResult(status="ok", arch="sm_90a"))
+    text = arch_section(ev)
+    assert "`wgmma`: MISSING" in text and "`tma`: MISSING" in text
+    assert "never executed" not in text and "missing wgmma, tma" in text
