@@ -281,6 +281,8 @@ def arch_section(ev: EvalResult) -> str:
     if ex.status == "ok":
         for f in requested:
             if not ex.executed.get(f, False):
+                if not insp.feature_present(f):
+                    continue  # said above: MISSING from the SASS, so it could not execute
                 lines.append(f"- `{f}`: in the SASS but never executed at run time "
                              f"({ex.counts.get(f, 0)} instructions executed)")
             elif not ex.carries.get(f, False):

@@ -801,6 +801,7 @@ class Report:
     unfinished: int
     families: list[CellRow] = field(default_factory=list)  # per task family (family_key)
     splits: list[CellRow] = field(default_factory=list)  # per family and task split (split_key)
+    cost: dict = field(default_factory=dict)  # agent.cost.SweepCost of the runs' recorded evaluations
 
 
 PLOTS = {"fast_p": "fast_p.png", "speedup_by_turn": "speedup_by_turn.png", "context": "context.png",
@@ -856,9 +857,12 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     files["families_csv"] = out / "report_families.csv"
     write_csv([r for g in groups.values() for r in g], files["families_csv"])
     unfinished = sum(1 for r in runs if not r.measured_at(limits[-1]))
+    from agent.cost import runs_cost
+
+    cost = runs_cost([r.run_dir for r in runs])  # what the runs' evaluations cost on the GPU
     pages = write_run_pages(runs, out / "runs")
     extra = _published_rows(rows, limits) if published else None
-    notes = _evaluation_notes(runs, rows)
+    notes = _evaluation_notes(runs, rows) + ([cost.line(), cost.phases_line()] if cost.gpu_s else [cost.line()])
     if published:
         from agent.published import note
 
@@ -869,7 +873,7 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, notes, groups, extra, pages))
     files["html"] = out / "report.html"
     files["html"].write_text(render_html(rows, limits, len(runs), unfinished, notes, files, groups, extra, pages))
-    return Report(out, files, rows, len(runs), unfinished, *groups.values())
+    return Report(out, files, rows, len(runs), unfinished, *groups.values(), cost=cost.model_dump())
 
 
 # A cell's runs, each with its page: (cell key, [(run id, page path relative to the report, one-line gist)])
@@ -1059,5 +1063,5 @@ def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unf
 def report_json(report: Report) -> dict:
     return {"out_dir": str(report.out_dir), "runs": report.runs, "unfinished": report.unfinished,
             "files": {k: str(v) for k, v in report.files.items()}, "rows": csv_rows(report.rows),
-            "families": csv_rows(report.families), "splits": csv_rows(report.splits)}
+            "families": csv_rows(report.families), "splits": csv_rows(report.splits), "cost": report.cost}
 

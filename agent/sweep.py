@@ -372,6 +372,8 @@ class SweepResult(BaseModel):
     # (both resumed by the next `agent sweep`); outcomes then lists only the runs accounted for
     interrupted: bool = False
     infra_errors: int = 0  # runs stopped by a toolchain / GPU / profiler fault (resumed next time)
+    # what the sweep's evaluations cost on the GPU, every recorded one of its runs (agent/cost.py)
+    cost: Any = None
 
 
 def verdict_sequence(summary: RunSummary) -> list[dict]:
@@ -493,7 +495,23 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
         succeeded=sum(1 for o in ordered if o.succeeded), seconds=time.monotonic() - start,
         outcomes=ordered, warnings=warnings, interrupted=interrupted,
         # runs this sweep drove that an infrastructure fault stopped (an error outcome's summary is an older one)
-        infra_errors=sum(1 for o in ordered if o.stop_reason == "infra_error" and o.status == "failed"))
+        infra_errors=sum(1 for o in ordered if o.stop_reason == "infra_error" and o.status == "failed"),
+        cost=_cost(runs_dir, [o.run_id for o in ordered]))
+
+
+def _cost(runs_dir: Path, run_ids: list[str]):
+    from agent.cost import sweep_cost
+
+    return sweep_cost(runs_dir, run_ids).model_dump()
+
+
+def estimate_cost(config: SweepConfig, grid: "GridSummary"):
+    """GPU time of the runs the grid has not finished, each using its whole turn budget
+    (agent.cost.estimate, from agent/cost_table.json)."""
+    from agent.cost import estimate, load_table
+
+    todo = [r for r in grid.runs if grid.states[r.run_id] != "done"]
+    return estimate(todo, load_table(), evals_of=lambda r: config.budget.max_turns * config.samples_for(r.strategy))
 
 
 class SweepError(ValueError):

@@ -48,6 +48,11 @@ def main() -> int:
         if msg is None or msg.get("op") == "exit":
             return 0
         m = mode()
+        if msg.get("op") == "credit" and msg.get("drop"):  # as tools.worker: the kept workloads dropped, none counted
+            write_msg(out, {"op": "credits", "credits": {}, "failed": {}, "dropped": len(pending), "fatal": False,
+                            "seconds": 0.0})
+            pending = {}
+            continue
         if msg.get("op") == "credit":
             if m == "counted_hang":
                 time.sleep(3600)

@@ -614,7 +614,10 @@ def test_the_evaluator_reads_the_fp8_rule_from_the_modules_sass(spare, credited,
     monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
     sol = tmp_path / "sol"
     sol.mkdir()
-    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA[spare])
+    # the hmma case keeps a QGMMA in the module too: a module whose SASS holds no requested
+    # instruction at all gets its verdict without counted runs (test_credit_skip.py)
+    extra = WARP_MMA["qgmma"].replace("void spare(", "void spare_qgmma(") if spare == "hmma" else ""
+    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA[spare] + extra)
     (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
     with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=30,
                    cache_dir=tmp_path) as ev:
@@ -856,9 +859,15 @@ def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: flo
     mode.write_text(mode_name)
     monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
     monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
+    # the SIMT GEMM with a QGMMA in the module: a module whose SASS holds no requested instruction
+    # gets no counted runs at all (tests/test_credit_skip.py)
+    sol = tmp_path / "sol"
+    sol.mkdir(exist_ok=True)
+    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA["qgmma"])
+    (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
     with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=timeout_s,
                    cache_dir=tmp_path) as ev:
-        return ev.evaluate(Solution.from_dir(FIXTURES / "good"), small_gemm(), "sm_90a", executed_check=True,
+        return ev.evaluate(Solution.from_dir(sol), small_gemm(), "sm_90a", executed_check=True,
                            time=False, workloads="all")
 
 

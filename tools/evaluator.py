@@ -34,7 +34,7 @@ from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_ski
 from tools.roofline import apply_roofline
 from tools.results import (CREDITABLE, CompileResult, EvalResult, ExecutedCheck, InspectResult, SanitizeResult,
                            WorkloadResult)
-from tools.timing import TIMING_BUDGET_S, geo_spread, geomean
+from tools.timing import TIMING_BUDGET_S, TIMING_CAP_S, geo_spread, geomean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run on exactly this
@@ -260,11 +260,12 @@ class Evaluator:
                  kernel_timeout_s: float | None = None, startup_timeout_s: float = 300.0,
                  worker_cmd: list[str] | None = None, seed: int | None = None,
                  ncu_timeout_s: float = 600.0, timing_budget_s: float = TIMING_BUDGET_S,
-                 profile_metrics: tuple[str, ...] | None = None):
+                 timing_cap_s: float = TIMING_CAP_S, profile_metrics: tuple[str, ...] | None = None):
         self.timeout_s = timeout_s
         self.kernel_timeout_s = kernel_timeout_s or max(5.0, min(60.0, timeout_s / 3))
         self.cache_dir = (Path(cache_dir) if cache_dir else Path("runs") / ".cache").resolve()
         self.timing_budget_s = timing_budget_s  # wall time of the paired runs per workload, roughly
+        self.timing_cap_s = timing_cap_s  # the paired runs' cap for a kernel far from the library (tools.timing)
         self.ncu_timeout_s = ncu_timeout_s
         # collected in the executed check's ncu pass (so the profile costs no extra run), whether or
         # not the agent shows it to the model: both arms of the profile ablation are measured alike
@@ -386,11 +387,13 @@ class Evaluator:
             if not compiled:
                 res.phase_s["compile"] = _time.perf_counter() - t0
 
-            def module_sass() -> InspectResult:
+            def module_sass(wait: bool = True) -> InspectResult | None:
                 """The SASS inspection, waited for where it still runs (it overlaps the runs: by the
-                executed check it is done)."""
+                executed check it is done); wait=False: None while it runs."""
                 if inspecting is None:
                     return res.inspect
+                if not wait and not inspecting.done():
+                    return None
                 try:
                     return inspecting.result()
                 except Exception as exc:  # noqa: BLE001 - reported where the inspection is collected
@@ -419,6 +422,8 @@ class Evaluator:
 
     def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
                sanitize: bool, time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
+        import time as _time
+
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -430,7 +435,7 @@ class Evaluator:
 
             res.run_reason = missing_workloads_reason(task, workloads) or "no workloads"
         else:
-            reason = self._cannot_run(arch)
+            reason = self._cannot_run(arch, res.phase_s)  # starts the GPU's worker where it is not up
             if reason:
                 self._static_only(res, solution, task, wls, arch, reason)
                 if self._workers and reason.startswith("GPU worker did not start"):
@@ -443,13 +448,26 @@ class Evaluator:
                 self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit, in_process,
                           module_sass)
 
-    def _cannot_run(self, arch: str) -> str | None:
+    def _cannot_run(self, arch: str, phase_s: dict[str, float] | None = None) -> str | None:
+        """Why this arch cannot run here, or None. `phase_s`: an evaluation's, which gets the wait
+        for the GPU (queue_wait: another evaluation held it) and the worker's start-up (worker_start,
+        0 where it was up) apart."""
+        import time as _time
+
         if not self._workers:
             return f"no GPU: {self.no_gpu_reason}"
         if arch not in ARCH_CC:
             return f"unknown arch {arch!r}"
         try:
-            info = self.gpu_info() or {}
+            t0 = _time.perf_counter()
+            with self._worker() as w:
+                t1 = _time.perf_counter()
+                try:
+                    info = w.start() or {}
+                finally:
+                    if phase_s is not None:
+                        phase_s["queue_wait"] = phase_s.get("queue_wait", 0.0) + t1 - t0
+                        phase_s["worker_start"] = _time.perf_counter() - t1
         except WorkerStartError as exc:
             return str(exc)
         if info.get("cc") != ARCH_CC[arch]:
@@ -479,7 +497,9 @@ class Evaluator:
              time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
         import time as _time
 
+        t0 = _time.perf_counter()
         with self._worker() as w:
+            res.phase_s["queue_wait"] = res.phase_s.get("queue_wait", 0.0) + _time.perf_counter() - t0  # held by another
             info = w.start()
             t0 = _time.perf_counter()
             res.gpu, res.device = info.get("gpu"), w.device
@@ -499,7 +519,10 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
-                if in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
+                if (in_process and credit is None and module_sass  # a profile (credit: ncu) keeps every run
+                        and _no_requested_sass(module_sass(wait=False), res.requested_features)):
+                    pass  # no counted runs: the verdict is known from the SASS (_executed)
+                elif in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     from tools import ncu
 
                     if metrics is None:  # the mma.sync ops counters (3 more passes) only where the PTX has
@@ -519,7 +542,10 @@ class Evaluator:
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
-                stop = self._counted_runs(w, res)
+                if credit is None and module_sass and _no_requested_sass(module_sass(), res.requested_features):
+                    self._drop_counted_runs(w, res)  # the inspection ended after the first workloads were sent
+                else:
+                    stop = self._counted_runs(w, res)
             for x in res.workloads:  # the worker that kept them is gone: nothing was counted
                 if (x.credit or {}).get("status") == "pending":
                     x.credit = {**x.credit, "status": "failed", "reason": f"not counted: {stop}"[:400]}
@@ -584,6 +610,16 @@ class Evaluator:
         res.phase_s["counted_runs"] = _time.perf_counter() - t0
         return stop
 
+    def _drop_counted_runs(self, w: WorkerHandle, res: EvalResult) -> None:
+        """The worker drops the workloads it kept for counted runs that the SASS made needless."""
+        try:
+            w.request({"op": "credit", "drop": True}, self.timeout_s)
+        except (WorkerTimeout, WorkerCrash, WorkerStartError):  # the next evaluation's first request drops them
+            pass
+        for x in res.workloads:
+            if (x.credit or {}).get("status") == "pending":
+                x.credit = {**x.credit, "status": "skipped", "reason": NO_REQUESTED_SASS}
+
     def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str,
                   in_process: bool = False, arch: str = "sm_90a", sass: InspectResult | None = None) -> ExecutedCheck:
         """The executed check on every judged workload that ran to a verdict of its own (one the
@@ -598,6 +634,17 @@ class Evaluator:
         if credit is None and not in_process:
             return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
         ran = {x.workload: x for x in res.workloads if x.status == "passed" or x.reason in CREDITABLE}
+        profile_wanted = credit is not None and bool(credit.extra_metrics)
+        features = task.features_for(arch)
+        if ran and not profile_wanted and _no_requested_sass(sass, features):
+            # An instruction the module's SASS does not hold cannot execute: the counted runs (and
+            # their SASS-patched pass, 50x a slow kernel's run) would only confirm zeros.
+            if credit is not None:
+                credit.close()
+            return ExecutedCheck(status="ok", reason=NO_REQUESTED_SASS, counts={f: 0 for f in features},
+                                 executed={f: False for f in features}, carries={f: False for f in features},
+                                 shares={f: None for f in features},
+                                 notes={f: NO_REQUESTED_SASS for f in features})
         chosen = [w for w in wls if w.name in ran]
         if not chosen:
             bad = next((x for x in res.workloads if x.status == "failed"), None)
@@ -605,8 +652,6 @@ class Evaluator:
             return ExecutedCheck(status="skipped", reason=f"not profiled: no workload ran to a verdict ({why})"[:400])
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
-        features = task.features_for(arch)
-        profile_wanted = credit is not None and bool(credit.extra_metrics)
         unavailable = next((ran[w.name].credit["reason"] for w in chosen
                             if (ran[w.name].credit or {}).get("status") == "unavailable"), None)
         ex: ExecutedCheck | None = None
@@ -651,6 +696,7 @@ class Evaluator:
                 "workload": wl.model_dump(mode="json"), "seeds": seeds, "time": time,
                 # secret: the timed phase's fresh inputs, run counts and sampled rows all derive from it
                 "timing_seed": self._rng.getrandbits(62), "timing_budget_s": self.timing_budget_s,
+                "timing_cap_s": self.timing_cap_s,
                 "kernel_timeout_s": self.kernel_timeout_s,
                 "baseline_cache": str(self.cache_dir / "baselines.json")}
 
@@ -672,6 +718,22 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+NO_REQUESTED_SASS = ("not counted: the SASS holds none of the requested instructions, so none can execute "
+                     "(verdict known without running: not credited)")
+
+
+def _no_requested_sass(sass: InspectResult | None, features: list[str]) -> bool:
+    """The module's SASS was read and no kernel in it, launched or not (a launched kernel may
+    start another: dynamic parallelism), holds an opcode of any requested feature: the executed
+    check's verdict is known (nothing executed, nothing credited). False while unknown."""
+    from tools.features import executed_opcodes
+
+    opcodes = _module_opcodes(sass)
+    if opcodes is None or not features:
+        return False
+    return not opcodes & set().union(*(executed_opcodes(f) for f in features))
 
 
 # The padding allowance of the wgmma overwork cap (tools.ncu.TaskWork.padded_flops): the task's

@@ -214,9 +214,15 @@ class WorkloadResult(BaseModel):
     timed_runs: int = 0
     warmup_runs: int = 0
     full_checks: int = 0
+    # why the timed pairs ended (tools.timing.paired): "planned" (the drawn count, planned_runs),
+    # "interval" (tight enough to rank a kernel far from the library) or "cap" (the per-workload
+    # time cap, far from the library); speedup_ci is the interval it left
+    timing_stop: str | None = None
+    planned_runs: int = 0
     gpu_state: dict[str, dict[str, float]] = Field(default_factory=dict)  # "start"/"end" -> sm_mhz, temp_c, power_w
     # wall seconds in the worker: "verify" (the seeded checks), "baseline" (choosing/building the
-    # library side), "timed" (the paired runs, inputs and judging included)
+    # library side), "timed" (the paired runs, inputs and judging included), "judge" (judging the
+    # candidate's runs, inside "timed")
     phase_s: dict[str, float] = Field(default_factory=dict)
     # the executed check's in-process run (tools.worker._credit_run): status ("ran", "failed",
     # "unavailable"), reason, runs, profiled_at, passes, profile_s, launches [{name, metrics}]
@@ -307,7 +313,9 @@ class EvalResult(BaseModel):
     seconds: float = 0.0
     # wall seconds per stage of this evaluation, where its time goes: compile (NVRTC + ptxas),
     # workloads (every worker round trip), inspect_wait (SASS inspection left after the runs it
-    # overlaps), executed (the ncu pass), sanitize
+    # overlaps), executed (the ncu pass), sanitize, worker_start (the GPU's worker started, or
+    # found up), queue_wait (waiting for the GPU another evaluation held), counted_runs (the
+    # credit op, inside workloads); agent/cost.py reads them
     phase_s: dict[str, float] = Field(default_factory=dict)
     # the GPU side failed, not the candidate (a worker that cannot start on a GPU machine, a
     # worker error); the toolchain's faults are compile.infra_error and inspect.infra_error

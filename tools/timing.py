@@ -26,6 +26,28 @@ FLUSH_MIN_BYTES = 256 << 20
 # kernels under ~15 ms per pair reach the 60-pair cap anyway.
 TIMING_BUDGET_S = 1.0
 
+# When timing may stop before the planned count (`stop_early`): the speedup's interval is tight
+# enough to rank the kernel, relative to its distance from 1. A kernel at 0.05x needs a few pairs
+# to be known as "about 20 times slower"; one at 0.99x needs every planned pair to be told from
+# 1.0. The rule, on the median ratio m and its bootstrap 95% interval [lo, hi]:
+#   stop when the interval lies wholly outside NEAR_BAND (hi < 1/NEAR_BAND or lo > NEAR_BAND)
+#   and its half-width in log space, (ln hi - ln lo) / 2, is at most STOP_K * |ln m|.
+# Inside the band (the library's neighbourhood, where today's precision was measured: CV <= 0.3%,
+# range <= 1% over evaluations) the plan runs to its end: the rule cannot loosen those kernels.
+# Early stopping needs at least MIN_STOP_PAIRS timed pairs (drawn per evaluation, so a kernel
+# cannot know which run is the last), and the per-workload cap (TIMING_CAP_S of wall time in the
+# paired loop, outside the band too) stops a candidate so slow that even those are long; both are
+# recorded in the result (`timing_stop`) with the interval they left.
+NEAR_BAND = 1.25
+STOP_K = 0.1
+MIN_STOP_PAIRS = (4, 6)
+MIN_CAP_PAIRS = 3  # the fewest timed pairs an interval is reported from
+ALWAYS_RUN_PAIRS = 1 + MIN_CAP_PAIRS  # pairs every timed phase with a baseline runs (>= 1 warm-up)
+TIMING_CAP_S = 4.0
+# A first pair this long (inputs, both runs, judging) ends the warm-up: 1-3 warm-up pairs of a
+# kernel that runs for a second cost seconds and warm nothing the first pair did not.
+SLOW_PAIR_S = 0.25
+
 
 # The gate holds the stream while the host issues one side's timed work. Without it the start
 # event fires as soon as the L2 flush ends, and a side whose launches take the host longer than
@@ -237,6 +259,11 @@ class PairedTimes:
     baseline_ms: list[float]  # empty without a baseline
     warmup: int  # pairs run before the timed ones (judged, not timed)
     ungated: tuple[str, ...] = ()  # sides timed with their host time from some run on (their run() waited for the GPU)
+    # why the timed pairs ended: "planned" (the drawn count), "interval" (stop_early: tight enough
+    # to rank, far from 1) or "cap" (TIMING_CAP_S reached, far from 1); planned is what was drawn
+    stop: str = "planned"
+    planned: int = 0
+    judge_s: float = 0.0  # wall seconds of after_pair (judging each candidate run), inside the loop
 
     @property
     def ratios(self) -> list[float]:
@@ -250,21 +277,58 @@ def plan_pairs(pair_wall_s: float, rng, budget_s: float = TIMING_BUDGET_S, lo: i
     return n + rng.randint(0, n // 2)
 
 
+def far_from_one(lo: float, hi: float, band: float = NEAR_BAND) -> bool:
+    """The whole interval lies outside [1/band, band]: the kernel is not near the library."""
+    return hi < 1 / band or lo > band
+
+
+def stop_early(ratios: list[float], min_pairs: int, k: float = STOP_K, band: float = NEAR_BAND) -> bool:
+    """Whether the timed pairs so far rank the kernel well enough to stop (the rule above
+    NEAR_BAND): at least `min_pairs` ratios, the interval outside the band, and its log
+    half-width at most k * |ln median|. The interval is bootstrapped with a fixed seed: what the
+    rule decides must not depend on the secret draws, only on the times."""
+    if len(ratios) < max(2, min_pairs) or not far_from_one(*[statistics.median(ratios)] * 2, band):
+        return False  # a median inside the band: so is part of its interval (and no bootstrap is paid)
+    lo, hi = median_ci(ratios, _STOP_RNG)
+    if not (lo > 0 and far_from_one(lo, hi, band)):
+        return False
+    return (math.log(hi) - math.log(lo)) / 2 <= k * abs(math.log(statistics.median(ratios)))
+
+
+class _FixedRandom:
+    """median_ci's random source for the stopping rule: the same resamples every time."""
+
+    @staticmethod
+    def getrandbits(_: int) -> int:
+        return 20261203
+
+
+_STOP_RNG = _FixedRandom()
+
+
 def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Callable[[int, int], None],
-           after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S) -> PairedTimes:
+           after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S,
+           cap_s: float = TIMING_CAP_S) -> PairedTimes:
     """Time candidate and baseline alternating run by run, each run cold, the order flipped
     every pair, so both sides see the same clocks and temperature (FACTS.md: the A/A noise
     of this estimator is 0.01-0.07%, against 1-1.5% for separately taken medians).
+
+    The drawn count is the most pairs timed; a kernel far from the library stops earlier, once
+    its interval ranks it (stop_early) or once the loop has run `cap_s` (at least MIN_CAP_PAIRS
+    timed): see NEAR_BAND. With a baseline only: without one there is no speedup to rank.
 
     before_pair(i, total) loads that pair's fresh inputs (not timed, before any flush);
     after_pair(i, total) judges the candidate's output of pair i (raises to stop). The
     number of warm-up pairs (1-3) and of timed pairs are drawn from `rng`; total is -1
     while the count is still unknown (during the first warm-up pair)."""
     warmup = rng.randint(1, 3)
+    min_stop = rng.randint(*MIN_STOP_PAIRS)
     total = -1
     cand: list[float] = []
     base: list[float] = []
     gated = {s.name for s in (candidate, baseline) if s and s.gated}
+    stop, judge_s = "planned", 0.0
+    start = time.perf_counter()
     i = 0
     while total < 0 or i < total:
         t0 = time.perf_counter()
@@ -274,7 +338,9 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
             sides.reverse()
         events = {s.name: _cold_run(s, state) for s in sides}
         state.wait(limit_s)
+        t1 = time.perf_counter()
         after_pair(i, total)
+        judge_s += time.perf_counter() - t1
         if i >= warmup:
             c = events[candidate.name]
             cand.append(c[0].elapsed_time(c[1]))
@@ -282,10 +348,23 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
                 b = events[baseline.name]
                 base.append(b[0].elapsed_time(b[1]))
         if total < 0:
-            total = warmup + plan_pairs(time.perf_counter() - t0, rng, budget_s)
+            pair_s = time.perf_counter() - t0
+            if pair_s >= SLOW_PAIR_S:  # the first pair already ran every first-call cost: no more warm-ups
+                warmup = 1
+            total = warmup + plan_pairs(pair_s, rng, budget_s)
+            planned = total - warmup
         i += 1
+        if baseline and i < total:
+            ratios = [b / c for c, b in zip(cand, base) if c > 0]
+            if stop_early(ratios, min_stop):
+                stop = "interval"
+                break
+            if (time.perf_counter() - start >= cap_s and len(ratios) >= MIN_CAP_PAIRS
+                    and far_from_one(*[statistics.median(ratios)] * 2) and far_from_one(*median_ci(ratios, _STOP_RNG))):
+                stop = "cap"
+                break
     ungated = tuple(sorted(s.name for s in (candidate, baseline) if s and s.name in gated and not s.gated))
-    return PairedTimes(cand, base, warmup, ungated)
+    return PairedTimes(cand, base, warmup, ungated, stop=stop, planned=planned, judge_s=judge_s)
 
 
 def median_ci(ratios: list[float], rng, resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:

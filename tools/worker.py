@@ -471,7 +471,13 @@ class TimedJudge:
 
     def after_pair(self, i: int, total: int) -> None:
         if total > 1 and self.full_at is None:  # the count is known from pair 1 on: choose the runs judged whole
-            self.full_at = set(self.rng.sample(range(1, total), k=min(total - 1, self.rng.randint(1, 2))))
+            from tools.timing import ALWAYS_RUN_PAIRS
+
+            k = min(total - 1, self.rng.randint(1, 2))
+            # one of them among the pairs every timed phase runs, so a phase that stops early
+            # (tools.timing.stop_early, the cap) still judged a run whole
+            first = self.rng.randrange(1, min(total, ALWAYS_RUN_PAIRS))
+            self.full_at = {first} | set(self.rng.sample(range(1, total), k=k - 1))
         full = not self.sampled or i in (self.full_at or ())
         self.full_checks += full
         what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
@@ -934,7 +940,7 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     import statistics
 
     from tools.ceilings import ceiling_for, implausible
-    from tools.timing import TIMING_BUDGET_S, Side, median_ci, paired, summarize
+    from tools.timing import TIMING_BUDGET_S, TIMING_CAP_S, Side, median_ci, paired, summarize
 
     t0 = time.perf_counter()
     baseline, base_name, note = _baseline(state, req, task, wl, ws.inputs, limit)
@@ -957,8 +963,11 @@ def _time_paired(state: State, req: dict, task, wl, axes: dict, ws: Workspace, b
     result.gpu_state["start"] = state.gpu_state()
     t0 = time.perf_counter()
     times = paired(Side("candidate", candidate_run, candidate_prepare), baseline, state, rng, judge.before_pair,
-                   judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)))
+                   judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
+                   cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)))
     result.phase_s["timed"] = time.perf_counter() - t0
+    result.phase_s["judge"] = times.judge_s  # inside "timed": judging each candidate run
+    result.timing_stop, result.planned_runs = times.stop, times.planned
     result.gpu_state["end"] = state.gpu_state()
     result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks
     result.timing = summarize(times.candidate_ms)
@@ -1125,7 +1134,11 @@ def serve() -> int:
             continue
         t0 = time.perf_counter()
         try:
-            if msg["op"] == "credit":  # the evaluation's deferred counted runs (run_pending)
+            if msg["op"] == "credit" and msg.get("drop"):  # the verdict is known without them (the SASS)
+                dropped = len(state.pending)
+                state.drop_pending()
+                reply, fatal = {"op": "credits", "credits": {}, "failed": {}, "dropped": dropped, "fatal": False}, False
+            elif msg["op"] == "credit":  # the evaluation's deferred counted runs (run_pending)
                 reply, fatal = run_pending(state)
                 reply["fatal"] = fatal
             else:

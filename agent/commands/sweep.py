@@ -69,13 +69,17 @@ def sweep(
     if shipped_example(cfg.runs_dir):
         fail(f"runs_dir {cfg.runs_dir}: inside the shipped examples, which are read-only; write somewhere else")
     if dry_run:
+        from agent.sweep import estimate_cost
+
         rows = [{"run_id": r.run_id, "state": grid.states[r.run_id]} for r in grid.runs]
+        cost = estimate_cost(cfg, grid)
         if as_json:
-            print_json({"sweep": cfg.name, "runs": rows})
+            print_json({"sweep": cfg.name, "runs": rows, "estimate": cost.model_dump()})
         else:
             for row in rows:
                 console.print(f"{row['state']:8} {row['run_id']}", highlight=False)
             console.print(plural(len(rows), "run"), highlight=False)
+            console.print(cost.line(), highlight=False, soft_wrap=True)
         return
 
     try:  # once per model, before any run starts (and before the progress bar)
@@ -128,6 +132,10 @@ def sweep(
                    [f"{result.skipped} already done", f"{result.ran} run now", f"{result.resumed} resumed",
                     f"{result.failed} failed", f"{result.succeeded} succeeded", f"{result.seconds:.0f}s"])
         wrap_items("  on", [escape(part) for part in result.executor.split("; ")], sep=";", indent="    ")
+        if result.cost:
+            from agent.cost import SweepCost
+
+            say(escape(SweepCost.model_validate(result.cost).line()))
         for note in sorted({o.evaluation for o in result.outcomes if o.evaluation and o.evaluation != "ok"}):
             say(f"evaluation {escape(note)}")
         # The same failure in every run is one line with a count, not sixty.

@@ -1,0 +1,147 @@
+"""Where an evaluation's time goes, per phase: the shipped simple and expert solution of each seed
+task, cold (a new Evaluator: its worker starts, the library backend is chosen where the cache has
+none) then warm (the same Evaluator again), credit on, all workloads, on this machine's GPU.
+
+    python scripts/bench_cost.py [--tasks gemm_n7168_k5120,mha_fwd_d128] [--solutions simple,expert]
+                                 [--modes cold,warm] [--budget-s 200] [--out DIR] [--json]
+
+Phases (agent/cost.py): compile, inspect_wait, queue_wait, worker_start, seeded_checks,
+library_setup, timed_pairs, judging, counted_runs (the credit op; by pass in the JSON),
+executed_other, other_gpu. Each row also gives the workloads' timing stops (planned / interval /
+cap: tools.timing) and the verdict. --budget-s: no evaluation starts once the next one (estimated
+from the last of that task) would end past it, so the bench fits one device call; rows it did not
+reach are listed as not run. Writes DIR/bench_cost.json and DIR/bench_cost.md when --out is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agent.cost import PHASES, evaluation_phases, gpu_seconds  # noqa: E402
+
+SEED_TASKS = "gemm_n7168_k5120,mha_fwd_d128,mha_fwd_d128_causal,mha_bwd_d128,mha_bwd_d128_causal"
+SHORT = {"compile": "comp", "inspect_wait": "insp", "queue_wait": "queue", "worker_start": "start",
+         "seeded_checks": "seeded", "library_setup": "lib", "timed_pairs": "timed", "judging": "judge",
+         "counted_runs": "counted", "executed_other": "exec", "other_gpu": "other"}
+
+
+def counted_by_pass(ev) -> list[float]:
+    """Seconds of the counted runs by pass, summed over workloads (tools.worker: pass_s rows are
+    [prepare, run, judge] per counted run)."""
+    by: list[float] = []
+    for w in ev.workloads:
+        for i, row in enumerate((w.credit or {}).get("pass_s") or []):
+            by.extend([0.0] * (i + 1 - len(by)))
+            by[i] += sum(row)
+    return [round(x, 3) for x in by]
+
+
+def row_of(task: str, kind: str, mode: str, ev, wall: float) -> dict:
+    phases = evaluation_phases(ev)
+    return {"task": task, "solution": kind, "mode": mode, "wall_s": round(wall, 2), "gpu_s": round(gpu_seconds(phases), 2),
+            "phases": phases, "counted_by_pass": counted_by_pass(ev), "correct": ev.correct,
+            "correct_with_arch": ev.correct_with_arch, "speedup": ev.speedup,
+            "executed": ev.executed.reason if ev.executed else None,
+            "workloads": [{"workload": w.workload, "status": w.status, "reason": w.reason, "speedup": w.speedup,
+                           "speedup_ci": w.speedup_ci, "timed": w.timed_runs, "planned": w.planned_runs,
+                           "stop": w.timing_stop, "phase_s": {k: round(v, 3) for k, v in w.phase_s.items()}}
+                          for w in ev.workloads]}
+
+
+def markdown(rows: list[dict], skipped: list[str], gpu: str | None) -> str:
+    cols = [SHORT[p] for p in PHASES]
+    lines = [f"GPU: {gpu}", "", "| task | solution | mode | wall s | GPU s | " + " | ".join(cols) +
+             " | counted by pass | stops | verdict |", "|---" * (8 + len(cols)) + "|"]
+    for r in rows:
+        stops = ",".join(f"{w['stop'] or '-'}{w['timed']}" for w in r["workloads"])
+        verdict = "cwa" if r["correct_with_arch"] else ("correct" if r["correct"] else f"correct={r['correct']}")
+        lines.append(f"| {r['task']} | {r['solution']} | {r['mode']} | {r['wall_s']:.1f} | {r['gpu_s']:.1f} | " +
+                     " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES) +
+                     f" | {'/'.join(f'{x:.2f}' for x in r['counted_by_pass']) or '-'} | {stops} | {verdict} |")
+    if skipped:
+        lines += ["", "not run (budget): " + ", ".join(skipped)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", default=SEED_TASKS)
+    ap.add_argument("--solutions", default="simple,expert")
+    ap.add_argument("--modes", default="cold,warm")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="wall seconds for the whole bench (one device call)")
+    ap.add_argument("--cache", default=None, help="evaluator cache folder (default: a fresh one under --out or /tmp)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args(argv)
+    from tasks import UnknownTask, get_task
+
+    tasks = [t for t in args.tasks.split(",") if t]
+    kinds = [k for k in args.solutions.split(",") if k]
+    modes = [m for m in args.modes.split(",") if m]
+    try:
+        for t in tasks:
+            get_task(t)
+    except UnknownTask as exc:
+        print(f"bench_cost: {exc}", file=sys.stderr)
+        return 2
+    bad = [k for k in kinds if not (ROOT / "tasks" / tasks[0] / k).is_dir()] if tasks else []
+    if bad or not set(modes) <= {"cold", "warm"} or not modes:
+        print(f"bench_cost: --solutions takes simple,expert and --modes cold,warm (got {args.solutions!r}, "
+              f"{args.modes!r})", file=sys.stderr)
+        return 2
+    from tools.evaluator import Evaluator
+    from tools.solution import Solution
+
+    out = Path(args.out) if args.out else None
+    cache = Path(args.cache) if args.cache else (out / "cache" if out else Path("/tmp/ptxbench_bench_cost"))
+    start = time.perf_counter()
+    rows: list[dict] = []
+    skipped: list[str] = []
+    gpu = None
+    last: dict[str, float] = {}  # task -> the longest evaluation of it so far: the next one's estimate
+    for task in tasks:
+        for kind in kinds:
+            sol = Solution.from_dir(ROOT / "tasks" / task / kind)
+            ev_ctx = None
+            for mode in modes:
+                label = f"{task}/{kind}/{mode}"
+                left = args.budget_s - (time.perf_counter() - start)
+                if left < last.get(task, 0.0) * 1.2 or left <= 0:
+                    skipped.append(label)
+                    continue
+                if ev_ctx is None or mode == "cold":
+                    if ev_ctx is not None:
+                        ev_ctx.close()
+                    ev_ctx = Evaluator(cache_dir=cache)
+                t0 = time.perf_counter()
+                ev = ev_ctx.evaluate(sol, task, "sm_90a", workloads="all", executed_check=True)
+                wall = time.perf_counter() - t0
+                last[task] = max(last.get(task, 0.0), wall)
+                gpu = gpu or ev.gpu
+                rows.append(row_of(task, kind, mode, ev, wall))
+                r = rows[-1]
+                print(f"[cost] {label}: {wall:.1f} s (GPU {r['gpu_s']:.1f} s) " +
+                      " ".join(f"{SHORT[k]}={v:.2f}" for k, v in r["phases"].items() if v >= 0.005) +
+                      f" stops={[w['stop'] for w in r['workloads']]} cwa={r['correct_with_arch']}",
+                      file=sys.stderr, flush=True)
+            if ev_ctx is not None:
+                ev_ctx.close()
+    report = {"gpu": gpu, "budget_s": args.budget_s, "seconds": round(time.perf_counter() - start, 1),
+              "rows": rows, "not_run": skipped}
+    text = markdown(rows, skipped, gpu)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_cost.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        (out / "bench_cost.md").write_text(text)
+    print(json.dumps(report, indent=1, default=str) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

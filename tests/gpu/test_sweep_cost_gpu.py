@@ -1,0 +1,48 @@
+"""Slow candidates cost little, on the GPU (issue 43): the simple (SIMT) GEMM, some 30 times slower
+than cuBLAS, stops timing on its interval and gets its executed-check verdict without counted runs
+(its SASS holds no wgmma or TMA); the expert GEMM, near cuBLAS, runs its drawn plan on the visible
+workload and is counted and credited. Both warm, credit on, all workloads; the warm times are
+issue 43's GEMM target (<= 10 s)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_helpers import show
+from tools.evaluator import NO_REQUESTED_SASS
+from tools.solution import Solution
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = "gemm_n7168_k5120"
+
+
+def _warm(evaluator, kind: str):
+    sol = Solution.from_dir(ROOT / "tasks" / TASK / kind)
+    evaluator.evaluate(sol, TASK, "sm_90a", workloads="all", executed_check=True)  # the cold one: worker, library
+    return evaluator.evaluate(sol, TASK, "sm_90a", workloads="all", executed_check=True)
+
+
+def test_a_slow_simt_gemm_stops_early_and_is_not_counted(evaluator):
+    r = _warm(evaluator, "simple")
+    assert r.correct is True and r.correct_with_arch is False, show(r)
+    assert r.executed.status == "ok" and r.executed.reason == NO_REQUESTED_SASS
+    assert "counted_runs" not in r.phase_s and all(w.credit is None for w in r.workloads)
+    for w in r.workloads:
+        assert w.speedup < 0.8 and w.timing_stop in ("interval", "cap"), (w.workload, w.speedup, w.timing_stop)
+        assert w.timed_runs < w.planned_runs and w.speedup_ci[1] < 0.8
+    print(f"simple GEMM warm: {r.seconds:.2f} s, phases {r.phase_s}")
+    assert r.seconds <= 10.0
+
+
+def test_the_expert_gemm_keeps_its_plan_and_its_credit(evaluator):
+    r = _warm(evaluator, "expert")
+    assert r.correct_with_arch is True, show(r)
+    visible = [w for w in r.workloads if w.split == "visible"]
+    for w in visible:  # near cuBLAS: every drawn pair timed
+        assert w.timing_stop == "planned" and w.timed_runs == w.planned_runs >= 10, (w.workload, w.speedup)
+    assert all((w.credit or {}).get("status") == "ran" for w in r.workloads)
+    print(f"expert GEMM warm: {r.seconds:.2f} s, phases {r.phase_s}")
+    assert r.seconds <= 10.0
