@@ -41,7 +41,7 @@ def test_timeline_of_the_shipped_run():
     assert "draft" in out and "arch_missing" in out and "repair" in out and "unverified" in out
     assert "2 ★ best" in out and "best kernel: candidates/2-0" in out
     # the verdicts and the requested instructions' SASS opcode counts
-    assert "wgmma: MISSING from SASS" in out and "HGMMA x64" in out and "UTMALDG x20" in out
+    assert "wgmma: MISSING from SASS" in out and "HGMMA x32" in out and "UTMALDG x10" in out
     # the feedback's gist (its section headings), and why the last turn has none
     assert "Compile: ok · Architecture instructions: missing wgmma, tma" in out
     assert "(none: stop: 2 of 2 turns used)" in out
@@ -67,7 +67,7 @@ def test_json_for_scripts():
     c1, c2 = view["turns"][0]["candidates"][0], view["turns"][1]["candidates"][0]
     assert (c1["arch_sass"], c2["arch_sass"], c2["best"]) == (False, True, True)
     wgmma = next(f for f in c2["features"] if f["name"] == "wgmma")
-    assert wgmma == {**wgmma, "in_sass": True, "opcodes": {"HGMMA": 64}, "ran": None}
+    assert wgmma == {**wgmma, "in_sass": True, "opcodes": {"HGMMA": 32}, "ran": None}
     assert c2["correct"] is None  # no GPU: unknown, never true
     assert view["turns"][1]["retrieved"] and all(s["tokens"] > 0 for s in view["turns"][1]["retrieved"])
     detail = json.loads(agent("show", str(EXAMPLE), "--turn", "1", "--json").stdout)
