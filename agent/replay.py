@@ -177,6 +177,11 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
     from agent.run import SolveRequest, solve
 
     run_dir = Path(run_dir)
+    if runs_dir is not None:
+        from agent.trajectory import folder_problem
+
+        if (problem := folder_problem(runs_dir, "--runs-dir")):
+            raise ReplayError(problem)
     rec = load_recorded(run_dir)
     config, recorded_summary = rec.config, rec.summary
     decisions = [e for e in rec.events if e["type"] == "decision"]

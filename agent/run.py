@@ -34,7 +34,7 @@ from agent.nodes import Deps, InfraFault, Nodes
 from agent.state import initial_state, summary_from_state
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, HISTORIES, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
-                              read_summary, shipped_example, utc_now)
+                              folder_problem, read_summary, shipped_example, utc_now)
 from tools.toolchain import ARCHES
 
 DEFAULT_RUNS_DIR = "runs"
@@ -154,6 +154,9 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
     return None
 
 
+MAX_RUN_ID_PART = 200  # bytes per folder name of a run id; file systems allow 255 (room for "<id>.lock" ...)
+
+
 def run_id_problem(run_id: str) -> str | None:
     """A run id names a folder under --runs-dir (a sweep's has '/' between its parts): nothing
     that climbs out of it or starts at the root."""
@@ -161,6 +164,10 @@ def run_id_problem(run_id: str) -> str | None:
     if not run_id or run_id.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in run_id:
         return (f"--run-id {run_id!r} must name a folder under --runs-dir: no leading '/', no '.' or '..' parts, "
                 f"no empty parts")
+    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):  # a newline or escape in a folder name breaks every listing
+        return f"--run-id {run_id!r} holds a control character (a newline, tab or escape); use printable characters"
+    if any(len(p.encode()) > MAX_RUN_ID_PART for p in parts):
+        return f"--run-id is too long: at most {MAX_RUN_ID_PART} bytes between slashes (file systems allow 255)"
     return None
 
 
@@ -181,6 +188,8 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
     interrupted at its next step (resumable), never with a verdict it did not reach."""
     task = _get_task(req.task)
     if req.run_id is not None and (problem := run_id_problem(req.run_id)):
+        raise SolveError(problem)
+    if (problem := folder_problem(req.runs_dir, "--runs-dir")):  # before the model is asked or a kernel judged
         raise SolveError(problem)
     problem = settings_problem(arch=req.arch, lang=req.lang, context=req.context, samples=req.samples,
                                budget=req.budget, context_tokens=req.context_tokens, temperature=req.temperature,

@@ -96,3 +96,61 @@ def test_a_broken_sanitizer_or_disassembler_gives_no_verdict(tmp_path, monkeypat
     finally:
         find_toolchain.cache_clear()  # the next caller finds the real tools again
     assert insp.status == "skipped" and insp.infra_error, insp
+
+
+# ---- 3. output folders are checked before any work ---------------------------------------------
+def test_an_output_folder_that_cannot_be_written_fails_before_any_work(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    model = write_script(tmp_path / "s.json", [probe_reply()])
+    solve = ("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "1", "--context", "none")
+    for runs in (afile, afile / "sub", "/proc/ptxbench", tmp_path / ("x" * 300)):
+        exit_code_2(agent_cli(*solve, "--runs-dir", str(runs)), "--runs-dir")
+    exit_code_2(agent_cli("replay", str(REPO / "runs" / "examples" / "attn_bwd_human"), "--through-graph",
+                          "--runs-dir", str(afile)), "--runs-dir", "is a file")
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'name = "s"\nmodels = [{{spec = "{model}", name = "m"}}]\ntasks = ["gemm"]\n'
+                     'contexts = ["none"]\nexecuted_check = false\ncheck_models = false\n[budget]\nmax_turns = 1\n')
+    exit_code_2(agent_cli("sweep", str(sweep), "--runs-dir", str(afile)), "--runs-dir", "is a file")
+    for bad_id in ("a\nb", "tab\there", "x" * 300):
+        exit_code_2(agent_cli(*solve, "--runs-dir", str(tmp_path / "runs"), "--run-id", bad_id), "--run-id")
+    assert not (tmp_path / "runs").exists() and afile.read_text() == "not a folder\n"
+
+
+def test_bench_out_that_cannot_be_written_fails_within_seconds(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in (afile / "rows.json", "/proc/self/ptxbench.json", tmp_path / ("y" * 300) / "rows.json"):
+        start = time.monotonic()
+        exit_code_2(agent_cli("bench", "--task", GEMM_TASK, "--out", str(out)), "--out")
+        assert time.monotonic() - start < 30  # today's bench judged every solution, then crashed
+
+
+# ---- 4. bounds on numbers ---------------------------------------------------------------------
+@pytest.mark.parametrize("line, words", [
+    ("replicas = 1e8", ("replicas", "at most")),
+    ("replicas = 4000\ntasks = [\"gemm\", \"attn_fwd\", \"attn_bwd\"]", ("grid has 12,000 runs",)),
+    ("concurrency = 1000000", ("concurrency", "at most")),
+    ("turn_limits = [0, 4]", ("turn_limits", "at least 1")),
+])
+def test_an_absurd_sweep_fails_before_it_is_built(tmp_path, line, words):
+    model = write_script(tmp_path / "s.json", [probe_reply()])
+    tasks = "" if "tasks" in line else 'tasks = ["gemm"]\n'
+    (tmp_path / "s.toml").write_text(f'name = "s"\nmodels = [{{spec = "{model}", name = "m"}}]\n{tasks}{line}\n'
+                                     'contexts = ["none"]\nexecuted_check = false\n')
+    for dry in ((), ("--dry-run",)):
+        start = time.monotonic()
+        message = exit_code_2(agent_cli("sweep", str(tmp_path / "s.toml"), "--runs-dir", str(tmp_path / "runs"), *dry),
+                              *words)
+        assert "Input should" not in message  # the user's words, not pydantic's
+        assert time.monotonic() - start < 60
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_refuses_an_absurd_concurrency_flag(tmp_path):
+    model = write_script(tmp_path / "s.json", [probe_reply()])
+    (tmp_path / "s.toml").write_text(f'name = "s"\nmodels = [{{spec = "{model}", name = "m"}}]\ntasks = ["gemm"]\n'
+                                     'contexts = ["none"]\nexecuted_check = false\n')
+    exit_code_2(agent_cli("sweep", str(tmp_path / "s.toml"), "--runs-dir", str(tmp_path / "runs"),
+                          "--concurrency", "1000000"), "concurrency", "at most 256")
+    assert not (tmp_path / "runs").exists()
