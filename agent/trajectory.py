@@ -180,6 +180,9 @@ Outcome = Literal[
 ]
 # The first problem to fix wins: compile_error > run_failed > incorrect > arch_missing.
 
+# The recorded or human replies ran out: the run ended where its replies did (agent/nodes.py).
+OUT_OF_REPLIES = ("replay_end", "human_end")
+
 StopReason = Literal[
     "max_turns", "max_tokens", "max_cost", "max_time",
     "model_error",  # auth error, retries exhausted, script used up ... (stop_detail says which)

@@ -154,3 +154,54 @@ def test_a_sweep_refuses_an_absurd_concurrency_flag(tmp_path):
     exit_code_2(agent_cli("sweep", str(tmp_path / "s.toml"), "--runs-dir", str(tmp_path / "runs"),
                           "--concurrency", "1000000"), "concurrency", "at most 256")
     assert not (tmp_path / "runs").exists()
+
+
+# ---- 5. bad reply files are bad input ----------------------------------------------------------
+@pytest.mark.parametrize("content, words", [
+    (json.dumps({"replies": [{"text": 7}]}), ("reply 1", "not text")),
+    (json.dumps({"replies": ["fine", [1, 2]]}), ("reply 2", "is list")),
+    ("not json at all", ("not valid JSON",)),
+    (bytes(range(256)) * 4, ("not UTF-8",)),
+])
+def test_a_bad_scripted_file_is_bad_input(tmp_path, content, words):
+    script = tmp_path / "script.json"
+    script.write_bytes(content if isinstance(content, bytes) else content.encode())
+    runs = tmp_path / "runs"
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", f"scripted:{script}", "--max-turns", "2",
+                  "--context", "none", "--runs-dir", str(runs))
+    exit_code_2(p, str(script), *words)
+    assert not runs.exists() or not any(runs.iterdir()), "a run was written"
+
+
+def test_an_empty_reply_folder_or_a_truncated_replay_is_bad_input(tmp_path):
+    (tmp_path / "replies").mkdir()
+    runs = tmp_path / "runs"
+    base = ("solve", "--task", GEMM_TASK, "--max-turns", "2", "--context", "none", "--runs-dir", str(runs))
+    exit_code_2(agent_cli(*base, "--model", "human", "--human-reply-file", str(tmp_path / "replies")),
+                "replies", "no reply files")
+    recording = tmp_path / "recording"
+    recording.mkdir()
+    (recording / "events.jsonl").write_text("")  # cut before its first model response
+    exit_code_2(agent_cli(*base, "--model", f"replay:{recording}"), "events.jsonl", "no recorded model response")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+# ---- 6. finished is finished --------------------------------------------------------------------
+def test_the_readme_main_job_is_reported_finished_at_every_turn_limit(tmp_path):
+    """README's main job replays the shipped example's 2 replies (default turn budget): the run ends
+    with replay_end after 2 turns. Its report counts it at turn limits 4 and 8, with what it reached
+    by turn 2 (compiled, arch in the SASS), not as 'unfinished'."""
+    p = agent_cli("solve", "--task", "attn_bwd", "--model", "replay:runs/examples/attn_bwd_human",
+                  "--runs-dir", str(tmp_path / "runs"), "--run-id", "main", "--quiet")
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    p = agent_cli("report", str(tmp_path / "runs" / "main"), "--out", str(tmp_path / "report"))
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    rows = list(__import__("csv").DictReader((tmp_path / "report" / "report.csv").open()))
+    by_limit = {int(r["turn_limit"]): r for r in rows}
+    assert sorted(by_limit) == [1, 4, 8], by_limit.keys()
+    for limit in (4, 8):
+        row = by_limit[limit]
+        assert (row["runs"], row["unfinished"]) == ("1", "0"), row
+        assert float(row["compiled"]) == 1.0 and float(row["arch_sass"]) == 1.0, row  # its turn-2 success
+    assert float(by_limit[1]["arch_sass"]) == 0.0  # turn 1 had no wgmma: what it did there stays
+    assert "0 (+1 unfinished)" not in (tmp_path / "report" / "report.md").read_text()
