@@ -159,6 +159,7 @@ def parse_nvrtc_log(log: str) -> list[Diagnostic]:
 
 _PTXAS_LINE = re.compile(r"^ptxas(?: (?P<file>[^,]+), line (?P<line>\d+);)? *(?P<sev>error|warning|info|fatal)\s*: "
                          r"(?:\((?P<code>C\d+)\) )?(?P<msg>.*)$")
+_AROUND_LINE = re.compile(r"\baround line (\d+)")
 _KERNEL_IN_MSG = re.compile(r"(?:function|entry function|properties for) '?([A-Za-z_$][\w$]*)'?")
 
 
@@ -214,6 +215,13 @@ def parse_ptxas_output(text: str, line_map: list[int | None] | None = None) -> t
         named = _KERNEL_IN_MSG.search(msg)
         kernel = named[1] if named else current
         ptx_line = int(m["line"]) if m["line"] else None
+        if ptx_line is None and (around := _AROUND_LINE.search(msg)):
+            # C7517/C7519/C7520 ... name a line in the text ("injected in around line 4917"): a PTX
+            # line. From CUDA it is mapped like a prefixed one and said to be a PTX line, so it is
+            # never read as a line of kernel.cu; from raw PTX it is the user's own line.
+            ptx_line = int(around[1])
+            if line_map is not None:
+                msg = msg[:around.start()] + f"around PTX line {ptx_line}" + msg[around.end():]
         if ptx_line is None or line_map is None:
             src_line = ptx_line  # raw PTX: the user's file is the PTX
         else:
