@@ -222,15 +222,18 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
 
 def replay_mismatch(req: SolveRequest) -> str | None:
     """A replay:<run> model answers what its run was asked; say so when this run asks
-    something else (another task, arch or language), where the replies are likely wrong."""
+    something else (another task, arch or language), where the replies are likely wrong.
+    SolveError when the recording's config.json is there but cannot be read."""
     if not req.model.startswith("replay:"):
         return None
     source = Path(req.model.removeprefix("replay:"))
     source = source if source.is_dir() else source.parent
+    if not (source / "config.json").exists():  # a bare events.jsonl: nothing to compare with
+        return None
     try:
         recorded = read_config(source)
-    except RunFolderError:  # no config next to the events: nothing to compare with
-        return None
+    except RunFolderError as exc:  # there but unreadable: its replies may answer any task; not run blind
+        raise SolveError(f"{req.model}: the recording's {exc}; without it the task it answered is unknown") from None
     asked = {"task": _get_task(req.task).name, "arch": req.arch, "lang": req.lang}
     differ = [k for k, v in asked.items() if getattr(recorded, k) != v]
     if not differ:

@@ -538,12 +538,16 @@ def refuse_mismatched_replays(config: SweepConfig, runs: list[SweepRun]) -> None
     """A replay:<run> model answers what its run was asked. On another task (or arch, or
     language) its replies would be reported as that model's results on a problem it never saw:
     refused before anything runs. Bind such a model to its task with `tasks = [...]`."""
-    from agent.run import replay_mismatch
+    from agent.run import SolveError, replay_mismatch
 
     for r in runs:
         if not r.model.spec.startswith("replay:"):
             continue
-        if problem := replay_mismatch(r.request(config, Path(config.runs_dir))):
+        try:
+            problem = replay_mismatch(r.request(config, Path(config.runs_dir)))
+        except SolveError as exc:  # the recording's config.json cannot be read
+            raise SweepError(f"model {r.model.name!r}: {exc}") from None
+        if problem:
             raise SweepError(f"model {r.model.name!r}: {problem}; bind it to its task with `tasks = [...]` "
                              f"(another arch or language: a sweep of its own), or drop it")
 

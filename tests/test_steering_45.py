@@ -205,3 +205,18 @@ def test_the_readme_main_job_is_reported_finished_at_every_turn_limit(tmp_path):
         assert float(row["compiled"]) == 1.0 and float(row["arch_sass"]) == 1.0, row  # its turn-2 success
     assert float(by_limit[1]["arch_sass"]) == 0.0  # turn 1 had no wgmma: what it did there stays
     assert "0 (+1 unfinished)" not in (tmp_path / "report" / "report.md").read_text()
+
+
+# ---- 2. a recording whose config.json cannot be read is refused ----------------------------------
+def test_a_replay_whose_config_cannot_be_read_is_refused(tmp_path):
+    import shutil
+    recording = shutil.copytree(REPO / "runs" / "examples" / "attn_bwd_human", tmp_path / "rec")
+    (recording / "config.json").write_text("{not json")
+    runs = tmp_path / "runs"
+    exit_code_2(agent_cli("solve", "--task", GEMM_TASK, "--model", f"replay:{recording}", "--max-turns", "1",
+                          "--context", "none", "--runs-dir", str(runs)), "config.json")
+    (tmp_path / "s.toml").write_text(f'name = "s"\nmodels = [{{spec = "replay:{recording}", name = "rep"}}]\n'
+                                     'tasks = ["gemm"]\ncontexts = ["none"]\nexecuted_check = false\n'
+                                     'check_models = false\n[budget]\nmax_turns = 1\n')
+    exit_code_2(agent_cli("sweep", str(tmp_path / "s.toml"), "--runs-dir", str(runs)), "config.json", "rep")
+    assert not runs.exists() or not any(runs.rglob("events.jsonl")), "a run was judged on another task"
