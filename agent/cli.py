@@ -55,6 +55,8 @@ def main() -> None:
     except KeyboardInterrupt:
         common.err_console.print("interrupted")
         sys.exit(common.ExitCode.INTERRUPTED)
+    except BrokenPipeError:  # a plain print() to a closed pipe (`| head`)
+        common.reader_left()
 
 
 if __name__ == "__main__":

@@ -220,3 +220,52 @@ def test_a_replay_whose_config_cannot_be_read_is_refused(tmp_path):
                                      'check_models = false\n[budget]\nmax_turns = 1\n')
     exit_code_2(agent_cli("sweep", str(tmp_path / "s.toml"), "--runs-dir", str(runs)), "config.json", "rep")
     assert not runs.exists() or not any(runs.rglob("events.jsonl")), "a run was judged on another task"
+
+
+# ---- 7. exit codes as documented -----------------------------------------------------------------
+@pytest.mark.parametrize("manifest", [
+    '{"launches": [{"kernel": "gemm_simt", "grid": [1]}]}',  # a schema error (was exit 2)
+    '{"launches": [',  # not JSON (was exit 2)
+])
+def test_every_manifest_error_is_the_kernels_exit_1(tmp_path, manifest):
+    import shutil
+    folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "sol")
+    (folder / "launch.json").write_text(manifest)
+    for args in (("eval", str(folder), "--task", "gemm"), ("check", str(folder), "--task", "gemm")):
+        p = agent_cli(*args)
+        assert p.returncode == 1, (args, p.returncode, p.stderr)
+        assert "launch.json" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_closed_output_pipe_exits_quietly():
+    """`agent knowledge search wgmma | head -c 10`: the reader leaves early; no traceback, status 0
+    (rich's answer to a broken pipe was exit 1)."""
+    import subprocess
+    import sys
+    p = subprocess.run(f"{sys.executable} -m agent.cli knowledge search wgmma | head -c 10", shell=True, cwd=REPO,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       executable="/bin/bash")
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    p = subprocess.run(f"set -o pipefail; {sys.executable} -m agent.cli knowledge search wgmma | head -c 10 >/dev/null",
+                       shell=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, executable="/bin/bash",
+                       capture_output=True, text=True)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+
+
+GPU_SCRIPTS = ["bench_harness.py", "bench_baselines.py", "bench_credit.py", "timing_study.py", "calibrate_tolerance.py",
+               "probe_device.py", "probe_cupti.py", "probe_user_replay.py"]
+
+
+@pytest.mark.parametrize("script", ["gpu_suite.sh", "ray_gpu_sweep.sh", *GPU_SCRIPTS])
+def test_a_gpu_script_without_a_gpu_says_so_and_fails(script, tmp_path):
+    """The README's GPU scripts on a machine without one (here: every GPU hidden): one line that says
+    it needs an NVIDIA GPU, exit 3; never the suite's "54 skipped ... exit status 0" or a traceback."""
+    import subprocess
+    import sys
+    cmd = ["bash", str(REPO / "scripts" / script)] if script.endswith(".sh") else [sys.executable,
+                                                                                     str(REPO / "scripts" / script)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OUT": str(tmp_path / "out")}
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3, (script, p.returncode, p.stdout[-1000:], p.stderr[-1000:])
+    assert "needs an NVIDIA GPU" in p.stderr and "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -11,7 +11,23 @@ from typing import Any, NoReturn, Sequence
 from pydantic import BaseModel
 from rich.console import Console
 
+def reader_left() -> None:
+    """stdout's reader is gone (`agent ... | head`): what it wanted, it has. Exit 0 quietly, with
+    stdout on /dev/null so the interpreter's last flush cannot fail again (rich's own answer to
+    a broken pipe is exit 1)."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(0)
+
+
 console = Console()
+console.on_broken_pipe = reader_left  # type: ignore[method-assign]
 err_console = Console(stderr=True)
 
 
@@ -34,6 +50,13 @@ class CliError(Exception):
     """Raised by a command for bad input; `agent` prints it as one line and exits 2."""
 
     code = ExitCode.USAGE
+
+
+class KernelFault(CliError):
+    """The kernel (or its launch manifest) is wrong before anything could be judged: one line,
+    exit 1, as for any check the kernel fails."""
+
+    code = ExitCode.FAILED
 
 
 class InfraError(CliError):

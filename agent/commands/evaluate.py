@@ -13,7 +13,7 @@ import math
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, ExitCode, console, print_json, table, wrap_items
+from agent.commands.common import CliError, ExitCode, KernelFault, console, print_json, table, wrap_items
 from agent.trajectory import EXECUTED_CHECK_DEFAULT
 from tools.results import EvalResult
 from tools.toolchain import ARCHES
@@ -177,7 +177,7 @@ def register(app: typer.Typer) -> None:
         3 infrastructure fault (toolchain, GPU worker): nothing was judged."""
         from tasks import UnknownTask, get_task
         from tools.evaluator import Evaluator
-        from tools.solution import Solution, SolutionError
+        from tools.solution import ManifestError, Solution, SolutionError
 
         if arch not in ARCHES:
             raise CliError(f"unknown arch {arch!r} (known: {', '.join(ARCHES)})")
@@ -186,8 +186,10 @@ def register(app: typer.Typer) -> None:
         if not (math.isfinite(timeout) and timeout > 0):
             raise CliError(f"--timeout must be a positive number of seconds, not {timeout}")
         try:
-            sol = Solution.from_dir(solution_dir)
             t = get_task(task)
+            sol = Solution.from_dir(solution_dir)
+        except ManifestError as exc:  # the manifest is the kernel's: its errors are a failed check
+            raise KernelFault(str(exc)) from None
         except (SolutionError, UnknownTask) as exc:
             raise CliError(str(exc)) from None
         with Evaluator(timeout_s=timeout) as ev:
