@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 
@@ -243,7 +244,7 @@ def test_a_closed_output_pipe_exits_quietly():
     import subprocess
     import sys
     p = subprocess.run(f"{sys.executable} -m agent.cli knowledge search wgmma | head -c 10", shell=True, cwd=REPO,
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, errors="replace", env={**os.environ, "PYTHONPATH": str(REPO)},
                        executable="/bin/bash")
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
     p = subprocess.run(f"set -o pipefail; {sys.executable} -m agent.cli knowledge search wgmma | head -c 10 >/dev/null",
@@ -269,3 +270,29 @@ def test_a_gpu_script_without_a_gpu_says_so_and_fails(script, tmp_path):
     assert p.returncode == 3, (script, p.returncode, p.stdout[-1000:], p.stderr[-1000:])
     assert "needs an NVIDIA GPU" in p.stderr and "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+# ---- 8. words a user reads ---------------------------------------------------------------------
+def test_help_uses_command_line_words_not_python_types():
+    for verb in (("fixit", "build"), ("report",), ("eval",), ("check",), ("sweep",), ("solve",), ("bench",),
+                 ("replay",)):
+        p = agent_cli(*verb, "--help")
+        assert p.returncode == 0, (verb, p.stderr)
+        usage = p.stdout.split("\n\n")[0]
+        assert "{" not in usage, (verb, usage)
+        assert not re.search(r"<(str|int|float|path|bool|list\[[^\]]*\])>", p.stdout), (verb, p.stdout)
+    assert "Usage: python -m agent.cli fixit build [OPTIONS] RUNS..." in agent_cli("fixit", "build", "--help").stdout
+
+
+def test_eval_names_the_manifest_s_missing_kernel_and_a_skipped_profile(tmp_path):
+    import shutil
+    folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "sol")
+    manifest = json.loads((folder / "launch.json").read_text())
+    manifest["launches"][0]["kernel"] = "nosuchkernel"
+    (folder / "launch.json").write_text(json.dumps(manifest))
+    p = agent_cli("eval", str(folder), "--task", "gemm")
+    result = " ".join(p.stdout.split()).split("result: ", 1)[-1]
+    assert p.returncode == 1 and "launch.json launches no kernel of the compiled module" in result, p.stdout
+    assert "nosuchkernel" in result and "missing from the SASS" not in result, result
+    p = agent_cli("eval", str(REPO / "tasks" / GEMM_TASK / "simple"), "--task", "gemm", "--profile")
+    assert "profile: skipped" in " ".join(p.stdout.split()), p.stdout
