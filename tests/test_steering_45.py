@@ -296,3 +296,29 @@ def test_eval_names_the_manifest_s_missing_kernel_and_a_skipped_profile(tmp_path
     assert "nosuchkernel" in result and "missing from the SASS" not in result, result
     p = agent_cli("eval", str(REPO / "tasks" / GEMM_TASK / "simple"), "--task", "gemm", "--profile")
     assert "profile: skipped" in " ".join(p.stdout.split()), p.stdout
+
+
+@pytest.fixture(scope="module")
+def replayed_run(tmp_path_factory):
+    """README's main job's run (the shipped example's 2 replies replayed), made once."""
+    root = tmp_path_factory.mktemp("mainjob")
+    p = agent_cli("solve", "--task", "attn_bwd", "--model", "replay:runs/examples/attn_bwd_human",
+                  "--runs-dir", str(root / "runs"), "--run-id", "main", "--quiet")
+    assert p.returncode == 0, p.stderr[-2000:]
+    return root / "runs" / "main"
+
+
+def test_fixit_numbers_are_bounded_and_a_data_set_is_not_replaced_unasked(replayed_run, tmp_path):
+    exit_code_2(agent_cli("fixit", "train", str(tmp_path), "--base-model", str(tmp_path), "--lr", "nan"), "--lr")
+    exit_code_2(agent_cli("fixit", "build", str(replayed_run), "--out", str(tmp_path / "d0"), "--max-chars", "-1"),
+                "--max-chars")
+    assert not (tmp_path / "d0").exists()
+    out = tmp_path / "data"
+    assert agent_cli("fixit", "build", str(replayed_run), "--out", str(out)).returncode == 0
+    card = (out / "data_card.md").read_text()
+    assert "{" not in card.split("- format:")[0] and "None" not in card, card  # words, not Python's repr
+    before = (out / "train.jsonl").read_bytes()
+    exit_code_2(agent_cli("fixit", "build", str(replayed_run), "--out", str(out)), "already holds a data set",
+                "--overwrite")
+    assert (out / "train.jsonl").read_bytes() == before
+    assert agent_cli("fixit", "build", str(replayed_run), "--out", str(out), "--overwrite").returncode == 0
