@@ -322,3 +322,40 @@ def test_fixit_numbers_are_bounded_and_a_data_set_is_not_replaced_unasked(replay
                 "--overwrite")
     assert (out / "train.jsonl").read_bytes() == before
     assert agent_cli("fixit", "build", str(replayed_run), "--out", str(out), "--overwrite").returncode == 0
+
+
+def test_the_example_run_s_recipe_works_as_printed(tmp_path):
+    """runs/examples/attn_bwd_human/README.md's recipe, run as printed from the repository root
+    (its /tmp/ paths moved under the test's folder, `agent` as `python -m agent.cli`)."""
+    import subprocess
+    import sys
+    text = (REPO / "runs" / "examples" / "attn_bwd_human" / "README.md").read_text()
+    script = re.search(r"^```sh\n(.*?)^```$", text, re.S | re.M)[1]  # fences inside it are not at a line start
+    script = script.replace("/tmp/", f"{tmp_path}/").replace("agent solve", f"{sys.executable} -m agent.cli solve")
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    run = tmp_path / "example-runs" / "attn_bwd_human"
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["status"], summary["turns"]) == ("finished", 2) and not (run / "checkpoint.sqlite").exists()
+
+
+def test_an_interrupted_run_says_interrupted_once(monkeypatch):
+    """`run X: interrupted, stopped by interrupted` said it twice: a stop reason that is the status is said once."""
+    import io
+
+    from rich.console import Console
+
+    from agent.commands import common
+    from agent.commands import solve as solve_cmd
+    from agent.trajectory import RunSummary
+    example = REPO / "runs" / "examples" / "attn_bwd_human"
+    summary = RunSummary.model_validate_json((example / "summary.json").read_text()).model_copy(
+        update={"status": "interrupted", "stop_reason": "interrupted", "stop_detail": None})
+    buffer = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=buffer, width=80))  # wrap_items prints there
+    monkeypatch.setattr(solve_cmd, "console", common.console)
+    monkeypatch.setattr(solve_cmd, "err_console", Console(file=io.StringIO()))
+    solve_cmd.print_summary(summary, example)
+    first = buffer.getvalue().splitlines()[0]
+    assert "interrupted" in first and first.count("interrupted") == 1, first
