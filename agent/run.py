@@ -566,7 +566,8 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
     if found_gpu is not None:
         config = deps.config = with_found_gpu(config, found_gpu, snapshot.values if start_state is None else {})
         writer.write_config(config)
-    live = RunProgress(config, enabled=progress)
+    live = RunProgress(config, enabled=progress,
+                       spent=(snapshot.values.get("spent") if resumed and snapshot.values else None))
     writer.subscribe(live.on_event)
     writer.event("run_start", resumed=resumed, retried_turn=retry_turn or None, run_id=config.run_id,
                  task=config.task, arch=config.arch,

@@ -359,3 +359,18 @@ def test_an_interrupted_run_says_interrupted_once(monkeypatch):
     solve_cmd.print_summary(summary, example)
     first = buffer.getvalue().splitlines()[0]
     assert "interrupted" in first and first.count("interrupted") == 1, first
+
+
+def test_the_live_token_counter_goes_on_across_a_resume(tmp_path):
+    """The progress lines' token total after a resume counts the turns before it (it restarted at 0)."""
+    reply = {"text": probe_reply(), "usage": {"prompt_tokens": 1000, "completion_tokens": 10}}
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"replies": [reply]}))  # turn 2 finds no reply: the run stops, resumable
+    runs = tmp_path / "runs"
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", f"scripted:{script}", "--max-turns", "2",
+                  "--context", "none", "--runs-dir", str(runs), "--run-id", "r")
+    assert "| 1010 tokens" in " ".join(p.stderr.split()), p.stderr
+    script.write_text(json.dumps({"replies": [reply, reply]}))  # the script goes on where it stopped
+    p = agent_cli("solve", "--resume", str(runs / "r"))
+    said = " ".join(p.stderr.split())
+    assert "turn 2/2" in said and "| 2020 tokens" in said, p.stderr
