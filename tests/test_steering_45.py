@@ -113,6 +113,9 @@ def test_an_output_folder_that_cannot_be_written_fails_before_any_work(tmp_path)
     sweep.write_text(f'name = "s"\nmodels = [{{spec = "{model}", name = "m"}}]\ntasks = ["gemm"]\n'
                      'contexts = ["none"]\nexecuted_check = false\ncheck_models = false\n[budget]\nmax_turns = 1\n')
     exit_code_2(agent_cli("sweep", str(sweep), "--runs-dir", str(afile)), "--runs-dir", "is a file")
+    message = exit_code_2(agent_cli("report", str(REPO / "runs" / "examples" / "attn_bwd_human"), "--out",
+                                    str(afile / "report")), "--out", "is a file")
+    assert "Errno" not in message
     for bad_id in ("a\nb", "tab\there", "x" * 300):
         exit_code_2(agent_cli(*solve, "--runs-dir", str(tmp_path / "runs"), "--run-id", bad_id), "--run-id")
     assert not (tmp_path / "runs").exists() and afile.read_text() == "not a folder\n"
@@ -374,3 +377,9 @@ def test_the_live_token_counter_goes_on_across_a_resume(tmp_path):
     p = agent_cli("solve", "--resume", str(runs / "r"))
     said = " ".join(p.stderr.split())
     assert "turn 2/2" in said and "| 2020 tokens" in said, p.stderr
+
+
+def test_replay_says_not_recorded_not_none():
+    p = agent_cli("replay", str(REPO / "runs" / "examples" / "attn_bwd_human"))
+    assert p.returncode in (0, 1) and "None" not in p.stdout, p.stdout
+    assert "rules not recorded ->" in p.stdout  # the example predates the rules version
