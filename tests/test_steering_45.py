@@ -70,6 +70,20 @@ def test_check_and_eval_say_infrastructure_with_the_tools_words(tmp_path, how):
         assert ("error while loading shared libraries" if how == "no shared library" else "SIGKILL") in said, said
 
 
+def test_a_sweep_and_the_bench_on_a_broken_ptxas_exit_3(tmp_path):
+    """Today's sweep said "1 succeeded" (exit 0) and the bench showed the shipped expert as not compiling."""
+    ptxas = fake_tool(tmp_path, "ptxas", BROKEN_PTXAS["no shared library"])
+    model = write_script(tmp_path / "s.json", [probe_reply()])
+    (tmp_path / "s.toml").write_text(f'name = "s"\nmodels = [{{spec = "{model}", name = "m"}}]\ntasks = ["gemm"]\n'
+                                     'contexts = ["none"]\nexecuted_check = false\ncheck_models = false\n'
+                                     '[budget]\nmax_turns = 1\n')
+    p = agent_cli("sweep", str(tmp_path / "s.toml"), "--runs-dir", str(tmp_path / "runs"),
+                  env={"PTXBENCH_PTXAS": ptxas})
+    assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.returncode, p.stderr[-2000:])
+    p = agent_cli("bench", "--task", GEMM_TASK, "--no-executed", env={"PTXBENCH_PTXAS": ptxas})
+    assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.returncode, p.stderr[-2000:])
+
+
 def test_a_real_ptxas_rejection_is_still_the_kernels(tmp_path):
     """The other side of the rule: ptxas that ran and named an error is a compile_error."""
     from tools.compile import compile_source
