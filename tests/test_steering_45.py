@@ -84,11 +84,21 @@ def test_a_sweep_and_the_bench_on_a_broken_ptxas_exit_3(tmp_path):
     assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.returncode, p.stderr[-2000:])
 
 
-def test_a_real_ptxas_rejection_is_still_the_kernels(tmp_path):
-    """The other side of the rule: ptxas that ran and named an error is a compile_error."""
+def test_a_real_ptxas_rejection_or_crash_is_still_the_kernels(tmp_path, monkeypatch):
+    """The other side of the rule: ptxas that ran and named an error is a compile_error, and so is a
+    crash ptxas raises itself on the input (SIGSEGV): the kernel can steer clear of it; were it infra,
+    such a kernel would stop its run without a verdict at every resume."""
     from tools.compile import compile_source
+    from tools.toolchain import find_toolchain
     r = compile_source(".version 8.0\n.target sm_90a\nnot an instruction;\n", "ptx", "sm_90a")
     assert r.status == "failed" and r.infra_error is None and "syntax error" in r.error
+    monkeypatch.setenv("PTXBENCH_PTXAS", fake_tool(tmp_path, "ptxas", "kill -SEGV $$\n"))
+    find_toolchain.cache_clear()
+    try:
+        r = compile_source(".version 8.0\n.target sm_90a\n", "ptx", "sm_90a")
+    finally:
+        find_toolchain.cache_clear()
+    assert r.status == "failed" and r.infra_error is None and "SIGSEGV" in r.error, r
 
 
 def test_a_broken_sanitizer_or_disassembler_gives_no_verdict(tmp_path, monkeypatch):

@@ -308,13 +308,19 @@ def _nvrtc_confined(job: Job, limits: Limits) -> Outcome:
 _NEAR_MEMORY_LIMIT = 0.5
 
 
+# Signals that come from outside a tool (a kill, the OOM killer, a hangup), as opposed to one it
+# raises itself on the input it read (SIGSEGV, SIGABRT ...: a crash the source can steer clear of)
+_KILLED_FROM_OUTSIDE = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE}
+
+
 def _died_on_its_own(sig: int, peak_rss: int, limits: Limits) -> bool:
-    """Whether a tool ended by `sig` died of the harness's trouble rather than the source's:
-    not one of the limits the source can reach (CPU time, output size, memory). Such a death
-    is an infrastructure fault (Outcome.infra), never a verdict on the kernel."""
-    if sig in (signal.SIGXCPU, signal.SIGXFSZ):
-        return False
-    return peak_rss < _NEAR_MEMORY_LIMIT * limits.memory_bytes
+    """Whether a tool ended by `sig` died of the harness's trouble rather than the source's: killed
+    from outside while far below the memory limit (so not for the source's size). Such a death is
+    an infrastructure fault (Outcome.infra), never a verdict on the kernel. A limit the source can
+    reach (CPU time, output size, memory) or a crash the tool raised on the source stays the
+    source's: were it infra, a kernel that crashes ptxas would stop its run without a verdict,
+    and every resume again."""
+    return sig in _KILLED_FROM_OUTSIDE and peak_rss < _NEAR_MEMORY_LIMIT * limits.memory_bytes
 
 
 def _signal_error(tool: str, sig: int, limits: Limits, peak_rss: int = 0) -> str:
@@ -324,7 +330,7 @@ def _signal_error(tool: str, sig: int, limits: Limits, peak_rss: int = 0) -> str
         return f"{tool} wrote more than the output limit"
     if _died_on_its_own(sig, peak_rss, limits):
         return (f"{tool} was killed by {_signal_name(sig)} with {_mib(peak_rss)} in use, far below the memory limit "
-                f"({_gib(limits.memory_bytes)}): the tool died, the kernel was not judged")
+                f"({_gib(limits.memory_bytes)}): something outside stopped it, the kernel was not judged")
     # allocation failures under RLIMIT_AS usually end as an abort or a segfault
     return f"{tool} crashed ({_signal_name(sig)}); it may have exceeded the memory limit ({_gib(limits.memory_bytes)})"
 
