@@ -73,10 +73,10 @@ def out_folder(path: Path, flag: str = "--out") -> Path:
     """A folder a command may write into: not an existing file, not inside a shipped example run."""
     from agent.trajectory import folder_problem, shipped_example
 
+    if shipped_example(path):  # first: the probe below must not write there either
+        fail(f"{flag} {path}: inside a shipped example run, which is read-only; write somewhere else")
     if (problem := folder_problem(path, flag)):  # a file, read-only, /proc, too long a name
         fail(problem)
-    if shipped_example(path):
-        fail(f"{flag} {path}: inside a shipped example run, which is read-only; write somewhere else")
     return path
 
 
@@ -84,14 +84,14 @@ def out_file(path: Path, flag: str = "--out") -> Path:
     """A file a command may (over)write: not a folder, not inside a shipped example run."""
     from agent.trajectory import folder_problem, shipped_example
 
+    if shipped_example(path):  # first: the probe below must not write there either
+        fail(f"{flag} {path}: inside a shipped example run, which is read-only; write somewhere else")
     if (problem := folder_problem(Path(path).parent, flag, shown=path)):  # before the work whose result it keeps
         fail(problem)
     if len(os.fsencode(Path(path).name)) > 255:
         fail(f"{flag}: the file name is longer than file systems allow (255 bytes)")
     if path.is_dir():
         fail(f"{flag} {path}: is a folder; give a file name")
-    if shipped_example(path):
-        fail(f"{flag} {path}: inside a shipped example run, which is read-only; write somewhere else")
     return path
 
 
