@@ -20,6 +20,41 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                        + common.EXIT_CODES_HELP)
 
 
+def _plain_metavars() -> None:
+    """Help in the usual command-line words: `RUNS...` and `--out PATH`, not typer's `{runs}`,
+    `runs... <list[Path]>` and `--out <path>` (a Python type is no word for a user)."""
+    from typer.core import TyperArgument, TyperOption
+
+    def word(param, ctx) -> str:
+        label = str(param.display_type(ctx) or "").strip("<>")  # typer's "<list[Path]>", "<int>", "<a|b>"
+        label = label.removeprefix("list[").removesuffix("]")
+        if "|" in label:  # choices: the words themselves
+            return label
+        return {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "path": "PATH", "bool": "BOOLEAN"}.get(
+            label.lower(), label.upper() or "VALUE")
+
+    def argument_name(self) -> str:
+        return (self.metavar or self.name.upper()) + ("..." if self.nargs != 1 else "")
+
+    def argument_usage(self) -> str:
+        return argument_name(self) if self.required else f"[{argument_name(self)}]"
+
+    def option_type(self, ctx) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        return self.metavar or word(self, ctx) + ("..." if self.nargs != 1 else "")
+
+    if all(hasattr(TyperArgument, m) for m in ("_rich_display_name", "_usage_display_name", "display_type_rich")):
+        TyperArgument._rich_display_name = argument_name  # type: ignore[method-assign]
+        TyperArgument._usage_display_name = argument_usage  # type: ignore[method-assign]
+        TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]  # its name says it
+    if hasattr(TyperOption, "display_type_rich"):
+        TyperOption.display_type_rich = option_type  # type: ignore[method-assign]
+
+
+_plain_metavars()
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -55,6 +90,8 @@ def main() -> None:
     except KeyboardInterrupt:
         common.err_console.print("interrupted")
         sys.exit(common.ExitCode.INTERRUPTED)
+    except BrokenPipeError:  # a plain print() to a closed pipe (`| head`)
+        common.reader_left()
 
 
 if __name__ == "__main__":

@@ -232,9 +232,9 @@ def _where(diags: list, c, source_file: str) -> str:
     """What the line numbers refer to. For CUDA, ptxas reads the PTX NVRTC made: its lines map
     back to kernel.cu through the PTX's .loc debug lines where there are any; the others are
     PTX lines, and said to be."""
-    if any(_unmapped(d, c) for d in diags):
+    if any(_unmapped(d, c) or (c.language == "cuda" and "PTX line" in d.message) for d in diags):
         return (f"`line N` is a line of your {source_file}; `ptx line N` is a line of the PTX NVRTC generated "
-                f"from it, with no {source_file} line known (the PTX text is quoted)")
+                f"from it (so is `PTX line N` in a message), quoted where no {source_file} line is known")
     return f"lines refer to your {source_file}"
 
 

@@ -514,6 +514,8 @@ class ReplayModel(_RetryingModel):
             self.responses = list(read_event_file(path, "llm_response"))
         except RunFolderError as exc:
             raise ValueError(f"replay: {exc}") from None
+        if not self.responses:  # a truncated recording: replaying it would "finish" a run of no turns
+            raise ValueError(f"replay: {path} holds no recorded model response")
         self.index = 0
 
     def priced(self) -> bool:
@@ -539,6 +541,21 @@ def _estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4  # ~4 characters a token: enough for budgets in tests
 
 
+def _scripted_reply_problem(reply: Any) -> str | None:
+    """Why one entry of a script is not a reply ScriptedModel can send, or None."""
+    if isinstance(reply, str):
+        return None
+    if not isinstance(reply, dict):
+        return f"is {type(reply).__name__ if reply is not None else 'null'}; a reply is text or an object with \"text\""
+    if "fault" in reply:
+        return None if isinstance(reply["fault"], str) else "has a fault that is not a name (e.g. \"rate_limit\")"
+    if not isinstance(reply.get("text", ""), str):
+        return "has a \"text\" that is not text"
+    if reply.get("usage") is not None and not isinstance(reply["usage"], dict):
+        return "has a \"usage\" that is not an object"
+    return None
+
+
 class ScriptedModel(_RetryingModel):
     """Replies from a list: "text", {"text": ..., "usage": {...}}, or {"fault": "rate_limit"} to inject a fault.
 
@@ -553,7 +570,10 @@ class ScriptedModel(_RetryingModel):
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, params: dict | None = None) -> "ScriptedModel":
-        text = Path(path).read_text()
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"scripted: {path} is not UTF-8 text (a script is JSON or YAML)") from None
         if str(path).endswith((".yaml", ".yml")):
             import yaml
 
@@ -562,10 +582,16 @@ class ScriptedModel(_RetryingModel):
             except yaml.YAMLError as exc:
                 raise ValueError(f"scripted: {path} is not valid YAML: {exc}".splitlines()[0]) from None
         else:
-            data = json.loads(text)
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"scripted: {path} is not valid JSON ({exc})") from None
         replies = data.get("replies") if isinstance(data, dict) else data
         if not isinstance(replies, list):
             raise ValueError(f"scripted: {path} must hold a list of replies (or {{'replies': [...]}})")
+        for i, reply in enumerate(replies, 1):  # all checked now: a bad one must not stop a run half-way
+            if (problem := _scripted_reply_problem(reply)):
+                raise ValueError(f"scripted: {path}: reply {i} {problem}")
         params = {**({"context_window": data["context_window"]} if isinstance(data, dict) and
                      data.get("context_window") else {}), **(params or {})}
         return cls(replies, name=f"scripted:{path}", params=params)
@@ -602,6 +628,9 @@ class HumanModel(_RetryingModel):
         self.index = 0
         if self.reply_file and not Path(self.reply_file).exists():  # say so now, not after the first prompt
             raise ValueError(f"human: reply file {self.reply_file} does not exist (a reply file, or a folder of them)")
+        if self.reply_file and Path(self.reply_file).is_dir() and not any(
+                p.is_file() for p in Path(self.reply_file).iterdir()):  # a run of no turns is no run
+            raise ValueError(f"human: reply folder {self.reply_file} holds no reply files")
 
     def _attempt(self, messages, attempt, **params):
         prompt = human_view(messages)

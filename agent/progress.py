@@ -30,7 +30,9 @@ def fold(pieces: list[str], width: int) -> str:
 
 
 class RunProgress:
-    def __init__(self, config: RunConfig, *, enabled: bool = True, live: bool = True, console: Console | None = None):
+    def __init__(self, config: RunConfig, *, enabled: bool = True, live: bool = True, console: Console | None = None,
+                 spent: dict | None = None):
+        """`spent`: what the run had spent before (a resumed run's checkpoint): the counters go on from there."""
         self.config, self.enabled = config, enabled
         # A person answering as the model (--model human) needs the terminal: plain lines then.
         self.live = live and config.model != "human"
@@ -38,6 +40,9 @@ class RunProgress:
         self.turn, self.stage, self.last, self.best = 0, "starting", "-", "none yet"
         self.tokens, self.faults, self.evaluation = 0, 0, None
         self.cost: float | None = 0.0
+        if spent:
+            self.tokens = int(spent.get("prompt_tokens") or 0) + int(spent.get("completion_tokens") or 0)
+            self.cost = spent.get("cost_usd", 0.0)  # None stays None: a call before had no price
         self._live: Live | None = None
 
     def __enter__(self) -> "RunProgress":

@@ -177,6 +177,11 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
     from agent.run import SolveRequest, solve
 
     run_dir = Path(run_dir)
+    if runs_dir is not None:
+        from agent.trajectory import folder_problem
+
+        if (problem := folder_problem(runs_dir, "--runs-dir")):
+            raise ReplayError(problem)
     rec = load_recorded(run_dir)
     config, recorded_summary = rec.config, rec.summary
     decisions = [e for e in rec.events if e["type"] == "decision"]
@@ -235,7 +240,11 @@ def print_report(report, console) -> None:
         p(f"re-evaluated {plural(len(report.candidates), 'candidate')} of {report.run_dir} "
           f"({report.task}, {report.arch})")
         then, now = report.tools_then, report.tools_now
-        diff = [f"{k} {then.get(k)} -> {now.get(k)}" for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+        def version(v) -> str:  # a tool or rule set the recording had no version of: words, not None
+            return "not recorded" if v is None else str(v)
+
+        diff = [f"{k} {version(then.get(k))} -> {version(now.get(k))}" for k in sorted(set(then) | set(now))
+                if then.get(k) != now.get(k)]
         p("tools: " + ("; ".join(diff) if diff else "same versions as recorded"))
         if report.evaluation:
             p(f"evaluation: {report.evaluation}")
@@ -245,7 +254,8 @@ def print_report(report, console) -> None:
                 continue
             p(f"  {c.path}: CHANGED {c.before} -> {c.after}")
             for ch in c.changes:
-                p(f"      {ch.verdict}: {ch.before} -> {ch.after}")
+                p(f"      {ch.verdict}: {'not checked' if ch.before is None else ch.before} -> "
+                  f"{'not checked' if ch.after is None else ch.after}")
         if not report.candidates:
             p("result: nothing to compare (the run recorded no candidate)")
         else:

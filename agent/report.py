@@ -38,13 +38,14 @@ model never narrow an interval. Rows of scripted, replayed or human replies say 
 a note naming them), whatever name a sweep gave them.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
-run its model's provider stopped (model_error) or that ran out of replayed or human replies
-(replay_end, human_end) past the turns it completed, a run past its own max_turns (reports of
+run its model's provider stopped (model_error) past the turns it completed, a run past its own max_turns (reports of
 several budgets: it had no such turn), and Fixit's teacher runs (each opened with a student's
 kernel: not a benchmark run). Runs that would share a cell but differ in a setting no column names
 (two models under one name, another language, other prompt templates or docs versions, other
 requested features, other compilers ...) get model labels that name it (distinguish); one run found
 in two folders is refused. Rows of a family measured over different tasks of it name their tasks.
+A run that ran out of replayed or human replies (replay_end, human_end) is
+finished: past its turns it counts what it reached by its last turn, and n/a for the rest.
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from agent.trajectory import CandidateRecord, RunConfig, RunSummary, is_teacher_run, read_config, read_summary
+from agent.trajectory import (OUT_OF_REPLIES, CandidateRecord, RunConfig, RunSummary, is_teacher_run, read_config,
+                              read_summary)
 
 FAST_P = (0.0, 0.5, 0.8, 1.0)
 DEFAULT_TURN_LIMITS = (1, 4, 8)
@@ -99,10 +101,17 @@ class RunRecord:
             # its budget ended it before that limit (runs of two budgets reported together): it had
             # no such turn to succeed in, and counted there it would read as a failure
             return False
-        # the model's provider stopped it, or a replay or reply folder had no reply left (the recorded
-        # model never had the next turn): what it would have done past its turns is unknown
-        return self.summary.stop_reason not in ("model_error", "replay_end", "human_end") \
-            or turn_limit <= self.summary.turns  # type: ignore[union-attr]
+        # the model's provider stopped it: what it would have done past its turns is unknown, and
+        # resuming it may still tell. A run out of replies (a replay or a reply folder) is
+        # finished: past its turns it counts, with what it reached (out_of_replies_past)
+        return self.summary.stop_reason != "model_error" or turn_limit <= self.summary.turns  # type: ignore[union-attr]
+
+    def out_of_replies_past(self, turn_limit: int) -> bool:
+        """A finished run whose replies ran out before `turn_limit`: a verdict it reached by its last
+        turn is reached by the limit (each verdict is "reached by turn N"), one it did not reach is
+        unknown there (n/a), and so is its best speedup (a later turn might have beaten it)."""
+        return (self.summary is not None and self.summary.stop_reason in OUT_OF_REPLIES
+                and turn_limit > self.summary.turns)
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -342,7 +351,10 @@ def cell_samples(runs: Sequence[RunRecord], turn_limit: int) -> list[RunMetrics]
     for r in runs:
         greedy = deterministic(r.config.model) or 0 in (r.config.temperature, r.config.model_params.get("temperature"))
         key = (cell_key(r), _replies(r, turn_limit)) if greedy else r.run_dir
-        groups.setdefault(key, []).append(run_metrics(r.summary, turn_limit))  # type: ignore[arg-type]
+        metrics = run_metrics(r.summary, turn_limit)  # type: ignore[arg-type]
+        if r.out_of_replies_past(turn_limit):
+            metrics = RunMetrics({k: True if v is True else None for k, v in metrics.values.items()}, None, None, None)
+        groups.setdefault(key, []).append(metrics)
     return [copies[0] if len(copies) == 1 else _merge_copies(copies) for copies in groups.values()]
 
 
@@ -986,7 +998,8 @@ def _runs_line(n_runs: int, unfinished: int) -> str:
     runs = f"{n_runs} run" if n_runs == 1 else f"{n_runs} runs"
     return f"{runs} ({unfinished} unfinished, interrupted or stopped by a ptxbench or infrastructure error, left out of " \
            f"the metrics; a run its model's provider stopped counts up to the turns it completed, a run given fewer " \
-           f"turns than a limit only up to its own)."
+           f"turns than a limit only up to its own; a run whose replayed or human replies ran out counts what it " \
+           f"reached by its last turn)."
 
 
 def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[int]):

@@ -34,7 +34,7 @@ from agent.nodes import Deps, InfraFault, Nodes, turn1_messages
 from agent.state import initial_state, summary_from_state
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, HISTORIES, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
-                              read_summary, shipped_example, utc_now)
+                              folder_problem, read_summary, shipped_example, utc_now)
 from tools.toolchain import ARCHES
 
 DEFAULT_RUNS_DIR = "runs"
@@ -164,6 +164,9 @@ def settings_problem(*, arch: str = "sm_90a", lang: str = "cuda", context: str =
     return None
 
 
+MAX_RUN_ID_PART = 200  # bytes per folder name of a run id; file systems allow 255 (room for "<id>.lock" ...)
+
+
 def run_id_problem(run_id: str) -> str | None:
     """A run id names a folder under --runs-dir (a sweep's has '/' between its parts): nothing
     that climbs out of it or starts at the root."""
@@ -171,6 +174,10 @@ def run_id_problem(run_id: str) -> str | None:
     if not run_id or run_id.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in run_id:
         return (f"--run-id {run_id!r} must name a folder under --runs-dir: no leading '/', no '.' or '..' parts, "
                 f"no empty parts")
+    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):  # a newline or escape in a folder name breaks every listing
+        return f"--run-id {run_id!r} holds a control character (a newline, tab or escape); use printable characters"
+    if any(len(p.encode()) > MAX_RUN_ID_PART for p in parts):
+        return f"--run-id is too long: at most {MAX_RUN_ID_PART} bytes between slashes (file systems allow 255)"
     return None
 
 
@@ -191,6 +198,8 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
     interrupted at its next step (resumable), never with a verdict it did not reach."""
     task = _get_task(req.task)
     if req.run_id is not None and (problem := run_id_problem(req.run_id)):
+        raise SolveError(problem)
+    if (problem := folder_problem(req.runs_dir, "--runs-dir")):  # before the model is asked or a kernel judged
         raise SolveError(problem)
     problem = settings_problem(arch=req.arch, lang=req.lang, context=req.context, samples=req.samples,
                                budget=req.budget, context_tokens=req.context_tokens, temperature=req.temperature,
@@ -223,15 +232,18 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
 
 def replay_mismatch(req: SolveRequest) -> str | None:
     """A replay:<run> model answers what its run was asked; say so when this run asks
-    something else (another task, arch or language), where the replies are likely wrong."""
+    something else (another task, arch or language), where the replies are likely wrong.
+    SolveError when the recording's config.json is there but cannot be read."""
     if not req.model.startswith("replay:"):
         return None
     source = Path(req.model.removeprefix("replay:"))
     source = source if source.is_dir() else source.parent
+    if not (source / "config.json").exists():  # a bare events.jsonl: nothing to compare with
+        return None
     try:
         recorded = read_config(source)
-    except RunFolderError:  # no config next to the events: nothing to compare with
-        return None
+    except RunFolderError as exc:  # there but unreadable: its replies may answer any task; not run blind
+        raise SolveError(f"{req.model}: the recording's {exc}; without it the task it answered is unknown") from None
     asked = {"task": _get_task(req.task).name, "arch": req.arch, "lang": req.lang}
     differ = [k for k, v in asked.items() if getattr(recorded, k) != v]
     if not differ:
@@ -560,7 +572,8 @@ def _drive(deps: Deps, start_state: dict | None, *, resumed: bool, progress: boo
     if found_gpu is not None:
         config = deps.config = with_found_gpu(config, found_gpu, snapshot.values if start_state is None else {})
         writer.write_config(config)
-    live = RunProgress(config, enabled=progress)
+    live = RunProgress(config, enabled=progress,
+                       spent=(snapshot.values.get("spent") if resumed and snapshot.values else None))
     writer.subscribe(live.on_event)
     writer.event("run_start", resumed=resumed, retried_turn=retry_turn or None, run_id=config.run_id,
                  task=config.task, arch=config.arch,

@@ -61,6 +61,12 @@ class ModelEntry(BaseModel):
         return self
 
 
+# Stated limits on a sweep's size (docs/SWEEPS.md): a grid is a list in memory and a folder per
+# run, so a typo such as `replicas = 1e8` must fail when the file is read, not exhaust the machine.
+MAX_SWEEP_RUNS = 10_000
+MAX_CONCURRENCY = 256  # runs in flight at once (each holds an LLM call and a kernel's evaluation)
+
+
 class SweepConfig(BaseModel):
     """A sweep file, checked when it is loaded: a misspelt key (`replicaz`), an arch, budget
     or option a run would refuse is an error here, once, not a failure of every run."""
@@ -88,12 +94,12 @@ class SweepConfig(BaseModel):
     hints: list[list[str]] = Field(default_factory=lambda: [[]])
     context_turn_tokens: int = Field(default=2000, ge=0)  # docs added on turns 2+ at most, per turn
     memcheck: bool = True  # compute-sanitizer memcheck after a visible crash, hang or out-of-bounds write
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=MAX_SWEEP_RUNS)
     lang: Language = "cuda"
     samples: int = Field(default=1, ge=1)
     budget: Budget = Field(default_factory=Budget)
     turn_limits: list[int] = Field(default_factory=lambda: [1, 4, 8])  # for `agent report`
-    concurrency: int = Field(default=4, ge=1)  # runs (and so LLM calls) in flight at once
+    concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)  # runs (and so LLM calls) in flight at once
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None  # an existing cluster ("ray://host:10001", "auto"); None = start one
     runs_dir: str = "runs"
@@ -107,6 +113,13 @@ class SweepConfig(BaseModel):
     @classmethod
     def _models(cls, v: Any) -> Any:  # a bare string is a spec
         return [{"spec": m} if isinstance(m, str) else m for m in (v or [])]
+
+    @field_validator("turn_limits")
+    @classmethod
+    def _turn_limits(cls, v: list[int]) -> list[int]:  # the report reads each as "the first N turns"
+        if not v or any(n < 1 for n in v):
+            raise ValueError(f"must be whole numbers of turns, at least 1 each, not {v}")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -275,6 +288,12 @@ def expand(config: SweepConfig) -> list[SweepRun]:
 
     # names, aliases or groups (gemm:*, attention:causal, ...); raises UnknownTask with close names
     resolved = [(t, name) for t in config.tasks for name in select_tasks(t)]
+    # counted before the list is built: an absurd grid fails here without allocating it
+    size = (len(config.models) * len(resolved) * len(config.arches) * len(config.contexts)
+            * len(config.strategy_list) * len(config.profile_feedback) * len(config.histories) * config.replicas)
+    if size > MAX_SWEEP_RUNS:
+        raise ValueError(f"the grid has {size:,} runs; a sweep may have at most {MAX_SWEEP_RUNS:,} "
+                         f"(split it into several sweeps, or fewer replicas)")
     runs = []
     for m in config.models:
         only = None if m.tasks is None else {name for t in m.tasks for name in select_tasks(t)}
@@ -413,6 +432,10 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
     `on_interrupt(runs in flight)`: told on Ctrl-C, before the wait for those runs to stop."""
     from agent.executors import make_executor
 
+    from agent.trajectory import folder_problem
+
+    if (problem := folder_problem(config.runs_dir, "runs_dir")):  # before any run starts
+        raise SweepError(problem)
     runs = expand(config)
     refuse_mismatched_replays(config, runs)
     refuse_changed_models(config, runs)
@@ -555,12 +578,16 @@ def refuse_mismatched_replays(config: SweepConfig, runs: list[SweepRun]) -> None
     """A replay:<run> model answers what its run was asked. On another task (or arch, or
     language) its replies would be reported as that model's results on a problem it never saw:
     refused before anything runs. Bind such a model to its task with `tasks = [...]`."""
-    from agent.run import replay_mismatch
+    from agent.run import SolveError, replay_mismatch
 
     for r in runs:
         if not r.model.spec.startswith("replay:"):
             continue
-        if problem := replay_mismatch(r.request(config, Path(config.runs_dir))):
+        try:
+            problem = replay_mismatch(r.request(config, Path(config.runs_dir)))
+        except SolveError as exc:  # the recording's config.json cannot be read
+            raise SweepError(f"model {r.model.name!r}: {exc}") from None
+        if problem:
             raise SweepError(f"model {r.model.name!r}: {problem}; bind it to its task with `tasks = [...]` "
                              f"(another arch or language: a sweep of its own), or drop it")
 

@@ -190,6 +190,9 @@ Outcome = Literal[
 ]
 # The first problem to fix wins: compile_error > run_failed > incorrect > arch_missing.
 
+# The recorded or human replies ran out: the run ended where its replies did (agent/nodes.py).
+OUT_OF_REPLIES = ("replay_end", "human_end")
+
 StopReason = Literal[
     "max_turns", "max_tokens", "max_cost", "max_time",
     "model_error",  # auth error, retries exhausted, script used up ... (stop_detail says which)
@@ -321,6 +324,54 @@ def shipped_example(path: str | Path) -> Path | None:
         return None
     example = SHIPPED_EXAMPLES / rel.parts[0] if rel.parts else None
     return example if example is not None and (example / "config.json").exists() else SHIPPED_EXAMPLES
+
+
+# What a run folder holds below its runs folder (a sweep's run id, candidates/<turn>-<sample>/
+# eval.json ...): a runs folder whose own path leaves less than this is refused up front.
+_ROOM_BELOW = 512
+_SYSTEM_TREES = ("/proc", "/sys", "/dev")
+
+
+def folder_problem(path: str | Path, flag: str, shown: str | Path | None = None) -> str | None:
+    """Why `path` cannot be a folder this command writes into, as one line naming `flag`, or
+    None. Checked before any work, so a bad output folder never costs an evaluation: a file
+    (or a file above it), a system tree, a name or path too long, a folder that cannot be
+    written (read-only, no permission), found by making and removing a folder in the nearest
+    existing one, so every reason the system has is caught, not only the ones listed.
+    `shown`: the name the user gave, when `path` is the folder of a file they named."""
+    import tempfile
+
+    path = Path(path)
+    given = str(shown if shown is not None else path)
+    said = f"{flag} {given if len(given) <= 80 else given[:60] + '...'}"
+    where = Path(os.path.abspath(path))
+    if any(where == Path(t) or Path(t) in where.parents for t in _SYSTEM_TREES):
+        return f"{said}: under {where.parts[0]}{where.parts[1]}, a system folder; write somewhere else"
+    def exists(p: Path) -> bool:  # a name too long raises, where a missing one is False
+        try:
+            return p.exists()
+        except OSError:
+            return False
+
+    existing = where
+    while not exists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{said}: {path if existing == where else existing} is a file, not a folder"
+    try:
+        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    if (long := next((part for part in where.parts if len(os.fsencode(part)) > name_max), None)):
+        return f"{said}: the name {long[:40]}... is longer than this file system allows ({name_max} bytes)"
+    if len(os.fsencode(str(where))) + _ROOM_BELOW > path_max:
+        return (f"{said}: the path is too long; runs below it need {_ROOM_BELOW} more characters than the "
+                f"{path_max} this system allows")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ptxbench-probe-", dir=existing))
+    except OSError as exc:
+        return f"{said}: cannot be written ({(exc.strerror or 'permission denied').lower()} in {existing})"
+    return None
 
 
 class TrajectoryWriter:

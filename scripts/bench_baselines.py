@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=3, help="alternations of gated and ungated blocks")
     ap.add_argument("--out", default="runs/baselines")
     args = ap.parse_args(argv)
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     import torch
 
     from tools.worker import State

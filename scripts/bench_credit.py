@@ -75,6 +75,9 @@ def main() -> int:
                     help="one cold evaluation (check on) before the warm arms, not two (saves device time)")
     ap.add_argument("--metric-sets", default="", help=f"also the counted run with these sets: {', '.join(METRIC_SETS)}")
     args = ap.parse_args()
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     unknown = [m for m in args.metric_sets.split(",") if m and m not in METRIC_SETS]
     if unknown:
         ap.error(f"unknown metric set(s) {', '.join(unknown)}; known: {', '.join(METRIC_SETS)}")

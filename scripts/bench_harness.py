@@ -173,6 +173,9 @@ def main() -> int:
     ap.add_argument("--skip-do-bench", action="store_true")
     ap.add_argument("--executed-check", action="store_true", help="warm evaluations also run Nsight Compute")
     args = ap.parse_args()
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache) if args.cache else out / "cache"

@@ -90,6 +90,9 @@ def main() -> int:
     ap.add_argument("--out", default="runs/calibration")
     ap.add_argument("--tasks", default=",".join(ATTENTION))
     args = ap.parse_args()
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"library": library_rows([t for t in args.tasks.split(",") if t]),

@@ -133,6 +133,10 @@ def main() -> int:
     unknown = [n for n in names if n not in VARIANTS[args.task]]
     if unknown:
         ap.error(f"unknown variant(s) {', '.join(unknown)} of {args.task} (known: {', '.join(VARIANTS[args.task])})")
+    if args.verb == "check":
+        from tools.evaluator import require_gpu
+
+        require_gpu("scripts/expert_dev.py check")
     return build(args.task, names) if args.verb == "build" else check(args.task, names, args.workloads)
 
 

@@ -19,6 +19,12 @@
 #   baselines_tests.json, worker_bench.log, cupti_counters.json.
 # Exit status: the tests' (the benchmark is informative).
 set -uo pipefail
+# else pytest skips every GPU test and says "passed"; CUDA_VISIBLE_DEVICES="" (or -1) hides them all
+if [[ "${CUDA_VISIBLE_DEVICES-unset}" == "" || "${CUDA_VISIBLE_DEVICES-unset}" == "-1" ]] \
+    || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "scripts/gpu_suite.sh needs an NVIDIA GPU: none is visible here (nvidia-smi -L, CUDA_VISIBLE_DEVICES)" >&2
+  exit 3
+fi
 cd "$(dirname "$0")/.."
 START=$SECONDS
 CALL_S="${CALL_S:-590}"  # the device tool's per-call limit, less a margin: the bench gets what the tests leave

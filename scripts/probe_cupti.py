@@ -46,6 +46,9 @@ def main() -> int:
     ap.add_argument("--sets", default="credit,no_sass,one_pass")
     ap.add_argument("--keep", default="0,1", help="profiler enabled per profile (0), kept enabled (1)")
     args = ap.parse_args()
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     torch.zeros(1, device="cuda")
     sets = {"credit": list(ncu.CUPTI_METRICS), "one_pass": list(ONE_PASS),
             "no_sass": [m for m in ncu.CUPTI_METRICS if "__sass_" not in m]}

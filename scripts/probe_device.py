@@ -132,6 +132,9 @@ def main() -> int:
     ap.add_argument("--solutions", default="tasks/gemm_n7168_k5120/simple,tasks/gemm_n7168_k5120/expert,"
                                            "tasks/mha_fwd_d128/expert,tasks/mha_bwd_d128/simple")
     args = ap.parse_args()
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"versions": versions()}

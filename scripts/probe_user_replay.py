@@ -34,6 +34,9 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="the six-pass set (with the mma.sync ops counters)")
     ap.add_argument("--ranges", type=int, default=1, help="ranges a pass (one GEMM each)")
     args = ap.parse_args()
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     torch.zeros(1, device="cuda")
     a = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)

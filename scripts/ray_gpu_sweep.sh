@@ -28,6 +28,12 @@
 # then, counted from the start of this script; a sweep cut short still gives its rate),
 # SWEEPS (default "ray2 local2 local1": which to run, in this order).
 set -uo pipefail
+# else pytest skips every GPU test and says "passed"; CUDA_VISIBLE_DEVICES="" (or -1) hides them all
+if [[ "${CUDA_VISIBLE_DEVICES-unset}" == "" || "${CUDA_VISIBLE_DEVICES-unset}" == "-1" ]] \
+    || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "scripts/ray_gpu_sweep.sh needs an NVIDIA GPU: none is visible here (nvidia-smi -L, CUDA_VISIBLE_DEVICES)" >&2
+  exit 3
+fi
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 T0=$(date +%s)

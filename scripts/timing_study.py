@@ -122,6 +122,9 @@ def main() -> int:
     ap.add_argument("--tasks", default=",".join(EXPERTS))
     ap.add_argument("--skip-aa", action="store_true")
     args = ap.parse_args()
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = (out / "timing_study.jsonl").open("a")

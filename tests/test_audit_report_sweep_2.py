@@ -189,7 +189,8 @@ def test_replicas_of_a_scripted_model_with_other_replies_stay_apart(tmp_path):
 def test_a_replay_is_not_measured_past_the_turns_it_had_replies_for(tmp_path):
     """A one-turn recording replayed under a 3-turn budget ends at turn 2 with replay_end (no reply
     left). At turn limit 3 the report counted it as a run that failed in 3 turns, though the recorded
-    model never had turns 2 and 3 (as a run stopped by its own max_turns, it had no such turn)."""
+    model never had turns 2 and 3. It is a finished run (issue 45): counted there with what it reached
+    by its last turn, and n/a for what it did not (here: nothing compiled, so compiled is unknown)."""
     from agent.report import write_report
 
     rec = _record(tmp_path, "a/r0", [NO_CODE])
@@ -202,7 +203,8 @@ def test_a_replay_is_not_measured_past_the_turns_it_had_replies_for(tmp_path):
     report = write_report([tmp_path / "runs"], tmp_path / "report", turn_limits=[1, 3])
     at = {r.turn_limit: r for r in report.rows}
     assert (at[1].runs, at[1].metrics["compiled"].n) == (1, 1)
-    assert (at[3].runs, at[3].unfinished, at[3].metrics["compiled"].n) == (0, 1, 0), at[3]
+    compiled = at[3].metrics["compiled"]
+    assert (at[3].runs, at[3].unfinished, compiled.n, compiled.unknown) == (1, 0, 0, 1), at[3]
 
 
 # ---- 6. runs asked for other instructions --------------------------------------------------------

@@ -558,16 +558,18 @@ def test_report_names_models_as_the_config_does_and_draws_only_ablations_that_ex
 
 def test_launch_json_keys_are_strict_and_the_run_language_is_enforced(tmp_path):
     """Issue 23 item 3: an unknown key in launch.json (the file the model writes) is an error
-    with "did you mean", never ignored: from `eval` and `check` on a folder (exit 2, one
-    line) and, in the loop, as the format error the model is told. Issue 26: in a --lang ptx
+    with "did you mean", never ignored: from `eval` and `check` on a folder (one line; exit 1,
+    the kernel's fault: issue 45) and, in the loop, as the format error the model is told. Issue 26: in a --lang ptx
     run a CUDA reply is a format error that says what the run takes."""
     folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "typo")
     manifest = json.loads((folder / "launch.json").read_text())
     manifest["launches"][0]["shared_byte"] = 1024
     (folder / "launch.json").write_text(json.dumps(manifest))
     for args in (("eval", str(folder), "--task", "gemm"), ("check", str(folder))):
-        one_line_error(agent_cli(*args), "launches.0: unknown key 'shared_byte' in a launch",
-                       "did you mean 'shared_bytes'?")
+        p = agent_cli(*args)
+        p.returncode, code = 2, p.returncode  # one_line_error checks the words; the status is 1
+        one_line_error(p, "launches.0: unknown key 'shared_byte' in a launch", "did you mean 'shared_bytes'?")
+        assert code == 1, args
 
     ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n\n.visible .entry k(.param .u64 c)\n{\n    ret;\n}")
     typo = json.dumps({"launches": [{"kernel": "k", "grid": [1], "block": [32], "args": ["C"],

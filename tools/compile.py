@@ -159,6 +159,7 @@ def parse_nvrtc_log(log: str) -> list[Diagnostic]:
 
 _PTXAS_LINE = re.compile(r"^ptxas(?: (?P<file>[^,]+), line (?P<line>\d+);)? *(?P<sev>error|warning|info|fatal)\s*: "
                          r"(?:\((?P<code>C\d+)\) )?(?P<msg>.*)$")
+_AROUND_LINE = re.compile(r"\baround line (\d+)")
 _KERNEL_IN_MSG = re.compile(r"(?:function|entry function|properties for) '?([A-Za-z_$][\w$]*)'?")
 
 
@@ -214,6 +215,13 @@ def parse_ptxas_output(text: str, line_map: list[int | None] | None = None) -> t
         named = _KERNEL_IN_MSG.search(msg)
         kernel = named[1] if named else current
         ptx_line = int(m["line"]) if m["line"] else None
+        if ptx_line is None and (around := _AROUND_LINE.search(msg)):
+            # C7517/C7519/C7520 ... name a line in the text ("injected in around line 4917"): a PTX
+            # line. From CUDA it is mapped like a prefixed one and said to be a PTX line, so it is
+            # never read as a line of kernel.cu; from raw PTX it is the user's own line.
+            ptx_line = int(around[1])
+            if line_map is not None:
+                msg = msg[:around.start()] + f"around PTX line {ptx_line}" + msg[around.end():]
         if ptx_line is None or line_map is None:
             src_line = ptx_line  # raw PTX: the user's file is the PTX
         else:
@@ -321,8 +329,31 @@ def _result(out: Outcome, language: str, arch: str, source: str, versions: dict)
     if out.error:
         return _failed(arch, language, out.error, infra_error=out.error if out.infra else None, **common)
     if out.cubin is None:
+        if (broken := _ptxas_could_not_run(out, pdiags)):
+            return _failed(arch, language, broken, infra_error=broken, **common)
         return _failed(arch, language, _first_error(diags, "ptxas"), **common)
     return CompileResult(status="ok", arch=arch, language=language, cubin=out.cubin, **common)
+
+
+# exit statuses a shell and the loader use for "could not be executed" / "not found"
+_NOT_RUN_STATUSES = (126, 127)
+
+
+def _ptxas_could_not_run(out: Outcome, pdiags: list[Diagnostic]) -> str | None:
+    """Why ptxas made no cubin without judging the PTX, or None when it rejected the PTX.
+
+    A rejection is ptxas naming an error (an `error` or `fatal` line). A ptxas that exits
+    non-zero without naming one (a missing shared library: exit 127 "error while loading
+    shared libraries"; an exit of 126) never read the kernel: the toolchain's fault, with
+    the tool's own words, so the model is neither charged nor told (tools/results.py)."""
+    rejected = any(d.severity == "error" for d in pdiags)
+    status = out.ptxas_returncode
+    if rejected and status not in _NOT_RUN_STATUSES:
+        return None
+    said = " | ".join(line.strip() for line in (out.ptxas_output or "").strip().splitlines()[-3:] if line.strip())
+    if status is None or status == 0:
+        return f"ptxas wrote no cubin and no error{': ' + said[:300] if said else ''}"
+    return f"ptxas could not run (exit status {status}){': ' + said[:300] if said else ''}"
 
 
 def _refused(arch: str, refused: list, versions: dict) -> CompileResult:

@@ -56,6 +56,16 @@ class WorkerStartError(RuntimeError):
 # ----------------------------------------------------------------------------------------
 # GPU discovery without CUDA
 
+def require_gpu(what: str) -> None:
+    """For a script that only means something on a GPU (scripts/ marked GPU in the README): one
+    line and exit 3 (the machine, not the input) where there is none, instead of a traceback or
+    a table of None."""
+    ids, why = detect_gpus()
+    if not ids:
+        print(f"{what} needs an NVIDIA GPU: {why}", file=sys.stderr)
+        raise SystemExit(3)
+
+
 def detect_gpus() -> tuple[list[str], str | None]:
     """(device ids to hand to CUDA_VISIBLE_DEVICES, reason when there are none).
 

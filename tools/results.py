@@ -290,6 +290,8 @@ class SanitizeResult(BaseModel):
     status: Status
     reason: str | None = None
     errors: list[str] = Field(default_factory=list)
+    # compute-sanitizer itself could not run (not loadable, killed): no memcheck verdict (module docstring)
+    infra_error: str | None = None
 
 
 class EvalResult(BaseModel):
@@ -324,7 +326,8 @@ class EvalResult(BaseModel):
     @property
     def infra_error(self) -> str | None:
         """Why this candidate has no verdict because the harness failed (module docstring), or None."""
-        return self.compile.infra_error or self.inspect.infra_error or self.harness_fault
+        return (self.compile.infra_error or self.inspect.infra_error or self.harness_fault
+                or self.sanitize.infra_error)
 
     # --- the benchmark's verdicts (DESIGN.md, Metrics) ---
     @property

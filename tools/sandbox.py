@@ -118,6 +118,7 @@ class Outcome:
     nvrtc_log: str = ""
     nvrtc_ok: bool = False
     ptxas_output: str | None = None
+    ptxas_returncode: int | None = None  # ptxas's exit status (negative: the signal that ended it)
     cubin: bytes | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
@@ -282,17 +283,19 @@ def _nvrtc_confined(job: Job, limits: Limits) -> Outcome:
         try:
             out = _nvrtc_grandchild(lib, job, limits)
         except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
-            out = {"error": f"NVRTC could not run: {type(exc).__name__}: {exc}", "failed_tool": "nvrtc"}
+            out = {"error": f"NVRTC could not run: {type(exc).__name__}: {exc}", "failed_tool": "nvrtc", "infra": True}
         with os.fdopen(wfd, "w") as w:
             json.dump(out, w)
         os._exit(0)
     os.close(wfd)
     with os.fdopen(rfd) as r:
         raw = r.read()
-    _, status, _ = os.wait4(pid, 0)
+    _, status, rusage = os.wait4(pid, 0)
     seconds = {"nvrtc": round(time.monotonic() - t0, 4)}
     if os.WIFSIGNALED(status):
-        return Outcome(error=_signal_error("nvrtc", os.WTERMSIG(status), limits), failed_tool="nvrtc", seconds=seconds)
+        sig = os.WTERMSIG(status)
+        return Outcome(error=_signal_error("nvrtc", sig, limits, rusage.ru_maxrss * 1024), failed_tool="nvrtc",
+                       seconds=seconds, infra=_died_on_its_own(sig, rusage.ru_maxrss * 1024, limits))
     try:
         out = json.loads(raw)
     except ValueError:
@@ -300,11 +303,34 @@ def _nvrtc_confined(job: Job, limits: Limits) -> Outcome:
     return Outcome(seconds=seconds, **out)
 
 
-def _signal_error(tool: str, sig: int, limits: Limits) -> str:
+# A tool that dies by a signal with its resident memory below this share of the memory limit
+# did not die of the candidate's size: something outside killed it, or the tool itself broke.
+_NEAR_MEMORY_LIMIT = 0.5
+
+
+# Signals that come from outside a tool (a kill, the OOM killer, a hangup), as opposed to one it
+# raises itself on the input it read (SIGSEGV, SIGABRT ...: a crash the source can steer clear of)
+_KILLED_FROM_OUTSIDE = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE}
+
+
+def _died_on_its_own(sig: int, peak_rss: int, limits: Limits) -> bool:
+    """Whether a tool ended by `sig` died of the harness's trouble rather than the source's: killed
+    from outside while far below the memory limit (so not for the source's size). Such a death is
+    an infrastructure fault (Outcome.infra), never a verdict on the kernel. A limit the source can
+    reach (CPU time, output size, memory) or a crash the tool raised on the source stays the
+    source's: were it infra, a kernel that crashes ptxas would stop its run without a verdict,
+    and every resume again."""
+    return sig in _KILLED_FROM_OUTSIDE and peak_rss < _NEAR_MEMORY_LIMIT * limits.memory_bytes
+
+
+def _signal_error(tool: str, sig: int, limits: Limits, peak_rss: int = 0) -> str:
     if sig == signal.SIGXCPU:
         return f"{tool} used more than {limits.cpu_s} s of CPU time (the compile CPU limit)"
     if sig == signal.SIGXFSZ:
         return f"{tool} wrote more than the output limit"
+    if _died_on_its_own(sig, peak_rss, limits):
+        return (f"{tool} was killed by {_signal_name(sig)} with {_mib(peak_rss)} in use, far below the memory limit "
+                f"({_gib(limits.memory_bytes)}): something outside stopped it, the kernel was not judged")
     # allocation failures under RLIMIT_AS usually end as an abort or a segfault
     return f"{tool} crashed ({_signal_name(sig)}); it may have exceeded the memory limit ({_gib(limits.memory_bytes)})"
 
@@ -335,6 +361,10 @@ def _strings(items: list[str]):
     return (ctypes.c_char_p * max(1, len(items)))(*[x.encode() for x in items])
 
 
+_NVRTC_ERROR_COMPILATION = 6  # nvrtcResult: the one status that is a verdict on the source
+_NVRTC_ERROR_OUT_OF_MEMORY = 1  # under RLIMIT_AS: the source outgrew the memory limit
+
+
 def _nvrtc_grandchild(lib: ctypes.CDLL, job: Job, limits: Limits) -> dict:
     confinement = landlock_confine(job.read_dirs)
     if confinement == "none" and os.environ.get("PTXBENCH_SANDBOX_STRICT") == "1":
@@ -343,9 +373,9 @@ def _nvrtc_grandchild(lib: ctypes.CDLL, job: Job, limits: Limits) -> dict:
     prog = ctypes.c_void_p()
     err = lib.nvrtcCreateProgram(ctypes.byref(prog), job.source.encode(), job.source_name.encode(),
                                  len(job.headers), _strings(list(job.headers.values())), _strings(list(job.headers)))
-    if err:
+    if err:  # NVRTC could not take the source in at all: its trouble, not the source's
         return {"error": f"nvrtcCreateProgram failed: {lib.nvrtcGetErrorString(err).decode()}", "failed_tool": "nvrtc",
-                "confinement": confinement}
+                "confinement": confinement, "infra": True}
     try:
         opts = job.nvrtc_options or []
         result = lib.nvrtcCompileProgram(prog, len(opts), _strings(opts))
@@ -355,6 +385,14 @@ def _nvrtc_grandchild(lib: ctypes.CDLL, job: Job, limits: Limits) -> dict:
                "confinement": confinement}
         if "catastrophic error: out of memory" in text:
             out.update(error=f"nvrtc exceeded the memory limit ({_gib(limits.memory_bytes)})", failed_tool="nvrtc")
+        if result == _NVRTC_ERROR_OUT_OF_MEMORY and "error" not in out:
+            out.update(error=f"nvrtc exceeded the memory limit ({_gib(limits.memory_bytes)})", failed_tool="nvrtc")
+        if result and result != _NVRTC_ERROR_COMPILATION and "error" not in out:
+            # only NVRTC_ERROR_COMPILATION means "the compiler read the source and rejected it";
+            # any other status (out of memory below our limit, internal error, a bad option of
+            # ours) means it could not judge it
+            out.update(error=f"NVRTC could not compile ({lib.nvrtcGetErrorString(result).decode()}): "
+                             f"{cap_text(text.strip(), 300)}".rstrip(": "), failed_tool="nvrtc", infra=True)
         if result:
             return out
         size = ctypes.c_size_t()
@@ -425,19 +463,26 @@ def _ptxas(job: Job, ptx: str, limits: Limits, result: Outcome) -> None:
     Path("kernel.ptx").write_text(folder_free_strings(ptx))
     t0 = time.monotonic()
     try:
-        proc = subprocess.run([job.ptxas, *job.ptxas_args, "kernel.ptx", "-o", "kernel.cubin"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # one stream keeps the order
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([job.ptxas, *job.ptxas_args, "kernel.ptx", "-o", "kernel.cubin"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # one stream keeps the order
+                                stdin=subprocess.DEVNULL)
     except OSError as exc:
         result.error, result.failed_tool, result.infra = f"ptxas could not run: {exc}", "ptxas", True
         return
+    output = proc.stdout.read()
+    proc.stdout.close()
+    _, status, rusage = os.wait4(proc.pid, 0)  # wait4: ptxas's own peak memory, to tell a limit from a death
+    proc.returncode = returncode = os.waitstatus_to_exitcode(status)
     result.seconds["ptxas"] = round(time.monotonic() - t0, 4)
-    result.ptxas_output = cap_text(proc.stdout.decode(errors="replace"), limits.log_bytes)
-    if proc.returncode < 0:
-        result.error, result.failed_tool = _signal_error("ptxas", -proc.returncode, limits), "ptxas"
+    result.ptxas_output = cap_text(output.decode(errors="replace"), limits.log_bytes)
+    result.ptxas_returncode = returncode
+    if returncode < 0:
+        peak = rusage.ru_maxrss * 1024
+        result.error, result.failed_tool = _signal_error("ptxas", -returncode, limits, peak), "ptxas"
+        result.infra = _died_on_its_own(-returncode, peak, limits)
         return
     cubin = Path("kernel.cubin")
-    if proc.returncode == 0 and cubin.exists():
+    if returncode == 0 and cubin.exists():
         if cubin.stat().st_size > limits.cubin_bytes:
             result.error = f"cubin too large: {_mib(cubin.stat().st_size)}, the limit is {_mib(limits.cubin_bytes)}"
             result.failed_tool = "ptxas"

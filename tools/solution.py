@@ -241,16 +241,24 @@ def strip_jsonc(text: str) -> str:
     return _TRAILING_COMMA.sub(lambda m: m.group(0) if m.group(0).startswith('"') else " ", text)
 
 
+class ManifestError(SolutionError):
+    """The launch manifest is there but wrong (not JSON, not the schema): the kernel's fault, as a
+    wrong expression in it is (`agent check` / `agent eval` exit 1, not 2)."""
+
+
 def parse_manifest(text: str, where: str = "launch manifest") -> LaunchManifest:
     """JSON (or JSONC: comments, trailing commas) text -> LaunchManifest; raises SolutionError
     (and nothing else) with one line."""
     if len(text) > MAX_MANIFEST_CHARS:
-        raise SolutionError(f"{where}: {len(text)} characters; a manifest may have at most {MAX_MANIFEST_CHARS}")
-    data = _load_json(text, where)
+        raise ManifestError(f"{where}: {len(text)} characters; a manifest may have at most {MAX_MANIFEST_CHARS}")
+    try:
+        data = _load_json(text, where)
+    except SolutionError as exc:
+        raise ManifestError(str(exc)) from None
     try:
         return LaunchManifest.model_validate(data)
     except ValidationError as exc:
-        raise SolutionError(f"{where}: {_first_error(exc)}") from None
+        raise ManifestError(f"{where}: {_first_error(exc)}") from None
 
 
 def _load_json(text: str, where: str) -> Any:

@@ -10,12 +10,12 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, ExitCode, InfraError, console, print_json, wrap_items
+from agent.commands.common import CliError, ExitCode, InfraError, KernelFault, console, print_json, wrap_items
 from tools.compile import compile_source
 from tools.features import SENSING_FLAGS
 from tools.results import CompileResult, InspectResult
 from tools.sass import inspect as inspect_sass
-from tools.solution import Solution, SolutionError
+from tools.solution import ManifestError, Solution, SolutionError
 from tools.toolchain import ARCHES, ToolchainError, find_toolchain
 
 # long paths and messages stay on one line each (rich would wrap them at 80 columns in a pipe)
@@ -37,6 +37,8 @@ def load_source(path: Path, lang: str | None, arch: str) -> tuple[str, str, list
     if path.is_dir():
         try:
             sol = Solution.from_dir(path)
+        except ManifestError as exc:  # the manifest is the kernel's: its errors are a failed check
+            raise KernelFault(str(exc)) from None
         except SolutionError as exc:
             raise CliError(str(exc)) from None
         source, language = sol.source, lang or sol.language

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -10,7 +11,23 @@ from typing import Any, NoReturn, Sequence
 from pydantic import BaseModel
 from rich.console import Console
 
+def reader_left() -> None:
+    """stdout's reader is gone (`agent ... | head`): what it wanted, it has. Exit 0 quietly, with
+    stdout on /dev/null so the interpreter's last flush cannot fail again (rich's own answer to
+    a broken pipe is exit 1)."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(0)
+
+
 console = Console()
+console.on_broken_pipe = reader_left  # type: ignore[method-assign]
 err_console = Console(stderr=True)
 
 
@@ -35,6 +52,13 @@ class CliError(Exception):
     code = ExitCode.USAGE
 
 
+class KernelFault(CliError):
+    """The kernel (or its launch manifest) is wrong before anything could be judged: one line,
+    exit 1, as for any check the kernel fails."""
+
+    code = ExitCode.FAILED
+
+
 class InfraError(CliError):
     """The toolchain, GPU worker or profiler cannot do what the command needs; exits 3."""
 
@@ -47,24 +71,54 @@ def fail(message: str) -> NoReturn:
 
 def out_folder(path: Path, flag: str = "--out") -> Path:
     """A folder a command may write into: not an existing file, not inside a shipped example run."""
-    from agent.trajectory import shipped_example
+    from agent.trajectory import folder_problem, shipped_example
 
-    if path.exists() and not path.is_dir():
-        fail(f"{flag} {path}: exists and is not a folder")
-    if shipped_example(path):
+    if shipped_example(path):  # first: the probe below must not write there either
         fail(f"{flag} {path}: inside a shipped example run, which is read-only; write somewhere else")
+    if (problem := folder_problem(path, flag)):  # a file, read-only, /proc, too long a name
+        fail(problem)
     return path
 
 
 def out_file(path: Path, flag: str = "--out") -> Path:
     """A file a command may (over)write: not a folder, not inside a shipped example run."""
-    from agent.trajectory import shipped_example
+    from agent.trajectory import folder_problem, shipped_example
 
+    if shipped_example(path):  # first: the probe below must not write there either
+        fail(f"{flag} {path}: inside a shipped example run, which is read-only; write somewhere else")
+    if (problem := folder_problem(Path(path).parent, flag, shown=path)):  # before the work whose result it keeps
+        fail(problem)
+    if len(os.fsencode(Path(path).name)) > 255:
+        fail(f"{flag}: the file name is longer than file systems allow (255 bytes)")
     if path.is_dir():
         fail(f"{flag} {path}: is a folder; give a file name")
-    if shipped_example(path):
-        fail(f"{flag} {path}: inside a shipped example run, which is read-only; write somewhere else")
     return path
+
+
+# pydantic's error types in the words a user reads ("must be at least 1", not
+# "Input should be greater than or equal to 1"); other types keep pydantic's message
+_PLAIN_ERRORS = {
+    "greater_than_equal": "must be at least {ge}", "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}", "less_than": "must be less than {lt}",
+    "int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number", "finite_number": "must be a finite number",
+    "bool_parsing": "must be true or false", "string_type": "must be text", "list_type": "must be a list",
+    "missing": "is required", "too_short": "needs at least {min_length} entries",
+    "literal_error": "must be one of {expected}",
+}
+
+
+def plain_validation_error(error: dict) -> str:
+    """One pydantic error (ValidationError.errors()[i]) as `where: what`, without pydantic's
+    phrasing or the value's Python repr."""
+    where = ".".join(str(x) for x in error.get("loc", ()))
+    template = _PLAIN_ERRORS.get(error.get("type", ""))
+    try:
+        what = template.format(**error.get("ctx", {})) if template else None
+    except (KeyError, IndexError):
+        what = None
+    what = what or str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{where}: {what}" if where else what
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -13,7 +13,7 @@ import math
 import typer
 from rich.markup import escape
 
-from agent.commands.common import CliError, ExitCode, console, print_json, table, wrap_items
+from agent.commands.common import CliError, ExitCode, KernelFault, console, print_json, table, wrap_items
 from agent.trajectory import EXECUTED_CHECK_DEFAULT
 from tools.results import EvalResult
 from tools.toolchain import ARCHES
@@ -31,7 +31,7 @@ def _ms(t) -> str:
     return f"{t.median_ms:.4g} ± {t.iqr_ms / 2:.2g}" if t else ""
 
 
-def render(r: EvalResult) -> None:
+def render(r: EvalResult, profile_asked: bool = False) -> None:
     c = r.compile
     secs = ", ".join(f"{k} {v:.2f} s" for k, v in c.seconds.items())
     say(f"[bold]{r.task}[/bold] on {r.arch}" + (f" — {r.gpu}" if r.gpu else ""))
@@ -102,6 +102,11 @@ def render(r: EvalResult) -> None:
 
         say("[bold]profile[/bold] (Nsight Compute, first visible workload):")
         say(escape(render_profile(r.executed.profile)))
+    elif profile_asked:  # asked for and not made: say why, never leave it out silently
+        why = (r.executed.profile.reason if r.executed.profile is not None and r.executed.profile.reason
+               else "--profile needs --executed" if r.executed.reason == "not requested"
+               else r.executed.reason if r.executed.status != "ok" and r.executed.reason else "no profile was made")
+        say(f"profile: [dim]skipped[/dim] ({escape(why)})")
 
     def shown(x) -> str:
         if isinstance(x, float):
@@ -133,14 +138,22 @@ def failures(r: EvalResult) -> list[str]:
     out = []
     if not r.compiled:
         return [f"did not compile ({r.compile.error})" if r.compile.error else "did not compile"]
-    if r.inspect.status == "ok":
+    # launch.json launches no kernel the module has: the SASS of "the launched kernels" is empty, so
+    # a missing-feature line would name an effect; the cause is the manifest's kernel name
+    unlaunchable = bool(r.inspect.status == "ok" and r.inspect.kernels
+                        and set(r.inspect.uncounted_kernels) >= set(r.inspect.kernels))
+    if unlaunchable:
+        named = next((w.detail for w in r.workloads if w.reason == "manifest_error" and w.detail), None)
+        out.append("launch.json launches no kernel of the compiled module"
+                   + (f" ({named})" if named else f" (its kernels: {', '.join(sorted(r.inspect.kernels))})"))
+    if r.inspect.status == "ok" and not unlaunchable:
         if missing := r.inspect.missing(r.requested_features):
             out.append(f"requested features missing from the SASS: {', '.join(missing)}")
         if r.inspect.flags.get("wgmma_serialized"):
             out.append("wgmma serialized")
     if r.run_status == "failed" and not any(w.status == "failed" for w in r.workloads):
         out.append(f"run failed: {r.run_reason}")
-    bad = [w for w in r.workloads if w.status == "failed"]
+    bad = [w for w in r.workloads if w.status == "failed" and not (unlaunchable and w.reason == "manifest_error")]
     if bad:
         out.append(f"{len(bad)} of {len(r.workloads)} workloads failed ({bad[0].workload}: {bad[0].reason})")
     if r.arch_executed is False:
@@ -185,7 +198,7 @@ def register(app: typer.Typer) -> None:
         3 infrastructure fault (toolchain, GPU worker): nothing was judged."""
         from tasks import UnknownTask, get_task
         from tools.evaluator import Evaluator
-        from tools.solution import Solution, SolutionError
+        from tools.solution import ManifestError, Solution, SolutionError
 
         if arch not in ARCHES:
             raise CliError(f"unknown arch {arch!r} (known: {', '.join(ARCHES)})")
@@ -194,8 +207,10 @@ def register(app: typer.Typer) -> None:
         if not (math.isfinite(timeout) and timeout > 0):
             raise CliError(f"--timeout must be a positive number of seconds, not {timeout}")
         try:
-            sol = Solution.from_dir(solution_dir)
             t = get_task(task)
+            sol = Solution.from_dir(solution_dir)
+        except ManifestError as exc:  # the manifest is the kernel's: its errors are a failed check
+            raise KernelFault(str(exc)) from None
         except (SolutionError, UnknownTask) as exc:
             raise CliError(str(exc)) from None
         with Evaluator(timeout_s=timeout) as ev:
@@ -204,5 +219,5 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(eval_json(result))
         else:
-            render(result)
+            render(result, profile_asked=profile)
         raise typer.Exit(exit_code(result))

@@ -1,6 +1,7 @@
 """`agent fixit build` (fine-tuning data from trajectories) and `agent fixit train` (LoRA with TRL)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -46,6 +47,7 @@ def build(
     split: str = typer.Option(
         "train", help="train: only runs of the train split's tasks (the held_out_tasks, marked by `agent tasks`, "
                        "give no examples); all: every run"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace a data set already in --out"),
     as_json: bool = typer.Option(False, "--json", help="print the data card as JSON"),
 ) -> None:
     from agent.fixit.build import BuildOptions, Filters, build as build_data
@@ -57,9 +59,11 @@ def build(
     if missing:
         fail(f"no such run or sweep folder: {missing[0]}")
     for name, cap in (("--cap-per-task", cap_per_task), ("--cap-per-error", cap_per_error),
-                      ("--max-examples", max_examples)):
+                      ("--max-examples", max_examples), ("--max-chars", max_chars), ("--teacher-turns", teacher_turns)):
         if cap is not None and cap < 1:
-            fail(f"{name} must be at least 1")
+            fail(f"{name} must be at least 1, not {cap}")
+    if min_speedup is not None and not (math.isfinite(min_speedup) and min_speedup > 0):
+        fail(f"--min-speedup must be a positive number, not {min_speedup}")
     tasks = None
     if task:
         from tasks.registry import UnknownTask, get_task
@@ -69,6 +73,9 @@ def build(
         except UnknownTask as exc:
             fail(str(exc).splitlines()[0])
     out_folder(out)
+    held = [name for name in DATA_FILES if (out / name).exists()]
+    if held and not overwrite:  # a data set is a result: never replaced by another build unasked
+        fail(f"--out {out} already holds a data set ({held[0]}); give another --out, or --overwrite to replace it")
     options = BuildOptions(teacher=teacher, teacher_api_base=teacher_api_base, teacher_turns=teacher_turns,
                            explainer=explainer,
                            explainer_api_base=explainer_api_base,
@@ -90,6 +97,9 @@ def build(
     console.print(f"{plural(result.examples, 'example')} -> {out / 'train.jsonl'} (by error: "
                   f"{_counts(card['by_error'])}; by source: {_counts(card['by_source'])}); "
                   f"data card: {out / 'data_card.md'}", highlight=False)
+
+
+DATA_FILES = ("train.jsonl", "data_card.json", "data_card.md")  # what `fixit build` writes into --out
 
 
 def _counts(counts: dict) -> str:
@@ -131,8 +141,12 @@ def train(
 
     from agent.fixit.train import TrainError, TrainOptions, train as train_adapter
 
-    if rank < 1 or epochs <= 0 or lr <= 0:
-        fail("--rank, --epochs and --lr must be positive")
+    if not (math.isfinite(lr) and lr > 0 and math.isfinite(epochs) and epochs > 0):  # nan passes "<= 0"
+        fail(f"--lr and --epochs must be positive numbers, not {lr:g} and {epochs:g}")
+    for name, n in (("--rank", rank), ("--batch-size", batch_size), ("--grad-accum", grad_accum),
+                    ("--max-length", max_length), ("--alpha", alpha)):
+        if n is not None and n < 1:
+            fail(f"{name} must be at least 1, not {n}")
     options = TrainOptions(base_model=base_model, out=str(out), rank=rank, alpha=alpha, lr=lr, epochs=epochs,
                            batch_size=batch_size, grad_accum=grad_accum, max_length=max_length, seed=seed)
     try:

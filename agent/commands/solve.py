@@ -222,7 +222,10 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
     out = functools.partial(console.print, highlight=False)  # folded between words at the terminal's width
     reason = f"{s.stop_reason}" + (f" ({s.stop_detail})" if s.stop_detail else "")
     words = escape(reason).split(" ")  # "stopped by <reason>" stays on one line: people grep for it
-    wrap_items(f"[bold]run {s.run_id}[/bold]:", [f"{s.status},", f"stopped by {words[0]}", *words[1:]], sep="")
+    if s.stop_reason == s.status:  # "interrupted", not "interrupted, stopped by interrupted"
+        wrap_items(f"[bold]run {s.run_id}[/bold]:", words, sep="")
+    else:
+        wrap_items(f"[bold]run {s.run_id}[/bold]:", [f"{s.status},", f"stopped by {words[0]}", *words[1:]], sep="")
     wrap_items(f"task {s.task} on {s.arch},", [f"model {escape(s.model)}", f"lang {s.lang}", f"context {s.context}",
                                                 f"samples {s.samples}", f"strategy {s.strategy}",
                                                 f"profile feedback {'on' if s.profile_feedback else 'off'}",

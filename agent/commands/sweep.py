@@ -68,6 +68,10 @@ def sweep(
         fail(f"{config}: {_one_line(exc)}")
     if shipped_example(cfg.runs_dir):
         fail(f"runs_dir {cfg.runs_dir}: inside the shipped examples, which are read-only; write somewhere else")
+    from agent.trajectory import folder_problem
+
+    if (problem := folder_problem(cfg.runs_dir, "--runs-dir" if runs_dir else "runs_dir")):
+        fail(problem)
     if dry_run:
         from agent.sweep import estimate_cost
 
@@ -228,8 +232,9 @@ def _one_line(exc: Exception) -> str:
             fields = SweepConfig.model_fields if len(e["loc"]) == 1 else ModelEntry.model_fields
             close = difflib.get_close_matches(str(e["loc"][-1]), list(fields), n=1)
             return f"unknown key {where!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-        msg = e["msg"].removeprefix("Value error, ")
-        return f"{where}: {msg}" if where else msg
+        from agent.commands.common import plain_validation_error
+
+        return plain_validation_error(e)
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 

@@ -716,17 +716,26 @@ def render_card(card: dict) -> str:
         rows = [f"| {k} | {v} |" for k, v in d.items()] or ["| (none) | 0 |"]
         return [f"### {title}", "", "| value | examples |", "|---|---|", *rows, ""]
 
+    def value(v) -> str:
+        return "not set" if v is None else " + ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+    def words(d: dict) -> str:  # {"compile": 3, "x": None} -> "compile 3, x not set"; {} -> "none"
+        return ", ".join(f"{k} {value(v)}" for k, v in d.items()) or "none"
+
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}" + ("" if count == 1 else "s")
+
     lines = ["# Fixit data card", "",
-             f"{card['examples']} examples from {card['runs']} runs: each pairs a failed kernel and its "
+             f"{n(card['examples'], 'example')} from {n(card['runs'], 'run')}: each pairs a failed kernel and its "
              "evaluation feedback with the later kernel that fixed that error class, and an explanation.", "",
              f"- runs left out (by the split `{card['options']['split'] or 'all'}`, or judged against another "
-             f"definition of their task): {json.dumps(card['runs_left_out'])}",
+             f"definition of their task): {words(card['runs_left_out'])}",
              f"- runs that recorded no task definition (judged against one unknown): "
              f"{card.get('runs_task_definition_unknown', 0)}",
              f"- pairs found: {card['pairs_found']}; failures left unfixed: {card['unfixed_failures']}",
-             f"- dropped: {json.dumps(card['dropped'])}",
-             f"- failed candidates by error class: {json.dumps(card['failed_candidates_by_error'])}",
-             f"- options: {json.dumps(card['options'])}",
+             f"- dropped: {words(card['dropped'])}",
+             f"- failed candidates by error class: {words(card['failed_candidates_by_error'])}",
+             f"- options: {words(card['options'])}",
              f"- format: {card['format']}", ""]
     for key, title in (("by_task", "By task"), ("by_error", "By error class fixed (an example under each it fixes)"),
                        ("by_source", "By source"),
