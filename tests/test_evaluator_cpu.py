@@ -20,7 +20,8 @@ from tools.baseline_cache import BaselineCache, cache_key
 from tools.correctness import CANARY, Guarded, compare, poison_, poison_mask
 from tools.evaluator import Evaluator, WorkerHandle, WorkerStartError, detect_gpus
 from tools.launch import NOMINAL_LIMITS, CudaError, ManifestError, plan_launches
-from tools.ncu import counts_from_rows, parse_instances, parse_raw_csv, parse_sanitizer
+from tools.credit import counts_from_rows, parse_instances
+from tools.ncu import parse_raw_csv, parse_sanitizer
 from tools.solution import LaunchManifest, Solution
 from tasks.schema import Tolerance
 from tools.timing import KernelTimeout, geo_spread, geomean, median_ci, plan_pairs, summarize
@@ -802,7 +803,7 @@ def test_a_kernel_name_with_two_meanings_is_a_manifest_error(monkeypatch):
 def _ncu_row(kernel: str, opcodes: str = "", **values: float) -> dict[str, str]:
     """One profiled launch as `ncu --page raw --csv` gives it: every work metric (0 unless
     given; keys are metric names with '.' written as '__dot__')."""
-    from tools.ncu import OPCODE_METRIC, WORK_METRICS
+    from tools.credit import OPCODE_METRIC, WORK_METRICS
 
     row = {"ID": "0", "Kernel Name": kernel, OPCODE_METRIC: opcodes}
     row.update({m: "0" for m in WORK_METRICS})
@@ -813,7 +814,7 @@ def _ncu_row(kernel: str, opcodes: str = "", **values: float) -> dict[str, str]:
 def test_instruction_credit_needs_the_work():
     """Figures measured by ncu on the H200 (scripts/probe_device.py, 2026-11-30), then the attacks
     that would inflate them."""
-    from tools.ncu import TaskWork, verdict, work_metrics
+    from tools.credit import TaskWork, verdict, work_metrics
 
     hgmma = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
     tma = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
@@ -859,7 +860,7 @@ def test_credit_goes_to_the_kernel_that_was_timed():
     """A kernel that runs wgmma where it guesses it is profiled and a faster generic path in the
     timed runs keeps `executed` but loses `carries`: the profiled run's kernel time must match
     the timed median of its workload (tools.ncu._credit, the path every workload takes)."""
-    from tools.ncu import DURATION_METRIC, SAME_RUN_RATIO, TaskWork, _credit
+    from tools.credit import DURATION_METRIC, SAME_RUN_RATIO, TaskWork, _credit
 
     hgmma = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
     tma = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
@@ -982,7 +983,7 @@ def test_the_library_answer_is_gone_before_the_candidate_runs():
 def test_feedback_says_why_an_instruction_did_not_carry_the_work():
     """The model reads the measured reason (decoy beside a SIMT GEMM, H200 figures)."""
     from agent.feedback import arch_section
-    from tools.ncu import TaskWork, verdict, work_metrics
+    from tools.credit import TaskWork, verdict, work_metrics
     from tools.results import CompileResult, EvalResult, InspectResult
 
     work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
