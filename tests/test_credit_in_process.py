@@ -381,7 +381,7 @@ def _counters(**kw) -> dict[str, float]:
 
 HONEST = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=4e6,
                    sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum=WORK.flops * 1.02,
-                   smsp__inst_executed_op_tma_ld__dot__sum=3e5,
+                   sm__inst_executed_pipe_tma__dot__sum=3e5,
                    l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum=WORK.read_bytes * 3,
                    gpu__time_duration__dot__sum=1.0e6)
 META = {"workload": "M8192", "split": "visible"}
@@ -456,7 +456,7 @@ def test_the_nsight_compute_run_is_tied_by_its_kernel_time_both_ways():
     (rules.GMMA_METRIC, float("nan"), f"no executed-instruction counts for wgmma (CUPTI read no value for {rules.GMMA_METRIC})"),
     (rules.HGMMA_OPS_METRICS[0], float("inf"), "the share of the work wgmma carried could not be measured"),
     ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", float("nan"),
-     "the floating-point math done outside wgmma could not be measured"),
+     "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured"),
     (rules.TMA_BYTES_METRIC, float("nan"), "the share of the work tma carried could not be measured"),
 ])
 def test_a_counter_cupti_could_not_read_is_not_measured(metric, bad, why):
@@ -494,10 +494,11 @@ def test_hardware_counters_alone_give_the_verdict():
     """No per-opcode counts in process: wgmma and TMA are counted by their own counters and the
     shares decide as before."""
     wc = rules.credit_in_process(META, {"status": "ran", "runs": 3, "profiled_at": 2,
-                                      "launches": [{"name": "k", "metrics": HONEST}]}, ["wgmma", "tma"], WORK, 1.0)
+                                      "launches": [{"name": "k", "metrics": HONEST}]}, ["wgmma", "tma"], WORK, 1.0,
+                                 NO_BULK)
     assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": True}, wc
     assert wc.counts == {"wgmma": 4_000_000, "tma": 300_000}
-    no_tma = dict(HONEST, **{"smsp__inst_executed_op_tma_ld.sum": 0.0})
+    no_tma = dict(HONEST, **{"sm__inst_executed_pipe_tma.sum": 0.0})
     wc = rules.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": no_tma}]},
                                ["wgmma", "tma"], WORK, 1.0)
     assert wc.executed["tma"] is False and wc.carries["tma"] is False
