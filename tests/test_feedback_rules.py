@@ -12,7 +12,7 @@ from agent import feedback as fb
 from agent import prompts
 from agent.run import SolveRequest, solve
 from agent.trajectory import Budget
-from tools import ncu
+from tools import credit as ncu
 from tools.results import (CompileResult, Diagnostic, EvalResult, InspectResult, SanitizeResult,
                            WorkloadResult)
 
