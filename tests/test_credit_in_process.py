@@ -19,7 +19,7 @@ from test_evaluator_cpu import CpuState, corrupt, gemm, small_gemm
 from tools import credit as rules, cupti, ncu, worker
 from tools.correctness import poison_mask
 from tools.cupti import CuptiError, Launch
-from tools.credit import TaskWork
+from tools.credit import Counting, TaskWork
 from tools.solution import Solution
 from tools.timing import KernelTimeout
 
@@ -596,7 +596,7 @@ def test_without_cupti_the_check_falls_back_to_nsight_compute_and_says_why(monke
             WorkloadResult(workload="M128", split="visible", axes={"M": 128}, status="passed",
                            credit={"status": "unavailable", "reason": "no libcupti with a range profiler found"})])
     sol = Solution.from_dir(FIXTURES / "good")
-    ex = ev._executed(res, sol, task, task.workloads[:1], None, None, "0", in_process=True, arch="sm_90a")
+    ex = ev._executed(res, sol, task, task.workloads[:1], None, Counting(mode="cupti"), "0", arch="sm_90a")
     assert made == [["wgmma"]] and ex.status == "ok" and ex.carries == {"wgmma": True}
     assert "in-process counters unavailable (no libcupti" in ex.reason and "Nsight Compute counted instead" in ex.reason
     assert ex.profile is not None and ex.profile.status == "skipped" and "not asked for" in ex.profile.reason

@@ -67,6 +67,11 @@ SIMT_FLOP_METRICS = {
     "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum": 1.0,
     "smsp__sass_thread_inst_executed_op_integer_pred_on.sum": 2.0,
 }
+INTEGER_METRIC = "smsp__sass_thread_inst_executed_op_integer_pred_on.sum"
+# The derived sums a workload's credit keeps (WorkloadCredit.work): what a reader needs to see how
+# near each limit an honest kernel stands (docs/METHODOLOGY.md's margins come from these).
+WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math",
+             "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads")
 TENSOR_INST_METRICS = (TENSOR_INST_METRIC, HMMA_INST_METRIC, HFMA2_MMA_INST_METRIC, IMMA_INST_METRIC, DMMA_INST_METRIC)
 # Bytes TMA loads brought into shared memory (tensor-map loads and plain bulk copies alike), and
 # bytes read from global memory any other way: LDG and generic loads (LSU), atomics that return
@@ -293,8 +298,11 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
                                      + (imma + unnamed) * IMMA_MAX_FLOPS)
     if have(SIMT_FLOP_METRICS):
         out["simt_flops"] = sum(out[m] * w for m, w in SIMT_FLOP_METRICS.items())
+        out["integer_flops"] = out[INTEGER_METRIC] * SIMT_FLOP_METRICS[INTEGER_METRIC]  # part of simt_flops
     if "other_tensor_flops" in out and "simt_flops" in out:
         out["other_flops"] = out["other_tensor_flops"] + out["simt_flops"]
+        if "wgmma_flops" in out:
+            out["wgmma_of_all_math"] = out["wgmma_flops"] / max(out["wgmma_flops"] + out["other_flops"], 1.0)
     if have([TMA_BYTES_METRIC]) and rows:
         bulk = [_row_bulk_copy(r) for r in rows]
         if any(b is None for b in bulk):
@@ -356,7 +364,7 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
         other = metrics.get("other_flops")
         if other is None:
             return False, "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured"
-        of_all = metrics["wgmma_flops"] / max(metrics["wgmma_flops"] + other, 1.0)
+        of_all = metrics["wgmma_of_all_math"]
         if of_all < WGMMA_MIN_OF_ALL_MATH:
             return False, (f"wgmma did {of_all:.1%} of the math the kernels did (needs {WGMMA_MIN_OF_ALL_MATH:.0%}); "
                            f"the rest ran on other tensor instructions (mma.sync, DMMA, IMMA: "
@@ -402,6 +410,7 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
         return wc
     v = verdict(features, counts, per_kernel(rows, features), metrics, work)
     wc.executed, wc.shares, wc.carries, wc.notes = v.executed, v.shares, v.carries, v.notes
+    wc.work = {k: metrics[k] for k in WORK_SUMS if k in metrics}
     tie_to_timed_run(wc, timed_ms)
     return wc
 
