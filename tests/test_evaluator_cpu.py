@@ -800,9 +800,10 @@ def test_a_kernel_name_with_two_meanings_is_a_manifest_error(monkeypatch):
     assert r.run_status == "failed" and "ambiguous" in r.run_reason, r.run_reason
 
 
-def _ncu_row(kernel: str, opcodes: str = "", **values: float) -> dict[str, str]:
+def _ncu_row(kernel: str, opcodes: str = "0", **values: float) -> dict[str, str]:
     """One profiled launch as `ncu --page raw --csv` gives it: every work metric (0 unless
-    given; keys are metric names with '.' written as '__dot__')."""
+    given; keys are metric names with '.' written as '__dot__'); per-opcode counts as given
+    (by default none: no plain bulk copy among the TMA loads)."""
     from tools.credit import OPCODE_METRIC, WORK_METRICS
 
     row = {"ID": "0", "Kernel Name": kernel, OPCODE_METRIC: opcodes}
@@ -836,16 +837,20 @@ def test_instruction_credit_needs_the_work():
     # as many bytes as the SIMT kernel reads
     inflated = check(simt, _ncu_row("decoy", **{hgmma: 6.1e11, tma: 2e10}))
     assert inflated.carries == {"wgmma": False, "tma": False}
-    assert "FFMA" in inflated.notes["wgmma"] and "outside TMA" in inflated.notes["tma"]
+    assert "FFMA" in inflated.notes["wgmma"] and "outside tensor-map loads" in inflated.notes["tma"]
     # ... and ten times over: more wgmma than the task needs is not the task's work either
     assert not check(simt, _ncu_row("decoy", **{hgmma: 6.1e12})).carries["wgmma"]
     # an attention-style kernel whose softmax runs on FFMA still carries (expert fwd: 1.3e10 vs 1.6e12)
     attn = check(_ncu_row("attn", **{hgmma: work.flops, ffma: 0.005 * work.flops, tma: 3e9, ldg: 0.3e9}))
     assert attn.carries == {"wgmma": True, "tma": True}
-    # fp8 ops are wgmma's only where the kernel issued QGMMA and no HMMA
+    # fp8 ops are wgmma's only where no warp-level MMA ran: read from the tensor pipe's instruction
+    # classes of the same run (CUPTI's HMMA class counts QGMMA too; a warp-level QMMA/HMMA is in it
+    # without being a GMMA)
     fp8 = "sm__ops_path_tensor_src_fp8__dot__sum"
-    q = check(_ncu_row("fp8", opcodes="1 (QGMMA: 1)", **{fp8: work.flops, tma: 3e9}))
-    h = check(_ncu_row("fp8", opcodes="1 (HMMA: 1)", **{fp8: work.flops, tma: 3e9}))
+    gmma, hmma_class = "smsp__inst_executed_pipe_tensor_op_gmma__dot__sum", "sm__inst_executed_pipe_tensor_op_hmma__dot__sum"
+    tensor = "sm__inst_executed_pipe_tensor__dot__sum"
+    q = check(_ncu_row("fp8", opcodes="1 (QGMMA: 1)", **{fp8: work.flops, tma: 3e9, gmma: 1, hmma_class: 1, tensor: 1}))
+    h = check(_ncu_row("fp8", opcodes="1 (HMMA: 1)", **{fp8: work.flops, tma: 3e9, hmma_class: 1, tensor: 1}))
     assert q.carries["wgmma"] and not h.carries["wgmma"]
     # a memory-bound task (TMA requested alone): the bulk of the input must come through TMA
     reads = work_metrics([_ncu_row("decode", **{tma: 0.6 * work.read_bytes, ldg: 0.9 * work.read_bytes})])
@@ -996,8 +1001,8 @@ def test_feedback_says_why_an_instruction_did_not_carry_the_work():
                     compile=CompileResult(status="ok", arch="sm_90a", language="cuda"),
                     inspect=InspectResult(status="ok", arch="sm_90a"))
     text = arch_section(ev)
-    assert "`wgmma`: executed, but did not carry the task's work: wgmma did 50.4% of the floating-point math" in text
-    assert "read from global memory outside TMA" in text
+    assert "`wgmma`: executed, but did not carry the task's work: wgmma did 50.4% of the math the kernels did" in text
+    assert "read from global memory outside tensor-map loads" in text
 
 
 def test_rewriting_every_reachable_copy_of_the_inputs_does_not_steer_the_judge():
