@@ -164,7 +164,8 @@ def _fwd_rows(flat, i, q, k, v, sm_scale, causal, terms) -> dict[str, Sample]:
     p = torch.exp(scores - lse[:, None])
     o = torch.einsum("rs,rsd->rd", p, v)
     o_scale = torch.einsum("rs,rsd->rd", p.square(), v.square()).sqrt_() if terms else None
-    return {"O": Sample(flat, o, o_scale), "LSE": Sample(flat, lse[:, None])}
+    lse_scale = p.square().sum(dim=-1, keepdim=True).sqrt_() if terms else None  # as tasks.reference.term_scales
+    return {"O": Sample(flat, o, o_scale), "LSE": Sample(flat, lse[:, None], lse_scale)}
 
 
 def _mha_bwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:

@@ -468,7 +468,7 @@ def sparse_resolution(task: Task, expected: Outputs, good: Outputs, stale: Outpu
         out[name] = {}
         for fault, got in (("zeroed_row", torch.zeros_like(e)), ("stale_row", stale[name].float()),
                            ("as_written", good[name].float())):
-            r = row_ratios((got - e).abs(), s, spec).reshape(-1)
+            r = row_ratios((got - e).abs(), s, spec, (scales or {}).get(name)).reshape(-1)
             out[name][fault] = (float(r.min()) if fault != "as_written" else float(r.max()),
                                 int((r <= 1).sum()), r.numel())
     return out
@@ -511,13 +511,16 @@ def _fmt(margins: dict[str, float]) -> str:
     return ", ".join(f"{o} {m:.3g}" for o, m in margins.items())
 
 
-def elementwise_tolerance(tol, name: str, s: torch.Tensor) -> tuple[float, float]:
+def elementwise_tolerance(tol, name: str, s: torch.Tensor, scale: torch.Tensor | None = None):
     """(atol, rtol) of the judge's elementwise rule for output `name` (tools.correctness.compare):
-    the task's, or where each element is a row (LSE) that row's own bound. Kept the same as the
-    judge's by test_judge_power.py: a margin above 1 exactly where a verdict failed."""
+    the task's, or where each element is a row (LSE) that row's own bound (a tensor where the row
+    tolerance has a `spread`). Kept the same as the judge's by test_judge_power.py: a margin above
+    1 exactly where a verdict failed."""
+    from tools.correctness import element_atol
+
     row_tol = (getattr(tol, "rows", None) or {}).get(name)
     if row_tol is not None and row_tol.row == "element":
-        return row_tol.atol + row_tol.rtol * row_tol.floor * float(s.square().mean().sqrt()), row_tol.rtol
+        return element_atol(row_tol, s, scale), row_tol.rtol
     return tol.atol, tol.rtol
 
 
@@ -526,7 +529,7 @@ def margins_of(task: Task, mismatches, got: Outputs, expected: Outputs, scales: 
     for m in mismatches:
         n = m.output
         s = expected[n].abs() if not scales or n not in scales else torch.maximum(expected[n].abs(), scales[n])
-        atol, rtol = elementwise_tolerance(tol, n, s)  # the judge's own rule (LSE: its per-element bound)
+        atol, rtol = elementwise_tolerance(tol, n, s, (scales or {}).get(n))  # the judge's own rule (LSE: per element)
         elementwise = float(((got[n].float() - expected[n]).abs() / (atol + rtol * s)).max())
         aggregate = (m.rel_l2 or 0.0) / m.rel_l2_bound if m.rel_l2_bound else 0.0
         out[n] = max(elementwise, aggregate, m.row_ratio or 0.0)
