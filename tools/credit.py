@@ -364,7 +364,7 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
         other = metrics.get("other_flops")
         if other is None:
             return False, "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured"
-        of_all = metrics["wgmma_of_all_math"]
+        of_all = metrics.get("wgmma_of_all_math", metrics["wgmma_flops"] / max(metrics["wgmma_flops"] + other, 1.0))
         if of_all < WGMMA_MIN_OF_ALL_MATH:
             return False, (f"wgmma did {of_all:.1%} of the math the kernels did (needs {WGMMA_MIN_OF_ALL_MATH:.0%}); "
                            f"the rest ran on other tensor instructions (mma.sync, DMMA, IMMA: "
