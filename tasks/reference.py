@@ -123,10 +123,10 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
     A kernel that rounds each product's factor to bf16 (as tensor-core kernels do with P and dS
     in attention) errs by about 2^-9 * rss on an element, whatever the element's own value: where
     the sum cancels (|ref| << rss) that exceeds rtol * |ref|. Tasks with tolerance.scale == "terms"
-    are judged against max(|ref|, rss). Known for op types gemm, mha_fwd, fp8_mha_fwd and mha_bwd. LSE's
-    is its own: sqrt(sum_j p_j^2) over the row's softmax (the rss of the normaliser's terms over their
-    sum), which only a row tolerance with a `spread` reads (schema.RowTolerance); elsewhere it is below
-    |LSE| or unused (LSE's rtol is 0).
+    are judged against max(|ref|, rss). Known for op types gemm, mha_fwd, fp8_mha_fwd and mha_bwd. FP8
+    attention's LSE has one of its own: sqrt(sum_j p_j^2) over the row's softmax (the rss of the
+    normaliser's terms over their sum), which its row tolerance's `spread` reads (schema.RowTolerance);
+    bf16 attention's LSE has none (its scale is |ref|).
     """
     axes = _axes_from_shapes(task, inputs)
     x = {name: _widen(inputs[name]) for name in task.inputs}
@@ -135,7 +135,9 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
             return {"C": torch.matmul(x["A"].square(), x["B"].square().T).sqrt_()}
         if task.op_type in ("mha_fwd", "mha_bwd"):
             sm_scale = task.scalar_values(axes)["sm_scale"]
-            return _attention_term_scales(task.op_type, x, sm_scale, "causal" in task.tags)
+            out = _attention_term_scales(task.op_type, x, sm_scale, "causal" in task.tags)
+            out.pop("LSE", None)  # bf16 LSE rows are bounded flat (no spread): |ref| is their scale
+            return out
         if task.op_type == "fp8_mha_fwd":  # as mha_fwd, over the dequantised Q, K, V (tasks/families/fp8_attention.py)
             sm_scale = task.scalar_values(axes)["sm_scale"]
             return _attention_term_scales("mha_fwd", dequantised(inputs, ("Q", "K", "V")), sm_scale,
