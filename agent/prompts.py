@@ -101,20 +101,22 @@ def system_prompt(arch: str, lang: str, version: str = PROMPT_VERSION, require: 
 
 def credit_rules(arch: str) -> str:
     """The instruction-credit rules as the evaluator applies them, with its own numbers
-    (tools/ncu.py), so the prompt cannot drift from the judge."""
-    from tools import ncu
+    (tools/credit.py), so the prompt cannot drift from the judge."""
+    from tools import credit as rules
     from tools.features import features_for
 
     known = set(features_for(arch))
     work = []
-    if "wgmma" in known and "wgmma" in ncu.WORK_SHARE:
-        work.append(f"  - wgmma: its FLOPs are at least {ncu.WORK_SHARE['wgmma']:.0%} of the task's matrix FLOPs "
-                    f"(and at most {ncu.WGMMA_MAX_OVERWORK:g}x them), and at least {ncu.WGMMA_MIN_OF_ALL_MATH:.0%} "
-                    "of all the floating-point math your kernels do;")
-    if "tma" in known and "tma" in ncu.WORK_SHARE:
-        work.append(f"  - TMA: its loads bring in at least {ncu.WORK_SHARE['tma']:.0%} of the task's input bytes, "
-                    f"and other global-memory reads (LDG, cp.async) stay within {ncu.TMA_MAX_OTHER_READS:g}x the "
-                    f"input bytes ({ncu.TMA_MAX_OTHER_READS_NO_MMA:g}x for a task that asks for no matrix "
+    if "wgmma" in known and "wgmma" in rules.WORK_SHARE:
+        work.append(f"  - wgmma: its FLOPs are at least {rules.WORK_SHARE['wgmma']:.0%} of the task's matrix FLOPs "
+                    f"(and at most {rules.WGMMA_MAX_OVERWORK:g}x them), and at least {rules.WGMMA_MIN_OF_ALL_MATH:.0%} "
+                    "of all the math your kernels do (every tensor instruction, FP64 and integer ones included, and every "
+                    "SIMT floating-point and integer instruction);")
+    if "tma" in known and "tma" in rules.WORK_SHARE:
+        work.append(f"  - TMA: its tensor-map loads (cp.async.bulk.tensor; a plain cp.async.bulk is not TMA) bring in at "
+                    f"least {rules.WORK_SHARE['tma']:.0%} of the task's input bytes, "
+                    f"and other global-memory reads (LDG, atomics, cp.async, plain bulk copies) stay within {rules.TMA_MAX_OTHER_READS:g}x the "
+                    f"input bytes ({rules.TMA_MAX_OTHER_READS_NO_MMA:g}x for a task that asks for no matrix "
                     "instruction);")
     work.append("  - any other requested instruction: it executes.")
     lines = [
@@ -124,8 +126,8 @@ def credit_rules(arch: str) -> str:
         "ones included): a kernel that takes another path when counted, on its first launch or on some shapes "
         "earns nothing.",
         "- It carries the task's work:", *work,
-        f"- The counted runs are the timed kernel: each one's time is within {ncu.SAME_RUN_RATIO - 1:.0%} "
-        f"(+{ncu.SAME_RUN_SLACK_MS:g} ms) of the timed median.",
+        f"- The counted runs are the timed kernel: each one's time is within {rules.SAME_RUN_RATIO - 1:.0%} "
+        f"(+{rules.SAME_RUN_SLACK_MS:g} ms) of the timed median.",
     ]
     return "\n".join(lines)
 

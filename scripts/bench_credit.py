@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools import ncu  # noqa: E402
+from tools import credit as ncu  # noqa: E402
 from tools.evaluator import Evaluator  # noqa: E402
 from tools.solution import Solution  # noqa: E402
 

@@ -34,7 +34,7 @@ def _solution(task: str, kind: str) -> Solution:
 def wall_times(tasks: list[str], cache: Path, kind: str, executed: bool = False) -> list[dict]:
     """Cold and warm evaluation of each task's shipped solution. executed: the warm one also runs
     the executed check, and the row gets the profiled run's kernel time beside the timed median
-    (tools.ncu.SAME_RUN_RATIO: the tie that credit needs)."""
+    (tools.credit.SAME_RUN_RATIO: the tie that credit needs)."""
     rows = []
     for task in tasks:
         sol = _solution(task, kind)

@@ -37,7 +37,7 @@ def event_ms(torch, fn, n: int = 30) -> float:
 def main() -> int:
     import torch
 
-    from tools import cupti, ncu
+    from tools import credit as ncu, cupti
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="512,8192")

@@ -32,9 +32,9 @@ QUERY_PATTERN = re.compile(r"tensor_op|ops_path|inst_executed_op_[fhd](fma|add|m
 
 
 def candidates() -> list[str]:
-    """The metrics the evaluator's one ncu pass asks for: the work shares (tools.ncu) and the
+    """The metrics the evaluator's one ncu pass asks for: the work shares (tools.credit) and the
     profile (tools.profile), so the probe checks exactly the names in use."""
-    from tools.ncu import WORK_METRICS
+    from tools.credit import WORK_METRICS
     from tools.profile import PROFILE_METRICS
 
     return list(dict.fromkeys(["gpu__time_duration.sum", *WORK_METRICS, *PROFILE_METRICS]))

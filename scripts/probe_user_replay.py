@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> int:
     import torch
 
-    from tools import cupti, ncu
+    from tools import credit as ncu, cupti
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4096)
@@ -50,7 +50,7 @@ def main() -> int:
         return e0.elapsed_time(e1)
 
     plain = statistics.median(timed() for _ in range(20))
-    prof = cupti.RangeProfiler(list(ncu.credit_metrics(None if args.full else False)), replay="user")
+    prof = cupti.RangeProfiler(list(ncu.credit_metrics()), replay="user")
     for r in range(args.repeat):
         pass_ms: list[float] = []
         range_s: list[list[float]] = []

@@ -185,7 +185,9 @@ def _row_and_aggregate_rules(task: Task) -> str:
     if rows:
         parts.append(" Each row (last dimension) of an output must also be within a relative L2 error of its own "
                      "norm (never judged against less than 0.3 of a typical row's): " + ", ".join(rows) + ".")
-    single = [f"{n} {r.atol:g}" for n, r in tol.rows.items() if r.row == "element"]
+    single = [f"{n} {r.atol:g}" if not r.spread else
+              f"{n} min({r.atol:g}, {r.spread_atol:g} + {r.spread:g} * sqrt(sum_j p_j^2)) with p the row's softmax"
+              for n, r in tol.rows.items() if r.row == "element"]
     if single:
         parts.append(" Instead of that rule, each element of these outputs must be within an absolute error of: "
                      + ", ".join(single) + ".")

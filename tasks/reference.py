@@ -123,8 +123,10 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
     A kernel that rounds each product's factor to bf16 (as tensor-core kernels do with P and dS
     in attention) errs by about 2^-9 * rss on an element, whatever the element's own value: where
     the sum cancels (|ref| << rss) that exceeds rtol * |ref|. Tasks with tolerance.scale == "terms"
-    are judged against max(|ref|, rss). Known for op types gemm, mha_fwd, fp8_mha_fwd and mha_bwd; outputs
-    without a term structure (LSE) are left out (their scale is |ref|).
+    are judged against max(|ref|, rss). Known for op types gemm, mha_fwd, fp8_mha_fwd and mha_bwd. FP8
+    attention's LSE has one of its own: sqrt(sum_j p_j^2) over the row's softmax (the rss of the
+    normaliser's terms over their sum), which its row tolerance's `spread` reads (schema.RowTolerance);
+    bf16 attention's LSE has none (its scale is |ref|).
     """
     axes = _axes_from_shapes(task, inputs)
     x = {name: _widen(inputs[name]) for name in task.inputs}
@@ -133,7 +135,9 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
             return {"C": torch.matmul(x["A"].square(), x["B"].square().T).sqrt_()}
         if task.op_type in ("mha_fwd", "mha_bwd"):
             sm_scale = task.scalar_values(axes)["sm_scale"]
-            return _attention_term_scales(task.op_type, x, sm_scale, "causal" in task.tags)
+            out = _attention_term_scales(task.op_type, x, sm_scale, "causal" in task.tags)
+            out.pop("LSE", None)  # bf16 LSE rows are bounded flat (no spread): |ref| is their scale
+            return out
         if task.op_type == "fp8_mha_fwd":  # as mha_fwd, over the dequantised Q, K, V (tasks/families/fp8_attention.py)
             sm_scale = task.scalar_values(axes)["sm_scale"]
             return _attention_term_scales("mha_fwd", dequantised(inputs, ("Q", "K", "V")), sm_scale,
@@ -159,6 +163,8 @@ def _attention_term_scales(op_type: str, x: dict[str, torch.Tensor], sm_scale: f
     keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril() if causal else None
     names = ("O",) if op_type == "mha_fwd" else ("dQ", "dK", "dV")
     out = {n: torch.empty(B * H, S, D, dtype=torch.float32, device=q.device) for n in names}
+    if op_type == "mha_fwd":  # LSE's: sqrt(sum_j p_j^2), the rss of its normaliser's terms over their sum
+        out["LSE"] = torch.empty(B * H, S, dtype=torch.float32, device=q.device)
     if op_type == "mha_bwd":
         o, do = (x[n].float().reshape(B * H, S, D) for n in ("O", "dO"))
         lse = x["LSE"].float().reshape(B * H, S, 1)
@@ -170,7 +176,9 @@ def _attention_term_scales(op_type: str, x: dict[str, torch.Tensor], sm_scale: f
             scores.masked_fill_(~keep, float("-inf"))
         if op_type == "mha_fwd":  # O[i] = sum_j P[i,j] V[j]
             p = torch.softmax(scores, dim=-1)
-            out["O"][c] = torch.matmul(p.square_(), v[c].square()).sqrt_()
+            p.square_()
+            out["LSE"][c] = p.sum(dim=-1).sqrt_()
+            out["O"][c] = torch.matmul(p, v[c].square()).sqrt_()
             continue
         p = torch.exp(scores - lse[c])  # exp(-inf) = 0 where masked
         out["dV"][c] = torch.matmul(p.square().transpose(1, 2), do[c].square()).sqrt_()  # dV[j] = sum_i P[i,j] dO[i]
@@ -178,4 +186,4 @@ def _attention_term_scales(op_type: str, x: dict[str, torch.Tensor], sm_scale: f
         ds2 = torch.matmul(do[c], v[c].transpose(1, 2)).sub_(delta).mul_(p).square_()  # dS^2
         out["dQ"][c] = torch.matmul(ds2, k[c].square()).sqrt_() * sm_scale  # dQ[i] = sm_scale sum_j dS[i,j] K[j]
         out["dK"][c] = torch.matmul(ds2.transpose(1, 2), q[c].square()).sqrt_() * sm_scale
-    return {n: t.reshape(B, H, S, D) for n, t in out.items()}
+    return {n: t.reshape(B, H, S, D) if t.dim() == 3 else t.reshape(B, H, S) for n, t in out.items()}

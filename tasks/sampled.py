@@ -129,7 +129,7 @@ def _mha_fwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
 
     def rows_of(f: torch.Tensor) -> dict[str, Sample]:
         bh, i = f // S, f % S
-        return _fwd_rows(f, i, q[bh, i], k[bh], v[bh], sm_scale, causal, terms)
+        return _fwd_rows(f, i, q[bh, i], k[bh], v[bh], sm_scale, causal, terms, lse_scale=False)
     return _in_chunks(rows_of, flat)
 
 
@@ -156,7 +156,7 @@ def _in_chunks(rows_of, flat: torch.Tensor) -> dict[str, Sample]:
             for name in parts[0]}
 
 
-def _fwd_rows(flat, i, q, k, v, sm_scale, causal, terms) -> dict[str, Sample]:
+def _fwd_rows(flat, i, q, k, v, sm_scale, causal, terms, lse_scale: bool = True) -> dict[str, Sample]:
     """O and LSE of the query rows q [r, D] against their heads' keys k and values v [r, S, D]."""
     S = k.shape[1]
     scores = torch.einsum("rd,rsd->rs", q, k) * sm_scale
@@ -166,7 +166,9 @@ def _fwd_rows(flat, i, q, k, v, sm_scale, causal, terms) -> dict[str, Sample]:
     p = torch.exp(scores - lse[:, None])
     o = torch.einsum("rs,rsd->rd", p, v)
     o_scale = torch.einsum("rs,rsd->rd", p.square(), v.square()).sqrt_() if terms else None
-    return {"O": Sample(flat, o, o_scale), "LSE": Sample(flat, lse[:, None])}
+    # FP8 attention's LSE term scale, as tasks.reference.term_scales (bf16 attention's LSE has none)
+    c = p.square().sum(dim=-1, keepdim=True).sqrt_() if terms and lse_scale else None
+    return {"O": Sample(flat, o, o_scale), "LSE": Sample(flat, lse[:, None], c)}
 
 
 def _mha_bwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:

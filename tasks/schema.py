@@ -52,11 +52,20 @@ class RowTolerance(BaseModel):
     a GEMM row, an attention query's O, a GDN token's output or state row) or a single element
     ("element": LSE, whose error is additive: exp(dLSE) - 1 is the normaliser's relative error).
     Unlike an aggregate bound it cannot be diluted by the rest of the output: one wrong row fails.
-    For "element" rows this bound replaces the task's elementwise rtol/atol on that output."""
+    For "element" rows this bound replaces the task's elementwise rtol/atol on that output.
+
+    `spread` (element rows with a term scale, LSE): each row's bound is its own rounding's,
+    min(atol, spread_atol + spread * c_r), with c_r the output's term scale for that row. For LSE
+    c_r = sqrt(sum_j p_j^2) over the row's softmax p (the rss of the normaliser's terms relative
+    to their sum: 1 where one key carries the row, 1/sqrt(n) over n equal keys): rounding each p
+    by a relative eps moves LSE by about eps * c_r, so a flat row, whose LSE another input's row
+    nearly matches, is held to its own small rounding and `atol` stays the most any row may err."""
     rtol: float = 0.0
     floor: float = 0.0  # a row's scale is at least floor x a typical row's (rms over the output)
     atol: float = 0.0  # absolute part, in the output's units (LSE: nats)
     row: Literal["last_dim", "element"] = "last_dim"
+    spread: float = 0.0  # element rows: the bound per unit of the row's term scale (0: atol alone)
+    spread_atol: float = 0.0  # element rows with spread: the part no row's bound goes below
 
 
 class Tolerance(BaseModel):

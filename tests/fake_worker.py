@@ -95,14 +95,14 @@ def fp8_wgmma_credit(msg: dict) -> dict:
     """tools.worker._credit_run's result for the counted runs of an honest fp8 wgmma kernel (one per
     pass of the metric set the evaluator asked for; the last one SASS-patched)."""
     from tasks.schema import Task, Workload
-    from tools import ncu
+    from tools import credit as ncu
 
     task, wl = Task.model_validate(msg["task"]), Workload.model_validate(msg["workload"])
     metrics = {m: 0.0 for m in msg["credit"]["metrics"]}
-    metrics.update({ncu.GMMA_METRIC: 1e4, ncu.HMMA_INST_METRIC: 1e4,
+    metrics.update({ncu.GMMA_METRIC: 1e4, ncu.HMMA_INST_METRIC: 1e4, ncu.TENSOR_INST_METRIC: 1e4,
                     ncu.FP8_OPS_METRIC: float(task.flop_count(task.axis_values(wl)))})
     metrics.pop(ncu.DURATION_METRIC, None)  # not asked for in process: each counted run is timed with events
-    passes = 3 if len(metrics) < len(ncu.CUPTI_METRICS) - 1 else 6
+    passes = 3
     return {"status": "ran", "reason": None, "runs": passes, "lead_runs": 0, "counted_from": 1, "passes": passes,
             "run_ms": [0.01] * (passes - 1), "instrumented_ms": [0.5], "profile_s": 0.0,
             "launches": [{"name": "kernel", "metrics": metrics}]}

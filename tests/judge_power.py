@@ -448,6 +448,32 @@ def corrupted(task: Task, good: Outputs, stale: Outputs, gen: torch.Generator) -
                 yield f"{name}:{count}_elements_{kind}", {**good, name: f.reshape(t.shape)}
 
 
+def sparse_resolution(task: Task, expected: Outputs, good: Outputs, stale: Outputs,
+                      scales: dict | None = None) -> dict[str, dict[str, tuple[float, int, int]]]:
+    """The one-row faults an optimiser would choose (issue 42, item 6): per output and per fault
+    (zeroed, stale: the row computed from other inputs), every row tried, the smallest per-row
+    margin (the row's error over its allowance, tools.correctness.row_ratios; <= 1 passes), how
+    many rows pass that fault and how many rows there are. The catalogue above draws its rows at
+    random; this says where the per-row rule cannot see one wrong row at all. `good`: the
+    reference as written (its own margins are the rounding's)."""
+    from tools.correctness import row_ratios
+
+    out: dict[str, dict[str, tuple[float, int, int]]] = {}
+    for name, e in expected.items():
+        spec = task.tolerance.rows.get(name)
+        if spec is None:
+            continue
+        e = e.float()
+        s = e.abs() if not scales or name not in scales else torch.maximum(e.abs(), scales[name].float())
+        out[name] = {}
+        for fault, got in (("zeroed_row", torch.zeros_like(e)), ("stale_row", stale[name].float()),
+                           ("as_written", good[name].float())):
+            r = row_ratios((got - e).abs(), s, spec, (scales or {}).get(name)).reshape(-1)
+            out[name][fault] = (float(r.min()) if fault != "as_written" else float(r.max()),
+                                int((r <= 1).sum()), r.numel())
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Running the catalogue through the evaluator's own judge
 
@@ -458,6 +484,7 @@ class Verdicts:
     def __init__(self, task: Task, workload: str):
         self.task, self.workload = task, workload
         self.rows: list[tuple[str, str, bool, dict[str, float], str]] = []  # (kind, variant, passed, margins, why)
+        self.sparse: dict[str, dict[str, tuple[float, int, int]]] = {}  # sparse_resolution, where the catalogue ran
 
     def add(self, kind: str, variant: str, passed: bool, margins: dict[str, float], why: str) -> None:
         self.rows.append((kind, variant, passed, margins, why))
@@ -484,13 +511,16 @@ def _fmt(margins: dict[str, float]) -> str:
     return ", ".join(f"{o} {m:.3g}" for o, m in margins.items())
 
 
-def elementwise_tolerance(tol, name: str, s: torch.Tensor) -> tuple[float, float]:
+def elementwise_tolerance(tol, name: str, s: torch.Tensor, scale: torch.Tensor | None = None):
     """(atol, rtol) of the judge's elementwise rule for output `name` (tools.correctness.compare):
-    the task's, or where each element is a row (LSE) that row's own bound. Kept the same as the
-    judge's by test_judge_power.py: a margin above 1 exactly where a verdict failed."""
+    the task's, or where each element is a row (LSE) that row's own bound (a tensor where the row
+    tolerance has a `spread`). Kept the same as the judge's by test_judge_power.py: a margin above
+    1 exactly where a verdict failed."""
+    from tools.correctness import element_atol
+
     row_tol = (getattr(tol, "rows", None) or {}).get(name)
     if row_tol is not None and row_tol.row == "element":
-        return row_tol.atol + row_tol.rtol * row_tol.floor * float(s.square().mean().sqrt()), row_tol.rtol
+        return element_atol(row_tol, s, scale), row_tol.rtol
     return tol.atol, tol.rtol
 
 
@@ -499,7 +529,7 @@ def margins_of(task: Task, mismatches, got: Outputs, expected: Outputs, scales: 
     for m in mismatches:
         n = m.output
         s = expected[n].abs() if not scales or n not in scales else torch.maximum(expected[n].abs(), scales[n])
-        atol, rtol = elementwise_tolerance(tol, n, s)  # the judge's own rule (LSE: its per-element bound)
+        atol, rtol = elementwise_tolerance(tol, n, s, (scales or {}).get(n))  # the judge's own rule (LSE: per element)
         elementwise = float(((got[n].float() - expected[n]).abs() / (atol + rtol * s)).max())
         aggregate = (m.rel_l2 or 0.0) / m.rel_l2_bound if m.rel_l2_bound else 0.0
         out[n] = max(elementwise, aggregate, m.row_ratio or 0.0)
@@ -597,6 +627,7 @@ def run_catalogue(task: Task, axes: dict[str, int], device: str, seed: int = 1, 
         for name, out in corrupted(task, good, stale, gen):
             passed, why, margins = judge.values(out)
             result.add("wrong", name, passed, margins, why)
+        result.sparse = sparse_resolution(task, judge.expected, good, stale, judge.scales)
     return result
 
 
@@ -666,6 +697,19 @@ def judge_task(task: Task, device: str, workloads: list[tuple[str, dict[str, int
         if device != "cpu":
             torch.cuda.empty_cache()
     return out
+
+
+def sparse_table(results: list[Verdicts]) -> str:
+    """One line per task, workload and output where the catalogue ran: for a zeroed and a stale row
+    chosen among all rows, the smallest margin and how many rows pass it (issue 42, item 6); and
+    the reference as written, the largest margin (rounding alone)."""
+    lines = [f"{'task':38s} {'workload':12s} {'output':10s} zeroed: least margin, rows passing | stale: same | as written"]
+    for v in results:
+        for out, f in v.sparse.items():
+            z, st, w = f["zeroed_row"], f["stale_row"], f["as_written"]
+            lines.append(f"{v.task.name:38s} {v.workload:12s} {out:10s} {z[0]:8.3g} {z[1]:>6d}/{z[2]:<8d} | "
+                         f"{st[0]:8.3g} {st[1]:>6d}/{st[2]:<8d} | {w[0]:.3g}")
+    return "\n".join(lines)
 
 
 def margins_table(results: list[Verdicts]) -> str:

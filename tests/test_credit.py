@@ -11,7 +11,7 @@ import torch
 
 from test_evaluator_cpu import CpuState, _ncu_row, gemm, small_gemm
 from tools import worker
-from tools.ncu import SAME_RUN_RATIO, TaskWork, _credit, _unprofiled, combine
+from tools.credit import SAME_RUN_RATIO, TaskWork, _credit, _unprofiled, combine
 from tools.solution import Solution
 
 from pathlib import Path
@@ -277,7 +277,7 @@ def test_the_overwork_cap_allows_an_honest_kernels_padded_tiles():
     there, while 2.5x at a size with no padding still fails."""
     from tasks import get_task
     from tools.evaluator import _task_work
-    from tools.ncu import carries
+    from tools.credit import carries
 
     task = get_task("mha_bwd_d128")
     by = {w.name: _task_work(task, w) for w in task.workloads}

@@ -16,14 +16,15 @@ import pytest
 import torch
 from test_evaluator_cpu import CpuState, corrupt, gemm, small_gemm
 
-from tools import cupti, ncu, worker
+from tools import credit as rules, cupti, ncu, worker
 from tools.correctness import poison_mask
 from tools.cupti import CuptiError, Launch
-from tools.ncu import TaskWork
+from tools.credit import Counting, TaskWork
 from tools.solution import Solution
 from tools.timing import KernelTimeout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "adversarial"
+NO_BULK = {"HGMMA", "UTMALDG"}  # a module SASS without plain bulk copies: TMA's bytes are tensor-map loads
 WORK = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
 LIMIT_S = 5.0  # the request's kernel_timeout_s
 PHASES = {"setup": 0.25, "runs": 0.01, "decode": 0.001, "disable": 0.002, "total": 0.263}
@@ -49,7 +50,7 @@ class FakeProfiler:
 
     def __init__(self, state, passes: int, instrumented: tuple[int, ...], fail: tuple[str, str] | None):
         self.state, self.passes, self.instrumented_passes, self.fail = state, passes, tuple(instrumented), fail
-        self.metrics = list(ncu.credit_metrics(False))
+        self.metrics = list(rules.credit_metrics())
         self.last_phase_s: dict[str, float] = {}
         self.last_stops: list[list[int]] = []  # what CUPTI's Stop returned per pass, as on the H200 (recorded)
         self.names: list[str] = []  # the default range name of each profile_passes call
@@ -99,7 +100,7 @@ class CountedState(CpuState):
         self.launches, self.counted, self.waits, self.asked = 0, [], [], []
         self.inside, self.pass_index, self.fail, self.hang_at = False, None, fail, hang_at
         self.clock_ms, self.ms_of = 0.0, ms_of or (lambda i: 1.0)
-        self.metrics_of = metrics_of or (lambda counted: {m: 0.0 for m in ncu.credit_metrics(False)})
+        self.metrics_of = metrics_of or (lambda counted: {m: 0.0 for m in rules.credit_metrics()})
         self.bound, self.label = None, None
 
         def counting(ws, call):
@@ -142,7 +143,7 @@ def request(credit_seed: int, time: bool = True, timing_seed: int = 7, workload:
     """A workload request with the in-process check (`evaluation`: the id the evaluator gives it)."""
     task = small_gemm()
     sol = Solution.from_dir(FIXTURES / "good")
-    credit = {"seed": credit_seed, "metrics": list(ncu.credit_metrics(False)), "evaluation": evaluation}
+    credit = {"seed": credit_seed, "metrics": list(rules.credit_metrics()), "evaluation": evaluation}
     return {"cubin": b"", "manifest": sol.manifest.model_dump(mode="json"), "task": task.model_dump(mode="json"),
             "workload": task.workloads[workload].model_dump(mode="json"), "seeds": [11, 12], "time": time,
             "timing_seed": timing_seed, "timing_budget_s": 0.01, "kernel_timeout_s": LIMIT_S, "credit": credit}
@@ -183,7 +184,7 @@ def test_the_counted_runs_follow_the_timed_runs_directly():
         assert state.launches == before + 3 and state.passes_counted() == [0, 1, 2]
         name = f"{worker.COUNTED_RANGE}_0"  # ours, never a name the candidate chose
         assert state.profiler.names == [name] and state.profiler.ranges == [(0, name), (1, name), (2, name)]
-        assert credit["launches"] == [{"name": name, "metrics": {m: 0.0 for m in ncu.credit_metrics(False)}}]
+        assert credit["launches"] == [{"name": name, "metrics": {m: 0.0 for m in rules.credit_metrics()}}]
         assert state.asked == [tuple(req["credit"]["metrics"])]
         assert credit["profile_phase_s"] == PHASES and credit["profile_s"] >= 0 and credit["own_s"] >= 0
         assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]  # CUPTI's pass bookkeeping, recorded
@@ -355,7 +356,7 @@ def test_a_profiler_error_is_recorded_and_the_workload_still_passes(when):
     credit = result["credit"]
     assert credit["status"] == "failed" and "CUPTI error 7" in credit["reason"] and credit["launches"] == []
     assert len(state.counted) == (3 if when == "after" else 0) and credit["profile_s"] is not None
-    wc = ncu.credit_in_process(META, credit, ["wgmma"], WORK, 1.0)
+    wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, 1.0)
     assert wc.status == "skipped" and "CUPTI error 7" in wc.reason
 
 
@@ -373,14 +374,14 @@ def test_a_hang_in_a_counted_run_is_a_timeout(hang_at):
 # ---------------------------------------------------------------- the tie to the timed median
 
 def _counters(**kw) -> dict[str, float]:
-    out = {m: 0.0 for m in ncu.CUPTI_METRICS}
+    out = {m: 0.0 for m in rules.CUPTI_METRICS}
     out.update({k.replace("__dot__", "."): float(v) for k, v in kw.items()})
     return out
 
 
 HONEST = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=4e6,
                    sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum=WORK.flops * 1.02,
-                   smsp__inst_executed_op_tma_ld__dot__sum=3e5,
+                   sm__inst_executed_pipe_tma__dot__sum=3e5,
                    l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum=WORK.read_bytes * 3,
                    gpu__time_duration__dot__sum=1.0e6)
 META = {"workload": "M8192", "split": "visible"}
@@ -389,7 +390,7 @@ META = {"workload": "M8192", "split": "visible"}
 def _counted(run_ms: list[float], counted_from: int = 1, instrumented_ms=(45.0,), metrics=None) -> dict:
     """An in-process credit as _credit_run reports it: counters without a kernel time, each
     hardware pass's run timed."""
-    metrics = metrics or {m: v for m, v in HONEST.items() if m in ncu.credit_metrics(False)}
+    metrics = metrics or {m: v for m, v in HONEST.items() if m in rules.credit_metrics()}
     return {"status": "ran", "runs": counted_from - 1 + len(run_ms) + len(instrumented_ms),
             "counted_from": counted_from, "run_ms": list(run_ms), "instrumented_ms": list(instrumented_ms),
             "launches": [{"name": "k", "metrics": metrics}]}
@@ -399,32 +400,32 @@ def test_every_counted_run_is_tied_to_the_timed_median_both_ways():
     """Not their median: each hardware pass's run. One slow run among three (their median still
     1.0 ms) or one fast one withdraws the credit, and the note names that counted run. The
     instrumented run (45 ms here) is never tied."""
-    wc = ncu.credit_in_process(META, _counted([1.0, 1.02, 0.98], counted_from=2), ["wgmma", "tma"], WORK, 1.0,
-                               mma_sync=False)
+    wc = rules.credit_in_process(META, _counted([1.0, 1.02, 0.98], counted_from=2), ["wgmma", "tma"], WORK, 1.0,
+                               module_opcodes=NO_BULK)
     assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": True}, wc
     assert wc.kernel_ms == 1.0 and wc.run_ms == [1.0, 1.02, 0.98] and wc.instrumented_ms == [45.0]
     assert wc.counted_from == 2 and wc.runs == 5 and wc.timed_ms == 1.0
 
-    slow = ncu.credit_in_process(META, _counted([1.0, 1.5, 1.0], counted_from=2), ["wgmma", "tma"], WORK, 1.0,
-                                 mma_sync=False)
+    slow = rules.credit_in_process(META, _counted([1.0, 1.5, 1.0], counted_from=2), ["wgmma", "tma"], WORK, 1.0,
+                                 module_opcodes=NO_BULK)
     assert slow.kernel_ms == 1.0 and slow.carries == {"wgmma": False, "tma": False}
     assert slow.notes["wgmma"].startswith("counted run 3's kernels took 1.5 ms, the timed runs 1 ms (median)")
     assert "not the one whose instructions were counted" in slow.notes["tma"]
 
-    fast = ncu.credit_in_process(META, _counted([1.0, 1.0, 0.5], counted_from=2), ["wgmma"], WORK, 1.0,
-                                 mma_sync=False)
+    fast = rules.credit_in_process(META, _counted([1.0, 1.0, 0.5], counted_from=2), ["wgmma"], WORK, 1.0,
+                                 module_opcodes=NO_BULK)
     assert fast.carries["wgmma"] is False and fast.notes["wgmma"].startswith("counted run 4's kernels took 0.5 ms")
     assert "the timed runs took a slower path" in fast.notes["wgmma"]
 
-    untimed = ncu.credit_in_process(META, _counted([1.0, 9.0, 0.1]), ["wgmma"], WORK, None, mma_sync=False)
+    untimed = rules.credit_in_process(META, _counted([1.0, 9.0, 0.1]), ["wgmma"], WORK, None, module_opcodes=NO_BULK)
     assert untimed.carries["wgmma"] is True  # nothing timed: no speed claimed, nothing tied
 
 
 def test_the_withheld_credit_names_the_counted_runs():
-    ok = ncu.credit_in_process(META, _counted([1.0, 1.0]), ["wgmma"], WORK, 1.0, mma_sync=False)
-    slow = ncu.credit_in_process({"workload": "M70", "split": "held_out"}, _counted([1.0, 2.0], counted_from=3),
-                                 ["wgmma"], WORK, 1.0, mma_sync=False)
-    out = ncu.combine(["wgmma"], [ok, slow])
+    ok = rules.credit_in_process(META, _counted([1.0, 1.0]), ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
+    slow = rules.credit_in_process({"workload": "M70", "split": "held_out"}, _counted([1.0, 2.0], counted_from=3),
+                                 ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
+    out = rules.combine(["wgmma"], [ok, slow])
     assert out.carries["wgmma"] is False
     assert out.notes["wgmma"].startswith("held-out workload #1 (counted runs 3-5): counted run 4's kernels took 2 ms")
 
@@ -432,11 +433,11 @@ def test_the_withheld_credit_names_the_counted_runs():
 def test_the_worker_reports_what_the_tie_needs():
     """End to end: the counted runs' times as the worker measured them reach the tie; one slow
     hardware-pass run withdraws the credit, whatever the instrumented one took."""
-    honest = {m: v for m, v in HONEST.items() if m in ncu.credit_metrics(False)}
+    honest = {m: v for m, v in HONEST.items() if m in rules.credit_metrics()}
     for ms, carried in (({0: 1.0, 1: 1.0, 2: 30.0}, True), ({0: 1.0, 1: 1.3, 2: 1.0}, False)):
         state = CountedState(gemm, metrics_of=lambda counted: honest, ms_of=ms.__getitem__)
         result, _ = with_counted_runs(state, request(8))
-        wc = ncu.credit_in_process(META, result["credit"], ["wgmma"], WORK, 1.0, mma_sync=False)
+        wc = rules.credit_in_process(META, result["credit"], ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
         assert wc.status == "ok" and wc.carries["wgmma"] is carried, wc
         if not carried:
             assert wc.notes["wgmma"].startswith("counted run 2's kernels took 1.3 ms")
@@ -444,62 +445,31 @@ def test_the_worker_reports_what_the_tie_needs():
 
 def test_the_nsight_compute_run_is_tied_by_its_kernel_time_both_ways():
     ran = {"status": "ran", "launches": [{"name": "k", "metrics": HONEST}]}  # 1.0 ms counted (gpu__time_duration)
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 0.5).carries["wgmma"] is False  # timed path faster
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 2.0).carries["wgmma"] is False  # timed path slower
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is True
+    assert rules.credit_in_process(META, ran, ["wgmma"], WORK, 0.5).carries["wgmma"] is False  # timed path faster
+    assert rules.credit_in_process(META, ran, ["wgmma"], WORK, 2.0).carries["wgmma"] is False  # timed path slower
+    assert rules.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is True
 
 
 # ---------------------------------------------------------------- what is counted
 
-def test_credit_metrics_drop_the_mma_sync_counters_only_where_the_sass_has_none():
-    """No kernel time (each run is timed with events), and the three mma.sync ops counters only
-    where the module's SASS may hold a warp-level MMA (True) or is not known (None)."""
-    assert len(ncu.HMMA_OPS_METRICS) == 3 and all("hmma" in m for m in ncu.HMMA_OPS_METRICS)
-    for mma_sync in (True, None):
-        assert ncu.credit_metrics(mma_sync) == tuple(
-            m for m in ncu.CUPTI_METRICS if m != ncu.DURATION_METRIC)
-    without = ncu.credit_metrics(False)
-    assert without == tuple(m for m in ncu.CUPTI_METRICS
-                            if m != ncu.DURATION_METRIC and m not in ncu.HMMA_OPS_METRICS)
-    assert len(ncu.CUPTI_METRICS) - len(without) == 4
-
-
-def test_no_mma_sync_in_the_sass_reads_its_counters_as_zero():
-    """Rows of a module without a warp-level MMA (SASS_MMA_SYNC "0") lack the mma.sync ops
-    counters (not collected) and still give the other math; where the SASS is not known they are
-    missing and the other math is not measured, so wgmma carries nothing."""
-    ffma = ncu.OTHER_FLOP_METRICS["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"]
-    counters = {m: HONEST.get(m, 0.0) for m in ncu.credit_metrics(False)}
-    counters["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"] = 1000.0
-    rows = ncu.counter_rows([{"name": "k", "metrics": counters}], mma_sync=False)
-    assert rows[0][ncu.SASS_MMA_SYNC] == "0" and not any(m in rows[0] for m in ncu.HMMA_OPS_METRICS)
-    got = ncu.work_metrics(rows)
-    assert got["other_flops"] == 1000.0 * ffma and got["wgmma_flops"] == WORK.flops * 1.02
-    assert "other_flops" not in ncu.work_metrics(ncu.counter_rows([{"name": "k", "metrics": counters}], None))
-    ran = _counted([1.0], metrics=counters)
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0, mma_sync=False).carries["wgmma"] is True
-    unknown = ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0)
-    assert unknown.carries["wgmma"] is False and "outside wgmma could not be measured" in unknown.notes["wgmma"]
-
-
 @pytest.mark.parametrize("metric,bad,why", [
-    (ncu.GMMA_METRIC, float("nan"), f"no executed-instruction counts for wgmma (CUPTI read no value for {ncu.GMMA_METRIC})"),
-    (ncu.HGMMA_OPS_METRICS[0], float("inf"), "the share of the work wgmma carried could not be measured"),
+    (rules.GMMA_METRIC, float("nan"), f"no executed-instruction counts for wgmma (CUPTI read no value for {rules.GMMA_METRIC})"),
+    (rules.HGMMA_OPS_METRICS[0], float("inf"), "the share of the work wgmma carried could not be measured"),
     ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", float("nan"),
-     "the floating-point math done outside wgmma could not be measured"),
-    (ncu.TMA_BYTES_METRIC, float("nan"), "the share of the work tma carried could not be measured"),
+     "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured"),
+    (rules.TMA_BYTES_METRIC, float("nan"), "the share of the work tma carried could not be measured"),
 ])
 def test_a_counter_cupti_could_not_read_is_not_measured(metric, bad, why):
     """NaN or inf (a pass that was not collected) is left out of the rows, so the feature it
     decides is not measured and not credited; the other feature is decided as before."""
-    counters = {m: HONEST.get(m, 0.0) for m in ncu.credit_metrics(False)}
+    counters = {m: HONEST.get(m, 0.0) for m in rules.credit_metrics()}
     counters[metric] = bad
-    assert metric not in ncu.counter_rows([{"name": "k", "metrics": counters}], False)[0]
-    wc = ncu.credit_in_process(META, _counted([1.0], metrics=counters), ["wgmma", "tma"], WORK, 1.0, mma_sync=False)
-    if metric == ncu.GMMA_METRIC:
+    assert metric not in rules.counter_rows([{"name": "k", "metrics": counters}], NO_BULK)[0]
+    wc = rules.credit_in_process(META, _counted([1.0], metrics=counters), ["wgmma", "tma"], WORK, 1.0, module_opcodes=NO_BULK)
+    if metric == rules.GMMA_METRIC:
         assert wc.status == "skipped" and wc.reason == why and not any(wc.carries.values())
     else:
-        lost = "tma" if metric == ncu.TMA_BYTES_METRIC else "wgmma"
+        lost = "tma" if metric == rules.TMA_BYTES_METRIC else "wgmma"
         assert wc.status == "ok" and wc.notes[lost] == why
         assert wc.carries == {"wgmma": lost != "wgmma", "tma": lost != "tma"}
 
@@ -508,14 +478,14 @@ def test_an_unread_counter_from_the_worker_is_not_measured():
     """The same, end to end: NaN from CUPTI comes back in the credit op's reply as NaN (pickled;
     None once a result went through JSON) and reaches the verdict as not measured, not as an
     error; the other feature is decided as before."""
-    counters = {m: HONEST.get(m, 0.0) for m in ncu.credit_metrics(False)}
-    counters[ncu.TMA_BYTES_METRIC] = float("nan")
+    counters = {m: HONEST.get(m, 0.0) for m in rules.credit_metrics()}
+    counters[rules.TMA_BYTES_METRIC] = float("nan")
     state = CountedState(gemm, metrics_of=lambda counted: counters)
     result, _ = with_counted_runs(state, request(3, time=False))
     reported = result["credit"]["launches"][0]["metrics"]
-    assert math.isnan(reported[ncu.TMA_BYTES_METRIC]) and reported[ncu.GMMA_METRIC] == HONEST[ncu.GMMA_METRIC]
-    assert ncu.TMA_BYTES_METRIC not in ncu.counter_rows(result["credit"]["launches"], False)[0]
-    wc = ncu.credit_in_process(META, result["credit"], ["wgmma", "tma"], WORK, None, mma_sync=False)
+    assert math.isnan(reported[rules.TMA_BYTES_METRIC]) and reported[rules.GMMA_METRIC] == HONEST[rules.GMMA_METRIC]
+    assert rules.TMA_BYTES_METRIC not in rules.counter_rows(result["credit"]["launches"], NO_BULK)[0]
+    wc = rules.credit_in_process(META, result["credit"], ["wgmma", "tma"], WORK, None, module_opcodes=NO_BULK)
     assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": False}, wc
     assert wc.notes["tma"] == "the share of the work tma carried could not be measured"
 
@@ -523,118 +493,26 @@ def test_an_unread_counter_from_the_worker_is_not_measured():
 def test_hardware_counters_alone_give_the_verdict():
     """No per-opcode counts in process: wgmma and TMA are counted by their own counters and the
     shares decide as before."""
-    wc = ncu.credit_in_process(META, {"status": "ran", "runs": 3, "profiled_at": 2,
-                                      "launches": [{"name": "k", "metrics": HONEST}]}, ["wgmma", "tma"], WORK, 1.0)
+    wc = rules.credit_in_process(META, {"status": "ran", "runs": 3, "profiled_at": 2,
+                                      "launches": [{"name": "k", "metrics": HONEST}]}, ["wgmma", "tma"], WORK, 1.0,
+                                 NO_BULK)
     assert wc.status == "ok" and wc.carries == {"wgmma": True, "tma": True}, wc
     assert wc.counts == {"wgmma": 4_000_000, "tma": 300_000}
-    no_tma = dict(HONEST, **{"smsp__inst_executed_op_tma_ld.sum": 0.0})
-    wc = ncu.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": no_tma}]},
+    no_tma = dict(HONEST, **{"sm__inst_executed_pipe_tma.sum": 0.0})
+    wc = rules.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": no_tma}]},
                                ["wgmma", "tma"], WORK, 1.0)
     assert wc.executed["tma"] is False and wc.carries["tma"] is False
     simt = _counters(smsp__sass_thread_inst_executed_op_ffma_pred_on__dot__sum=WORK.flops / 2,
                      smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=8,
                      sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum=WORK.flops * 0.001,
                      gpu__time_duration__dot__sum=1.0e6)
-    wc = ncu.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": simt}]},
+    wc = rules.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": simt}]},
                                ["wgmma"], WORK, 1.0)
     assert wc.executed["wgmma"] and not wc.carries["wgmma"]
 
 
-def test_fp8_ops_count_as_wgmma_only_where_the_sass_has_no_warp_level_mma():
-    """The fp8 ops counter does not tell QGMMA from mma.sync, and the HMMA-pipe instruction counter
-    counts HGMMA and QGMMA too (CUPTI's description, below): an honest fp8 wgmma kernel reads it
-    above 0. So the module's SASS decides: no warp-level MMA in it, every fp8 op was QGMMA's."""
-    fp8 = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=1e6, sm__ops_path_tensor_src_fp8__dot__sum=1e12,
-                    sm__inst_executed_pipe_tensor_op_hmma__dot__sum=1e6)  # the QGMMAs themselves
-
-    def row(mma_sync):
-        return ncu.counter_rows([{"name": "k", "metrics": fp8}], mma_sync)
-
-    assert ncu.work_metrics(row(False))["wgmma_flops"] == 1e12
-    assert ncu.work_metrics(row(False))["other_flops"] == 0.0
-    for unsure in (True, None):  # an mma.sync in the SASS, or SASS not read: not wgmma's
-        assert ncu.work_metrics(row(unsure))["wgmma_flops"] == 0.0
-        assert ncu.work_metrics(row(unsure))["other_flops"] == 1e12
-    assert ncu.issues_mma_sync({"QGMMA", "UTMALDG"}) is False and ncu.issues_mma_sync(None) is None
-    assert all(ncu.issues_mma_sync({op}) for op in ("HMMA", "IMMA", "QMMA", "DMMA"))
-
-
-def test_an_fp8_wgmma_solution_is_credited_through_the_evaluator_path():
-    """credit_in_process with the SASS fact the evaluator passes: an fp8 wgmma kernel carries the
-    work; the same counters from a module that also holds HMMA do not."""
-    fp8 = _counters(smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=1e6,
-                    sm__ops_path_tensor_src_fp8__dot__sum=WORK.flops, sm__inst_executed_pipe_tensor_op_hmma__dot__sum=1e6,
-                    gpu__time_duration__dot__sum=1.0e6)
-    ran = {"status": "ran", "launches": [{"name": "k", "metrics": fp8}]}
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0, mma_sync=False).carries["wgmma"] is True
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0, mma_sync=True).carries["wgmma"] is False
-    assert ncu.credit_in_process(META, ran, ["wgmma"], WORK, 1.0).carries["wgmma"] is False
-
-
-WARP_MMA = {  # an extra kernel in the module, never launched: what the module's SASS holds decides
-    "qgmma": r"""
-extern "C" __global__ void spare(float* out, unsigned long long da, unsigned long long db) {
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
-  asm volatile("wgmma.fence.sync.aligned;\n"
-               "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
-               "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(da), "l"(db));
-  out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
-}
-""",
-    "hmma": r"""
-extern "C" __global__ void spare(float* out, const unsigned* a) {
-  float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
-  unsigned t = threadIdx.x;
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};" : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-               : "r"(a[t]), "r"(a[t + 32]), "r"(a[t + 64]), "r"(a[t + 96]), "r"(a[t + 32]), "r"(a[t]));
-  out[t] = d0 + d1 + d2 + d3;
-}
-""",
-}
-
-
-@pytest.mark.parametrize("spare,credited", [("qgmma", True), ("hmma", False)])
-def test_the_evaluator_reads_the_fp8_rule_from_the_modules_sass(spare, credited, tmp_path, monkeypatch):
-    """End to end on CPU (real NVRTC, ptxas and disassembler; a stand-in worker that reports an
-    honest fp8 wgmma kernel's counters): the module's SASS reaches the in-process verdict. With no
-    warp-level MMA anywhere in the module the fp8 ops are wgmma's; with an mma.sync beside them
-    they may not be, and no credit is taken."""
-    import json
-    import sys
-
-    from test_evaluator_cpu import ROOT
-
-    from tools.evaluator import Evaluator
-
-    mode = tmp_path / "mode"
-    mode.write_text("fp8_wgmma")
-    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
-    monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
-    sol = tmp_path / "sol"
-    sol.mkdir()
-    # the hmma case keeps a QGMMA in the module too: a module whose SASS holds no requested
-    # instruction at all gets its verdict without counted runs (test_credit_skip.py)
-    extra = WARP_MMA["qgmma"].replace("void spare(", "void spare_qgmma(") if spare == "hmma" else ""
-    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA[spare] + extra)
-    (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
-    with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=30,
-                   cache_dir=tmp_path) as ev:
-        r = ev.evaluate(Solution.from_dir(sol), small_gemm(), "sm_90a", executed_check=True, time=False)
-    assert r.compile.ok, r.compile.error
-    assert ("QGMMA" if spare == "qgmma" else "HMMA") in {op for k in r.inspect.kernels.values() for op in k.opcodes}
-    assert r.executed.status == "ok", json.dumps(r.executed.model_dump(mode="json"))[:800]
-    assert all(c.carries["wgmma"] is credited for c in r.executed.workloads), r.executed.workloads
-    # the metrics asked for came from the same SASS, before the first request: the mma.sync ops
-    # counters only where the module holds a warp-level MMA (the stand-in adds the kernel time)
-    for w in r.workloads:
-        asked = set(w.credit["launches"][0]["metrics"]) - {ncu.DURATION_METRIC}
-        assert asked == set(ncu.credit_metrics(spare == "hmma")), (w.workload, asked ^ set(ncu.credit_metrics(False)))
-
-
 def test_a_workload_whose_run_was_not_counted_withholds_credit():
-    wc = ncu.credit_in_process({"workload": "M70", "split": "held_out"}, {"status": "failed", "runs": 2,
+    wc = rules.credit_in_process({"workload": "M70", "split": "held_out"}, {"status": "failed", "runs": 2,
                                                                           "reason": "CUPTI error 7"}, ["wgmma"], WORK, 1.0)
     assert wc.status == "skipped" and "CUPTI error 7" in wc.reason
 
@@ -646,46 +524,6 @@ def _host_library():
         return cupti.library()
     except CuptiError as exc:
         pytest.fail(f"libcupti is a dev dependency (nvidia-cuda-cupti): {exc}")
-
-
-def test_the_check_reads_its_counters_in_six_passes_on_gh100():
-    """The metric names exist on the H100/H200 chip, and the count of kernel replays they cost
-    is known (docs/BENCHMARKS.md measures that cost)."""
-    _host_library()
-    assert cupti.passes("GH100", list(ncu.CUPTI_METRICS)) == 6
-    assert cupti.passes("GH100", [ncu.GMMA_METRIC, ncu.DURATION_METRIC]) == 1
-
-
-@pytest.mark.parametrize("mma_sync,hardware", [(False, 2), (True, 5), (None, 5)])
-def test_the_sass_patched_credit_metrics_cost_one_pass_of_their_own(mma_sync, hardware):
-    """What the counted runs cost on GH100, all metrics in one configuration: the hardware
-    counters' passes (2 without the mma.sync ops counters, 5 with them) plus one for the
-    SASS-patched metrics (the instrumented run, CUPTI's last): 3 or 6 counted runs."""
-    _host_library()
-    metrics = list(ncu.credit_metrics(mma_sync))
-    hw = [m for m in metrics if not cupti.is_sass_patched(m)]
-    sass = [m for m in metrics if cupti.is_sass_patched(m)]
-    assert set(sass) == {m for m in ncu.OTHER_FLOP_METRICS if "__sass_" in m} | {ncu.OTHER_READ_METRICS[1]}
-    assert (cupti.passes("GH100", hw), cupti.passes("GH100", sass)) == (hardware, 1)
-    assert cupti.passes("GH100", metrics) == hardware + 1
-
-
-def test_the_hmma_pipe_counter_counts_warpgroup_mmas_too():
-    """Why the fp8 rule reads the SASS and not this counter: CUPTI describes it, on GH100, as
-    counting the tensor pipe's HGMMA and QGMMA instructions beside HMMA."""
-    import ctypes as C
-
-    _host_library()
-    props = cupti._struct("MetricProperties", [("pHostObject", cupti.P), ("pMetricName", C.c_char_p),
-                                               ("pDescription", C.c_char_p), ("pHwUnit", C.c_char_p),
-                                               ("pDimUnit", C.c_char_p), ("metricType", C.c_int)])
-    host = cupti._Host("GH100", None, [ncu.DURATION_METRIC])
-    try:
-        p = props(pHostObject=host.obj, pMetricName=ncu.HMMA_INST_METRIC.removesuffix(".sum").encode())
-        cupti._call("cuptiProfilerHostGetMetricProperties", p)
-    finally:
-        host.close()
-    assert b"HGMMA" in p.pDescription and b"QGMMA" in p.pDescription, p.pDescription
 
 
 def test_an_unknown_metric_is_a_clear_error():
@@ -758,7 +596,7 @@ def test_without_cupti_the_check_falls_back_to_nsight_compute_and_says_why(monke
             WorkloadResult(workload="M128", split="visible", axes={"M": 128}, status="passed",
                            credit={"status": "unavailable", "reason": "no libcupti with a range profiler found"})])
     sol = Solution.from_dir(FIXTURES / "good")
-    ex = ev._executed(res, sol, task, task.workloads[:1], None, None, "0", in_process=True, arch="sm_90a")
+    ex = ev._executed(res, sol, task, task.workloads[:1], None, Counting(mode="cupti"), "0", arch="sm_90a")
     assert made == [["wgmma"]] and ex.status == "ok" and ex.carries == {"wgmma": True}
     assert "in-process counters unavailable (no libcupti" in ex.reason and "Nsight Compute counted instead" in ex.reason
     assert ex.profile is not None and ex.profile.status == "skipped" and "not asked for" in ex.profile.reason
@@ -848,6 +686,20 @@ def test_the_deferred_workspaces_are_memory_kept_on_purpose():
     assert held == expected > 2 * 128 * 64
 
 
+
+# An extra kernel in the module, never launched: an fp8 wgmma (QGMMA) in the module's SASS, so the
+# module holds a requested instruction and its counted runs happen (tests/test_credit_skip.py)
+SPARE_QGMMA = r"""
+extern "C" __global__ void spare(float* out, unsigned long long da, unsigned long long db) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  asm volatile("wgmma.fence.sync.aligned;\n"
+               "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, 0, 1, 1;\n"
+               "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(da), "l"(db));
+  out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}
+"""
+
 def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: float = 30):
     import sys
 
@@ -863,7 +715,7 @@ def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: flo
     # gets no counted runs at all (tests/test_credit_skip.py)
     sol = tmp_path / "sol"
     sol.mkdir(exist_ok=True)
-    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + WARP_MMA["qgmma"])
+    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + SPARE_QGMMA)
     (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
     with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=timeout_s,
                    cache_dir=tmp_path) as ev:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.ncu import MMA_FLOPS, WORK_SHARE, TaskWork, carries, mma_carries, verdict
+from tools.credit import MMA_FLOPS, WORK_SHARE, TaskWork, carries, mma_carries, verdict
 
 WORK = TaskWork(flops=1e12, read_bytes=1e9)
 
@@ -21,9 +21,9 @@ def test_both_matrix_instructions_share_one_rule(feature):
     ok, why = carries(feature, m(3.0), WORK)  # garbage MMAs beside the real math
     assert not ok and "3.0x the task's matrix FLOPs" in why
     ok, why = carries(feature, m(1.0, other=0.5 * WORK.flops), WORK)  # the math done on FFMA beside it
-    assert not ok and "66.7% of the floating-point math" in why
+    assert not ok and "66.7% of the math the kernels did" in why
     ok, why = carries(feature, {MMA_FLOPS[feature]: WORK.flops}, WORK)
-    assert not ok and why == f"the floating-point math done outside {feature} could not be measured"
+    assert not ok and why == f"the math done outside {feature} (other tensor-pipe and SIMT instructions) could not be measured"
 
 
 def test_the_rule_function_is_the_same_for_both():

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.gpu.test_cupti_counters_gpu import ITERS, KERNELS, SOURCE, expected, report
-from tools import ncu
+from tools import credit
 from tools.compile import compile_source
 from tools.sass import disassemble, parse_sass
 from tools.toolchain import ToolchainError
@@ -63,29 +63,15 @@ def test_mma_sync_kernels_issue_only_hmma(sass):
 
 def test_the_gpu_report_prints_and_writes_every_value(tmp_path, capsys):
     """The GPU test's report (what the lead reads from the H200 run) on made-up counter values."""
-    results = {"metrics": list(ncu.CUPTI_METRICS), "passes": 6, "chip": "GH100", "iters": ITERS, "blocks": 4,
+    results = {"metrics": list(credit.CUPTI_METRICS), "passes": 6, "chip": "GH100", "iters": ITERS, "blocks": 4,
                "kernels": {name: {"launches": 1, "range_name": name, "expected": expected(name),
-                                  "metrics": {m: float(i) for i, m in enumerate(ncu.CUPTI_METRICS)},
+                                  "metrics": {m: float(i) for i, m in enumerate(credit.CUPTI_METRICS)},
                                   "work_metrics": {"wgmma_flops": 1.0, "other_flops": 2.0},
                                   "output": {"min": 128.0, "max": 128.0}} for name in KERNELS}}
     report(results, tmp_path / "logs" / "cupti_counters.json")
     assert json.loads((tmp_path / "logs" / "cupti_counters.json").read_text()) == results
     printed = capsys.readouterr().out
-    assert all(f"== {name}:" in printed for name in KERNELS) and ncu.HMMA_INST_METRIC in printed
-    assert "OPEN QUESTION" in printed and f"fp8 mma.sync reads {ncu.FP8_OPS_METRIC}" in printed
+    assert all(f"== {name}:" in printed for name in KERNELS) and credit.HMMA_INST_METRIC in printed
+    assert "OPEN QUESTION" in printed and f"fp8 mma.sync reads {credit.FP8_OPS_METRIC}" in printed
     assert expected("wgmma_e4m3") == {"mma_warp_instructions": 4 * 4 * ITERS, "flops": 2 * 64 * 8 * 32 * ITERS * 4,
                                       "output": 32.0 * ITERS}
-
-
-def test_the_ptx_says_which_kernels_may_issue_a_warp_level_mma(sass):
-    """The executed check picks its counters from the PTX before the SASS is read
-    (tools.features.ptx_may_issue_mma_sync): no mma/wmma in a kernel's PTX must mean no warp-level
-    MMA in its SASS, and the probe kernels' mma.sync must be seen."""
-    from tools.features import ptx_entries, ptx_may_issue_mma_sync
-
-    comp = compile_source(SOURCE, "cuda", "sm_90a")
-    entries = ptx_entries(comp.ptx)
-    for name, ops in sass.items():
-        in_sass = ncu.issues_mma_sync({op.split(".")[0] for op in ops})
-        assert ptx_may_issue_mma_sync(entries[name]) is in_sass, (name, ops)
-    assert ptx_may_issue_mma_sync(comp.ptx) is True

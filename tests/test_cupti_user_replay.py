@@ -14,11 +14,11 @@ from collections import Counter
 
 import pytest
 
-from tools import cupti, ncu
+from tools import credit, cupti
 from tools.cupti import CuptiError, Launch, RangeProfiler
 from tools.timing import KernelTimeout
 
-HW = [ncu.GMMA_METRIC, *ncu.TMA_INST_METRICS]  # hardware counters
+HW = [credit.GMMA_METRIC, credit.TMA_INST_METRIC]  # hardware counters
 SASS = ["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "sm__sass_data_bytes_mem_global_op_ldgsts.sum"]
 METRICS = HW + SASS
 NAMES = ["gemm", "a", "b"]  # range names the tests push; the value read for a range encodes its name and metric
@@ -393,12 +393,12 @@ def test_each_replay_mode_refuses_the_others_call(monkeypatch):
 
 def test_is_sass_patched():
     assert all(cupti.is_sass_patched(m) for m in SASS)
-    assert not any(cupti.is_sass_patched(m) for m in [*HW, ncu.HMMA_INST_METRIC, ncu.TMA_BYTES_METRIC,
-                                                      *ncu.HGMMA_OPS_METRICS, *ncu.HMMA_OPS_METRICS,
-                                                      ncu.FP8_OPS_METRIC, ncu.DURATION_METRIC])
-    # the instrumented pass's metrics: the nine thread-level float opcodes and LDGSTS bytes
-    assert sum(map(cupti.is_sass_patched, ncu.credit_metrics(None))) == 10
-    assert sum(map(cupti.is_sass_patched, ncu.credit_metrics(False))) == 10
+    assert not any(cupti.is_sass_patched(m) for m in [*HW, *credit.TENSOR_INST_METRICS, credit.TMA_BYTES_METRIC,
+                                                      *credit.HGMMA_OPS_METRICS, credit.DMMA_OPS_METRIC,
+                                                      credit.FP8_OPS_METRIC, credit.DURATION_METRIC,
+                                                      credit.TEX_INST_METRIC])
+    # the instrumented pass's metrics: the nine thread-level float opcodes, the integer ones and LDGSTS bytes
+    assert sum(map(cupti.is_sass_patched, credit.credit_metrics())) == 11
 
 
 @pytest.fixture
@@ -431,13 +431,12 @@ def gh100(monkeypatch):
 
 
 def _hardware_only() -> list[str]:
-    return [m for m in ncu.credit_metrics(True) if not cupti.is_sass_patched(m)]
+    return [m for m in credit.credit_metrics() if not cupti.is_sass_patched(m)]
 
 
 @pytest.mark.parametrize("metrics,passes,instrumented", [
-    (lambda: list(ncu.credit_metrics(False)), 3, (2,)),
-    (lambda: list(ncu.credit_metrics(True)), 6, (5,)),
-    (_hardware_only, 5, ()),
+    (lambda: list(credit.credit_metrics()), 3, (2,)),
+    (_hardware_only, 2, ()),
 ])
 @pytest.mark.parametrize("replay", ["user", "kernel"])
 def test_one_configuration_holds_every_metric_the_sass_patched_pass_last(gh100, metrics, passes, instrumented,
@@ -459,10 +458,10 @@ def test_one_configuration_holds_every_metric_the_sass_patched_pass_last(gh100, 
 def test_a_configuration_of_too_many_passes_is_refused_and_its_host_closed(gh100, monkeypatch):
     monkeypatch.setattr(cupti, "MAX_PASSES", 2)
     with pytest.raises(CuptiError, match=r"need 3 passes \(at most 2\)"):
-        RangeProfiler(list(ncu.credit_metrics(False)), replay="user")
+        RangeProfiler(list(credit.credit_metrics()), replay="user")
     assert len(gh100) == 1 and gh100[0].obj is None
     monkeypatch.setattr(cupti, "MAX_PASSES", 3)
-    RangeProfiler(list(ncu.credit_metrics(False)), replay="user").close()  # at the limit: accepted
+    RangeProfiler(list(credit.credit_metrics()), replay="user").close()  # at the limit: accepted
 
 
 def test_an_unknown_replay_mode_is_refused(gh100):

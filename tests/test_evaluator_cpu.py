@@ -20,7 +20,8 @@ from tools.baseline_cache import BaselineCache, cache_key
 from tools.correctness import CANARY, Guarded, compare, poison_, poison_mask
 from tools.evaluator import Evaluator, WorkerHandle, WorkerStartError, detect_gpus
 from tools.launch import NOMINAL_LIMITS, CudaError, ManifestError, plan_launches
-from tools.ncu import counts_from_rows, parse_instances, parse_raw_csv, parse_sanitizer
+from tools.credit import counts_from_rows, parse_instances
+from tools.ncu import parse_raw_csv, parse_sanitizer
 from tools.solution import LaunchManifest, Solution
 from tasks.schema import Tolerance
 from tools.timing import KernelTimeout, geo_spread, geomean, median_ci, plan_pairs, summarize
@@ -799,10 +800,11 @@ def test_a_kernel_name_with_two_meanings_is_a_manifest_error(monkeypatch):
     assert r.run_status == "failed" and "ambiguous" in r.run_reason, r.run_reason
 
 
-def _ncu_row(kernel: str, opcodes: str = "", **values: float) -> dict[str, str]:
+def _ncu_row(kernel: str, opcodes: str = "0", **values: float) -> dict[str, str]:
     """One profiled launch as `ncu --page raw --csv` gives it: every work metric (0 unless
-    given; keys are metric names with '.' written as '__dot__')."""
-    from tools.ncu import OPCODE_METRIC, WORK_METRICS
+    given; keys are metric names with '.' written as '__dot__'); per-opcode counts as given
+    (by default none: no plain bulk copy among the TMA loads)."""
+    from tools.credit import OPCODE_METRIC, WORK_METRICS
 
     row = {"ID": "0", "Kernel Name": kernel, OPCODE_METRIC: opcodes}
     row.update({m: "0" for m in WORK_METRICS})
@@ -813,7 +815,7 @@ def _ncu_row(kernel: str, opcodes: str = "", **values: float) -> dict[str, str]:
 def test_instruction_credit_needs_the_work():
     """Figures measured by ncu on the H200 (scripts/probe_device.py, 2026-11-30), then the attacks
     that would inflate them."""
-    from tools.ncu import TaskWork, verdict, work_metrics
+    from tools.credit import TaskWork, verdict, work_metrics
 
     hgmma = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
     tma = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
@@ -835,16 +837,20 @@ def test_instruction_credit_needs_the_work():
     # as many bytes as the SIMT kernel reads
     inflated = check(simt, _ncu_row("decoy", **{hgmma: 6.1e11, tma: 2e10}))
     assert inflated.carries == {"wgmma": False, "tma": False}
-    assert "FFMA" in inflated.notes["wgmma"] and "outside TMA" in inflated.notes["tma"]
+    assert "FFMA" in inflated.notes["wgmma"] and "outside tensor-map loads" in inflated.notes["tma"]
     # ... and ten times over: more wgmma than the task needs is not the task's work either
     assert not check(simt, _ncu_row("decoy", **{hgmma: 6.1e12})).carries["wgmma"]
     # an attention-style kernel whose softmax runs on FFMA still carries (expert fwd: 1.3e10 vs 1.6e12)
     attn = check(_ncu_row("attn", **{hgmma: work.flops, ffma: 0.005 * work.flops, tma: 3e9, ldg: 0.3e9}))
     assert attn.carries == {"wgmma": True, "tma": True}
-    # fp8 ops are wgmma's only where the kernel issued QGMMA and no HMMA
+    # fp8 ops are wgmma's only where no warp-level MMA ran: read from the tensor pipe's instruction
+    # classes of the same run (CUPTI's HMMA class counts QGMMA too; a warp-level QMMA/HMMA is in it
+    # without being a GMMA)
     fp8 = "sm__ops_path_tensor_src_fp8__dot__sum"
-    q = check(_ncu_row("fp8", opcodes="1 (QGMMA: 1)", **{fp8: work.flops, tma: 3e9}))
-    h = check(_ncu_row("fp8", opcodes="1 (HMMA: 1)", **{fp8: work.flops, tma: 3e9}))
+    gmma, hmma_class = "smsp__inst_executed_pipe_tensor_op_gmma__dot__sum", "sm__inst_executed_pipe_tensor_op_hmma__dot__sum"
+    tensor = "sm__inst_executed_pipe_tensor__dot__sum"
+    q = check(_ncu_row("fp8", opcodes="1 (QGMMA: 1)", **{fp8: work.flops, tma: 3e9, gmma: 1, hmma_class: 1, tensor: 1}))
+    h = check(_ncu_row("fp8", opcodes="1 (HMMA: 1)", **{fp8: work.flops, tma: 3e9, hmma_class: 1, tensor: 1}))
     assert q.carries["wgmma"] and not h.carries["wgmma"]
     # a memory-bound task (TMA requested alone): the bulk of the input must come through TMA
     reads = work_metrics([_ncu_row("decode", **{tma: 0.6 * work.read_bytes, ldg: 0.9 * work.read_bytes})])
@@ -859,7 +865,7 @@ def test_credit_goes_to_the_kernel_that_was_timed():
     """A kernel that runs wgmma where it guesses it is profiled and a faster generic path in the
     timed runs keeps `executed` but loses `carries`: the profiled run's kernel time must match
     the timed median of its workload (tools.ncu._credit, the path every workload takes)."""
-    from tools.ncu import DURATION_METRIC, SAME_RUN_RATIO, TaskWork, _credit
+    from tools.credit import DURATION_METRIC, SAME_RUN_RATIO, TaskWork, _credit
 
     hgmma = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
     tma = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
@@ -982,7 +988,7 @@ def test_the_library_answer_is_gone_before_the_candidate_runs():
 def test_feedback_says_why_an_instruction_did_not_carry_the_work():
     """The model reads the measured reason (decoy beside a SIMT GEMM, H200 figures)."""
     from agent.feedback import arch_section
-    from tools.ncu import TaskWork, verdict, work_metrics
+    from tools.credit import TaskWork, verdict, work_metrics
     from tools.results import CompileResult, EvalResult, InspectResult
 
     work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
@@ -995,8 +1001,8 @@ def test_feedback_says_why_an_instruction_did_not_carry_the_work():
                     compile=CompileResult(status="ok", arch="sm_90a", language="cuda"),
                     inspect=InspectResult(status="ok", arch="sm_90a"))
     text = arch_section(ev)
-    assert "`wgmma`: executed, but did not carry the task's work: wgmma did 50.4% of the floating-point math" in text
-    assert "read from global memory outside TMA" in text
+    assert "`wgmma`: executed, but did not carry the task's work: wgmma did 50.4% of the math the kernels did" in text
+    assert "read from global memory outside tensor-map loads" in text
 
 
 def test_rewriting_every_reachable_copy_of_the_inputs_does_not_steer_the_judge():

@@ -12,7 +12,7 @@ from agent import feedback as fb
 from agent import prompts
 from agent.run import SolveRequest, solve
 from agent.trajectory import Budget
-from tools import ncu
+from tools import credit as ncu
 from tools.results import (CompileResult, Diagnostic, EvalResult, InspectResult, SanitizeResult,
                            WorkloadResult)
 
@@ -22,7 +22,7 @@ def test_credit_rules_come_from_the_evaluator_s_constants(monkeypatch):
     text = prompts.system_prompt("sm_90a", "cuda")
     assert f"at least {ncu.WORK_SHARE['wgmma']:.0%} of the task's matrix FLOPs" in text
     assert f"at least {ncu.WORK_SHARE['tma']:.0%} of the task's input bytes" in text
-    assert f"{ncu.WGMMA_MIN_OF_ALL_MATH:.0%} of all the floating-point math" in text
+    assert f"{ncu.WGMMA_MIN_OF_ALL_MATH:.0%} of all the math your kernels do" in text
     assert "the runs that follow the timed runs" in text and "every counted run judged" in text
     assert "hidden ones included" in text and "each one's time is within 10%" in text
     assert "not serialized by ptxas" in text and "best kernel across all turns" in text
@@ -35,7 +35,7 @@ def test_credit_rules_come_from_the_evaluator_s_constants(monkeypatch):
 def test_sm100a_prompt_says_nothing_of_wgmma():
     text = prompts.system_prompt("sm_100a", "cuda")
     assert "wgmma" not in text and "serializ" not in text
-    assert "tcgen05.mma" in text and "TMA: its loads" in text
+    assert "tcgen05.mma" in text and "TMA: its tensor-map loads" in text
 
 
 # ---- the feedback -----------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """The TMA credit's "reads outside TMA" rule (docs/METHODOLOGY.md, "Instruction credit"), on rows
 as `ncu --page raw --csv` gives them: every path that reads global memory without TMA is summed,
-cp.async (LDGSTS) as much as LDG. Kept in a file of its own because the rule's module is moving
-(tools/ncu.py -> tools/credit.py): re-point the one import below.
+cp.async (LDGSTS) and atomics that return data as much as LDG (tools/credit.py).
 
 Issue 46's planted bug: the cp.async bytes dropped from the sum, so a kernel streaming most of its
 input by cp.async kept its TMA credit. Each limit is checked at the edge (equality passes, one
@@ -10,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from tools import ncu
-from tools.ncu import TaskWork, verdict, work_metrics
+from tools import credit as ncu
+from tools.credit import TaskWork, verdict, work_metrics
 
 TMA = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
 LDG = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
 LDGSTS = "sm__sass_data_bytes_mem_global_op_ldgsts.sum"
+ATOM = "l1tex__t_bytes_pipe_lsu_mem_global_op_atom.sum"
 HGMMA = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum"
 # The seed GEMM's work at M=8192 (N=7168, K=5120, bf16): what its credit is judged against.
 WORK = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
@@ -36,23 +36,22 @@ def tma_verdict(features: list[str], *rows: dict[str, str]):
 
 def test_both_non_tma_read_paths_are_collected_and_summed():
     """The two read paths the rule names are among the metrics every profiler pass collects."""
-    assert set(ncu.OTHER_READ_METRICS) == {LDG, LDGSTS}
-    for mma_sync in (False, True, None):
-        assert {LDG, LDGSTS} <= set(ncu.credit_metrics(mma_sync))
-    assert {LDG, LDGSTS} <= set(ncu.WORK_METRICS)
-    m = work_metrics([row(**{TMA: 1.0, LDG: 3.0, LDGSTS: 5.0}), row(**{TMA: 2.0, LDG: 7.0, LDGSTS: 11.0})])
-    assert m["other_read_bytes"] == 3.0 + 5.0 + 7.0 + 11.0  # every launch, both paths
+    assert set(ncu.OTHER_READ_METRICS) == {LDG, LDGSTS, ATOM}
+    assert {LDG, LDGSTS, ATOM} <= set(ncu.credit_metrics())
+    assert {LDG, LDGSTS, ATOM} <= set(ncu.WORK_METRICS)
+    m = work_metrics([row(**{TMA: 1.0, LDG: 3.0, LDGSTS: 5.0, ATOM: 13.0}), row(**{TMA: 2.0, LDG: 7.0, LDGSTS: 11.0})])
+    assert m["other_read_bytes"] == 3.0 + 5.0 + 13.0 + 7.0 + 11.0  # every launch, every path
     assert m["tma_bytes"] == 3.0
 
 
-@pytest.mark.parametrize("path", [LDG, LDGSTS])
+@pytest.mark.parametrize("path", [LDG, LDGSTS, ATOM])
 def test_a_kernel_streaming_its_input_by_one_path_beside_tma_keeps_no_tma_credit(path):
     """TMA loaded the whole input once, and the kernel re-read it 3x more by LDG or by cp.async:
     either way TMA did not carry the reads (the cap beside an MMA is 2x the input bytes)."""
     ex = tma_verdict(["wgmma", "tma"], row(**{HGMMA: WORK.flops, TMA: WORK.read_bytes, path: 3 * WORK.read_bytes}))
     assert ex.carries == {"wgmma": True, "tma": False}
-    assert ex.notes["tma"] == ("3.0x the task's input bytes were read from global memory outside TMA "
-                               "(LDG/cp.async; at most 2x)")
+    assert ex.notes["tma"] == ("3.0x the task's input bytes were read from global memory outside tensor-map "
+                               "loads (LDG, atomics, cp.async, bulk copies; at most 2x)")
 
 
 def test_the_caps_hold_at_equality_and_fail_one_byte_past():
@@ -87,6 +86,6 @@ def test_the_credit_constants_and_why():
     1.00-1.05) and TMA bring >= half its input bytes; wgmma at most 2.5x the FLOPs (a causal kernel
     that computes every tile and masks does 2x) and >= 90% of all the math (tuned: >= 99%). Reads
     outside TMA: 2x beside an MMA, 0.5x without (docstring above)."""
-    assert ncu.WORK_SHARE == {"wgmma": 0.9, "tma": 0.5}
+    assert ncu.WORK_SHARE == {"wgmma": 0.9, "tcgen05_mma": 0.9, "tma": 0.5}  # one rule for both MMAs (issue 41)
     assert (ncu.WGMMA_MAX_OVERWORK, ncu.WGMMA_MIN_OF_ALL_MATH) == (2.5, 0.9)
     assert (ncu.TMA_MAX_OTHER_READS, ncu.TMA_MAX_OTHER_READS_NO_MMA) == (2.0, 0.5)

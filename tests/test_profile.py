@@ -196,13 +196,13 @@ def test_real_ncu_rows_of_the_expert_gemm():
     raw CSV cut to the columns used, through the same parsing as the executed check."""
     from pathlib import Path
 
-    from tools import ncu
+    from tools import credit, ncu
 
     text = (Path(__file__).parent / "fixtures" / "ncu" / "gemm_expert_profile_h200.csv").read_text()
     rows = ncu.parse_raw_csv(text)
     task = get_task("gemm")
     axes = task.axis_values(task.workloads_for("visible")[0])
-    p = build_profile(ncu.kernel_metrics(rows, list(PROFILE_METRICS)), H200, task.flop_count(axes),
+    p = build_profile(credit.kernel_metrics(rows, list(PROFILE_METRICS)), H200, task.flop_count(axes),
                       task.min_bytes(axes))
     [k] = p.kernels
     assert k.tensor_pipe_pct > 90 and 700 < k.tflops < 989 and k.registers == 168 and k.block_size == 384

@@ -118,7 +118,7 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
     diff = (g - e).abs()
     s = e.abs() if scale is None else torch.maximum(e.abs(), scale.float())
     if row_tol is not None and row_tol.row == "element":  # each element is a row: its own bound replaces this rule
-        rtol, atol = row_tol.rtol, row_tol.atol + row_tol.rtol * row_tol.floor * float(s.square().mean().sqrt())
+        rtol, atol = row_tol.rtol, element_atol(row_tol, s, scale)
     # an infinite reference bounds nothing (inf <= inf): only the same infinity passes there
     ok = ((diff <= atol + rtol * s) & torch.isfinite(e)) | ((g == e) & ~torch.isnan(g))
     ok &= ~torch.isnan(g)
@@ -127,7 +127,7 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
     finite = torch.isfinite(g) & torch.isfinite(e)
     fdiff = torch.where(finite, diff, torch.zeros_like(diff))
     max_abs = float(fdiff.max()) if fdiff.numel() else 0.0
-    rel = fdiff / s.clamp_min(max(atol, 1e-30))
+    rel = fdiff / torch.maximum(s, torch.as_tensor(atol, dtype=s.dtype, device=s.device).clamp_min(1e-30))
     max_rel = float(rel.max()) if rel.numel() else 0.0
     if n_bad and not bool((bad & finite).any()):
         max_abs = max_rel = math.inf  # every failure is a NaN or an infinity
@@ -141,7 +141,7 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: to
         samples = _failing_samples(bad, fdiff, g, e)
     row_ratio, bad_rows, worst_row = None, None, None
     if row_tol is not None and g.numel():
-        ratios = row_ratios(fdiff, torch.where(finite, s, torch.zeros_like(s)), row_tol)
+        ratios = row_ratios(fdiff, torch.where(finite, s, torch.zeros_like(s)), row_tol, scale)
         bad_rows = int((ratios > 1).sum())
         worst = int(ratios.argmax())
         row_ratio = float(ratios.reshape(-1)[worst])
@@ -170,16 +170,30 @@ def _failing_samples(bad: torch.Tensor, fdiff: torch.Tensor, g: torch.Tensor, e:
     return out
 
 
-def row_ratios(diff: torch.Tensor, s: torch.Tensor, row_tol) -> torch.Tensor:
+def element_atol(row_tol, s: torch.Tensor, scale: torch.Tensor | None = None) -> float | torch.Tensor:
+    """The absolute bound of each element of an output whose rows are single elements (LSE):
+    atol (plus rtol's floor), or where the row tolerance has a `spread` and the output a term
+    scale, each row's own min(atol, spread_atol + spread * scale) (schema.RowTolerance)."""
+    floor = row_tol.rtol * row_tol.floor * float(s.square().mean().sqrt())
+    if row_tol.spread and scale is not None:
+        return torch.clamp(row_tol.spread_atol + row_tol.spread * scale.float(), max=row_tol.atol) + floor
+    return row_tol.atol + floor
+
+
+def row_ratios(diff: torch.Tensor, s: torch.Tensor, row_tol, scale: torch.Tensor | None = None) -> torch.Tensor:
     """Each row's L2 error over its allowance (schema.RowTolerance; > 1 fails), shaped as the
-    output without its row dim ("last_dim") or as the output ("element")."""
+    output without its row dim ("last_dim") or as the output ("element"). `scale`: the output's
+    term scale, which element rows with a `spread` are bounded by."""
+    spread = row_tol.row == "element" and bool(row_tol.spread) and scale is not None
     if row_tol.row == "element":
         diff, s = diff.unsqueeze(-1), s.unsqueeze(-1)
     n = diff.shape[-1]
     err = diff.norm(dim=-1)
     own = s.norm(dim=-1)
     typical = float(s.square().mean().sqrt()) * math.sqrt(n)  # a typical row's norm: rms over the output
-    allowed = row_tol.rtol * own.clamp_min(row_tol.floor * typical) + row_tol.atol * math.sqrt(n)
+    absolute = (torch.clamp(row_tol.spread_atol + row_tol.spread * scale.float(), max=row_tol.atol) if spread
+                else row_tol.atol * math.sqrt(n))
+    allowed = row_tol.rtol * own.clamp_min(row_tol.floor * typical) + absolute
     return err / allowed.clamp_min(1e-30)
 
 

@@ -92,6 +92,11 @@ CounterDataInit = _struct("CounterDataInit", [("pRangeProfilerObject", P), ("cou
                                               ("pCounterData", U8P)])
 CounterDataInfo = _struct("CounterDataInfo", [("pCounterDataImage", U8P), ("counterDataImageSize", SIZE),
                                               ("numTotalRanges", SIZE)])
+BaseMetrics = _struct("BaseMetrics", [("pHostObject", P), ("metricType", C.c_int), ("ppMetricNames", C.POINTER(C.c_char_p)),
+                                      ("numMetrics", SIZE)])
+MetricProperties = _struct("MetricProperties", [("pHostObject", P), ("pMetricName", C.c_char_p),
+                                                ("pDescription", C.c_char_p), ("pHwUnit", C.c_char_p),
+                                                ("pDimUnit", C.c_char_p), ("metricType", C.c_int)])
 RangeInfo = _struct("RangeInfo", [("pCounterDataImage", U8P), ("counterDataImageSize", SIZE), ("rangeIndex", SIZE),
                                   ("rangeDelimiter", C.c_char_p), ("rangeName", C.c_char_p)])
 
@@ -183,6 +188,25 @@ def is_sass_patched(metric: str) -> bool:
     """Metrics Nsight's tools collect by patching the kernel's SASS (smsp__sass_*, sm__sass_*):
     their pass runs instrumented code, slower than the kernel that is timed."""
     return "__sass_" in metric
+
+
+def base_metrics(chip: str) -> dict[str, str]:
+    """Every counter-type base metric CUPTI knows on `chip` (e.g. "GH100"), with its description:
+    the names a credit rule may ask for (add `.sum`). Runs without a GPU."""
+    init = HostInit(profilerType=RANGE_PROFILER, pChipName=chip.encode())
+    _call("cuptiProfilerHostInitialize", init)
+    try:
+        found = BaseMetrics(pHostObject=init.pHostObject, metricType=0)  # CUPTI_METRIC_TYPE_COUNTER
+        _call("cuptiProfilerHostGetBaseMetrics", found)
+        out = {}
+        for i in range(found.numMetrics):
+            name = found.ppMetricNames[i]
+            props = MetricProperties(pHostObject=init.pHostObject, pMetricName=name)
+            _call("cuptiProfilerHostGetMetricProperties", props)
+            out[name.decode()] = (props.pDescription or b"").decode(errors="replace")
+        return out
+    finally:
+        _call("cuptiProfilerHostDeinitialize", HostObject(pHostObject=init.pHostObject))
 
 
 def passes(chip: str, metrics: list[str]) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tools import worker as protocol
 from tools.ceilings import computes_in_fp8
-from tools.features import ptx_may_issue_mma_sync
+from tools.credit import Counting, TaskWork, combine, credit_in_process, credit_metrics
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
 from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_skipped
 from tools.roofline import apply_roofline
@@ -367,7 +367,6 @@ class Evaluator:
             from tasks import get_task
 
             task = get_task(task)
-        credit = None
         with ThreadPoolExecutor(max_workers=1) as pool, contextlib.ExitStack() as stack:
             inspecting = None
             try:
@@ -385,13 +384,14 @@ class Evaluator:
             # start-up overlaps the SASS inspection and the timed runs; it touches the GPU only when
             # handed the requests, tools.ncu.CreditProcess).
             checks = executed_check and comp.ok and bool(self._workers) and arch in ARCH_CC and task.features_for(arch)
-            in_process = bool(checks) and self.in_process_credit
-            if checks and (profile or not in_process):
+            counting = Counting(mode=("cupti" if self.in_process_credit else "ncu") if checks else "off")
+            if checks and (profile or not counting.in_process):
                 from tools import ncu
 
-                credit = ncu.CreditProcess(task.features_for(arch), self._workers[0].env_without_device,
-                                           self.ncu_timeout_s, extra_metrics=self.profile_metrics if profile else ())
-                stack.callback(credit.close)
+                counting.process = ncu.CreditProcess(task.features_for(arch), self._workers[0].env_without_device,
+                                                     self.ncu_timeout_s,
+                                                     extra_metrics=self.profile_metrics if profile else ())
+                stack.callback(counting.close)
             res = EvalResult(task=task.name, arch=arch, compile=comp, inspect=insp,
                              requested_features=task.features_for(arch))
             if not compiled:
@@ -410,7 +410,7 @@ class Evaluator:
                     return InspectResult(status="skipped", reason=f"inspection failed: {exc}"[:200], arch=arch)
 
             try:
-                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, credit, in_process,
+                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, counting,
                             module_sass)
             except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
                 import traceback
@@ -431,9 +431,7 @@ class Evaluator:
         return res
 
     def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
-               sanitize: bool, time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
-        import time as _time
-
+               sanitize: bool, time: bool, counting: Counting | None = None, module_sass=None) -> None:
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -455,7 +453,7 @@ class Evaluator:
                 if sanitize:
                     res.sanitize = SanitizeResult(status="skipped", reason=reason)
             else:
-                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, credit, in_process,
+                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, counting,
                           module_sass)
 
     def _cannot_run(self, arch: str, phase_s: dict[str, float] | None = None) -> str | None:
@@ -504,7 +502,7 @@ class Evaluator:
             res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
 
     def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
-             time: bool, credit=None, in_process: bool = False, module_sass=None) -> None:
+             time: bool, counting: Counting | None = None, module_sass=None) -> None:
         import time as _time
 
         t0 = _time.perf_counter()
@@ -529,17 +527,12 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
-                if (in_process and credit is None and module_sass  # a profile (credit: ncu) keeps every run
-                        and _no_requested_sass(module_sass(wait=False), res.requested_features)):
+                if (counting is not None and counting.in_process and counting.process is None  # a profile keeps every run
+                        and module_sass and _no_requested_sass(module_sass(wait=False), res.requested_features)):
                     pass  # no counted runs: the verdict is known from the SASS (_executed)
-                elif in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
-                    from tools import ncu
-
-                    if metrics is None:  # the mma.sync ops counters (3 more passes) only where the PTX has
-                        # mma/wmma; read from the PTX, not the SASS, whose inspection overlaps these runs. Safe
-                        # either way: the verdict reads the SASS, and a module whose SASS holds a warp-level MMA
-                        # without those counters has its other math unmeasured: no credit.
-                        metrics = list(ncu.credit_metrics(ptx_may_issue_mma_sync(res.compile.ptx)))
+                elif counting is not None and counting.in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
+                    if metrics is None:  # one set for every module: each math pipe and read path (tools.credit)
+                        metrics = list(credit_metrics())
                     # the worker keeps the workload for its counted runs: every workload's in one
                     # profiler session after the last workload's timed runs (the credit op, _counted_runs)
                     req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "evaluation": evaluation}
@@ -552,7 +545,7 @@ class Evaluator:
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
-                if credit is None and module_sass and _no_requested_sass(module_sass(), res.requested_features):
+                if (counting is None or counting.process is None) and module_sass and _no_requested_sass(module_sass(), res.requested_features):
                     self._drop_counted_runs(w, res)  # the inspection ended after the first workloads were sent
                 else:
                     stop = self._counted_runs(w, res)
@@ -573,7 +566,7 @@ class Evaluator:
             names = _entries(res.compile, solution)
             if executed_check:
                 t0 = _time.perf_counter()
-                res.executed = self._executed(res, solution, task, wls, stop, credit, w.device, in_process, arch,
+                res.executed = self._executed(res, solution, task, wls, stop, counting, w.device, arch,
                                               module_sass() if module_sass else res.inspect)
                 res.phase_s["executed"] = _time.perf_counter() - t0
             if sanitize:
@@ -630,8 +623,8 @@ class Evaluator:
             if (x.credit or {}).get("status") == "pending":
                 x.credit = {**x.credit, "status": "skipped", "reason": NO_REQUESTED_SASS}
 
-    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, credit, device: str,
-                  in_process: bool = False, arch: str = "sm_90a", sass: InspectResult | None = None) -> ExecutedCheck:
+    def _executed(self, res: EvalResult, solution, task, wls, stop: str | None, counting: Counting | None,
+                  device: str, arch: str = "sm_90a", sass: InspectResult | None = None) -> ExecutedCheck:
         """The executed check on every judged workload that ran to a verdict of its own (one the
         manifest, a fault or a hang did not decide: those count nothing), each tied to its timed
         median. In process: each workload's counted run came back with its result. Nsight
@@ -641,8 +634,10 @@ class Evaluator:
 
         if stop:
             return ExecutedCheck(status="skipped", reason=stop.removeprefix("not run: "))
-        if credit is None and not in_process:
-            return ExecutedCheck(status="skipped", reason="the task requests no features for this arch")
+        if counting is None or counting.mode == "off":
+            return ExecutedCheck(status="skipped", reason=counting.reason if counting else
+                                 "the task requests no features for this arch")
+        credit, in_process = counting.process, counting.in_process
         ran = {x.workload: x for x in res.workloads if x.status == "passed" or x.reason in CREDITABLE}
         profile_wanted = credit is not None and bool(credit.extra_metrics)
         features = task.features_for(arch)
@@ -666,15 +661,16 @@ class Evaluator:
                             if (ran[w.name].credit or {}).get("status") == "unavailable"), None)
         ex: ExecutedCheck | None = None
         if in_process and unavailable is None:
-            mma_sync = ncu.issues_mma_sync(_module_opcodes(sass))  # whether its fp8 ops can be wgmma's
-            credits = [ncu.credit_in_process({"workload": w.name, "split": w.split}, ran[w.name].credit, features,
-                                             work, timed[w.name], mma_sync) for w, work in zip(chosen, works)]
-            ex = ncu.combine(features, credits)
+            opcodes = _module_opcodes(sass)  # what the counters lump together (plain bulk copies with TMA)
+            credits = [credit_in_process({"workload": w.name, "split": w.split}, ran[w.name].credit, features,
+                                         work, timed[w.name], opcodes) for w, work in zip(chosen, works)]
+            ex = combine(features, credits)
             # the credit op's wall time (every workload's counted runs, CUPTI's session included; 0
             # where the evaluation stopped before it)
             ex.phase_s = {"counted_runs": round(res.phase_s.get("counted_runs", 0.0), 3)}
         elif in_process and credit is None:  # CUPTI cannot run here: Nsight Compute counts instead
-            credit = ncu.CreditProcess(features, self._workers[0].env_without_device, self.ncu_timeout_s)
+            credit = counting.process = ncu.CreditProcess(features, self._workers[0].env_without_device,
+                                                          self.ncu_timeout_s)
         if credit is not None:
             requests = [{**self._request(solution, res.compile, task, w, seeds=[self._seed(), self._seed()],
                                          time=False), "credit_seed": self._rng.getrandbits(62)} for w in chosen]
@@ -746,19 +742,17 @@ def _no_requested_sass(sass: InspectResult | None, features: list[str]) -> bool:
     return not opcodes & set().union(*(executed_opcodes(f) for f in features))
 
 
-# The padding allowance of the wgmma overwork cap (tools.ncu.TaskWork.padded_flops): the task's
+# The padding allowance of the wgmma overwork cap (tools.credit.TaskWork.padded_flops): the task's
 # first size axis (its rows: M, S, L, total_seq_len) rounded up to whole 128-row tiles.
 TILE_ROWS = 128
 
 
 def _task_work(task, wl):
     """The work a workload asks for, as the executed check weighs it."""
-    from tools import ncu
-
     axes = task.axis_values(wl)
     rows = next((k for k, a in task.axes.items() if a.type == "var"), None)  # M, S, L, total_seq_len, ...
     padded = {k: (-(-v // TILE_ROWS) * TILE_ROWS if k == rows else v) for k, v in axes.items()}
-    return ncu.TaskWork(flops=task.flop_count(axes), read_bytes=task.input_bytes(axes),
+    return TaskWork(flops=task.flop_count(axes), read_bytes=task.input_bytes(axes),
                         padded_flops=task.flop_count(padded))
 
 

@@ -102,16 +102,6 @@ def ptx_features(ptx: str, arch: str | None = None) -> set[str]:
     return {name for name, f in FEATURES.items() if (arch is None or arch in f.arches) and re.search(f.ptx, code)}
 
 
-def ptx_may_issue_mma_sync(ptx: str | None) -> bool | None:
-    """Whether ptxas may write a warp-level MMA (HMMA, IMMA, ...) for this PTX: only `mma` and
-    `wmma` instructions (mma.sync, mma.sp, wmma.mma) become those. False where the PTX holds none,
-    None where the PTX is not at hand or was truncated. Read before the SASS is (the executed
-    check chooses its counters with it: tools.ncu.credit_metrics); the verdict reads the SASS."""
-    if not ptx or "[ptxbench: PTX truncated" in ptx:
-        return None
-    return re.search(r"\bw?mma\.", _code_lines(ptx)) is not None
-
-
 def ptx_entries(ptx: str) -> dict[str, str]:
     """Kernel name -> its PTX text (from `.entry NAME` to the next entry or function)."""
     starts = [(m.start(), m[1]) for m in re.finditer(r"\.entry\s+([\w$]+)", ptx)]

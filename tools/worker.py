@@ -731,7 +731,7 @@ def run_counted(state: State, entries: list[Counted]) -> None:
     stream gate, events around them) and judged as a timed run is (`judge`; sampled rows, the
     whole output scanned): credit is only taken on right answers, and a wrong one is the
     workload's failure (`failed`). The hardware passes' times (`run_ms`) are tied to the timed
-    median, every one, both ways (tools.ncu.tie_to_timed_run); the SASS-patched pass runs
+    median, every one, both ways (tools.credit.tie_to_timed_run); the SASS-patched pass runs
     instrumented code: its time is recorded (`instrumented_ms`), never tied. A hang or a dead
     context raises (fatal); a CUPTI failure is every entry's `reason`."""
     from tasks.generators import generate_inputs

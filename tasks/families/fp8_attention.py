@@ -76,7 +76,13 @@ REL_L2_LSE = 3e-3
 # causal d128), cuDNN's FP8 attention 0.098 nats (L=4096); 0.05 failed both. The wrong variants
 # nearest the bound (an LSE from the last 16 keys ignored, 0.075 nats) fail on O at >= 3x its bound.
 ROWS_O = RowTolerance(rtol=0.07, floor=0.3)
-ROWS_LSE = RowTolerance(atol=0.12, row="element")
+# Each row's LSE is also held to its own rounding (issue 42, item 6): min(0.12, 0.005 + 0.25 c_r) nats,
+# c_r = sqrt(sum_j p_j^2) over the row's softmax (schema.RowTolerance.spread). The e4m3 row-sum emulation
+# errs by at most 0.087 c_r on the CPU (L=640; 0.060 c_r at L=77 causal; its per-p rounding is
+# within 2^-4, about 0.03 c_r per standard deviation), so 0.25 leaves ~1.5x over the tail of a
+# million rows; a row's LSE from other inputs (a "plausible" value) passed 0.12 flat on 665 of
+# 1,280 rows at L=640 and passes this on about 126 (those within a row's own rounding).
+ROWS_LSE = RowTolerance(atol=0.12, row="element", spread=0.25, spread_atol=0.005)
 
 _REFERENCE = '''\
 import torch

@@ -36,7 +36,7 @@ import time
 import pytest
 
 from tasks.registry import TASKS, get_task
-from tests.judge_power import judge_task, margins_table
+from tests.judge_power import judge_task, margins_table, sparse_table
 
 pytestmark = pytest.mark.gpu
 
@@ -150,6 +150,8 @@ def test_judge_power_full_size():
         plans.append((task, [(w.name, task.axis_values(w)) for w in task.workloads], catalogue_workload(task)))
     results, problems = judge_all(plans, "cuda", float(os.environ.get("PTXBENCH_JUDGE_BUDGET_S", 540)))
     print("\n" + report(results, time.perf_counter() - t0))
+    # one wrong row chosen where it is least visible (issue 42, item 6): measured, not asserted
+    print("\n" + sparse_table(results))
     problems += below_task_problems(results)
     # cuDNN's FP8 attention is judged on every FP8 attention task reached, as an honest library (a bf16
     # O: Blackwell) or labelled below the task's precision (an e4m3 O: Hopper), never left out.

@@ -1,0 +1,215 @@
+"""Kernels written to buy `correct_with_arch` without the requested instructions doing the work
+(issue 42): one per class of the held-out attacks of 2026-12-03, each a solution folder in the
+manifest format (docs/SOLUTION_FORMAT.md) for gemm_n7168_k5120. Every one is correct; each must
+earn no credit on the H200 (tests/gpu/test_credit_gpu.py). tests/test_credit_fixtures.py compiles
+them with the real ptxas and checks that their SASS holds what the attack needs (DMMA, ATOMG,
+UBLKCP beside UTMALDG, %globaltimer).
+
+They are built from the shipped GEMM kernels (our own: tasks/gemm_n7168_k5120/expert, the wgmma +
+TMA expert, and its simple SIMT kernel) plus a side kernel of the attack's kind:
+- math_on_dmma: the expert computes C with wgmma, then a kernel recomputes C on the FP64 tensor
+  cores (mma.sync m8n8k4 f64, SASS DMMA) and writes it over: the wgmma is a full-size decoy;
+- reads_through_atomics: the expert, beside a kernel that reads every byte of A and B three
+  times through global atomics that return the value and leave memory unchanged (atom.or 0);
+- bulk_copy_reads: the expert, beside a kernel that streams A and B through plain bulk copies
+  (cp.async.bulk without .tensor, SASS UBLKCP: the TMA byte counter counts them with tensor-map
+  loads) and holds a tensor-map load in a branch no run takes;
+- gap_sensing: the expert and the simple kernel in one module; a kernel reads %globaltimer before
+  each run and, after a pause longer than 100 ms and twice any of the last four between runs,
+  switches for good from the simple path to the expert's, padded (spinning on %globaltimer) to
+  the simple path's last measured time: both paths take the same time, so the two-sided tie of the
+  counted runs to the timed median holds.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tools.solution import Solution
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "gemm_n7168_k5120"
+EXPERT, SIMPLE = ROOT / "tasks" / TASK / "expert", ROOT / "tasks" / TASK / "simple"
+EXPERT_ENTRY = 'int* __restrict__ counters, int M, int N, int K, int splits) {'
+SIMPLE_ENTRY = '__nv_bfloat16* __restrict__ C, int M, int N, int K) {'
+SINK = {"name": "sink", "dtype": "int32", "shape": ["264 * 256"], "zero": True}  # keeps side reads alive
+
+DMMA = r"""
+#include <cuda_bf16.h>
+// C = A * B^T on the FP64 tensor cores: each warp one 8x8 tile of C, K in steps of 4
+// (mma.sync m8n8k4 f64: A fragment a[groupID][tig], B fragment b[k=tig][n=groupID],
+// C fragment c[groupID][2*tig + i]); 8 warps per block cover a 32 x 16 region.
+extern "C" __global__ void __launch_bounds__(256)
+gemm_dmma(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B,
+          __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int m0 = blockIdx.y * 32 + (warp / 2) * 8, n0 = blockIdx.x * 16 + (warp % 2) * 8;
+  const __nv_bfloat16* a = A + (size_t)min(m0 + g, M - 1) * K;  // rows past the edge: never stored
+  const __nv_bfloat16* b = B + (size_t)min(n0 + g, N - 1) * K;
+  double c0 = 0.0, c1 = 0.0;
+  for (int k0 = 0; k0 < K; k0 += 4) {
+    const int k = k0 + t;
+    const double x = k < K ? (double)__bfloat162float(a[k]) : 0.0;
+    const double y = k < K ? (double)__bfloat162float(b[k]) : 0.0;
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                 : "+d"(c0), "+d"(c1) : "d"(x), "d"(y));
+  }
+  const int row = m0 + g, col = n0 + 2 * t;
+  if (row < M && col < N) C[(size_t)row * N + col] = __float2bfloat16((float)c0);
+  if (row < M && col + 1 < N) C[(size_t)row * N + col + 1] = __float2bfloat16((float)c1);
+}
+"""
+
+ATOMICS = r"""
+// Every 4-byte word of A and B, three times, through atom.global.or with 0: memory unchanged, the
+// old value returned (SASS ATOMG, not RED: the values are used).
+extern "C" __global__ void __launch_bounds__(256)
+read_by_atomics(unsigned* __restrict__ A, unsigned* __restrict__ B, unsigned* __restrict__ sink,
+                long long words_a, long long words_b) {
+  const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
+  unsigned x = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (long long i = first; i < words_a; i += step) x ^= atomicOr(A + i, 0u);
+    for (long long i = first; i < words_b; i += step) x ^= atomicOr(B + i, 0u);
+  }
+  sink[first] = x;
+}
+"""
+
+BULK = r"""
+// A and B streamed once through plain bulk copies (cp.async.bulk.shared::cluster.global, SASS
+// UBLKCP) into shared memory, 16 KiB a step, and folded into the sink; a tensor-map load
+// (UTMALDG) sits in a branch no run takes.
+#define BULK_STEP 16384
+static __device__ __forceinline__ unsigned bulk_smem(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+extern "C" __global__ void __launch_bounds__(128)
+read_by_bulk_copy(const char* __restrict__ A, const char* __restrict__ B, unsigned* __restrict__ sink,
+                  long long bytes_a, long long bytes_b, const __grid_constant__ CUtensorMap tmA) {
+  __shared__ alignas(128) unsigned buf[BULK_STEP / 4];
+  __shared__ alignas(8) unsigned long long bar;
+  const unsigned sbuf = bulk_smem(buf), sbar = bulk_smem(&bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(sbar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  unsigned phase = 0, x = 0;
+  if (bytes_a < 0) {  // never taken: the tensor-map load is in the SASS, and never runs
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(sbar), "r"(BULK_STEP) : "memory");
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                   :: "r"(sbuf), "l"(&tmA), "r"(0), "r"(0), "r"(sbar) : "memory");
+    }
+  }
+  const long long total = bytes_a + bytes_b;
+  for (long long off = (long long)blockIdx.x * BULK_STEP; off < total; off += (long long)gridDim.x * BULK_STEP) {
+    const char* src = off < bytes_a ? A + off : B + (off - bytes_a);
+    const long long left = off < bytes_a ? bytes_a - off : total - off;
+    const unsigned n = (unsigned)(left < BULK_STEP ? left : BULK_STEP);  // sizes here are multiples of 16
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(sbar), "r"(n) : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                   :: "r"(sbuf), "l"(src), "r"(n), "r"(sbar) : "memory");
+    }
+    unsigned done = 0;
+    while (!done)
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done) : "r"(sbar), "r"(phase) : "memory");
+    phase ^= 1;
+    for (unsigned i = threadIdx.x; i < n / 4; i += blockDim.x) x ^= buf[i];
+    __syncthreads();  // the buffer is read before the next copy overwrites it
+  }
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+"""
+
+GAP = r"""
+// Telling the counted runs from the timed ones by the pause before them (%globaltimer).
+__device__ unsigned long long gap_last_end, gap_start, gap_generic_ns, gap_recent[4];
+__device__ int gap_mode, gap_runs;
+static __device__ __forceinline__ unsigned long long gap_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+"""
+
+GAP_KERNELS = r"""
+extern "C" __global__ void sense_gap() {  // <<<1, 1>>>, first launch of every run
+  const unsigned long long t = gap_now();
+  if (gap_runs >= 2) {
+    const unsigned long long gap = t - gap_last_end;
+    unsigned long long recent = 0;
+    for (int i = 0; i < 4; ++i) recent = recent > gap_recent[i] ? recent : gap_recent[i];
+    if (gap_runs >= 6 && gap > 100000000ull && gap > 2 * recent) gap_mode = 1;  // for good
+    gap_recent[gap_runs % 4] = gap;
+  }
+  gap_runs += 1;
+  gap_start = t;
+}
+
+extern "C" __global__ void pad_to_generic_time() {  // <<<1, 1>>>, last launch of every run
+  if (!gap_mode) {
+    gap_generic_ns = gap_now() - gap_start;  // the simple path's time, for the padding
+  } else {
+    while (gap_now() - gap_start < gap_generic_ns) {
+    }
+  }
+  gap_last_end = gap_now();
+}
+"""
+
+
+def _expert() -> tuple[str, dict]:
+    return (EXPERT / "kernel.cu").read_text(), json.loads((EXPERT / "launch.json").read_text())
+
+
+def _write(folder: Path, source: str, manifest: dict) -> Solution:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.cu").write_text(source)
+    (folder / "launch.json").write_text(json.dumps(manifest, indent=1))
+    return Solution.from_dir(folder)
+
+
+def math_on_dmma(folder: Path) -> Solution:
+    src, manifest = _expert()
+    manifest["launches"].append({"kernel": "gemm_dmma", "grid": ["cdiv(N, 16)", "cdiv(M, 32)"], "block": [256],
+                                 "args": ["A", "B", "C", "M", "N", "K"]})
+    return _write(folder, src + DMMA, manifest)
+
+
+def reads_through_atomics(folder: Path) -> Solution:
+    src, manifest = _expert()
+    manifest.setdefault("buffers", []).append(SINK)
+    manifest["launches"].append({"kernel": "read_by_atomics", "grid": [264], "block": [256],
+                                 "args": ["A", "B", "sink", {"name": "words_a", "type": "i64", "value": "M * K // 2"},
+                                          {"name": "words_b", "type": "i64", "value": "N * K // 2"}]})
+    return _write(folder, src + ATOMICS, manifest)
+
+
+def bulk_copy_reads(folder: Path) -> Solution:
+    src, manifest = _expert()
+    manifest.setdefault("buffers", []).append(SINK)
+    manifest["launches"].append({"kernel": "read_by_bulk_copy", "grid": [264], "block": [128],
+                                 "args": ["A", "B", "sink", {"name": "bytes_a", "type": "i64", "value": "M * K * 2"},
+                                          {"name": "bytes_b", "type": "i64", "value": "N * K * 2"}, "tmA"]})
+    return _write(folder, src + BULK, manifest)
+
+
+def gap_sensing(folder: Path) -> Solution:
+    expert, manifest = _expert()
+    simple = (SIMPLE / "kernel.cu").read_text()
+    assert expert.count(EXPERT_ENTRY) == 1 and simple.count(SIMPLE_ENTRY) == 1
+    expert = expert.replace(EXPERT_ENTRY, EXPERT_ENTRY + "\n  if (!gap_mode) return;")
+    simple = simple.replace(SIMPLE_ENTRY, SIMPLE_ENTRY + "\n    if (gap_mode) return;")
+    one = {"grid": [1], "block": [1]}
+    manifest["launches"] = ([{"kernel": "sense_gap", **one}] + manifest["launches"]
+                            + json.loads((SIMPLE / "launch.json").read_text())["launches"]
+                            + [{"kernel": "pad_to_generic_time", **one}])
+    return _write(folder, GAP + expert + "\n" + simple + GAP_KERNELS, manifest)
+
+
+FIXTURES = {"math_on_dmma": math_on_dmma, "reads_through_atomics": reads_through_atomics,
+            "bulk_copy_reads": bulk_copy_reads, "gap_sensing": gap_sensing}

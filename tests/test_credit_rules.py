@@ -1,0 +1,128 @@
+"""The credit rules (tools.credit) on synthetic counters: every math pipe and every read path
+counts, and where a counter lumps two classes together the rule refuses credit. Each class of the
+held-out attacks of 2026-12-03 (issue 42) is a case here; tests/gpu/test_credit_gpu.py runs the
+kernels themselves."""
+from __future__ import annotations
+
+import pytest
+
+from tools import credit as rules
+from tools.credit import TaskWork
+
+WORK = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
+META = {"workload": "M8192", "split": "visible"}
+NO_BULK = {"HGMMA", "UTMALDG", "UTMASTG"}  # the expert GEMM's module: no plain bulk copy
+
+
+def counters(**kw) -> dict[str, float]:
+    """An honest wgmma + TMA GEMM's counted run (every metric the check reads), with `kw` changed."""
+    out = {m: 0.0 for m in rules.credit_metrics()}
+    gmma = 4e6
+    out.update({rules.GMMA_METRIC: gmma, rules.HMMA_INST_METRIC: gmma, rules.TENSOR_INST_METRIC: gmma,
+                rules.HGMMA_OPS_METRICS[0]: WORK.flops * 1.02, rules.TMA_INST_METRIC: 3e5,
+                rules.TMA_BYTES_METRIC: WORK.read_bytes * 3, rules.OTHER_READ_METRICS[0]: WORK.read_bytes * 0.01,
+                "smsp__sass_thread_inst_executed_op_integer_pred_on.sum": WORK.flops * 0.002})
+    out.update({k.replace("__dot__", "."): float(v) for k, v in kw.items()})
+    return out
+
+
+def credit(metrics: dict, features=("wgmma", "tma"), opcodes=NO_BULK):
+    ran = {"status": "ran", "runs": 3, "counted_from": 1, "run_ms": [1.0, 1.0], "instrumented_ms": [40.0],
+           "launches": [{"name": "k", "metrics": metrics}]}
+    return rules.credit_in_process(META, ran, list(features), WORK, 1.0, opcodes)
+
+
+def test_an_honest_wgmma_tma_kernel_is_credited():
+    wc = credit(counters())
+    assert wc.carries == {"wgmma": True, "tma": True}, wc.notes
+
+
+@pytest.mark.parametrize("what,extra", [
+    # the product on the FP64 tensor cores beside full-size bf16 wgmma on zeroed shared memory
+    ("DMMA", {rules.DMMA_OPS_METRIC: WORK.flops, rules.DMMA_INST_METRIC: 1e7, rules.TENSOR_INST_METRIC: 4e6 + 1e7}),
+    # integer tensor ops (IMMA via mma.sync s8, or IGMMA: the IMMA class), bounded from above
+    ("IMMA", {rules.IMMA_INST_METRIC: 1e5, rules.TENSOR_INST_METRIC: 4e6 + 1e5}),
+    ("IGMMA", {rules.IMMA_INST_METRIC: 1e5, rules.GMMA_METRIC: 4e6 + 1e5, rules.TENSOR_INST_METRIC: 4e6 + 1e5}),
+    # mma.sync bf16 (HMMA) beside the decoy: the HMMA class less the warpgroup MMAs
+    ("HMMA", {rules.HMMA_INST_METRIC: 4e6 + 3e7, rules.TENSOR_INST_METRIC: 4e6 + 3e7}),
+    # a tensor instruction of a class no counter names: the largest bound
+    ("unnamed", {rules.TENSOR_INST_METRIC: 4e6 + 1e5}),
+    ("FFMA", {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": WORK.flops / 2}),
+    ("DFMA", {"smsp__sass_thread_inst_executed_op_dfma_pred_on.sum": WORK.flops / 2}),
+    ("HFMA2", {"smsp__sass_thread_inst_executed_op_hfma_pred_on.sum": WORK.flops / 4}),
+    ("integer", {"smsp__sass_thread_inst_executed_op_integer_pred_on.sum": WORK.flops / 2}),
+])
+def test_math_on_any_other_pipe_withholds_wgmma_credit(what, extra):
+    """wgmma did the task's FLOPs (on zeroed tiles, say) while the product came from another pipe:
+    its share of all the math falls below 90%, whichever pipe that was."""
+    wc = credit(counters(**extra))
+    assert wc.executed["wgmma"] and not wc.carries["wgmma"], (what, wc.shares)
+    assert "of the math the kernels did" in wc.notes["wgmma"]
+
+
+def test_fp8_ops_are_wgmmas_only_where_no_warp_level_mma_ran():
+    """The fp8 ops counter counts QGMMA and QMMA alike: on a run with no warp-level MMA (HMMA-class
+    instructions all warpgroup ones) they are wgmma's; with one, they are not."""
+    fp8 = counters(**{rules.HGMMA_OPS_METRICS[0]: 0.0, rules.FP8_OPS_METRIC: WORK.flops})
+    assert credit(fp8).carries["wgmma"] is True
+    mixed = dict(fp8, **{rules.HMMA_INST_METRIC: 4e6 + 10, rules.TENSOR_INST_METRIC: 4e6 + 10})
+    wc = credit(mixed)
+    assert wc.carries["wgmma"] is False
+
+
+def test_the_hfma2_mma_moves_of_an_honest_kernel_cost_little():
+    """ptxas uses HFMA2.MMA as a register move: charged 128 FLOPs each, a kernel's worth of them
+    leaves an honest kernel credited."""
+    wc = credit(counters(**{rules.HFMA2_MMA_INST_METRIC: 1e6, rules.HMMA_INST_METRIC: 4e6 + 1e6,
+                            rules.TENSOR_INST_METRIC: 4e6 + 1e6}))
+    assert wc.carries["wgmma"] is True, wc.notes
+
+
+def test_reads_through_atomics_count_as_other_reads():
+    """Every operand byte read (re-read per tile) with atomics that return data, TMA streaming into
+    memory nothing reads: the atomics' bytes are other reads, over the 2x cap."""
+    wc = credit(counters(**{rules.OTHER_READ_METRICS[1]: WORK.read_bytes * 40}))
+    assert not wc.carries["tma"] and "atomics" in wc.notes["tma"]
+    assert credit(counters(**{rules.OTHER_READ_METRICS[1]: 64.0})).carries["tma"]  # a tile counter's atomics
+
+
+def test_plain_bulk_copies_are_not_tma():
+    """The TMA byte counter counts cp.async.bulk (UBLKCP) with tensor-map loads: where the module
+    holds one, TMA's bytes are other reads and TMA carries nothing; where the SASS was not read,
+    nothing can be told apart: no credit either."""
+    wc = credit(counters(), opcodes={"HGMMA", "UTMALDG", "UBLKCP"})
+    assert not wc.carries["tma"] and "plain bulk copies" in wc.notes["tma"]
+    assert wc.carries["wgmma"]  # the math rule is not the reads' business
+    unknown = credit(counters(), opcodes=None)
+    assert not unknown.carries["tma"] and "could not be told" in unknown.notes["tma"]
+
+
+def test_nsight_computes_per_opcode_counts_split_what_the_counters_lump():
+    """Where a row carries per-opcode executed counts (Nsight Compute), the split is exact and on the
+    profiled run itself: an executed UBLKCP refuses TMA's bytes; a module with none keeps them."""
+    row = {k: repr(v) for k, v in counters().items()}
+    with_bulk = dict(row, **{rules.OPCODE_METRIC: "30 (UTMALDG: 20; UBLKCP.S.G: 10)"})
+    only_tma = dict(row, **{rules.OPCODE_METRIC: "20 (UTMALDG: 20)"})
+    assert "bulk_copy" in rules.work_metrics([with_bulk]) and "tma_bytes" not in rules.work_metrics([with_bulk])
+    assert rules.work_metrics([only_tma])["tma_bytes"] == WORK.read_bytes * 3
+
+
+def test_texture_reads_refuse_tma_credit():
+    wc = credit(counters(**{rules.TEX_INST_METRIC: 1e4}))
+    assert not wc.carries["tma"] and "texture" in wc.notes["tma"]
+
+
+def test_a_missing_counter_is_not_measured_and_refuses():
+    for m in (rules.DMMA_OPS_METRIC, rules.IMMA_INST_METRIC, "smsp__sass_thread_inst_executed_op_integer_pred_on.sum"):
+        metrics = counters()
+        del metrics[m]
+        assert credit(metrics).carries["wgmma"] is False, m
+    metrics = counters()
+    del metrics[rules.OTHER_READ_METRICS[1]]
+    assert credit(metrics).carries["tma"] is False
+
+
+def test_counting_is_one_object():
+    off = rules.Counting(mode="off")
+    assert not off.in_process and not off.profile_wanted and "requests no features" in off.reason
+    assert rules.Counting(mode="cupti").in_process
