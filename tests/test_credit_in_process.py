@@ -699,6 +699,7 @@ extern "C" __global__ void spare(float* out, unsigned long long da, unsigned lon
   out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
 }
 """
+WARP_MMA = {"qgmma": SPARE_QGMMA}  # by the MMA class it puts in the module's SASS (tests/test_credit_skip.py)
 
 def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: float = 30):
     import sys
