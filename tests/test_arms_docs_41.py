@@ -316,10 +316,6 @@ LEGACY_HELPER_NAMES = {
     "sm_90a/tma.md": {"fence_proxy_async_smem", "mbarrier_arrive_cluster", "tma_reduce_add_2d",
         "tma_store_2d", "tma_store_commit", "tma_store_wait"},
     "sm_90a/warp_specialization.md": {"setmaxnreg_dec", "setmaxnreg_inc", "warpgroup_idx"},
-    "sm_90a/wgmma.md": {"pack_bf16x2", "warpgroup_idx", "wgmma_acc_col", "wgmma_acc_row", "wgmma_commit",
-        "wgmma_desc", "wgmma_desc_kmajor_sw128", "wgmma_fence", "wgmma_m64n128k32_e4m3_rs",
-        "wgmma_m64n128k32_e4m3_ss", "wgmma_m64n256k16_bf16_ss", "wgmma_m64n64k16_bf16_ss",
-        "wgmma_m64n96k16_bf16_rs", "wgmma_m64n96k16_bf16_ss", "wgmma_wait"},
 }
 
 
