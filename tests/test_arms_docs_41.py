@@ -306,7 +306,6 @@ LEGACY_HELPER_NAMES = {
         "mbarrier_init", "mbarrier_init_fence", "mbarrier_wait", "stmatrix_x4", "tma_load_2d_multicast"},
     "sm_90a/fp8_gemm_block_scaled.md": {"wgmma_acc_col", "wgmma_acc_row", "wgmma_commit",
         "wgmma_desc_kmajor_sw128", "wgmma_fence", "wgmma_wait"},
-    "sm_90a/warp_specialization.md": {"setmaxnreg_dec", "setmaxnreg_inc", "warpgroup_idx"},
 }
 
 
