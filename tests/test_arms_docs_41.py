@@ -304,8 +304,6 @@ LEGACY_HELPER_NAMES = {
     "sm_90a/clusters_pdl_fences.md": {"cluster_ctarank", "cluster_nctarank", "cluster_sync", "dsmem_addr",
         "dsmem_ld_f32", "griddep_launch_dependents", "griddep_wait", "ldmatrix_x4", "mbarrier_arrive_expect_tx",
         "mbarrier_init", "mbarrier_init_fence", "mbarrier_wait", "stmatrix_x4", "tma_load_2d_multicast"},
-    "sm_90a/fp8_gemm_block_scaled.md": {"wgmma_acc_col", "wgmma_acc_row", "wgmma_commit",
-        "wgmma_desc_kmajor_sw128", "wgmma_fence", "wgmma_wait"},
 }
 
 
