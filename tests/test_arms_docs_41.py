@@ -295,7 +295,7 @@ def test_a_turn_2_retrieval_event_says_why_each_section_was_added(tmp_path):
 # these helpers. The list may only shrink; a doc that names a helper not listed here fails.
 LEGACY_HELPER_NAMES = {
     "sm_100a/attention.md": {"tcgen05_idesc_bf16_f32", "tcgen05_idesc_e4m3_f32", "tcgen05_mma_f16_ts"},
-    "sm_100a/tcgen05.md": {"cluster_ctarank", "mbarrier_arrive_expect_tx", "mbarrier_init", "mbarrier_init_fence",
+    "sm_100a/tcgen05.md": {"mbarrier_arrive_expect_tx", "mbarrier_init", "mbarrier_init_fence",
         "mbarrier_wait", "tcgen05_alloc", "tcgen05_commit", "tcgen05_dealloc", "tcgen05_desc_kmajor_sw128",
         "tcgen05_fence_after", "tcgen05_fence_before", "tcgen05_idesc_bf16_f32", "tcgen05_idesc_e4m3_f32",
         "tcgen05_ld_32x32b_x32", "tcgen05_ld_32x32b_x8", "tcgen05_mma_f16_ss", "tcgen05_mma_f8f6f4_ss",
