@@ -236,6 +236,8 @@ headers_b(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtens
       tcgen05_mma_f16_ss(tmem, tcgen05_desc_kmajor_sw128(a + kk * 16),
                          tcgen05_smem_desc(b + kk * 16, 16, 1024, TC05_SWIZZLE_128B), idesc, kk > 0);
     tcgen05_mma_f16_ts(tmem + 128, tmem, tcgen05_desc_kmajor_sw128(b), tcgen05_idesc_bf16_f32(128, 64, 0, 1), 0);
+    tcgen05_mma_f8f6f4_ss(tmem + 192, tcgen05_desc_kmajor_sw128(a), tcgen05_desc_kmajor_sw128(b),
+                          tcgen05_idesc_e4m3_f32(128, 64), 0);
     tcgen05_commit(&bar_mma);
   }
   __syncwarp();
@@ -261,6 +263,38 @@ headers_b(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtens
 }
 
 
+# The head-dim-96 and e4m3 wgmma shapes in a kernel of their own (in the big one above they
+# push it past the registers wgmma's pipeline needs, C7512); the docs write these shapes out as PTX.
+HEADER_SHAPE_KERNEL = """
+#include <ptxbench/wgmma.cuh>
+using namespace ptxbench;
+extern "C" __global__ void __launch_bounds__(128) header_shapes(float* out) {
+  __shared__ __align__(1024) unsigned char a[64 * 128], b[128 * 128];
+  const unsigned pa[4] = {threadIdx.x, threadIdx.x * 3u, threadIdx.x * 5u, threadIdx.x * 7u};
+  float n96[48], q8[64];
+  wgmma_fence();
+  wgmma_m64n96k16_bf16_ss(n96, wgmma_desc_kmajor_sw128(a), wgmma_desc_kmajor_sw128(b), 0);
+  wgmma_m64n96k16_bf16_rs(n96, pa, wgmma_desc_kmajor_sw128(b), 1);
+  wgmma_m64n128k32_e4m3_ss(q8, wgmma_desc_kmajor_sw128(a), wgmma_desc_kmajor_sw128(b), 0);
+  wgmma_m64n128k32_e4m3_rs(q8, pa, wgmma_desc_kmajor_sw128(b), 1);
+  wgmma_commit();
+  wgmma_wait<0>();
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 48; ++i) s += n96[i] + q8[i];
+  out[threadIdx.x] = s;
+}
+"""
+
+
+def test_helper_wgmma_shapes_compile():
+    result, info = _compile(HEADER_SHAPE_KERNEL, "cuda", "sm_90a")
+    assert result.ok, result.error
+    assert not _notes(result), _notes(result)
+    assert info.status == "ok" and info.feature_present("wgmma"), info.reason
+    assert not info.flags["wgmma_serialized"]
+
+
 @pytest.mark.parametrize("arch", sorted(HEADER_KERNELS))
 def test_helper_headers_compile_and_show_features(arch):
     source, features = HEADER_KERNELS[arch]
@@ -275,7 +309,8 @@ def test_helper_headers_compile_and_show_features(arch):
 
 def test_every_header_function_is_exercised():
     """Each helper in the headers is called by the header test kernels or a doc snippet."""
-    used = "\n".join([src for src, _ in HEADER_KERNELS.values()] + [s.source for s in ALL_SNIPPETS])
+    used = "\n".join([src for src, _ in HEADER_KERNELS.values()] + [HEADER_SHAPE_KERNEL]
+                     + [s.source for s in ALL_SNIPPETS])
     for path in sorted(kr.INCLUDE_DIR.glob("ptxbench/*.cuh")):
         for name in re.findall(r"PTXBENCH_DEVICE [^(]*?\b(\w+)\(", path.read_text()):
             if name in ("smem_u32",):  # used inside the other helpers
