@@ -35,7 +35,6 @@ def test_example_prompts_are_what_the_loop_renders_today(tmp_path):
         assert len(a) == len(b), f"turn {turn}: {len(a)} messages now, {len(b)} recorded; re-record: {RERECORD}"
 
 
-@pytest.mark.xfail(strict=False, reason="ptxas PTX lines mapped to kernel.cu lines: issue 41 item 8 (another helper)")
 def test_example_feedback_cites_no_kernel_line_beyond_its_length():
     """A line number under "lines refer to your kernel.cu" is a line of that file."""
     for fb in read_events(EXAMPLE, "feedback"):
