@@ -51,8 +51,9 @@ def test_an_example_holds_the_prompt_and_docs_the_model_was_sent(tmp_path):
     sent = {e["turn"]: e["messages"] for e in read_events(run_dir, "llm_request")}
     system, task_message = sent[1][0]["content"], sent[1][1]["content"]
     assert "## Reference material" in task_message  # the docs arm: the task message carries docs
-    after_failed = sent[2][-1]  # what followed the broken kernel: docs for its result, then the feedback
-    assert after_failed["role"] == "user" and "## Reference material" in after_failed["content"]
+    after_failed = sent[2][-1]  # what followed the broken kernel: its feedback (a misspelt type adds no docs:
+    # turn-2+ docs follow the error's construct, issue 41), carried into the example as sent
+    assert after_failed["role"] == "user" and "### Compile: failed" in after_failed["content"]
 
     card = _build(runs, tmp_path / "data")
     assert card["examples"] == 1
