@@ -76,9 +76,17 @@ def _evaluate(mode_name: str, tmp_path, monkeypatch):
     mode.write_text(mode_name)
     monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
     monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
+    from test_credit_in_process import SPARE_QGMMA
+
+    # the SIMT GEMM with an fp8 wgmma in the module: a module whose SASS holds no requested
+    # instruction gets no counted runs at all (tests/test_credit_skip.py), and these need them
+    sol = tmp_path / "sol"
+    sol.mkdir(exist_ok=True)
+    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + SPARE_QGMMA)
+    (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
     with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=30,
                    cache_dir=tmp_path) as ev:
-        return ev.evaluate(Solution.from_dir(FIXTURES / "good"), small_gemm(), "sm_90a", executed_check=True,
+        return ev.evaluate(Solution.from_dir(sol), small_gemm(), "sm_90a", executed_check=True,
                            time=True, workloads="all")
 
 
