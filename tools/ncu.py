@@ -259,6 +259,11 @@ def sanitize_check(request: dict, kernel_names: list[str], env: dict[str, str],
         except subprocess.TimeoutExpired:
             return SanitizeResult(status="skipped", reason=f"compute-sanitizer ran longer than {timeout_s:.0f} s")
         out = proc.stdout + proc.stderr
+        if proc.returncode in (126, 127) or proc.returncode < 0 or "error while loading shared libraries" in out:
+            # the sanitizer could not run or died itself (a kernel's fault ends the worker under it, not
+            # the sanitizer): the harness's fault, no verdict
+            why = f"compute-sanitizer could not run or died (exit status {proc.returncode}): {_tail(out)}"
+            return SanitizeResult(status="skipped", reason=why, infra_error=why)
         errors = parse_sanitizer(out, names)
         if errors or proc.returncode == 86:
             return SanitizeResult(status="failed", errors=errors or [_tail(out)])
