@@ -403,7 +403,14 @@ def test_the_live_token_counter_goes_on_across_a_resume(tmp_path):
     assert "turn 2/2" in said and "| 2020 tokens" in said, p.stderr
 
 
-def test_replay_says_not_recorded_not_none():
-    p = agent_cli("replay", str(REPO / "runs" / "examples" / "attn_bwd_human"))
+def test_replay_says_not_recorded_not_none(tmp_path):
+    import shutil
+
+    run = tmp_path / "old_run"  # a run recorded before config.json kept the rules version
+    shutil.copytree(REPO / "runs" / "examples" / "attn_bwd_human", run)
+    config = json.loads((run / "config.json").read_text())
+    config.get("tool_versions", {}).pop("rules", None)
+    (run / "config.json").write_text(json.dumps(config))
+    p = agent_cli("replay", str(run))
     assert p.returncode in (0, 1) and "None" not in p.stdout, p.stdout
-    assert "rules not recorded ->" in p.stdout  # the example predates the rules version
+    assert "rules not recorded ->" in p.stdout
