@@ -701,7 +701,7 @@ extern "C" __global__ void spare(float* out, unsigned long long da, unsigned lon
 """
 WARP_MMA = {"qgmma": SPARE_QGMMA}  # by the MMA class it puts in the module's SASS (tests/test_credit_skip.py)
 
-def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: float = 30):
+def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: float = 30, time: bool = False):
     import sys
 
     from test_evaluator_cpu import ROOT
@@ -721,7 +721,7 @@ def _through_the_evaluator(mode_name: str, tmp_path, monkeypatch, timeout_s: flo
     with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=timeout_s,
                    cache_dir=tmp_path) as ev:
         return ev.evaluate(Solution.from_dir(sol), small_gemm(), "sm_90a", executed_check=True,
-                           time=False, workloads="all")
+                           time=time, workloads="all")
 
 
 def test_the_evaluator_asks_for_the_counted_runs_once_after_the_last_workload(tmp_path, monkeypatch):

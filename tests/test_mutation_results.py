@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 
 import pytest
 
-from test_evaluator_cpu import FIXTURES, ROOT, small_gemm
 from tools.results import CompileResult, EvalResult, ExecutedCheck, FeatureVerdict, InspectResult, WorkloadResult
-from tools.solution import Solution
 
 
 def result(*statuses: tuple[str, str], run_status: str = "ok") -> EvalResult:
@@ -70,24 +67,10 @@ def test_correct_with_arch_needs_every_part_and_is_never_true_unverified():
 
 
 def _evaluate(mode_name: str, tmp_path, monkeypatch):
-    from tools.evaluator import Evaluator
+    """The real Evaluator with the stand-in worker, timed (tests/test_credit_in_process.py)."""
+    from test_credit_in_process import _through_the_evaluator
 
-    mode = tmp_path / "mode"
-    mode.write_text(mode_name)
-    monkeypatch.setenv("PTXBENCH_FAKE_WORKER_MODE", str(mode))
-    monkeypatch.delenv("PTXBENCH_CREDIT", raising=False)
-    from test_credit_in_process import SPARE_QGMMA
-
-    # the SIMT GEMM with an fp8 wgmma in the module: a module whose SASS holds no requested
-    # instruction gets no counted runs at all (tests/test_credit_skip.py), and these need them
-    sol = tmp_path / "sol"
-    sol.mkdir(exist_ok=True)
-    (sol / "kernel.cu").write_text((FIXTURES / "good" / "kernel.cu").read_text() + SPARE_QGMMA)
-    (sol / "launch.json").write_text((FIXTURES / "good" / "launch.json").read_text())
-    with Evaluator(gpus=[0], worker_cmd=[sys.executable, str(ROOT / "tests" / "fake_worker.py")], timeout_s=30,
-                   cache_dir=tmp_path) as ev:
-        return ev.evaluate(Solution.from_dir(sol), small_gemm(), "sm_90a", executed_check=True,
-                           time=True, workloads="all")
+    return _through_the_evaluator(mode_name, tmp_path, monkeypatch, time=True)
 
 
 def test_end_to_end_both_speedups_are_published_when_every_workload_passed(tmp_path, monkeypatch):
