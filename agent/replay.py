@@ -203,7 +203,7 @@ def through_graph(run_dir: str | Path, runs_dir: str | Path | None = None) -> Gr
                        runs_dir=out_root, seed=config.seed, temperature=config.temperature,
                        executed_check=config.executed_check, history=config.history, require=config.require,
                        model_params=dict(config.model_params), context_turn_tokens=config.context_turn_tokens,
-                       memcheck=config.memcheck,
+                       memcheck=config.memcheck, hints=list(config.hints),
                        command=["agent", "replay", "--through-graph", str(run_dir)])
     summary = solve(req, progress=False)
     replay_dir = out_root / summary.run_id

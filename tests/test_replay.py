@@ -128,7 +128,11 @@ def test_the_replay_runs_with_every_recorded_setting(tmp_path, monkeypatch):
     src = tmp_path / "run"
     shutil.copytree(REPO / "runs" / "examples" / "attn_bwd_human", src)
     config = json.loads((src / "config.json").read_text())
-    config.update(history="latest", context_turn_tokens=500, memcheck=False, model_params={"max_tokens": 900})
+    changed = dict(history="latest", context_turn_tokens=500, memcheck=False, model_params={"max_tokens": 900},
+                   hints=["warp_specialization"], require="off", context="full", context_tokens=3000, samples=2,
+                   strategy="best-of-n", population=3, profile_feedback=False, seed=7, temperature=0.5,
+                   executed_check=False, lang="ptx", arch="sm_90a")
+    config.update(changed)
     (src / "config.json").write_text(json.dumps(config))
     seen = {}
 
@@ -140,5 +144,16 @@ def test_the_replay_runs_with_every_recorded_setting(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="captured"):
         replay.through_graph(src, runs_dir=tmp_path / "replays")
     req = seen["req"]
-    assert (req.history, req.context_turn_tokens, req.memcheck, req.model_params) == \
-        ("latest", 500, False, {"max_tokens": 900})
+    assert {k: getattr(req, k) for k in changed} == changed
+    # Every setting a run records and a request takes is checked above, or replayed otherwise on
+    # purpose: a new one added to both fails here until it is carried over (--hint once was not).
+    from dataclasses import fields
+
+    from agent.run import SolveRequest
+    on_purpose = {"model": "replay:<folder>", "runs_dir": "--runs-dir", "run_id": "a fresh id",
+                  "command": "the replay's own", "api_base": "no provider", "model_options": "no provider",
+                  "model_name": "the replay's", "budget": "no time limit (wall time is not reproducible)",
+                  "task": "the same task, checked by load_recorded"}
+    both = {f.name for f in fields(SolveRequest)} & set(config)
+    assert both - set(on_purpose) == set(changed), both - set(on_purpose) ^ set(changed)
+    assert req.task == config["task"] and req.budget.max_turns == config["budget"]["max_turns"]
