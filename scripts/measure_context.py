@@ -2,6 +2,8 @@
 
     python scripts/measure_context.py            # print the markdown table
     python scripts/measure_context.py --write    # also add a dated "## Knowledge retrieval" section to docs/BENCHMARKS.md
+    python scripts/measure_context.py --model gpt-4o --adds --tasks gemm_n7168_k5120,mha_bwd_d128
+        # METHODOLOGY's table: what each arm adds to the one it nests in, in gpt-4o's tokens
 
 The retriever's arguments are the agent's own: a subprocess asks agent.nodes.retrieval_call
 for every (task, arch, arm) with the run defaults (the context budget of `agent solve`), so
@@ -38,25 +40,25 @@ from agent.trajectory import RunConfig
 from tasks import list_tasks
 out = []
 for t in list_tasks():
-    if "seed" not in t.tags:
+    if not ({tasks!r} and t.name in {tasks!r} or not {tasks!r} and "seed" in t.tags):
         continue
     for arch in {arches!r}:
         for mode in {modes!r}:
-            cfg = RunConfig(run_id="measure", task=t.name, model="scripted", arch=arch, context=mode,
+            cfg = RunConfig(run_id="measure", task=t.name, model={model!r}, arch=arch, context=mode,
                             requested_features=t.features_for(arch))
             out.append({{"task": t.name, "arch": arch, "mode": mode, "call": retrieval_call(t, cfg, None)}})
 print(json.dumps(out))
 """
 
 
-def agent_calls() -> list[dict]:
-    code = _CALLS.format(arches=ARCHES, modes=MODES)
+def agent_calls(model: str = "scripted", tasks: tuple[str, ...] = ()) -> list[dict]:
+    code = _CALLS.format(arches=ARCHES, modes=MODES, model=model, tasks=tasks)
     return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                                      cwd=str(ROOT)).stdout)
 
 
-def measure() -> tuple[list[dict], dict, int]:
-    calls = agent_calls()
+def measure(model: str = "scripted", tasks: tuple[str, ...] = ()) -> tuple[list[dict], dict, int]:
+    calls = agent_calls(model, tasks)
     latencies: dict[str, list[float]] = {m: [] for m in MODES}
     t0 = time.perf_counter()
     load_docs.cache_clear()
@@ -111,6 +113,21 @@ def render(rows: list[dict], lat: dict, date: str, machine: str, budget: int, no
     return "\n".join(lines) + "\n"
 
 
+def render_adds(rows: list[dict], model: str) -> str:
+    """What each arm adds to the arm it nests in (docs+example: to docs), as METHODOLOGY's table."""
+    def cell(r: dict, m: str, base: str | None) -> str:
+        n = sum(p["sections"] for p in r[m + "_parts"].values())
+        nb = sum(p["sections"] for p in r[base + "_parts"].values()) if base else 0
+        return f"{r[m] - (r[base] if base else 0):,} ({n - nb} sections)"
+    lines = [f"Tokens each arm adds on turn 1 ({model}'s tokenizer):", "",
+             "| task | arch | docs adds | +headers adds | full adds (beyond docs+headers) | docs+example adds |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['task']} | {r['arch']} | {cell(r, 'docs', None)} | {cell(r, 'docs+headers', 'docs')} | "
+                     f"{cell(r, 'full', 'docs+headers')} | {cell(r, 'docs+example', 'docs')} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_section(path: Path, section: str) -> None:
     """Append the dated section to docs/BENCHMARKS.md, after the earlier measurements (history stays)."""
     text = path.read_text() if path.exists() else "# Benchmarks\n\n"
@@ -124,8 +141,15 @@ def main() -> None:
     ap.add_argument("--note", default="", help="a line printed under the tables (e.g. machine load)")
     ap.add_argument("--machine", default=f"CPU dev box ({platform.processor() or platform.machine()}, "
                                          f"Python {platform.python_version()})")
+    ap.add_argument("--model", default="scripted", help="count in this model's tokenizer (e.g. gpt-4o; default chars/4)")
+    ap.add_argument("--tasks", default="", help="comma-separated task names (default: the seed tasks)")
+    ap.add_argument("--adds", action="store_true", help="print what each arm adds to the one it nests in")
     args = ap.parse_args()
-    rows, lat, budget = measure()
+    tasks = tuple(t for t in args.tasks.split(",") if t)
+    rows, lat, budget = measure(args.model, tasks)
+    if args.adds:
+        print(render_adds(rows, args.model))
+        return
     section = render(rows, lat, args.date, args.machine, budget, args.note)
     print(section)
     if args.write:
