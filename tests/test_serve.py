@@ -316,3 +316,30 @@ def test_redaction_scrubs_a_held_out_size_quoted_in_any_string():
     assert hw.name not in text and f"M={hw.axes['M']}" not in text and vis.name in text
     held = out.workloads[1]
     assert (held.workload, held.axes, held.reason, held.detail) == ("held_out_1", {}, "manifest_error", "manifest_error")
+
+
+def test_on_a_ray_cluster_the_service_evaluates_through_the_ray_executor(serve, tmp_path):
+    """`agent serve --ray-address`: the service's jobs go through the Ray executor, as `agent sweep
+    --executor ray` does (compile as a CPU task, one GPU actor per GPU), on a real local cluster
+    with one fake GPU. The real GPU actor finds no usable GPU here and says so: the job ends done,
+    compiled and inspected, its run `skipped` with the reason, never passed."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1, "include_dashboard": False})
+    try:
+        s = serve("--ray-address", cluster.address)
+        with ServiceClient(s.url) as c:
+            health = c.health()
+            assert health["gpus"] == ["ray GPU 0"] and "ray" in json.dumps(health["executor"]).lower()
+            job = c.wait(c.submit("gemm", **{k: v for k, v in solution_body().items() if k != "task"}),
+                         timeout_s=240, poll_s=0.5)
+        assert job["status"] == "done", job
+        result = job["result"]
+        assert result["verdicts"]["compiled"] is True and result["verdicts"]["arch_sass"] is not None
+        assert result["run_status"] == "skipped" and "nvidia-smi" in result["run_reason"]
+        assert result["verdicts"]["correct"] is None  # nothing ran: never judged correct
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
