@@ -38,6 +38,9 @@ def test_whole_sections_in_order_while_the_total_fits(tokens, cap, ids):
 def test_a_section_without_a_token_count_costs_nothing_and_is_kept():
     chosen = cap_sections([{"id": "a"}, {"id": "b", "tokens": None}, {"id": "c", "tokens": 10}], 5)
     assert [x["id"] for x in chosen] == ["a", "b"]
+    # costs nothing: a counted section that fills the cap exactly still fits after two uncounted ones
+    chosen = cap_sections([{"id": "a"}, {"id": "b", "tokens": None}, {"id": "c", "tokens": 5}], 5)
+    assert [x["id"] for x in chosen] == ["a", "b", "c"]
 
 
 def test_the_per_turn_cap_defaults_to_2000_tokens_everywhere_a_run_is_configured():
@@ -101,12 +104,24 @@ def test_the_retrieval_call_binds_to_the_retrievers_parameters():
     assert call["op_type"] == "gemm"
 
 
+def test_a_task_without_a_description_is_asked_for_by_its_family_and_op_type():
+    from types import SimpleNamespace
+
+    from agent.nodes import retrieval_call
+
+    task = SimpleNamespace(description=None, op_type="mha_bwd", op_family="attention backward", name="t", tags=[])
+    assert retrieval_call(task, _config(), None)["task"] == "attention backward mha_bwd mha bwd"
+
+
 # ---------------------------------------------------------------------------------------
 # What a run records of each evaluation (`run_summary`, the `run` event of events.jsonl): the
 # report and `agent show` read it; held-out workloads are counts only (their shapes stay unseen).
 # ---------------------------------------------------------------------------------------
 def test_the_run_event_keeps_visible_workloads_whole_and_counts_held_out_ones():
+    import json
+
     from agent.nodes import run_summary
+    from tools.profile import KernelProfile, Profile
     from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, WorkloadResult
 
     def w(name, split, status):
@@ -114,15 +129,21 @@ def test_the_run_event_keeps_visible_workloads_whole_and_counts_held_out_ones():
                               reason="incorrect" if status == "failed" else None)
 
     wls = [w("v1", "visible", "passed"), w("v2", "visible", "failed"), w("h1", "held_out", "passed"),
-           w("h2", "held_out", "failed"), w("h3", "held_out", "skipped"), w("h4", "held_out", "passed")]
-    executed = ExecutedCheck(status="ok", executed={"wgmma": True}, carries={"wgmma": False})
+           w("h2", "held_out", "failed"), w("h3", "held_out", "skipped"), w("h4", "held_out", "passed"),
+           w("h5", "held_out", "passed")]
+    wls[0].speedup_ci = (0.9, 1.1)
+    stalls = KernelProfile(name="k", stalls=[("long_scoreboard", 0.5)])
+    executed = ExecutedCheck(status="ok", executed={"wgmma": True}, carries={"wgmma": False},
+                             profile=Profile(kernels=[stalls]))
     ev = EvalResult(task="gemm_n7168_k5120", arch="sm_90a", compile=CompileResult(status="ok", arch="sm_90a", language="cuda"),
                     inspect=InspectResult(status="ok", arch="sm_90a"), run_status="failed", run_reason="a visible mismatch",
                     workloads=wls, executed=executed, speedup=1.25, gpu="NVIDIA H200")
     s = run_summary(ev)
     assert s["workloads"] == [wls[0].model_dump(mode="json"), wls[1].model_dump(mode="json")]
-    # a skipped held-out workload is neither passed nor failed: 4 = 2 + 1 + the skipped one
-    assert s["held_out"] == {"total": 4, "passed": 2, "failed": 1}
+    # a skipped held-out workload is neither passed nor failed: 5 = 3 + 1 + the skipped one
+    assert s["held_out"] == {"total": 5, "passed": 3, "failed": 1}
+    # in JSON form (tuples as lists): what a listener is handed is what events.jsonl reads back
+    assert json.loads(json.dumps(s)) == s
     assert (s["run_status"], s["run_reason"], s["gpu"], s["speedup"]) == ("failed", "a visible mismatch", "NVIDIA H200", 1.25)
     assert s["executed"] == executed.model_dump(mode="json")
     assert s["verdicts"] == ev.verdicts()
