@@ -120,6 +120,11 @@ def test_a_candidate_record_carries_the_error_to_fix():
     c = fb.candidate_record(1, 0, "p", e)
     assert (c.outcome, c.error, c.verified) == ("run_failed", "cuda_error: CUDA_ERROR_ILLEGAL_ADDRESS", True)
     assert fb.candidate_record(1, 0, "p", ev([wl("W0", "failed", reason="timeout")])).error == "timeout"
+    # only the joining ": " is trimmed, never the detail's own letters
+    assert fb.candidate_record(1, 0, "p", ev([wl("W0", "failed", reason="cuda_error", detail="grid too large in X")])
+                               ).error == "cuda_error: grid too large in X"
+    # a manifest refused with no reason recorded: no error line rather than a crash
+    assert fb.candidate_record(1, 0, "p", ev(run_status="failed")).error is None
     assert fb.candidate_record(1, 0, "p", ev([wl("W0", "passed")], run_status="failed", run_reason="bad grid")).error == "bad grid"
     c = fb.candidate_record(1, 0, "p", ev([wl("W0", "failed", reason="incorrect")]))
     assert (c.outcome, c.error) == ("incorrect", None)  # wrong numbers: the mismatch lines say it
@@ -171,6 +176,8 @@ def test_rank_orders_the_goal_first_then_correctness_then_speed():
     assert off(record("unverified")) > off(record("incorrect"))
     assert off(record("incorrect")) > off(record("format_error"))
     assert off(record("arch_missing", 2.0, True)) > off(record("correct_with_arch", 1.0, True))
+    assert all(off(record("compile_error")) > off(c) for c in no_kernel)
+    assert off(record("arch_missing", 0.5, True)) > off(record("arch_missing", None, True))  # no speed: 0
 
 
 def test_evolves_parents_are_the_best_k_and_the_draw_is_the_runs_own():
@@ -188,6 +195,10 @@ def test_evolves_parents_are_the_best_k_and_the_draw_is_the_runs_own():
     assert many.count(2) > many.count(3) > many.count(1) > 300
     assert abs(many.count(2) / 3000 - 0.5) < 0.04 and abs(many.count(1) / 3000 - 1 / 6) < 0.04
     assert fb.draw_parent([a], None, 3) is a
+    # the population follows --require: off, a correct kernel without the instructions may lead
+    fast_without = record("arch_missing", 5.0, True, turn=6)
+    assert fb.population([a, fast_without], 1) == [a] and fb.population([a, fast_without], 1, True) == [a]
+    assert fb.population([a, fast_without], 1, False) == [fast_without]
 
 
 def test_the_best_is_replaced_by_a_verified_or_faster_candidate_only():
@@ -201,6 +212,8 @@ def test_the_best_is_replaced_by_a_verified_or_faster_candidate_only():
     assert fb.better_best(record("correct_with_arch", 0.1, True, verified=True),
                           record("correct_with_arch", None, True, verified=True))
     assert not fb.better_best(record("arch_missing", 9.0, True, verified=True), old)
+    assert not fb.better_best(record("correct_with_arch", None, True, verified=True),
+                              record("correct_with_arch", 0.5, True, verified=True))  # no speed counts as 0
     assert fb.better_best(record("arch_missing", 9.0, True, verified=True), old, require=False)
 
 
@@ -235,6 +248,9 @@ def evaluations() -> dict[str, EvalResult]:
     resources = {"gemm_kernel": KernelSass(registers=168, shared_bytes=1024, stack_frame=16, spill_stores=8,
                                            spill_loads=4)}
     many = [_diag(i) for i in range(33)] + [_diag(90, "warning", "ptxas")]
+    long_line = "  mov.b32 %r1, " + "1" * 200 + ";"
+    edge_ptx = f"  first;\n{long_line}\n  last;"  # no blank line at the end
+    resources2 = {**resources, "epilogue": KernelSass(registers=32)}
     timed = Timing(median_ms=2.0, iqr_ms=0.1, cv=0.02, runs=40)
     passed_timed = wl("W0", "passed", outputs=[_mismatch(max_abs_err=0.003, passed=True)], timing=timed,
                       baseline=Timing(median_ms=2.5, iqr_ms=0.1, cv=0.02, runs=40), baseline_name="cublas",
@@ -257,6 +273,11 @@ def evaluations() -> dict[str, EvalResult]:
                          Diagnostic(tool="ptxas", severity="error", message="at PTX line 0", ptx_line=0),
                          Diagnostic(tool="ptxas", severity="warning", code="C1", message="mapped", line=4,
                                     ptx_line=5)])),
+        "compile_error_ptx_edges": ev(comp=CompileResult(  # the first, a long and the last PTX line quoted
+            status="failed", arch="sm_90a", language="cuda", ptx=edge_ptx,
+            diagnostics=[Diagnostic(tool="ptxas", severity="error", message=f"m{i}", ptx_line=i) for i in (0, 1, 2, 3, 4)])),
+        "compile_errors_thirty": ev(comp=CompileResult(status="failed", arch="sm_90a", language="cuda",
+                                                       diagnostics=[_diag(i) for i in range(30)])),
         "compile_error_ptx_mention": ev(comp=CompileResult(
             status="failed", arch="sm_90a", language="cuda",
             diagnostics=[Diagnostic(tool="ptxas", severity="error", message="see PTX line 4", line=2)])),
@@ -265,21 +286,25 @@ def evaluations() -> dict[str, EvalResult]:
             diagnostics=[Diagnostic(tool="ptxas", severity="error", message="bad", ptx_line=3)])),
         "everything_wrong": ev(
             [wl("W0", "failed", reason="incorrect", detail="2 outputs", outputs=[wrong, _mismatch(output="D", passed=True)]),
-             wl("W1", "failed", reason="incorrect", outputs=[_mismatch(got=1.0, expected=0.0)]),
+             wl("W1", "failed", reason="incorrect", outputs=[_mismatch(got=1.0, expected=0.0),
+                                                              _mismatch(output="D", rel_l2=0.2),  # no bound: no L2 part
+                                                              _mismatch(output="E", rel_l2_bound=0.1, got=1.0),
+                                                              _mismatch(output="F", expected=1.0)]),
              wl("W2", "skipped", detail="an earlier workload crashed"), wl("W3", "skipped"),
              wl("W4", "failed", reason="timeout"),
              wl("H0", "failed", "held_out", "incorrect"), wl("H1", "failed", "held_out", "nan_output"),
              wl("H2", "failed", "held_out", "cuda_error"), wl("H3", "passed", "held_out"),
-             wl("H4", "failed", "held_out", None), wl("H5", "skipped", "held_out")],
+             wl("H4", "failed", "held_out", None), wl("H5", "skipped", "held_out"),
+             *(wl(f"H{i}", "failed", "held_out", "timeout") for i in (6, 7, 8))],  # the most frequent class first
             comp=compiled(diagnostics=[Diagnostic(tool="ptxas", severity="info", code="C7515", message="serialized",
                                                   ptx_line=2),
                                        Diagnostic(tool="ptxas", severity="info", message="no code, not shown"),
                                        Diagnostic(tool="nvrtc", severity="warning", message="unused", line=3)],
                           ptx=ptx, kernels={"ignored": KernelResources(registers=1)}),
-            insp=inspected("wgmma", kernels=resources, uncounted_kernels=["helper", "other"],
+            insp=inspected("wgmma", kernels=resources2, uncounted_kernels=["helper", "other"],
                            flags={"wgmma_serialized": True, "setmaxnreg_ignored": True},
                            flag_evidence={"wgmma_serialized": "C7515 at ptx line 2"}),
-            requested=("wgmma", "tma", "clusters"),
+            requested=("clusters", "wgmma", "tma"),  # a missing one first: the features after it are still told
             executed=ExecutedCheck(status="ok", executed={"wgmma": True}, counts={"wgmma": 0}),
             sanitize=SanitizeResult(status="failed", errors=[f"Invalid __global__ read {i}" for i in range(11)])),
         "correct_and_timed": ev(
@@ -289,19 +314,25 @@ def evaluations() -> dict[str, EvalResult]:
             insp=inspected("wgmma", "tma"), speedup=0.8, sol_score=0.75, executed=CARRIED,
             sanitize=SanitizeResult(status="ok")),
         "executed_without_carrying": ev(
-            [wl("W0", "passed", timing=timed, speedup=1.5, sol_ms=0.5, roofline_bound="memory")],
-            requested=("wgmma", "tma", "tcgen05"), speedup=1.5,
+            [wl("W0", "passed", timing=timed, speedup=1.0, sol_ms=0.5, roofline_bound="memory",
+                baseline=Timing(median_ms=2.0, iqr_ms=0.1, cv=0.02, runs=40))],  # a baseline without a name
+            requested=("wgmma", "tma", "tcgen05"), speedup=1.0,  # exactly the library's: no "above 1" note
             insp=inspected("wgmma", "tma", "tcgen05"),
             executed=ExecutedCheck(status="ok", executed={"wgmma": True, "tma": True, "tcgen05": True},
                                    carries={"wgmma": False, "tma": False, "tcgen05": True},
                                    shares={"wgmma": 0.42, "tma": None},
                                    notes={"tma": "cp.async read 3x the input"}),
-            sanitize=SanitizeResult(status="skipped", reason="compute-sanitizer not found.")),
-        "never_executed": ev([wl("W0", "passed")], insp=inspected("wgmma", "tma"),
+            sanitize=SanitizeResult(status="skipped", reason="compute-sanitizer not found in X.")),
+        "never_executed": ev([wl("W0", "passed", timing=timed)], insp=inspected("wgmma", "tma"),  # timed, no mean
                              executed=ExecutedCheck(status="ok", executed={"wgmma": True, "tma": False},
-                                                    counts={"tma": 0}, carries={"wgmma": True}),
+                                                    counts={"wgmma": 12}, carries={"wgmma": True}),
                              sanitize=SanitizeResult(status="failed")),
-        "inspection_skipped": ev(run_status="skipped", run_reason="no GPU on this machine.",
+        "carries_not_recorded": ev([wl("W0", "passed")], insp=inspected("wgmma", "tma"),
+                                   executed=ExecutedCheck(status="ok", executed={"wgmma": True, "tma": True},
+                                                          carries={"wgmma": True}),
+                                   sanitize=SanitizeResult(status="failed", errors=[f"e{i}" for i in range(8)])),
+        "memcheck_skipped_without_reason": ev([wl("W0", "passed")], sanitize=SanitizeResult(status="skipped")),
+        "inspection_skipped": ev(run_status="skipped", run_reason="no GPU on this machine X.",
                                  insp=InspectResult(status="skipped", arch="sm_90a", reason="cuobjdump not found")),
         "inspection_skipped_unknown": ev(run_status="skipped", insp=InspectResult(status="skipped", arch="sm_90a")),
         "nothing_requested": ev([wl("W0", "passed")], requested=(), speedup=float("nan")),
@@ -342,17 +373,24 @@ def texts() -> dict[str, str]:
     out["optimise_unverified"] = fb.render_feedback(2, "optimise", "cuda", unverified, good, max_turns=8, next_turn=6)
     out["optimise_require_off"] = fb.render_feedback(2, "optimise", "cuda", verified, good, others=others,
                                                      require=False)
-    out["optimise_unverified_require_off"] = fb.render_feedback(2, "optimise", "cuda", unverified, good, require=False)
+    out["optimise_unverified_require_off"] = fb.render_feedback(2, "optimise", "cuda", unverified, good, require=False,
+                                                                max_turns=8)
+    out["two_samples"] = fb.render_feedback(2, "optimise", "cuda", verified, good, samples=2)
     out["repair_back_to_the_best"] = fb.render_feedback(4, "repair", "cuda", chosen, good, best=best, samples=1)
     out["repair_back_to_an_untimed_best"] = fb.render_feedback(4, "repair", "cuda", chosen, good,
                                                                best=record("unverified", turn=1), require=False)
     out["repair_the_best_itself"] = fb.render_feedback(4, "repair", "cuda", best, good, best=best)
-    out["format_error"] = fb.render_feedback(1, "repair", "ptx", record("format_error", error="no ``` block."), None,
+    out["format_error"] = fb.render_feedback(1, "repair", "ptx", record("format_error", error="no ``` block X."), None,
                                              max_turns=4)
     out["format_error_unknown"] = fb.render_feedback(1, "repair", "cuda", record("format_error"), None)
     out["several_candidates_in_a_reply"] = fb.render_feedback(
         1, "repair", "cuda", record("incorrect", note="the last of 2 code blocks"), evaluations()["never_executed"])
     return out
+
+
+def test_the_profile_block_is_added_only_when_asked_for():
+    e = profiles()["profile"]
+    assert "### Profile" not in fb.eval_sections(e, "cuda") and "### Profile" in fb.eval_sections(e, "cuda", True)
 
 
 def test_every_feedback_text_is_the_recorded_one():
@@ -379,8 +417,8 @@ def test_the_recorded_texts_say_what_the_rules_say():
     t = json.loads(TEXTS.read_text())
     wrong = t["everything_wrong"]
     assert "... 4 more" in t["compile_errors_nvrtc"] and "NVRTC" in t["compile_errors_nvrtc"]  # 34 lines, 30 shown
-    assert "- held-out workloads (sizes not shown): 1 of 5 passed; failed: 2 incorrect, 1 launch_error, " \
-           "1 other failure" in wrong
+    assert "- held-out workloads (sizes not shown): 1 of 8 passed; failed: 3 timeout, 2 incorrect, " \
+           "1 launch_error, 1 other failure" in wrong
     assert "- ... 3 more" in wrong  # 11 memcheck reports, 8 shown
     assert "`clusters`: MISSING" in wrong and "`tma`: MISSING" in wrong
     assert "ratio 0.5" in wrong and "5 NaN" in wrong and "relative L2 error 0.03 (at most 0.005 allowed)" in wrong
