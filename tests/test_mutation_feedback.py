@@ -327,6 +327,10 @@ def evaluations() -> dict[str, EvalResult]:
                              executed=ExecutedCheck(status="ok", executed={"wgmma": True, "tma": False},
                                                     counts={"wgmma": 12}, carries={"wgmma": True}),
                              sanitize=SanitizeResult(status="failed")),
+        # combined over workloads: tma ran on one workload (3 instructions) but not on another, so not executed
+        "executed_on_some_workloads": ev([wl("W0", "passed")], insp=inspected("wgmma", "tma"),
+                                         executed=ExecutedCheck(status="ok", executed={"wgmma": True, "tma": False},
+                                                                counts={"wgmma": 12, "tma": 3}, carries={"wgmma": True})),
         "carries_not_recorded": ev([wl("W0", "passed")], insp=inspected("wgmma", "tma"),
                                    executed=ExecutedCheck(status="ok", executed={"wgmma": True, "tma": True},
                                                           carries={"wgmma": True}),
