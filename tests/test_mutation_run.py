@@ -27,6 +27,11 @@ from agent.trajectory import Budget, RunConfig
 # ---------------------------------------------------------------------------------------
 def test_the_defaults_are_a_valid_run():
     assert ar.settings_problem() is None
+    # each default agrees with the others: one sample a turn is linear, the executed check is on
+    # (the profile arm needs it), profile feedback off (the check may be turned off alone)
+    assert ar.settings_problem(strategy="linear") is None
+    assert ar.settings_problem(strategy="best-of-n") == "strategy best-of-n needs samples (--samples) of at least 2, not 1"
+    assert ar.settings_problem(profile_feedback=True) is None and ar.settings_problem(executed_check=False) is None
     assert ar.settings_problem(context="none", context_tokens=0) is None  # the none arm needs no budget
 
 
@@ -57,6 +62,8 @@ def test_the_defaults_are_a_valid_run():
     (dict(hints=["nope"]), None),  # the retriever's own message (below)
     (dict(context_turn_tokens=-1), "context_turn_tokens (--context-turn-tokens) must be >= 0, not -1"),
     (dict(model_params={"seed": 1}), "model parameter 'seed' cannot be set: use --seed (it varies per turn and sample)"),
+    (dict(model_params={"temperature": 0.5}, temperature=0.7),
+     "temperature is given twice (--temperature and --model-param temperature=...): give it once"),
     (dict(temperature=-0.1), "temperature (--temperature) must be >= 0, not -0.1"),
     (dict(temperature=math.nan), "temperature (--temperature) must be >= 0, not nan"),
     (dict(temperature=math.inf), "temperature (--temperature) must be >= 0, not inf"),
@@ -136,6 +143,7 @@ def test_a_scripted_or_replayed_model_resumes_from_any_folder(tmp_path):
     assert ar.anchor_spec("replay:runs/x", tmp_path) == f"replay:{(tmp_path / 'runs/x').resolve()}"
     assert ar.anchor_spec("scripted:s.py", tmp_path / "a") == f"scripted:{(tmp_path / 'a/s.py').resolve()}"
     assert ar.anchor_spec("replay:/abs/run", tmp_path) == "replay:/abs/run"
+    assert ar.anchor_spec("scripted:/abs/../s.py", tmp_path) == "scripted:/abs/../s.py"  # absolute: as typed
     assert ar.anchor_spec("openai/replay:x", tmp_path) == "openai/replay:x"
 
 
@@ -258,8 +266,8 @@ def test_a_run_goes_on_only_with_its_prompts_task_and_docs(tmp_path, monkeypatch
     assert "docs (knowledge/docs, examples, include) are unavailable: " in ar.inputs_change(
         config(context="full", knowledge_version="00" * 32), run_dir)
     # then the toolchain
-    monkeypatch.setattr(ar, "toolchain_change", lambda c, d: "toolchain differs")
-    assert ar.inputs_change(config(), run_dir) == "toolchain differs"
+    monkeypatch.setattr(ar, "toolchain_change", lambda c, d: f"toolchain differs for {d}")
+    assert ar.inputs_change(config(), run_dir) == f"toolchain differs for {run_dir}"
 
 
 def test_the_task_hash_is_the_whole_definition():
