@@ -140,6 +140,7 @@ def test_a_feature_brings_its_companions_transitively_requested_first():
     assert kr.with_companions(["tma"]) == ["tma", "mbarrier"]
     assert kr.with_companions(["tcgen05_mma", "tma"]) == ["tcgen05_mma", "tma", "mbarrier", "tmem", "tcgen05_alloc"]
     assert kr.with_companions(["wgmma", "wgmma"]) == ["wgmma"] and kr.with_companions([]) == []
+    assert kr.with_companions(["wgmma", "tma"]) == ["wgmma", "tma", "mbarrier"]  # every feature's, not the first's
 
 
 def test_hints_are_checked_by_name_arch_and_repetition():
@@ -148,31 +149,55 @@ def test_hints_are_checked_by_name_arch_and_repetition():
     assert kr.hint_problem(["nope"], "sm_90a") == f"unknown hint 'nope' (--hint); known: {known} (agent knowledge hints)"
     assert kr.hint_problem(["fa3_forward"], "sm_100a") == "hint 'fa3_forward' is written for sm_90a, not sm_100a"
     assert kr.hint_problem(["tma_store_epilogue", "tma_store_epilogue"], "sm_100a") == "a hint is named twice (--hint)"
+    assert kr.hint_problem(["warp_specialization"], "sm_80") == \
+        "hint 'warp_specialization' is written for sm_90a, sm_100a, not sm_80"
+
+
+def test_without_hints_the_message_says_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(kr, "HINTS_DIR", tmp_path)
+    assert kr.hint_problem(["x"], "sm_90a") == "unknown hint 'x' (--hint); known: none (agent knowledge hints)"
+
+
+def test_the_known_arches_are_those_docs_name_but_common_and_any(monkeypatch):
+    def doc(*arches):
+        return kr.Doc(path="p", title="t", arch=arches[0], arches=arches, features=(), keywords=(), sections=(), body="")
+    docs = (doc("common"), doc("any"), doc("sm_90a", "sm_100a"), doc("sm_120a"))
+    monkeypatch.setattr(kr, "load_docs", lambda: docs)
+    assert kr.known_arches() == ["sm_100a", "sm_120a", "sm_90a"]
+    # a doc for "any" arch reaches every arch, after the arch's own, as a common one does
+    assert kr.docs_for("sm_100a") == [docs[2], docs[0], docs[1]] and kr.docs_for("sm_120a") == [docs[3], docs[0], docs[1]]
 
 
 def test_the_feedback_names_what_later_turns_add_docs_for():
     """A compile error: its construct, code, message and features; else ptxas's serialization notes;
     else a requested instruction that did not carry the work; else BM25 over the whole feedback."""
     err = ("ptxas error (C7600): ptx line 12: Arguments mismatch for instruction 'wgmma.mma_async.sync'\n"
-           "ptxas info (C7515): ptx line 3: wgmma serialized\n- `tma`: MISSING - no instruction")
+           "ptxas info (C7515): ptx line 3: wgmma serialized\n- `tma`: MISSING - no instruction\n"
+           "ptxas error: ptx line 14: Unknown symbol 'smem'")
     f = kr.feedback_focus(err)
     assert f.kind == "compile_error" and f.codes == ("C7600",) and f.constructs == ("wgmma.mma_async.sync",)
-    assert f.messages == ("Arguments mismatch for instruction 'wgmma.mma_async.sync'",) and f.features == ("wgmma",)
-    assert f.text == err.splitlines()[0]
-    s = kr.feedback_focus("nvrtc warning: unused\nptxas info (C7515): wgmma serialized\n- `tma`: MISSING - x")
-    assert (s.kind, s.codes, s.text) == ("serialization", ("C7515",), "ptxas info (C7515): wgmma serialized")
+    assert f.messages == ("Arguments mismatch for instruction 'wgmma.mma_async.sync'", "Unknown symbol 'smem'")
+    assert f.features == ("wgmma",)
+    assert f.text == "\n".join(err.splitlines()[i] for i in (0, 3))  # the error lines only
+    s = kr.feedback_focus("nvrtc warning: unused\nptxas info (C7515): wgmma serialized\n- `tma`: MISSING - x\n"
+                          "ptxas info (C7508): setmaxnreg ignored")
+    assert (s.kind, s.codes) == ("serialization", ("C7508", "C7515"))
+    assert s.text == "ptxas info (C7515): wgmma serialized\nptxas info (C7508): setmaxnreg ignored"
     c = kr.feedback_focus("ptxas info: fine\n- `tma`: MISSING - x\n- `wgmma`: executed, but did not carry the work: y")
     assert (c.kind, c.features) == ("carried_work", ("tma", "wgmma"))
     assert c.text == "- `tma`: MISSING - x\n- `wgmma`: executed, but did not carry the work: y"
     o = kr.feedback_focus("W0 FAILED (incorrect)")
     assert (o.kind, o.text) == ("other", "W0 FAILED (incorrect)")
-    assert kr.feedback_focus(None).kind == kr.feedback_focus("  \n").kind == "none"
+    assert kr.feedback_focus(None) == kr.feedback_focus("  \n") == kr.FeedbackFocus("none", "")
     assert kr.follows_feedback("bm25 compile-error:C7600") and kr.follows_feedback("carried-work:tma")
     assert not kr.follows_feedback("feature:tma bm25") and not kr.follows_feedback("compile-error")
 
 
 def test_quoted_compiler_messages_are_read_without_their_prefixes():
     fb = ("ptxas error : ptx line 7: Unknown symbol 'smem_buffer_a'.\nnvrtc error: line 3: identifier is undefined\n"
-          "ptxas fatal : Ptx assembly aborted due to errors\nerror: short\nptxas error   : Unknown symbol 'smem_buffer_a'")
-    assert kr.feedback_messages(fb) == ["Unknown symbol 'smem_buffer_a'", "identifier is undefined"]
+          "ptxas fatal : Ptx assembly aborted due to errors\nerror: short\nptxas error   : Unknown symbol 'smem_buffer_a'\n"
+          "error: twelve chars\nerror: eleven char\nptxas error: operand out of range for MAX.")
+    # 12 characters at least (a shorter one matches too much); the final period dropped, nothing else
+    assert kr.feedback_messages(fb) == ["Unknown symbol 'smem_buffer_a'", "identifier is undefined",
+                                        "operand out of range for MAX", "twelve chars"]
     assert kr.feedback_messages(None) == []
