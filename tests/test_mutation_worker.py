@@ -149,7 +149,7 @@ def test_a_backend_below_the_tasks_precision_is_named_in_the_note(monkeypatch, t
     assert _choose(monkeypatch, tmp_path / "x", make, ["low", "ok"], {"low": 2.0, "ok": 1.0})[1:3] == ("ok", None)
 
 
-def test_backends_that_refuse_or_fail_are_said_and_the_others_still_chosen(monkeypatch, tmp_path):
+def test_backends_that_refuse_or_fail_are_said_and_the_others_still_chosen(monkeypatch, tmp_path, capsys):
     import tasks.families.baselines as B
 
     def make(task, inputs, name=None):
@@ -162,6 +162,8 @@ def test_backends_that_refuse_or_fail_are_said_and_the_others_still_chosen(monke
 
     side, name, note, _, _ = _choose(monkeypatch, tmp_path, make, ["absent", "broken", "late", "fine"], {"fine": 1.0})
     assert (name, note) == ("fine", None)
+    # a backend whose timing fails is left out, and the worker's log says which and why
+    assert "[worker] baseline backend late failed: RuntimeError: late rejects this shape" in capsys.readouterr().err
     (tmp_path / "b").mkdir()
     side, name, note, _, cache = _choose(monkeypatch, tmp_path / "b", make, ["absent", "broken"])
     # each refusal in one line: the library's own words, or the error's type and its first 200 characters
