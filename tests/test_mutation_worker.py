@@ -206,3 +206,69 @@ def test_the_timed_judge_draws_the_rows_its_task_declares():
         assert judge.sampled == (task.op_type in expected), name
     assert workspace.SAMPLED_ROWS == 64
     assert workspace.TimedJudge(get_task("mha_bwd_d128"), {}, None, random.Random(0), "cpu", rows=8).rows == 8
+
+
+# ---------------------------------------------------------------------------------------
+# Which timed runs are judged whole, and against what (tools/workspace.py)
+# ---------------------------------------------------------------------------------------
+def _judged(monkeypatch, task, total: int, seed: int) -> tuple[list[tuple[int, bool, str]], "workspace.TimedJudge"]:
+    """Every after_pair of a timed phase of `total` pairs: (pair, judged whole, what the verdict names)."""
+    calls = []
+    monkeypatch.setattr(workspace, "judge_run", lambda task, axes, ws, seed, rng, device, rows, full, what:
+                        calls.append((full, what, device, rows)))
+    judge = workspace.TimedJudge(task, {}, None, random.Random(seed), "cpu")
+    out = []
+    for i in range(total):
+        judge.after_pair(i, total)
+        full, what, device, rows = calls[-1]
+        assert device == "cpu" and rows == judge.rows
+        out.append((i, full, what))
+    return out, judge
+
+
+def test_one_or_two_timed_runs_are_judged_whole_one_among_the_pairs_every_phase_runs(monkeypatch):
+    """A sampled task's timed runs are each judged on sampled rows, and one or two of them, drawn
+    at random, whole: pairs 1.. (pair 0 may be the warm-up), one of them among the first
+    ALWAYS_RUN_PAIRS, which every timed phase runs even when it stops early at its cap."""
+    from tools.timing import ALWAYS_RUN_PAIRS
+
+    assert ALWAYS_RUN_PAIRS == 4
+    task = small_gemm()
+    counts = set()
+    for seed in range(60):
+        runs, judge = _judged(monkeypatch, task, 10, seed)
+        whole = [i for i, full, _ in runs if full]
+        assert 1 <= len(whole) <= 2 and 0 not in whole and min(whole) < ALWAYS_RUN_PAIRS, (seed, whole)
+        assert judge.full_checks == len(whole) and judge.full_at == set(whole)
+        counts.add(len(whole))
+        assert runs[2][2] == "timed-phase run 3 of 10"
+    assert counts == {1, 2}  # both happen
+    # two pairs: the second is the one judged whole
+    assert [full for _, full, _ in _judged(monkeypatch, task, 2, 5)[0]] == [False, True]
+    # one pair, or an unknown count: no choice to make, nothing judged whole
+    runs, judge = _judged(monkeypatch, task, 1, 3)
+    assert runs == [(0, False, "timed-phase run 1 of 1")] and judge.full_at is None
+    assert _judged(monkeypatch, task, 0, 3)[0] == [] and workspace.TimedJudge(task, {}, None, random.Random(1), "cpu") \
+        .full_at is None
+
+
+def test_a_task_without_a_sampler_is_judged_whole_on_every_run(monkeypatch):
+    task = small_gemm()
+    monkeypatch.setattr("tasks.sampled.has_sampler", lambda task: False)
+    runs, judge = _judged(monkeypatch, task, 5, 1)
+    assert [full for _, full, _ in runs] == [True] * 5 and judge.full_checks == 5
+
+
+def test_term_scaled_tasks_are_judged_against_their_term_scales(monkeypatch):
+    """tolerance.scale "terms" (attention: max(|ref|, the rss of the summed products), tasks.reference.term_scales)
+    gets the reference's term scales; "ref" (GEMM), or a tolerance without a scale, none."""
+    import tasks.reference as R
+
+    attn = get_task("mha_fwd_d128")
+    assert attn.tolerance.scale == "terms" and small_gemm().tolerance.scale == "ref"
+    seen = []
+    monkeypatch.setattr(R, "term_scales", lambda task, fresh: seen.append((task, fresh)) or "the scales")
+    fresh = {"Q": 1}
+    assert workspace.term_scales(attn, fresh) == "the scales" and seen == [(attn, fresh)]
+    assert workspace.term_scales(small_gemm(), fresh) is None
+    assert workspace.term_scales(type("T", (), {"tolerance": object()})(), fresh) is None and len(seen) == 1
