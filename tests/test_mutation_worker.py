@@ -234,15 +234,16 @@ def test_one_or_two_timed_runs_are_judged_whole_one_among_the_pairs_every_phase_
 
     assert ALWAYS_RUN_PAIRS == 4
     task = small_gemm()
-    counts = set()
+    counts = []
     for seed in range(60):
         runs, judge = _judged(monkeypatch, task, 10, seed)
         whole = [i for i, full, _ in runs if full]
         assert 1 <= len(whole) <= 2 and 0 not in whole and min(whole) < ALWAYS_RUN_PAIRS, (seed, whole)
         assert judge.full_checks == len(whole) and judge.full_at == set(whole)
-        counts.add(len(whole))
+        counts.append(len(whole))
         assert runs[2][2] == "timed-phase run 3 of 10"
-    assert counts == {1, 2}  # both happen
+    # one or two with even odds (two draws may coincide: a little more often one)
+    assert 20 <= counts.count(1) <= 45 and counts.count(2) >= 15
     # two pairs: the second is the one judged whole
     assert [full for _, full, _ in _judged(monkeypatch, task, 2, 5)[0]] == [False, True]
     # one pair, or an unknown count: no choice to make, nothing judged whole
@@ -250,6 +251,12 @@ def test_one_or_two_timed_runs_are_judged_whole_one_among_the_pairs_every_phase_
     assert runs == [(0, False, "timed-phase run 1 of 1")] and judge.full_at is None
     assert _judged(monkeypatch, task, 0, 3)[0] == [] and workspace.TimedJudge(task, {}, None, random.Random(1), "cpu") \
         .full_at is None
+    # a warm-up run (no count yet) names its run alone
+    named = []
+    monkeypatch.setattr(workspace, "judge_run", lambda *a: named.append(a[-1]))
+    judge = workspace.TimedJudge(task, {}, None, random.Random(1), "cpu")
+    judge.after_pair(2, 0)
+    assert judge.full_at is None and named == ["timed-phase run 3"]
 
 
 def test_a_task_without_a_sampler_is_judged_whole_on_every_run(monkeypatch):
