@@ -279,3 +279,74 @@ def test_term_scaled_tasks_are_judged_against_their_term_scales(monkeypatch):
     assert workspace.term_scales(attn, fresh) == "the scales" and seen == [(attn, fresh)]
     assert workspace.term_scales(small_gemm(), fresh) is None
     assert workspace.term_scales(type("T", (), {"tolerance": object()})(), fresh) is None and len(seen) == 1
+
+
+class _Ws:
+    """A stand-in workspace: records what was loaded and answers verdicts as told."""
+
+    def __init__(self, answer=(None, None, None)):
+        self.loaded, self.verdicts, self.answer = [], [], answer
+
+    def load_inputs(self, fresh):
+        self.loaded.append(fresh)
+
+    def verdict(self, expected, tol, scales=None, samples=None, *, inputs=None):
+        self.verdicts.append({"expected": expected, "tol": tol, "scales": scales, "samples": samples, "inputs": inputs})
+        return self.answer
+
+
+@pytest.fixture
+def generated(monkeypatch):
+    """tasks.generators.generate_inputs recorded: (seed, device, fast) of every call."""
+    import tasks.generators as G
+
+    calls = []
+    monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cuda", fast=False:
+                        calls.append((seed, device, fast)) or {"seed": seed})
+    return calls
+
+
+def test_each_pair_gets_fresh_inputs_and_its_second_side_a_regeneration(generated):
+    """Every pair: inputs from a new seed (31 bits, drawn from the phase's generator), on the judge's
+    device, by the fast generator; the first side runs on them as loaded, the second on the same
+    seed's inputs generated again (neither side reads a buffer the other could have rewritten)."""
+    ws = _Ws()
+    judge = workspace.TimedJudge(small_gemm(), {}, ws, random.Random(4), "cpu")
+    for i in range(2):
+        judge.before_pair(i, 2)
+        judge.inputs_for_run()
+        judge.inputs_for_run()
+    s0 = random.Random(4).getrandbits(31)
+    assert generated[0] == (s0, "cpu", True) and len(generated) == 4
+    assert generated[1] == generated[0] and generated[2][0] != s0 and generated[3] == generated[2]
+    assert ws.loaded == [{"seed": g[0]} for g in generated]
+
+
+def test_a_timed_runs_verdict_regenerates_its_inputs_and_names_the_run(monkeypatch, generated):
+    import tasks.reference as R
+    import tasks.sampled as S
+
+    task = get_task("mha_fwd_d128")  # judged against term scales
+    monkeypatch.setattr(R, "run_reference", lambda task, fresh: {"O": "reference"})
+    monkeypatch.setattr(R, "term_scales", lambda task, fresh: {"O": "rss"})
+    monkeypatch.setattr(S, "sample", lambda task, fresh, gen, rows: ("rows", rows, fresh))
+    ws = _Ws()
+    workspace.judge_run(task, {}, ws, 77, random.Random(1), "cpu", 256, True, "timed-phase run 2 of 9")
+    assert generated == [(77, "cpu", True)]
+    assert ws.verdicts == [{"expected": {"O": "reference"}, "tol": task.tolerance, "scales": {"O": "rss"},
+                            "samples": None, "inputs": {"seed": 77}}]
+    workspace.judge_run(task, {}, ws, 78, random.Random(1), "cpu", 256, False, "timed-phase run 3 of 9")
+    assert ws.verdicts[-1] == {"expected": None, "tol": task.tolerance, "scales": None,
+                               "samples": ("rows", 256, {"seed": 78}), "inputs": {"seed": 78}}
+    # wrong numbers on fresh inputs: wrong_in_timed_run, the failing outputs kept
+    for reason in ("incorrect", "unwritten_output", "nan_output"):
+        with pytest.raises(workspace.Failed) as failed:
+            workspace.judge_run(task, {}, _Ws((reason, "O off", ["mismatch"])), 1, random.Random(1), "cpu", 256, True,
+                                "timed-phase run 2 of 9")
+        assert (failed.value.reason, failed.value.detail, failed.value.outputs) == (
+            "wrong_in_timed_run", "timed-phase run 2 of 9 (fresh inputs, right in the checks before): O off", ["mismatch"])
+    with pytest.raises(workspace.Failed) as failed:
+        workspace.judge_run(task, {}, _Ws(("input_modified", "Q changed", ["q"])), 1, random.Random(1), "cpu", 256,
+                            False, "timed-phase run 4")
+    assert (failed.value.reason, failed.value.detail, failed.value.outputs) == (
+        "input_modified", "timed-phase run 4: Q changed", ["q"])
