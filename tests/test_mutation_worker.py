@@ -327,13 +327,14 @@ def test_a_timed_runs_verdict_regenerates_its_inputs_and_names_the_run(monkeypat
     import tasks.sampled as S
 
     task = get_task("mha_fwd_d128")  # judged against term scales
-    monkeypatch.setattr(R, "run_reference", lambda task, fresh: {"O": "reference"})
-    monkeypatch.setattr(R, "term_scales", lambda task, fresh: {"O": "rss"})
+    monkeypatch.setattr(R, "run_reference", lambda task, fresh: {"O": ("reference", fresh["seed"])})
+    monkeypatch.setattr(R, "term_scales", lambda task, fresh: {"O": ("rss", fresh["seed"])})
     monkeypatch.setattr(S, "sample", lambda task, fresh, gen, rows: ("rows", rows, fresh))
     ws = _Ws()
     workspace.judge_run(task, {}, ws, 77, random.Random(1), "cpu", 256, True, "timed-phase run 2 of 9")
     assert generated == [(77, "cpu", True)]
-    assert ws.verdicts == [{"expected": {"O": "reference"}, "tol": task.tolerance, "scales": {"O": "rss"},
+    # the reference and its term scales both of the regenerated inputs
+    assert ws.verdicts == [{"expected": {"O": ("reference", 77)}, "tol": task.tolerance, "scales": {"O": ("rss", 77)},
                             "samples": None, "inputs": {"seed": 77}}]
     workspace.judge_run(task, {}, ws, 78, random.Random(1), "cpu", 256, False, "timed-phase run 3 of 9")
     assert ws.verdicts[-1] == {"expected": None, "tol": task.tolerance, "scales": None,
