@@ -128,3 +128,29 @@ def test_what_the_counters_cannot_tell_withholds_credit():
         "FLOPs is read yet), so it carries no credit"))
     for feature, work in (("tcgen05_mma", None), ("wgmma", SMALL), ("tma", None)):
         assert ncu.carries(feature, {}, work) == (False, f"the share of the work {feature} carried could not be measured")
+
+
+def test_each_share_is_of_the_tasks_own_work_and_tma_counts_a_byte_once():
+    """wgmma FLOPs / the task's FLOPs; TMA bytes / its input bytes, capped at 1 (re-reading the
+    input through TMA does not carry more of it); None where the task has no such work."""
+    none = {"wgmma": None, "tcgen05_mma": None, "tma": None}
+    m = {"wgmma_flops": 500.0, "tcgen05_flops": 2.0, "tma_bytes": 300.0}
+    assert ncu.work_shares(m, None) == none
+    assert ncu.work_shares(m, SMALL) == {"wgmma": 0.5, "tcgen05_mma": 0.002, "tma": 1.0}
+    assert ncu.work_shares(m, TaskWork(flops=0.0, read_bytes=0.0)) == none
+    assert ncu.work_shares(m, TaskWork(flops=1.0, read_bytes=1.0)) == {"wgmma": 500.0, "tcgen05_mma": 2.0, "tma": 1.0}
+    assert ncu.work_shares({}, SMALL) == none
+
+
+def test_the_verdict_records_what_ran_what_carried_and_why():
+    """executed: ran at least once (a feature with no count did not); carries: the share rules for
+    wgmma and TMA, having run for the others; the counts, kernels, shares, notes and metrics kept."""
+    metrics = {"wgmma_flops": 899.0, "other_flops": 0.0, "tma_bytes": 60.0, "other_read_bytes": 0.0}
+    kernels = {"gemm": {"wgmma": 3}}
+    ex = verdict(["wgmma", "tma", "mbarrier", "setmaxnreg"], {"wgmma": 3, "tma": 2, "mbarrier": 5}, kernels, metrics,
+                 SMALL)
+    assert ex.executed == {"wgmma": True, "tma": True, "mbarrier": True, "setmaxnreg": False}
+    assert ex.carries == {"wgmma": False, "tma": True, "mbarrier": True, "setmaxnreg": False}
+    assert ex.notes == {"wgmma": "wgmma carried 89.9% of the task's matrix FLOPs (needs 90%)"}
+    assert ex.shares == {"wgmma": 0.899, "tma": 0.6}
+    assert (ex.counts, ex.per_kernel, ex.metrics, ex.status) == ({"wgmma": 3, "tma": 2, "mbarrier": 5}, kernels, metrics, "ok")
