@@ -14,8 +14,7 @@
 # The scores and why each survivor lives: docs/BENCHMARKS.md, "Mutation scores" and "Mutation scores, pass 2".
 # Not run by CI (.ci/run runs `pytest -m "not gpu"` only): run it by hand after changing a module.
 # How long, on a 2-core machine shared with other work (one worker): 1-7 minutes a module,
-# agent/feedback.py 18; measured 2026-12-03 on 24 of the 26 modules, about 80 minutes; the whole
-# set about 1.5 hours (tools/credit.py and tools/cupti.py not yet run there: an estimate).
+# agent/feedback.py 18; measured 2026-12-03, all 26 modules: about 1.5 hours.
 # MUTATION_JOBS=N checks N mutants at a time where N cores are free.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
