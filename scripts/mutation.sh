@@ -13,10 +13,9 @@
 #   cd $MUTATION_DIR/<module> && mutmut show NAME
 # The scores and why each survivor lives: docs/BENCHMARKS.md, "Mutation scores" and "Mutation scores, pass 2".
 # Not run by CI (.ci/run runs `pytest -m "not gpu"` only): run it by hand after changing a module.
-# How long: 1-7 minutes a module on a 2-core machine (measured: 17 modules, about 32 minutes);
-# the whole set of 25 about 2.5 hours there (an estimate: the 8 not yet run select slower tests,
-# the worker's and the retriever's CPU evaluations and agent/run.py's CLI runs). MUTATION_JOBS=N
-# checks N mutants at a time where N cores are free.
+# How long, on a 2-core machine shared with other work (one worker): 1-7 minutes a module,
+# agent/feedback.py 18; measured 2026-12-03, all 26 modules: about 1.5 hours.
+# MUTATION_JOBS=N checks N mutants at a time where N cores are free.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-$repo/.venv/bin/python}

@@ -89,3 +89,68 @@ def test_the_credit_constants_and_why():
     assert ncu.WORK_SHARE == {"wgmma": 0.9, "tcgen05_mma": 0.9, "tma": 0.5}  # one rule for both MMAs (issue 41)
     assert (ncu.WGMMA_MAX_OVERWORK, ncu.WGMMA_MIN_OF_ALL_MATH) == (2.5, 0.9)
     assert (ncu.TMA_MAX_OTHER_READS, ncu.TMA_MAX_OTHER_READS_NO_MMA) == (2.0, 0.5)
+
+
+# ---------------------------------------------------------------------------------------
+# `carries` alone: each refusal, with the sentence the model reads, and each share at its edge
+# (found by mutation testing, 2026-12-03: granting credit in any of these cases kept CI green)
+# ---------------------------------------------------------------------------------------
+SMALL = TaskWork(flops=1000.0, read_bytes=100.0)
+
+
+def test_each_share_holds_at_its_bound_and_fails_just_under():
+    """wgmma/tcgen05.mma must issue 90% of the task's matrix FLOPs, TMA load half its input bytes."""
+    assert ncu.carries("wgmma", {"wgmma_flops": 900.0, "other_flops": 0.0}, SMALL) == (True, None)
+    assert ncu.carries("wgmma", {"wgmma_flops": 899.0, "other_flops": 0.0}, SMALL) == (
+        False, "wgmma carried 89.9% of the task's matrix FLOPs (needs 90%)")
+    assert ncu.carries("tma", {"tma_bytes": 50.0, "other_read_bytes": 0.0}, SMALL) == (True, None)
+    assert ncu.carries("tma", {"tma_bytes": 49.0, "other_read_bytes": 0.0}, SMALL) == (
+        False, "tma carried 49.0% of the task's input bytes (needs 50%)")
+
+
+def test_wgmma_must_also_be_most_of_the_math_the_kernels_did():
+    ok, why = ncu.carries("wgmma", {"wgmma_flops": 1000.0, "other_flops": 0.0, "wgmma_of_all_math": 0.5}, SMALL)
+    assert not ok and why.startswith("wgmma did 50.0% of the math the kernels did (needs 90%)")
+    assert ncu.carries("wgmma", {"wgmma_flops": 1000.0, "other_flops": 0.0, "wgmma_of_all_math": 1.0}, SMALL) == (True, None)
+
+
+def test_what_the_counters_cannot_tell_withholds_credit():
+    """Plain bulk copies count on the TMA byte counter; a tcgen05.mma share has no counter yet; a
+    share that could not be measured is no share: none of them carries, whatever the bytes say."""
+    full = {"tma_bytes": 100.0, "other_read_bytes": 0.0}
+    assert ncu.carries("tma", {**full, "bulk_copy": 1.0}, SMALL) == (False, (
+        "the module holds plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP), which the TMA byte "
+        "counter counts with tensor-map loads: only tensor-map loads count as TMA"))
+    assert ncu.carries("tma", {**full, "bulk_copy_unknown": 1.0}, SMALL) == (
+        False, "whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not read)")
+    assert ncu.carries("tcgen05_mma", {}, SMALL) == (False, (
+        "tcgen05_mma's share of the task's matrix FLOPs is unverified on this GPU (no counter of tcgen05.mma "
+        "FLOPs is read yet), so it carries no credit"))
+    for feature, work in (("tcgen05_mma", None), ("wgmma", SMALL), ("tma", None)):
+        assert ncu.carries(feature, {}, work) == (False, f"the share of the work {feature} carried could not be measured")
+
+
+def test_each_share_is_of_the_tasks_own_work_and_tma_counts_a_byte_once():
+    """wgmma FLOPs / the task's FLOPs; TMA bytes / its input bytes, capped at 1 (re-reading the
+    input through TMA does not carry more of it); None where the task has no such work."""
+    none = {"wgmma": None, "tcgen05_mma": None, "tma": None}
+    m = {"wgmma_flops": 500.0, "tcgen05_flops": 2.0, "tma_bytes": 300.0}
+    assert ncu.work_shares(m, None) == none
+    assert ncu.work_shares(m, SMALL) == {"wgmma": 0.5, "tcgen05_mma": 0.002, "tma": 1.0}
+    assert ncu.work_shares(m, TaskWork(flops=0.0, read_bytes=0.0)) == none
+    assert ncu.work_shares(m, TaskWork(flops=1.0, read_bytes=1.0)) == {"wgmma": 500.0, "tcgen05_mma": 2.0, "tma": 1.0}
+    assert ncu.work_shares({}, SMALL) == none
+
+
+def test_the_verdict_records_what_ran_what_carried_and_why():
+    """executed: ran at least once (a feature with no count did not); carries: the share rules for
+    wgmma and TMA, having run for the others; the counts, kernels, shares, notes and metrics kept."""
+    metrics = {"wgmma_flops": 899.0, "other_flops": 0.0, "tma_bytes": 60.0, "other_read_bytes": 0.0}
+    kernels = {"gemm": {"wgmma": 3}}
+    ex = verdict(["wgmma", "tma", "mbarrier", "setmaxnreg"], {"wgmma": 3, "tma": 2, "mbarrier": 5}, kernels, metrics,
+                 SMALL)
+    assert ex.executed == {"wgmma": True, "tma": True, "mbarrier": True, "setmaxnreg": False}
+    assert ex.carries == {"wgmma": False, "tma": True, "mbarrier": True, "setmaxnreg": False}
+    assert ex.notes == {"wgmma": "wgmma carried 89.9% of the task's matrix FLOPs (needs 90%)"}
+    assert ex.shares == {"wgmma": 0.899, "tma": 0.6}
+    assert (ex.counts, ex.per_kernel, ex.metrics, ex.status) == ({"wgmma": 3, "tma": 2, "mbarrier": 5}, kernels, metrics, "ok")
