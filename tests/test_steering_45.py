@@ -12,7 +12,8 @@ import time
 
 import pytest
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
-from agent_loop_helpers import GEMM_TASK, REPO, agent_cli, broken_probe_reply, events, probe_reply, write_script
+from agent_loop_helpers import (GEMM_TASK, PROVIDER_FAILS, REPO, agent_cli, broken_probe_reply, events, probe_reply,
+                                write_script)
 
 EXPERT = REPO / "tasks" / GEMM_TASK / "expert"
 
@@ -235,6 +236,39 @@ def test_the_readme_main_job_is_reported_finished_at_every_turn_limit(tmp_path):
     assert "0 (+1 unfinished)" not in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_a_script_that_runs_out_ends_like_a_replay(tmp_path):
+    """A scripted model's replies are all it will ever say: when they run out the run ends there, as a
+    replay does (script_end, finished, exit 0, no "the model failed"); a resume changes nothing, and
+    the report counts it at every turn limit with what it reached, never as unfinished."""
+    model = write_script(tmp_path / "s.json", [broken_probe_reply(), probe_reply()])
+    runs = tmp_path / "runs"
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "8", "--context", "none",
+                  "--runs-dir", str(runs), "--run-id", "r")
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    assert "the model failed" not in p.stderr and "error:" not in p.stderr, p.stderr
+    assert "finished, stopped by script_end" in " ".join(p.stdout.split()), p.stdout
+    summary = json.loads((runs / "r" / "summary.json").read_text())
+    assert (summary["status"], summary["stop_reason"], summary["turns"]) == ("finished", "script_end", 2)
+    n_events = len(events(runs / "r"))
+    assert agent_cli("solve", "--resume", str(runs / "r"), "--quiet").returncode == 0
+    assert len(events(runs / "r")) == n_events  # ended for good: nothing asked again
+    p = agent_cli("report", str(runs), "--out", str(tmp_path / "report"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {int(r["turn_limit"]): r for r in __import__("csv").DictReader((tmp_path / "report" / "report.csv").open())}
+    assert (rows[1]["arch_sass"], rows[4]["arch_sass"], rows[8]["arch_sass"]) == ("0.0", "1.0", "1.0"), rows
+    assert all(r["unfinished"] == "0" for r in rows.values()), rows
+
+
+def test_an_empty_script_is_bad_input(tmp_path):
+    """Its end is a natural end now: an empty script would "finish" a run of no turns."""
+    script = tmp_path / "s.json"
+    script.write_text('{"replies": []}')
+    runs = tmp_path / "runs"
+    exit_code_2(agent_cli("solve", "--task", GEMM_TASK, "--model", f"scripted:{script}", "--context", "none",
+                          "--runs-dir", str(runs)), str(script), "holds no replies")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 # ---- 2. a recording whose config.json cannot be read is refused ----------------------------------
 def test_a_replay_whose_config_cannot_be_read_is_refused(tmp_path):
     import shutil
@@ -392,12 +426,12 @@ def test_the_live_token_counter_goes_on_across_a_resume(tmp_path):
     """The progress lines' token total after a resume counts the turns before it (it restarted at 0)."""
     reply = {"text": probe_reply(), "usage": {"prompt_tokens": 1000, "completion_tokens": 10}}
     script = tmp_path / "s.json"
-    script.write_text(json.dumps({"replies": [reply]}))  # turn 2 finds no reply: the run stops, resumable
+    script.write_text(json.dumps({"replies": [reply, PROVIDER_FAILS]}))  # turn 2: the provider fails, resumable
     runs = tmp_path / "runs"
     p = agent_cli("solve", "--task", GEMM_TASK, "--model", f"scripted:{script}", "--max-turns", "2",
                   "--context", "none", "--runs-dir", str(runs), "--run-id", "r")
     assert "| 1010 tokens" in " ".join(p.stderr.split()), p.stderr
-    script.write_text(json.dumps({"replies": [reply, reply]}))  # the script goes on where it stopped
+    script.write_text(json.dumps({"replies": [reply, PROVIDER_FAILS, reply]}))  # the script goes on where it stopped
     p = agent_cli("solve", "--resume", str(runs / "r"))
     said = " ".join(p.stderr.split())
     assert "turn 2/2" in said and "| 2020 tokens" in said, p.stderr
