@@ -345,6 +345,89 @@ def test_help_uses_command_line_words_not_python_types():
     assert "Usage: python -m agent.cli fixit build [OPTIONS] RUNS..." in agent_cli("fixit", "build", "--help").stdout
 
 
+VERBS = [("doctor",), ("check",), ("inspect",), ("eval",), ("solve",), ("graph",), ("replay",), ("sweep",),
+         ("report",), ("bench",), ("show",), ("serve",), ("tasks",), ("tasks", "show"), ("knowledge",),
+         ("knowledge", "search"), ("knowledge", "list"), ("fixit",), ("fixit", "build"), ("fixit", "train"), ()]
+
+
+def test_help_at_80_columns_folds_between_phrases():
+    """click folded at hyphens ("[default: no-retry-" / "failed]", "half-" / "finished"), between
+    "[default:" and its value, and cut a group's command summaries short ("exit..."): at 80
+    columns every line fits, and each is folded between words and whole notes."""
+    for verb in VERBS:
+        p = agent_cli(*verb, "--help", env={"COLUMNS": "80"})
+        assert p.returncode == 0, (verb, p.stderr)
+        for line in p.stdout.splitlines():
+            assert len(line) <= 80, (verb, line)
+            assert not re.search(r"\w-$", line), (verb, line)  # a hyphenated word cut in two
+            assert not re.search(r"\[(default|required)[^\]]*$", line), (verb, line)  # a note cut in two
+            assert not (line.endswith("...") and not line.startswith("Usage:")), (verb, line)  # a summary cut short
+    text = " ".join(agent_cli("sweep", "--help", env={"COLUMNS": "80"}).stdout.split())
+    assert "[default: no-retry-failed]" in text and "half-finished" in text
+    assert "(default: time-task-model-random)" in agent_cli("solve", "--help", env={"COLUMNS": "80"}).stdout
+    top = agent_cli("--help", env={"COLUMNS": "80"}).stdout
+    assert "exit 3 if" in top and "kernels cannot be compiled." in top  # doctor's summary whole, folded
+
+
+def test_every_manifest_schema_error_is_in_our_words(tmp_path):
+    """Every field of a full manifest broken every way (wrong type, too long, missing ...) through
+    the real loader: the message names the place and what it must be, never pydantic's phrasing
+    ("Field required", "Input should be ..."). One of them through `agent check` as a user meets it."""
+    import copy
+
+    from tools.solution import ManifestError, parse_manifest
+    full = {"buffers": [{"name": "b", "dtype": "float32", "shape": ["M"], "zero": True}],
+            "tensor_maps": [{"name": "t", "tensor": "A", "view": ["M", "K"], "box": [64, 16], "element_strides": [1, 1],
+                             "swizzle": "128B", "l2_promotion": "none", "oob_fill": "zero"}],
+            "launches": [{"kernel": "k", "grid": [1], "block": [128], "cluster": [1], "shared_bytes": 0,
+                          "args": ["A", {"type": "f32", "value": "1"}]}]}
+    parse_manifest(json.dumps(full))
+
+    def places(o, at=()):
+        yield at
+        for k, v in (o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()):
+            yield from places(v, (*at, k))
+
+    def broken(at, value=None, drop=False):
+        data = copy.deepcopy(full)
+        if not at:
+            return value
+        parent = data
+        for k in at[:-1]:
+            parent = parent[k]
+        if drop:
+            del parent[at[-1]]
+        else:
+            parent[at[-1]] = value
+        return data
+
+    messages = set()
+    for at in places(full):
+        manifests = [broken(at, v) for v in (None, 1.5, True, "x", [], {}, [1], ["x"] * 5, "z" * 300, [[1]])]
+        manifests += [broken(at, drop=True)] if at else []
+        for data in manifests:
+            try:
+                parse_manifest(json.dumps(data), where="launch.json")
+            except ManifestError as exc:
+                messages.add(str(exc))
+    assert len(messages) > 50, len(messages)
+    for m in messages:
+        assert m.startswith("launch.json: ") and len(m.splitlines()) == 1, m
+        for pydantic_words in ("Input should", "Field required", "should have", "Value error", "valid dictionary",
+                               "instance of", ".str:", ".int:", "by_name", "by_value"):
+            assert pydantic_words not in m, m
+    assert "launch.json: launches.0.grid.0: must be text or a whole number" in messages
+    assert "launch.json: launches.0.kernel: is required" in messages
+    assert "launch.json: launches: must have at least 1 entry" in messages
+    import shutil
+    folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "sol")
+    (folder / "launch.json").write_text('{"launches": [{"grid": [1.5], "block": [128]}]}')
+    p = agent_cli("check", str(folder), "--task", "gemm")
+    said = " ".join(p.stderr.split())
+    assert p.returncode == 1 and "launches.0.kernel: is required" in said, said
+    assert "launches.0.grid.0: must be text or a whole number" in said and "Input should" not in said, said
+
+
 def test_eval_names_the_manifest_s_missing_kernel_and_a_skipped_profile(tmp_path):
     import shutil
     folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "sol")

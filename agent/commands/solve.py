@@ -26,7 +26,7 @@ def solve_cmd(
     ctx: typer.Context,
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task name or alias (e.g. mha_bwd_d128, attn_bwd)."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="litellm model (openai/<name>, anthropic/...), replay:<run dir>, human, "
+                                        help="litellm model (openai/<name>, anthropic/...), replay:<run>, human, "
                                              "scripted:<file>."),
     arch: str = typer.Option("sm_90a", help="Target: sm_90a (Hopper) or sm_100a (Blackwell)."),
     lang: str = typer.Option("cuda", help="Solution language: cuda (C++ with inline PTX) or ptx (raw PTX)."),
