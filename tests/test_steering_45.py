@@ -52,6 +52,8 @@ def test_a_broken_ptxas_stops_the_run_as_infrastructure(tmp_path, how):
     p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", "none",
                   "--runs-dir", str(runs), "--run-id", "r", env={"PTXBENCH_PTXAS": ptxas})
     assert p.returncode == 3, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    said = " ".join(p.stdout.split())
+    assert "nothing was judged" in said and "compiled" not in said.split("best:", 1)[1], said  # no verdict in words
     run = runs / "r"
     assert not events(run, "feedback"), "the model was told about the toolchain's fault"
     for e in events(run, "compile"):
@@ -67,7 +69,8 @@ def test_check_and_eval_say_infrastructure_with_the_tools_words(tmp_path, how):
         p = agent_cli(verb, str(EXPERT), "--task", GEMM_TASK, env={"PTXBENCH_PTXAS": ptxas})
         assert p.returncode == 3, (verb, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
         said = " ".join((p.stdout + p.stderr).split())
-        assert "infrastructure" in said, said
+        assert "infrastructure" in said and "not judged" in said, said
+        assert "compiled: no" not in said and "compile: no" not in said and "verdict:" not in said, said
         assert ("error while loading shared libraries" if how == "no shared library" else "SIGKILL") in said, said
 
 
@@ -83,6 +86,8 @@ def test_a_sweep_and_the_bench_on_a_broken_ptxas_exit_3(tmp_path):
     assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.returncode, p.stderr[-2000:])
     p = agent_cli("bench", "--task", GEMM_TASK, "--no-executed", env={"PTXBENCH_PTXAS": ptxas})
     assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.returncode, p.stderr[-2000:])
+    table = " ".join(p.stdout.split())  # the expert's row: not judged, never "no" / "did not compile"
+    assert "not judged" in table and "│ no" not in table and "did not compile" not in table, p.stdout
 
 
 def test_a_real_ptxas_rejection_or_crash_is_still_the_kernels(tmp_path, monkeypatch):
