@@ -133,14 +133,13 @@ def test_a_teacher_run_the_model_failed_is_asked_again_by_the_next_build(tmp_pat
     root = tmp_path / "runs"
     _student_with_a_compile_error(root)
     script = tmp_path / "teacher.json"
-    script.write_text(json.dumps({"replies": [PROVIDER_FAILS] * 2}))  # an outage: the teacher answers nothing
+    script.write_text(json.dumps({"replies": [PROVIDER_FAILS]}))  # an outage: the teacher answers nothing
     options = BuildOptions(teacher=f"scripted:{script}", teacher_turns=1, split=None)
     first = build([root], tmp_path / "data", options)
     assert first.examples == 0 and first.card["unfixed_failures"] == 2
     teacher_run = tmp_path / "data/teacher_runs/teacher/s1/1-0"
     assert (teacher_run / "config.json").exists() and not (teacher_run / TEACHER_STAMP).exists()
-    # the provider is back (one reply a run; a resumed run goes on after the fault its run met)
-    script.write_text(json.dumps({"replies": [PROVIDER_FAILS, probe_reply()]}))
+    script.write_text(json.dumps({"replies": [probe_reply()]}))  # the provider is back (one reply a run)
     second = build([root], tmp_path / "data", options)
     # both repaired (the two students wrote the same kernel: one example, the other a near-duplicate)
     assert second.card["pairs_found"] == 2 and second.card["unfixed_failures"] == 0
