@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
                       model_validator)
 
-from tools.validation_words import plain_validation_errors
+from tasks.validation_words import plain_validation_errors
 
 # Names are short words; a bounded length keeps every message that quotes one a short line.
 Name = Annotated[str, Field(max_length=256)]

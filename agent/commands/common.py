@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 # pydantic's errors in the words a user reads: one table for the CLI's configs and launch.json
-from tools.validation_words import plain_validation_error  # noqa: F401
+from tasks.validation_words import plain_validation_error  # noqa: F401
 
 
 def reader_left() -> None:

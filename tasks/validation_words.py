@@ -5,6 +5,10 @@ A launch.json, a sweep config or a flag that fails its schema is told as `where:
 required", "Input should be a valid integer") or with a Python repr of the value. Every error
 type the launch manifest's schema can raise has its words here (tests/test_steering_45.py breaks
 every field of a full manifest every way); a type without words keeps pydantic's message.
+
+It lives in `tasks`, the room every other may import (tasks imports nothing of the others): task
+Definitions (tasks.registry), launch manifests (tools.solution) and the CLI's configs and flags
+(agent.commands) share this one table.
 """
 from __future__ import annotations
 
