@@ -55,6 +55,55 @@ def _plain_metavars() -> None:
 _plain_metavars()
 
 
+def _whole_phrases() -> None:
+    """Help folded between phrases, never inside one: click's wrapper breaks at hyphens
+    ("[default: no-retry-" / "failed]", "half-" / "finished") and between "[default:" and its
+    value. Hyphenated words stay whole, and a short note ("[default: 6000]", "[required]",
+    "(default 6)") is one unit: it moves to the next line whole."""
+    try:
+        from typer._click import _textwrap  # typer 0.2x carries its own click; older ones use click's
+    except ImportError:
+        from click import _textwrap  # type: ignore[no-redef]
+    wrapper = _textwrap.TextWrapper
+    if getattr(wrapper, "_ptxbench_whole", False):
+        return
+    split, closers = wrapper._split, {"[": "]", "(": ")"}
+
+    def short(note: list[str]) -> bool:  # a note, not prose in brackets: folded by words as usual
+        words = sum(1 for c in note if c.strip())
+        return sum(map(len, note)) <= 40 and (note[0][0] == "[" or words <= 3)
+
+    def whole_notes(self, text: str) -> list[str]:
+        self.break_on_hyphens = False  # set per instance by TextWrapper.__init__
+        out: list[str] = []
+        note: list[str] = []
+        for chunk in split(self, text):
+            if not note and chunk[:1] in closers and closers[chunk[0]] not in chunk:
+                note = [chunk]  # a note opens
+            elif note:
+                note.append(chunk)
+                if closers[note[0][0]] in chunk or not short(note):
+                    out.extend(["".join(note)] if short(note) else note)
+                    note = []
+            else:
+                out.append(chunk)
+        return out + note
+
+    wrapper._split = whole_notes  # type: ignore[method-assign]
+    wrapper._ptxbench_whole = True
+    # A group's command list cut each summary to fit one line ("credentials; exit..."): the whole
+    # first sentence, folded like the rest.
+    try:
+        from typer._click.core import Command
+    except ImportError:
+        from click.core import Command  # type: ignore[no-redef,assignment]
+    short_help = Command.get_short_help_str
+    Command.get_short_help_str = lambda self, limit=45: short_help(self, 10**6)  # type: ignore[method-assign]
+
+
+_whole_phrases()
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version

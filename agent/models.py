@@ -561,6 +561,9 @@ class ScriptedModel(_RetryingModel):
 
     Faults go through the same retry loop as a real model (without sleeping), so the graph's
     fault handling can be tested without a server. Usage defaults to a characters/4 estimate.
+    When the list is used up the run ends there, as a replay does (script_exhausted: stop_reason
+    script_end, finished, measured up to its turns): the script is all this model will ever say.
+    A provider failure (a resumable model_error) is a fault entry, e.g. {"fault": "auth"}.
     """
 
     def __init__(self, replies: list, *, name: str = "scripted", max_retries: int = 6, params: dict | None = None):
@@ -589,6 +592,8 @@ class ScriptedModel(_RetryingModel):
         replies = data.get("replies") if isinstance(data, dict) else data
         if not isinstance(replies, list):
             raise ValueError(f"scripted: {path} must hold a list of replies (or {{'replies': [...]}})")
+        if not replies:  # its end is a natural end (script_end): a run of no turns is no run
+            raise ValueError(f"scripted: {path} holds no replies")
         for i, reply in enumerate(replies, 1):  # all checked now: a bad one must not stop a run half-way
             if (problem := _scripted_reply_problem(reply)):
                 raise ValueError(f"scripted: {path}: reply {i} {problem}")

@@ -38,7 +38,8 @@ from tools.solution import Solution, SolutionError, extract_solution
 
 # Model errors that end a run for good, and the stop reason each gives; any other is model_error,
 # which a resume retries.
-NATURAL_ENDS = {"replay_exhausted": "replay_end", "human_exhausted": "human_end", "context_exceeded": "context_exceeded"}
+NATURAL_ENDS = {"replay_exhausted": "replay_end", "script_exhausted": "script_end", "human_exhausted": "human_end",
+                "context_exceeded": "context_exceeded"}
 
 
 class InfraFault(RuntimeError):

@@ -44,7 +44,7 @@ kernel: not a benchmark run). Runs that would share a cell but differ in a setti
 (two models under one name, another language, other prompt templates or docs versions, other
 requested features, other compilers ...) get model labels that name it (distinguish); one run found
 in two folders is refused. Rows of a family measured over different tasks of it name their tasks.
-A run that ran out of replayed or human replies (replay_end, human_end) is
+A run that ran out of replayed, scripted or human replies (replay_end, script_end, human_end) is
 finished: past its turns it counts what it reached by its last turn, and n/a for the rest.
 """
 from __future__ import annotations
@@ -102,7 +102,7 @@ class RunRecord:
             # no such turn to succeed in, and counted there it would read as a failure
             return False
         # the model's provider stopped it: what it would have done past its turns is unknown, and
-        # resuming it may still tell. A run out of replies (a replay or a reply folder) is
+        # resuming it may still tell. A run out of replies (a replay, a script or a reply folder) is
         # finished: past its turns it counts, with what it reached (out_of_replies_past)
         return self.summary.stop_reason != "model_error" or turn_limit <= self.summary.turns  # type: ignore[union-attr]
 
@@ -998,8 +998,8 @@ def _runs_line(n_runs: int, unfinished: int) -> str:
     runs = f"{n_runs} run" if n_runs == 1 else f"{n_runs} runs"
     return f"{runs} ({unfinished} unfinished, interrupted or stopped by a ptxbench or infrastructure error, left out of " \
            f"the metrics; a run its model's provider stopped counts up to the turns it completed, a run given fewer " \
-           f"turns than a limit only up to its own; a run whose replayed or human replies ran out counts what it " \
-           f"reached by its last turn)."
+           f"turns than a limit only up to its own; a run whose replayed, scripted or human replies ran out counts " \
+           f"what it reached by its last turn)."
 
 
 def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[int]):

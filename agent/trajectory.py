@@ -190,13 +190,14 @@ Outcome = Literal[
 ]
 # The first problem to fix wins: compile_error > run_failed > incorrect > arch_missing.
 
-# The recorded or human replies ran out: the run ended where its replies did (agent/nodes.py).
-OUT_OF_REPLIES = ("replay_end", "human_end")
+# The recorded, scripted or human replies ran out: the run ended where its replies did (agent/nodes.py).
+OUT_OF_REPLIES = ("replay_end", "script_end", "human_end")
 
 StopReason = Literal[
     "max_turns", "max_tokens", "max_cost", "max_time",
-    "model_error",  # auth error, retries exhausted, script used up ... (stop_detail says which)
+    "model_error",  # auth error, retries exhausted ... (stop_detail says which)
     "replay_end",  # a replay:<run> model has no recorded response left: the natural end of a replay
+    "script_end",  # a scripted:<file> model has no reply left: the natural end, like a replay's
     "human_end",  # a --model human reply folder has no reply left: the natural end, like a replay's
     "interrupted",  # Ctrl-C or a kill; resumable
     "error",  # a bug in ptxbench itself (stop_detail has the exception)

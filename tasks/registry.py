@@ -24,6 +24,7 @@ from tasks.families.fp8_gemm import fp8_gemm_task
 from tasks.families.gdn import gdn_tasks
 from tasks.families.gemm import gemm_tasks
 from tasks.schema import Task, Workload
+from tasks.validation_words import plain_validation_errors
 
 
 class UnknownTask(ValueError):
@@ -205,9 +206,7 @@ def load_definition(path: str | Path) -> Task:
     try:
         return Task.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise UnknownTask(f"{path}: not a valid Definition: {loc}: {first['msg']}") from None
+        raise UnknownTask(f"{path}: not a valid Definition: {plain_validation_errors(exc.errors())}") from None
 
 
 def _default_scalar(name: str, axes: dict, path: Path) -> str:

@@ -93,6 +93,11 @@ def simple_attn_bwd_reply() -> str:
 NO_CODE = "I would tile with 128x128 wgmma and a TMA pipeline, but here is only prose."
 
 
+# The provider refuses the next call (a key revoked): the run stops with model_error, resumable once
+# the script goes on past it. (A script that runs out ends the run for good, as a replay does.)
+PROVIDER_FAILS = {"fault": "auth", "status": 401, "message": "key revoked"}
+
+
 def write_script(path: Path, replies: list) -> str:
     path.write_text(json.dumps({"replies": replies}))
     return f"scripted:{path}"

@@ -71,15 +71,15 @@ def test_resume_on_another_gpu_or_none_is_refused(tmp_path):
     Resumed on a machine with another GPU, or none, its later candidates were judged elsewhere (or
     left unjudged) beside its first ones, under the recorded GPU's name: refused, one line. A run
     whose worker could not start ("unavailable: ...") or that never had a GPU resumes anywhere."""
-    from agent_loop_helpers import write_script
+    from agent_loop_helpers import PROVIDER_FAILS, write_script
 
     script = tmp_path / "s.json"
-    model = write_script(script, [probe_reply()])  # one reply for two turns: the run stops resumable
+    model = write_script(script, [probe_reply(), PROVIDER_FAILS])  # the provider refuses turn 2
     runs = tmp_path / "runs"
     p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", "none",
                   "--runs-dir", str(runs), "--run-id", "r", "--quiet")
-    assert p.returncode == 1, p.stderr  # the script ran out: model_error, resumable
-    write_script(script, [probe_reply(), probe_reply()])
+    assert p.returncode == 1, p.stderr  # model_error, resumable
+    write_script(script, [probe_reply(), PROVIDER_FAILS, probe_reply()])
     n_events = len(events(runs / "r"))
     _config_gpu(runs / "r", "NVIDIA H200")  # as if turn 1 had been judged on the H200
     p = agent_cli("solve", "--resume", str(runs / "r"), "--json")

@@ -126,14 +126,14 @@ def test_a_teacher_run_the_model_failed_is_asked_again_by_the_next_build(tmp_pat
     """The teacher's provider failed (here: no reply at all): the failure stays unfixed in this build,
     and the next build asks the teacher again. (The run was stamped as finished and reused by every
     later build: that failure never reached the teacher again.)"""
-    from agent_loop_helpers import probe_reply
+    from agent_loop_helpers import PROVIDER_FAILS, probe_reply
 
     from agent.fixit.build import TEACHER_STAMP, BuildOptions, build
 
     root = tmp_path / "runs"
     _student_with_a_compile_error(root)
     script = tmp_path / "teacher.json"
-    script.write_text(json.dumps({"replies": []}))  # an outage: the teacher answers nothing
+    script.write_text(json.dumps({"replies": [PROVIDER_FAILS]}))  # an outage: the teacher answers nothing
     options = BuildOptions(teacher=f"scripted:{script}", teacher_turns=1, split=None)
     first = build([root], tmp_path / "data", options)
     assert first.examples == 0 and first.card["unfixed_failures"] == 2

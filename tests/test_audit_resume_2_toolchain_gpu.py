@@ -22,23 +22,24 @@ import sys
 from pathlib import Path
 
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
-from agent_loop_helpers import REPO, GEMM_TASK, agent_cli, broken_probe_reply, events, probe_reply, write_script
+from agent_loop_helpers import (PROVIDER_FAILS, REPO, GEMM_TASK, agent_cli, broken_probe_reply, events, probe_reply,
+                                write_script)
 
 from agent.run import resume, tool_versions
 from agent.trajectory import read_config, read_summary
 
 
 def _stopped_run(tmp_path: Path, first=broken_probe_reply) -> tuple[Path, Path, Path]:
-    """A run that asked for turn 2 and got no reply (its script held one): resumable."""
+    """A run whose provider refused turn 2 (model_error): resumable."""
     script = tmp_path / "script.json"
-    model = write_script(script, [first()])
+    model = write_script(script, [first(), PROVIDER_FAILS])
     runs = tmp_path / "runs"
     p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", "none",
                   "--runs-dir", str(runs), "--run-id", "r", "--quiet")
     run_dir = runs / "r"
     summary = read_summary(run_dir)
     assert summary is not None and summary.stop_reason == "model_error", (p.stdout, p.stderr)
-    write_script(script, [first(), probe_reply()])  # the reply turn 2 waits for
+    write_script(script, [first(), PROVIDER_FAILS, probe_reply()])  # the reply turn 2 waits for
     return runs, run_dir, script
 
 
@@ -169,12 +170,12 @@ def test_a_run_with_no_turn_judged_before_the_gpu_is_a_plain_gpu_run(tmp_path, m
     """Stopped before any turn was evaluated (the model failed on turn 1): nothing unverified, so no
     turn to name; the run is one judged on that GPU from its start."""
     script = tmp_path / "s.json"
-    model = write_script(script, [])
+    model = write_script(script, [PROVIDER_FAILS])
     runs = tmp_path / "runs"
     agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "1", "--context", "none",
               "--runs-dir", str(runs), "--run-id", "r", "--quiet")
     assert read_summary(runs / "r").stop_reason == "model_error"
-    write_script(script, [probe_reply()])
+    write_script(script, [PROVIDER_FAILS, probe_reply()])
     with _fake_gpu(tmp_path, monkeypatch) as ev:
         summary = resume(runs / "r", progress=False, evaluator=ev)
     assert summary.turns == 1
@@ -242,13 +243,13 @@ def test_a_run_stopped_by_a_missing_ptxas_resumes_once_it_is_installed(tmp_path)
 def test_a_run_with_no_verdict_yet_resumes_under_another_compiler(tmp_path):
     """Nothing judged yet (the model failed on turn 1): no two toolchains can meet in it."""
     script = tmp_path / "s.json"
-    model = write_script(script, [])
+    model = write_script(script, [PROVIDER_FAILS])
     runs = tmp_path / "runs"
     agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "1", "--context", "none",
               "--runs-dir", str(runs), "--run-id", "r", "--quiet")
     assert read_summary(runs / "r").stop_reason == "model_error"
     _edit_config(runs / "r", tool_versions={**read_config(runs / "r").tool_versions, "ptxas": "12.8.93"})
-    write_script(script, [probe_reply()])
+    write_script(script, [PROVIDER_FAILS, probe_reply()])
     p = agent_cli("solve", "--resume", "r", "--runs-dir", str(runs), "--quiet")
     assert p.returncode == 0, p.stderr
     assert read_config(runs / "r").tool_versions["ptxas"] == tool_versions()["ptxas"]

@@ -3,7 +3,7 @@ its docs changed would be two experiments under one name, and a report that pool
 different docs versions into one cell would state one number for two.
 
 Real `agent solve` runs (scripted replies, real ptxas, real SQLite checkpoints) are stopped where
-they can be resumed (the script runs out: stop_reason model_error), their recorded versions are
+they can be resumed (the provider refuses turn 2: stop_reason model_error), their recorded versions are
 made to differ from this checkout's, and the resume must be refused with a line that says what
 changed and how to start afresh. The report tests read real run folders.
 """
@@ -13,23 +13,24 @@ import json
 from pathlib import Path
 
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
-from agent_loop_helpers import GEMM_TASK, agent_cli, broken_probe_reply, events, probe_reply, write_script
+from agent_loop_helpers import (GEMM_TASK, PROVIDER_FAILS, agent_cli, broken_probe_reply, events, probe_reply,
+                                write_script)
 from trajectory_fixtures import eval_result, kernel, reply_for, write_run
 
 from agent.trajectory import read_config, read_summary
 
 
 def _stopped_run(tmp_path: Path, context: str = "none") -> tuple[Path, Path, Path]:
-    """A run that asked for turn 2 and got no reply (its script held one): resumable."""
+    """A run whose provider refused turn 2 (model_error): resumable."""
     script = tmp_path / "script.json"
-    model = write_script(script, [broken_probe_reply()])
+    model = write_script(script, [broken_probe_reply(), PROVIDER_FAILS])
     runs = tmp_path / "runs"
     p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", context,
                   "--runs-dir", str(runs), "--run-id", "r", "--quiet")
     run_dir = runs / "r"
     summary = read_summary(run_dir)
     assert summary is not None and summary.stop_reason == "model_error", (p.stdout, p.stderr)
-    write_script(script, [broken_probe_reply(), probe_reply()])  # the reply turn 2 waits for
+    write_script(script, [broken_probe_reply(), PROVIDER_FAILS, probe_reply()])  # the reply turn 2 waits for
     return runs, run_dir, script
 
 

@@ -32,9 +32,9 @@ def test_manifest_roundtrip(tmp_path):
 
 
 @pytest.mark.parametrize("change, needle", [
-    (lambda m: m["launches"].clear(), "launches: List should have at least 1 item"),
+    (lambda m: m["launches"].clear(), "launches: must have at least 1 entry"),
     (lambda m: m["launches"][0].update(grid=[1, 2, 3, 4]), "launches.0.grid"),
-    (lambda m: m["launches"][0].pop("kernel"), "launches.0.kernel: Field required"),
+    (lambda m: m["launches"][0].pop("kernel"), "launches.0.kernel: is required"),
     (lambda m: m["buffers"][0].update(dtype="float64"), "buffers.0.dtype"),
     (lambda m: m["tensor_maps"][0].update(box=[1, 2, 3, 4, 5, 6]), "TMA supports 1 to 5 dims"),
     (lambda m: m["tensor_maps"][0].update(view=["M"]), "box has 2 dims but view has 1"),
@@ -138,4 +138,4 @@ def test_agent_eval_bad_manifest(tmp_path):
     (tmp_path / "launch.json").write_text('{"launches": [{"kernel": "gemm_simt", "grid": [1]}]}')
     p = _agent("eval", str(tmp_path), "--task", "gemm")
     # the manifest is the kernel's: a wrong one fails the check (exit 1), it is not bad input (issue 45)
-    assert p.returncode == 1 and "launches.0.block: Field required" in " ".join(p.stderr.split())
+    assert p.returncode == 1 and "launches.0.block: is required" in " ".join(p.stderr.split())

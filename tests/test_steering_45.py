@@ -12,7 +12,8 @@ import time
 
 import pytest
 from agent_loop_helpers import cpu_only  # noqa: F401  (autouse fixture)
-from agent_loop_helpers import GEMM_TASK, REPO, agent_cli, broken_probe_reply, events, probe_reply, write_script
+from agent_loop_helpers import (GEMM_TASK, PROVIDER_FAILS, REPO, agent_cli, broken_probe_reply, events, probe_reply,
+                                write_script)
 
 EXPERT = REPO / "tasks" / GEMM_TASK / "expert"
 
@@ -51,6 +52,8 @@ def test_a_broken_ptxas_stops_the_run_as_infrastructure(tmp_path, how):
     p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "2", "--context", "none",
                   "--runs-dir", str(runs), "--run-id", "r", env={"PTXBENCH_PTXAS": ptxas})
     assert p.returncode == 3, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    said = " ".join(p.stdout.split())
+    assert "nothing was judged" in said and "compiled" not in said.split("best:", 1)[1], said  # no verdict in words
     run = runs / "r"
     assert not events(run, "feedback"), "the model was told about the toolchain's fault"
     for e in events(run, "compile"):
@@ -66,7 +69,8 @@ def test_check_and_eval_say_infrastructure_with_the_tools_words(tmp_path, how):
         p = agent_cli(verb, str(EXPERT), "--task", GEMM_TASK, env={"PTXBENCH_PTXAS": ptxas})
         assert p.returncode == 3, (verb, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
         said = " ".join((p.stdout + p.stderr).split())
-        assert "infrastructure" in said, said
+        assert "infrastructure" in said and "not judged" in said, said
+        assert not re.search(r"compiled?: no\b", said) and "verdict:" not in said, said
         assert ("error while loading shared libraries" if how == "no shared library" else "SIGKILL") in said, said
 
 
@@ -82,6 +86,9 @@ def test_a_sweep_and_the_bench_on_a_broken_ptxas_exit_3(tmp_path):
     assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.returncode, p.stderr[-2000:])
     p = agent_cli("bench", "--task", GEMM_TASK, "--no-executed", env={"PTXBENCH_PTXAS": ptxas})
     assert p.returncode == 3 and "infrastructure error" in p.stderr, (p.returncode, p.stderr[-2000:])
+    # the expert's row: not judged (the cell may fold), never "no" / "did not compile"
+    assert "judged" in p.stdout and not re.search(r"│ (no|yes) ", p.stdout), p.stdout
+    assert "did not compile" not in p.stdout, p.stdout
 
 
 def test_a_real_ptxas_rejection_or_crash_is_still_the_kernels(tmp_path, monkeypatch):
@@ -235,6 +242,39 @@ def test_the_readme_main_job_is_reported_finished_at_every_turn_limit(tmp_path):
     assert "0 (+1 unfinished)" not in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_a_script_that_runs_out_ends_like_a_replay(tmp_path):
+    """A scripted model's replies are all it will ever say: when they run out the run ends there, as a
+    replay does (script_end, finished, exit 0, no "the model failed"); a resume changes nothing, and
+    the report counts it at every turn limit with what it reached, never as unfinished."""
+    model = write_script(tmp_path / "s.json", [broken_probe_reply(), probe_reply()])
+    runs = tmp_path / "runs"
+    p = agent_cli("solve", "--task", GEMM_TASK, "--model", model, "--max-turns", "8", "--context", "none",
+                  "--runs-dir", str(runs), "--run-id", "r")
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    assert "the model failed" not in p.stderr and "error:" not in p.stderr, p.stderr
+    assert "finished, stopped by script_end" in " ".join(p.stdout.split()), p.stdout
+    summary = json.loads((runs / "r" / "summary.json").read_text())
+    assert (summary["status"], summary["stop_reason"], summary["turns"]) == ("finished", "script_end", 2)
+    n_events = len(events(runs / "r"))
+    assert agent_cli("solve", "--resume", str(runs / "r"), "--quiet").returncode == 0
+    assert len(events(runs / "r")) == n_events  # ended for good: nothing asked again
+    p = agent_cli("report", str(runs), "--out", str(tmp_path / "report"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {int(r["turn_limit"]): r for r in __import__("csv").DictReader((tmp_path / "report" / "report.csv").open())}
+    assert (rows[1]["arch_sass"], rows[4]["arch_sass"], rows[8]["arch_sass"]) == ("0.0", "1.0", "1.0"), rows
+    assert all(r["unfinished"] == "0" for r in rows.values()), rows
+
+
+def test_an_empty_script_is_bad_input(tmp_path):
+    """Its end is a natural end now: an empty script would "finish" a run of no turns."""
+    script = tmp_path / "s.json"
+    script.write_text('{"replies": []}')
+    runs = tmp_path / "runs"
+    exit_code_2(agent_cli("solve", "--task", GEMM_TASK, "--model", f"scripted:{script}", "--context", "none",
+                          "--runs-dir", str(runs)), str(script), "holds no replies")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 # ---- 2. a recording whose config.json cannot be read is refused ----------------------------------
 def test_a_replay_whose_config_cannot_be_read_is_refused(tmp_path):
     import shutil
@@ -311,6 +351,94 @@ def test_help_uses_command_line_words_not_python_types():
     assert "Usage: python -m agent.cli fixit build [OPTIONS] RUNS..." in agent_cli("fixit", "build", "--help").stdout
 
 
+VERBS = [("doctor",), ("check",), ("inspect",), ("eval",), ("solve",), ("graph",), ("replay",), ("sweep",),
+         ("report",), ("bench",), ("show",), ("serve",), ("tasks",), ("tasks", "show"), ("knowledge",),
+         ("knowledge", "search"), ("knowledge", "list"), ("fixit",), ("fixit", "build"), ("fixit", "train"), ()]
+
+
+def test_help_at_80_columns_folds_between_phrases():
+    """click folded at hyphens ("[default: no-retry-" / "failed]", "half-" / "finished"), between
+    "[default:" and its value, and cut a group's command summaries short ("exit..."): at 80
+    columns every line fits, and each is folded between words and whole notes."""
+    for verb in VERBS:
+        p = agent_cli(*verb, "--help", env={"COLUMNS": "80"})
+        assert p.returncode == 0, (verb, p.stderr)
+        for line in p.stdout.splitlines():
+            assert len(line) <= 80, (verb, line)
+            assert not re.search(r"\w-$", line), (verb, line)  # a hyphenated word cut in two
+            assert not re.search(r"\[(default|required)[^\]]*$", line), (verb, line)  # a note cut in two
+            assert not (line.endswith("...") and not line.startswith("Usage:")), (verb, line)  # a summary cut short
+    text = " ".join(agent_cli("sweep", "--help", env={"COLUMNS": "80"}).stdout.split())
+    assert "[default: no-retry-failed]" in text and "half-finished" in text
+    assert "(default: time-task-model-random)" in agent_cli("solve", "--help", env={"COLUMNS": "80"}).stdout
+    top = agent_cli("--help", env={"COLUMNS": "80"}).stdout
+    assert "exit 3 if" in top and "kernels cannot be compiled." in top  # doctor's summary whole, folded
+
+
+def test_every_manifest_schema_error_is_in_our_words(tmp_path):
+    """Every field of a full manifest broken every way (wrong type, too long, missing ...) through
+    the real loader: the message names the place and what it must be, never pydantic's phrasing
+    ("Field required", "Input should be ..."). One of them through `agent check` as a user meets it."""
+    import copy
+
+    from tools.solution import ManifestError, parse_manifest
+    full = {"buffers": [{"name": "b", "dtype": "float32", "shape": ["M"], "zero": True}],
+            "tensor_maps": [{"name": "t", "tensor": "A", "view": ["M", "K"], "box": [64, 16], "element_strides": [1, 1],
+                             "swizzle": "128B", "l2_promotion": "none", "oob_fill": "zero"}],
+            "launches": [{"kernel": "k", "grid": [1], "block": [128], "cluster": [1], "shared_bytes": 0,
+                          "args": ["A", {"type": "f32", "value": "1"}]}]}
+    parse_manifest(json.dumps(full))
+
+    def places(o, at=()):
+        yield at
+        for k, v in (o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()):
+            yield from places(v, (*at, k))
+
+    def broken(at, value=None, drop=False):
+        data = copy.deepcopy(full)
+        if not at:
+            return value
+        parent = data
+        for k in at[:-1]:
+            parent = parent[k]
+        if drop:
+            del parent[at[-1]]
+        else:
+            parent[at[-1]] = value
+        return data
+
+    messages = set()
+    for at in places(full):
+        manifests = [broken(at, v) for v in (None, 1.5, True, "x", [], {}, [1], ["x"] * 5, "z" * 300, [[1]])]
+        manifests += [broken(at, drop=True)] if at else []
+        for data in manifests:
+            try:
+                parse_manifest(json.dumps(data), where="launch.json")
+            except ManifestError as exc:
+                messages.add(str(exc))
+    assert len(messages) > 50, len(messages)
+    for m in messages:
+        assert m.startswith("launch.json: ") and len(m.splitlines()) == 1, m
+        for pydantic_words in ("Input should", "Field required", "should have", "Value error", "valid dictionary",
+                               "instance of", ".str:", ".int:", "by_name", "by_value"):
+            assert pydantic_words not in m, m
+    assert "launch.json: launches.0.grid.0: must be text or a whole number" in messages
+    assert "launch.json: launches.0.kernel: is required" in messages
+    assert "launch.json: launches: must have at least 1 entry" in messages
+    import shutil
+    folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "sol")
+    (folder / "launch.json").write_text('{"launches": [{"grid": [1.5], "block": [128]}]}')
+    p = agent_cli("check", str(folder), "--task", "gemm")
+    said = " ".join(p.stderr.split())
+    assert p.returncode == 1 and "launches.0.kernel: is required" in said, said
+    assert "launches.0.grid.0: must be text or a whole number" in said and "Input should" not in said, said
+    (tmp_path / "def.json").write_text('{"name": 5, "axes": []}')  # a task Definition: the same words
+    p = agent_cli("tasks", "show", str(tmp_path / "def.json"))
+    said = " ".join(p.stderr.split())
+    assert p.returncode == 2 and "name: must be text" in said and "op_type: is required" in said, said
+    assert "Input should" not in said and "Field required" not in said, said
+
+
 def test_eval_names_the_manifest_s_missing_kernel_and_a_skipped_profile(tmp_path):
     import shutil
     folder = shutil.copytree(REPO / "tasks" / GEMM_TASK / "simple", tmp_path / "sol")
@@ -367,6 +495,17 @@ def test_the_example_run_s_recipe_works_as_printed(tmp_path):
     assert (summary["status"], summary["turns"]) == ("finished", 2) and not (run / "checkpoint.sqlite").exists()
 
 
+def test_the_readme_s_blackwell_check_works_as_printed():
+    """README's check row names the Blackwell variant as `expert_sm100a --task gemm --arch sm_100a`
+    beside the Hopper command: the folder is the Hopper command's sibling, and it passes."""
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if "`agent check tasks/" in line)
+    hopper = re.search(r"`agent check (\S+) --task", row)[1]
+    folder, *flags = re.search(r"Blackwell: `([^`]+)`", row)[1].split()
+    p = agent_cli("check", str(REPO / hopper / ".." / folder), *flags)
+    assert p.returncode == 0, (row, p.stdout[-2000:], p.stderr[-2000:])
+    assert "sm_100a" in p.stdout
+
+
 def test_an_interrupted_run_says_interrupted_once(monkeypatch):
     """`run X: interrupted, stopped by interrupted` said it twice: a stop reason that is the status is said once."""
     import io
@@ -392,12 +531,12 @@ def test_the_live_token_counter_goes_on_across_a_resume(tmp_path):
     """The progress lines' token total after a resume counts the turns before it (it restarted at 0)."""
     reply = {"text": probe_reply(), "usage": {"prompt_tokens": 1000, "completion_tokens": 10}}
     script = tmp_path / "s.json"
-    script.write_text(json.dumps({"replies": [reply]}))  # turn 2 finds no reply: the run stops, resumable
+    script.write_text(json.dumps({"replies": [reply, PROVIDER_FAILS]}))  # turn 2: the provider fails, resumable
     runs = tmp_path / "runs"
     p = agent_cli("solve", "--task", GEMM_TASK, "--model", f"scripted:{script}", "--max-turns", "2",
                   "--context", "none", "--runs-dir", str(runs), "--run-id", "r")
     assert "| 1010 tokens" in " ".join(p.stderr.split()), p.stderr
-    script.write_text(json.dumps({"replies": [reply, reply]}))  # the script goes on where it stopped
+    script.write_text(json.dumps({"replies": [reply, PROVIDER_FAILS, reply]}))  # the script goes on where it stopped
     p = agent_cli("solve", "--resume", str(runs / "r"))
     said = " ".join(p.stderr.split())
     assert "turn 2/2" in said and "| 2020 tokens" in said, p.stderr

@@ -19,6 +19,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
                       model_validator)
 
+from tasks.validation_words import plain_validation_errors
+
 # Names are short words; a bounded length keeps every message that quotes one a short line.
 Name = Annotated[str, Field(max_length=256)]
 DType = Literal["bfloat16", "float16", "float32", "float8_e4m3fn", "int32", "int64", "uint8"]
@@ -205,17 +207,8 @@ class SolutionError(ValueError):
         self.extraction = extraction
 
 
-_UNION_TAGS = {"by_name", "by_value"}  # tags of the Arg union: routing, not a place a person wrote
-
-
 def _first_error(exc: ValidationError) -> str:
-    errs = exc.errors()
-    parts = []
-    for e in errs[:3]:
-        loc = ".".join(str(x) for x in e["loc"] if x not in _UNION_TAGS) or "manifest"
-        parts.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
-    more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
-    return "; ".join(parts) + more
+    return plain_validation_errors(exc.errors(), root="manifest")
 
 
 MAX_MANIFEST_CHARS = 100_000  # a real manifest is a few kB

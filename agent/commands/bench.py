@@ -121,16 +121,19 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(rows)
             raise typer.Exit(status)
+        unjudged = ("[yellow]not judged[/yellow]",) * 5 + ("",)  # the harness failed: no "no" for the kernel
         console.print(table(
             ("task", "compiled", "in SASS", "executed", "correct", "held out", "speedup"),
-            [(r["task"], _mark(r.get("compiled")), _mark(r.get("arch_sass")), _mark(r.get("arch_executed")),
-              _mark(r.get("correct")), _mark(r.get("correct_held_out")),
-              f"{r['speedup']:.3f}" if r.get("speedup") else "") for r in rows],
+            [(r["task"], *(unjudged if r.get("infra_error") else (
+                _mark(r.get("compiled")), _mark(r.get("arch_sass")), _mark(r.get("arch_executed")),
+                _mark(r.get("correct")), _mark(r.get("correct_held_out")),
+                f"{r['speedup']:.3f}" if r.get("speedup") else ""))) for r in rows],
             title=f"{model} solutions, {arch}"))
         baselines = [f"{r['task']} vs {r['baseline']}" for r in rows if r.get("speedup") and r.get("baseline")]
         if baselines:
             console.print("speedup: " + "; ".join(baselines), highlight=False, soft_wrap=True)
-        for reason in sorted({r["run_reason"] for r in rows if r.get("run") != "ok" and r.get("run_reason")}):
+        for reason in sorted({r["run_reason"] for r in rows
+                              if r.get("run") != "ok" and r.get("run_reason") and not r.get("infra_error")}):
             console.print(f"[yellow]correctness and timing skipped[/yellow]: {escape(reason)}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(status)

@@ -104,7 +104,9 @@ def _yes(ok: bool) -> str:
 
 def _show(compiled: CompileResult, info: InspectResult, requested: list[str]) -> None:
     secs = ", ".join(f"{k} {v:.2f} s" for k, v in compiled.seconds.items())
-    say(f"compiled: {_yes(compiled.ok)} ({compiled.arch}, {compiled.language}{', ' + secs if secs else ''})")
+    # a toolchain that could not run judged nothing: no "no" for the kernel (issue 45 item 1)
+    verdict = "[yellow]not judged[/yellow]" if compiled.infra_error else _yes(compiled.ok)
+    say(f"compiled: {verdict} ({compiled.arch}, {compiled.language}{', ' + secs if secs else ''})")
     # errors and warnings, and the info lines ptxas gives a code (C7515 serialized wgmma, C7508 ...);
     # the plain -v chatter is summarised in the kernel table instead
     # (an unrolled loop repeats a message per copy: show each once, with a count)

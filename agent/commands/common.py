@@ -11,6 +11,10 @@ from typing import Any, NoReturn, Sequence
 from pydantic import BaseModel
 from rich.console import Console
 
+# pydantic's errors in the words a user reads: one table for the CLI's configs and launch.json
+from tasks.validation_words import plain_validation_error  # noqa: F401
+
+
 def reader_left() -> None:
     """stdout's reader is gone (`agent ... | head`): what it wanted, it has. Exit 0 quietly, with
     stdout on /dev/null so the interpreter's last flush cannot fail again (rich's own answer to
@@ -93,32 +97,6 @@ def out_file(path: Path, flag: str = "--out") -> Path:
     if path.is_dir():
         fail(f"{flag} {path}: is a folder; give a file name")
     return path
-
-
-# pydantic's error types in the words a user reads ("must be at least 1", not
-# "Input should be greater than or equal to 1"); other types keep pydantic's message
-_PLAIN_ERRORS = {
-    "greater_than_equal": "must be at least {ge}", "greater_than": "must be more than {gt}",
-    "less_than_equal": "must be at most {le}", "less_than": "must be less than {lt}",
-    "int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
-    "float_parsing": "must be a number", "finite_number": "must be a finite number",
-    "bool_parsing": "must be true or false", "string_type": "must be text", "list_type": "must be a list",
-    "missing": "is required", "too_short": "needs at least {min_length} entries",
-    "literal_error": "must be one of {expected}",
-}
-
-
-def plain_validation_error(error: dict) -> str:
-    """One pydantic error (ValidationError.errors()[i]) as `where: what`, without pydantic's
-    phrasing or the value's Python repr."""
-    where = ".".join(str(x) for x in error.get("loc", ()))
-    template = _PLAIN_ERRORS.get(error.get("type", ""))
-    try:
-        what = template.format(**error.get("ctx", {})) if template else None
-    except (KeyError, IndexError):
-        what = None
-    what = what or str(error.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"{where}: {what}" if where else what
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -35,6 +35,11 @@ def render(r: EvalResult, profile_asked: bool = False) -> None:
     c = r.compile
     secs = ", ".join(f"{k} {v:.2f} s" for k, v in c.seconds.items())
     say(f"[bold]{r.task}[/bold] on {r.arch}" + (f" — {r.gpu}" if r.gpu else ""))
+    if r.infra_error:  # the harness failed: no verdict to show (a "compiled no" would blame the kernel)
+        stage = "[yellow]not judged[/yellow]" if c.infra_error else _mark(c.ok)
+        say(f"compile: {stage}" + (f" ({secs})" if secs else ""))
+        say(f"[red]infrastructure error[/red] (not the kernel's fault; nothing was judged): {escape(r.infra_error)}")
+        return
     say(f"compile: {_mark(c.ok)}" + (f" ({secs})" if secs else "") + (f" — {escape(c.error)}" if c.error else ""))
     for d in [d for d in c.diagnostics if d.severity != "info" or d.code in ("C7515", "C7508")][:8]:
         say(f"  {escape(d.render())}")
@@ -120,13 +125,10 @@ def render(r: EvalResult, profile_asked: bool = False) -> None:
     if r.speedup_spread:
         parts.append(f"spread ×{r.speedup_spread:.3f}")
     wrap_items("verdict:", parts + [f"{r.seconds:.1f} s"])
-    if r.infra_error:
-        say(f"[red]infrastructure error[/red] (not the kernel's fault; nothing was judged): {escape(r.infra_error)}")
-    else:
-        failed = failures(r)
-        say("result: " + (f"[red]failed[/red]: {escape('; '.join(failed))}" if failed else
-                          "[green]nothing failed[/green]" + (" (stages that could not run are marked skipped or "
-                                                             "not checked)" if r.run_status == "skipped" else "")))
+    failed = failures(r)
+    say("result: " + (f"[red]failed[/red]: {escape('; '.join(failed))}" if failed else
+                      "[green]nothing failed[/green]" + (" (stages that could not run are marked skipped or "
+                                                         "not checked)" if r.run_status == "skipped" else "")))
 
 
 def failures(r: EvalResult) -> list[str]:

@@ -26,7 +26,7 @@ def solve_cmd(
     ctx: typer.Context,
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task name or alias (e.g. mha_bwd_d128, attn_bwd)."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="litellm model (openai/<name>, anthropic/...), replay:<run dir>, human, "
+                                        help="litellm model (openai/<name>, anthropic/...), replay:<run>, human, "
                                              "scripted:<file>."),
     arch: str = typer.Option("sm_90a", help="Target: sm_90a (Hopper) or sm_100a (Blackwell)."),
     lang: str = typer.Option("cuda", help="Solution language: cuda (C++ with inline PTX) or ptx (raw PTX)."),
@@ -243,14 +243,17 @@ def print_summary(s: RunSummary, run_dir: Path) -> None:
                               + (f" SOL {c.verdicts.sol_score:.2f}" if c.verdicts.sol_score is not None else "")
                               for c in t.candidates)
             out(f"  turn {t.turn}: {cands} -> {t.action}")
+    unjudged = s.stop_reason == "infra_error" and not s.per_turn  # the toolchain stopped it before any verdict
     if s.best:
         out(f"best: {s.best_path} ({_best_status(s.best, s.require == 'on')})")
+    elif unjudged:
+        out("best: none (nothing was judged: the toolchain, GPU worker or profiler failed)")
     elif s.require == "off":
         out("best: none (no candidate was correct" + ("" if s.evaluation == "ok" else ", nor compiled") + ")")
     else:
         out("best: none (no candidate was correct with the requested instructions"
             + ("" if s.evaluation == "ok" else ", nor compiled with them") + ")")
-    out(f"evaluation: {escape(s.evaluation)}")
+    out(f"evaluation: {'not run: nothing was judged' if unjudged else escape(s.evaluation)}")
     u = s.usage
     out(f"spent: {plural(u.llm_calls, 'LLM call')}, {plural(u.prompt_tokens + u.completion_tokens, 'token')} "
         f"({u.prompt_tokens} prompt" + (f", {u.cached_tokens} of them cached" if u.cached_tokens else "")
