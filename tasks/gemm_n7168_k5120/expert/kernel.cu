@@ -1,4 +1,4 @@
-// Expert sm_90a GEMM for gemm_n7168_k5120: C[M,N] = A[M,K] * B[N,K]^T, bf16 in/out, fp32 accumulate.
+// Expert sm_90a GEMM (every gemm_n*_k* task): C[M,N] = A[M,K] * B[N,K]^T, bf16 in/out, fp32 accumulate.
 //
 // Design (see NOTES.md for the measurements behind each choice):
 //  - 128x256 output tile per CTA, K sliced by 64 (one 128-byte swizzled row per operand row).
@@ -8,26 +8,27 @@
 //    setmaxnreg.dec frees its registers), warpgroups 1 and 2 are consumers (setmaxnreg.inc),
 //    each owning 64 rows x 256 columns: one wgmma m64n256k16 per 16-wide K step, 128 fp32
 //    accumulators per thread.
-//  - Persistent grid (one CTA per SM) walking the tiles in groups of GROUP_M row tiles, so
-//    the CTAs resident at one moment share A and B panels in L2.
+//  - Persistent grid walking the tiles in groups of GROUP_M row tiles, so the CTAs resident
+//    at one moment share A and B panels in L2.
+//  - Stream-K for the last `sk_tiles` tiles (the launch manifest picks how many: all of them
+//    when the tiles are too few to fill the SMs, i.e. small M): their K iterations, laid end
+//    to end, are cut into gridDim.x equal ranges, one per CTA, so every SM streams the same
+//    share of B whatever M is. A CTA whose range covers only part of a tile writes its fp32
+//    partial to `ws` (slot 0: the first tile of its range, slot 1: the last); the CTA that
+//    arrives last at the tile's counter adds the others' partials and stores the tile.
+//    The tiles before those are data-parallel: tile t on CTA t mod gridDim.x, whole K.
 //  - Epilogue (EPI_TMA=1): accumulators -> bf16 -> swizzled shared staging (conflict-free)
-//    -> TMA store, which clips rows >= M; double-buffered so the store engine drains while
-//    the warpgroup goes on. EPI_TMA=0: bounds-checked 4-byte global stores from registers.
-//  - CLUSTER_M=2: two CTAs of a cluster take vertically adjacent tiles and each loads half
-//    of the shared B tile, multicast to both (halves B's L2 traffic; measured no faster).
-//  - splits > 1 (small M, fewer tiles than SMs): K is split across CTAs; partial fp32
-//    tiles go to `ws`, the last split of a tile (per-tile `counters`) sums and stores.
-// M may be any positive value (TMA zero-fills rows >= M on load, TMA stores clip); N must
-// be a multiple of 256; K need not be a multiple of 64 (the tail is zero-filled), K >= 1.
+//    -> TMA store, which clips rows >= M and columns >= N; double-buffered so the store
+//    engine drains while the warpgroup goes on. EPI_TMA=0: bounds-checked global stores.
+// M and N may be any positive values with N a multiple of 8 (TMA wants 16-byte row strides):
+// loads zero-fill rows past M or N, stores clip. K: a multiple of 8, the tail past a multiple
+// of 64 zero-filled.
 
 #ifndef STAGES
 #define STAGES 4
 #endif
 #ifndef EPI_TMA
 #define EPI_TMA 1
-#endif
-#ifndef CLUSTER_M
-#define CLUSTER_M 1
 #endif
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
@@ -42,6 +43,7 @@
 #define EPI_BYTES (EPI_TMA ? 2 * 2 * C_BUF_BYTES : 0)
 #define CONSUMER_REGS 232
 #define PRODUCER_REGS 40
+#define PARTIAL_FLOATS (BM * BN)      // one fp32 partial tile in `ws`: 128 KiB
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -62,13 +64,6 @@ static __device__ __forceinline__ __attribute__((unused)) void mbar_expect_tx(u3
 static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// Arrive on the barrier at the same shared offset in CTA `rank` of the cluster.
-static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive_cluster(u32 bar, u32 rank) {
-  asm volatile(
-      "{ .reg .b32 r; mapa.shared::cluster.u32 r, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [r]; }" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
 static __device__ __forceinline__ __attribute__((unused)) void mbar_wait(u32 bar, u32 parity) {
   u32 done;
   do {
@@ -85,15 +80,6 @@ static __device__ __forceinline__ __attribute__((unused)) void tma_load_2d(u32 d
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-// Same box written to the same offset in every CTA of `mask`, each CTA's barrier at `bar` told.
-static __device__ __forceinline__ __attribute__((unused)) void tma_load_2d_multicast(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1,
-                                                             unsigned short mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(
-          dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
 static __device__ __forceinline__ __attribute__((unused)) void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
@@ -147,61 +133,79 @@ static __device__ __forceinline__ __attribute__((unused)) u32 pack_bf16x2(float 
   return r;
 }
 
-// Tile t -> (row unit, column tile). A row unit is CLUSTER_M row tiles; groups of
-// GROUP_M/CLUSTER_M units are walked column by column so concurrent CTAs share panels.
-static __device__ __forceinline__ __attribute__((unused)) void tile_coords(int t, int num_units, int num_n, int& unit, int& n) {
-  const int group_units = GROUP_M / CLUSTER_M;
-  const int per_group = group_units * num_n;
+// Tile t -> (row tile, column tile). Groups of GROUP_M row tiles are walked column by column
+// so the CTAs working at one moment share A and B panels in L2.
+static __device__ __forceinline__ __attribute__((unused)) void tile_coords(int t, int num_m, int num_n, int& m, int& n) {
+  const int per_group = GROUP_M * num_n;
   const int g = t / per_group;
-  const int first = g * group_units;
-  const int size = min(num_units - first, group_units);
+  const int first = g * GROUP_M;
+  const int size = min(num_m - first, GROUP_M);
   const int r = t - g * per_group;
-  unit = first + r % size;
+  m = first + r % size;
   n = r / size;
+}
+
+// What every CTA works on, in order; the producer and the consumers walk the same list.
+// Tiles [0, dp_tiles): data-parallel, whole K. Tiles [dp_tiles, num_tiles): stream-K, their
+// sk_total K iterations cut into `ctas` equal ranges (CTA c: [sk_start(c), sk_start(c + 1))).
+struct Schedule {
+  int num_m, num_n, num_k, num_tiles, dp_tiles, ctas, cta;
+  long long sk_total;
+  __device__ __forceinline__ long long sk_start(int c) const { return (long long)c * sk_total / ctas; }
+};
+
+// f(tile, kb0, kb1, slot): K slices [kb0, kb1) of `tile`; slot -1 for a data-parallel tile,
+// else where this CTA's partial of the tile goes in `ws` (0: the first tile of its stream-K
+// range, 1: a later one; only the first and the last can be partial).
+template <class F>
+static __device__ __forceinline__ void for_each_work(const Schedule& s, F&& f) {
+  for (int t = s.cta; t < s.dp_tiles; t += s.ctas) f(t, 0, s.num_k, -1);
+  long long it = s.sk_start(s.cta);
+  const long long end = s.sk_start(s.cta + 1);
+  for (int slot = 0; it < end; slot = 1) {
+    const int u = (int)(it / s.num_k);
+    const int kb0 = (int)(it - (long long)u * s.num_k);
+    const int kb1 = (int)min((long long)s.num_k, kb0 + (end - it));
+    f(s.dp_tiles + u, kb0, kb1, slot);
+    it += kb1 - kb0;
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
 gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                   const __grid_constant__ CUtensorMap tmC, unsigned short* __restrict__ C, float* __restrict__ ws,
-                  int* __restrict__ counters, int M, int N, int K, int splits) {
+                  int* __restrict__ counters, int M, int N, int K, int sk_tiles) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 128B swizzle wants 1024-aligned tiles
   const u32 sA = base;
   const u32 sB = sA + STAGES * A_STAGE_BYTES;
   const u32 sC = sB + STAGES * B_STAGE_BYTES;
   const u32 bars = sC + EPI_BYTES;
-  const u32 flag_slot = bars + 8 * 2 * STAGES;  // split-K: "this CTA finishes the tile"
+  const u32 flag_slot = bars + 8 * 2 * STAGES;  // stream-K: "this CTA finishes the tile"
   // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-#if CLUSTER_M > 1
-  u32 cta_rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(cta_rank));
-  const int cluster_id = blockIdx.x / CLUSTER_M, num_clusters = gridDim.x / CLUSTER_M;
-#else
-  const u32 cta_rank = 0;
-  const int cluster_id = blockIdx.x, num_clusters = gridDim.x;
-#endif
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);                          // producer's expect_tx arrival
-      mbar_init(bars + 8 * (STAGES + s), 2 * CLUSTER_M);  // one per consumer warpgroup, per CTA that reads the stage's data
+      mbar_init(bars + 8 * s, 1);               // producer's expect_tx arrival
+      mbar_init(bars + 8 * (STAGES + s), 2);    // one arrival per consumer warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-#if CLUSTER_M > 1
-  asm volatile("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;" ::: "memory");
-#else
   __syncthreads();
-#endif
 
-  const int num_n = N / BN;
-  const int num_units = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M);
-  const int num_tiles = num_units * num_n;
-  const int num_units_total = num_tiles * splits;  // work unit = (tile, K split)
-  const int num_k = (K + BK - 1) / BK;
+  Schedule sch;
+  sch.num_m = (M + BM - 1) / BM;
+  sch.num_n = (N + BN - 1) / BN;
+  sch.num_k = (K + BK - 1) / BK;
+  sch.num_tiles = sch.num_m * sch.num_n;
+  sk_tiles = min(max(sk_tiles, 0), sch.num_tiles);
+  sch.dp_tiles = sch.num_tiles - sk_tiles;
+  sch.ctas = gridDim.x;
+  sch.cta = blockIdx.x;
+  sch.sk_total = (long long)sk_tiles * sch.num_k;
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer
@@ -210,29 +214,18 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmA) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmB) : "memory");
       int it = 0;
-      for (int w = cluster_id; w < num_units_total; w += num_clusters) {
-        int unit, n;
-        tile_coords(w / splits, num_units, num_n, unit, n);
-        const int sp = w % splits, kb0 = sp * num_k / splits, kb1 = (sp + 1) * num_k / splits;
-        const int m0 = (unit * CLUSTER_M + (int)cta_rank) * BM;
-        const int n0 = n * BN;
+      for_each_work(sch, [&](int t, int kb0, int kb1, int) {
+        int mt, nt;
+        tile_coords(t, sch.num_m, sch.num_n, mt, nt);
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
-          const u32 phase = (it / STAGES) & 1;
           const u32 full = bars + 8 * s;
-          mbar_wait(bars + 8 * (STAGES + s), phase ^ 1);  // all readers released the slot
+          mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // both consumers released the slot
           mbar_expect_tx(full, A_STAGE_BYTES + B_STAGE_BYTES);
-          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, m0);
-#if CLUSTER_M > 1
-          // This CTA fetches its half of the B tile for both CTAs of the cluster.
-          const u32 half = B_STAGE_BYTES / 2;
-          tma_load_2d_multicast(sB + s * B_STAGE_BYTES + cta_rank * half, &tmB, full, kb * BK, n0 + (int)cta_rank * (BN / 2),
-                                (unsigned short)3);
-#else
-          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, n0);
-#endif
+          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, mt * BM);
+          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, nt * BN);
         }
-      }
+      });
     }
   } else {
     // ------------------------------------------------------------ consumers
@@ -240,16 +233,16 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     const int cw = wg - 1;          // consumer warpgroup: rows cw*64 .. cw*64+63 of the tile
     const int t128 = tid & 127;     // thread within the warpgroup
     const int warp = t128 >> 5, lane = tid & 31;
+    const int row = warp * 16 + (lane >> 2);  // this thread's rows within the warpgroup's 64: row, row + 8
+    const int q = lane & 3;
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.f;
     int it = 0;
-    for (int w = cluster_id; w < num_units_total; w += num_clusters) {
-      int unit, n;
-      tile_coords(w / splits, num_units, num_n, unit, n);
-      const int sp = w % splits, kb0 = sp * num_k / splits, kb1 = (sp + 1) * num_k / splits;
-      const int m0 = (unit * CLUSTER_M + (int)cta_rank) * BM;
-      const int n0 = n * BN;
+    for_each_work(sch, [&](int t, int kb0, int kb1, int slot) {
+      int mt, nt;
+      tile_coords(t, sch.num_m, sch.num_n, mt, nt);
+      const int m0 = mt * BM, n0 = nt * BN;
       int prev_s = -1;
       for (int kb = kb0; kb < kb1; ++kb, ++it) {
         const int s = it % STAGES;
@@ -263,68 +256,70 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (prev_s >= 0 && t128 == 0) {
-#if CLUSTER_M > 1
-          for (u32 r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(bars + 8 * (STAGES + prev_s), r);
-#else
-          mbar_arrive(bars + 8 * (STAGES + prev_s));
-#endif
-        }
+        if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
         prev_s = s;
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (t128 == 0) {
-#if CLUSTER_M > 1
-        for (u32 r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(bars + 8 * (STAGES + prev_s), r);
-#else
-        mbar_arrive(bars + 8 * (STAGES + prev_s));
-#endif
-      }
+      if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
 
-      // ---------------------------------------------------------- epilogue
-      const int row = warp * 16 + (lane >> 2);  // row within this warpgroup's 64; also row + 8
-      const int q = lane & 3;
-      if (splits > 1) {
-        // Split K (small M: too few tiles to fill the SMs). Every split writes its fp32
-        // partial tile to ws[sp]; the split that arrives last at the tile's counter adds
-        // the others to its registers and runs the normal epilogue; the rest skip it.
-        const int m_pad = num_units * CLUSTER_M * BM;
-        const int tile_id = m0 / BM * num_n + n;
-        const size_t stride_sp = (size_t)m_pad * N;
-        float* mine = ws + sp * stride_sp + (size_t)(m0 + cw * 64 + row) * N + n0 + q * 2;
+      // ---------------------------------------------------------- stream-K fix-up
+      if (slot >= 0 && !(kb0 == 0 && kb1 == sch.num_k)) {
+        // This CTA holds part of the tile's K range. Partials are written in the accumulator's
+        // own order (float4 j of consumer thread ct at [j * 256 + ct]), so every store and load
+        // is a 512-byte run per warp; rows past M and columns past N are skipped on both sides.
+        const int ct = cw * 128 + t128;
+        const bool row_ok = m0 + cw * 64 + row < M;
+        float4* mine = reinterpret_cast<float4*>(ws + ((size_t)sch.cta * 2 + slot) * PARTIAL_FLOATS) + ct;
+        if (row_ok) {
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(d[4 * j], d[4 * j + 1]);
-          *reinterpret_cast<float2*>(mine + (size_t)8 * N + 8 * j) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+          for (int j = 0; j < 32; ++j)
+            if (n0 + 8 * j < N) mine[j * 256] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
         }
+        // The CTAs whose ranges meet this tile: from the one holding its first iteration on.
+        const int u = t - sch.dp_tiles;
+        const long long lo = (long long)u * sch.num_k, hi = lo + sch.num_k;
+        int c_first = (int)(lo * sch.ctas / sch.sk_total);
+        while (c_first > 0 && sch.sk_start(c_first) > lo) --c_first;
+        while (sch.sk_start(c_first + 1) <= lo) ++c_first;
+        int contributors = 0;
+        for (int c = c_first; c < sch.ctas && sch.sk_start(c) < hi; ++c)
+          contributors += sch.sk_start(c + 1) > sch.sk_start(c);
         __threadfence();
         asm volatile("bar.sync 3, 256;" ::: "memory");
         if (tid == 128) {
-          const int arrived = atomicAdd(counters + tile_id, 1);
-          const u32 last = arrived == splits - 1;
-          if (last) counters[tile_id] = 0;  // ready for the next launch
+          const int arrived = atomicAdd(counters + u, 1);
+          const u32 last = arrived == contributors - 1;
+          if (last) counters[u] = 0;  // ready for the next launch
           asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(last) : "memory");
         }
         asm volatile("bar.sync 3, 256;" ::: "memory");
         u32 last;
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
-        if (!last) continue;
+        if (!last) return;  // another CTA finishes this tile
         __threadfence();
-        for (int other = 0; other < splits; ++other) {
-          if (other == sp) continue;
-          const float* p = ws + other * stride_sp + (size_t)(m0 + cw * 64 + row) * N + n0 + q * 2;
+        if (row_ok) {
+          for (int c = c_first; c < sch.ctas && sch.sk_start(c) < hi; ++c) {
+            if (c == sch.cta || sch.sk_start(c + 1) == sch.sk_start(c)) continue;
+            // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
+            const int c_slot = sch.sk_start(c) >= lo ? 0 : 1;
+            const float4* p = reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
 #pragma unroll
-          for (int j = 0; j < 32; ++j) {
-            const float2 a = __ldcg(reinterpret_cast<const float2*>(p + 8 * j));
-            const float2 b = __ldcg(reinterpret_cast<const float2*>(p + (size_t)8 * N + 8 * j));
-            d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += b.x, d[4 * j + 3] += b.y;
+            for (int j = 0; j < 32; ++j) {
+              if (n0 + 8 * j < N) {
+                const float4 a = __ldcg(p + j * 256);
+                d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += a.z, d[4 * j + 3] += a.w;
+              }
+            }
           }
         }
       }
+
+      // ---------------------------------------------------------- epilogue
 #if EPI_TMA
       const u32 cbuf = sC + cw * (2 * C_BUF_BYTES);
 #pragma unroll
       for (int chunk = 0; chunk < BN / 64; ++chunk) {
+        if (n0 + chunk * 64 >= N) break;  // past the last column (N not a multiple of 256)
         const u32 buf = cbuf + (chunk & 1) * C_BUF_BYTES;
         // The store issued two chunks ago (same buffer) must have finished reading it.
         if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -350,17 +345,14 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
       unsigned short* p1 = p0 + (size_t)8 * N;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
+        if (n0 + 8 * j >= N) break;
         if (r0 < M) *reinterpret_cast<u32*>(p0 + 8 * j) = pack_bf16x2(d[4 * j], d[4 * j + 1]);
         if (r0 + 8 < M) *reinterpret_cast<u32*>(p1 + 8 * j) = pack_bf16x2(d[4 * j + 2], d[4 * j + 3]);
       }
 #endif
-    }
+    });
 #if EPI_TMA
     if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
   }
-#if CLUSTER_M > 1
-  // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
-  asm volatile("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;" ::: "memory");
-#endif
 }
