@@ -43,7 +43,13 @@ def schedule(M: int, N: int, K: int, ctas: int, sk_tiles: int):
     sk_tiles = min(max(sk_tiles, 0), tiles)
     dp = tiles - sk_tiles
     total = sk_tiles * num_k
-    start = lambda c: c * total // ctas  # noqa: E731
+    quot, rem = divmod(total, ctas)
+    start = lambda c: c * quot + min(c, rem)  # noqa: E731  (Schedule::sk_start)
+
+    def owner(i: int) -> int:  # Schedule::sk_owner
+        big = rem * (quot + 1)
+        return i // (quot + 1) if i < big else rem + (i - big) // quot
+
     cover: dict[int, list] = {t: [] for t in range(tiles)}
     written: dict[int, set] = {}
     for c in range(ctas):
@@ -59,18 +65,9 @@ def schedule(M: int, N: int, K: int, ctas: int, sk_tiles: int):
                 written.setdefault(u, set()).add((c, slot))
             it, slot = it + kb1 - kb0, 1
     read: dict[int, set] = {}
-    for u in written:
+    for u in written:  # the fix-up's contributors: the owners of the tile's first and last iteration, and between
         lo, hi = u * num_k, (u + 1) * num_k
-        c = lo * ctas // total
-        while c > 0 and start(c) > lo:
-            c -= 1
-        while start(c + 1) <= lo:
-            c += 1
-        read[u] = set()
-        while c < ctas and start(c) < hi:  # the CTAs whose ranges meet the tile, empty ones skipped
-            if start(c + 1) > start(c):
-                read[u].add((c, 0 if start(c) >= lo else 1))
-            c += 1
+        read[u] = {(c, 0 if start(c) >= lo else 1) for c in range(owner(lo), owner(hi - 1) + 1)}
     return cover, written, read, num_k, tiles
 
 
@@ -102,3 +99,18 @@ def test_manifest_schedule_covers_every_tile_once(task_name):
             all_slots = [s for wrote in written.values() for s in wrote]
             assert len(all_slots) == len(set(all_slots))
         assert tiles >= 1
+
+
+@pytest.mark.parametrize("ctas", [1, 3, 28, 132])
+def test_schedule_is_exact_for_any_split(ctas):
+    """Any grid and any stream-K tile count, including more CTAs than K iterations (empty CTAs)
+    and K not a multiple of 64: every tile's K range once, the fix-up reads what was written."""
+    for M, N, K in [(1, 128, 64), (70, 7168, 5120), (93, 128, 2048), (901, 256, 7168), (2379, 2048, 100)]:
+        tiles = cdiv(M, 128) * cdiv(N, 256)
+        for sk in {0, 1, tiles, tiles % ctas + ctas, tiles + 5}:
+            cover, written, read, num_k, _ = schedule(M, N, K, ctas, sk)
+            for t, ranges in cover.items():
+                ranges.sort()
+                assert ranges[0][0] == 0 and ranges[-1][1] == num_k, (M, N, K, sk, t, ranges)
+                assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), (M, N, K, sk, t, ranges)
+            assert read == written, (M, N, K, sk)

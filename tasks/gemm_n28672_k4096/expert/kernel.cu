@@ -146,30 +146,60 @@ static __device__ __forceinline__ __attribute__((unused)) void tile_coords(int t
 }
 
 // What every CTA works on, in order; the producer and the consumers walk the same list.
-// Tiles [0, dp_tiles): data-parallel, whole K. Tiles [dp_tiles, num_tiles): stream-K, their
-// sk_total K iterations cut into `ctas` equal ranges (CTA c: [sk_start(c), sk_start(c + 1))).
+// Tiles [0, dp_tiles): data-parallel, whole K, tile t on CTA t mod ctas. Tiles [dp_tiles,
+// num_tiles): stream-K, their sk_total K iterations cut into `ctas` ranges that differ by at
+// most one (CTA c: [sk_start(c), sk_start(c + 1)); the first sk_rem CTAs take one more).
 struct Schedule {
   int num_m, num_n, num_k, num_tiles, dp_tiles, ctas, cta;
-  long long sk_total;
-  __device__ __forceinline__ long long sk_start(int c) const { return (long long)c * sk_total / ctas; }
+  int sk_total, sk_quot, sk_rem;
+  __device__ __forceinline__ int sk_start(int c) const { return c * sk_quot + min(c, sk_rem); }
+  // The CTA whose range holds stream-K iteration i (< sk_total).
+  __device__ __forceinline__ int sk_owner(int i) const {
+    const int big = sk_rem * (sk_quot + 1);
+    return i < big ? i / (sk_quot + 1) : sk_rem + (i - big) / sk_quot;
+  }
 };
 
-// f(tile, kb0, kb1, slot): K slices [kb0, kb1) of `tile`; slot -1 for a data-parallel tile,
-// else where this CTA's partial of the tile goes in `ws` (0: the first tile of its stream-K
-// range, 1: a later one; only the first and the last can be partial).
-template <class F>
-static __device__ __forceinline__ void for_each_work(const Schedule& s, F&& f) {
-  for (int t = s.cta; t < s.dp_tiles; t += s.ctas) f(t, 0, s.num_k, -1);
-  long long it = s.sk_start(s.cta);
-  const long long end = s.sk_start(s.cta + 1);
-  for (int slot = 0; it < end; slot = 1) {
-    const int u = (int)(it / s.num_k);
-    const int kb0 = (int)(it - (long long)u * s.num_k);
-    const int kb1 = (int)min((long long)s.num_k, kb0 + (end - it));
-    f(s.dp_tiles + u, kb0, kb1, slot);
+// One CTA's place in its list. next() gives the next (tile, K slices [kb0, kb1), slot): slot -1
+// for a data-parallel tile, else where this CTA's partial of the tile goes in `ws` (0: the first
+// tile of its stream-K range, 1: a later one; only the first and the last can be partial).
+struct Cursor {
+  int dp_next, it, end, slot;
+  __device__ __forceinline__ Cursor(const Schedule& s)
+      : dp_next(s.cta), it(s.sk_start(s.cta)), end(s.sk_start(s.cta + 1)), slot(0) {}
+  __device__ __forceinline__ bool next(const Schedule& s, int& tile, int& kb0, int& kb1, int& seg_slot) {
+    if (dp_next < s.dp_tiles) {
+      tile = dp_next, kb0 = 0, kb1 = s.num_k, seg_slot = -1;
+      dp_next += s.ctas;
+      return true;
+    }
+    if (it >= end) return false;
+    const int u = it / s.num_k;
+    kb0 = it - u * s.num_k;
+    kb1 = min(s.num_k, kb0 + (end - it));
+    tile = s.dp_tiles + u, seg_slot = slot;
+    slot = 1;
     it += kb1 - kb0;
+    return true;
   }
-}
+};
+
+// One work item as the producer hands it to the consumers (in shared memory, with the stage of
+// its first K slice; the full barrier's arrival publishes it). slices == 0: no more work.
+struct WorkMeta {
+  int m0, n0, slices, slot;  // slot: -1 (the tile is this CTA's alone) or its partial's ws slot
+  int u, lo, c_first, c_last;  // stream-K: tile index, its first iteration, the contributing CTAs
+  __device__ __forceinline__ void store(u32 at) const {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at), "r"(m0), "r"(n0), "r"(slices), "r"(slot) : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at + 16), "r"(u), "r"(lo), "r"(c_first), "r"(c_last)
+                 : "memory");
+  }
+  __device__ __forceinline__ void load(u32 at) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(m0), "=r"(n0), "=r"(slices), "=r"(slot) : "r"(at) : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(u), "=r"(lo), "=r"(c_first), "=r"(c_last) : "r"(at + 16)
+                 : "memory");
+  }
+};
 
 extern "C" __global__ void __launch_bounds__(384, 1)
 gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -182,7 +212,10 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
   const u32 sC = sB + STAGES * B_STAGE_BYTES;
   const u32 bars = sC + EPI_BYTES;
   const u32 flag_slot = bars + 8 * 2 * STAGES;  // stream-K: "this CTA finishes the tile"
-  // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
+  // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s). Work items (WorkMeta) ride with the
+  // stage that holds their first K slice: the producer alone walks the schedule, so its integer
+  // divisions exist once in the code, and the consumers hold no copy of it.
+  const u32 meta = flag_slot + 16;
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -202,10 +235,13 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
   sch.num_k = (K + BK - 1) / BK;
   sch.num_tiles = sch.num_m * sch.num_n;
   sk_tiles = min(max(sk_tiles, 0), sch.num_tiles);
+  if ((long long)sk_tiles * sch.num_k > 0x7fffffff) sk_tiles = 0;  // iteration indices are 32-bit
   sch.dp_tiles = sch.num_tiles - sk_tiles;
   sch.ctas = gridDim.x;
   sch.cta = blockIdx.x;
-  sch.sk_total = (long long)sk_tiles * sch.num_k;
+  sch.sk_total = sk_tiles * sch.num_k;
+  sch.sk_quot = sch.sk_total / sch.ctas;
+  sch.sk_rem = sch.sk_total % sch.ctas;
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer
@@ -213,19 +249,33 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmA) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmB) : "memory");
-      int it = 0;
-      for_each_work(sch, [&](int t, int kb0, int kb1, int) {
+      int it = 0, t, kb0, kb1, slot;
+      for (Cursor cur(sch); cur.next(sch, t, kb0, kb1, slot);) {
+        WorkMeta w{};
         int mt, nt;
         tile_coords(t, sch.num_m, sch.num_n, mt, nt);
+        w.m0 = mt * BM, w.n0 = nt * BN, w.slices = kb1 - kb0, w.slot = -1;
+        if (slot >= 0 && w.slices < sch.num_k) {  // part of a stream-K tile: the fix-up's facts
+          w.slot = slot, w.u = t - sch.dp_tiles;
+          w.lo = w.u * sch.num_k;
+          w.c_first = sch.sk_owner(w.lo), w.c_last = sch.sk_owner(w.lo + sch.num_k - 1);
+        }
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
           const u32 full = bars + 8 * s;
           mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // both consumers released the slot
+          if (kb == kb0) w.store(meta + s * sizeof(WorkMeta));
           mbar_expect_tx(full, A_STAGE_BYTES + B_STAGE_BYTES);
-          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, mt * BM);
-          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, nt * BN);
+          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, w.m0);
+          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, w.n0);
         }
-      });
+      }
+      // The end: a stage with no data whose work item has no slices.
+      const int s = it % STAGES;
+      mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
+      WorkMeta end{};  // slices 0
+      end.store(meta + s * sizeof(WorkMeta));
+      mbar_arrive(bars + 8 * s);
     }
   } else {
     // ------------------------------------------------------------ consumers
@@ -238,21 +288,22 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.f;
-    int it = 0;
-    for_each_work(sch, [&](int t, int kb0, int kb1, int slot) {
-      int mt, nt;
-      tile_coords(t, sch.num_m, sch.num_n, mt, nt);
-      const int m0 = mt * BM, n0 = nt * BN;
+    for (int it = 0;;) {
+      mbar_wait(bars + 8 * (it % STAGES), (it / STAGES) & 1);
+      WorkMeta w{};
+      w.load(meta + (it % STAGES) * sizeof(WorkMeta));
+      if (w.slices == 0) break;
+      const int m0 = w.m0, n0 = w.n0;
       int prev_s = -1;
-      for (int kb = kb0; kb < kb1; ++kb, ++it) {
+      for (int i = 0; i < w.slices; ++i, ++it) {
         const int s = it % STAGES;
-        mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+        if (i > 0) mbar_wait(bars + 8 * s, (it / STAGES) & 1);
         const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
         const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
-          wgmma_m64n256k16(d, da + 2 * kk, db + 2 * kk, (kb > kb0 || kk > 0) ? 1 : 0);
+          wgmma_m64n256k16(d, da + 2 * kk, db + 2 * kk, (i > 0 || kk > 0) ? 1 : 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
@@ -263,52 +314,41 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
       if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
 
       // ---------------------------------------------------------- stream-K fix-up
-      if (slot >= 0 && !(kb0 == 0 && kb1 == sch.num_k)) {
+      if (w.slot >= 0) {
         // This CTA holds part of the tile's K range. Partials are written in the accumulator's
         // own order (float4 j of consumer thread ct at [j * 256 + ct]), so every store and load
-        // is a 512-byte run per warp; rows past M and columns past N are skipped on both sides.
+        // is a 512-byte run per warp; warps whose rows are all past M skip both sides.
         const int ct = cw * 128 + t128;
-        const bool row_ok = m0 + cw * 64 + row < M;
-        float4* mine = reinterpret_cast<float4*>(ws + ((size_t)sch.cta * 2 + slot) * PARTIAL_FLOATS) + ct;
+        const bool row_ok = m0 + cw * 64 + warp * 16 < M;
+        float4* mine = reinterpret_cast<float4*>(ws + ((size_t)blockIdx.x * 2 + w.slot) * PARTIAL_FLOATS) + ct;
         if (row_ok) {
 #pragma unroll
-          for (int j = 0; j < 32; ++j)
-            if (n0 + 8 * j < N) mine[j * 256] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+          for (int j = 0; j < 32; ++j) mine[j * 256] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
         }
-        // The CTAs whose ranges meet this tile: from the one holding its first iteration on.
-        const int u = t - sch.dp_tiles;
-        const long long lo = (long long)u * sch.num_k, hi = lo + sch.num_k;
-        int c_first = (int)(lo * sch.ctas / sch.sk_total);
-        while (c_first > 0 && sch.sk_start(c_first) > lo) --c_first;
-        while (sch.sk_start(c_first + 1) <= lo) ++c_first;
-        int contributors = 0;
-        for (int c = c_first; c < sch.ctas && sch.sk_start(c) < hi; ++c)
-          contributors += sch.sk_start(c + 1) > sch.sk_start(c);
+        // The CTAs whose ranges meet this tile: c_first (holds its first iteration) to c_last.
         __threadfence();
         asm volatile("bar.sync 3, 256;" ::: "memory");
         if (tid == 128) {
-          const int arrived = atomicAdd(counters + u, 1);
-          const u32 last = arrived == contributors - 1;
-          if (last) counters[u] = 0;  // ready for the next launch
+          const int arrived = atomicAdd(counters + w.u, 1);
+          const u32 last = arrived == w.c_last - w.c_first;  // every other contributor arrived before
+          if (last) counters[w.u] = 0;  // ready for the next launch
           asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(last) : "memory");
         }
         asm volatile("bar.sync 3, 256;" ::: "memory");
         u32 last;
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
-        if (!last) return;  // another CTA finishes this tile
+        if (!last) continue;  // another CTA finishes this tile
         __threadfence();
         if (row_ok) {
-          for (int c = c_first; c < sch.ctas && sch.sk_start(c) < hi; ++c) {
-            if (c == sch.cta || sch.sk_start(c + 1) == sch.sk_start(c)) continue;
+          for (int c = w.c_first; c <= w.c_last; ++c) {
+            if (c == (int)blockIdx.x) continue;
             // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
-            const int c_slot = sch.sk_start(c) >= lo ? 0 : 1;
+            const int c_slot = sch.sk_start(c) >= w.lo ? 0 : 1;
             const float4* p = reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
 #pragma unroll
             for (int j = 0; j < 32; ++j) {
-              if (n0 + 8 * j < N) {
-                const float4 a = __ldcg(p + j * 256);
-                d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += a.z, d[4 * j + 3] += a.w;
-              }
+              const float4 a = __ldcg(p + j * 256);
+              d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += a.z, d[4 * j + 3] += a.w;
             }
           }
         }
@@ -350,7 +390,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
         if (r0 + 8 < M) *reinterpret_cast<u32*>(p1 + 8 * j) = pack_bf16x2(d[4 * j + 2], d[4 * j + 3]);
       }
 #endif
-    });
+    }
 #if EPI_TMA
     if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
