@@ -71,6 +71,13 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         # stream-K also for the last partial wave at large M (plus one full wave, as CUTLASS's hybrid)
         "sk_tail": ({}, _gemm_sk(f"{_T} % num_sms > 0", f"{_T} if {_T} < 2 * num_sms else {_T} % num_sms + num_sms")),
         "b_l2_128": ({}, {"l2_promotion": {"tmB": "128B"}}),  # B's L2 promotion 128 B, not 256 B
+        # stream-K partials summed by red.add into one zeroed fp32 tile per stream-K tile
+        "red": ({"FIXUP_RED": 1}, {"buffers": {"ws": {"shape": [f"{_T} if 2 * {_T} <= num_sms else 1", 32768],
+                                                      "zero": True}}}),
+        # fewer stream-K CTAs: at least 32 K iterations each (fewer partials), or whole equal splits
+        "sk_k32": ({}, {"grid": [f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 32)) if 2 * {_T} <= num_sms "
+                                 f"else min(num_sms, {_T})"]}),
+        "sk_even": ({}, {"grid": [f"{_T} * (num_sms // {_T}) if 2 * {_T} <= num_sms else min(num_sms, {_T})"]}),
     },
     "mha_fwd_d128": _FWD, "mha_fwd_d128_causal": _FWD, "mha_bwd_d128": _BWD, "mha_bwd_d128_causal": _BWD,
 }
@@ -92,9 +99,11 @@ def variant(task: str, name: str, into: Path) -> Solution:
             for tm in manifest.get("tensor_maps", []):
                 if tm["name"] in value:
                     tm[key] = value[tm["name"]]
-        elif key == "buffers":  # shapes by buffer name
+        elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
             for b in manifest.get("buffers", []):
-                b["shape"] = value.get(b["name"], b["shape"])
+                if b["name"] in value:
+                    v = value[b["name"]]
+                    b.update(v if isinstance(v, dict) else {"shape": v})
         elif key == "args":  # by-value arguments' expressions, by name
             for a in main["args"]:
                 if isinstance(a, dict) and a.get("name") in value:

@@ -33,6 +33,9 @@
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
 #endif
+#ifndef FIXUP_RED
+#define FIXUP_RED 0  // 1: stream-K partials summed in L2 by red.add (ws: one zeroed tile per stream-K tile)
+#endif
 
 #define BM 128
 #define BN 256
@@ -320,11 +323,23 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
         // is a 512-byte run per warp; warps whose rows are all past M skip both sides.
         const int ct = cw * 128 + t128;
         const bool row_ok = m0 + cw * 64 + warp * 16 < M;
+#if FIXUP_RED
+        // Every contributor adds its partial into the tile's zeroed sum in L2 (no data comes back);
+        // the last to arrive reads the sum: one read at the tail, not one per contributor.
+        float4* sum = reinterpret_cast<float4*>(ws + (size_t)w.u * PARTIAL_FLOATS) + ct;
+        if (row_ok) {
+#pragma unroll
+          for (int j = 0; j < 32; ++j)
+            asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(sum + j * 256), "f"(d[4 * j]),
+                         "f"(d[4 * j + 1]), "f"(d[4 * j + 2]), "f"(d[4 * j + 3]) : "memory");
+        }
+#else
         float4* mine = reinterpret_cast<float4*>(ws + ((size_t)blockIdx.x * 2 + w.slot) * PARTIAL_FLOATS) + ct;
         if (row_ok) {
 #pragma unroll
           for (int j = 0; j < 32; ++j) mine[j * 256] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
         }
+#endif
         // The CTAs whose ranges meet this tile: c_first (holds its first iteration) to c_last.
         __threadfence();
         asm volatile("bar.sync 3, 256;" ::: "memory");
@@ -339,6 +354,15 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
         if (!last) continue;  // another CTA finishes this tile
         __threadfence();
+#if FIXUP_RED
+        if (row_ok) {
+#pragma unroll
+          for (int j = 0; j < 32; ++j) {
+            const float4 a = __ldcg(sum + j * 256);
+            d[4 * j] = a.x, d[4 * j + 1] = a.y, d[4 * j + 2] = a.z, d[4 * j + 3] = a.w;
+          }
+        }
+#else
         if (row_ok) {
           for (int c = w.c_first; c <= w.c_last; ++c) {
             if (c == (int)blockIdx.x) continue;
@@ -352,6 +376,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
             }
           }
         }
+#endif
       }
 
       // ---------------------------------------------------------- epilogue
