@@ -138,9 +138,11 @@ def build(task: str, names: list[str]) -> int:
     return 0
 
 
-def check(task: str, names: list[str], workloads: str, only: list[str] | None = None, ev=None) -> int:
+def check(task: str, names: list[str], workloads: str, only: list[str] | None = None, ev=None,
+          executed: bool = False) -> int:
     """Evaluate each variant; one line per variant and workload as it finishes (a run cut short
-    keeps what it printed). `ev`: an Evaluator to reuse across calls (one worker start)."""
+    keeps what it printed). `ev`: an Evaluator to reuse across calls (one worker start);
+    `executed`: also count the executed instructions (the credit verdict, correct_with_arch)."""
     from tasks import get_task
     from tools.evaluator import Evaluator
 
@@ -152,8 +154,11 @@ def check(task: str, names: list[str], workloads: str, only: list[str] | None = 
     with tempfile.TemporaryDirectory(prefix="expert-dev-") as tmp, contextlib.ExitStack() as stack:
         ev = ev or stack.enter_context(Evaluator())
         for name in names:
-            r = ev.evaluate(variant(task, name, Path(tmp)), t, "sm_90a", workloads=workloads)
+            r = ev.evaluate(variant(task, name, Path(tmp)), t, "sm_90a", workloads=workloads, executed_check=executed)
             ok = ok and bool(r.correct)
+            if executed:
+                print(f"{task:<22} {name:<10} correct_with_arch {r.correct_with_arch} "
+                      f"{(r.executed.notes if r.executed else '') or ''}", flush=True)
             if not r.workloads:
                 print(f"{task:<22} {name:<10} {r.run_status}: {r.run_reason or ''} {r.compile.error or ''}", flush=True)
             for w in r.workloads:
@@ -172,6 +177,7 @@ def main() -> int:
     ap.add_argument("variants", nargs="*", help="default: every variant of the task")
     ap.add_argument("--workloads", default="visible", choices=["visible", "held_out", "all"])
     ap.add_argument("--only", default="", help="check: only these workloads, comma-separated (e.g. M70,M8192)")
+    ap.add_argument("--executed", action="store_true", help="check: also the executed-instruction credit")
     args = ap.parse_args()
     family = _family(args.task)
     if family not in VARIANTS or not (ROOT / "tasks" / args.task / "expert").is_dir():
@@ -187,7 +193,8 @@ def main() -> int:
         require_gpu("scripts/expert_dev.py check")
     if args.verb == "build":
         return build(args.task, names)
-    return check(args.task, names, args.workloads, [w for w in args.only.split(",") if w] or None)
+    return check(args.task, names, args.workloads, [w for w in args.only.split(",") if w] or None,
+                 executed=args.executed)
 
 
 if __name__ == "__main__":
