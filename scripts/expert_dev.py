@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from tools.solution import Solution  # noqa: E402
 
 # The GEMM expert's schedule knobs are manifest expressions (T: its 128x256 tiles).
-_T = "cdiv(M, 128) * cdiv(N, 256)"
+_T = "(cdiv(M, 128) * cdiv(N, 256))"  # parenthesised: it is spliced into larger expressions
 _SK_GRID = f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 8))"
 
 
