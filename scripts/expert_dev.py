@@ -10,11 +10,13 @@ PINGPONG, ...) and, where a knob changes what the host must launch, the manifest
     python scripts/expert_dev.py check TASK [VARIANT ...] [--workloads all]
                                                              # GPU: correctness and speedup against the
                                                              # library, the evaluator's own verdict
-Tasks with variants: see VARIANTS (the causal folders share their non-causal kernel's knobs).
+Tasks with variants: see VARIANTS (the causal folders share their non-causal kernel's knobs; "gemm" is
+every gemm_n*_k* task). `--only M70,M8192` checks those workloads only.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -25,10 +27,16 @@ sys.path.insert(0, str(ROOT))
 
 from tools.solution import Solution  # noqa: E402
 
-_GEMM_SPLITS = "max(1, min(8, num_sms // (cdiv(M, 128) * (N // 256))))"
-# Two CTAs of a cluster share a 256-column tile of B: each loads half of it.
-_GEMM_CLUSTER2 = {"cluster": [2, 1, 1], "box": {"tmB": [128, 64]},
-                  "grid": [f"min(num_sms // 2 * 2, 2 * cdiv(M, 256) * (N // 256) * ({_GEMM_SPLITS}))"]}
+# The GEMM expert's schedule knobs are manifest expressions (T: its 128x256 tiles).
+_T = "(cdiv(M, 128) * cdiv(N, 256))"  # parenthesised: it is spliced into larger expressions
+_SK_GRID = f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 8))"
+
+
+def _gemm_sk(when: str, sk_tiles: str) -> dict:
+    """Stream-K on `sk_tiles` tiles wherever `when` holds (grid and ws to match), else data-parallel."""
+    return {"grid": [f"{_SK_GRID} if {when} else min(num_sms, {_T})"],
+            "args": {"sk_tiles": f"{sk_tiles} if {when} else 0"},
+            "buffers": {"ws": [f"2 * num_sms if {when} else 1", 32768]}}
 
 
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
@@ -54,28 +62,52 @@ _BWD = {
     "comp": ({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
 }
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
-    "gemm_n7168_k5120": {
-        "tma_c1": ({}, {}),  # the shipped configuration
-        "direct_c1": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
-        "tma_c2": ({"CLUSTER_M": 2}, _GEMM_CLUSTER2),
-        "tma_c1_g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
-        "direct_c2": ({"EPI_TMA": 0, "CLUSTER_M": 2}, _GEMM_CLUSTER2),
+    "gemm": {  # every gemm_n*_k* task (one kernel and manifest: scripts/gemm_experts.py)
+        "shipped": ({}, {}),  # stream-K when the tiles fill at most half the SMs
+        "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
+        "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
+        "dp": ({}, _gemm_sk("False", "0")),  # never stream-K
+        "sk_lt": ({}, _gemm_sk(f"{_T} < num_sms", _T)),  # stream-K whenever the tiles are fewer than the SMs
+        # stream-K also for the last partial wave at large M (plus one full wave, as CUTLASS's hybrid)
+        "sk_tail": ({}, _gemm_sk(f"{_T} % num_sms > 0", f"{_T} if {_T} < 2 * num_sms else {_T} % num_sms + num_sms")),
+        "b_l2_128": ({}, {"l2_promotion": {"tmB": "128B"}}),  # B's L2 promotion 128 B, not 256 B
+        # stream-K partials summed by red.add into one zeroed fp32 tile per stream-K tile
+        "red": ({"FIXUP_RED": 1}, {"buffers": {"ws": {"shape": [f"{_T} if 2 * {_T} <= num_sms else 1", 32768],
+                                                      "zero": True}}}),
+        # fewer stream-K CTAs: at least 32 K iterations each (fewer partials), or whole equal splits
+        "sk_k32": ({}, {"grid": [f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 32)) if 2 * {_T} <= num_sms "
+                                 f"else min(num_sms, {_T})"]}),
+        "sk_even": ({}, {"grid": [f"{_T} * (num_sms // {_T}) if 2 * {_T} <= num_sms else min(num_sms, {_T})"]}),
     },
     "mha_fwd_d128": _FWD, "mha_fwd_d128_causal": _FWD, "mha_bwd_d128": _BWD, "mha_bwd_d128_causal": _BWD,
 }
 
 
+def _family(task: str) -> str:
+    return "gemm" if task.startswith("gemm_n") else task
+
+
 def variant(task: str, name: str, into: Path) -> Solution:
     """The expert of `task` with variant `name`'s knobs and launch overrides, as a solution folder."""
     expert = ROOT / "tasks" / task / "expert"
-    defines, over = VARIANTS[task][name]
+    defines, over = VARIANTS[_family(task)][name]
     src = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + (expert / "kernel.cu").read_text()
     manifest = json.loads((expert / "launch.json").read_text())
     main = max(manifest["launches"], key=lambda launch: int(launch.get("shared_bytes", 0) or 0))
     for key, value in over.items():
-        if key == "box":
+        if key in ("box", "l2_promotion"):  # per tensor map
             for tm in manifest.get("tensor_maps", []):
-                tm["box"] = value.get(tm["name"], tm["box"])
+                if tm["name"] in value:
+                    tm[key] = value[tm["name"]]
+        elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
+            for b in manifest.get("buffers", []):
+                if b["name"] in value:
+                    v = value[b["name"]]
+                    b.update(v if isinstance(v, dict) else {"shape": v})
+        elif key == "args":  # by-value arguments' expressions, by name
+            for a in main["args"]:
+                if isinstance(a, dict) and a.get("name") in value:
+                    a["value"] = value[a["name"]]
         else:
             main[key] = value
     folder = into / name
@@ -106,38 +138,63 @@ def build(task: str, names: list[str]) -> int:
     return 0
 
 
-def check(task: str, names: list[str], workloads: str) -> int:
+def check(task: str, names: list[str], workloads: str, only: list[str] | None = None, ev=None,
+          executed: bool = False) -> int:
+    """Evaluate each variant; one line per variant and workload as it finishes (a run cut short
+    keeps what it printed). `ev`: an Evaluator to reuse across calls (one worker start);
+    `executed`: also count the executed instructions (the credit verdict, correct_with_arch)."""
+    from tasks import get_task
     from tools.evaluator import Evaluator
 
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="expert-dev-") as tmp, Evaluator() as ev:
+    t = get_task(task)
+    if only:  # a development shortcut: these workloads only, whatever their split
+        t = t.model_copy(update={"workloads": [w for w in t.workloads if w.name in only]})
+        workloads = "all"
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="expert-dev-") as tmp, contextlib.ExitStack() as stack:
+        ev = ev or stack.enter_context(Evaluator())
         for name in names:
-            r = ev.evaluate(variant(task, name, Path(tmp)), task, "sm_90a", workloads=workloads)
-            times = ", ".join(f"{w.workload} {w.timing.median_ms:.4g} ms" for w in r.workloads if w.timing)
-            bad = [f"{w.workload}: {w.reason}" for w in r.workloads if w.status != "passed"]
-            rows.append((name, r.correct, r.split_correct("held_out"), r.speedup, times, "; ".join(bad)))
-    print(f"\n{'variant':<12} {'correct':<8} {'held-out':<9} {'speedup':<8} times / failures")
-    for name, ok, held, speedup, times, bad in rows:
-        print(f"{name:<12} {str(ok):<8} {str(held):<9} {speedup or 0:<8.3f} {times} {bad}")
-    return 0 if all(r[1] for r in rows) else 1
+            r = ev.evaluate(variant(task, name, Path(tmp)), t, "sm_90a", workloads=workloads, executed_check=executed)
+            ok = ok and bool(r.correct)
+            if executed:
+                print(f"{task:<22} {name:<10} correct_with_arch {r.correct_with_arch} "
+                      f"{(r.executed.notes if r.executed else '') or ''}", flush=True)
+            if not r.workloads:
+                print(f"{task:<22} {name:<10} {r.run_status}: {r.run_reason or ''} {r.compile.error or ''}", flush=True)
+            for w in r.workloads:
+                ms = f"{w.timing.median_ms:.4g} ms" if w.timing else ""
+                base = f"{w.baseline.median_ms:.4g} ms" if w.baseline else ""
+                sp = f"{w.speedup:.3f}" if w.speedup else ""
+                print(f"{task:<22} {name:<10} {w.workload:<7} {w.status:<8} {sp:<7} {ms:<11} lib {base:<11} "
+                      f"{w.reason or ''}", flush=True)
+    return 0 if ok else 1
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("verb", choices=["build", "check"])
-    ap.add_argument("task", choices=sorted(VARIANTS))
+    ap.add_argument("task", help="a task with variants: " + ", ".join(sorted(VARIANTS)) + " (gemm: any gemm_n*_k*)")
     ap.add_argument("variants", nargs="*", help="default: every variant of the task")
     ap.add_argument("--workloads", default="visible", choices=["visible", "held_out", "all"])
+    ap.add_argument("--only", default="", help="check: only these workloads, comma-separated (e.g. M70,M8192)")
+    ap.add_argument("--executed", action="store_true", help="check: also the executed-instruction credit")
     args = ap.parse_args()
-    names = args.variants or list(VARIANTS[args.task])
-    unknown = [n for n in names if n not in VARIANTS[args.task]]
+    family = _family(args.task)
+    if family not in VARIANTS or not (ROOT / "tasks" / args.task / "expert").is_dir():
+        ap.error(f"no expert variants for {args.task!r} (tasks with variants: {', '.join(sorted(VARIANTS))}, "
+                 "and gemm_n*_k* with an expert folder)")
+    names = args.variants or list(VARIANTS[family])
+    unknown = [n for n in names if n not in VARIANTS[family]]
     if unknown:
-        ap.error(f"unknown variant(s) {', '.join(unknown)} of {args.task} (known: {', '.join(VARIANTS[args.task])})")
+        ap.error(f"unknown variant(s) {', '.join(unknown)} of {args.task} (known: {', '.join(VARIANTS[family])})")
     if args.verb == "check":
         from tools.evaluator import require_gpu
 
         require_gpu("scripts/expert_dev.py check")
-    return build(args.task, names) if args.verb == "build" else check(args.task, names, args.workloads)
+    if args.verb == "build":
+        return build(args.task, names)
+    return check(args.task, names, args.workloads, [w for w in args.only.split(",") if w] or None,
+                 executed=args.executed)
 
 
 if __name__ == "__main__":

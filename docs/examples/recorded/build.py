@@ -24,7 +24,7 @@ REPO = HERE.parents[2]
 
 SCRIPTS = {
     "model_a.json": [("gemm_n7168_k5120/simple", "A plain SIMT GEMM first: 64x64 tiles, fp32 accumulate."),
-                     ("gemm_n7168_k5120/expert", "Now wgmma fed by TMA, warp-specialised, split-K when tiles are few.")],
+                     ("gemm_n7168_k5120/expert", "Now wgmma fed by TMA, warp-specialised, stream-K when tiles are few.")],
     "model_b.json": [("mha_fwd_d128/simple", "A plain SIMT attention forward first: online softmax, fp32 math."),
                      ("mha_fwd_d128/expert", "Now an FA3-style forward: TMA loads, wgmma for QK^T and PV.")],
 }

@@ -1,4 +1,4 @@
-// Expert sm_90a GEMM for gemm_n7168_k5120: C[M,N] = A[M,K] * B[N,K]^T, bf16 in/out, fp32 accumulate.
+// Expert sm_90a GEMM (every gemm_n*_k* task): C[M,N] = A[M,K] * B[N,K]^T, bf16 in/out, fp32 accumulate.
 //
 // Design (see NOTES.md for the measurements behind each choice):
 //  - 128x256 output tile per CTA, K sliced by 64 (one 128-byte swizzled row per operand row).
@@ -8,17 +8,21 @@
 //    setmaxnreg.dec frees its registers), warpgroups 1 and 2 are consumers (setmaxnreg.inc),
 //    each owning 64 rows x 256 columns: one wgmma m64n256k16 per 16-wide K step, 128 fp32
 //    accumulators per thread.
-//  - Persistent grid (one CTA per SM) walking the tiles in groups of GROUP_M row tiles, so
-//    the CTAs resident at one moment share A and B panels in L2.
+//  - Persistent grid walking the tiles in groups of GROUP_M row tiles, so the CTAs resident
+//    at one moment share A and B panels in L2.
+//  - Stream-K for the last `sk_tiles` tiles (the launch manifest picks how many: all of them
+//    when the tiles are too few to fill the SMs, i.e. small M): their K iterations, laid end
+//    to end, are cut into gridDim.x equal ranges, one per CTA, so every SM streams the same
+//    share of B whatever M is. A CTA whose range covers only part of a tile writes its fp32
+//    partial to `ws` (slot 0: the first tile of its range, slot 1: the last); the CTA that
+//    arrives last at the tile's counter adds the others' partials and stores the tile.
+//    The tiles before those are data-parallel: tile t on CTA t mod gridDim.x, whole K.
 //  - Epilogue (EPI_TMA=1): accumulators -> bf16 -> swizzled shared staging (conflict-free)
-//    -> TMA store, which clips rows >= M; double-buffered so the store engine drains while
-//    the warpgroup goes on. EPI_TMA=0: bounds-checked 4-byte global stores from registers.
-//  - CLUSTER_M=2: two CTAs of a cluster take vertically adjacent tiles and each loads half
-//    of the shared B tile, multicast to both (halves B's L2 traffic; measured no faster).
-//  - splits > 1 (small M, fewer tiles than SMs): K is split across CTAs; partial fp32
-//    tiles go to `ws`, the last split of a tile (per-tile `counters`) sums and stores.
-// M may be any positive value (TMA zero-fills rows >= M on load, TMA stores clip); N must
-// be a multiple of 256; K need not be a multiple of 64 (the tail is zero-filled), K >= 1.
+//    -> TMA store, which clips rows >= M and columns >= N; double-buffered so the store
+//    engine drains while the warpgroup goes on. EPI_TMA=0: bounds-checked global stores.
+// M and N may be any positive values with N a multiple of 8 (TMA wants 16-byte row strides):
+// loads zero-fill rows past M or N, stores clip. K: a multiple of 8, the tail past a multiple
+// of 64 zero-filled.
 
 #ifndef STAGES
 #define STAGES 4
@@ -26,11 +30,11 @@
 #ifndef EPI_TMA
 #define EPI_TMA 1
 #endif
-#ifndef CLUSTER_M
-#define CLUSTER_M 1
-#endif
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
+#endif
+#ifndef FIXUP_RED
+#define FIXUP_RED 0  // 1: stream-K partials summed in L2 by red.add (ws: one zeroed tile per stream-K tile)
 #endif
 
 #define BM 128
@@ -42,6 +46,7 @@
 #define EPI_BYTES (EPI_TMA ? 2 * 2 * C_BUF_BYTES : 0)
 #define CONSUMER_REGS 232
 #define PRODUCER_REGS 40
+#define PARTIAL_FLOATS (BM * BN)      // one fp32 partial tile in `ws`: 128 KiB
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -62,13 +67,6 @@ static __device__ __forceinline__ __attribute__((unused)) void mbar_expect_tx(u3
 static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// Arrive on the barrier at the same shared offset in CTA `rank` of the cluster.
-static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive_cluster(u32 bar, u32 rank) {
-  asm volatile(
-      "{ .reg .b32 r; mapa.shared::cluster.u32 r, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [r]; }" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
 static __device__ __forceinline__ __attribute__((unused)) void mbar_wait(u32 bar, u32 parity) {
   u32 done;
   do {
@@ -85,15 +83,6 @@ static __device__ __forceinline__ __attribute__((unused)) void tma_load_2d(u32 d
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-// Same box written to the same offset in every CTA of `mask`, each CTA's barrier at `bar` told.
-static __device__ __forceinline__ __attribute__((unused)) void tma_load_2d_multicast(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1,
-                                                             unsigned short mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(
-          dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
 static __device__ __forceinline__ __attribute__((unused)) void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
@@ -147,61 +136,115 @@ static __device__ __forceinline__ __attribute__((unused)) u32 pack_bf16x2(float 
   return r;
 }
 
-// Tile t -> (row unit, column tile). A row unit is CLUSTER_M row tiles; groups of
-// GROUP_M/CLUSTER_M units are walked column by column so concurrent CTAs share panels.
-static __device__ __forceinline__ __attribute__((unused)) void tile_coords(int t, int num_units, int num_n, int& unit, int& n) {
-  const int group_units = GROUP_M / CLUSTER_M;
-  const int per_group = group_units * num_n;
+// Tile t -> (row tile, column tile). Groups of GROUP_M row tiles are walked column by column
+// so the CTAs working at one moment share A and B panels in L2.
+static __device__ __forceinline__ __attribute__((unused)) void tile_coords(int t, int num_m, int num_n, int& m, int& n) {
+  const int per_group = GROUP_M * num_n;
   const int g = t / per_group;
-  const int first = g * group_units;
-  const int size = min(num_units - first, group_units);
+  const int first = g * GROUP_M;
+  const int size = min(num_m - first, GROUP_M);
   const int r = t - g * per_group;
-  unit = first + r % size;
+  m = first + r % size;
   n = r / size;
 }
+
+// What every CTA works on, in order; the producer and the consumers walk the same list.
+// Tiles [0, dp_tiles): data-parallel, whole K, tile t on CTA t mod ctas. Tiles [dp_tiles,
+// num_tiles): stream-K, their sk_total K iterations cut into `ctas` ranges that differ by at
+// most one (CTA c: [sk_start(c), sk_start(c + 1)); the first sk_rem CTAs take one more).
+struct Schedule {
+  int num_m, num_n, num_k, num_tiles, dp_tiles, ctas, cta;
+  int sk_total, sk_quot, sk_rem;
+  __device__ __forceinline__ int sk_start(int c) const { return c * sk_quot + min(c, sk_rem); }
+  // The CTA whose range holds stream-K iteration i (< sk_total).
+  __device__ __forceinline__ int sk_owner(int i) const {
+    const int big = sk_rem * (sk_quot + 1);
+    return i < big ? i / (sk_quot + 1) : sk_rem + (i - big) / sk_quot;
+  }
+};
+
+// One CTA's place in its list. next() gives the next (tile, K slices [kb0, kb1), slot): slot -1
+// for a data-parallel tile, else where this CTA's partial of the tile goes in `ws` (0: the first
+// tile of its stream-K range, 1: a later one; only the first and the last can be partial).
+struct Cursor {
+  int dp_next, it, end, slot;
+  __device__ __forceinline__ Cursor(const Schedule& s)
+      : dp_next(s.cta), it(s.sk_start(s.cta)), end(s.sk_start(s.cta + 1)), slot(0) {}
+  __device__ __forceinline__ bool next(const Schedule& s, int& tile, int& kb0, int& kb1, int& seg_slot) {
+    if (dp_next < s.dp_tiles) {
+      tile = dp_next, kb0 = 0, kb1 = s.num_k, seg_slot = -1;
+      dp_next += s.ctas;
+      return true;
+    }
+    if (it >= end) return false;
+    const int u = it / s.num_k;
+    kb0 = it - u * s.num_k;
+    kb1 = min(s.num_k, kb0 + (end - it));
+    tile = s.dp_tiles + u, seg_slot = slot;
+    slot = 1;
+    it += kb1 - kb0;
+    return true;
+  }
+};
+
+// One work item as the producer hands it to the consumers (in shared memory, with the stage of
+// its first K slice; the full barrier's arrival publishes it). slices == 0: no more work.
+struct WorkMeta {
+  int m0, n0, slices, slot;  // slot: -1 (the tile is this CTA's alone) or its partial's ws slot
+  int u, lo, c_first, c_last;  // stream-K: tile index, its first iteration, the contributing CTAs
+  __device__ __forceinline__ void store(u32 at) const {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at), "r"(m0), "r"(n0), "r"(slices), "r"(slot) : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at + 16), "r"(u), "r"(lo), "r"(c_first), "r"(c_last)
+                 : "memory");
+  }
+  __device__ __forceinline__ void load(u32 at) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(m0), "=r"(n0), "=r"(slices), "=r"(slot) : "r"(at) : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(u), "=r"(lo), "=r"(c_first), "=r"(c_last) : "r"(at + 16)
+                 : "memory");
+  }
+};
 
 extern "C" __global__ void __launch_bounds__(384, 1)
 gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                   const __grid_constant__ CUtensorMap tmC, unsigned short* __restrict__ C, float* __restrict__ ws,
-                  int* __restrict__ counters, int M, int N, int K, int splits) {
+                  int* __restrict__ counters, int M, int N, int K, int sk_tiles) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 128B swizzle wants 1024-aligned tiles
   const u32 sA = base;
   const u32 sB = sA + STAGES * A_STAGE_BYTES;
   const u32 sC = sB + STAGES * B_STAGE_BYTES;
   const u32 bars = sC + EPI_BYTES;
-  const u32 flag_slot = bars + 8 * 2 * STAGES;  // split-K: "this CTA finishes the tile"
-  // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
+  const u32 flag_slot = bars + 8 * 2 * STAGES;  // stream-K: "this CTA finishes the tile"
+  // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s). Work items (WorkMeta) ride with the
+  // stage that holds their first K slice: the producer alone walks the schedule, so its integer
+  // divisions exist once in the code, and the consumers hold no copy of it.
+  const u32 meta = flag_slot + 16;
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-#if CLUSTER_M > 1
-  u32 cta_rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(cta_rank));
-  const int cluster_id = blockIdx.x / CLUSTER_M, num_clusters = gridDim.x / CLUSTER_M;
-#else
-  const u32 cta_rank = 0;
-  const int cluster_id = blockIdx.x, num_clusters = gridDim.x;
-#endif
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);                          // producer's expect_tx arrival
-      mbar_init(bars + 8 * (STAGES + s), 2 * CLUSTER_M);  // one per consumer warpgroup, per CTA that reads the stage's data
+      mbar_init(bars + 8 * s, 1);               // producer's expect_tx arrival
+      mbar_init(bars + 8 * (STAGES + s), 2);    // one arrival per consumer warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-#if CLUSTER_M > 1
-  asm volatile("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;" ::: "memory");
-#else
   __syncthreads();
-#endif
 
-  const int num_n = N / BN;
-  const int num_units = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M);
-  const int num_tiles = num_units * num_n;
-  const int num_units_total = num_tiles * splits;  // work unit = (tile, K split)
-  const int num_k = (K + BK - 1) / BK;
+  Schedule sch;
+  sch.num_m = (M + BM - 1) / BM;
+  sch.num_n = (N + BN - 1) / BN;
+  sch.num_k = (K + BK - 1) / BK;
+  sch.num_tiles = sch.num_m * sch.num_n;
+  sk_tiles = min(max(sk_tiles, 0), sch.num_tiles);
+  if ((long long)sk_tiles * sch.num_k > 0x7fffffff) sk_tiles = 0;  // iteration indices are 32-bit
+  sch.dp_tiles = sch.num_tiles - sk_tiles;
+  sch.ctas = gridDim.x;
+  sch.cta = blockIdx.x;
+  sch.sk_total = sk_tiles * sch.num_k;
+  sch.sk_quot = sch.sk_total / sch.ctas;
+  sch.sk_rem = sch.sk_total % sch.ctas;
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer
@@ -209,30 +252,33 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmA) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmB) : "memory");
-      int it = 0;
-      for (int w = cluster_id; w < num_units_total; w += num_clusters) {
-        int unit, n;
-        tile_coords(w / splits, num_units, num_n, unit, n);
-        const int sp = w % splits, kb0 = sp * num_k / splits, kb1 = (sp + 1) * num_k / splits;
-        const int m0 = (unit * CLUSTER_M + (int)cta_rank) * BM;
-        const int n0 = n * BN;
+      int it = 0, t, kb0, kb1, slot;
+      for (Cursor cur(sch); cur.next(sch, t, kb0, kb1, slot);) {
+        WorkMeta w{};
+        int mt, nt;
+        tile_coords(t, sch.num_m, sch.num_n, mt, nt);
+        w.m0 = mt * BM, w.n0 = nt * BN, w.slices = kb1 - kb0, w.slot = -1;
+        if (slot >= 0 && w.slices < sch.num_k) {  // part of a stream-K tile: the fix-up's facts
+          w.slot = slot, w.u = t - sch.dp_tiles;
+          w.lo = w.u * sch.num_k;
+          w.c_first = sch.sk_owner(w.lo), w.c_last = sch.sk_owner(w.lo + sch.num_k - 1);
+        }
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
-          const u32 phase = (it / STAGES) & 1;
           const u32 full = bars + 8 * s;
-          mbar_wait(bars + 8 * (STAGES + s), phase ^ 1);  // all readers released the slot
+          mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // both consumers released the slot
+          if (kb == kb0) w.store(meta + s * sizeof(WorkMeta));
           mbar_expect_tx(full, A_STAGE_BYTES + B_STAGE_BYTES);
-          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, m0);
-#if CLUSTER_M > 1
-          // This CTA fetches its half of the B tile for both CTAs of the cluster.
-          const u32 half = B_STAGE_BYTES / 2;
-          tma_load_2d_multicast(sB + s * B_STAGE_BYTES + cta_rank * half, &tmB, full, kb * BK, n0 + (int)cta_rank * (BN / 2),
-                                (unsigned short)3);
-#else
-          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, n0);
-#endif
+          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, w.m0);
+          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, w.n0);
         }
       }
+      // The end: a stage with no data whose work item has no slices.
+      const int s = it % STAGES;
+      mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
+      WorkMeta end{};  // slices 0
+      end.store(meta + s * sizeof(WorkMeta));
+      mbar_arrive(bars + 8 * s);
     }
   } else {
     // ------------------------------------------------------------ consumers
@@ -240,91 +286,105 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     const int cw = wg - 1;          // consumer warpgroup: rows cw*64 .. cw*64+63 of the tile
     const int t128 = tid & 127;     // thread within the warpgroup
     const int warp = t128 >> 5, lane = tid & 31;
+    const int row = warp * 16 + (lane >> 2);  // this thread's rows within the warpgroup's 64: row, row + 8
+    const int q = lane & 3;
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.f;
-    int it = 0;
-    for (int w = cluster_id; w < num_units_total; w += num_clusters) {
-      int unit, n;
-      tile_coords(w / splits, num_units, num_n, unit, n);
-      const int sp = w % splits, kb0 = sp * num_k / splits, kb1 = (sp + 1) * num_k / splits;
-      const int m0 = (unit * CLUSTER_M + (int)cta_rank) * BM;
-      const int n0 = n * BN;
+    for (int it = 0;;) {
+      mbar_wait(bars + 8 * (it % STAGES), (it / STAGES) & 1);
+      WorkMeta w{};
+      w.load(meta + (it % STAGES) * sizeof(WorkMeta));
+      if (w.slices == 0) break;
+      const int m0 = w.m0, n0 = w.n0;
       int prev_s = -1;
-      for (int kb = kb0; kb < kb1; ++kb, ++it) {
+      for (int i = 0; i < w.slices; ++i, ++it) {
         const int s = it % STAGES;
-        mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+        if (i > 0) mbar_wait(bars + 8 * s, (it / STAGES) & 1);
         const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
         const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
-          wgmma_m64n256k16(d, da + 2 * kk, db + 2 * kk, (kb > kb0 || kk > 0) ? 1 : 0);
+          wgmma_m64n256k16(d, da + 2 * kk, db + 2 * kk, (i > 0 || kk > 0) ? 1 : 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (prev_s >= 0 && t128 == 0) {
-#if CLUSTER_M > 1
-          for (u32 r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(bars + 8 * (STAGES + prev_s), r);
-#else
-          mbar_arrive(bars + 8 * (STAGES + prev_s));
-#endif
-        }
+        if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
         prev_s = s;
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (t128 == 0) {
-#if CLUSTER_M > 1
-        for (u32 r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(bars + 8 * (STAGES + prev_s), r);
-#else
-        mbar_arrive(bars + 8 * (STAGES + prev_s));
-#endif
-      }
+      if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
 
-      // ---------------------------------------------------------- epilogue
-      const int row = warp * 16 + (lane >> 2);  // row within this warpgroup's 64; also row + 8
-      const int q = lane & 3;
-      if (splits > 1) {
-        // Split K (small M: too few tiles to fill the SMs). Every split writes its fp32
-        // partial tile to ws[sp]; the split that arrives last at the tile's counter adds
-        // the others to its registers and runs the normal epilogue; the rest skip it.
-        const int m_pad = num_units * CLUSTER_M * BM;
-        const int tile_id = m0 / BM * num_n + n;
-        const size_t stride_sp = (size_t)m_pad * N;
-        float* mine = ws + sp * stride_sp + (size_t)(m0 + cw * 64 + row) * N + n0 + q * 2;
+      // ---------------------------------------------------------- stream-K fix-up
+      if (w.slot >= 0) {
+        // This CTA holds part of the tile's K range. Partials are written in the accumulator's
+        // own order (float4 j of consumer thread ct at [j * 256 + ct]), so every store and load
+        // is a 512-byte run per warp; warps whose rows are all past M skip both sides.
+        const int ct = cw * 128 + t128;
+        const bool row_ok = m0 + cw * 64 + warp * 16 < M;
+#if FIXUP_RED
+        // Every contributor adds its partial into the tile's zeroed sum in L2 (no data comes back);
+        // the last to arrive reads the sum: one read at the tail, not one per contributor.
+        float4* sum = reinterpret_cast<float4*>(ws + (size_t)w.u * PARTIAL_FLOATS) + ct;
+        if (row_ok) {
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(d[4 * j], d[4 * j + 1]);
-          *reinterpret_cast<float2*>(mine + (size_t)8 * N + 8 * j) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+          for (int j = 0; j < 32; ++j)
+            asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(sum + j * 256), "f"(d[4 * j]),
+                         "f"(d[4 * j + 1]), "f"(d[4 * j + 2]), "f"(d[4 * j + 3]) : "memory");
         }
+#else
+        float4* mine = reinterpret_cast<float4*>(ws + ((size_t)blockIdx.x * 2 + w.slot) * PARTIAL_FLOATS) + ct;
+        if (row_ok) {
+#pragma unroll
+          for (int j = 0; j < 32; ++j) mine[j * 256] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+        }
+#endif
+        // The CTAs whose ranges meet this tile: c_first (holds its first iteration) to c_last.
         __threadfence();
         asm volatile("bar.sync 3, 256;" ::: "memory");
         if (tid == 128) {
-          const int arrived = atomicAdd(counters + tile_id, 1);
-          const u32 last = arrived == splits - 1;
-          if (last) counters[tile_id] = 0;  // ready for the next launch
+          const int arrived = atomicAdd(counters + w.u, 1);
+          const u32 last = arrived == w.c_last - w.c_first;  // every other contributor arrived before
+          if (last) counters[w.u] = 0;  // ready for the next launch
           asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(last) : "memory");
         }
         asm volatile("bar.sync 3, 256;" ::: "memory");
         u32 last;
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
-        if (!last) continue;
+        if (!last) continue;  // another CTA finishes this tile
         __threadfence();
-        for (int other = 0; other < splits; ++other) {
-          if (other == sp) continue;
-          const float* p = ws + other * stride_sp + (size_t)(m0 + cw * 64 + row) * N + n0 + q * 2;
+#if FIXUP_RED
+        if (row_ok) {
 #pragma unroll
           for (int j = 0; j < 32; ++j) {
-            const float2 a = __ldcg(reinterpret_cast<const float2*>(p + 8 * j));
-            const float2 b = __ldcg(reinterpret_cast<const float2*>(p + (size_t)8 * N + 8 * j));
-            d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += b.x, d[4 * j + 3] += b.y;
+            const float4 a = __ldcg(sum + j * 256);
+            d[4 * j] = a.x, d[4 * j + 1] = a.y, d[4 * j + 2] = a.z, d[4 * j + 3] = a.w;
           }
         }
+#else
+        if (row_ok) {
+          for (int c = w.c_first; c <= w.c_last; ++c) {
+            if (c == (int)blockIdx.x) continue;
+            // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
+            const int c_slot = sch.sk_start(c) >= w.lo ? 0 : 1;
+            const float4* p = reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+              const float4 a = __ldcg(p + j * 256);
+              d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += a.z, d[4 * j + 3] += a.w;
+            }
+          }
+        }
+#endif
       }
+
+      // ---------------------------------------------------------- epilogue
 #if EPI_TMA
       const u32 cbuf = sC + cw * (2 * C_BUF_BYTES);
 #pragma unroll
       for (int chunk = 0; chunk < BN / 64; ++chunk) {
+        if (n0 + chunk * 64 >= N) break;  // past the last column (N not a multiple of 256)
         const u32 buf = cbuf + (chunk & 1) * C_BUF_BYTES;
         // The store issued two chunks ago (same buffer) must have finished reading it.
         if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -350,6 +410,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
       unsigned short* p1 = p0 + (size_t)8 * N;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
+        if (n0 + 8 * j >= N) break;
         if (r0 < M) *reinterpret_cast<u32*>(p0 + 8 * j) = pack_bf16x2(d[4 * j], d[4 * j + 1]);
         if (r0 + 8 < M) *reinterpret_cast<u32*>(p1 + 8 * j) = pack_bf16x2(d[4 * j + 2], d[4 * j + 3]);
       }
@@ -359,8 +420,4 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
   }
-#if CLUSTER_M > 1
-  // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
-  asm volatile("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;" ::: "memory");
-#endif
 }

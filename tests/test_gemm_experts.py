@@ -1,0 +1,116 @@
+"""The one expert GEMM shipped for every GEMM task (scripts/gemm_experts.py): the copies match
+the seed task's, and for every task and every workload (held-out included) the manifest plans a
+launch whose stream-K schedule covers each tile's K range exactly once with every partial in a
+`ws` slot that exists and every counter in range. The schedule below mirrors the kernel's
+`for_each_work` and fix-up (tasks/gemm_n7168_k5120/expert/kernel.cu), so a manifest expression
+that gives the kernel too small a ws, too few counters, or a grid past the SMs fails here, on any
+shape, without a GPU."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks import get_task
+from tasks.families.gemm import GEMM_SHAPES, SEED_SHAPE
+from tools.launch import NOMINAL_LIMITS, plan_launches
+from tools.solution import Solution
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = [f"gemm_n{n}_k{k}" for n, k in [SEED_SHAPE, *GEMM_SHAPES]]
+PARTIAL_FLOATS = 128 * 256  # one fp32 128x256 tile (kernel.cu)
+
+
+def test_every_gemm_task_ships_the_seed_expert():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gemm_experts.py"), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for task in TASKS:
+        assert (ROOT / "tasks" / task / "expert" / "kernel.cu").is_file(), task
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def schedule(M: int, N: int, K: int, ctas: int, sk_tiles: int):
+    """kernel.cu's work list: {tile: [(kb0, kb1), ...]}, the partial slots written per tile, and
+    for each stream-K tile the contributors the fix-up counts and reads."""
+    num_m, num_n, num_k = cdiv(M, 128), cdiv(N, 256), cdiv(K, 64)
+    tiles = num_m * num_n
+    sk_tiles = min(max(sk_tiles, 0), tiles)
+    dp = tiles - sk_tiles
+    total = sk_tiles * num_k
+    quot, rem = divmod(total, ctas)
+    start = lambda c: c * quot + min(c, rem)  # noqa: E731  (Schedule::sk_start)
+
+    def owner(i: int) -> int:  # Schedule::sk_owner
+        big = rem * (quot + 1)
+        return i // (quot + 1) if i < big else rem + (i - big) // quot
+
+    cover: dict[int, list] = {t: [] for t in range(tiles)}
+    written: dict[int, set] = {}
+    for c in range(ctas):
+        for t in range(c, dp, ctas):
+            cover[t].append((0, num_k))
+        it, end, slot = start(c), start(c + 1), 0
+        while it < end:
+            u = it // num_k
+            kb0 = it - u * num_k
+            kb1 = min(num_k, kb0 + end - it)
+            cover[dp + u].append((kb0, kb1))
+            if (kb0, kb1) != (0, num_k):
+                written.setdefault(u, set()).add((c, slot))
+            it, slot = it + kb1 - kb0, 1
+    read: dict[int, set] = {}
+    for u in written:  # the fix-up's contributors: the owners of the tile's first and last iteration, and between
+        lo, hi = u * num_k, (u + 1) * num_k
+        read[u] = {(c, 0 if start(c) >= lo else 1) for c in range(owner(lo), owner(hi - 1) + 1)}
+    return cover, written, read, num_k, tiles
+
+
+@pytest.mark.parametrize("task_name", TASKS)
+def test_manifest_schedule_covers_every_tile_once(task_name):
+    task = get_task(task_name)
+    sol = Solution.from_dir(ROOT / "tasks" / task_name / "expert")
+    limits = NOMINAL_LIMITS["sm_90a"]
+    for w in task.workloads:
+        plan = plan_launches(sol.manifest, task, w.axes, limits)
+        (lp,) = plan.launches
+        axes = task.axis_values(w.axes)
+        M, N, K = axes["M"], axes["N"], axes["K"]
+        ctas = lp.grid[0]
+        sk_tiles = next(a.value for a in lp.args if a.name == "sk_tiles")
+        assert 1 <= ctas <= limits.num_sms, (w.name, ctas)
+        cover, written, read, num_k, tiles = schedule(M, N, K, ctas, sk_tiles)
+        for t, ranges in cover.items():  # each tile's K slices exactly once
+            ranges.sort()
+            assert ranges[0][0] == 0 and ranges[-1][1] == num_k, (w.name, t, ranges)
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), (w.name, t, ranges)
+        buffers = {b.name: b for b in plan.buffers}
+        slots = buffers["ws"].shape[0] * buffers["ws"].shape[1] // PARTIAL_FLOATS
+        for u, wrote in written.items():
+            assert read[u] == wrote, (w.name, u)  # the fix-up reads exactly the partials written
+            assert max(c * 2 + s for c, s in wrote) < slots, (w.name, "ws too small")
+            assert u < buffers["counters"].shape[0], (w.name, "counter out of range")
+        if written:  # every slot any CTA writes is distinct: no two partials share one
+            all_slots = [s for wrote in written.values() for s in wrote]
+            assert len(all_slots) == len(set(all_slots))
+        assert tiles >= 1
+
+
+@pytest.mark.parametrize("ctas", [1, 3, 28, 132])
+def test_schedule_is_exact_for_any_split(ctas):
+    """Any grid and any stream-K tile count, including more CTAs than K iterations (empty CTAs)
+    and K not a multiple of 64: every tile's K range once, the fix-up reads what was written."""
+    for M, N, K in [(1, 128, 64), (70, 7168, 5120), (93, 128, 2048), (901, 256, 7168), (2379, 2048, 100)]:
+        tiles = cdiv(M, 128) * cdiv(N, 256)
+        for sk in {0, 1, tiles, tiles % ctas + ctas, tiles + 5}:
+            cover, written, read, num_k, _ = schedule(M, N, K, ctas, sk)
+            for t, ranges in cover.items():
+                ranges.sort()
+                assert ranges[0][0] == 0 and ranges[-1][1] == num_k, (M, N, K, sk, t, ranges)
+                assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), (M, N, K, sk, t, ranges)
+            assert read == written, (M, N, K, sk)
