@@ -24,6 +24,9 @@ from tasks.families.gemm import GEMM_SHAPES, SEED_SHAPE  # noqa: E402
 
 SOURCE = ROOT / "tasks" / f"gemm_n{SEED_SHAPE[0]}_k{SEED_SHAPE[1]}" / "expert"
 COPIED = ("kernel.cu", "launch.json")
+# Shapes the kernel is not shipped for until it is correct there (a wrong expert would be the
+# benchmark's ceiling): measured on the H200, with the reason.
+WITHHELD = {"gemm_n5376_k21504": "incorrect at M=8828 (visible workload) on the H200, 2026-12-03; cause not found"}
 
 
 def notes(task: str) -> str:
@@ -39,6 +42,8 @@ def expected() -> dict[Path, str]:
     files: dict[Path, str] = {}
     for n, k in GEMM_SHAPES:
         folder = ROOT / "tasks" / f"gemm_n{n}_k{k}" / "expert"
+        if folder.parent.name in WITHHELD:
+            continue
         for name in COPIED:
             files[folder / name] = (SOURCE / name).read_text()
         files[folder / "NOTES.md"] = notes(folder.parent.name)
@@ -51,10 +56,13 @@ def main() -> int:
     args = ap.parse_args()
     want = expected()
     stale = [p for p, text in want.items() if not p.exists() or p.read_text() != text]
+    shipped_withheld = [t for t in WITHHELD if (ROOT / "tasks" / t / "expert").exists()]
     if args.check:
         for p in stale:
             print(f"stale or missing: {p.relative_to(ROOT)} (run scripts/gemm_experts.py)")
-        return 1 if stale else 0
+        for t in shipped_withheld:
+            print(f"withheld but present: tasks/{t}/expert ({WITHHELD[t]})")
+        return 1 if stale or shipped_withheld else 0
     for p in stale:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(want[p])
