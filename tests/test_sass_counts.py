@@ -26,28 +26,32 @@ def sass():
 
 def test_records_decode_to_their_opcodes(sass):
     from tests.gpu.test_sass_counts_gpu import KERNEL
+    from tools.sass import kernel_sass
 
     insns = sass[KERNEL]
     tma = [i for i in insns if i.opcode == "UTMALDG"]
     bulk = [i for i in insns if i.opcode == "UBLKCP"]
     assert len(tma) == 1 and len(bulk) == 1, [i.full_opcode for i in insns]
     assert bulk[0].full_opcode.startswith("UBLKCP.S.G"), bulk[0].full_opcode
+    # the sites the executed check counts: the kernel's TMA global loads, both kinds
+    sites = {KERNEL: kernel_sass(insns).tma_loads}
+    assert sites[KERNEL] == {tma[0].offset: tma[0].full_opcode, bulk[0].offset: bulk[0].full_opcode}
     other = next(i for i in insns if i.opcode not in ("UTMALDG", "UBLKCP"))
-    records = [SassRecord(KERNEL, tma[0].offset, {SASS_INST_EXECUTED: 7}),
-               SassRecord(KERNEL, bulk[0].offset, {SASS_INST_EXECUTED: 40}),
-               SassRecord(KERNEL, other.offset, {SASS_INST_EXECUTED: 3}),
-               SassRecord(KERNEL, other.offset, {SASS_INST_EXECUTED: 2}),  # a second instance adds up
-               SassRecord(KERNEL, bulk[0].offset + 0x100000, {SASS_INST_EXECUTED: 0})]  # never ran: no matter
-    counts, unmatched = opcode_counts(records, sass)
-    assert counts[tma[0].full_opcode] == 7 and counts[bulk[0].full_opcode] == 40
-    assert counts[other.full_opcode] == 5 and not unmatched
+    records = [SassRecord(KERNEL, bulk[0].offset, {SASS_INST_EXECUTED: 40}),
+               SassRecord(KERNEL, tma[0].offset, {SASS_INST_EXECUTED: 0}),
+               SassRecord(KERNEL, other.offset, {SASS_INST_EXECUTED: 3}),  # not a site: not counted
+               SassRecord("elsewhere", bulk[0].offset, {SASS_INST_EXECUTED: 5})]  # another function's
+    counts, missing = opcode_counts(records, sites)
+    assert counts == {tma[0].full_opcode: 0, bulk[0].full_opcode: 40} and not missing
+    every = {KERNEL: {i.offset: i.full_opcode for i in insns}}  # all of them: each instance adds up
+    counts, _ = opcode_counts(records + [SassRecord(KERNEL, other.offset, {SASS_INST_EXECUTED: 2})], every)
+    assert counts[other.full_opcode] >= 5
 
 
-def test_a_record_the_sass_does_not_hold_is_named():
-    counts, unmatched = opcode_counts([SassRecord("k", 0x40, {SASS_INST_EXECUTED: 9}),
-                                       SassRecord("gone", 0x0, {SASS_INST_EXECUTED: 1})],
-                                      {"k": []})
-    assert counts == {} and unmatched == ["k+0x40", "gone+0x0"]
+def test_a_site_without_a_record_is_missing_never_zero():
+    counts, missing = opcode_counts([SassRecord("k", 0x40, {SASS_INST_EXECUTED: 9})],
+                                    {"k": {0x40: "UTMALDG.2D", 0x80: "UBLKCP.S.G"}, "gone": {0x10: "UBLKCP.S.G"}})
+    assert counts == {"UTMALDG.2D": 9, "UBLKCP.S.G": 0} and missing == ["k+0x80", "gone+0x10"]
 
 
 def test_struct_sizes_are_the_headers():

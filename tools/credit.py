@@ -11,8 +11,10 @@ classes together the rule takes the side that refuses credit:
   most ops such an instruction can do) and every SIMT floating-point and integer instruction
   (thread-level counts; every integer instruction taken as a multiply-add);
 - reads: TMA's bytes count only where they are tensor-map loads. The TMA byte counter also counts
-  plain bulk copies (cp.async.bulk, UBLKCP): where the module holds one (its SASS) or one executed
-  (Nsight Compute's per-opcode counts), TMA's bytes are other reads and TMA carries nothing.
+  plain bulk copies from global memory (cp.async.bulk, UBLKCP.S.G): where one executed on the counted
+  run (exact per-opcode counts: CUPTI's SASS metrics in process, `exact_count_sites`; Nsight Compute's
+  per-opcode counts), or where the module holds one and no exact count says otherwise (its SASS), TMA's
+  bytes are other reads and TMA carries nothing.
   Other reads: LDG (any width, generic or global), atomics that return data, cp.async (LDGSTS);
   texture and surface reads have no byte counter here, so any executed one refuses TMA credit.
 
@@ -95,6 +97,33 @@ CUPTI_METRICS = tuple(dict.fromkeys((GMMA_METRIC, TMA_INST_METRIC, *WORK_METRICS
 # The module's SASS facts a row may carry (counter_rows): whether it holds a plain bulk copy.
 SASS_BULK_COPY = "sass:bulk_copy"
 BULK_COPY_OPCODES = ("UBLKCP",)  # cp.async.bulk without .tensor (loads UBLKCP.S.G, stores UBLKCP.G.S)
+# Exact counts (issue 42, item 4): the TMA load counters (instructions and bytes) count a tensor-map
+# load (UTMALDG) and a plain bulk copy from global memory (UBLKCP.S.G) alike, and no hardware counter
+# splits them. Per-instruction counts do (tools.cupti.SassCounter, on a counted run of its own: the
+# instrumented pass): `exact_count_sites` names the instructions to count, the worker's counted runs
+# return their executions per opcode, and a row carries them as OPCODE_METRIC does for Nsight Compute.
+TENSOR_MAP_LOAD = "UTMALDG"
+BULK_LOAD = "UBLKCP.S.G"
+
+
+def is_bulk_load(opcode: str) -> bool:
+    """A plain bulk copy that may read global memory: UBLKCP.S.G (full opcode), or a bare UBLKCP
+    (Nsight Compute's per-opcode names carry no modifiers: a bulk store cannot be told from a load,
+    so it counts as one, the side that refuses)."""
+    return opcode == "UBLKCP" or opcode.startswith(BULK_LOAD)
+
+
+def exact_count_sites(insp) -> dict[str, dict[int, str]] | None:
+    """Where the executed check needs exact per-instruction counts: every launched kernel's TMA global
+    loads (pc offset -> full opcode, tools.results.KernelSass.tma_loads), when a plain bulk load is
+    among them; None where the counters' lumped class can only be tensor-map loads (no bulk load in
+    the launched kernels) or the SASS was not read (then the rows' SASS flag refuses)."""
+    if insp is None or getattr(insp, "status", None) != "ok" or not insp.kernels:
+        return None
+    launched = {n: k for n, k in insp.kernels.items() if n not in set(insp.uncounted_kernels)}
+    if not any(is_bulk_load(op) for k in launched.values() for op in k.tma_loads.values()):
+        return None
+    return {n: dict(k.tma_loads) for n, k in launched.items() if k.tma_loads}
 
 
 def credit_metrics() -> tuple[str, ...]:
@@ -269,13 +298,13 @@ def kernel_metrics(rows: list[dict[str, str]], metrics: list[str]) -> dict[str, 
 
 
 def _row_bulk_copy(row: dict[str, str]) -> bool | None:
-    """Whether plain bulk copies (UBLKCP) may be among this launch's TMA loads: from Nsight
-    Compute's per-opcode counts where the row has them (exact, on the profiled run itself), else
-    from the module's SASS (counter_rows); None where neither is known."""
+    """Whether plain bulk copies (UBLKCP) may be among this launch's TMA loads: from exact per-opcode
+    counts where the row has them (Nsight Compute's, or CUPTI's SASS metrics on a counted run:
+    _exact_opcodes), else from the module's SASS (counter_rows); None where neither is known."""
     if OPCODE_METRIC in row:
         ops = parse_instances(row[OPCODE_METRIC])
         if ops or _number(row[OPCODE_METRIC]) == 0:
-            return any(k.split(".")[0] in BULK_COPY_OPCODES and v > 0 for k, v in ops.items())
+            return any(is_bulk_load(k) and v > 0 for k, v in ops.items())
     flag = row.get(SASS_BULK_COPY)
     return None if flag is None else flag == "1"
 
@@ -354,10 +383,12 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
     in a sentence a model can act on."""
     if feature == "tma":  # what the counters cannot tell apart refuses first: the share would be a guess
         if metrics.get("bulk_copy"):
-            return False, ("the module holds plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP), which "
-                           "the TMA byte counter counts with tensor-map loads: only tensor-map loads count as TMA")
+            return False, ("plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP) ran or the module holds "
+                           "them, and the TMA byte counter counts them with tensor-map loads: only tensor-map loads "
+                           "count as TMA")
         if metrics.get("bulk_copy_unknown"):
-            return False, "whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not read)"
+            return False, ("whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not "
+                           "read, or no exact count of its bulk copies)")
     share = work_shares(metrics, work).get(feature)
     if share is None and feature == "tcgen05_mma" and work is not None:
         return False, ("tcgen05_mma's share of the task's matrix FLOPs is unverified on this GPU (no counter "
@@ -451,8 +482,22 @@ def counter_rows(launches: list[dict], module_opcodes: set[str] | None = None) -
     # result went through JSON) is left out, so it is "not measured" and never passes a share test
     # (NaN compares false both ways)
     return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()
-                                          if isinstance(v, (int, float)) and math.isfinite(v)}, **sass}
+                                          if isinstance(v, (int, float)) and math.isfinite(v)}, **sass,
+             **_exact_opcodes(x)}
             for x in launches]
+
+
+def _exact_opcodes(launch: dict) -> dict[str, str]:
+    """A launch's exact executions per opcode (the worker's `opcodes`, where exact_count_sites asked
+    for them) as Nsight Compute writes OPCODE_METRIC, so _row_bulk_copy reads both alike; where the
+    worker could not count them all (`opcodes_missing`: a site CUPTI returned no record for), a cell
+    that reads as no count, so the module's SASS decides (it holds a bulk load: refused)."""
+    if "opcodes" not in launch and "opcodes_missing" not in launch:
+        return {}
+    if launch.get("opcodes_missing"):
+        return {OPCODE_METRIC: "n/a"}
+    ops = {k: float(v) for k, v in (launch.get("opcodes") or {}).items()}
+    return {OPCODE_METRIC: f"{sum(ops.values()):g} (" + "; ".join(f"{k}: {v:g}" for k, v in sorted(ops.items())) + ")"}
 
 
 def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,

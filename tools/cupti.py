@@ -573,22 +573,24 @@ class SassCounter:
                 _call("cuptiSassMetricsUnsetConfig", SassUnsetConfig(deviceIndex=self.device_index))
 
 
-def opcode_counts(records: list[SassRecord], kernels: dict[str, list], metric: str = SASS_INST_EXECUTED
+def opcode_counts(records: list[SassRecord], sites: dict[str, dict[int, str]], metric: str = SASS_INST_EXECUTED
                   ) -> tuple[dict[str, int], list[str]]:
-    """Executions per full opcode (e.g. "UTMALDG.2D", "UBLKCP.S.G") from per-instruction records and
-    the module's SASS (tools.sass.parse_sass: function -> instructions with `offset` and
-    `full_opcode`). Returns (counts, unmatched): a record whose function or pc offset the SASS does
-    not hold is named in `unmatched` (its executions cannot be given an opcode: a caller refuses what
-    they might have been), never guessed."""
-    at = {f: {i.offset: i.full_opcode for i in insns} for f, insns in kernels.items()}
-    counts: dict[str, int] = {}
-    unmatched: list[str] = []
+    """Executions per full opcode (e.g. "UTMALDG.2D", "UBLKCP.S.G") of the instructions at `sites`
+    (function -> pc offset -> full opcode, from the module's own SASS: tools.results.KernelSass.tma_loads,
+    or every instruction of tools.sass.parse_sass), from per-instruction records. Every site's opcode is
+    in the counts (0 where it never ran). Returns (counts, missing): a site CUPTI returned no record for
+    (its function was not patched, or named otherwise) is named in `missing`: its executions are not
+    known, and a caller refuses what they might have been, never takes them as none."""
+    seen: dict[tuple[str, int], int] = {}
     for r in records:
-        n = r.values.get(metric, 0)
-        op = at.get(r.function, {}).get(r.pc_offset)
-        if op is None:
-            if n:
-                unmatched.append(f"{r.function}+0x{r.pc_offset:x}")
-            continue
-        counts[op] = counts.get(op, 0) + n
-    return counts, unmatched
+        key = (r.function, r.pc_offset)
+        seen[key] = seen.get(key, 0) + r.values.get(metric, 0)
+    counts: dict[str, int] = {}
+    missing: list[str] = []
+    for function, at in sites.items():
+        for offset, op in at.items():
+            n = seen.get((function, int(offset)))
+            if n is None:
+                missing.append(f"{function}+0x{int(offset):x}")
+            counts[op] = counts.get(op, 0) + (n or 0)
+    return counts, missing

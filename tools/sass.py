@@ -111,7 +111,10 @@ def kernel_sass(instructions: list[Instruction], resources=None) -> KernelSass:
     for insn in instructions:
         counts[insn.opcode] = counts.get(insn.opcode, 0) + 1
     base = resources.model_dump() if resources is not None else {}
-    return KernelSass(**base, opcodes=dict(sorted(counts.items())), instructions=len(instructions))
+    tma_loads = {i.offset: i.full_opcode for i in instructions
+                 if i.opcode == "UTMALDG" or (i.opcode == "UBLKCP" and i.modifiers[:2] == ("S", "G"))}
+    return KernelSass(**base, opcodes=dict(sorted(counts.items())), instructions=len(instructions),
+                      tma_loads=tma_loads)
 
 
 def inspect(compile_result: CompileResult, kernels: list[str] | None = None) -> InspectResult:
