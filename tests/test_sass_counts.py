@@ -34,7 +34,7 @@ def test_records_decode_to_their_opcodes(sass):
     assert len(tma) == 1 and len(bulk) == 1, [i.full_opcode for i in insns]
     assert bulk[0].full_opcode.startswith("UBLKCP.S.G"), bulk[0].full_opcode
     # the sites the executed check counts: the kernel's TMA global loads, both kinds
-    sites = {KERNEL: kernel_sass(insns).tma_loads}
+    sites = {KERNEL: kernel_sass(insns).tma_sites}
     assert sites[KERNEL] == {tma[0].offset: tma[0].full_opcode, bulk[0].offset: bulk[0].full_opcode}
     other = next(i for i in insns if i.opcode not in ("UTMALDG", "UBLKCP"))
     records = [SassRecord(KERNEL, bulk[0].offset, {SASS_INST_EXECUTED: 40}),

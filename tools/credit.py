@@ -73,7 +73,8 @@ INTEGER_METRIC = "smsp__sass_thread_inst_executed_op_integer_pred_on.sum"
 # The derived sums a workload's credit keeps (WorkloadCredit.work): what a reader needs to see how
 # near each limit an honest kernel stands (docs/METHODOLOGY.md's margins come from these).
 WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math",
-             "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads")
+             "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads", "tma_exact_instructions",
+             "exact_untied")
 TENSOR_INST_METRICS = (TENSOR_INST_METRIC, HMMA_INST_METRIC, HFMA2_MMA_INST_METRIC, IMMA_INST_METRIC, DMMA_INST_METRIC)
 # Bytes TMA loads brought into shared memory (tensor-map loads and plain bulk copies alike), and
 # bytes read from global memory any other way: LDG and generic loads (LSU), atomics that return
@@ -104,6 +105,11 @@ BULK_COPY_OPCODES = ("UBLKCP",)  # cp.async.bulk without .tensor (loads UBLKCP.S
 # return their executions per opcode, and a row carries them as OPCODE_METRIC does for Nsight Compute.
 TENSOR_MAP_LOAD = "UTMALDG"
 BULK_LOAD = "UBLKCP.S.G"
+# The exact counts come from an instrumented run of their own; the hardware passes count every TMA-pipe
+# warp instruction (TMA_INST_METRIC) of theirs. The two must agree within EXACT_TIE (relative, plus
+# EXACT_TIE_SLACK instructions), else the exact counts are not the counted runs' and tell nothing.
+EXACT_TIE = 0.01
+EXACT_TIE_SLACK = 8.0
 
 
 def is_bulk_load(opcode: str) -> bool:
@@ -114,16 +120,19 @@ def is_bulk_load(opcode: str) -> bool:
 
 
 def exact_count_sites(insp) -> dict[str, dict[int, str]] | None:
-    """Where the executed check needs exact per-instruction counts: every launched kernel's TMA global
-    loads (pc offset -> full opcode, tools.results.KernelSass.tma_loads), when a plain bulk load is
-    among them; None where the counters' lumped class can only be tensor-map loads (no bulk load in
-    the launched kernels) or the SASS was not read (then the rows' SASS flag refuses)."""
+    """Where the executed check needs exact per-instruction counts: every launched kernel's TMA-pipe
+    instructions (pc offset -> full opcode, tools.results.KernelSass.tma_sites), when a plain bulk
+    load is among them; None where the counters' lumped class can only be tensor-map loads (no bulk
+    load in the launched kernels) or the SASS was not read (then the rows' SASS flag refuses). All the
+    TMA pipe's, not the loads alone: their sum is tied to the hardware passes' TMA instruction count
+    (EXACT_TIE), so an instrumented run that issues other TMA instructions than the counted runs
+    did is seen."""
     if insp is None or getattr(insp, "status", None) != "ok" or not insp.kernels:
         return None
     launched = {n: k for n, k in insp.kernels.items() if n not in set(insp.uncounted_kernels)}
-    if not any(is_bulk_load(op) for k in launched.values() for op in k.tma_loads.values()):
+    if not any(is_bulk_load(op) for k in launched.values() for op in k.tma_sites.values()):
         return None
-    return {n: dict(k.tma_loads) for n, k in launched.items() if k.tma_loads}
+    return {n: dict(k.tma_sites) for n, k in launched.items() if k.tma_sites}
 
 
 def credit_metrics() -> tuple[str, ...]:
@@ -341,9 +350,16 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
         out["other_flops"] = out["other_tensor_flops"] + out["simt_flops"]
         if "wgmma_flops" in out:
             out["wgmma_of_all_math"] = out["wgmma_flops"] / max(out["wgmma_flops"] + out["other_flops"], 1.0)
+    exact = [_exact_tma_total(r) for r in rows if r.get(EXACT_SOURCE)]
+    if exact:  # tied to the hardware passes' TMA instructions (EXACT_TIE); not measured there: untied
+        out["tma_exact_instructions"] = sum(x or 0.0 for x in exact)
+        hw = _totals(rows, TMA_INST_METRIC)
+        if (any(x is None for x in exact) or hw is None
+                or abs(out["tma_exact_instructions"] - hw) > EXACT_TIE * hw + EXACT_TIE_SLACK):
+            out["exact_untied"] = 1.0
     if have([TMA_BYTES_METRIC]) and rows:
         bulk = [_row_bulk_copy(r) for r in rows]
-        if any(b is None for b in bulk):
+        if any(b is None for b in bulk) or out.get("exact_untied"):
             out["bulk_copy_unknown"] = 1.0
         elif any(bulk):
             out["bulk_copy"] = 1.0
@@ -386,6 +402,10 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
             return False, ("plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP) ran or the module holds "
                            "them, and the TMA byte counter counts them with tensor-map loads: only tensor-map loads "
                            "count as TMA")
+        if metrics.get("exact_untied"):
+            return False, (f"the instrumented run's exact TMA instructions ({metrics.get('tma_exact_instructions', 0):.0f}) "
+                           "are not the counted runs' (the TMA instruction counter): whether TMA's bytes were "
+                           "tensor-map loads or plain bulk copies could not be told")
         if metrics.get("bulk_copy_unknown"):
             return False, ("whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not "
                            "read, or no exact count of its bulk copies)")
@@ -487,6 +507,17 @@ def counter_rows(launches: list[dict], module_opcodes: set[str] | None = None) -
             for x in launches]
 
 
+EXACT_SOURCE = "sass:exact"  # a row whose OPCODE_METRIC is the worker's exact count (not Nsight Compute's)
+
+
+def _exact_tma_total(row: dict[str, str]) -> float | None:
+    """The exact TMA-pipe instructions of a row (EXACT_SOURCE), None where they could not be read."""
+    ops = parse_instances(row.get(OPCODE_METRIC, ""))
+    if not ops and _number(row.get(OPCODE_METRIC, "")) != 0:
+        return None
+    return sum(v for k, v in ops.items() if k.startswith(("UTMA", "UBLK")))
+
+
 def _exact_opcodes(launch: dict) -> dict[str, str]:
     """A launch's exact executions per opcode (the worker's `opcodes`, where exact_count_sites asked
     for them) as Nsight Compute writes OPCODE_METRIC, so _row_bulk_copy reads both alike; where the
@@ -495,9 +526,10 @@ def _exact_opcodes(launch: dict) -> dict[str, str]:
     if "opcodes" not in launch and "opcodes_missing" not in launch:
         return {}
     if launch.get("opcodes_missing"):
-        return {OPCODE_METRIC: "n/a"}
+        return {OPCODE_METRIC: "n/a", EXACT_SOURCE: "1"}
     ops = {k: float(v) for k, v in (launch.get("opcodes") or {}).items()}
-    return {OPCODE_METRIC: f"{sum(ops.values()):g} (" + "; ".join(f"{k}: {v:g}" for k, v in sorted(ops.items())) + ")"}
+    return {OPCODE_METRIC: f"{sum(ops.values()):g} (" + "; ".join(f"{k}: {v:g}" for k, v in sorted(ops.items())) + ")",
+            EXACT_SOURCE: "1"}
 
 
 def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,

@@ -576,7 +576,7 @@ class SassCounter:
 def opcode_counts(records: list[SassRecord], sites: dict[str, dict[int, str]], metric: str = SASS_INST_EXECUTED
                   ) -> tuple[dict[str, int], list[str]]:
     """Executions per full opcode (e.g. "UTMALDG.2D", "UBLKCP.S.G") of the instructions at `sites`
-    (function -> pc offset -> full opcode, from the module's own SASS: tools.results.KernelSass.tma_loads,
+    (function -> pc offset -> full opcode, from the module's own SASS: tools.results.KernelSass.tma_sites,
     or every instruction of tools.sass.parse_sass), from per-instruction records. Every site's opcode is
     in the counts (0 where it never ran). Returns (counts, missing): a site CUPTI returned no record for
     (its function was not patched, or named otherwise) is named in `missing`: its executions are not

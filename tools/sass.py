@@ -111,10 +111,9 @@ def kernel_sass(instructions: list[Instruction], resources=None) -> KernelSass:
     for insn in instructions:
         counts[insn.opcode] = counts.get(insn.opcode, 0) + 1
     base = resources.model_dump() if resources is not None else {}
-    tma_loads = {i.offset: i.full_opcode for i in instructions
-                 if i.opcode == "UTMALDG" or (i.opcode == "UBLKCP" and i.modifiers[:2] == ("S", "G"))}
+    tma_sites = {i.offset: i.full_opcode for i in instructions if i.opcode.startswith(("UTMA", "UBLK"))}
     return KernelSass(**base, opcodes=dict(sorted(counts.items())), instructions=len(instructions),
-                      tma_loads=tma_loads)
+                      tma_sites=tma_sites)
 
 
 def inspect(compile_result: CompileResult, kernels: list[str] | None = None) -> InspectResult:

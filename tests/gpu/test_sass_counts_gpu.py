@@ -97,7 +97,7 @@ def test_sass_metrics_split_tensor_map_loads_from_bulk_copies():
                                            "zero"), src.data_ptr())
     from tools.sass import kernel_sass
 
-    sites = {KERNEL: kernel_sass(sass[KERNEL]).tma_loads}
+    sites = {KERNEL: kernel_sass(sass[KERNEL]).tma_sites}
     counter = SassCounter()
     names = sass_metric_names(counter.chip)
     print(f"\nSASS metrics on {counter.chip}: {len(names)}: " + ", ".join(sorted(names)))
