@@ -582,7 +582,7 @@ class Evaluator:
 
     def _counted_runs(self, w: WorkerHandle, res: EvalResult, sites: dict | None = None) -> str | None:
         """The evaluation's credit op: the worker makes every deferred workload's counted runs in
-        one profiler session (tools.worker.run_pending) and each workload gets its credit back;
+        one profiler session (tools.counted.run_pending) and each workload gets its credit back;
         `sites` (tools.credit.exact_count_sites): the instructions whose executions it also counts
         one by one, on a counted run of their own. A
         counted run that answered wrong fails its workload (`wrong_in_timed_run`); one that hung
