@@ -528,49 +528,57 @@ class SassCounter:
         self._configs = (SassMetricConfig * len(self.ids))(
             *[SassMetricConfig(metricId=i, outputGranularity=GRANULARITY_GPU) for i in self.ids])
         self.dropped = 0
+        # Set once for the device and kept (close() unsets it): a second SetConfig, even after
+        # Disable and UnsetConfig, failed with CUPTI_ERROR_OUT_OF_MEMORY on the H200 (2026-12-03)
+        _call("cuptiSassMetricsSetConfig", SassSetConfig(numOfMetricConfig=len(self._configs), pConfigs=self._configs,
+                                                         deviceIndex=self.device_index))
 
     def collect(self, run) -> list[SassRecord]:
         """Call `run()` (it launches kernels and waits for them) with SASS metrics on; the records of
         every instruction patched in the call. CuptiError where CUPTI refuses or drops records: no
         partial counts are returned."""
-        _call("cuptiSassMetricsSetConfig", SassSetConfig(numOfMetricConfig=len(self._configs), pConfigs=self._configs,
-                                                         deviceIndex=self.device_index))
+        _call("cuptiSassMetricsEnable", SassEnable(ctx=self.ctx, enableLazyPatching=1))
+        records: list[SassRecord] = []
+        ok = False
         try:
-            _call("cuptiSassMetricsEnable", SassEnable(ctx=self.ctx, enableLazyPatching=1))
-            records: list[SassRecord] = []
-            try:
-                run()
-                props = SassDataProperties(ctx=self.ctx)
-                _call("cuptiSassMetricsGetDataProperties", props)
-                n, k = int(props.numOfPatchedInstructionRecords), int(props.numOfInstances)
-                if n:
-                    values = (SassInstanceValue * (n * k))()
-                    data = (SassData * n)()
-                    for i in range(n):
-                        data[i].structSize = C.sizeof(SassData)
-                        data[i].pInstanceValues = C.cast(C.byref(values, i * k * C.sizeof(SassInstanceValue)),
-                                                         C.POINTER(SassInstanceValue))
-                    _call("cuptiSassMetricsFlushData", SassFlush(ctx=self.ctx, numOfPatchedInstructionRecords=n,
-                                                                 numOfInstances=k, pMetricsData=data))
-                    for i in range(n):
-                        sums: dict[str, int] = {}
-                        for j in range(k):
-                            v = values[i * k + j]
-                            name = self.ids.get(int(v.metricId))
-                            if name is not None:
-                                sums[name] = sums.get(name, 0) + int(v.value)
-                        records.append(SassRecord((data[i].functionName or b"?").decode(errors="replace"),
-                                                  int(data[i].pcOffset), sums, int(data[i].cubinCrc)))
-            finally:
-                disable = SassDisable(ctx=self.ctx)
-                _call("cuptiSassMetricsDisable", disable)
-                self.dropped = int(disable.numOfDroppedRecords)
-            if self.dropped:
-                raise CuptiError(f"CUPTI dropped {self.dropped} SASS metric records")
-            return records
+            run()
+            props = SassDataProperties(ctx=self.ctx)
+            _call("cuptiSassMetricsGetDataProperties", props)
+            n, k = int(props.numOfPatchedInstructionRecords), int(props.numOfInstances)
+            if n:
+                values = (SassInstanceValue * (n * k))()
+                data = (SassData * n)()
+                for i in range(n):
+                    data[i].structSize = C.sizeof(SassData)
+                    data[i].pInstanceValues = C.cast(C.byref(values, i * k * C.sizeof(SassInstanceValue)),
+                                                     C.POINTER(SassInstanceValue))
+                _call("cuptiSassMetricsFlushData", SassFlush(ctx=self.ctx, numOfPatchedInstructionRecords=n,
+                                                             numOfInstances=k, pMetricsData=data))
+                for i in range(n):
+                    sums: dict[str, int] = {}
+                    for j in range(k):
+                        v = values[i * k + j]
+                        name = self.ids.get(int(v.metricId))
+                        if name is not None:
+                            sums[name] = sums.get(name, 0) + int(v.value)
+                    records.append(SassRecord((data[i].functionName or b"?").decode(errors="replace"),
+                                              int(data[i].pcOffset), sums, int(data[i].cubinCrc)))
+            ok = True
         finally:
-            with contextlib.suppress(CuptiError):
-                _call("cuptiSassMetricsUnsetConfig", SassUnsetConfig(deviceIndex=self.device_index))
+            disable = SassDisable(ctx=self.ctx)
+            if ok:
+                _call("cuptiSassMetricsDisable", disable)
+            else:  # the run's own error (a hang, a fault) is the verdict: never masked by CUPTI's
+                with contextlib.suppress(CuptiError):
+                    _call("cuptiSassMetricsDisable", disable)
+            self.dropped = int(disable.numOfDroppedRecords)
+        if self.dropped:
+            raise CuptiError(f"CUPTI dropped {self.dropped} SASS metric records")
+        return records
+
+    def close(self) -> None:
+        with contextlib.suppress(CuptiError):
+            _call("cuptiSassMetricsUnsetConfig", SassUnsetConfig(deviceIndex=self.device_index))
 
 
 def opcode_counts(records: list[SassRecord], sites: dict[str, dict[int, str]], metric: str = SASS_INST_EXECUTED

@@ -100,7 +100,7 @@ def test_sass_metrics_split_tensor_map_loads_from_bulk_copies():
     sites = {KERNEL: kernel_sass(sass[KERNEL]).tma_sites}
     counter = SassCounter()
     names = sass_metric_names(counter.chip)
-    print(f"\nSASS metrics on {counter.chip}: {len(names)}: " + ", ".join(sorted(names)))
+    print(f"\nSASS metrics on {counter.chip}: {len(names)}: " + ", ".join(sorted(names)), flush=True)
     assert SASS_INST_EXECUTED in names
     found = {}
     for mode in (0, 1):
@@ -118,4 +118,5 @@ def test_sass_metrics_split_tensor_map_loads_from_bulk_copies():
     _launch(module, src, sink, tmap, 0)
     again, _ = opcode_counts(counter.collect(lambda: _launch(module, src, sink, tmap, 0)), sites)
     assert ublk(again) == GRID * STEPS, again
+    counter.close()
     module.unload()
