@@ -134,7 +134,9 @@ def test_exact_counts_of_the_counted_run_split_tensor_map_loads_from_bulk_copies
     assert dead_bulk.work["tma_bytes"] == WORK.read_bytes * 3 and dead_bulk.work["tma_exact_instructions"] == tma
     stores = exact({"UTMALDG.2D": tma - 64, "UBLKCP.G.S": 64})
     assert stores.carries["tma"], stores.notes
-    assert not exact({"UTMALDG.2D": tma}, missing=["k+0x80"]).carries["tma"]
+    missing = exact({"UTMALDG.2D": tma}, missing=["k+0x80"])
+    assert not missing.carries["tma"] and "plain bulk copies" in missing.notes["tma"]  # the SASS decides
+    assert exact({"UTMALDG.2D": 123456789, "UBLKCP.S.G": 0}).work["tma_exact_instructions"] == 123456789  # exact digits
     assert not exact().carries["tma"]  # no exact counts: the module's SASS holds a bulk copy
     # the bulk-fed pipeline whose only tensor-map load never runs: its bytes are bulk copies, never TMA's
     fed = exact({"UTMALDG.2D": 0, "UBLKCP.S.G": tma})

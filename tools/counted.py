@@ -229,6 +229,7 @@ def exact_counts(state, entries: list[Counted], sites: dict[str, dict[int, str]]
             e.out["launches"][0]["opcodes_missing"] = missing[:20]
         e.out["exact_runs"] = e.out.get("exact_runs", 0) + 1
         e.out["runs"] = e.out.get("runs", 0) + 1
+        e.out["own_s"] = round(e.seconds, 4)  # its share of the counted runs, this run included
 
 
 def run_pending(state, sites: dict | None = None) -> tuple[dict, bool]:

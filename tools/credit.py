@@ -351,11 +351,11 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
         if "wgmma_flops" in out:
             out["wgmma_of_all_math"] = out["wgmma_flops"] / max(out["wgmma_flops"] + out["other_flops"], 1.0)
     exact = [_exact_tma_total(r) for r in rows if r.get(EXACT_SOURCE)]
-    if exact:  # tied to the hardware passes' TMA instructions (EXACT_TIE); not measured there: untied
-        out["tma_exact_instructions"] = sum(x or 0.0 for x in exact)
+    if exact and all(x is not None for x in exact):  # (where one was not read, the module's SASS decides)
+        # tied to the hardware passes' TMA instructions (EXACT_TIE); not measured there: untied
+        out["tma_exact_instructions"] = sum(exact)
         hw = _totals(rows, TMA_INST_METRIC)
-        if (any(x is None for x in exact) or hw is None
-                or abs(out["tma_exact_instructions"] - hw) > EXACT_TIE * hw + EXACT_TIE_SLACK):
+        if hw is None or abs(out["tma_exact_instructions"] - hw) > EXACT_TIE * hw + EXACT_TIE_SLACK:
             out["exact_untied"] = 1.0
     if have([TMA_BYTES_METRIC]) and rows:
         bulk = [_row_bulk_copy(r) for r in rows]
@@ -528,8 +528,8 @@ def _exact_opcodes(launch: dict) -> dict[str, str]:
     if launch.get("opcodes_missing"):
         return {OPCODE_METRIC: "n/a", EXACT_SOURCE: "1"}
     ops = {k: float(v) for k, v in (launch.get("opcodes") or {}).items()}
-    return {OPCODE_METRIC: f"{sum(ops.values()):g} (" + "; ".join(f"{k}: {v:g}" for k, v in sorted(ops.items())) + ")",
-            EXACT_SOURCE: "1"}
+    return {OPCODE_METRIC: f"{sum(ops.values()):.0f} (" + "; ".join(f"{k}: {v:.0f}" for k, v in sorted(ops.items()))
+            + ")", EXACT_SOURCE: "1"}
 
 
 def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,
