@@ -146,6 +146,11 @@ def test_exact_counts_of_the_counted_run_split_tensor_map_loads_from_bulk_copies
     sensed = exact({"UTMALDG.2D": tma / 2, "UBLKCP.S.G": 0})
     assert not sensed.carries["tma"] and "are not the counted runs'" in sensed.notes["tma"], sensed.notes
     assert exact({"UTMALDG.2D": tma * 1.005, "UBLKCP.S.G": 0}).carries["tma"]  # within the tie
+    # tensor-map prefetch and command flush may or may not be on the hardware's TMA count: either sum ties
+    control = {"UTMACCTL.PF": 20000, "UTMACMDFLUSH": 10000}
+    assert exact({"UTMALDG.2D": tma, "UBLKCP.S.G": 0, **control}).carries["tma"]
+    assert exact({"UTMALDG.2D": tma - 30000, "UBLKCP.S.G": 0, **control}).carries["tma"]
+    assert not exact({"UTMALDG.2D": tma - 15000, "UBLKCP.S.G": 0, **control}).carries["tma"]
     assert rules.is_bulk_load("UBLKCP") and rules.is_bulk_load("UBLKCP.S.G.MULTICAST")
     assert not rules.is_bulk_load("UBLKCP.G.S") and not rules.is_bulk_load("UTMALDG.2D")
 
