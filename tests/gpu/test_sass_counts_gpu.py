@@ -102,9 +102,12 @@ def test_sass_metrics_split_tensor_map_loads_from_bulk_copies():
     names = sass_metric_names(counter.chip)
     print(f"\nSASS metrics on {counter.chip}: {len(names)}: " + ", ".join(sorted(names)), flush=True)
     assert SASS_INST_EXECUTED in names
-    found = {}
+    found, modules = {}, []
     for mode in (0, 1):
-        records = counter.collect(lambda: _launch(module, src, sink, tmap, mode))
+        # a module of its own per collect, as each workload's counted runs have (tools.worker.keep_module):
+        # a second collect on a module already counted returned no records on the H200 (2026-12-03)
+        modules.append(module if mode == 0 else Module(cubin))
+        records = counter.collect(lambda: _launch(modules[-1], src, sink, tmap, mode))
         counts, missing = opcode_counts(records, sites)
         found[mode] = counts
         print(f"mode {mode}: {len(records)} records ({sorted({r.function for r in records})}), missing {missing}; "
@@ -114,9 +117,13 @@ def test_sass_metrics_split_tensor_map_loads_from_bulk_copies():
     utma = lambda c: sum(v for k, v in c.items() if k.startswith("UTMALDG"))  # noqa: E731
     assert (ublk(found[0]), utma(found[0])) == (GRID * STEPS, 0), found[0]
     assert (ublk(found[1]), utma(found[1])) == (0, GRID * STEPS), found[1]
-    # a launch outside collect() runs unpatched and counts nothing; the next collect() starts afresh
-    _launch(module, src, sink, tmap, 0)
-    again, _ = opcode_counts(counter.collect(lambda: _launch(module, src, sink, tmap, 0)), sites)
-    assert ublk(again) == GRID * STEPS, again
+    # the same module counted again: exact counts, or no record of any site (then the credit rule
+    # refuses: tools.credit), never other counts
+    _launch(module, src, sink, tmap, 0)  # (outside collect(): unpatched, counts nothing)
+    again, missing = opcode_counts(counter.collect(lambda: _launch(module, src, sink, tmap, 0)), sites)
+    print(f"again: missing {missing}; {again}", flush=True)
+    every_site = sorted(f"{KERNEL}+0x{o:x}" for o in sites[KERNEL])
+    assert sorted(missing) == every_site or (not missing and ublk(again) == GRID * STEPS), again
     counter.close()
-    module.unload()
+    for m in modules:
+        m.unload()
