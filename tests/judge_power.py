@@ -621,7 +621,8 @@ def run_catalogue(task: Task, axes: dict[str, int], device: str, seed: int = 1, 
         if (wrong and computed) or name in LEAST_PRECISE.get(task.op_type, (name,)):
             judged("honest", name, make, True)
     if wrong:
-        for name, make in computed_faults(task, x).items() if computed else ():  # (sampled rows need not see a fault of a few rows)
+        # (sampled rows need not see a fault of a few rows)
+        for name, make in computed_faults(task, x).items() if computed else ():
             judged("wrong", name, make, False)
         good = as_written(task, judge.expected)
         stale = as_written(task, run_reference_of(task, axes, seed + 1, device))
