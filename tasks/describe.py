@@ -43,12 +43,14 @@ FEATURE_TEXT = {
 }
 
 _TERM_OUTPUTS = {"gemm": ("C",), "fp8_gemm": ("D",), "mha_fwd": ("O",), "fp8_mha_fwd": ("O",),
-                 "mha_bwd": ("dQ", "dK", "dV")}  # see reference.term_scales
+                 "mha_bwd": ("dQ", "dK", "dV"), "gdn_prefill": ("output",)}  # see reference.term_scales
 
 _RSS_EXAMPLE = {"gemm": "C[m,n]: sqrt(sum_k (A[m,k] * B[n,k])^2)",
                 "mha_fwd": "O[i,d]: sqrt(sum_j (P[i,j] * V[j,d])^2)",
                 "mha_bwd": "dV[j,d]: sqrt(sum_i (P[i,j] * dO[i,d])^2); dQ, dK likewise with dS",
                 "fp8_mha_fwd": "O[i,d]: sqrt(sum_j (P[i,j] * V[j,d] * descale_v)^2)",
+                "gdn_prefill": "output[t,h,v]: scale * sqrt(sum_k (S_t[h,v,k] * q[t,h,k])^2), S_t the state after "
+                               "token t",
                 "fp8_gemm": "D[i,j]: sqrt(sum_k (A[i,k] * SF_A[i,k/128] * B[j,k] * SF_B[j/128,k/128])^2)"}
 
 BASELINE_TEXT = {
@@ -181,10 +183,18 @@ def _requested(task: Task, arch: str) -> str:
 def _row_and_aggregate_rules(task: Task) -> str:
     """The per-row and aggregate bounds (tasks.schema.Tolerance.rows, rel_l2), in one sentence each."""
     tol, parts = task.tolerance, []
-    rows = [f"{n} {r.rtol:g}" for n, r in tol.rows.items() if r.row == "last_dim"]
+    rows = [f"{n} {r.rtol:g}" for n, r in tol.rows.items() if r.row == "last_dim" and r.floor]
     if rows:
         parts.append(" Each row (last dimension) of an output must also be within a relative L2 error of its own "
                      "norm (never judged against less than 0.3 of a typical row's): " + ", ".join(rows) + ".")
+    # GDN prefill (issue 42, item 6): rows held to their own norm alone, output rows to that of max(|ref|, rss)
+    own = [n for n, r in tol.rows.items() if r.row == "last_dim" and not r.floor]
+    if own:
+        terms = [n for n in own if tol.scale == "terms" and n in _TERM_OUTPUTS.get(task.op_type, ())]
+        parts.append(" Each row (last dimension) of " + ", ".join(own) + " must also be within a relative L2 error "
+                     "of its own norm, with no floor (a row near zero is judged against itself"
+                     + (f"; {', '.join(terms)}: the norm of max(|ref|, rss)" if terms else "") + "): "
+                     + ", ".join(f"{n} {tol.rows[n].rtol:g}" for n in own) + ".")
     single = [f"{n} {r.atol:g}" if not r.spread else
               f"{n} min({r.atol:g}, {r.spread_atol:g} + {r.spread:g} * sqrt(sum_j p_j^2)) with p the row's softmax"
               for n, r in tol.rows.items() if r.row == "element"]

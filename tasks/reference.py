@@ -147,8 +147,46 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
 
             a, b = dequantize(inputs["A"], inputs["SF_A"]), dequantize(inputs["B"], inputs["SF_B"])
             return {"D": torch.matmul(a.square(), b.square().T).sqrt_()}
+        if task.op_type == "gdn_prefill":
+            return {"output": _gdn_prefill_output_terms(x, task.scalar_values(axes)["scale"])}
     raise BrokenReference(f"no term scales are known for op type {task.op_type!r} (task {task.name}); "
                           "use tolerance.scale = \"ref\"")
+
+
+def _gdn_prefill_output_terms(x: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
+    """|scale| * sqrt(sum_k (S_t[v,k] q_t[k])^2) per token t and value head: the rss of the products
+    summed into o_t[v], with S_t the state after token t, stepped as the reference steps it
+    (tasks/families/gdn.py, PREFILL_REFERENCE). A row of o is small where its gate and beta wiped the
+    state (its terms are small too, and a kernel's rounding of them), never by cancellation of large
+    terms on these inputs: so each output row can be held to its own terms, with no floor that lets a
+    near-zero row be zeroed (issue 42, item 6)."""
+    import torch.nn.functional as F
+
+    q, k, v = x["q"], x["k"], x["v"]
+    HV, HQ = v.shape[1], q.shape[1]
+    qh, kh = (t.float().repeat_interleave(HV // HQ, dim=1) for t in (q, k))
+    vh = v.float()
+    g = torch.exp(-torch.exp(x["A_log"].float()) * F.softplus(x["a"].float() + x["dt_bias"].float()))
+    beta = torch.sigmoid(x["b"].float())
+    bounds = [int(b) for b in x["cu_seqlens"].tolist()]
+    starts, ends = bounds[:-1], bounds[1:]
+    S = x["state"].float().clone()
+    rss = torch.zeros(q.shape[0], HV, v.shape[2], dtype=torch.float32, device=q.device)
+    q2 = qh.square()
+    live = None
+    for i in range(max([e - s for s, e in zip(starts, ends)], default=0)):
+        now = [m for m in range(len(starts)) if starts[m] + i < ends[m]]
+        if now != live:
+            live = now
+            n = torch.tensor(live, device=q.device)
+            t = torch.tensor([starts[m] + i for m in live], device=q.device)
+        Sn = S[n] * g[t][:, :, None, None]
+        delta = beta[t][:, :, None] * (vh[t] - torch.einsum("nhvk,nhk->nhv", Sn, kh[t]))
+        Sn = Sn + delta[:, :, :, None] * kh[t][:, :, None, :]
+        rss[t] = abs(scale) * torch.einsum("nhvk,nhk->nhv", Sn.square(), q2[t]).sqrt_()
+        S[n] = Sn
+        t = t + 1
+    return rss
 
 
 def dequantised(inputs: dict[str, torch.Tensor], names) -> dict[str, torch.Tensor]:

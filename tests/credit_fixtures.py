@@ -198,6 +198,18 @@ def bulk_copy_reads(folder: Path) -> Solution:
     return _write(folder, src + BULK, manifest)
 
 
+def dead_bulk_copy(folder: Path) -> Solution:
+    """The honest expert beside the bulk-copy reader launched with nothing to read: its plain bulk copy
+    (and its tensor-map load) are in the SASS and never run. With exact counts (issue 42, item 4) the
+    expert keeps TMA credit; the SASS alone would refuse it."""
+    src, manifest = _expert()
+    manifest.setdefault("buffers", []).append(SINK)
+    manifest["launches"].append({"kernel": "read_by_bulk_copy", "grid": [264], "block": [128],
+                                 "args": ["A", "B", "sink", {"name": "bytes_a", "type": "i64", "value": "0"},
+                                          {"name": "bytes_b", "type": "i64", "value": "0"}, "tmA"]})
+    return _write(folder, src + BULK, manifest)
+
+
 def gap_sensing(folder: Path) -> Solution:
     expert, manifest = _expert()
     simple = (SIMPLE / "kernel.cu").read_text()
@@ -212,4 +224,4 @@ def gap_sensing(folder: Path) -> Solution:
 
 
 FIXTURES = {"math_on_dmma": math_on_dmma, "reads_through_atomics": reads_through_atomics,
-            "bulk_copy_reads": bulk_copy_reads, "gap_sensing": gap_sensing}
+            "bulk_copy_reads": bulk_copy_reads, "dead_bulk_copy": dead_bulk_copy, "gap_sensing": gap_sensing}

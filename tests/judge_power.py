@@ -590,11 +590,12 @@ class Judge:
 
 def run_catalogue(task: Task, axes: dict[str, int], device: str, seed: int = 1, workload: str = "",
                   library_hook: Callable[[Task, "Judge", Verdicts], None] | None = None, wrong: bool = True,
-                  sampled_rows: int | None = None) -> Verdicts:
+                  sampled_rows: int | None = None, computed: bool = True) -> Verdicts:
     """The library backends (library_hook), every honest variant and, with `wrong`, every wrong
     variant of the catalogue for one workload, judged whole; where the task has a sampler, the
     honest ones are judged on sampled rows too (as every timed run is: no false alarm there
-    either). Without `wrong` only the least precise honest variants run (LEAST_PRECISE)."""
+    either). Without `wrong` only the least precise honest variants run (LEAST_PRECISE); without
+    `computed` the wrong variants are the row and element faults alone (cheap on every workload)."""
     from tasks.generators import generate_inputs
 
     x = generate_inputs(task, axes, seed=seed, device=device)
@@ -617,10 +618,11 @@ def run_catalogue(task: Task, axes: dict[str, int], device: str, seed: int = 1, 
     if library_hook is not None:
         library_hook(task, judge, result)
     for name, make in honest_variants(task, x).items():
-        if wrong or name in LEAST_PRECISE.get(task.op_type, (name,)):
+        if (wrong and computed) or name in LEAST_PRECISE.get(task.op_type, (name,)):
             judged("honest", name, make, True)
     if wrong:
-        for name, make in computed_faults(task, x).items():  # (sampled rows need not see a fault of a few rows)
+        # (sampled rows need not see a fault of a few rows)
+        for name, make in computed_faults(task, x).items() if computed else ():
             judged("wrong", name, make, False)
         good = as_written(task, judge.expected)
         stale = as_written(task, run_reference_of(task, axes, seed + 1, device))

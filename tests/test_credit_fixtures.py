@@ -17,6 +17,7 @@ WANT = {
     "math_on_dmma": ("gemm_dmma", {"DMMA"}, {"HGMMA", "HMMA"}),
     "reads_through_atomics": ("read_by_atomics", {"ATOMG"}, {"RED", "REDG"}),
     "bulk_copy_reads": ("read_by_bulk_copy", {"UBLKCP", "UTMALDG"}, {"LDG"}),
+    "dead_bulk_copy": ("read_by_bulk_copy", {"UBLKCP", "UTMALDG"}, {"LDG"}),
     "gap_sensing": ("sense_gap", set(), set()),
 }
 EXPERT_KERNEL = "gemm_bf16_tn_sm90"
@@ -55,6 +56,22 @@ def test_the_bulk_copy_fixture_holds_a_plain_bulk_copy_the_static_check_names(bu
     is a feature of its own): the module shows both."""
     _sol, _comp, insp = built["bulk_copy_reads"]
     assert insp.features["bulk_copy"].present, insp.features["bulk_copy"]
+
+
+def test_the_bulk_copy_fixtures_are_counted_exactly(built):
+    """Issue 42, item 4: where a launched kernel holds a plain bulk load, the executed check counts
+    every TMA-pipe instruction of the launched kernels one by one (tools.credit.exact_count_sites):
+    the expert's tensor-map loads and the side kernel's bulk copy and tensor-map load."""
+    from tools import credit
+
+    for name in ("bulk_copy_reads", "dead_bulk_copy"):
+        _sol, _comp, insp = built[name]
+        sites = credit.exact_count_sites(insp)
+        assert sites and set(sites) == {EXPERT_KERNEL, "read_by_bulk_copy"}, (name, sites)
+        assert any(op.startswith("UTMALDG") for op in sites[EXPERT_KERNEL].values())
+        assert sorted(op.split(".")[0] for op in sites["read_by_bulk_copy"].values()) == ["UBLKCP", "UTMALDG"]
+    for name in ("math_on_dmma", "reads_through_atomics"):  # the expert alone holds TMA: nothing lumped
+        assert credit.exact_count_sites(built[name][2]) is None, name
 
 
 def test_the_gap_sensing_fixture_reads_the_clock_and_keeps_state(built):

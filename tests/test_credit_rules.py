@@ -107,6 +107,69 @@ def test_nsight_computes_per_opcode_counts_split_what_the_counters_lump():
     assert rules.work_metrics([only_tma])["tma_bytes"] == WORK.read_bytes * 3
 
 
+def test_exact_counts_of_the_counted_run_split_tensor_map_loads_from_bulk_copies():
+    """Issue 42, item 4: in process, the worker counts the TMA-pipe instructions one by one (CUPTI's
+    SASS metrics, an instrumented run of its own) where the module holds a plain bulk load. A bulk load
+    that ran refuses TMA's bytes; a module whose bulk load never ran (a dead branch) keeps them, as one
+    whose bulk copies are stores (UBLKCP.G.S: not among TMA's load bytes); a site CUPTI gave no record
+    for leaves the module's SASS to decide (it holds a bulk copy: refused); exact counts that are not
+    the hardware passes' (their sum off the TMA instruction counter) tell nothing: refused."""
+    bulk_module = {"HGMMA", "UTMALDG", "UBLKCP"}
+
+    def exact(opcodes=None, missing=None):
+        launch = {"name": "k", "metrics": counters()}
+        if opcodes is not None:
+            launch["opcodes"] = opcodes
+        if missing:
+            launch["opcodes_missing"] = missing
+        ran = {"status": "ran", "runs": 3, "counted_from": 1, "run_ms": [1.0, 1.0], "instrumented_ms": [40.0],
+               "launches": [launch]}
+        return rules.credit_in_process(META, ran, ["wgmma", "tma"], WORK, 1.0, bulk_module)
+
+    tma = counters()[rules.TMA_INST_METRIC]  # the hardware passes' TMA-pipe instructions: the exact ones tie to it
+    ran_bulk = exact({"UTMALDG.2D": tma - 10, "UBLKCP.S.G": 10})
+    assert not ran_bulk.carries["tma"] and "plain bulk copies" in ran_bulk.notes["tma"]
+    dead_bulk = exact({"UTMALDG.2D": tma, "UBLKCP.S.G": 0})
+    assert dead_bulk.carries == {"wgmma": True, "tma": True}, dead_bulk.notes
+    assert dead_bulk.work["tma_bytes"] == WORK.read_bytes * 3 and dead_bulk.work["tma_exact_instructions"] == tma
+    stores = exact({"UTMALDG.2D": tma - 64, "UBLKCP.G.S": 64})
+    assert stores.carries["tma"], stores.notes
+    missing = exact({"UTMALDG.2D": tma}, missing=["k+0x80"])
+    assert not missing.carries["tma"] and "plain bulk copies" in missing.notes["tma"]  # the SASS decides
+    assert exact({"UTMALDG.2D": 123456789, "UBLKCP.S.G": 0}).work["tma_exact_instructions"] == 123456789  # exact digits
+    assert not exact().carries["tma"]  # no exact counts: the module's SASS holds a bulk copy
+    # the bulk-fed pipeline whose only tensor-map load never runs: its bytes are bulk copies, never TMA's
+    fed = exact({"UTMALDG.2D": 0, "UBLKCP.S.G": tma})
+    assert not fed.carries["tma"] and fed.work["other_read_bytes"] >= WORK.read_bytes * 3
+    # an instrumented run that issues other TMA instructions than the counted runs (it sensed the
+    # instrumentation and took its tensor-map path there): the exact counts are not the counted runs'
+    sensed = exact({"UTMALDG.2D": tma / 2, "UBLKCP.S.G": 0})
+    assert not sensed.carries["tma"] and "are not the counted runs'" in sensed.notes["tma"], sensed.notes
+    assert exact({"UTMALDG.2D": tma * 1.005, "UBLKCP.S.G": 0}).carries["tma"]  # within the tie
+    # tensor-map prefetch and command flush may or may not be on the hardware's TMA count: either sum ties
+    control = {"UTMACCTL.PF": 20000, "UTMACMDFLUSH": 10000}
+    assert exact({"UTMALDG.2D": tma, "UBLKCP.S.G": 0, **control}).carries["tma"]
+    assert exact({"UTMALDG.2D": tma - 30000, "UBLKCP.S.G": 0, **control}).carries["tma"]
+    assert not exact({"UTMALDG.2D": tma - 15000, "UBLKCP.S.G": 0, **control}).carries["tma"]
+    assert rules.is_bulk_load("UBLKCP") and rules.is_bulk_load("UBLKCP.S.G.MULTICAST")
+    assert not rules.is_bulk_load("UBLKCP.G.S") and not rules.is_bulk_load("UTMALDG.2D")
+
+
+def test_exact_count_sites_only_where_a_bulk_load_may_run():
+    from tools.results import InspectResult, KernelSass
+
+    def insp(**kernels):
+        return InspectResult(status="ok", arch="sm_90a", uncounted_kernels=["spare"], kernels={
+            n: KernelSass(tma_sites=loads) for n, loads in kernels.items()})
+
+    assert rules.exact_count_sites(insp(k={0x100: "UTMALDG.2D"})) is None  # tensor-map loads only
+    assert rules.exact_count_sites(insp(k={0x100: "UTMALDG.2D"}, spare={0x20: "UBLKCP.S.G"})) is None  # never launched
+    both = insp(k={0x100: "UTMALDG.2D"}, side={0x40: "UBLKCP.S.G"}, plain={}, spare={0x8: "UBLKCP.S.G"})
+    assert rules.exact_count_sites(both) == {"k": {0x100: "UTMALDG.2D"}, "side": {0x40: "UBLKCP.S.G"}}
+    assert rules.exact_count_sites(None) is None
+    assert rules.exact_count_sites(InspectResult(status="skipped", arch="sm_90a")) is None
+
+
 def test_a_missing_counter_is_not_measured_and_refuses():
     for m in (rules.DMMA_OPS_METRIC, rules.IMMA_INST_METRIC, "smsp__sass_thread_inst_executed_op_integer_pred_on.sum"):
         metrics = counters()

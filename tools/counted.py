@@ -81,7 +81,7 @@ class _NothingLeft(Exception):
     """Every workload of the counted runs has answered wrong: the passes stop."""
 
 
-def run_counted(state, entries: list[Counted]) -> None:
+def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] | None = None) -> None:
     """The counted runs of `entries`, all in one session of CUPTI's user replay: one run of each
     workload per pass, in order, each inside its workload's own range. Each run is prepared and
     timed as a timed run is (fresh inputs from the workload's secret credit seed, outputs
@@ -90,7 +90,8 @@ def run_counted(state, entries: list[Counted]) -> None:
     whole output scanned): credit is only taken on right answers, and a wrong one is the
     workload's failure (`failed`). The hardware passes' times (`run_ms`) are tied to the timed
     median, every one, both ways (tools.credit.tie_to_timed_run); the SASS-patched pass runs
-    instrumented code: its time is recorded (`instrumented_ms`), never tied. A hang or a dead
+    instrumented code: its time is recorded (`instrumented_ms`), never tied. `sites`: instructions
+    whose executions are counted one by one after the passes (exact_counts). A hang or a dead
     context raises (fatal); a CUPTI failure is every entry's `reason`."""
     from tasks.generators import generate_inputs
     from tasks.sampled import has_sampler, rows_for
@@ -118,39 +119,50 @@ def run_counted(state, entries: list[Counted]) -> None:
             gated_run(side(e), state)
             state.wait(e.limit)
 
+    def counted_run(e: Counted, k: int, patched: bool, around) -> object:
+        """e's counted run k (0-based, after its lead runs): prepared, run inside `around` (a function
+        that calls its argument under the profiler and returns what the profiler gives back), timed
+        and judged. Returns what `around` returned."""
+        t0 = clock()
+        seed = e.rng.getrandbits(31)
+        prepare(e, seed)
+        t1 = clock()
+        slow = INSTRUMENTED_SLOWDOWN * max(e.out["run_ms"], default=0.0) / 1e3 if patched else 0.0
+        times: list = []
+        try:
+            # A SASS-patched run is ungated: CUPTI patches a kernel at its first launch there,
+            # blocking the host until the stream drains, while the gate holds the stream until its
+            # limit (0.2 s a workload, measured on the GEMM expert). Its time is recorded, never
+            # tied, so the gate buys it nothing.
+            got = around(lambda: times.append(gated_run(side(e, gated=not patched), state)),
+                         lambda: state.wait(e.limit + slow))
+        except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
+            why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
+            e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
+                              f"the executed check's counted run {e.lead + k + 1}: {why}", fatal=True)
+            raise
+        t2 = clock()
+        start, end = times[0]
+        (e.out["instrumented_ms"] if patched else e.out["run_ms"]).append(round(start.elapsed_time(end), 5))
+        if e.judge and e.failed is None:
+            rows = max(SAMPLED_ROWS, rows_for(e.task))
+            try:
+                judge_run(e.task, e.axes, e.ws, seed, e.rng, state.device, rows, not has_sampler(e.task), what=(
+                    f"the executed check's counted run {e.lead + k + 1} (after the timed runs)"))
+            except Failed as f:  # the workload fails; the passes go on while another one is counted
+                e.failed = f
+        e.seconds += clock() - t0
+        # where a counted run's cost goes: prepare (inputs, poison, flush), run (range, gate, wait), judge
+        e.out.setdefault("pass_s", []).append([round(t1 - t0, 4), round(t2 - t1, 4), round(clock() - t2, 4)])
+        return got
+
     def run_pass(i: int, ranged) -> None:
         for e in entries:
-            t0 = clock()
-            seed = e.rng.getrandbits(31)
-            prepare(e, seed)
-            t1 = clock()
-            slow = INSTRUMENTED_SLOWDOWN * max(e.out["run_ms"], default=0.0) / 1e3 if i in instrumented else 0.0
-            try:
-                # The SASS-patched pass runs ungated: CUPTI patches a kernel at its first launch
-                # there, blocking the host until the stream drains, while the gate holds the stream
-                # until its limit (0.2 s a workload, measured on the GEMM expert). That pass's time
-                # is recorded, never tied, so the gate buys it nothing.
+            def around(run, wait, e=e):
                 with ranged(e.label):
-                    start, end = gated_run(side(e, gated=i not in instrumented), state)
-                state.wait(e.limit + slow)
-            except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
-                why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
-                e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
-                                  f"the executed check's counted run {e.lead + i + 1}: {why}", fatal=True)
-                raise
-            t2 = clock()
-            (e.out["instrumented_ms"] if i in instrumented else e.out["run_ms"]).append(
-                round(start.elapsed_time(end), 5))
-            if e.judge and e.failed is None:
-                rows = max(SAMPLED_ROWS, rows_for(e.task))
-                try:
-                    judge_run(e.task, e.axes, e.ws, seed, e.rng, state.device, rows, not has_sampler(e.task), what=(
-                        f"the executed check's counted run {e.lead + i + 1} (after the timed runs)"))
-                except Failed as f:  # the workload fails; the passes go on while another one is counted
-                    e.failed = f
-            e.seconds += clock() - t0
-            # where a counted run's cost goes: prepare (inputs, poison, flush), run (range, gate, wait), judge
-            e.out.setdefault("pass_s", []).append([round(t1 - t0, 4), round(t2 - t1, 4), round(clock() - t2, 4)])
+                    run()
+                wait()
+            counted_run(e, i, i in instrumented, around)
             if all(x.failed is not None for x in entries):
                 raise _NothingLeft
 
@@ -179,11 +191,51 @@ def run_counted(state, entries: list[Counted]) -> None:
             continue
         e.out["status"] = "ran"
         e.out["launches"] = [{"name": got.name, "metrics": got.metrics}]
+    if sites:
+        exact_counts(state, [e for e in entries if e.out["status"] == "ran" and e.failed is None], sites, counted_run,
+                     int(getattr(profiler, "passes", 0)))
 
 
-def run_pending(state) -> tuple[dict, bool]:
+def exact_counts(state, entries: list[Counted], sites: dict[str, dict[int, str]], counted_run, k: int) -> None:
+    """Issue 42, item 4: the executions of each instruction at `sites` (tools.credit.exact_count_sites:
+    every TMA-pipe instruction of the launched kernels, where a plain bulk load may run beside
+    tensor-map loads, which no hardware counter tells apart), on one more counted run per workload
+    under CUPTI's SASS metrics (tools.cupti.SassCounter: instrumented code, like the SASS-patched
+    pass: ungated, timed and never tied, judged). Each workload's launch gets `opcodes` (full opcode
+    -> warp-level executions) or, where a site had no record or CUPTI refused, `opcodes_missing`:
+    then the module's SASS decides, and it holds a bulk load (refused). tools.credit ties the sum
+    to the hardware passes' TMA instruction count."""
+    from tools.cupti import CuptiError, opcode_counts
+
+    if not entries:
+        return
+    try:
+        counter = state.sass_counter()
+    except CuptiError as exc:
+        for e in entries:
+            e.out["launches"][0]["opcodes_missing"] = [f"CUPTI: {exc}"[:300]]
+        return
+    for e in entries:
+        def around(run, wait):
+            return counter.collect(lambda: (run(), wait()))
+        try:
+            records = counted_run(e, k, True, around)
+        except CuptiError as exc:  # (a hang or a dead context propagates: fatal, as in the passes)
+            e.out["launches"][0]["opcodes_missing"] = [f"CUPTI: {exc}"[:300]]
+            continue
+        counts, missing = opcode_counts(records, sites)
+        e.out["launches"][0]["opcodes"] = counts
+        if missing:
+            e.out["launches"][0]["opcodes_missing"] = missing[:20]
+        e.out["exact_runs"] = e.out.get("exact_runs", 0) + 1
+        e.out["runs"] = e.out.get("runs", 0) + 1
+        e.out["own_s"] = round(e.seconds, 4)  # its share of the counted runs, this run included
+
+
+def run_pending(state, sites: dict | None = None) -> tuple[dict, bool]:
     """The evaluation's credit op: every deferred workload's counted runs (run_counted) in one
-    profiler session, after all the timed runs. Returns (reply, fatal): reply has `credits`
+    profiler session, after all the timed runs; `sites` (the op's sass_sites, pc offsets as strings
+    in JSON): the instructions counted one by one (exact_counts). Returns (reply, fatal): reply has `credits`
     (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a counted run
     answered wrong, or hung) and `seconds`."""
     from tools.launch import CudaError
@@ -195,7 +247,8 @@ def run_pending(state) -> tuple[dict, bool]:
     t0 = time.perf_counter()
     try:
         if entries:
-            run_counted(state, entries)
+            run_counted(state, entries, {fn: {int(off): op for off, op in at.items()} for fn, at in sites.items()}
+                        if sites else None)
     except (KernelTimeout, CudaError):  # run_counted named the workload whose run it was
         fatal = True
         culprit = next((e.workload for e in entries if e.failed is not None and e.failed.fatal), "a workload")

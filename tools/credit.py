@@ -11,8 +11,10 @@ classes together the rule takes the side that refuses credit:
   most ops such an instruction can do) and every SIMT floating-point and integer instruction
   (thread-level counts; every integer instruction taken as a multiply-add);
 - reads: TMA's bytes count only where they are tensor-map loads. The TMA byte counter also counts
-  plain bulk copies (cp.async.bulk, UBLKCP): where the module holds one (its SASS) or one executed
-  (Nsight Compute's per-opcode counts), TMA's bytes are other reads and TMA carries nothing.
+  plain bulk copies from global memory (cp.async.bulk, UBLKCP.S.G): where one executed on the counted
+  run (exact per-opcode counts: CUPTI's SASS metrics in process, `exact_count_sites`; Nsight Compute's
+  per-opcode counts), or where the module holds one and no exact count says otherwise (its SASS), TMA's
+  bytes are other reads and TMA carries nothing.
   Other reads: LDG (any width, generic or global), atomics that return data, cp.async (LDGSTS);
   texture and surface reads have no byte counter here, so any executed one refuses TMA credit.
 
@@ -71,7 +73,8 @@ INTEGER_METRIC = "smsp__sass_thread_inst_executed_op_integer_pred_on.sum"
 # The derived sums a workload's credit keeps (WorkloadCredit.work): what a reader needs to see how
 # near each limit an honest kernel stands (docs/METHODOLOGY.md's margins come from these).
 WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math",
-             "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads")
+             "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads", "tma_exact_instructions",
+             "exact_untied")
 TENSOR_INST_METRICS = (TENSOR_INST_METRIC, HMMA_INST_METRIC, HFMA2_MMA_INST_METRIC, IMMA_INST_METRIC, DMMA_INST_METRIC)
 # Bytes TMA loads brought into shared memory (tensor-map loads and plain bulk copies alike), and
 # bytes read from global memory any other way: LDG and generic loads (LSU), atomics that return
@@ -95,6 +98,41 @@ CUPTI_METRICS = tuple(dict.fromkeys((GMMA_METRIC, TMA_INST_METRIC, *WORK_METRICS
 # The module's SASS facts a row may carry (counter_rows): whether it holds a plain bulk copy.
 SASS_BULK_COPY = "sass:bulk_copy"
 BULK_COPY_OPCODES = ("UBLKCP",)  # cp.async.bulk without .tensor (loads UBLKCP.S.G, stores UBLKCP.G.S)
+# Exact counts (issue 42, item 4): the TMA load counters (instructions and bytes) count a tensor-map
+# load (UTMALDG) and a plain bulk copy from global memory (UBLKCP.S.G) alike, and no hardware counter
+# splits them. Per-instruction counts do (tools.cupti.SassCounter, on a counted run of its own: the
+# instrumented pass): `exact_count_sites` names the instructions to count, the worker's counted runs
+# return their executions per opcode, and a row carries them as OPCODE_METRIC does for Nsight Compute.
+TENSOR_MAP_LOAD = "UTMALDG"
+BULK_LOAD = "UBLKCP.S.G"
+# The exact counts come from an instrumented run of their own; the hardware passes count every TMA-pipe
+# warp instruction (TMA_INST_METRIC) of theirs. The two must agree within EXACT_TIE (relative, plus
+# EXACT_TIE_SLACK instructions), else the exact counts are not the counted runs' and tell nothing.
+EXACT_TIE = 0.01
+EXACT_TIE_SLACK = 8.0
+
+
+def is_bulk_load(opcode: str) -> bool:
+    """A plain bulk copy that may read global memory: UBLKCP.S.G (full opcode), or a bare UBLKCP
+    (Nsight Compute's per-opcode names carry no modifiers: a bulk store cannot be told from a load,
+    so it counts as one, the side that refuses)."""
+    return opcode == "UBLKCP" or opcode.startswith(BULK_LOAD)
+
+
+def exact_count_sites(insp) -> dict[str, dict[int, str]] | None:
+    """Where the executed check needs exact per-instruction counts: every launched kernel's TMA-pipe
+    instructions (pc offset -> full opcode, tools.results.KernelSass.tma_sites), when a plain bulk
+    load is among them; None where the counters' lumped class can only be tensor-map loads (no bulk
+    load in the launched kernels) or the SASS was not read (then the rows' SASS flag refuses). All the
+    TMA pipe's, not the loads alone: their sum is tied to the hardware passes' TMA instruction count
+    (EXACT_TIE), so an instrumented run that issues other TMA instructions than the counted runs
+    did is seen."""
+    if insp is None or getattr(insp, "status", None) != "ok" or not insp.kernels:
+        return None
+    launched = {n: k for n, k in insp.kernels.items() if n not in set(insp.uncounted_kernels)}
+    if not any(is_bulk_load(op) for k in launched.values() for op in k.tma_sites.values()):
+        return None
+    return {n: dict(k.tma_sites) for n, k in launched.items() if k.tma_sites}
 
 
 def credit_metrics() -> tuple[str, ...]:
@@ -269,13 +307,13 @@ def kernel_metrics(rows: list[dict[str, str]], metrics: list[str]) -> dict[str, 
 
 
 def _row_bulk_copy(row: dict[str, str]) -> bool | None:
-    """Whether plain bulk copies (UBLKCP) may be among this launch's TMA loads: from Nsight
-    Compute's per-opcode counts where the row has them (exact, on the profiled run itself), else
-    from the module's SASS (counter_rows); None where neither is known."""
+    """Whether plain bulk copies (UBLKCP) may be among this launch's TMA loads: from exact per-opcode
+    counts where the row has them (Nsight Compute's, or CUPTI's SASS metrics on a counted run:
+    _exact_opcodes), else from the module's SASS (counter_rows); None where neither is known."""
     if OPCODE_METRIC in row:
         ops = parse_instances(row[OPCODE_METRIC])
         if ops or _number(row[OPCODE_METRIC]) == 0:
-            return any(k.split(".")[0] in BULK_COPY_OPCODES and v > 0 for k, v in ops.items())
+            return any(is_bulk_load(k) and v > 0 for k, v in ops.items())
     flag = row.get(SASS_BULK_COPY)
     return None if flag is None else flag == "1"
 
@@ -312,9 +350,19 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
         out["other_flops"] = out["other_tensor_flops"] + out["simt_flops"]
         if "wgmma_flops" in out:
             out["wgmma_of_all_math"] = out["wgmma_flops"] / max(out["wgmma_flops"] + out["other_flops"], 1.0)
+    exact = [_exact_tma_total(r) for r in rows if r.get(EXACT_SOURCE)]
+    if exact and all(x is not None for x in exact):  # (where one was not read, the module's SASS decides)
+        # tied to the hardware passes' TMA instructions (EXACT_TIE), with or without the control
+        # instructions (TMA_CONTROL_OPCODES); not measured there: untied
+        data, every = sum(x[0] for x in exact), sum(x[1] for x in exact)
+        hw = _totals(rows, TMA_INST_METRIC)
+        tied = [n for n in (data, every) if hw is not None and abs(n - hw) <= EXACT_TIE * hw + EXACT_TIE_SLACK]
+        out["tma_exact_instructions"] = tied[0] if tied else every
+        if not tied:
+            out["exact_untied"] = 1.0
     if have([TMA_BYTES_METRIC]) and rows:
         bulk = [_row_bulk_copy(r) for r in rows]
-        if any(b is None for b in bulk):
+        if any(b is None for b in bulk) or out.get("exact_untied"):
             out["bulk_copy_unknown"] = 1.0
         elif any(bulk):
             out["bulk_copy"] = 1.0
@@ -354,10 +402,16 @@ def carries(feature: str, metrics: dict[str, float], work: TaskWork | None,
     in a sentence a model can act on."""
     if feature == "tma":  # what the counters cannot tell apart refuses first: the share would be a guess
         if metrics.get("bulk_copy"):
-            return False, ("the module holds plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP), which "
-                           "the TMA byte counter counts with tensor-map loads: only tensor-map loads count as TMA")
+            return False, ("plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP) ran or the module holds "
+                           "them, and the TMA byte counter counts them with tensor-map loads: only tensor-map loads "
+                           "count as TMA")
+        if metrics.get("exact_untied"):
+            return False, (f"the instrumented run's exact TMA instructions ({metrics.get('tma_exact_instructions', 0):.0f}) "
+                           "are not the counted runs' (the TMA instruction counter): whether TMA's bytes were "
+                           "tensor-map loads or plain bulk copies could not be told")
         if metrics.get("bulk_copy_unknown"):
-            return False, "whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not read)"
+            return False, ("whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not "
+                           "read, or no exact count of its bulk copies)")
     share = work_shares(metrics, work).get(feature)
     if share is None and feature == "tcgen05_mma" and work is not None:
         return False, ("tcgen05_mma's share of the task's matrix FLOPs is unverified on this GPU (no counter "
@@ -451,8 +505,41 @@ def counter_rows(launches: list[dict], module_opcodes: set[str] | None = None) -
     # result went through JSON) is left out, so it is "not measured" and never passes a share test
     # (NaN compares false both ways)
     return [{"Kernel Name": x["name"], **{m: repr(float(v)) for m, v in x["metrics"].items()
-                                          if isinstance(v, (int, float)) and math.isfinite(v)}, **sass}
+                                          if isinstance(v, (int, float)) and math.isfinite(v)}, **sass,
+             **_exact_opcodes(x)}
             for x in launches]
+
+
+EXACT_SOURCE = "sass:exact"  # a row whose OPCODE_METRIC is the worker's exact count (not Nsight Compute's)
+
+
+# TMA-pipe opcodes that move no data (tensor-map prefetch and cache control, command flush): whether the
+# hardware's TMA instruction count includes them is not documented, so the tie accepts either sum
+TMA_CONTROL_OPCODES = ("UTMACCTL", "UTMACMDFLUSH")
+
+
+def _exact_tma_total(row: dict[str, str]) -> tuple[float, float] | None:
+    """The exact TMA-pipe instructions of a row (EXACT_SOURCE): (the data-moving ones, all of them);
+    None where they could not be read."""
+    ops = parse_instances(row.get(OPCODE_METRIC, ""))
+    if not ops and _number(row.get(OPCODE_METRIC, "")) != 0:
+        return None
+    tma = {k: v for k, v in ops.items() if k.startswith(("UTMA", "UBLK"))}
+    return sum(v for k, v in tma.items() if k.split(".")[0] not in TMA_CONTROL_OPCODES), sum(tma.values())
+
+
+def _exact_opcodes(launch: dict) -> dict[str, str]:
+    """A launch's exact executions per opcode (the worker's `opcodes`, where exact_count_sites asked
+    for them) as Nsight Compute writes OPCODE_METRIC, so _row_bulk_copy reads both alike; where the
+    worker could not count them all (`opcodes_missing`: a site CUPTI returned no record for), a cell
+    that reads as no count, so the module's SASS decides (it holds a bulk load: refused)."""
+    if "opcodes" not in launch and "opcodes_missing" not in launch:
+        return {}
+    if launch.get("opcodes_missing"):
+        return {OPCODE_METRIC: "n/a", EXACT_SOURCE: "1"}
+    ops = {k: float(v) for k, v in (launch.get("opcodes") or {}).items()}
+    return {OPCODE_METRIC: f"{sum(ops.values()):.0f} (" + "; ".join(f"{k}: {v:.0f}" for k, v in sorted(ops.items()))
+            + ")", EXACT_SOURCE: "1"}
 
 
 def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,

@@ -430,3 +430,175 @@ class RangeProfiler:
         with contextlib.suppress(CuptiError):
             self._disable()
         self.host.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-instruction counts: CUPTI's SASS metrics API (cupti_sass_metrics.h, CUDA 12.4+)
+#
+# The range profiler's SASS-patched metrics count by instruction class, and some classes lump two
+# things a credit rule must keep apart: smsp__sass_inst_executed_op_tma_ld counts UTMALDG (tensor-map
+# loads) and UBLKCP.S.G (plain bulk copies) alike, and no hardware counter splits them (GH100, CUPTI's
+# host API). The SASS metrics API patches every instruction and reports a value per program counter
+# (function, pc offset); the module's own SASS (cuobjdump) names the opcode at each offset, so each
+# opcode's executions are exact (`opcode_counts`). Like the patched pass, it runs instrumented code.
+
+SASS_INST_EXECUTED = "smsp__sass_inst_executed"  # warp-level executions of each instruction
+GRANULARITY_GPU = 0  # CUpti_SassMetrics_OutputGranularity: one value per instruction for the whole GPU
+
+
+class SassMetricDetails(C.Structure):
+    _fields_ = [("metricId", C.c_uint64), ("pMetricName", C.c_char_p), ("pMetricDescription", C.c_char_p)]
+
+
+class SassMetricConfig(C.Structure):
+    _fields_ = [("metricId", C.c_uint64), ("outputGranularity", C.c_uint8)]
+
+
+class SassInstanceValue(C.Structure):
+    _fields_ = [("metricId", C.c_uint64), ("value", C.c_uint64)]
+
+
+class SassData(C.Structure):  # one instruction's record (its structSize is sizeof, as NVIDIA's samples set it)
+    _fields_ = [("structSize", SIZE), ("pPriv", P), ("cubinCrc", C.c_uint32), ("functionIndex", C.c_uint32),
+                ("functionName", C.c_char_p), ("pcOffset", C.c_uint32),
+                ("pInstanceValues", C.POINTER(SassInstanceValue))]
+
+
+SassNumMetrics = _struct("SassNumMetrics", [("pChipName", C.c_char_p), ("numOfMetrics", SIZE)])
+SassGetMetrics = _struct("SassGetMetrics", [("pChipName", C.c_char_p), ("numOfMetrics", SIZE),
+                                            ("pMetricsList", C.POINTER(SassMetricDetails))])
+SassProperties = _struct("SassProperties", [("pChipName", C.c_char_p), ("pMetricName", C.c_char_p),
+                                            ("metric", SassMetricDetails)])
+SassSetConfig = _struct("SassSetConfig", [("numOfMetricConfig", SIZE), ("pConfigs", C.POINTER(SassMetricConfig)),
+                                          ("deviceIndex", C.c_uint32)])
+SassUnsetConfig = _struct("SassUnsetConfig", [("deviceIndex", C.c_uint32)])
+SassEnable = _struct("SassEnable", [("ctx", P), ("enableLazyPatching", C.c_uint8)])
+SassDisable = _struct("SassDisable", [("ctx", P), ("numOfDroppedRecords", SIZE)])
+SassDataProperties = _struct("SassDataProperties", [("ctx", P), ("numOfPatchedInstructionRecords", SIZE),
+                                                    ("numOfInstances", SIZE)])
+SassFlush = _struct("SassFlush", [("ctx", P), ("numOfPatchedInstructionRecords", SIZE), ("numOfInstances", SIZE),
+                                  ("pMetricsData", C.POINTER(SassData))])
+# cupti_sass_metrics.h sizes this one to numOfInstances (CUPTI_PROFILER_STRUCT_SIZE), not to pMetricsData
+SassFlush.size = SassFlush.numOfInstances.offset + C.sizeof(SIZE)
+
+
+@dataclass(frozen=True)
+class SassRecord:
+    """One instruction's counts: where it is (function, pc offset in that function) and each
+    metric's value summed over the instances CUPTI reported."""
+
+    function: str
+    pc_offset: int
+    values: dict[str, int]
+    cubin_crc: int = 0
+
+
+def sass_metric_names(chip: str) -> dict[str, str]:
+    """The SASS metrics API's metrics on `chip` (name -> description). Needs the driver: CUPTI
+    answers NOT_INITIALIZED without one."""
+    n = SassNumMetrics(pChipName=chip.encode())
+    _call("cuptiSassMetricsGetNumOfMetrics", n)
+    found = (SassMetricDetails * n.numOfMetrics)()
+    _call("cuptiSassMetricsGetMetrics", SassGetMetrics(pChipName=chip.encode(), numOfMetrics=n.numOfMetrics,
+                                                       pMetricsList=found))
+    return {m.pMetricName.decode(): (m.pMetricDescription or b"").decode(errors="replace") for m in found}
+
+
+class SassCounter:
+    """Per-instruction counts of `metrics` over the launches `run()` makes (`collect`), on the
+    current CUDA context. Patching is lazy (each function at its first launch inside the call), and
+    the API is enabled for the call only: launches outside it run unpatched code."""
+
+    def __init__(self, metrics: tuple[str, ...] = (SASS_INST_EXECUTED,), device_index: int = 0):
+        from cuda.bindings import driver as d
+
+        _call("cuptiProfilerInitialize", Init())
+        err, ctx = d.cuCtxGetCurrent()
+        if int(err) != 0 or not int(ctx):
+            raise CuptiError("no current CUDA context to count")
+        self.ctx, self.device_index = int(ctx), device_index
+        chip = ChipName(deviceIndex=device_index)
+        _call("cuptiDeviceGetChipName", chip)
+        self.chip = (chip.pChipName or b"?").decode()
+        self.ids: dict[int, str] = {}
+        for name in metrics:
+            props = SassProperties(pChipName=self.chip.encode(), pMetricName=name.encode())
+            _call("cuptiSassMetricsGetProperties", props)
+            self.ids[int(props.metric.metricId)] = name
+        self._configs = (SassMetricConfig * len(self.ids))(
+            *[SassMetricConfig(metricId=i, outputGranularity=GRANULARITY_GPU) for i in self.ids])
+        self.dropped = 0
+        # Set once for the device and kept (close() unsets it): a second SetConfig, even after
+        # Disable and UnsetConfig, failed with CUPTI_ERROR_OUT_OF_MEMORY on the H200 (2026-12-03)
+        _call("cuptiSassMetricsSetConfig", SassSetConfig(numOfMetricConfig=len(self._configs), pConfigs=self._configs,
+                                                         deviceIndex=self.device_index))
+
+    def collect(self, run) -> list[SassRecord]:
+        """Call `run()` (it launches kernels and waits for them) with SASS metrics on; the records of
+        every instruction patched in the call. CuptiError where CUPTI refuses or drops records: no
+        partial counts are returned."""
+        _call("cuptiSassMetricsEnable", SassEnable(ctx=self.ctx, enableLazyPatching=1))
+        records: list[SassRecord] = []
+        ok = False
+        try:
+            run()
+            props = SassDataProperties(ctx=self.ctx)
+            _call("cuptiSassMetricsGetDataProperties", props)
+            n, k = int(props.numOfPatchedInstructionRecords), int(props.numOfInstances)
+            if n:
+                values = (SassInstanceValue * (n * k))()
+                data = (SassData * n)()
+                for i in range(n):
+                    data[i].structSize = C.sizeof(SassData)
+                    data[i].pInstanceValues = C.cast(C.byref(values, i * k * C.sizeof(SassInstanceValue)),
+                                                     C.POINTER(SassInstanceValue))
+                _call("cuptiSassMetricsFlushData", SassFlush(ctx=self.ctx, numOfPatchedInstructionRecords=n,
+                                                             numOfInstances=k, pMetricsData=data))
+                for i in range(n):
+                    sums: dict[str, int] = {}
+                    for j in range(k):
+                        v = values[i * k + j]
+                        name = self.ids.get(int(v.metricId))
+                        if name is not None:
+                            sums[name] = sums.get(name, 0) + int(v.value)
+                    records.append(SassRecord((data[i].functionName or b"?").decode(errors="replace"),
+                                              int(data[i].pcOffset), sums, int(data[i].cubinCrc)))
+            ok = True
+        finally:
+            disable = SassDisable(ctx=self.ctx)
+            if ok:
+                _call("cuptiSassMetricsDisable", disable)
+            else:  # the run's own error (a hang, a fault) is the verdict: never masked by CUPTI's
+                with contextlib.suppress(CuptiError):
+                    _call("cuptiSassMetricsDisable", disable)
+            self.dropped = int(disable.numOfDroppedRecords)
+        if self.dropped:
+            raise CuptiError(f"CUPTI dropped {self.dropped} SASS metric records")
+        return records
+
+    def close(self) -> None:
+        with contextlib.suppress(CuptiError):
+            _call("cuptiSassMetricsUnsetConfig", SassUnsetConfig(deviceIndex=self.device_index))
+
+
+def opcode_counts(records: list[SassRecord], sites: dict[str, dict[int, str]], metric: str = SASS_INST_EXECUTED
+                  ) -> tuple[dict[str, int], list[str]]:
+    """Executions per full opcode (e.g. "UTMALDG.2D", "UBLKCP.S.G") of the instructions at `sites`
+    (function -> pc offset -> full opcode, from the module's own SASS: tools.results.KernelSass.tma_sites,
+    or every instruction of tools.sass.parse_sass), from per-instruction records. Every site's opcode is
+    in the counts (0 where it never ran). Returns (counts, missing): a site CUPTI returned no record for
+    (its function was not patched, or named otherwise) is named in `missing`: its executions are not
+    known, and a caller refuses what they might have been, never takes them as none."""
+    seen: dict[tuple[str, int], int] = {}
+    for r in records:
+        key = (r.function, r.pc_offset)
+        seen[key] = seen.get(key, 0) + r.values.get(metric, 0)
+    counts: dict[str, int] = {}
+    missing: list[str] = []
+    for function, at in sites.items():
+        for offset, op in at.items():
+            n = seen.get((function, int(offset)))
+            if n is None:
+                missing.append(f"{function}+0x{int(offset):x}")
+            counts[op] = counts.get(op, 0) + (n or 0)
+    return counts, missing

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tools import worker as protocol
 from tools.ceilings import computes_in_fp8
-from tools.credit import Counting, TaskWork, combine, credit_in_process, credit_metrics
+from tools.credit import Counting, TaskWork, combine, credit_in_process, credit_metrics, exact_count_sites
 from tools.launch import NOMINAL_LIMITS, ManifestError, plan_launches
 from tools.profile import PROFILE_METRICS, build_profile, skipped as profile_skipped
 from tools.roofline import apply_roofline
@@ -547,8 +547,10 @@ class Evaluator:
             if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
                 if (counting is None or counting.process is None) and module_sass and _no_requested_sass(module_sass(), res.requested_features):
                     self._drop_counted_runs(w, res)  # the inspection ended after the first workloads were sent
-                else:
-                    stop = self._counted_runs(w, res)
+                else:  # where a plain bulk load may run beside tensor-map loads, their exact counts too
+                    sites = (exact_count_sites(module_sass() if module_sass else res.inspect)
+                             if "tma" in res.requested_features else None)
+                    stop = self._counted_runs(w, res, sites)
             for x in res.workloads:  # the worker that kept them is gone: nothing was counted
                 if (x.credit or {}).get("status") == "pending":
                     x.credit = {**x.credit, "status": "failed", "reason": f"not counted: {stop}"[:400]}
@@ -578,9 +580,11 @@ class Evaluator:
                                 ncu.sanitize_check(req, names, w.env, self.ncu_timeout_s))
                 res.phase_s["sanitize"] = _time.perf_counter() - t0
 
-    def _counted_runs(self, w: WorkerHandle, res: EvalResult) -> str | None:
+    def _counted_runs(self, w: WorkerHandle, res: EvalResult, sites: dict | None = None) -> str | None:
         """The evaluation's credit op: the worker makes every deferred workload's counted runs in
-        one profiler session (tools.counted.run_pending) and each workload gets its credit back. A
+        one profiler session (tools.counted.run_pending) and each workload gets its credit back;
+        `sites` (tools.credit.exact_count_sites): the instructions whose executions it also counts
+        one by one, on a counted run of their own. A
         counted run that answered wrong fails its workload (`wrong_in_timed_run`); one that hung
         or killed the context fails it too and, as for any workload, stops the evaluation
         (returned: the stop reason). Where the op itself gives no answer, no workload is credited."""
@@ -592,7 +596,10 @@ class Evaluator:
         pending = [x for x in res.workloads if (x.credit or {}).get("status") == "pending"]
         why = None
         try:
-            reply = w.request({"op": "credit"}, self.timeout_s)
+            op = {"op": "credit"}
+            if sites:  # JSON: pc offsets as strings
+                op["sass_sites"] = {fn: {str(off): code for off, code in at.items()} for fn, at in sites.items()}
+            reply = w.request(op, self.timeout_s)
         except (WorkerTimeout, WorkerCrash, WorkerStartError) as exc:
             reply, why = {}, f"the counted runs gave no answer: {exc}"
         if not why and reply.get("op") != "credits":

@@ -83,6 +83,11 @@ class FeatureVerdict(BaseModel):
 class KernelSass(KernelResources):
     opcodes: dict[str, int] = Field(default_factory=dict)  # base opcode (no modifiers) -> count
     instructions: int = 0
+    # pc offset -> full opcode of each TMA-pipe instruction (UTMA*, UBLK*): among them tensor-map loads
+    # (UTMALDG) and plain bulk copies from global memory (UBLKCP.S.G), which the load counters lump
+    # together; the executed check counts these sites one by one where both kinds may run
+    # (tools.credit.exact_count_sites)
+    tma_sites: dict[int, str] = Field(default_factory=dict)
 
 
 class InspectResult(BaseModel):

@@ -111,7 +111,9 @@ def kernel_sass(instructions: list[Instruction], resources=None) -> KernelSass:
     for insn in instructions:
         counts[insn.opcode] = counts.get(insn.opcode, 0) + 1
     base = resources.model_dump() if resources is not None else {}
-    return KernelSass(**base, opcodes=dict(sorted(counts.items())), instructions=len(instructions))
+    tma_sites = {i.offset: i.full_opcode for i in instructions if i.opcode.startswith(("UTMA", "UBLK"))}
+    return KernelSass(**base, opcodes=dict(sorted(counts.items())), instructions=len(instructions),
+                      tma_sites=tma_sites)
 
 
 def inspect(compile_result: CompileResult, kernels: list[str] | None = None) -> InspectResult:

@@ -162,6 +162,7 @@ class State:
         self._free0 = int(check(d.cuMemGetInfo(), "cuMemGetInfo")[0])
         self._nvml = _nvml_handle()
         self._counters, self._counters_error = None, None
+        self._sass, self._sass_error = None, None  # CUPTI's SASS metrics (sass_counter), built when first needed
         self.pending: list[Counted] = []  # deferred workloads, waiting for the evaluation's credit op
 
     @property
@@ -230,6 +231,21 @@ class State:
                 self._counters_error = f"{type(exc).__name__}: {exc}"[:400]
                 raise CuptiError(self._counters_error) from None
         return self._counters
+
+    def sass_counter(self):
+        """CUPTI's SASS metrics API (tools.cupti.SassCounter), built once per worker; raises
+        CuptiError (remembered) where it cannot run here."""
+        from tools.cupti import CuptiError, SassCounter
+
+        if self._sass_error is not None:
+            raise CuptiError(self._sass_error)
+        if self._sass is None:
+            try:
+                self._sass = SassCounter()
+            except Exception as exc:  # noqa: BLE001 - no exact counts: the module's SASS decides (refusing)
+                self._sass_error = f"{type(exc).__name__}: {exc}"[:400]
+                raise CuptiError(self._sass_error) from None
+        return self._sass
 
     def wait(self, limit_s: float) -> None:
         from tools.timing import wait_idle
@@ -437,7 +453,7 @@ def serve() -> int:
                 state.drop_pending()
                 reply, fatal = {"op": "credits", "credits": {}, "failed": {}, "dropped": dropped, "fatal": False}, False
             elif msg["op"] == "credit":  # the evaluation's deferred counted runs (run_pending)
-                reply, fatal = run_pending(state)
+                reply, fatal = run_pending(state, msg.get("sass_sites"))
                 reply["fatal"] = fatal
             else:
                 result, fatal = run_workload(state, msg)

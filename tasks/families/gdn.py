@@ -95,7 +95,13 @@ FLOPS_PER_TOKEN_HEAD = "6*head_size*head_size"
 # on T959_N4 and T3271_N2, where a state kept in bf16 per token errs by 1.6e-2-1.8e-2 (fails by 1.3-1.8x).
 ROWS_OUTPUT = RowTolerance(rtol=1e-2, floor=0.3)
 ROWS_DECODE_STATE = RowTolerance(rtol=2e-3, floor=0.3)
-ROWS_PREFILL = RowTolerance(rtol=1.2e-2, floor=0.3)
+# Prefill rows have no floor (issue 42, item 6): with a floor of 0.3 of a typical row, a row whose gate and beta
+# wiped the state to below 0.36% of a typical row's norm could be zeroed and pass (H200: one zeroed output row on
+# 2 of 3 qk8 workloads, one wrong state row on qk4). Output rows are held to the norm of max(|o|, rss), the rss of
+# the products scale * S_t[v,k] q_t[k] (tasks.reference.term_scales): a small row has small terms, and so small
+# rounding; state rows to their own norm. Honest (CPU, T401_N4 qk8): output 0.45, state 0.35 of the bound, as
+# with the floor; a zeroed output row fails by 4.7x or more, a zeroed or stale state row by 80x.
+ROWS_PREFILL = RowTolerance(rtol=1.2e-2, floor=0.0)
 
 # Decode batch sizes: PTXBench's six (1, 4, 8, 16, 32, 64) plus one that is no power of two.
 DECODE_VISIBLE = (64, 8)  # the first visible workload is the one tools profile: the larger
@@ -337,7 +343,7 @@ def gdn_prefill_task(hq: int = 4, hv: int = 8) -> Task:
         },
         reference=PREFILL_REFERENCE,
         workloads=workloads,
-        tolerance=Tolerance(rtol=1e-2, atol=5e-2, rel_l2={"output": 1e-2, "new_state": 1e-2},
+        tolerance=Tolerance(rtol=1e-2, atol=5e-2, scale="terms", rel_l2={"output": 1e-2, "new_state": 1e-2},
                             rows={"output": ROWS_PREFILL, "new_state": ROWS_PREFILL}),
         flops=f"total_seq_len*num_v_heads*{FLOPS_PER_TOKEN_HEAD}",
         scalars={"scale": "1/sqrt(head_size)"},

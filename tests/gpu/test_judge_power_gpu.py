@@ -20,6 +20,7 @@ A second test evaluates the shipped expert solutions and one simple solution per
 evaluator (visible workloads, untimed) and prints their per-row and aggregate margins.
 
     python -m pytest -m gpu tests/gpu/test_judge_power_gpu.py -q -s
+    python -m pytest -m gpu tests/gpu/test_judge_power_gpu.py -q -s -k sparse_faults   # issue 42, item 6
 
 PTXBENCH_JUDGE_TASKS=name,name limits the tasks (shell patterns, e.g. gemm_*); tasks not reached
 within PTXBENCH_JUDGE_BUDGET_S (540 s: one device command is 600 s at most) are listed as not run.
@@ -247,3 +248,50 @@ def test_sampled_check_cost():
         del x
         torch.cuda.empty_cache()
     print("\n" + "\n".join(lines))
+
+
+# The three sparse faults of issue 42 (item 6): one zeroed GDN prefill output row, one plausible wrong GDN
+# state row, one FP8 attention LSE row swapped for a plausible value. Each row fault of the catalogue (zeroed,
+# stale: the row computed from other inputs, copied from another position) and each element fault, on EVERY
+# workload of these tasks at full size, beside the library and the least precise honest variant there.
+SPARSE_TASKS = ["gdn_prefill_qk8_v16_d128_k_last", "gdn_prefill_qk4_v8_d128_k_last", "fp8_mha_with_lse_d128",
+                "fp8_mha_with_lse_d128_causal", "fp8_mha_with_lse_d64", "fp8_mha_with_lse_d256_causal"]
+
+
+def test_sparse_faults_fail_on_every_workload():
+    import torch
+
+    from tests.judge_power import library_verdicts, run_catalogue
+
+    assert torch.cuda.is_available(), "needs a GPU"
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    pattern = os.environ.get("PTXBENCH_JUDGE_TASKS", "*")
+    names = [n for n in SPARSE_TASKS if any(fnmatch.fnmatch(n, p.strip()) for p in pattern.split(","))]
+    budget, start = float(os.environ.get("PTXBENCH_JUDGE_BUDGET_S", 540)), time.perf_counter()
+    results, problems = [], []
+    for name in names:
+        task = get_task(name)
+        for w in sorted(task.workloads, key=lambda w: w.axes.get("total_seq_len", w.axes.get("L", 0))):
+            if time.perf_counter() - start > budget:
+                problems.append(f"{name} @ {w.name}: not run, the time budget ({budget:.0f}s) is spent")
+                continue
+            t0 = time.perf_counter()
+            v = run_catalogue(task, task.axis_values(w), "cuda", seed=7, workload=w.name, computed=False,
+                              library_hook=library_verdicts)
+            results.append(v)
+            problems += [f"{name} @ {w.name}: honest or library FAILS: {p}" for p in v.honest_failed()]
+            problems += [f"{name} @ {w.name}: wrong PASSES: {p}" for p in v.wrong_passed()]
+            worst = ", ".join(f"{o} {m:.3g} ({h})" for o, (m, h) in v.worst_honest().items())
+            least = {}
+            for kind, variant, passed, margins, _ in v.rows:
+                if kind == "wrong" and variant.split(":")[1] in ("zeroed_row", "stale_row", "row_from_another"):
+                    out = variant.split(":")[0]
+                    least[variant] = margins.get(out, math.inf)
+            print(f"{name} @ {w.name}: {time.perf_counter() - t0:.1f}s; honest/library worst {worst}; row faults "
+                  + ", ".join(f"{k} {m:.3g}" for k, m in least.items()), flush=True)
+            torch.cuda.empty_cache()
+    print("\n" + sparse_table(results), flush=True)
+    print("\n" + report(results, time.perf_counter() - start), flush=True)
+    problems += [p for p in below_task_problems(results) if "passed on every workload" not in p]
+    assert not problems, "\n".join(problems)
