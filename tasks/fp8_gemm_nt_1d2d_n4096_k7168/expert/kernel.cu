@@ -1,0 +1,298 @@
+// Expert sm_90a block-scaled FP8 GEMM for fp8_gemm_nt_1d2d_n4096_k7168 (DeepSeek-V3 "1D2D" scaling):
+//   D[i, j] = sum_kb SF_A[i, kb] * SF_B[j / 128, kb] * sum_{k in kb} A[i, k] * B[j, k]
+// A [M, K] and B [N, K] e4m3 (both K-major), SF_A [M, K/128] and SF_B [N/128, K/128] fp32, D [M, N] bf16.
+//
+// Design (NOTES.md has the numbers):
+//  - 128x128 output tile per CTA; one pipeline stage is one 128-wide K block, which is one scale
+//    block and also exactly one 128-byte swizzled row per operand row (e4m3 is 1 byte).
+//  - STAGES-deep shared-memory ring filled by TMA, a full and an empty mbarrier per stage.
+//  - Warp specialisation, 384 threads: warpgroup 0 produces (one thread issues TMA, setmaxnreg.dec),
+//    warpgroups 1 and 2 consume (setmaxnreg.inc), 64 rows x 128 columns each, four
+//    wgmma m64n128k32 e4m3 per K block.
+//  - Scales outside the tensor core: each K block accumulates into a fresh fp32 wgmma accumulator
+//    (scale-d = 0 on its first k32 step), and once it retires the consumer promotes it:
+//    acc += partial * SF_A[row, kb] * SF_B[nb, kb]. The tile is 128 columns wide and aligned to
+//    N blocks, so SF_B is one scalar per (tile, kb); SF_A is two values per thread (rows r, r+8),
+//    loaded before the stage's wait so the load latency hides behind it. While one consumer
+//    warpgroup promotes, the other one's wgmmas keep the tensor cores busy.
+//  - Persistent grid walking the tiles in groups of GROUP_M row tiles (L2 reuse of A and B panels).
+//  - Epilogue: acc -> bf16 -> 128B-swizzled staging -> TMA store (clips rows >= M), double-buffered.
+//  - Small M (fewer tiles than SMs): K blocks split across CTAs; each split writes its scaled fp32
+//    partial tile to `ws`, the last split of a tile (per-tile `counters`) adds the others and stores.
+// M may be any positive value (TMA zero-fills rows >= M); N and K must be multiples of 128.
+
+#ifndef STAGES
+#define STAGES 6
+#endif
+#ifndef GROUP_M
+#define GROUP_M 16  // row tiles per raster group
+#endif
+
+#define BM 128
+#define BN 128
+#define BK 128                        // one scale block of K = one 128-byte row of e4m3
+#define A_STAGE_BYTES (BM * BK)       // 16 KiB
+#define B_STAGE_BYTES (BN * BK)       // 16 KiB
+#define D_BUF_BYTES (64 * 64 * 2)     // one 64x64 bf16 staging box, 8 KiB
+#define EPI_BYTES (2 * 2 * D_BUF_BYTES)  // two buffers per consumer warpgroup
+#define CONSUMER_REGS 232
+#define PRODUCER_REGS 40
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+static __device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 a;
+  asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// ---------------------------------------------------------------- mbarrier
+static __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---------------------------------------------------------------- TMA
+static __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+static __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src), "r"(c0),
+               "r"(c1)
+               : "memory");
+}
+
+// ---------------------------------------------------------------- wgmma
+// K-major tile of 128-byte rows written by TMA with 128B swizzle: LBO unused (1), SBO = 1024 B
+// between 8-row groups, layout type 1 (128B swizzle) in bits 62-63; tile base 1024-aligned.
+// A k32 step of e4m3 is 32 bytes along the row: +2 in the descriptor's address field.
+static __device__ __forceinline__ u64 desc_sw128(u32 saddr) {
+  return (u64)((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+// d (+)= A[64x32] * B[128x32]^T, e4m3 in, fp32 out; scale_d = 0 starts a fresh accumulator.
+static __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+// Keeps the compiler from moving accesses of `d` across wgmma fences and waits (it does not know
+// that wgmma writes its registers asynchronously).
+static __device__ __forceinline__ void fence_operand(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+static __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Tile t -> (row tile, column tile): groups of GROUP_M row tiles walked column by column, so the
+// CTAs resident at one moment share A and B panels in L2.
+static __device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int& mt, int& nt) {
+  const int per_group = GROUP_M * num_n;
+  const int g = t / per_group;
+  const int first = g * GROUP_M;
+  const int size = min(num_m - first, GROUP_M);
+  const int r = t - g * per_group;
+  mt = first + r % size;
+  nt = r / size;
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                   const __grid_constant__ CUtensorMap tmD, const float* __restrict__ SF_A,
+                   const float* __restrict__ SF_B, float* __restrict__ ws, int* __restrict__ counters, int M, int N,
+                   int K, int splits) {
+  extern __shared__ unsigned char smem_raw[];
+  const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 128B swizzle wants 1024-aligned tiles
+  const u32 sA = base;
+  const u32 sB = sA + STAGES * A_STAGE_BYTES;
+  const u32 sD = sB + STAGES * B_STAGE_BYTES;
+  const u32 bars = sD + EPI_BYTES;              // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
+  const u32 flag_slot = bars + 8 * 2 * STAGES;  // split K: "this CTA finishes the tile"
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);               // the producer's expect_tx arrival
+      mbar_init(bars + 8 * (STAGES + s), 2);    // one per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  const int num_m = (M + BM - 1) / BM, num_n = N / BN;
+  const int num_tiles = num_m * num_n;
+  const int num_work = num_tiles * splits;  // work unit = (tile, K split)
+  const int num_kb = K / BK;
+
+  if (wg == 0) {
+    // ------------------------------------------------------------ producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&tmA) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&tmB) : "memory");
+      int it = 0;
+      for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
+        int mt, nt;
+        tile_coords(w / splits, num_m, num_n, mt, nt);
+        const int sp = w % splits, kb0 = sp * num_kb / splits, kb1 = (sp + 1) * num_kb / splits;
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
+          const int s = it % STAGES;
+          const u32 full = bars + 8 * s;
+          mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // both consumers released the slot
+          mbar_expect_tx(full, A_STAGE_BYTES + B_STAGE_BYTES);          // zero-filled rows >= M count too
+          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, mt * BM);
+          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, nt * BN);
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------------------ consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
+    const int cw = wg - 1;       // consumer warpgroup: rows cw*64 .. cw*64+63 of the tile
+    const int t128 = tid & 127;  // thread within the warpgroup
+    const int warp = t128 >> 5, lane = tid & 31;
+    const int row = warp * 16 + (lane >> 2);  // this thread's rows of the warpgroup's 64: row and row + 8
+    const int q = lane & 3;
+    float acc[64], part[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) part[i] = 0.f;
+    int it = 0;
+    for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
+      int mt, nt;
+      tile_coords(w / splits, num_m, num_n, mt, nt);
+      const int sp = w % splits, kb0 = sp * num_kb / splits, kb1 = (sp + 1) * num_kb / splits;
+      const int m0 = mt * BM, n0 = nt * BN;
+      const int r0 = m0 + cw * 64 + row, r1 = r0 + 8;
+      // Rows >= M have zero A (TMA fill) and are never stored: any finite scale will do, 0 here.
+      const float* sfa0 = SF_A + (size_t)min(r0, M - 1) * num_kb;
+      const float* sfa1 = SF_A + (size_t)min(r1, M - 1) * num_kb;
+      const float* sfb = SF_B + (size_t)nt * num_kb;  // BN = 128: one N block per tile
+      const bool v0 = r0 < M, v1 = r1 < M;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+
+      for (int kb = kb0; kb < kb1; ++kb, ++it) {
+        const int s = it % STAGES;
+        const float sb = __ldg(sfb + kb);
+        const float sa0 = v0 ? __ldg(sfa0 + kb) : 0.f;
+        const float sa1 = v1 ? __ldg(sfa1 + kb) : 0.f;
+        mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+        const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
+        const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
+        fence_operand(part);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 32; ++kk) wgmma_m64n128k32_e4m3(part, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        fence_operand(part);
+        if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + s));  // the slot is free for the producer
+        // Promotion into fp32 with this K block's scales.
+        const float s0 = sa0 * sb, s1 = sa1 * sb;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        }
+      }
+
+      // ---------------------------------------------------------- epilogue
+      if (splits > 1) {
+        // Split K: every split writes its scaled fp32 partial tile to ws[sp]; the split that
+        // arrives last at the tile's counter adds the others and runs the normal epilogue.
+        const int tile_id = mt * num_n + nt;
+        const size_t stride_sp = (size_t)num_m * BM * N;
+        float* mine = ws + sp * stride_sp + (size_t)r0 * N + n0 + q * 2;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
+          *reinterpret_cast<float2*>(mine + (size_t)8 * N + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        __threadfence();
+        asm volatile("bar.sync 3, 256;" ::: "memory");
+        if (tid == 128) {
+          const int arrived = atomicAdd(counters + tile_id, 1);
+          const u32 last = arrived == splits - 1;
+          if (last) counters[tile_id] = 0;  // ready for the next launch
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(last) : "memory");
+        }
+        asm volatile("bar.sync 3, 256;" ::: "memory");
+        u32 last;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
+        if (!last) continue;
+        __threadfence();
+        for (int other = 0; other < splits; ++other) {
+          if (other == sp) continue;
+          const float* p = ws + other * stride_sp + (size_t)r0 * N + n0 + q * 2;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const float2 a = __ldcg(reinterpret_cast<const float2*>(p + 8 * j));
+            const float2 b = __ldcg(reinterpret_cast<const float2*>(p + (size_t)8 * N + 8 * j));
+            acc[4 * j] += a.x, acc[4 * j + 1] += a.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
+          }
+        }
+      }
+      const u32 dbuf = sD + cw * (2 * D_BUF_BYTES);
+#pragma unroll
+      for (int chunk = 0; chunk < BN / 64; ++chunk) {
+        const u32 buf = dbuf + chunk * D_BUF_BYTES;
+        // The store issued from this buffer for the previous tile must have finished reading it.
+        if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          const int j = chunk * 8 + jj;
+          // 128B swizzle: 16-byte unit jj of row r lives at unit jj ^ (r & 7); rows r and r+8 share it.
+          const u32 a0 = buf + row * 128 + ((jj ^ (row & 7)) << 4) + q * 4;
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0), "r"(pack_bf16x2(acc[4 * j], acc[4 * j + 1])) : "memory");
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0 + 8 * 128), "r"(pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]))
+                       : "memory");
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // st.shared visible to the TMA engine
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
+        if (t128 == 0) {
+          tma_store_2d(&tmD, buf, n0 + chunk * 64, m0 + cw * 64);
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+      }
+    }
+    if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+}
