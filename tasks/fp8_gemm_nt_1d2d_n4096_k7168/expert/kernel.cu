@@ -3,36 +3,40 @@
 // A [M, K] and B [N, K] e4m3 (both K-major), SF_A [M, K/128] and SF_B [N/128, K/128] fp32, D [M, N] bf16.
 //
 // Design (NOTES.md has the numbers):
-//  - 128x128 output tile per CTA; one pipeline stage is one 128-wide K block, which is one scale
-//    block and also exactly one 128-byte swizzled row per operand row (e4m3 is 1 byte).
+//  - 128xBN output tile per CTA (BN = 256 shipped); one pipeline stage is one 128-wide K block,
+//    which is one scale block and exactly one 128-byte swizzled row per operand row (e4m3: 1 byte).
 //  - STAGES-deep shared-memory ring filled by TMA, a full and an empty mbarrier per stage.
 //  - Warp specialisation, 384 threads: warpgroup 0 produces (one thread issues TMA, setmaxnreg.dec),
-//    warpgroups 1 and 2 consume (setmaxnreg.inc), 64 rows x 128 columns each, four
-//    wgmma m64n128k32 e4m3 per K block.
-//  - Scales outside the tensor core: each K block accumulates into a fresh fp32 wgmma accumulator
-//    (scale-d = 0 on its first k32 step), and once it retires the consumer promotes it:
-//    acc += partial * SF_A[row, kb] * SF_B[nb, kb]. The tile is 128 columns wide and aligned to
-//    N blocks, so SF_B is one scalar per (tile, kb); SF_A is two values per thread (rows r, r+8),
-//    loaded before the stage's wait so the load latency hides behind it. While one consumer
-//    warpgroup promotes, the other one's wgmmas keep the tensor cores busy.
+//    warpgroups 1 and 2 consume (setmaxnreg.inc), 64 rows x BN columns each: per K block and
+//    per 128-column pass (one N scale block), four wgmma m64n128k32 e4m3.
+//  - Scales outside the tensor core: each (K block, pass) accumulates into a fresh fp32 wgmma
+//    accumulator (scale-d = 0 on its first k32 step), and once it retires the consumer promotes it:
+//    acc += partial * SF_A[row, kb] * SF_B[nb, kb]. A pass is 128 columns aligned to an N block,
+//    so SF_B is one scalar per (pass, kb); SF_A is two values per thread (rows r, r+8). Scales are
+//    loaded before the stage's wait so their latency hides behind it. One 64-register partial is
+//    reused by the passes (acc 128 + partial 64 registers fit; two partials would not), and while
+//    one consumer warpgroup promotes, the other one's wgmmas keep the tensor cores busy.
 //  - Persistent grid walking the tiles in groups of GROUP_M row tiles (L2 reuse of A and B panels).
 //  - Epilogue: acc -> bf16 -> 128B-swizzled staging -> TMA store (clips rows >= M), double-buffered.
 //  - Small M (fewer tiles than SMs): K blocks split across CTAs; each split writes its scaled fp32
 //    partial tile to `ws`, the last split of a tile (per-tile `counters`) adds the others and stores.
-// M may be any positive value (TMA zero-fills rows >= M); N and K must be multiples of 128.
+// M may be any positive value (TMA zero-fills rows >= M); N must be a multiple of BN, K of 128.
 
 #ifndef STAGES
-#define STAGES 6
+#define STAGES 4
+#endif
+#ifndef BN
+#define BN 256  // tile columns: 128 or 256 (two 128-column passes per K block, one SF_B scale each)
 #endif
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
 #endif
 
 #define BM 128
-#define BN 128
 #define BK 128                        // one scale block of K = one 128-byte row of e4m3
 #define A_STAGE_BYTES (BM * BK)       // 16 KiB
-#define B_STAGE_BYTES (BN * BK)       // 16 KiB
+#define B_STAGE_BYTES (BN * BK)       // 16 or 32 KiB
+#define NH (BN / 128)                 // 128-column passes (N scale blocks) per tile
 #define D_BUF_BYTES (64 * 64 * 2)     // one 64x64 bf16 staging box, 8 KiB
 #define EPI_BYTES (2 * 2 * D_BUF_BYTES)  // two buffers per consumer warpgroup
 #define CONSUMER_REGS 232
@@ -188,7 +192,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
     const int warp = t128 >> 5, lane = tid & 31;
     const int row = warp * 16 + (lane >> 2);  // this thread's rows of the warpgroup's 64: row and row + 8
     const int q = lane & 3;
-    float acc[64], part[64];
+    float acc[NH * 64], part[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) part[i] = 0.f;
     int it = 0;
@@ -201,35 +205,41 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
       // Rows >= M have zero A (TMA fill) and are never stored: any finite scale will do, 0 here.
       const float* sfa0 = SF_A + (size_t)min(r0, M - 1) * num_kb;
       const float* sfa1 = SF_A + (size_t)min(r1, M - 1) * num_kb;
-      const float* sfb = SF_B + (size_t)nt * num_kb;  // BN = 128: one N block per tile
+      const float* sfb = SF_B + (size_t)nt * NH * num_kb;  // pass h: N block nt * NH + h
       const bool v0 = r0 < M, v1 = r1 < M;
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+      for (int i = 0; i < NH * 64; ++i) acc[i] = 0.f;
 
       for (int kb = kb0; kb < kb1; ++kb, ++it) {
         const int s = it % STAGES;
-        const float sb = __ldg(sfb + kb);
+        float sb[NH];
+#pragma unroll
+        for (int h = 0; h < NH; ++h) sb[h] = __ldg(sfb + h * num_kb + kb);
         const float sa0 = v0 ? __ldg(sfa0 + kb) : 0.f;
         const float sa1 = v1 ? __ldg(sfa1 + kb) : 0.f;
         mbar_wait(bars + 8 * s, (it / STAGES) & 1);
         const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
-        const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
-        fence_operand(part);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < BK / 32; ++kk) wgmma_m64n128k32_e4m3(part, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        fence_operand(part);
-        if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + s));  // the slot is free for the producer
-        // Promotion into fp32 with this K block's scales.
-        const float s0 = sa0 * sb, s1 = sa1 * sb;
+        for (int h = 0; h < NH; ++h) {
+          const u64 db = desc_sw128(sB + s * B_STAGE_BYTES + h * (128 * 128));
+          fence_operand(part);
+          asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+          for (int kk = 0; kk < BK / 32; ++kk) wgmma_m64n128k32_e4m3(part, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+          asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+          asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+          fence_operand(part);
+          if (h == NH - 1 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + s));  // the slot is free for the producer
+          // Promotion into fp32 with this K block's and this N block's scales.
+          const float s0 = sa0 * sb[h], s1 = sa1 * sb[h];
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            float* a = acc + h * 64 + 4 * j;  // columns h*128 + 8j + 2q (+1), rows r (0, 1) and r + 8 (2, 3)
+            a[0] = fmaf(part[4 * j], s0, a[0]);
+            a[1] = fmaf(part[4 * j + 1], s0, a[1]);
+            a[2] = fmaf(part[4 * j + 2], s1, a[2]);
+            a[3] = fmaf(part[4 * j + 3], s1, a[3]);
+          }
         }
       }
 
@@ -241,7 +251,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
         const size_t stride_sp = (size_t)num_m * BM * N;
         float* mine = ws + sp * stride_sp + (size_t)r0 * N + n0 + q * 2;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < BN / 8; ++j) {
           *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
           *reinterpret_cast<float2*>(mine + (size_t)8 * N + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
         }
@@ -262,7 +272,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
           if (other == sp) continue;
           const float* p = ws + other * stride_sp + (size_t)r0 * N + n0 + q * 2;
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
+          for (int j = 0; j < BN / 8; ++j) {
             const float2 a = __ldcg(reinterpret_cast<const float2*>(p + 8 * j));
             const float2 b = __ldcg(reinterpret_cast<const float2*>(p + (size_t)8 * N + 8 * j));
             acc[4 * j] += a.x, acc[4 * j + 1] += a.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
@@ -272,8 +282,8 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
       const u32 dbuf = sD + cw * (2 * D_BUF_BYTES);
 #pragma unroll
       for (int chunk = 0; chunk < BN / 64; ++chunk) {
-        const u32 buf = dbuf + chunk * D_BUF_BYTES;
-        // The store issued from this buffer for the previous tile must have finished reading it.
+        const u32 buf = dbuf + (chunk & 1) * D_BUF_BYTES;
+        // The store issued from this buffer two chunks ago must have finished reading it.
         if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
         asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 #pragma unroll
