@@ -54,13 +54,16 @@ _BWD = {
     "comp": ({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
 }
 _FP8_SPLITS128 = "max(1, min(8, num_sms // (cdiv(m, 128) * (n // 128))))"
+_FP8_BN128 = {"box": {"tmB": [128, 128]}, "shared_bytes": 1024 + 6 * 32768 + 32768 + 112,
+              "grid": [f"min(num_sms, cdiv(m, 128) * (n // 128) * ({_FP8_SPLITS128}))"],
+              "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
+                       {"name": "splits", "type": "i32", "value": _FP8_SPLITS128}]}
 _FP8 = {
     "shipped": ({}, {}),  # kernel.cu defaults: BN=256 (two 128-column passes per K block), STAGES=4, GROUP_M=16
     # 128x128 tiles, one pass per K block; the manifest's ws (sized for BN=256's splits) is large enough.
-    "bn128": ({"BN": 128, "STAGES": 6}, {"box": {"tmB": [128, 128]}, "shared_bytes": 1024 + 6 * 32768 + 32768 + 112,
-                                          "grid": [f"min(num_sms, cdiv(m, 128) * (n // 128) * ({_FP8_SPLITS128}))"],
-                                          "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
-                                                   {"name": "splits", "type": "i32", "value": _FP8_SPLITS128}]}),
+    "bn128": ({"BN": 128, "STAGES": 6}, _FP8_BN128),
+    # bn128 with two partials: K block kb+1's wgmmas run while kb is promoted (192 accumulator registers)
+    "pipe": ({"BN": 128, "STAGES": 6, "PIPE": 1}, _FP8_BN128),
     "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles
 }
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {

@@ -29,6 +29,9 @@
 #ifndef BN
 #define BN 256  // tile columns: 128 or 256 (two 128-column passes per K block, one SF_B scale each)
 #endif
+#ifndef PIPE
+#define PIPE 0  // 1 (BN = 128 only): two partials, K block kb+1's wgmmas run while kb is promoted
+#endif
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
 #endif
@@ -38,6 +41,9 @@
 #define A_STAGE_BYTES (BM * BK)       // 16 KiB
 #define B_STAGE_BYTES (BN * BK)       // 16 or 32 KiB
 #define NH (BN / 128)                 // 128-column passes (N scale blocks) per tile
+#if PIPE && BN != 128
+#error "PIPE needs BN = 128 (acc + two partials = 192 registers)"
+#endif
 #define D_BUF_BYTES (64 * 64 * 2)     // one 64x64 bf16 staging box, 8 KiB
 #define EPI_BYTES (2 * 2 * D_BUF_BYTES)  // two buffers per consumer warpgroup
 #define CONSUMER_REGS 232
@@ -117,7 +123,7 @@ static __device__ __forceinline__ void fence_operand(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-static __device__ __forceinline__ float pick(const float4& v, int c) {
+static __device__ __forceinline__ __attribute__((unused)) float pick(const float4& v, int c) {
   return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
 }
 
@@ -198,8 +204,15 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
     const int row = warp * 16 + (lane >> 2);  // this thread's rows of the warpgroup's 64: row and row + 8
     const int q = lane & 3;
     float acc[NH * 64], part[64];
+#if PIPE
+    float part2[64];
+#endif
 #pragma unroll
     for (int i = 0; i < 64; ++i) part[i] = 0.f;
+#if PIPE
+#pragma unroll
+    for (int i = 0; i < 64; ++i) part2[i] = 0.f;
+#endif
     int it = 0;
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
       int mt, nt;
@@ -215,6 +228,81 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
 #pragma unroll
       for (int i = 0; i < NH * 64; ++i) acc[i] = 0.f;
 
+#if PIPE
+      // Scales by quads of K blocks: lane q of each row's four lanes holds K block k4 + q of rows r0,
+      // r1 and of the N block (16 contiguous bytes per row: the sectors of one float4 load); a
+      // shuffle hands each K block's to all four. The next quad is loaded one quad ahead.
+      float ca0, ca1, cb, na0 = 0.f, na1 = 0.f, nb = 0.f;
+#define LOAD_QUAD(K4, A0, A1, B)                    \
+  do {                                              \
+    const int k_ = (K4) + q;                        \
+    A0 = v0 ? __ldg(sfa0 + k_) : 0.f;               \
+    A1 = v1 ? __ldg(sfa1 + k_) : 0.f;               \
+    B = __ldg(sfb + k_);                            \
+  } while (0)
+      LOAD_QUAD(kb0 & ~3, ca0, ca1, cb);
+      if ((kb0 & ~3) + 4 < kb1) LOAD_QUAD((kb0 & ~3) + 4, na0, na1, nb);
+      float pa0, pa1, pb0, pb1;  // the promotion scales (rows r0, r1) of part and part2
+      // Wait for K block KB's stage and issue its four wgmmas into P (one commit group).
+#define ISSUE(KB, P, S0, S1)                                                                              \
+  do {                                                                                                    \
+    const int kb_ = (KB), it_ = it + (kb_ - kb0), s_ = it_ % STAGES;                                      \
+    if (kb_ != kb0 && (kb_ & 3) == 0) {                                                                   \
+      ca0 = na0, ca1 = na1, cb = nb;                                                                      \
+      if (kb_ + 4 < kb1) LOAD_QUAD(kb_ + 4, na0, na1, nb);                                                \
+    }                                                                                                     \
+    const int src_ = (lane & ~3) | (kb_ & 3);                                                             \
+    const float b_ = __shfl_sync(0xffffffffu, cb, src_);                                                  \
+    S0 = __shfl_sync(0xffffffffu, ca0, src_) * b_;                                                        \
+    S1 = __shfl_sync(0xffffffffu, ca1, src_) * b_;                                                        \
+    mbar_wait(bars + 8 * s_, (it_ / STAGES) & 1);                                                         \
+    const u64 da_ = desc_sw128(sA + s_ * A_STAGE_BYTES + cw * (64 * 128));                                \
+    const u64 db_ = desc_sw128(sB + s_ * B_STAGE_BYTES);                                                  \
+    fence_operand(P);                                                                                     \
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");                                               \
+    _Pragma("unroll") for (int kk = 0; kk < BK / 32; ++kk)                                                \
+        wgmma_m64n128k32_e4m3(P, da_ + 2 * kk, db_ + 2 * kk, kk > 0 ? 1 : 0);                             \
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");                                        \
+  } while (0)
+      // K block KB's partial P has retired: free its stage, promote it.
+#define PROMOTE(KB, P, S0, S1)                                                                            \
+  do {                                                                                                    \
+    fence_operand(P);                                                                                     \
+    if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + (it + ((KB) - kb0)) % STAGES));                       \
+    _Pragma("unroll") for (int j = 0; j < 16; ++j) {                                                      \
+      acc[4 * j] = fmaf(P[4 * j], S0, acc[4 * j]);                                                        \
+      acc[4 * j + 1] = fmaf(P[4 * j + 1], S0, acc[4 * j + 1]);                                            \
+      acc[4 * j + 2] = fmaf(P[4 * j + 2], S1, acc[4 * j + 2]);                                            \
+      acc[4 * j + 3] = fmaf(P[4 * j + 3], S1, acc[4 * j + 3]);                                            \
+    }                                                                                                     \
+  } while (0)
+      // Branch-free steady state (ptxas keeps two groups in flight only where it can follow them):
+      // part holds K block kb in flight on entry to each iteration.
+      ISSUE(kb0, part, pa0, pa1);
+      int kb = kb0;
+      for (; kb + 2 < kb1; kb += 2) {
+        ISSUE(kb + 1, part2, pb0, pb1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        PROMOTE(kb, part, pa0, pa1);
+        ISSUE(kb + 2, part, pa0, pa1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        PROMOTE(kb + 1, part2, pb0, pb1);
+      }
+      if (kb + 1 < kb1) {  // two left: kb in flight, kb + 1 to issue
+        ISSUE(kb + 1, part2, pb0, pb1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        PROMOTE(kb, part, pa0, pa1);
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        PROMOTE(kb + 1, part2, pb0, pb1);
+      } else {
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        PROMOTE(kb, part, pa0, pa1);
+      }
+      it += kb1 - kb0;
+#undef ISSUE
+#undef PROMOTE
+#undef LOAD_QUAD
+#else
       // Scales of 4 K blocks at once (one 16-byte load per row): a quarter of the load
       // instructions and of the sectors read outside TMA (the credit rules count those bytes).
       float4 qa0, qa1, qb[NH];
@@ -257,6 +345,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
           }
         }
       }
+#endif
 
       // ---------------------------------------------------------- epilogue
       if (splits > 1) {
@@ -267,8 +356,9 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
         float* mine = ws + sp * stride_sp + (size_t)r0 * N + n0 + q * 2;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
-          *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
-          *reinterpret_cast<float2*>(mine + (size_t)8 * N + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+          // Rows >= M are never stored: their partials are neither written nor read (M = 70: 55% of the traffic).
+          if (v0) *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
+          if (v1) *reinterpret_cast<float2*>(mine + (size_t)8 * N + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
         }
         __threadfence();
         asm volatile("bar.sync 3, 256;" ::: "memory");
@@ -288,8 +378,8 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
           const float* p = ws + other * stride_sp + (size_t)r0 * N + n0 + q * 2;
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j) {
-            const float2 a = __ldcg(reinterpret_cast<const float2*>(p + 8 * j));
-            const float2 b = __ldcg(reinterpret_cast<const float2*>(p + (size_t)8 * N + 8 * j));
+            const float2 a = v0 ? __ldcg(reinterpret_cast<const float2*>(p + 8 * j)) : make_float2(0.f, 0.f);
+            const float2 b = v1 ? __ldcg(reinterpret_cast<const float2*>(p + (size_t)8 * N + 8 * j)) : make_float2(0.f, 0.f);
             acc[4 * j] += a.x, acc[4 * j + 1] += a.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
           }
         }
