@@ -53,6 +53,7 @@ _BWD = {
     "v2": ({"DQ_TMA": 0, "DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),
     "comp": ({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
 }
+_FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS128 = "max(1, min(8, num_sms // (cdiv(m, 128) * (n // 128))))"
 _FP8_BN128 = {"box": {"tmB": [128, 128]}, "shared_bytes": 1024 + 6 * 32768 + 32768 + 112,
               "grid": [f"min(num_sms, cdiv(m, 128) * (n // 128) * ({_FP8_SPLITS128}))"],
@@ -65,6 +66,11 @@ _FP8 = {
     # bn128 with two partials: K block kb+1's wgmmas run while kb is promoted (192 accumulator registers)
     "pipe": ({"BN": 128, "STAGES": 6, "PIPE": 1}, _FP8_BN128),
     "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles
+    # clusters of 2 CTAs on vertically adjacent tiles, each loading half of B for both (multicast)
+    "c2": ({"CLUSTER_M": 2}, {"cluster": [2, 1, 1], "box": {"tmB": [128, 128]},
+                              "grid": [f"min(num_sms // 2 * 2, 2 * cdiv(m, 256) * (n // 256) * ({_FP8_SPLITS_C2}))"],
+                              "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
+                                       {"name": "splits", "type": "i32", "value": _FP8_SPLITS_C2}]}),
 }
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,
@@ -130,6 +136,8 @@ def check(task: str, names: list[str], workloads: str) -> int:
             times = ", ".join(f"{w.workload} {w.timing.median_ms:.4g} ms" for w in r.workloads if w.timing)
             bad = [f"{w.workload}: {w.reason}" for w in r.workloads if w.status != "passed"]
             rows.append((name, r.correct, r.split_correct("held_out"), r.speedup, times, "; ".join(bad)))
+            # each row as soon as it is known: a run cut short by its time slot keeps what it measured
+            print(f"{name}: correct {r.correct}, speedup {r.speedup or 0:.3f}, {times} {rows[-1][-1]}", flush=True)
     print(f"\n{'variant':<12} {'correct':<8} {'held-out':<9} {'speedup':<8} times / failures")
     for name, ok, held, speedup, times, bad in rows:
         print(f"{name:<12} {str(ok):<8} {str(held):<9} {speedup or 0:<8.3f} {times} {bad}")

@@ -18,6 +18,8 @@
 //    one consumer warpgroup promotes, the other one's wgmmas keep the tensor cores busy.
 //  - Persistent grid walking the tiles in groups of GROUP_M row tiles (L2 reuse of A and B panels).
 //  - Epilogue: acc -> bf16 -> 128B-swizzled staging -> TMA store (clips rows >= M), double-buffered.
+//  - CLUSTER_M = 2 (a variant): two CTAs of a cluster take vertically adjacent tiles and each
+//    loads half of the shared B tile, multicast to both (halves B's L2 traffic).
 //  - Small M (fewer tiles than SMs): K blocks split across CTAs; each split writes its scaled fp32
 //    partial tile to `ws`, the last split of a tile (per-tile `counters`) adds the others and stores.
 // M may be any positive value (TMA zero-fills rows >= M); N must be a multiple of BN and K of 512
@@ -31,6 +33,9 @@
 #endif
 #ifndef PIPE
 #define PIPE 0  // 1 (BN = 128 only): two partials, K block kb+1's wgmmas run while kb is promoted
+#endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 1  // 2: two CTAs of a cluster take vertically adjacent tiles, each loads half of the shared B tile for both
 #endif
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
@@ -65,8 +70,23 @@ static __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
 static __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
-static __device__ __forceinline__ void mbar_arrive(u32 bar) {
+static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Arrive on the barrier at the same shared offset in CTA `rank` of the cluster.
+static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive_cluster(u32 bar, u32 rank) {
+  asm volatile(
+      "{ .reg .b32 r; mapa.shared::cluster.u32 r, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [r]; }" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// A consumer warpgroup is done with stage `s`: tell every CTA whose producer writes into it.
+static __device__ __forceinline__ void release_stage(u32 empty_bar) {
+#if CLUSTER_M > 1
+  for (u32 r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(empty_bar, r);
+#else
+  mbar_arrive(empty_bar);
+#endif
 }
 static __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   u32 done;
@@ -84,6 +104,15 @@ static __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* m
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+// Same box written to the same offset in every CTA of `mask`, each CTA's barrier at `bar` told.
+static __device__ __forceinline__ __attribute__((unused)) void tma_load_2d_multicast(u32 dst, const CUtensorMap* map, u32 bar,
+                                                                                    int c0, int c1, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], "
+      "[%2], %5;" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
 static __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
@@ -133,15 +162,16 @@ static __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
   return r;
 }
 
-// Tile t -> (row tile, column tile): groups of GROUP_M row tiles walked column by column, so the
-// CTAs resident at one moment share A and B panels in L2.
-static __device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int& mt, int& nt) {
-  const int per_group = GROUP_M * num_n;
+// Tile t -> (row unit, column tile); a row unit is CLUSTER_M row tiles. Groups of GROUP_M row
+// tiles are walked column by column, so the CTAs resident at one moment share A and B panels in L2.
+static __device__ __forceinline__ void tile_coords(int t, int num_units, int num_n, int& unit, int& nt) {
+  const int group_units = GROUP_M / CLUSTER_M;
+  const int per_group = group_units * num_n;
   const int g = t / per_group;
-  const int first = g * GROUP_M;
-  const int size = min(num_m - first, GROUP_M);
+  const int first = g * group_units;
+  const int size = min(num_units - first, group_units);
   const int r = t - g * per_group;
-  mt = first + r % size;
+  unit = first + r % size;
   nt = r / size;
 }
 
@@ -163,15 +193,24 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);               // the producer's expect_tx arrival
-      mbar_init(bars + 8 * (STAGES + s), 2);    // one per consumer warpgroup
+      mbar_init(bars + 8 * (STAGES + s), 2 * CLUSTER_M);  // one per consumer warpgroup of every CTA the stage feeds
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+#if CLUSTER_M > 1
+  u32 rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const int cluster_id = blockIdx.x / CLUSTER_M, num_clusters = gridDim.x / CLUSTER_M;
+  asm volatile("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;" ::: "memory");
+#else
+  const u32 rank = 0;
+  const int cluster_id = blockIdx.x, num_clusters = gridDim.x;
   __syncthreads();
+#endif
 
-  const int num_m = (M + BM - 1) / BM, num_n = N / BN;
-  const int num_tiles = num_m * num_n;
-  const int num_work = num_tiles * splits;  // work unit = (tile, K split)
+  const int num_units = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M), num_n = N / BN;
+  const int num_m = num_units * CLUSTER_M;       // row tiles, padded to whole units
+  const int num_work = num_units * num_n * splits;  // work unit = (row unit, column tile, K split)
   const int num_kb = K / BK;
 
   if (wg == 0) {
@@ -181,17 +220,25 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmA) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmB) : "memory");
       int it = 0;
-      for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
-        int mt, nt;
-        tile_coords(w / splits, num_m, num_n, mt, nt);
+      for (int w = cluster_id; w < num_work; w += num_clusters) {
+        int unit, nt;
+        tile_coords(w / splits, num_units, num_n, unit, nt);
+        const int mt = unit * CLUSTER_M + (int)rank;
         const int sp = w % splits, kb0 = sp * num_kb / splits, kb1 = (sp + 1) * num_kb / splits;
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
           const u32 full = bars + 8 * s;
-          mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // both consumers released the slot
+          mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // every consumer it feeds released the slot
           mbar_expect_tx(full, A_STAGE_BYTES + B_STAGE_BYTES);          // zero-filled rows >= M count too
           tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, mt * BM);
+#if CLUSTER_M > 1
+          // This CTA fetches its half of the B tile for both CTAs of the cluster.
+          constexpr u32 half = B_STAGE_BYTES / 2;
+          tma_load_2d_multicast(sB + s * B_STAGE_BYTES + rank * half, &tmB, full, kb * BK, nt * BN + (int)rank * (BN / 2),
+                                (unsigned short)((1u << CLUSTER_M) - 1));
+#else
           tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, nt * BN);
+#endif
         }
       }
     }
@@ -214,9 +261,10 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
     for (int i = 0; i < 64; ++i) part2[i] = 0.f;
 #endif
     int it = 0;
-    for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
-      int mt, nt;
-      tile_coords(w / splits, num_m, num_n, mt, nt);
+    for (int w = cluster_id; w < num_work; w += num_clusters) {
+      int unit, nt;
+      tile_coords(w / splits, num_units, num_n, unit, nt);
+      const int mt = unit * CLUSTER_M + (int)rank;
       const int sp = w % splits, kb0 = sp * num_kb / splits, kb1 = (sp + 1) * num_kb / splits;
       const int m0 = mt * BM, n0 = nt * BN;
       const int r0 = m0 + cw * 64 + row, r1 = r0 + 8;
@@ -268,7 +316,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
 #define PROMOTE(KB, P, S0, S1)                                                                            \
   do {                                                                                                    \
     fence_operand(P);                                                                                     \
-    if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + (it + ((KB) - kb0)) % STAGES));                       \
+    if (t128 == 0) release_stage(bars + 8 * (STAGES + (it + ((KB) - kb0)) % STAGES));                     \
     _Pragma("unroll") for (int j = 0; j < 16; ++j) {                                                      \
       acc[4 * j] = fmaf(P[4 * j], S0, acc[4 * j]);                                                        \
       acc[4 * j + 1] = fmaf(P[4 * j + 1], S0, acc[4 * j + 1]);                                            \
@@ -332,7 +380,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
           asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
           asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
           fence_operand(part);
-          if (h == NH - 1 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + s));  // the slot is free for the producer
+          if (h == NH - 1 && t128 == 0) release_stage(bars + 8 * (STAGES + s));  // the slot is free for the producer(s)
           // Promotion into fp32 with this K block's and this N block's scales.
           const float s0 = sa0 * sb[h], s1 = sa1 * sb[h];
 #pragma unroll
@@ -410,4 +458,8 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
     }
     if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
+#if CLUSTER_M > 1
+  // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
+  asm volatile("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;" ::: "memory");
+#endif
 }
