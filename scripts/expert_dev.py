@@ -71,6 +71,8 @@ _FP8 = {
     "s4": ({}, {"grid": [f"min(num_sms, cdiv(m, 128) * (n // 256) * ({_FP8_SPLITS_MAX4}))"],
                 "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
                          {"name": "splits", "type": "i32", "value": _FP8_SPLITS_MAX4}]}),
+    # split-K partials reduced in place (red.global.add into one fp32 tile) instead of one tile per split
+    "red": ({"SPLIT_RED": 1}, {}),
     # clusters of 2 CTAs on vertically adjacent tiles, each loading half of B for both (multicast)
     "c2": ({"CLUSTER_M": 2}, {"cluster": [2, 1, 1], "box": {"tmB": [128, 128]},
                               "grid": [f"min(num_sms // 2 * 2, 2 * cdiv(m, 256) * (n // 256) * ({_FP8_SPLITS_C2}))"],

@@ -37,6 +37,9 @@
 #ifndef CLUSTER_M
 #define CLUSTER_M 1  // 2: two CTAs of a cluster take vertically adjacent tiles, each loads half of the shared B tile for both
 #endif
+#ifndef SPLIT_RED
+#define SPLIT_RED 0  // 1: split-K partials added in place (red.global.add) into one fp32 tile, not one tile per split
+#endif
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
 #endif
@@ -210,6 +213,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
 
   const int num_units = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M), num_n = N / BN;
   const int num_m = num_units * CLUSTER_M;       // row tiles, padded to whole units
+  (void)num_m;                                   // (unused with SPLIT_RED)
   const int num_work = num_units * num_n * splits;  // work unit = (row unit, column tile, K split)
   const int num_kb = K / BK;
 
@@ -396,6 +400,69 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
 #endif
 
       // ---------------------------------------------------------- epilogue
+#if SPLIT_RED
+      if (splits > 1) {
+        // Split K, reduced in place: the first split to arrive at the tile (ticket 0) stores its
+        // partial into the tile's fp32 ws rows (< M), the others wait for that, then add theirs
+        // with red.global.add; the split that finishes last reads the sum back and stores D.
+        // Ticket 0 never waits, so the others' wait always ends. Both counters are reset by the
+        // last split (the next launch finds them at 0).
+        const int tile_id = mt * num_n + nt;
+        int* tickets = counters + 2 * tile_id;
+        int* done = tickets + 1;
+        float* mine = ws + (size_t)r0 * N + n0 + q * 2;
+        if (tid == 128) {
+          const int ticket = atomicAdd(tickets, 1);
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(ticket) : "memory");
+        }
+        asm volatile("bar.sync 3, 256;" ::: "memory");
+        u32 ticket;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(ticket) : "r"(flag_slot) : "memory");
+        if (ticket == 0) {
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            if (v0) *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
+            if (v1) *reinterpret_cast<float2*>(mine + (size_t)8 * N + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+          }
+        } else {
+          if (tid == 128) {
+            int seen;
+            do {
+              asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
+            } while (seen < 1);
+          }
+          asm volatile("bar.sync 3, 256;" ::: "memory");
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            if (v0)
+              asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(mine + 8 * j), "f"(acc[4 * j]), "f"(acc[4 * j + 1])
+                           : "memory");
+            if (v1)
+              asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(mine + (size_t)8 * N + 8 * j), "f"(acc[4 * j + 2]),
+                           "f"(acc[4 * j + 3])
+                           : "memory");
+          }
+        }
+        __threadfence();
+        asm volatile("bar.sync 3, 256;" ::: "memory");
+        if (tid == 128) {
+          const u32 last = atomicAdd(done, 1) == splits - 1;
+          if (last) *tickets = 0, *done = 0;  // ready for the next launch
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(last) : "memory");
+        }
+        asm volatile("bar.sync 3, 256;" ::: "memory");
+        u32 last;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
+        if (!last) continue;
+        __threadfence();
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          const float2 a = v0 ? __ldcg(reinterpret_cast<const float2*>(mine + 8 * j)) : make_float2(0.f, 0.f);
+          const float2 b = v1 ? __ldcg(reinterpret_cast<const float2*>(mine + (size_t)8 * N + 8 * j)) : make_float2(0.f, 0.f);
+          acc[4 * j] = a.x, acc[4 * j + 1] = a.y, acc[4 * j + 2] = b.x, acc[4 * j + 3] = b.y;
+        }
+      }
+#else
       if (splits > 1) {
         // Split K: every split writes its scaled fp32 partial tile to ws[sp]; the split that
         // arrives last at the tile's counter adds the others and runs the normal epilogue.
@@ -432,6 +499,7 @@ fp8_gemm_1d2d_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constan
           }
         }
       }
+#endif
       const u32 dbuf = sD + cw * (2 * D_BUF_BYTES);
 #pragma unroll
       for (int chunk = 0; chunk < BN / 64; ++chunk) {
