@@ -61,18 +61,16 @@ _FP8_BN128 = {"box": {"tmB": [128, 128]}, "shared_bytes": 1024 + 6 * 32768 + 327
               "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
                        {"name": "splits", "type": "i32", "value": _FP8_SPLITS128}]}
 _FP8 = {
-    "shipped": ({}, {}),  # kernel.cu defaults: BN=256 (two 128-column passes per K block), STAGES=4, GROUP_M=16
+    "shipped": ({}, {}),  # kernel.cu defaults: BN=256 (two 128-column passes per K block), STAGES=4, GROUP_M=8, SPLIT_RED=1
     # 128x128 tiles, one pass per K block; the manifest's ws (sized for BN=256's splits) is large enough.
     "bn128": ({"BN": 128, "STAGES": 6}, _FP8_BN128),
     # bn128 with two partials: K block kb+1's wgmmas run while kb is promoted (192 accumulator registers)
     "pipe": ({"BN": 128, "STAGES": 6, "PIPE": 1}, _FP8_BN128),
-    "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles
+    "g16": ({"GROUP_M": 16}, {}),  # tiles visited in groups of 16 rows of tiles (shipped before 2026-12-03 W1)
     # split K at most 4 ways (M = 70: 16 tiles x 4 instead of x 8; the fix-up reads 3 partials, not 7)
     "s4": ({}, {"grid": [f"min(num_sms, cdiv(m, 128) * (n // 256) * ({_FP8_SPLITS_MAX4}))"],
                 "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
                          {"name": "splits", "type": "i32", "value": _FP8_SPLITS_MAX4}]}),
-    # split-K partials reduced in place (red.global.add into one fp32 tile) instead of one tile per split
-    "red": ({"SPLIT_RED": 1}, {}),
     # clusters of 2 CTAs on vertically adjacent tiles, each loading half of B for both (multicast)
     "c2": ({"CLUSTER_M": 2}, {"cluster": [2, 1, 1], "box": {"tmB": [128, 128]},
                               "grid": [f"min(num_sms // 2 * 2, 2 * cdiv(m, 256) * (n // 256) * ({_FP8_SPLITS_C2}))"],

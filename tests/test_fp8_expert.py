@@ -52,6 +52,7 @@ def test_sass_holds_fp8_gmma_fed_and_drained_by_tma(compiled):
     assert not any(i.opcode in ("HGMMA", "HMMA", "QMMA") for i in insns)  # no 16-bit or warp-level MMA path
     assert sum(i.opcode == "UTMALDG" for i in insns) >= 2 and sum(i.opcode == "UTMASTG" for i in insns) >= 1
     assert not any(i.opcode == "UBLKCP" for i in insns)  # no plain bulk copy (it would void the TMA credit)
+    assert any(i.opcode == "REDG" for i in insns)  # split K (small M) adds partials in place
     # the scales are promoted on the CUDA cores: one FFMA per accumulator and pass (2 x 64 per K block)
     assert sum(i.opcode == "FFMA" for i in insns) >= 128
 
@@ -69,8 +70,8 @@ def test_manifest_plans_every_workload(m):
     assert launch.grid == (min(limits.num_sms, tiles * splits), 1, 1) and launch.block == (384, 1, 1)
     assert launch.shared_bytes <= limits.max_smem_per_block
     ws = next(b for b in plan.buffers if b.name == "ws")
-    if splits > 1:  # every split's fp32 partial tile: splits x (M rounded up to 128) rows of N
-        assert ws.shape[0] >= splits * math.ceil(m / 128) * 128 and ws.shape[1] == axes["n"]
+    if splits > 1:  # split-K partials added in place (SPLIT_RED): one fp32 row of N per row of the padded tiles
+        assert ws.shape[0] >= math.ceil(m / 128) * 128 and ws.shape[1] == axes["n"]
     counters = next(b for b in plan.buffers if b.name == "counters")
     assert counters.zero and counters.shape[0] >= tiles
     assert (m, splits) != (70, 1)  # M = 70 is 16 tiles on 132 SMs: split K must engage there

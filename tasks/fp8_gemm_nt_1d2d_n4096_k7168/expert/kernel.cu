@@ -20,8 +20,11 @@
 //  - Epilogue: acc -> bf16 -> 128B-swizzled staging -> TMA store (clips rows >= M), double-buffered.
 //  - CLUSTER_M = 2 (a variant): two CTAs of a cluster take vertically adjacent tiles and each
 //    loads half of the shared B tile, multicast to both (halves B's L2 traffic).
-//  - Small M (fewer tiles than SMs): K blocks split across CTAs; each split writes its scaled fp32
-//    partial tile to `ws`, the last split of a tile (per-tile `counters`) adds the others and stores.
+//  - Small M (fewer tiles than SMs): K blocks split across CTAs. SPLIT_RED=1 (shipped): the first
+//    split of a tile stores its promoted fp32 partial into the tile's `ws` rows, the others add
+//    theirs in place (red.global.add), the last (per-tile `counters`) reads the sum and stores D;
+//    `ws` holds one fp32 tile per output tile. SPLIT_RED=0: each split writes its own partial tile
+//    and the last adds the others (needs `ws` of splits x that; 1.2x slower at M = 70).
 // M may be any positive value (TMA zero-fills rows >= M); N must be a multiple of BN and K of 512
 // (K/128 scale blocks a multiple of 4: the scales are read 16 bytes at a time); the task has 7168.
 
@@ -38,10 +41,10 @@
 #define CLUSTER_M 1  // 2: two CTAs of a cluster take vertically adjacent tiles, each loads half of the shared B tile for both
 #endif
 #ifndef SPLIT_RED
-#define SPLIT_RED 0  // 1: split-K partials added in place (red.global.add) into one fp32 tile, not one tile per split
+#define SPLIT_RED 1  // 1: split-K partials added in place (red.global.add) into one fp32 tile; 0: one tile per split
 #endif
 #ifndef GROUP_M
-#define GROUP_M 16  // row tiles per raster group
+#define GROUP_M 8  // row tiles per raster group
 #endif
 
 #define BM 128
