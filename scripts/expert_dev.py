@@ -61,7 +61,32 @@ _BWD = {
     "v2": ({"DQ_TMA": 0, "DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),
     "comp": ({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
 }
+_FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
+_FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"
+_FP8_SPLITS128 = "max(1, min(8, num_sms // (cdiv(m, 128) * (n // 128))))"
+_FP8_BN128 = {"box": {"tmB": [128, 128]}, "shared_bytes": 1024 + 6 * 32768 + 32768 + 112,
+              "grid": [f"min(num_sms, cdiv(m, 128) * (n // 128) * ({_FP8_SPLITS128}))"],
+              "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
+                       {"name": "splits", "type": "i32", "value": _FP8_SPLITS128}]}
+_FP8 = {
+    "shipped": ({}, {}),  # kernel.cu defaults: BN=256 (two 128-column passes per K block), STAGES=4, GROUP_M=8, SPLIT_RED=1
+    # 128x128 tiles, one pass per K block; the manifest's ws (sized for BN=256's splits) is large enough.
+    "bn128": ({"BN": 128, "STAGES": 6}, _FP8_BN128),
+    # bn128 with two partials: K block kb+1's wgmmas run while kb is promoted (192 accumulator registers)
+    "pipe": ({"BN": 128, "STAGES": 6, "PIPE": 1}, _FP8_BN128),
+    "g16": ({"GROUP_M": 16}, {}),  # tiles visited in groups of 16 rows of tiles (shipped before 2026-12-03 W1)
+    # split K at most 4 ways (M = 70: 16 tiles x 4 instead of x 8; the fix-up reads 3 partials, not 7)
+    "s4": ({}, {"grid": [f"min(num_sms, cdiv(m, 128) * (n // 256) * ({_FP8_SPLITS_MAX4}))"],
+                "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
+                         {"name": "splits", "type": "i32", "value": _FP8_SPLITS_MAX4}]}),
+    # clusters of 2 CTAs on vertically adjacent tiles, each loading half of B for both (multicast)
+    "c2": ({"CLUSTER_M": 2}, {"cluster": [2, 1, 1], "box": {"tmB": [128, 128]},
+                              "grid": [f"min(num_sms // 2 * 2, 2 * cdiv(m, 256) * (n // 256) * ({_FP8_SPLITS_C2}))"],
+                              "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
+                                       {"name": "splits", "type": "i32", "value": _FP8_SPLITS_C2}]}),
+}
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
+    "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,
     "gemm": {  # every gemm_n*_k* task (one kernel and manifest: scripts/gemm_experts.py)
         "shipped": ({}, {}),  # stream-K when the tiles fill at most half the SMs
         "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
@@ -176,7 +201,7 @@ def main() -> int:
     ap.add_argument("task", help="a task with variants: " + ", ".join(sorted(VARIANTS)) + " (gemm: any gemm_n*_k*)")
     ap.add_argument("variants", nargs="*", help="default: every variant of the task")
     ap.add_argument("--workloads", default="visible", choices=["visible", "held_out", "all"])
-    ap.add_argument("--only", default="", help="check: only these workloads, comma-separated (e.g. M70,M8192)")
+    ap.add_argument("--only", "--workload", default="", help="check: only these workloads, comma-separated (e.g. M70,M8192)")
     ap.add_argument("--executed", action="store_true", help="check: also the executed-instruction credit")
     args = ap.parse_args()
     family = _family(args.task)

@@ -8,7 +8,7 @@ wgmma is taken to run once per pass of its main loop, by all 32 lanes of every w
 ignored; the prologue, the epilogue and the producer warp's code (which run far less often than the
 loop that holds the wgmma) are counted as if they ran as often. Integer here is wider than CUPTI's
 integer class: bit operations (LOP3, SHF, PRMT, ...) are charged too. Each HGMMA m64nNk16 in a
-warp's code is a quarter of its warpgroup's 2*64*N*16 FLOPs. Measured on the five experts
+warp's code is a quarter of its warpgroup's 2*64*N*16 FLOPs (a QGMMA m64nNk32: 2*64*N*32). Measured on the five experts
 (2026-12-03): 97.5-97.7% of all math with integers charged, 98.6-99.5% without; the rule needs 90%."""
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ MIN_ESTIMATE = 0.95
 
 
 def _share(insns) -> tuple[float, float] | None:
-    """(wgmma share of all math, integers charged; the same without them), or None without HGMMA."""
+    """(wgmma share of all math, integers charged; the same without them), or None without wgmma."""
     wgmma = 0.0
     for i in insns:
-        if i.opcode == "HGMMA":
+        if i.opcode in ("HGMMA", "QGMMA"):  # bf16/f16/tf32 and fp8 (the FP8 GEMM expert) warpgroup MMAs
             m, n, k = map(int, i.modifiers[0].split("x"))
             wgmma += 2 * m * n * k / 4
     if not wgmma:
