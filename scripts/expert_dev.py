@@ -55,11 +55,12 @@ _BWD = {
 }
 
 
-def _gdn_rows(rows: int) -> dict:
+def _gdn_rows(rows: int, warps: int = 4) -> dict:
     """GDN decode with a fixed tile height (the shipped manifest picks 32 or 16 by the head count)."""
-    return {"box": {"tmState": [rows, "head_size"]}, "grid": [f"batch_size * num_v_heads * (head_size // {rows})"],
+    return {"box": {"tmState": [rows, "head_size"], "tmNewState": [rows, "head_size"]},
+            "grid": [f"batch_size * num_v_heads * (head_size // {rows})"], "block": [32 * warps],
             "shared_bytes": rows * 512 + 128,
-            "args": ["tmState", "q", "k", "v", "A_log", "a", "dt_bias", "b", "output", "new_state",
+            "args": ["tmState", "tmNewState", "q", "k", "v", "A_log", "a", "dt_bias", "b", "output", "new_state",
                      "num_q_heads", "num_v_heads", {"type": "i32", "value": str(rows)}, "scale"]}
 
 
@@ -69,7 +70,9 @@ _GDN_DECODE = {
     "r32": ({}, _gdn_rows(32)),
     "r64": ({}, _gdn_rows(64)),
     "cs": ({"STORE_CS": 1}, {}),  # new_state stored with st.global.cs
-    "r16cs": ({"STORE_CS": 1}, _gdn_rows(16)),
+    "tmastore": ({"STORE_TMA": 1}, {}),  # new_state through one TMA store per tile
+    "r64w8": ({"WARPS": 8}, _gdn_rows(64, 8)),
+    "r32w2": ({"WARPS": 2}, _gdn_rows(32, 2)),
 }
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "gemm_n7168_k5120": {

@@ -42,10 +42,12 @@ def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
         axes = task.axis_values(w)
         assert static_check(sol, comp, task, axes, limits) is None, w.name
         plan = plan_launches(sol.manifest, task, axes, limits)
-        (tm,), (launch,) = plan.tensor_maps, plan.launches
+        (launch,) = plan.launches
         rows = next(a.value for a in launch.args if a.kind == "i32" and a.name not in axes)
         heads = axes["batch_size"] * axes["num_v_heads"]
-        assert tm.view == (heads * 128, 128) and tm.box == (rows, 128), (w.name, tm)
+        assert {tm.tensor for tm in plan.tensor_maps} == {"state", "new_state"}
+        for tm in plan.tensor_maps:  # the load's box and the (STORE_TMA build's) store's: one tile
+            assert tm.view == (heads * 128, 128) and tm.box == (rows, 128), (w.name, tm)
         assert rows % 16 == 0 and 128 % rows == 0, rows  # the kernel's groups of 4 rows per warp
         assert launch.grid == (heads * 128 // rows, 1, 1) and launch.block == (128, 1, 1), launch
         assert launch.shared_bytes >= rows * 128 * 4 + 127, launch  # the tile plus its alignment slack

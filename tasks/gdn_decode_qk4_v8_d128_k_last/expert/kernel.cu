@@ -27,21 +27,28 @@
 #include <ptxbench/tma.cuh>
 
 #define HEAD 128   // head_size: K = V = 128
-#define WARPS 4    // 128 threads per CTA
 #define GROUP 4    // rows a warp processes together (independent shuffle chains)
 
+#ifndef WARPS
+#define WARPS 4     // 128 threads per CTA (the manifest's block must match)
+#endif
 #ifndef STORE_CS
 #define STORE_CS 0  // 1: new_state stored with st.global.cs (streaming: evict first)
+#endif
+#ifndef STORE_TMA
+#define STORE_TMA 0  // 1: updated rows written back into the tile, which one TMA store sends to new_state
 #endif
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  // as torch's
 
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-// rows: the tile height, the same expression as the tensor map's box[0]; a multiple of WARPS * GROUP
+// rows: the tile height, the same expression as the tensor maps' box[0]; a multiple of WARPS * GROUP
 // that divides HEAD (16, 32, 64 or 128). Grid: batch * num_v_heads * (HEAD / rows) CTAs.
+// tmNewState (new_state, same view and box) is used only with STORE_TMA.
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __nv_bfloat16* __restrict__ q,
+gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+               const __nv_bfloat16* __restrict__ q,
                const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
                const float* __restrict__ dt_bias, const __nv_bfloat16* __restrict__ b,
@@ -74,7 +81,8 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __nv_bfloat16*
         const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(src);
         const float2 lo = __bfloat1622float2(p2[0]), hi = __bfloat1622float2(p2[1]);
         (threadIdx.x < 32 ? ks : qs)[lane] = make_float4(lo.x, lo.y, hi.x, hi.y);
-    } else if (threadIdx.x == 64) {
+    }
+    if (threadIdx.x == WARPS * 32 - 1) {  // the last thread (any WARPS >= 2)
         gates[0] = expf(-expf(A_log[h]) * softplus(__bfloat162float(a[bh]) + dt_bias[h]));
         gates[1] = 1.0f / (1.0f + expf(-__bfloat162float(b[bh])));
     }
@@ -92,8 +100,10 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __nv_bfloat16*
 
     ptxbench::mbarrier_wait(&bar, 0);
 
-    const float4* S = tile + (size_t)warp * rpw * (HEAD / 4);
+    float4* S = tile + (size_t)warp * rpw * (HEAD / 4);
+#if !STORE_TMA
     float4* S_out = reinterpret_cast<float4*>(new_state) + ((size_t)bh * HEAD + wrow) * (HEAD / 4);
+#endif
     float omine = 0.0f;  // lane i ends with the output of the warp's row i
     for (int j = 0; j < rpw; j += GROUP) {
         float4 s[GROUP];
@@ -121,7 +131,9 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __nv_bfloat16*
             u.y = fmaf(delta, kk.y, g * s[i].y);
             u.z = fmaf(delta, kk.z, g * s[i].z);
             u.w = fmaf(delta, kk.w, g * s[i].w);
-#if STORE_CS
+#if STORE_TMA
+            S[(j + i) * (HEAD / 4) + lane] = u;  // in place: only this lane ever touches this float4
+#elif STORE_CS
             __stcs(&S_out[(j + i) * (HEAD / 4) + lane], u);
 #else
             S_out[(j + i) * (HEAD / 4) + lane] = u;
@@ -131,4 +143,13 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __nv_bfloat16*
         }
     }
     if (lane < rpw) output[(size_t)bh * HEAD + wrow + lane] = __float2bfloat16(omine);
+#if STORE_TMA
+    ptxbench::fence_proxy_async_smem();  // this thread's tile writes, visible to the TMA unit
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        ptxbench::tma_store_2d(&tmNewState, tile, 0, t * rows);
+        ptxbench::tma_store_commit();
+        ptxbench::tma_store_wait<0>();  // the tile must outlive the store's reads of it
+    }
+#endif
 }
