@@ -35,6 +35,9 @@
 #ifndef STORE_CS
 #define STORE_CS 0  // 1: new_state stored with st.global.cs (streaming: evict first)
 #endif
+#ifndef SPLIT_TMA
+#define SPLIT_TMA 0  // 1: one TMA load (and mbarrier) per warp's rows, so each warp starts when its own rows land
+#endif                // (the manifest's tmState box is then rows / WARPS high)
 #ifndef STORE_TMA
 #define STORE_TMA 0  // 1: updated rows written back into the tile, which one TMA store sends to new_state
 #endif
@@ -46,7 +49,11 @@ __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a
 // rows: the tile height, the same expression as the tensor maps' box[0]; a multiple of WARPS * GROUP
 // that divides HEAD (16, 32, 64 or 128). Grid: batch * num_v_heads * (HEAD / rows) CTAs.
 // tmNewState (new_state, same view and box) is used only with STORE_TMA.
+#ifdef MIN_BLOCKS  // a resident-CTA floor for ptxas's register budget (variants only)
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+#else
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
+#endif
 gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
                const __nv_bfloat16* __restrict__ q,
                const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
@@ -55,7 +62,7 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
                __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
                int num_q_heads, int num_v_heads, int rows, float scale) {
     extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) unsigned long long bar;
+    __shared__ __align__(8) unsigned long long bar[SPLIT_TMA ? WARPS : 1];
     __shared__ float4 ks[HEAD / 4], qs[HEAD / 4];
     __shared__ float gates[2];  // g, beta
 
@@ -71,10 +78,21 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
     if (threadIdx.x == 0) {  // the state tile first: everything else overlaps its flight
-        ptxbench::mbarrier_init(&bar, 1);
+#if SPLIT_TMA
+        const int part = rows / WARPS;
+        for (int w = 0; w < WARPS; ++w) ptxbench::mbarrier_init(&bar[w], 1);
         ptxbench::mbarrier_init_fence();
-        ptxbench::mbarrier_arrive_expect_tx(&bar, (unsigned)rows * HEAD * 4);
-        ptxbench::tma_load_2d(tile, &tmState, &bar, 0, t * rows);
+#pragma unroll 1
+        for (int w = 0; w < WARPS; ++w) {
+            ptxbench::mbarrier_arrive_expect_tx(&bar[w], (unsigned)part * HEAD * 4);
+            ptxbench::tma_load_2d(tile + (size_t)w * part * (HEAD / 4), &tmState, &bar[w], 0, t * rows + w * part);
+        }
+#else
+        ptxbench::mbarrier_init(&bar[0], 1);
+        ptxbench::mbarrier_init_fence();
+        ptxbench::mbarrier_arrive_expect_tx(&bar[0], (unsigned)rows * HEAD * 4);
+        ptxbench::tma_load_2d(tile, &tmState, &bar[0], 0, t * rows);
+#endif
     }
     if (threadIdx.x < 64) {  // k (threads 0-31) and q (32-63), four bf16 each, as fp32 in shared memory
         const __nv_bfloat16* src = (threadIdx.x < 32 ? k : q) + ((size_t)n * num_q_heads + hq) * HEAD + 4 * lane;
@@ -98,7 +116,7 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);
 
-    ptxbench::mbarrier_wait(&bar, 0);
+    ptxbench::mbarrier_wait(&bar[SPLIT_TMA ? warp : 0], 0);
 
     float4* S = tile + (size_t)warp * rpw * (HEAD / 4);
 #if !STORE_TMA
