@@ -1,5 +1,5 @@
 """The expert GDN decode kernel (tasks/gdn_decode_*/expert) without a GPU: it compiles with the real
-NVRTC + ptxas for sm_90a with its TMA load in the SASS and no spills; its manifest plans every
+NVRTC + ptxas for sm_90a with its TMA load in the SASS, the tile read with LDS, and no spills; its manifest plans every
 workload (held-out included) with the tile height passed to the kernel equal to the tensor map's
 box and the grid covering every row of the state exactly once; and the algebra it computes (both
 dot products from the state before the update, o = scale (g S q + delta k.q)) matches the task's
@@ -37,6 +37,12 @@ def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
     assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_frame == 0, k
     if insp.status == "ok":  # cuobjdump present (the CPU setup installs it)
         assert insp.feature_present("tma"), insp.features
+        # The tile is read from shared memory with LDS: a generic LD (the compiler no longer knowing
+        # the pointer is shared, e.g. after aligning it through an integer) is slower and needs more
+        # registers. The state's only global reads are the TMA's; its only global stores 16-byte STGs.
+        ops = insp.kernels["gdn_decode_tma"].opcodes
+        assert ops.get("LDS", 0) >= 4 and "LD" not in ops, ops
+        assert ops.get("UTMALDG", 0) == 1 and ops.get("STG", 0) >= 4, ops
     limits = NOMINAL_LIMITS["sm_90a"]
     for w in task.workloads:
         axes = task.axis_values(w)

@@ -67,7 +67,9 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
     __shared__ float gates[2];  // g, beta
 
     // TMA writes to a 128-byte aligned destination: the manifest gives 128 bytes of slack for this.
-    float4* tile = reinterpret_cast<float4*>((reinterpret_cast<size_t>(smem_raw) + 127) & ~size_t(127));
+    // (Offset from smem_raw itself, not through an integer: the compiler then still knows the tile is
+    // shared memory and reads it with LDS, not with generic loads.)
+    float4* tile = reinterpret_cast<float4*>(smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127));
 
     const int tiles_per_head = HEAD / rows;
     const int t = blockIdx.x;                    // tile index = first row / rows in the [B*HV*128, 128] view
