@@ -118,7 +118,7 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);
 
-    ptxbench::mbarrier_wait(&bar[SPLIT_TMA ? warp : 0], 0);
+    ptxbench::mbarrier_wait(&bar[SPLIT_TMA ? ptxbench::warp_idx() : 0], 0);  // (warp_idx: provably uniform, 64 -> 40 registers)
 
     float4* S = tile + (size_t)warp * rpw * (HEAD / 4);
 #if !STORE_TMA
