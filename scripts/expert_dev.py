@@ -73,6 +73,7 @@ _GDN_DECODE = {
     "tmastore": ({"STORE_TMA": 1}, {}),  # new_state through one TMA store per tile
     "r64w8": ({"WARPS": 8}, _gdn_rows(64, 8)),
     "r32w2": ({"WARPS": 2}, _gdn_rows(32, 2)),
+    "r8w2": ({"WARPS": 2}, _gdn_rows(8, 2)),  # fla's tile: 8 rows (4 KiB), here 2 warps
     # one TMA load and mbarrier per warp's rows (the load box a quarter of the tile)
     "split": ({"SPLIT_TMA": 1}, {"box": {"tmState": ["(32 if batch_size * num_v_heads >= 256 else 16) // 4", "head_size"]}}),
 }
