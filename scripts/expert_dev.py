@@ -64,6 +64,7 @@ def _gdn_rows(rows: int, warps: int = 4) -> dict:
                      "num_q_heads", "num_v_heads", {"type": "i32", "value": str(rows)}, "scale"]}
 
 
+_GDN_SPLIT = {"box": {"tmState": ["(32 if batch_size * num_v_heads >= 256 else 16) // 4", "head_size"]}}
 _GDN_DECODE = {
     "shipped": ({}, {}),  # tiles of 32 rows from 256 heads up, else 16
     "r16": ({}, _gdn_rows(16)),
@@ -74,8 +75,12 @@ _GDN_DECODE = {
     "r64w8": ({"WARPS": 8}, _gdn_rows(64, 8)),
     "r32w2": ({"WARPS": 2}, _gdn_rows(32, 2)),
     "r8w2": ({"WARPS": 2}, _gdn_rows(8, 2)),  # fla's tile: 8 rows (4 KiB), here 2 warps
+    "ef": ({"LOAD_EVICT_FIRST": 1}, {}),  # state loads hinted L2 evict-first
+    "splitcs": ({"SPLIT_TMA": 1, "STORE_CS": 1}, _GDN_SPLIT),
+    "splitef": ({"SPLIT_TMA": 1, "LOAD_EVICT_FIRST": 1}, _GDN_SPLIT),
+    "split16": ({"SPLIT_TMA": 1}, {**_gdn_rows(16), "box": {"tmState": [4, "head_size"], "tmNewState": [16, "head_size"]}}),
     # one TMA load and mbarrier per warp's rows (the load box a quarter of the tile)
-    "split": ({"SPLIT_TMA": 1}, {"box": {"tmState": ["(32 if batch_size * num_v_heads >= 256 else 16) // 4", "head_size"]}}),
+    "split": ({"SPLIT_TMA": 1}, _GDN_SPLIT),
 }
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "gemm_n7168_k5120": {

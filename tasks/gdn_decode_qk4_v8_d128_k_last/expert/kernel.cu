@@ -38,11 +38,29 @@
 #ifndef SPLIT_TMA
 #define SPLIT_TMA 0  // 1: one TMA load (and mbarrier) per warp's rows, so each warp starts when its own rows land
 #endif                // (the manifest's tmState box is then rows / WARPS high)
+#ifndef LOAD_EVICT_FIRST
+#define LOAD_EVICT_FIRST 0  // 1: the state loads carry an L2 evict-first policy (read once, never again)
+#endif
 #ifndef STORE_TMA
 #define STORE_TMA 0  // 1: updated rows written back into the tile, which one TMA store sends to new_state
 #endif
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  // as torch's
+
+// The state tile load: a plain TMA 2D load, or with LOAD_EVICT_FIRST one with an L2 cache-policy hint.
+__device__ __forceinline__ void load_tile(void* dst, const CUtensorMap* tm, unsigned long long* bar, int c0, int c1) {
+#if LOAD_EVICT_FIRST
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4}], [%2], %5;\n"
+        ::"r"(ptxbench::smem_u32(dst)), "l"(tm), "r"(ptxbench::smem_u32(bar)), "r"(c0), "r"(c1), "l"(policy)
+        : "memory");
+#else
+    ptxbench::tma_load_2d(dst, tm, bar, c0, c1);
+#endif
+}
 
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
@@ -87,13 +105,13 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #pragma unroll 1
         for (int w = 0; w < WARPS; ++w) {
             ptxbench::mbarrier_arrive_expect_tx(&bar[w], (unsigned)part * HEAD * 4);
-            ptxbench::tma_load_2d(tile + (size_t)w * part * (HEAD / 4), &tmState, &bar[w], 0, t * rows + w * part);
+            load_tile(tile + (size_t)w * part * (HEAD / 4), &tmState, &bar[w], 0, t * rows + w * part);
         }
 #else
         ptxbench::mbarrier_init(&bar[0], 1);
         ptxbench::mbarrier_init_fence();
         ptxbench::mbarrier_arrive_expect_tx(&bar[0], (unsigned)rows * HEAD * 4);
-        ptxbench::tma_load_2d(tile, &tmState, &bar[0], 0, t * rows);
+        load_tile(tile, &tmState, &bar[0], 0, t * rows);
 #endif
     }
     if (threadIdx.x < 64) {  // k (threads 0-31) and q (32-63), four bf16 each, as fp32 in shared memory
