@@ -4,7 +4,7 @@ workload (held-out included) with the tile height passed to the kernel equal to 
 box and the grid covering every row of the state exactly once; and the algebra it computes (both
 dot products from the state before the update, o = scale (g S q + delta k.q)) matches the task's
 reference within the task's own tolerance on every workload. The GPU side: tests/gpu/test_gdn_gpu.py
-(test_expert_decode_beats_fla_with_tma_credit)."""
+(test_expert_decode_at_fla_speed_with_tma_credit)."""
 from __future__ import annotations
 
 import math

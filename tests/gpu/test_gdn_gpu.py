@@ -112,7 +112,7 @@ def test_decay_after_update_fails(evaluator, name):
 
 
 @pytest.mark.parametrize("name", [GDN[0], GDN[2]])
-def test_expert_decode_beats_fla_with_tma_credit(evaluator, name):
+def test_expert_decode_at_fla_speed_with_tma_credit(evaluator, name):
     """The expert decode kernel (tasks/gdn_decode_*/expert: TMA tile loads of the state, one pass):
     correct on every workload, held-out included, TMA credited on every workload (the memory-bound
     rule: tensor-map loads carry >= half the input bytes, other reads <= 0.5x), and at fla's speed.
