@@ -123,7 +123,8 @@ def _compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol, scale: t
     row_tol = (getattr(tol, "rows", None) or {}).get(name)
     if tuple(got.shape) != tuple(expected.shape):
         return Mismatch(output=name, max_abs_err=math.inf, max_rel_err=math.inf, mismatch_frac=1.0, passed=False,
-                        first_mismatch=None, got=None, expected=None), None
+                        first_mismatch=None, got=None, expected=None,
+                        judged_against="ref" if scale is None else "terms"), None
     g, e = got.float(), expected.float()
     diff = (g - e).abs()
     s = e.abs() if scale is None else torch.maximum(e.abs(), scale.float())
