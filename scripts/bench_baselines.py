@@ -35,7 +35,7 @@ def bench_task(name: str, state, runs: int, blocks: int) -> list[dict]:
     from tasks.families.baselines import list_backends, make_baseline
     from tasks.generators import generate_inputs
     from tools.timing import Side, measure
-    from tools.worker import _library_side
+    from tools.timed import library_side
 
     task = get_task(name)
     wl = task.workloads_for("visible")[0]
@@ -45,7 +45,7 @@ def bench_task(name: str, state, runs: int, blocks: int) -> list[dict]:
     for backend in list_backends(task):
         row = {"task": name, "workload": wl.name, "backend": backend}
         try:
-            side = _library_side(backend, make_baseline(task, inputs, backend), inputs)
+            side = library_side(backend, make_baseline(task, inputs, backend), inputs)
             t0 = time.perf_counter()
             measure(side, state, 3, 600.0)  # first use: Triton autotune, cuDNN plan build
             row["first_use_s"] = time.perf_counter() - t0

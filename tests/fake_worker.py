@@ -92,7 +92,7 @@ def main() -> int:
 
 
 def fp8_wgmma_credit(msg: dict) -> dict:
-    """tools.worker._credit_run's result for the counted runs of an honest fp8 wgmma kernel (one per
+    """tools.counted.defer_counted's result for the counted runs of an honest fp8 wgmma kernel (one per
     pass of the metric set the evaluator asked for; the last one SASS-patched)."""
     from tasks.schema import Task, Workload
     from tools import credit as ncu

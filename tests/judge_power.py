@@ -537,7 +537,7 @@ def margins_of(task: Task, mismatches, got: Outputs, expected: Outputs, scales: 
 
 
 class Judge:
-    """The evaluator's judge for one workload: a Workspace (tools/worker.py) holding the inputs,
+    """The evaluator's judge for one workload: a Workspace (tools/workspace.py) holding the inputs,
     outputs written into its guarded output tensors, then `Workspace.verdict` with the reference
     and term scales exactly as the worker computes them."""
 
@@ -545,7 +545,7 @@ class Judge:
         from types import SimpleNamespace
 
         from tasks.reference import run_reference
-        from tools.worker import Workspace, _term_scales
+        from tools.workspace import Workspace, term_scales
 
         specs = {**task.inputs, **task.outputs}
         plan = SimpleNamespace(tensors={n: (specs[n].dtype, tuple(x[n].shape) if n in x else None) for n in specs},
@@ -556,7 +556,7 @@ class Judge:
         self.task, self.x, self.device = task, x, device
         self.ws = Workspace(task, plan, device)
         self.ws.load_inputs(x)
-        self.scales = _term_scales(task, x)
+        self.scales = term_scales(task, x)
         # "inputs unchanged" is judged against the inputs as generated (the worker regenerates them from the seed)
         self.inputs_arg = {"inputs": x} if "inputs" in inspect.signature(Workspace.verdict).parameters else {}
 

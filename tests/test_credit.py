@@ -1,5 +1,5 @@
 """Instruction credit where the work is timed (docs/METHODOLOGY.md, "Instruction credit"), on CPU:
-the credit runs' sequence (tools.worker.run_credit) with the worker's CPU stand-in, and the
+the credit runs' sequence (tools.counted.run_credit) with the worker's CPU stand-in, and the
 per-workload verdict, tie and combination (tools.ncu) on rows shaped as `ncu --page raw` gives
 them. The profiler itself runs in tests/gpu/test_credit_gpu.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from test_evaluator_cpu import CpuState, _ncu_row, gemm, small_gemm
-from tools import worker
+from tools import counted, workspace
 from tools.credit import SAME_RUN_RATIO, TaskWork, _credit, _unprofiled, combine
 from tools.solution import Solution
 
@@ -64,7 +64,7 @@ def test_the_profiled_run_is_never_the_first_launch_and_moves_with_the_seed():
     positions = set()
     for seed in range(40):
         state = ProfiledState(gemm)
-        out = worker.run_credit(state, credit_request(seed))
+        out = counted.run_credit(state, credit_request(seed))
         assert out["status"] == "ran", out
         assert len(state.profiled) == 1 and state.profiled[0] >= 3, state.profiled
         assert state.launches == 2 + out["runs"]
@@ -78,13 +78,13 @@ def test_credit_runs_judge_nothing_and_reach_the_profiler_whatever_the_answer():
     run, so a wrong kernel is still profiled (the model learns whether its wgmma ran), and a
     kernel that faults is reported, never raised."""
     state = ProfiledState(lambda ws, c: gemm(ws, c) if c <= 2 else ws.outputs["C"].zero_())
-    out = worker.run_credit(state, credit_request(3))
+    out = counted.run_credit(state, credit_request(3))
     assert out["status"] == "ran" and state.profiled and out["profiled_at"], out
 
     def faults(ws, c):
         raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
 
-    out = worker.run_credit(ProfiledState(faults), credit_request(3))
+    out = counted.run_credit(ProfiledState(faults), credit_request(3))
     assert out["status"] == "failed" and out["reason"] == "run_failed" and out["profiled_at"] is None, out
 
 
@@ -95,7 +95,7 @@ def test_inputs_are_judged_against_a_regeneration_not_a_device_copy():
     from tools.launch import plan_launches
 
     sol = Solution.from_dir(FIXTURES / "good")
-    ws = worker.Workspace(task, plan_launches(sol.manifest, task, task.axis_values(task.workloads[0]),
+    ws = workspace.Workspace(task, plan_launches(sol.manifest, task, task.axis_values(task.workloads[0]),
                                               CpuState.limits), "cpu")
     assert not any(isinstance(v, dict) and v is not ws.inputs and v is not ws.outputs and
                    any(t is not None and isinstance(t, torch.Tensor) for t in v.values())
@@ -125,8 +125,8 @@ def test_the_second_side_of_a_pair_runs_on_regenerated_inputs():
 
     sol = Solution.from_dir(FIXTURES / "good")
     axes = task.axis_values(task.workloads[0])
-    ws = worker.Workspace(task, plan_launches(sol.manifest, task, axes, CpuState.limits), "cpu")
-    judge = worker.TimedJudge(task, axes, ws, random.Random(1), "cpu")
+    ws = workspace.Workspace(task, plan_launches(sol.manifest, task, axes, CpuState.limits), "cpu")
+    judge = workspace.TimedJudge(task, axes, ws, random.Random(1), "cpu")
     judge.before_pair(0, 4)
     loaded = {n: t.clone() for n, t in ws.inputs.items()}
     judge.inputs_for_run()  # the first side: as loaded

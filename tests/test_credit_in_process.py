@@ -1,4 +1,4 @@
-"""The executed check in the worker (tools.worker._credit_run, tools.cupti), on CPU: where the
+"""The executed check in the worker (tools.counted.defer_counted, tools.cupti), on CPU: where the
 counted runs sit among the evaluation's own runs (one per CUPTI pass, user replay: right after the
 timed runs, or after 1-4 uncounted runs where nothing was timed), that each one is on fresh
 inputs, timed, judged and tied to the timed median, what happens where CUPTI cannot run or a
@@ -16,7 +16,7 @@ import pytest
 import torch
 from test_evaluator_cpu import CpuState, corrupt, gemm, small_gemm
 
-from tools import credit as rules, cupti, ncu, worker
+from tools import counted, credit as rules, cupti, ncu, worker, workspace
 from tools.correctness import poison_mask
 from tools.cupti import CuptiError, Launch
 from tools.credit import Counting, TaskWork
@@ -44,7 +44,7 @@ class ClockEvent:
 
 
 class FakeProfiler:
-    """tools.cupti.RangeProfiler(replay="user") as tools.worker._credit_run uses it: `passes`
+    """tools.cupti.RangeProfiler(replay="user") as tools.counted.defer_counted uses it: `passes`
     runs, one per pass, the last `instrumented_passes` SASS-patched. `fail`: (when, message), a
     CuptiError raised "before" any pass (set-up) or "after" them all (decode)."""
 
@@ -150,13 +150,13 @@ def request(credit_seed: int, time: bool = True, timing_seed: int = 7, workload:
 
 
 def with_counted_runs(state, req: dict) -> tuple[dict, bool]:
-    """One workload's request, then the evaluation's credit op (tools.worker.run_pending), merged
+    """One workload's request, then the evaluation's credit op (tools.counted.run_pending), merged
     as tools.evaluator.Evaluator._counted_runs merges them: the workload's credit comes from the
     op, and a counted run that failed fails the workload."""
     result, fatal = worker.run_workload(state, req)
     if fatal or (result.get("credit") or {}).get("status") != "pending":
         return result, fatal
-    reply, fatal = worker.run_pending(state)
+    reply, fatal = counted.run_pending(state)
     result["credit"] = reply["credits"][result["workload"]]
     failed = reply["failed"].get(result["workload"])
     if failed:
@@ -182,7 +182,7 @@ def test_the_counted_runs_follow_the_timed_runs_directly():
         before = 2 + result["warmup_runs"] + result["timed_runs"]  # the seeded checks, warm-ups, timed runs
         assert [c["launch"] for c in state.counted] == [before + 1, before + 2, before + 3]
         assert state.launches == before + 3 and state.passes_counted() == [0, 1, 2]
-        name = f"{worker.COUNTED_RANGE}_0"  # ours, never a name the candidate chose
+        name = f"{counted.COUNTED_RANGE}_0"  # ours, never a name the candidate chose
         assert state.profiler.names == [name] and state.profiler.ranges == [(0, name), (1, name), (2, name)]
         assert credit["launches"] == [{"name": name, "metrics": {m: 0.0 for m in rules.credit_metrics()}}]
         assert state.asked == [tuple(req["credit"]["metrics"])]
@@ -227,7 +227,7 @@ def test_each_counted_run_is_prepared_fresh_and_timed_in_its_own_list():
     assert len(a) == 3 and not any(torch.equal(a[i], a[j]) for i in range(3) for j in range(i + 1, 3))
     waits = {p: limit for p, limit in state.waits if p is not None}
     assert waits[0] == waits[1] == LIMIT_S
-    assert waits[2] == pytest.approx(LIMIT_S + worker.INSTRUMENTED_SLOWDOWN * 3.0 / 1e3)
+    assert waits[2] == pytest.approx(LIMIT_S + counted.INSTRUMENTED_SLOWDOWN * 3.0 / 1e3)
     assert [p for p, _ in state.waits if p is not None] == [0, 1, 2]  # one wait per counted run
 
     again = CountedState(gemm)
@@ -302,29 +302,31 @@ def test_the_counted_runs_are_judged_as_timed_runs_are(monkeypatch):
     """judge_run, the timed runs' verdict, on each counted run: on the seed its inputs came from,
     sampled rows (the task has a sampler), named by its place after the timed runs."""
     judged = []
-    real = worker.judge_run
+    real = counted.judge_run
 
     def spy(task, axes, ws, seed, rng, device, rows, full, what):
         judged.append((what, full, rows, seed))
         real(task, axes, ws, seed, rng, device, rows, full, what)
 
-    monkeypatch.setattr(worker, "judge_run", spy)
+    monkeypatch.setattr(workspace, "judge_run", spy)  # the timed runs' judge (TimedJudge)
+    monkeypatch.setattr(counted, "judge_run", spy)  # the counted runs'
     state = CountedState(gemm)
     result, _ = with_counted_runs(state, request(9))
     assert result["status"] == "passed", result
-    counted = [j for j in judged if "counted run" in j[0]]
+    in_counted = [j for j in judged if "counted run" in j[0]]
     what = "the executed check's counted run {} (after the timed runs)"
-    assert [j[0] for j in counted] == [what.format(i) for i in (1, 2, 3)]
-    assert all(not full and rows == 1024 for _, full, rows, _ in counted)
-    assert len({seed for *_, seed in counted}) == 3
-    assert len(judged) == len(counted) + result["warmup_runs"] + result["timed_runs"]  # every timed-phase run too
+    assert [j[0] for j in in_counted] == [what.format(i) for i in (1, 2, 3)]
+    assert all(not full and rows == 1024 for _, full, rows, _ in in_counted)
+    assert len({seed for *_, seed in in_counted}) == 3
+    assert len(judged) == len(in_counted) + result["warmup_runs"] + result["timed_runs"]  # every timed-phase run too
 
 
 def test_a_wrong_kernel_is_still_counted_and_not_judged_again(monkeypatch):
     """Wrong from the first check (a creditable verdict): the model still learns whether its
     instructions ran. Nothing was timed, so uncounted runs come first; no counted run is judged."""
     judged = []
-    monkeypatch.setattr(worker, "judge_run", lambda *a: judged.append(a[-1]))
+    for module in (workspace, counted):
+        monkeypatch.setattr(module, "judge_run", lambda *a: judged.append(a[-1]))
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_())
     result, _ = with_counted_runs(state, request(4))
     assert result["reason"] == "incorrect" and "counted run" not in result["detail"]
@@ -388,7 +390,7 @@ META = {"workload": "M8192", "split": "visible"}
 
 
 def _counted(run_ms: list[float], counted_from: int = 1, instrumented_ms=(45.0,), metrics=None) -> dict:
-    """An in-process credit as _credit_run reports it: counters without a kernel time, each
+    """An in-process credit as defer_counted reports it: counters without a kernel time, each
     hardware pass's run timed."""
     metrics = metrics or {m: v for m, v in HONEST.items() if m in rules.credit_metrics()}
     return {"status": "ran", "runs": counted_from - 1 + len(run_ms) + len(instrumented_ms),
@@ -625,11 +627,11 @@ def test_deferred_workloads_are_counted_in_one_session_after_the_last_timed_run(
     results, after = _deferred(state)
     assert [r["credit"]["status"] for r in results] == ["pending", "pending"] and not state.counted
     assert state.kept == 2 and [e.workload for e in state.pending] == ["M128", "M70"]
-    reply, fatal = worker.run_pending(state)
+    reply, fatal = counted.run_pending(state)
     assert not fatal and reply["op"] == "credits" and not reply["failed"] and state.pending == []
     assert state.profiler.names and len(state.profiler.names) == 1  # one session for the evaluation
     labels = [e for _, e in state.profiler.ranges]
-    assert labels == [f"{worker.COUNTED_RANGE}_0", f"{worker.COUNTED_RANGE}_1"] * 3  # per pass: each workload once
+    assert labels == [f"{counted.COUNTED_RANGE}_0", f"{counted.COUNTED_RANGE}_1"] * 3  # per pass: each workload once
     assert [c["M"] for c in state.counted] == [128, 70] * 3 and min(c["launch"] for c in state.counted) > after[-1]
     for name, m in (("M128", 128.0), ("M70", 70.0)):
         credit = reply["credits"][name]
@@ -648,7 +650,7 @@ def test_a_deferred_workload_that_answers_wrong_on_a_counted_run_fails_alone():
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_() if state.inside and ws.inputs["A"].shape[0] == 70
                          else gemm(ws, n))
     _deferred(state)
-    reply, fatal = worker.run_pending(state)
+    reply, fatal = counted.run_pending(state)
     assert not fatal and set(reply["failed"]) == {"M70"}
     assert reply["failed"]["M70"]["reason"] == "wrong_in_timed_run"
     assert "the executed check's counted run 1 (after the timed runs)" in reply["failed"]["M70"]["detail"]
@@ -658,7 +660,7 @@ def test_a_deferred_workload_that_answers_wrong_on_a_counted_run_fails_alone():
 def test_a_hang_in_the_counted_runs_is_fatal_and_names_its_workload():
     state = CountedState(gemm, hang_at=1)
     _deferred(state)
-    reply, fatal = worker.run_pending(state)
+    reply, fatal = counted.run_pending(state)
     assert fatal and reply["failed"]["M128"]["reason"] == "timeout" and "M70" not in reply["failed"]
     assert "counted run 2" in reply["failed"]["M128"]["detail"]
     assert reply["credits"]["M70"]["status"] == "failed"
@@ -671,7 +673,7 @@ def test_another_evaluations_deferred_workloads_are_dropped():
     _deferred(state, evaluation="first")
     worker.run_workload(state, request(9, workload=0, evaluation="second"))
     assert [(e.workload, e.evaluation) for e in state.pending] == [("M128", "second")]
-    reply, _ = worker.run_pending(state)
+    reply, _ = counted.run_pending(state)
     assert set(reply["credits"]) == {"M128"}
 
 
@@ -765,7 +767,7 @@ def test_a_kernel_that_answers_wrong_only_on_the_instrumented_run_fails():
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_() if state.inside and state.pass_index == 2
                          else gemm(ws, n))
     _deferred(state)
-    reply, fatal = worker.run_pending(state)
+    reply, fatal = counted.run_pending(state)
     assert not fatal and set(reply["failed"]) == {"M128", "M70"}
     assert all(f["reason"] == "wrong_in_timed_run" and "counted run 3 (after the timed runs)" in f["detail"]
                for f in reply["failed"].values())

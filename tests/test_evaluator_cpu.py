@@ -15,7 +15,7 @@ import torch
 
 from tasks import get_task
 from tasks.schema import Axis, Workload
-from tools import worker
+from tools import worker, workspace
 from tools.baseline_cache import BaselineCache, cache_key
 from tools.correctness import CANARY, Guarded, compare, poison_, poison_mask
 from tools.evaluator import Evaluator, WorkerHandle, WorkerStartError, detect_gpus
@@ -188,7 +188,7 @@ class CpuState:
         self.kernel, self._wait = kernel, wait
         self.flusher = type("Flusher", (), {"flush": lambda self: None})()
         self.restored = 0
-        self.pending = []  # deferred workloads (tools.worker.Counted), as State keeps them
+        self.pending = []  # deferred workloads (tools.counted.Counted), as State keeps them
         self.kept = self.unloaded = 0  # modules handed to deferred workloads, and unloaded after their counted runs
 
     def bind(self, plan, cubin, symbols, ws):
@@ -743,7 +743,7 @@ def test_zero_true_scratch_is_reset_inside_the_timed_run():
     order = []
     m = manifest(buffers=[{"name": "z", "dtype": "float32", "shape": [8]}], args=["A", "B", "C", "z"])
     task = small_gemm()
-    ws = worker.Workspace(task, plan_launches(m, task, task.axis_values(task.workloads[0]), H100), "cpu")
+    ws = workspace.Workspace(task, plan_launches(m, task, task.axis_values(task.workloads[0]), H100), "cpu")
     z = ws.buffers["z"][0]
     z.fill_(3.0)
     ws.prepare()
@@ -781,7 +781,7 @@ def test_harness_error_is_a_verdict(monkeypatch):
     def boom(*a, **k):
         raise ValueError("cannot convert float NaN to integer")
 
-    monkeypatch.setattr(worker, "_time_paired", boom)
+    monkeypatch.setattr(worker, "time_paired", boom)
     result, fatal = run(gemm, time=True)
     assert result["reason"] == "harness_error" and "NaN" in result["detail"] and not fatal
 
@@ -968,7 +968,7 @@ def test_the_library_answer_is_gone_before_the_candidate_runs():
 
     from tasks.families.baselines import Baseline
     from tools.timing import MIN_STOP_PAIRS, Side, paired
-    from tools.worker import _library_side
+    from tools.timed import library_side
 
     inputs = {"A": torch.ones(4, 4), "state": torch.ones(2)}
     answer = torch.zeros(4, 4)
@@ -978,7 +978,7 @@ def test_the_library_answer_is_gone_before_the_candidate_runs():
     def candidate():
         seen.append(float(answer.abs().sum()))
 
-    times = paired(Side("candidate", candidate), _library_side("lib", library, inputs), _CpuTimingState(),
+    times = paired(Side("candidate", candidate), library_side("lib", library, inputs), _CpuTimingState(),
                    random.Random(1), lambda i, n: None, lambda i, n: None, budget_s=0.001)
     # at least the fewest pairs an early stop leaves (a loaded CPU's timings can rank the two apart)
     assert len(seen) == len(times.candidate_ms) + times.warmup >= 1 + MIN_STOP_PAIRS[0]
@@ -1020,7 +1020,7 @@ def test_rewriting_every_reachable_copy_of_the_inputs_does_not_steer_the_judge()
         ws.outputs["C"].zero_()
         for t in ws.inputs.values():
             t.zero_()
-        for judge in (o for o in gc.get_objects() if type(o) is worker.TimedJudge):
+        for judge in (o for o in gc.get_objects() if type(o) is workspace.TimedJudge):
             for v in vars(judge).values():
                 for t in (v.values() if isinstance(v, dict) else [v]):
                     if isinstance(t, torch.Tensor):

@@ -109,7 +109,7 @@ def test_workspace_carries_e4m3_inputs():
     """The worker's Workspace (guards, inputs judged against a regeneration, poison, verdict) with e4m3 inputs, on CPU."""
     from tools.launch import NOMINAL_LIMITS, plan_launches
     from tools.solution import Solution
-    from tools.worker import Workspace
+    from tools.workspace import Workspace
 
     task = small("fp8_mha_with_lse_d64")
     axes = task.axis_values({"L": 77})

@@ -192,7 +192,7 @@ def test_misapplied_scales_fail(fault):
 # ------------------------------------------------------------------ the harness carries e4m3 inputs
 
 def test_workspace_loads_guards_and_judges_fp8_inputs():
-    from tools.worker import Workspace
+    from tools.workspace import Workspace
 
     t, x = small(m=20)
     sol_manifest = LaunchManifest.model_validate(

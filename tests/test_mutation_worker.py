@@ -1,4 +1,4 @@
-"""The worker's decisions behind every speedup and every timed verdict (tools/worker.py), run on
+"""The worker's decisions behind every speedup and every timed verdict (tools/worker.py, tools/timed.py, tools/workspace.py), run on
 CPU through its public entry (`run_workload`, the stand-in state of test_evaluator_cpu):
 
 - the library baseline: every backend timed, the fastest kept (and cached), later evaluations
@@ -18,7 +18,7 @@ import pytest
 from test_evaluator_cpu import FIXTURES, CpuState, gemm, small_gemm
 from tasks import TASKS, get_task
 from tasks.schema import Workload
-from tools import worker
+from tools import worker, workspace
 from tools.solution import Solution
 
 # What each fake backend costs per run (s): busy-waited, so the order is real wall time.
@@ -115,8 +115,8 @@ def test_the_timed_judge_draws_the_rows_its_task_declares():
     every other family judged whole on every run, so its row count is never used (64)."""
     expected = {"gemm": 1024, "fp8_gemm": 1024, "mha_fwd": 256, "fp8_mha_fwd": 256, "mha_bwd": 256}
     for name, task in TASKS.items():
-        judge = worker.TimedJudge(task, {}, None, random.Random(0), "cpu")
-        assert judge.rows == expected.get(task.op_type, worker.SAMPLED_ROWS), name
+        judge = workspace.TimedJudge(task, {}, None, random.Random(0), "cpu")
+        assert judge.rows == expected.get(task.op_type, workspace.SAMPLED_ROWS), name
         assert judge.sampled == (task.op_type in expected), name
-    assert worker.SAMPLED_ROWS == 64
-    assert worker.TimedJudge(get_task("mha_bwd_d128"), {}, None, random.Random(0), "cpu", rows=8).rows == 8
+    assert workspace.SAMPLED_ROWS == 64
+    assert workspace.TimedJudge(get_task("mha_bwd_d128"), {}, None, random.Random(0), "cpu", rows=8).rows == 8

@@ -1,8 +1,8 @@
 """The sampled check's catch probabilities in docs/METHODOLOGY.md ("What a cheating kernel faces")
 recomputed from the code's constants, so the table cannot drift from what the evaluator does:
-the rows r per sampled run (tasks.sampled.SAMPLED_ROWS, at least tools.worker.SAMPLED_ROWS), the
+the rows r per sampled run (tasks.sampled.SAMPLED_ROWS, at least tools.workspace.SAMPLED_ROWS), the
 run counts (tools.timing: warm-up pairs, plan_pairs' bounds and extra), the number of runs judged
-whole (tools.worker.TimedJudge), and which families have no sampler (judged whole every run)."""
+whole (tools.workspace.TimedJudge), and which families have no sampler (judged whole every run)."""
 from __future__ import annotations
 
 import inspect
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tasks.registry import TASKS
 from tasks.sampled import SAMPLED_ROWS, has_sampler, rows_for
-from tools import timing, worker
+from tools import timing, workspace
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "METHODOLOGY.md"
 HEADER = "| family (rows r per run) | faulty runs k |"
@@ -66,7 +66,7 @@ def test_the_table_covers_every_family_with_the_codes_rows():
                 assert k == "any"
             else:
                 assert sampled == {True}, op
-                assert {max(worker.SAMPLED_ROWS, rows_for(t)) for t in tasks} == {r}, (op, r, SAMPLED_ROWS)
+                assert {max(workspace.SAMPLED_ROWS, rows_for(t)) for t in tasks} == {r}, (op, r, SAMPLED_ROWS)
     covered = {op for ops in FAMILIES.values() for op in ops}
     assert {t.op_type for t in TASKS.values()} <= covered, "a family is missing from the table"
 
@@ -84,7 +84,7 @@ def test_the_run_counts_in_the_text_follow_from_the_timing_code():
     """N judged runs per workload: warm-up pairs + timed pairs (plan_pairs: lo..hi plus up to half
     again); 1-2 judged whole; k = the rest. The text quotes N and k."""
     warm = re.search(r"warmup = rng\.randint\((\d+), (\d+)\)", inspect.getsource(timing.paired))
-    whole = re.search(r"rng\.randint\((\d+), (\d+)\)", inspect.getsource(worker.TimedJudge.after_pair))
+    whole = re.search(r"rng\.randint\((\d+), (\d+)\)", inspect.getsource(workspace.TimedJudge.after_pair))
     assert warm and whole, "the warm-up or whole-check counts moved: update this test and the table's text"
     defaults = inspect.signature(timing.plan_pairs).parameters
     lo, hi = defaults["lo"].default, defaults["hi"].default

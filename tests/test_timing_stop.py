@@ -139,13 +139,13 @@ def test_the_rule_scales_with_the_distance_from_one():
 def test_a_phase_that_stops_early_still_judged_a_run_whole(monkeypatch):
     """TimedJudge draws one of its whole-output checks among the pairs every timed phase runs."""
     from tasks import get_task
-    from tools import worker
+    from tools import workspace
 
     task = get_task("gemm_n7168_k5120")
     whole = []
-    monkeypatch.setattr(worker, "judge_run", lambda *a, **k: whole.append(a[7]))
+    monkeypatch.setattr(workspace, "judge_run", lambda *a, **k: whole.append(a[7]))
     for seed in range(200):
-        judge = worker.TimedJudge(task, {"M": 64}, None, random.Random(seed), "cpu")
+        judge = workspace.TimedJudge(task, {"M": 64}, None, random.Random(seed), "cpu")
         judge.seed = 1
         whole.clear()
         for i in range(timing.ALWAYS_RUN_PAIRS):

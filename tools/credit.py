@@ -457,7 +457,7 @@ def counter_rows(launches: list[dict], module_opcodes: set[str] | None = None) -
 
 def credit_in_process(meta: dict, credit: dict | None, features: list[str], work: TaskWork | None,
                       timed_ms: float | None, module_opcodes: set[str] | None = None) -> WorkloadCredit:
-    """One workload's credit from its worker result's in-process run (tools.worker._credit_run)."""
+    """One workload's credit from its worker result's in-process run (tools.counted.defer_counted)."""
     if not credit or credit.get("status") != "ran":
         why = (credit or {}).get("reason") or "its profiled run was not reached"
         return WorkloadCredit(workload=meta["workload"], split=meta["split"], status="skipped",

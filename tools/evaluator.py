@@ -580,7 +580,7 @@ class Evaluator:
 
     def _counted_runs(self, w: WorkerHandle, res: EvalResult) -> str | None:
         """The evaluation's credit op: the worker makes every deferred workload's counted runs in
-        one profiler session (tools.worker.run_pending) and each workload gets its credit back. A
+        one profiler session (tools.counted.run_pending) and each workload gets its credit back. A
         counted run that answered wrong fails its workload (`wrong_in_timed_run`); one that hung
         or killed the context fails it too and, as for any workload, stops the evaluation
         (returned: the stop reason). Where the op itself gives no answer, no workload is credited."""

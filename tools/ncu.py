@@ -67,7 +67,7 @@ class CreditProcess:
 
     finish(): on every judged workload (`requests`: one worker request each, with a secret
     `credit_seed`), one credit run drawn at random among several is profiled
-    (tools.worker.run_credit). Counts, work shares and the verdict per workload, each tied both
+    (tools.counted.run_credit). Counts, work shares and the verdict per workload, each tied both
     ways to that workload's timed median (`timed_ms` by workload name); then combined (a feature
     carries only where it carries on every credited workload). `works`: the task's work per
     request. `extra_metrics` (a profile) are collected in the same pass."""
@@ -100,7 +100,7 @@ class CreditProcess:
         for p in (self.dir / "res.pkl", self.report):
             p.unlink(missing_ok=True)
         # No kernel-name filter: the profiler's window holds the candidate's launches and nothing
-        # else (tools.worker.run_credit), and the names are not known before the compile ends.
+        # else (tools.counted.run_credit), and the names are not known before the compile ends.
         cmd = [self.ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(metrics),
                "--kernel-name-base", "mangled", "--export", str(self.dir / "profile"), "--force-overwrite",
                sys.executable, "-m", "tools.worker", "--credit", str(self.dir / "res.pkl")]

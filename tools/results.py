@@ -228,15 +228,15 @@ class WorkloadResult(BaseModel):
     # library side), "timed" (the paired runs, inputs and judging included), "judge" (judging the
     # candidate's runs, inside "timed")
     phase_s: dict[str, float] = Field(default_factory=dict)
-    # the executed check's in-process run (tools.worker._credit_run): status ("ran", "failed",
+    # the executed check's in-process run (tools.counted.defer_counted): status ("ran", "failed",
     # "unavailable"), reason, runs, profiled_at, passes, profile_s, launches [{name, metrics}]
     credit: dict | None = None
 
 
 class WorkloadCredit(BaseModel):
     """The executed check on one judged workload: its counted runs (in process: one per CUPTI
-    pass, right after the timed runs, tools.worker._credit_run; under Nsight Compute: one
-    profiled run drawn among its credit runs, tools.worker.run_credit), counts, work shares and
+    pass, right after the timed runs, tools.counted.defer_counted; under Nsight Compute: one
+    profiled run drawn among its credit runs, tools.counted.run_credit), counts, work shares and
     verdict, and the tie of every counted run's kernel time to the workload's timed median."""
 
     workload: str

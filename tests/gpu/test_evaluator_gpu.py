@@ -135,7 +135,7 @@ def test_expert_gemm_tma_wgmma(evaluator):
 
 # The expert GEMM, slow on the first launch after its module loads only (20 ms spin): where a
 # profiler looked at a fresh process's first launch, the credited run was slower than the timed
-# ones. The credit runs never profile a module's first launch (tools.worker.run_credit), so the
+# ones. The credit runs never profile a module's first launch (tools.counted.run_credit), so the
 # kernel that was timed is the one counted, and the honest expert keeps its credit.
 _SLOW_FIRST_LAUNCH = r"""
 __device__ unsigned int launches_seen;  // survives between launches of one module

@@ -124,7 +124,7 @@ def test_simple_solution_timed_against_the_fp8_baseline(evaluator):
 def test_library_baseline_through_the_evaluators_path_is_below_the_task(name, tmp_path):
     """cuDNN's FP8 attention as the evaluator times it, judged as a candidate is.
 
-    The worker's own baseline path (tools.worker._baseline on a workspace's input tensors, every
+    The worker's own baseline path (tools.timed.library_baseline on a workspace's input tensors, every
     backend timed cold, the fastest kept) picks the backend; that backend is made as the worker
     makes it (make_baseline on the same tensors), its outputs copied into the workspace's guarded
     outputs and judged by Workspace.verdict with the reference and term scales as the worker
@@ -138,7 +138,8 @@ def test_library_baseline_through_the_evaluators_path_is_below_the_task(name, tm
 
     from tasks.families.baselines import make_baseline
     from tests.judge_power import Judge
-    from tools.worker import State, _baseline
+    from tools.timed import library_baseline
+    from tools.worker import State
 
     state = State()
     task = get_task(name)
@@ -146,7 +147,7 @@ def test_library_baseline_through_the_evaluators_path_is_below_the_task(name, tm
     axes = task.axis_values(wl)
     judge = Judge(task, generate_inputs(task, axes, seed=11, device="cuda"), "cuda")
     cache = tmp_path / "baselines.json"
-    side, chosen, note = _baseline(state, {"baseline_cache": str(cache)}, task, wl, judge.ws.inputs, 60.0)
+    side, chosen, note = library_baseline(state, {"baseline_cache": str(cache)}, task, wl, judge.ws.inputs, 60.0)
     timed = {k: v.get("backends") for k, v in json.loads(cache.read_text()).items()} if cache.exists() else {}
     print(f"{name} @ {wl.name}: the evaluator times {chosen} ({note or 'no note'}); medians ms {timed}")
     assert side is not None and chosen == "cudnn_fp8", (chosen, note)

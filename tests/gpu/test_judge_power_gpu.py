@@ -226,7 +226,7 @@ def test_sampled_check_cost():
     from tasks.families.baselines import BaselineUnavailable, first_available
     from tasks.generators import generate_inputs
     from tasks.sampled import rows_for, sample
-    from tools.worker import SAMPLED_ROWS
+    from tools.workspace import SAMPLED_ROWS
 
     lines = ["sampled check of one timed run (ms, GPU time) against the library's run:"]
     for name in SAMPLED_COST:

@@ -1,0 +1,291 @@
+"""The counted runs: the executed-instruction check's side of the worker. In process
+(tools.cupti), after the timed runs of the same module instance (defer_counted, then
+run_pending's run_counted at the evaluation's credit op); or, where CUPTI cannot run, in a
+process of its own under Nsight Compute with --profile-from-start off (run_credit). The rules
+that turn the counts into credit are tools.credit's."""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
+
+CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
+CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
+COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
+INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
+
+
+@dataclass
+class Counted:
+    """One workload's side of the executed check: what its counted runs need (its module
+    instance and workspace, as its timed runs left them: the same code, __device__ state and
+    addresses) and what they found (`out`, the WorkloadResult's `credit`)."""
+    label: str  # its user range: ours, never a name the candidate chose
+    workload: str
+    task: object
+    axes: dict
+    ws: Workspace
+    bound: object
+    limit: float
+    judge: bool
+    rng: object  # random.Random from the request's secret credit seed
+    lead: int
+    out: dict
+    profiler: object = None  # tools.cupti.RangeProfiler(replay="user"), the evaluation's metric set
+    evaluation: str | None = None
+    module: object = None  # kept loaded until the counted runs (deferred), then unloaded
+    seconds: float = 0.0  # this workload's own share of the counted runs (prepare, run, judge)
+    failed: Failed | None = None  # a counted run answered wrong: the workload fails with it
+
+
+def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
+                judge: bool) -> None:
+    """The executed check for this workload, in this worker and module instance: counted runs
+    that continue the timed runs (run_counted), made at the evaluation's credit op (run_pending).
+    The workload's module and workspace are kept until then, as its timed runs left them, and every
+    workload's counted runs run in one profiler session (CUPTI's first start and its SASS patching
+    paid once per evaluation, not per workload). Fills result.credit ("pending" until the credit
+    op); a CUPTI failure is reported there ("unavailable" or a reason), never as the candidate's
+    fault."""
+    import random
+
+    from tools.cupti import CuptiError
+
+    spec = req["credit"]
+    rng = random.Random(int(spec["seed"]))
+    # where the workload was timed and judged, the counted runs follow its timed runs (their
+    # number is secret and drawn per evaluation); where not, 1-4 uncounted runs come first, so the
+    # counted ones never start at a place the kernel can count to
+    lead = 0 if (judge and req.get("time")) else rng.randint(*CREDIT_LEAD_RUNS)
+    out: dict = {"status": "failed", "reason": None, "runs": 0, "lead_runs": lead, "passes": None,
+                 "counted_from": None, "run_ms": [], "instrumented_ms": [], "profile_s": None, "launches": []}
+    result.credit = out
+    try:
+        if not hasattr(state, "counters"):
+            raise CuptiError("this worker has no hardware counters")
+        profiler = state.counters(tuple(spec["metrics"]))
+    except CuptiError as exc:
+        out["status"], out["reason"] = "unavailable", str(exc)
+        return
+    out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
+    entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
+                    axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
+                    profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module())
+    out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
+    state.pending.append(entry)
+
+
+class _NothingLeft(Exception):
+    """Every workload of the counted runs has answered wrong: the passes stop."""
+
+
+def run_counted(state, entries: list[Counted]) -> None:
+    """The counted runs of `entries`, all in one session of CUPTI's user replay: one run of each
+    workload per pass, in order, each inside its workload's own range. Each run is prepared and
+    timed as a timed run is (fresh inputs from the workload's secret credit seed, outputs
+    poisoned, L2 flushed, scratch zeroed and, in the hardware passes, the launches behind the
+    stream gate, events around them) and judged as a timed run is (`judge`; sampled rows, the
+    whole output scanned): credit is only taken on right answers, and a wrong one is the
+    workload's failure (`failed`). The hardware passes' times (`run_ms`) are tied to the timed
+    median, every one, both ways (tools.credit.tie_to_timed_run); the SASS-patched pass runs
+    instrumented code: its time is recorded (`instrumented_ms`), never tied. A hang or a dead
+    context raises (fatal); a CUPTI failure is every entry's `reason`."""
+    from tasks.generators import generate_inputs
+    from tasks.sampled import has_sampler, rows_for
+    from tools.cupti import CuptiError
+    from tools.launch import CudaError
+    from tools.timing import KernelTimeout, Side, gated_run
+
+    profiler = entries[0].profiler  # one evaluation, one metric set
+    for e in entries:
+        e.out["status"], e.out["reason"] = "failed", None  # "ran" once CUPTI's counts are in
+    instrumented = set(getattr(profiler, "instrumented_passes", ()))
+    clock = time.perf_counter
+
+    def prepare(e: Counted, seed: int) -> None:
+        e.ws.load_inputs(generate_inputs(e.task, e.axes, seed, device=state.device, fast=True))
+        e.ws.prepare()
+        state.flusher.flush()
+
+    def side(e: Counted, gated: bool = True) -> Side:
+        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()), gated=gated)
+
+    for e in entries:  # uncounted runs first, where the workload was not timed and judged
+        for _ in range(e.lead):
+            prepare(e, e.rng.getrandbits(31))
+            gated_run(side(e), state)
+            state.wait(e.limit)
+
+    def run_pass(i: int, ranged) -> None:
+        for e in entries:
+            t0 = clock()
+            seed = e.rng.getrandbits(31)
+            prepare(e, seed)
+            t1 = clock()
+            slow = INSTRUMENTED_SLOWDOWN * max(e.out["run_ms"], default=0.0) / 1e3 if i in instrumented else 0.0
+            try:
+                # The SASS-patched pass runs ungated: CUPTI patches a kernel at its first launch
+                # there, blocking the host until the stream drains, while the gate holds the stream
+                # until its limit (0.2 s a workload, measured on the GEMM expert). That pass's time
+                # is recorded, never tied, so the gate buys it nothing.
+                with ranged(e.label):
+                    start, end = gated_run(side(e, gated=i not in instrumented), state)
+                state.wait(e.limit + slow)
+            except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
+                why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
+                e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
+                                  f"the executed check's counted run {e.lead + i + 1}: {why}", fatal=True)
+                raise
+            t2 = clock()
+            (e.out["instrumented_ms"] if i in instrumented else e.out["run_ms"]).append(
+                round(start.elapsed_time(end), 5))
+            if e.judge and e.failed is None:
+                rows = max(SAMPLED_ROWS, rows_for(e.task))
+                try:
+                    judge_run(e.task, e.axes, e.ws, seed, e.rng, state.device, rows, not has_sampler(e.task), what=(
+                        f"the executed check's counted run {e.lead + i + 1} (after the timed runs)"))
+                except Failed as f:  # the workload fails; the passes go on while another one is counted
+                    e.failed = f
+            e.seconds += clock() - t0
+            # where a counted run's cost goes: prepare (inputs, poison, flush), run (range, gate, wait), judge
+            e.out.setdefault("pass_s", []).append([round(t1 - t0, 4), round(t2 - t1, 4), round(clock() - t2, 4)])
+            if all(x.failed is not None for x in entries):
+                raise _NothingLeft
+
+    t0 = clock()
+    try:
+        launches = {x.name: x for x in profiler.profile_passes(run_pass, entries[0].label)}
+    except CuptiError as exc:
+        for e in entries:
+            e.out["reason"] = str(exc)[:400]
+        return
+    except _NothingLeft:
+        for e in entries:
+            e.out["reason"] = "not counted: its counted run answered wrong"
+        return
+    finally:
+        total = round(clock() - t0, 4)
+        parts = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
+        stops = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
+        for e in entries:
+            e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
+                         own_s=round(e.seconds, 4))
+    for e in entries:
+        got = launches.get(e.label)
+        if got is None:
+            e.out["reason"] = f"CUPTI returned no range {e.label!r} (it returned {sorted(launches)})"[:400]
+            continue
+        e.out["status"] = "ran"
+        e.out["launches"] = [{"name": got.name, "metrics": got.metrics}]
+
+
+def run_pending(state) -> tuple[dict, bool]:
+    """The evaluation's credit op: every deferred workload's counted runs (run_counted) in one
+    profiler session, after all the timed runs. Returns (reply, fatal): reply has `credits`
+    (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a counted run
+    answered wrong, or hung) and `seconds`."""
+    from tools.launch import CudaError
+    from tools.timing import KernelTimeout
+
+    entries, state.pending = state.pending, []
+    reply: dict = {"op": "credits", "credits": {}, "failed": {}}
+    fatal = False
+    t0 = time.perf_counter()
+    try:
+        if entries:
+            run_counted(state, entries)
+    except (KernelTimeout, CudaError):  # run_counted named the workload whose run it was
+        fatal = True
+        culprit = next((e.workload for e in entries if e.failed is not None and e.failed.fatal), "a workload")
+        for e in entries:
+            e.out["status"] = "failed"
+            e.out["reason"] = e.out["reason"] or f"not counted: {culprit}'s counted run ended the session"
+    finally:
+        for e in entries:  # the kept modules and workspaces go now (the context may be dead: best effort)
+            if e.module is not None and not fatal:
+                with contextlib.suppress(Exception):
+                    e.module.unload()
+            e.module = e.ws = e.bound = None
+    for e in entries:
+        reply["credits"][e.workload] = e.out
+        if e.failed is not None:
+            reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [
+                m.model_dump(mode="json") for m in e.failed.outputs]}
+    fatal = fatal or must_restart(state, "the counted runs")
+    reply["seconds"] = time.perf_counter() - t0
+    return reply, fatal
+
+
+def _prepared_runs(state, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,
+                   counted, fast_from: int = 0) -> None:
+    """One run per seed, on inputs generated from it and prepared as a timed run's are (outputs
+    poisoned, garbage scratch, L2 flushed, zeroed scratch reset on the stream before the
+    launches); run `at` is made through `counted(run)` (under a profiler, and whatever it checks
+    before the next run overwrites the outputs). Seeds from `fast_from` on use the fast
+    generator, as the timed runs do."""
+    from tasks.generators import generate_inputs
+
+    def run() -> None:
+        bound.launch()
+        state.wait(limit)
+
+    for i, seed in enumerate(seeds):
+        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=i >= fast_from))
+        ws.prepare()
+        state.flusher.flush()
+        ws.zero_scratch()  # outside what `counted` measures
+        if i == at:
+            counted(run)
+        else:
+            run()
+
+
+def run_credit(state, req: dict) -> dict:
+    """One workload as the executed check sees it: a fresh module, the seeded check launches,
+    then CREDIT_RUNS runs on fresh inputs drawn as the timed runs' are, each prepared as a timed
+    run is (outputs poisoned, scratch reset, L2 flushed), one of them at a position drawn from
+    the request's secret `credit_seed` inside the profiler's window. The kernel cannot single
+    that run out by its place in the sequence: it is never the module's first launch, and which
+    one it is changes with every evaluation. Nothing is judged here (the evaluation judged every
+    run; a reference would only cost time): what a kernel sees of a run, its launches and its
+    inputs, is what it sees of a timed one.
+    Returns {workload, split, status ("ran" or "failed"), reason, detail, runs, profiled_at (1-based run of the
+    credit phase, None when it was not reached), launches (per profiled run)}."""
+    import random
+
+    from tasks.schema import Task, Workload
+    from tools.launch import plan_launches
+    from tools.solution import LaunchManifest
+
+    task, wl = Task.model_validate(req["task"]), Workload.model_validate(req["workload"])
+    out: dict = {"workload": wl.name, "split": wl.split, "status": "failed", "reason": None, "detail": None,
+                 "runs": 0, "profiled_at": None, "launches": 0}
+    rng = random.Random(int(req["credit_seed"]))
+    runs = rng.randint(*CREDIT_RUNS)
+    at = rng.randrange(runs)
+    out["runs"] = runs
+    try:
+        limit = float(req.get("kernel_timeout_s", 30.0))
+        axes = task.axis_values(wl)
+        plan = plan_launches(LaunchManifest.model_validate(req["manifest"]), task, axes, state.limits)
+        ws = Workspace(task, plan, state.device)
+        bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
+        window = getattr(state, "profiler_window", None) or contextlib.nullcontext
+
+        def profiled(run) -> None:
+            with window():
+                run()
+            out["profiled_at"], out["launches"] = at + 1, len(plan.launches)
+
+        checks = len(req["seeds"])  # the seeded check launches first, as in the evaluation
+        _prepared_runs(state, task, axes, ws, bound, list(req["seeds"]) + [rng.getrandbits(31) for _ in range(runs)],
+                       limit, checks + at, profiled, fast_from=checks)
+        out["status"] = "ran"  # not "passed": nothing is judged here
+    except Exception as exc:  # noqa: BLE001 - a candidate's fault here is reported, never raised
+        out["reason"], out["detail"] = "run_failed", f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        with contextlib.suppress(Exception):
+            state.restore()
+    return out

@@ -1,0 +1,161 @@
+"""The timed runs: the candidate and the library alternate run by run on fresh inputs, every
+candidate run judged (tools.workspace.TimedJudge); the library baseline chosen, cached and scrubbed
+between runs. The timing primitives (gate, flush, pairing, statistics) are tools.timing's."""
+from __future__ import annotations
+
+import time
+
+from tools.workspace import Failed, TimedJudge, Workspace, log
+
+def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result, limit: float) -> None:
+    """The timed phase: candidate and baseline alternate run by run on fresh inputs, every
+    candidate run judged; then the speedup (median of per-pair ratios, bootstrap interval),
+    the throughput against the physical ceilings, and the GPU's state before and after."""
+    import statistics
+
+    from tools.ceilings import ceiling_for, implausible
+    from tools.timing import TIMING_BUDGET_S, TIMING_CAP_S, Side, median_ci, paired, summarize
+
+    t0 = time.perf_counter()
+    baseline, base_name, note = library_baseline(state, req, task, wl, ws.inputs, limit)
+    result.phase_s["baseline"] = time.perf_counter() - t0
+    judge = TimedJudge(task, axes, ws, rng, state.device)
+
+    def candidate_run() -> None:
+        ws.zero_scratch()
+        bound.launch()
+
+    def candidate_prepare() -> None:
+        judge.inputs_for_run()
+        ws.prepare()
+
+    if baseline is not None:
+        library_prepare = baseline.prepare
+        baseline.prepare = lambda: (judge.inputs_for_run(), library_prepare())
+
+    result.timing_seed = int(req["timing_seed"])
+    result.gpu_state["start"] = state.gpu_state()
+    t0 = time.perf_counter()
+    times = paired(Side("candidate", candidate_run, candidate_prepare), baseline, state, rng, judge.before_pair,
+                   judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
+                   cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)))
+    result.phase_s["timed"] = time.perf_counter() - t0
+    result.phase_s["judge"] = times.judge_s  # inside "timed": judging each candidate run
+    result.timing_stop, result.planned_runs = times.stop, times.planned
+    result.gpu_state["end"] = state.gpu_state()
+    result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks
+    result.timing = summarize(times.candidate_ms)
+    seconds = result.timing.median_ms * 1e-3
+    flops, nbytes = task.flop_count(axes), task.min_bytes(axes)
+    result.tflops = flops / seconds / 1e12 if flops > 0 and seconds > 0 else None
+    result.gbps = nbytes / seconds / 1e9 if seconds > 0 else None
+    broken = implausible(state.info.get("gpu"), task, axes, result.timing.median_ms)
+    if broken:
+        raise Failed("implausible", broken)
+    notes = [f"{name} waited for the GPU inside its run: timed with its host time from then on"
+             for name in times.ungated]
+    if getattr(state, "gate_error", None):
+        notes.append(f"timed without the stream gate ({state.gate_error}): host issue time included")
+    if baseline is not None and note:  # a timing reference, not an honest implementation of the task
+        notes.append(f"the library ({base_name}) computes below the task's precision: {note}")
+    if ceiling_for(state.info.get("gpu")) is None:
+        notes.append(f"implausibility not checked: no physical ceiling known for {state.info.get('gpu')}")
+    if notes:
+        result.detail = "; ".join(notes)
+    if baseline is not None and times.baseline_ms:
+        result.baseline, result.baseline_name = summarize(times.baseline_ms), base_name
+        result.speedup = statistics.median(times.ratios)
+        result.speedup_ci = median_ci(times.ratios, rng)
+        if req.get("baseline_cache"):
+            from tools.baseline_cache import BaselineCache, cache_key
+
+            BaselineCache(req["baseline_cache"]).update(
+                cache_key(task.name, wl.name, axes, state.info), best=base_name,
+                last={"median_ms": result.baseline.median_ms, "iqr_ms": result.baseline.iqr_ms,
+                      "runs": result.baseline.runs})
+    elif note:
+        result.baseline_name = note
+
+
+def library_side(name: str, baseline, inputs: dict):
+    """The library as a timed Side whose outputs are zeroed right after each run (untimed, on
+    the same stream). In a pair where the library runs first, its answer for exactly these
+    inputs would otherwise sit in device memory while the candidate runs, at an address the
+    caching allocator reuses run after run: a kernel could copy it instead of computing. An
+    output that shares storage with an input (a library updating state in place) is left alone:
+    the library reads the workspace's input tensors, which the candidate reads too."""
+    from tools.timing import Side
+
+    shared = {t.untyped_storage().data_ptr() for t in inputs.values() if hasattr(t, "untyped_storage")}
+    last: dict = {}
+
+    def run() -> None:
+        last["out"] = baseline.run()
+
+    def finish() -> None:
+        out = last.pop("out", None)
+        for t in (out.values() if isinstance(out, dict) else ()):
+            try:
+                if t.untyped_storage().data_ptr() not in shared:
+                    t.zero_()
+            except (AttributeError, RuntimeError) as exc:  # not a plain tensor (an expanded view): say so
+                log(f"could not scrub the library's output: {type(exc).__name__}: {exc}")
+
+    return Side(f"baseline:{name}", run, baseline.prepare, finish)
+
+
+def library_baseline(state, req: dict, task, wl, inputs: dict, limit: float):
+    """(Side for the best library backend or None, its name, a note: why there is none, or, for a
+    backend that computes below the task's precision (Baseline.below_task), that label).
+
+    The library reads the workspace's own input tensors, so in each pair it runs on the same
+    fresh inputs as the candidate. The backend is chosen once per (task, workload, GPU,
+    library versions): each backend timed cold, the fastest kept in the cache; later
+    evaluations time only it."""
+    from tasks.families.baselines import BaselineUnavailable, list_backends, make_baseline
+    from tools.timing import measure, summarize
+
+    names = list_backends(task)
+    if not names:
+        return None, None, f"none: task {task.name} has no library baseline"
+    cache, key, best = None, None, None
+    if req.get("baseline_cache"):
+        from tools.baseline_cache import BaselineCache, cache_key
+
+        cache = BaselineCache(req["baseline_cache"])
+        key = cache_key(task.name, wl.name, task.axis_values(wl), state.info)
+        best = (cache.get(key) or {}).get("best")
+        best = best if best in names else None
+
+    below: dict[str, str] = {}
+
+    def make(candidates: list[str]) -> tuple[dict, list[str]]:
+        made, refused = {}, []
+        for name in candidates:
+            try:
+                lib = make_baseline(task, inputs, name)
+                below[name] = getattr(lib, "below_task", "") or ""
+                made[name] = library_side(name, lib, inputs)
+            except BaselineUnavailable as exc:
+                refused.append(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a library failure is not the candidate's fault
+                refused.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
+        return made, refused
+
+    backends, refused = make([best]) if best else ({}, [])
+    if not backends:  # nothing cached (or the cached backend now refuses): time every backend once
+        backends, refused = make(names)
+        if not backends:
+            return None, None, "none: " + "; ".join(refused)
+        medians = {}
+        for name, side in backends.items():
+            try:
+                medians[name] = summarize(measure(side, state, 5, limit)).median_ms
+            except Exception as exc:  # noqa: BLE001 - e.g. a backend that rejects this shape late
+                log(f"baseline backend {name} failed: {type(exc).__name__}: {exc}")
+        if not medians:
+            return None, None, "none: every library backend failed on this workload"
+        best = min(medians, key=medians.get)
+        if cache is not None:
+            cache.update(key, best=best, backends=medians)
+    return backends[best], best, below.get(best) or None

@@ -1,0 +1,280 @@
+"""One workload in the worker: its tensors (Workspace) and the verdict on its runs.
+
+The seeded checks (verify), the verdict every timed and counted run gets (judge_run, TimedJudge),
+and what every stage of the worker shares: a run's failure (Failed), the worker's log (stderr:
+stdout carries the protocol), NVTX ranges for Nsight, and the context restored after a candidate
+(must_restart). Imports nothing beyond the standard library at load time, so the protocol's client
+and the CPU tests can import it without CUDA; torch and tasks/ are imported where they are used.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+def log(*parts) -> None:
+    print("[worker]", *parts, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def nvtx_range(name: str):
+    """NVTX range for Nsight: the nvtx package if present, else torch's binding, else nothing."""
+    push = pop = None
+    try:
+        import nvtx
+
+        push, pop = (lambda: nvtx.push_range(name)), nvtx.pop_range
+    except ImportError:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                push, pop = (lambda: torch.cuda.nvtx.range_push(name)), torch.cuda.nvtx.range_pop
+        except Exception:  # noqa: BLE001 - no NVTX: ranges are only for profiling
+            pass
+    if push:
+        push()
+    try:
+        yield
+    finally:
+        if pop:
+            pop()
+
+
+
+class Failed(Exception):
+    def __init__(self, reason: str, detail: str, fatal: bool = False, outputs=None):
+        super().__init__(detail)
+        self.reason, self.detail, self.fatal, self.outputs = reason, detail, fatal, outputs or []
+
+
+
+def must_restart(state, after: str) -> bool:
+    """Restore what a candidate may have changed in the context; True where that is not enough
+    (the worker must not serve another request)."""
+    try:
+        why = state.restore()
+    except Exception as exc:  # noqa: BLE001 - a context that cannot be restored is not reused
+        why = f"{type(exc).__name__}: {exc}"
+    if why:
+        log(f"restarting after {after}: {why}")
+    return bool(why)
+
+
+class Workspace:
+    """Every tensor of one workload, guarded, at fixed addresses (tensor maps point at them)."""
+
+    def __init__(self, task, plan, device: str = "cuda"):
+        import torch
+
+        from tools.correctness import TORCH_DTYPES, Guarded
+
+        self.task, self.plan = task, plan
+        self.guarded = {name: Guarded(shape, TORCH_DTYPES[dtype], device)
+                        for name, (dtype, shape) in plan.tensors.items()}
+        self.inputs = {n: self.guarded[n].tensor for n in task.inputs}
+        self.outputs = {n: self.guarded[n].tensor for n in task.outputs}
+        # No device copy of the inputs is kept: a kernel can write any address of the context, so
+        # "inputs unchanged" is judged against the inputs generated again from the seed (verdict).
+        self.buffers = {b.name: (self.guarded[b.name].tensor, b.zero) for b in plan.buffers}
+
+    def pointers(self) -> dict[str, int]:
+        return {name: g.data_ptr() for name, g in self.guarded.items()}
+
+    def load_inputs(self, fresh: dict) -> None:
+        for n, t in self.inputs.items():
+            t.copy_(fresh[n])
+
+    def prepare(self) -> None:
+        """Before every run, not timed: outputs poisoned, zero=false scratch filled with garbage."""
+        from tools.correctness import garbage_, poison_
+
+        for t in self.outputs.values():
+            poison_(t)
+        for t, zero in self.buffers.values():
+            if not zero:
+                garbage_(t)
+
+    def zero_scratch(self) -> None:
+        """The reset of zero=true scratch: a memset on the launch stream, timed as the
+        candidate's work (the kernel relies on it, so it is part of what the kernel costs)."""
+        for t, zero in self.buffers.values():
+            if zero:
+                t.zero_()
+
+    def reset(self) -> None:
+        """Everything a run needs before its launches (the checks run it whole)."""
+        self.prepare()
+        self.zero_scratch()
+
+    def verdict(self, expected: dict | None, tol, scales: dict | None = None, samples: dict | None = None, *,
+                inputs: dict | None = None):
+        """(reason or None, detail, mismatches) for the outputs as they are now: guards, inputs
+        unchanged, every output element written and not NaN, then the values against
+        `expected` (whole outputs) or against `samples` (tasks.sampled: random rows only).
+
+        `inputs`: the run's inputs generated again from its seed after the run. "Unchanged" is
+        judged against them, never against a device copy: nothing the candidate could reach
+        while it ran decides the verdict."""
+        if inputs is None:
+            raise ValueError("verdict() needs the inputs generated again from the run's seed (inputs=...)")
+        from tasks.sampled import view_rows
+        from tools.correctness import compare, poison_mask, same_bits
+
+        for name, g in self.guarded.items():
+            before, after = g.guard_damage()
+            if before or after:
+                kind = "output" if name in self.outputs else "input" if name in self.inputs else "buffer"
+                where = " and ".join(s for s, n in (("before", before), ("after", after)) if n)
+                return "out_of_bounds_write", (f"wrote outside {kind} {name!r}: {before + after} guard bytes changed "
+                                               f"{where} it"), []
+        for name, t in self.inputs.items():
+            if not same_bits(t, inputs[name]):
+                return "input_modified", f"input {name!r} changed during the run (inputs are read-only)", []
+        for name, t in self.outputs.items():
+            unwritten = int(poison_mask(t).sum())
+            if unwritten:
+                return "unwritten_output", (f"output {name!r}: {unwritten} of {t.numel()} elements were never "
+                                            f"written (still the poison NaN)"), []
+            nans = int(t.isnan().sum()) if t.is_floating_point() else 0  # whole output, also when rows are sampled
+            if nans:
+                return "nan_output", f"output {name!r} has {nans} NaN elements", []
+        if samples is not None:
+            mismatches = [compare(n, view_rows(self.outputs[n])[smp.rows], smp.expected, tol, smp.scale)
+                          for n, smp in samples.items()]
+        else:
+            mismatches = [compare(n, self.outputs[n], expected[n], tol, (scales or {}).get(n)) for n in self.outputs]
+        bad = [m for m in mismatches if not m.passed]
+        if bad:
+            return "incorrect", bad[0].describe() + (" (on randomly sampled rows)" if samples is not None else ""), \
+                mismatches
+        return None, None, mismatches
+
+
+SAMPLED_ROWS = 64  # rows of each output judged on every timed run, for op types tasks.sampled.rows_for does not raise
+
+
+class TimedJudge:
+    """Fresh inputs for every timed (and warm-up) pair, and a verdict on every candidate run.
+
+    Each pair gets inputs generated on the GPU from a new seed drawn from the evaluation's
+    secret timing seed, never a transform of an earlier set, so a cache keyed on any part of
+    the inputs never hits. Every run's output is scanned whole (guards, inputs unchanged,
+    poison, NaN) and compared on random rows of each output (tasks.sampled.rows_for: 1024 for
+    GEMMs, 256 for attention) against an fp32 reference of those rows; on one or two randomly chosen runs it is
+    compared whole. Tasks without a sampler are compared whole on every run.
+
+    The judge's copy of a pair's inputs is generated again from the pair's seed after the
+    runs: while the candidate ran, nothing the reference is computed from existed in device
+    memory, so a kernel that rewrote every copy of its inputs it could reach cannot steer the
+    reference, and the rewrite itself is input_modified (inputs are judged against the same
+    regeneration)."""
+
+    def __init__(self, task, axes: dict, ws: Workspace, rng, device: str, rows: int | None = None):
+        from tasks.sampled import has_sampler, rows_for
+
+        self.task, self.axes, self.ws, self.rng, self.device = task, axes, ws, rng, device
+        self.rows = rows or max(SAMPLED_ROWS, rows_for(task))
+        self.sampled = has_sampler(task)
+        self.seed: int | None = None
+        self.full_at: set[int] | None = None
+        self.full_checks = 0
+        self._pair_inputs_used = False
+
+    def _inputs(self) -> dict:
+        from tasks.generators import generate_inputs
+
+        return generate_inputs(self.task, self.axes, self.seed, device=self.device, fast=True)
+
+    def before_pair(self, i: int, total: int) -> None:
+        self.seed = self.rng.getrandbits(31)
+        self.ws.load_inputs(self._inputs())  # the generated tensors are dropped once copied in
+        self._pair_inputs_used = False
+
+    def inputs_for_run(self) -> None:
+        """Before each side's run of a pair (untimed). The first side runs on the inputs
+        before_pair loaded; the second gets them generated again from the pair's seed, so neither
+        side ever reads a buffer the other could have rewritten since it was generated: a
+        candidate that rewrites its inputs cannot steer the library's time in the same pair."""
+        if self._pair_inputs_used:
+            self.ws.load_inputs(self._inputs())
+        self._pair_inputs_used = True
+
+    def after_pair(self, i: int, total: int) -> None:
+        if total > 1 and self.full_at is None:  # the count is known from pair 1 on: choose the runs judged whole
+            from tools.timing import ALWAYS_RUN_PAIRS
+
+            k = min(total - 1, self.rng.randint(1, 2))
+            # one of them among the pairs every timed phase runs, so a phase that stops early
+            # (tools.timing.stop_early, the cap) still judged a run whole
+            first = self.rng.randrange(1, min(total, ALWAYS_RUN_PAIRS))
+            self.full_at = {first} | set(self.rng.sample(range(1, total), k=k - 1))
+        full = not self.sampled or i in (self.full_at or ())
+        self.full_checks += full
+        what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
+        judge_run(self.task, self.axes, self.ws, self.seed, self.rng, self.device, self.rows, full, what)
+
+
+def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows: int, full: bool,
+              what: str) -> None:
+    """The verdict on one run's output, as every timed run gets it; raises Failed naming `what`.
+    The inputs are generated again from the run's `seed` (fast generator) now, after the run:
+    while the candidate ran, nothing the reference is computed from existed in device memory, and
+    the inputs are judged unchanged against this regeneration. `full`: compared whole against the
+    reference; else on `rows` random rows of each output (drawn from `rng`), the whole output
+    still scanned (guards, poison, NaN)."""
+    from tasks.generators import generate_inputs
+
+    fresh = generate_inputs(task, axes, seed, device=device, fast=True)
+    if full:
+        from tasks.reference import run_reference
+
+        expected, scales = run_reference(task, fresh), term_scales(task, fresh)
+        reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+    else:
+        import torch
+
+        from tasks.sampled import sample
+
+        gen = torch.Generator(device=device)
+        gen.manual_seed(rng.getrandbits(63))
+        reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh, samples=sample(task, fresh, gen, rows))
+    if reason is None:
+        return
+    if reason in ("incorrect", "unwritten_output", "nan_output"):
+        raise Failed("wrong_in_timed_run", f"{what} (fresh inputs, right in the checks before): {detail}",
+                     outputs=mism)
+    raise Failed(reason, f"{what}: {detail}", outputs=mism)
+
+
+def term_scales(task, fresh: dict) -> dict | None:
+    """Term scales for tasks judged with tolerance.scale == "terms", else None."""
+    if getattr(task.tolerance, "scale", "ref") != "terms":
+        return None
+    from tasks.reference import term_scales as of_terms
+
+    return of_terms(task, fresh)
+
+
+def verify(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float) -> None:
+    """The seeded checks: each seed's inputs, one whole run, the whole output judged."""
+    from tasks.generators import generate_inputs
+    from tasks.reference import run_reference
+
+    with nvtx_range("verify"):
+        for call, seed in enumerate(req["seeds"], 1):
+            ws.load_inputs(generate_inputs(task, axes, seed, device=state.device))
+            ws.reset()
+            bound.launch()
+            state.wait(limit)
+            # The reference's inputs are generated again from the seed, and the answer computed,
+            # only now: while the candidate ran, neither was anywhere in device memory.
+            fresh = generate_inputs(task, axes, seed, device=state.device)
+            expected, scales = run_reference(task, fresh), term_scales(task, fresh)
+            reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+            result.outputs = mism
+            if reason is None:
+                continue
+            if call > 1 and reason in ("incorrect", "unwritten_output", "nan_output"):
+                raise Failed("wrong_after_first_call", f"right on the first call, wrong on call {call} (fresh "
+                                                       f"inputs, seed {seed}): {detail}", outputs=mism)
+            raise Failed(reason, detail, outputs=mism)
