@@ -50,6 +50,7 @@ def row_of(task: str, kind: str, mode: str, ev, wall: float) -> dict:
             "executed": ev.executed.reason if ev.executed else None,
             "workloads": [{"workload": w.workload, "status": w.status, "reason": w.reason, "speedup": w.speedup,
                            "speedup_ci": w.speedup_ci, "timed": w.timed_runs, "planned": w.planned_runs,
+                           "warmup": w.warmup_runs, "full_checks": w.full_checks,
                            "stop": w.timing_stop, "phase_s": {k: round(v, 3) for k, v in w.phase_s.items()}}
                           for w in ev.workloads]}
 
