@@ -3,14 +3,16 @@ task, cold (a new Evaluator: its worker starts, the library backend is chosen wh
 none) then warm (the same Evaluator again), credit on, all workloads, on this machine's GPU.
 
     python scripts/bench_cost.py [--tasks gemm_n7168_k5120,mha_fwd_d128] [--solutions simple,expert]
-                                 [--modes cold,warm] [--budget-s 200] [--out DIR] [--json]
+                                 [--modes cold,warm] [--share-worker] [--budget-s 200] [--out DIR] [--json]
 
 Phases (agent/cost.py): compile, inspect_wait, queue_wait, worker_start, seeded_checks,
 library_setup, timed_pairs, judging, counted_runs (the credit op; by pass in the JSON),
 executed_other, other_gpu. Each row also gives the workloads' timing stops (planned / interval /
 cap: tools.timing) and the verdict. --budget-s: no evaluation starts once the next one (estimated
-from the last of that task) would end past it, so the bench fits one device call; rows it did not
-reach are listed as not run. Writes DIR/bench_cost.json and DIR/bench_cost.md when --out is given.
+from the last of that task and mode) would end past it, so the bench fits one device call; rows it did
+not reach are listed as not run. Writes DIR/bench_cost.json (after every row) and DIR/bench_cost.md when
+--out is given. --share-worker keeps one Evaluator per task, so that a later solution's cold row starts
+with the worker up and the library chosen (its mode reads "cold, worker up"): more rows in one call.
 """
 from __future__ import annotations
 
