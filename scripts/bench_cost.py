@@ -3,14 +3,16 @@ task, cold (a new Evaluator: its worker starts, the library backend is chosen wh
 none) then warm (the same Evaluator again), credit on, all workloads, on this machine's GPU.
 
     python scripts/bench_cost.py [--tasks gemm_n7168_k5120,mha_fwd_d128] [--solutions simple,expert]
-                                 [--modes cold,warm] [--budget-s 200] [--out DIR] [--json]
+                                 [--modes cold,warm] [--share-worker] [--budget-s 200] [--out DIR] [--json]
 
 Phases (agent/cost.py): compile, inspect_wait, queue_wait, worker_start, seeded_checks,
 library_setup, timed_pairs, judging, counted_runs (the credit op; by pass in the JSON),
 executed_other, other_gpu. Each row also gives the workloads' timing stops (planned / interval /
 cap: tools.timing) and the verdict. --budget-s: no evaluation starts once the next one (estimated
-from the last of that task) would end past it, so the bench fits one device call; rows it did not
-reach are listed as not run. Writes DIR/bench_cost.json and DIR/bench_cost.md when --out is given.
+from the last of that task and mode) would end past it, so the bench fits one device call; rows it did
+not reach are listed as not run. Writes DIR/bench_cost.json (after every row) and DIR/bench_cost.md when
+--out is given. --share-worker keeps one Evaluator per task, so that a later solution's cold row starts
+with the worker up and the library chosen (its mode reads "cold, worker up"): more rows in one call.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ def row_of(task: str, kind: str, mode: str, ev, wall: float) -> dict:
             "executed": ev.executed.reason if ev.executed else None,
             "workloads": [{"workload": w.workload, "status": w.status, "reason": w.reason, "speedup": w.speedup,
                            "speedup_ci": w.speedup_ci, "timed": w.timed_runs, "planned": w.planned_runs,
+                           "warmup": w.warmup_runs, "full_checks": w.full_checks,
                            "stop": w.timing_stop, "phase_s": {k: round(v, 3) for k, v in w.phase_s.items()}}
                           for w in ev.workloads]}
 
@@ -76,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="cold,warm")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall seconds for the whole bench (one device call)")
     ap.add_argument("--cache", default=None, help="evaluator cache folder (default: a fresh one under --out or /tmp)")
+    ap.add_argument("--share-worker", action="store_true",
+                    help="one Evaluator per task across solutions: a later solution's cold row starts with the worker up "
+                         "and the library chosen (its mode reads 'cold, worker up')")
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
@@ -104,34 +110,55 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     skipped: list[str] = []
     gpu = None
-    last: dict[str, float] = {}  # task -> the longest evaluation of it so far: the next one's estimate
+    # (task, mode) -> the longest evaluation of that kind so far: the next one's estimate (a warm one
+    # before any warm: 0.7 x the cold)
+    last: dict[tuple[str, str], float] = {}
+
+    def save() -> None:
+        if out:  # after every row: a bench cut by its device call's limit keeps what it measured
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "bench_cost.json").write_text(json.dumps(
+                {"gpu": gpu, "budget_s": args.budget_s, "seconds": round(time.perf_counter() - start, 1),
+                 "rows": rows, "not_run": skipped}, indent=1, default=str) + "\n")
+
     for task in tasks:
+        ev_ctx, seen = None, set()  # seen: the solutions this Evaluator has evaluated (compiled, first calls made)
         for kind in kinds:
             sol = Solution.from_dir(ROOT / "tasks" / task / kind)
-            ev_ctx = None
             for mode in modes:
                 label = f"{task}/{kind}/{mode}"
                 left = args.budget_s - (time.perf_counter() - start)
-                if left < last.get(task, 0.0) * 1.2 or left <= 0:
+                guess = last.get((task, mode), 0.7 * last.get((task, "cold"), 0.0))
+                if left < guess * 1.2 or left <= 0:
                     skipped.append(label)
                     continue
-                if ev_ctx is None or mode == "cold":
+                shared = args.share_worker and ev_ctx is not None
+                if ev_ctx is None or (mode == "cold" and not shared):
                     if ev_ctx is not None:
                         ev_ctx.close()
-                    ev_ctx = Evaluator(cache_dir=cache)
+                    ev_ctx, seen = Evaluator(cache_dir=cache), set()
+                # what the row really was: "warm" only once this Evaluator has evaluated the solution
+                # (a skipped cold row leaves the next one a first evaluation)
+                ran_as = "warm" if kind in seen else ("cold, worker up" if shared else "cold")
+                seen.add(kind)
                 t0 = time.perf_counter()
                 ev = ev_ctx.evaluate(sol, task, "sm_90a", workloads="all", executed_check=True)
                 wall = time.perf_counter() - t0
-                last[task] = max(last.get(task, 0.0), wall)
+                last[(task, mode)] = max(last.get((task, mode), 0.0), wall)
                 gpu = gpu or ev.gpu
-                rows.append(row_of(task, kind, mode, ev, wall))
+                rows.append(row_of(task, kind, ran_as, ev, wall))
                 r = rows[-1]
                 print(f"[cost] {label}: {wall:.1f} s (GPU {r['gpu_s']:.1f} s) " +
                       " ".join(f"{SHORT[k]}={v:.2f}" for k, v in r["phases"].items() if v >= 0.005) +
                       f" stops={[w['stop'] for w in r['workloads']]} cwa={r['correct_with_arch']}",
                       file=sys.stderr, flush=True)
-            if ev_ctx is not None:
+                save()
+            if ev_ctx is not None and not args.share_worker:
                 ev_ctx.close()
+                ev_ctx, seen = None, set()
+        if ev_ctx is not None:
+            ev_ctx.close()
+            ev_ctx = None
     report = {"gpu": gpu, "budget_s": args.budget_s, "seconds": round(time.perf_counter() - start, 1),
               "rows": rows, "not_run": skipped}
     text = markdown(rows, skipped, gpu)

@@ -70,24 +70,59 @@ def view_rows(t: torch.Tensor) -> torch.Tensor:
 
 def sample(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, rows: int) -> dict[str, Sample]:
     """Expected values of `rows` random rows of every output (see the module docstring)."""
+    return rows_at(task, inputs, draw_rows(task, inputs, gen, rows))
+
+
+def draw_rows(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, rows: int
+              ) -> dict[str, torch.Tensor]:
+    """`rows` random row indices (into view_rows) of every output; outputs computed from the same
+    rows (O and LSE; dK and dV) share one index tensor."""
+    if task.op_type not in SAMPLED_OP_TYPES:
+        raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
+    if task.op_type in ("gemm", "fp8_gemm"):
+        a = inputs["A"]
+        return {"C" if task.op_type == "gemm" else "D": _pick(a.shape[0], rows, gen, a.device)}
+    B, H, S, _ = inputs["Q"].shape
+    if task.op_type in ("mha_fwd", "fp8_mha_fwd"):
+        f = _pick(B * H * S, rows, gen, inputs["Q"].device)  # query rows (b*H + h) * S + i
+        return {"O": f, "LSE": f}
+    fq = _pick(B * H * S, rows, gen, inputs["Q"].device)
+    fk = _pick(B * H * S, rows, gen, inputs["Q"].device)
+    return {"dQ": fq, "dK": fk, "dV": fk}
+
+
+def rows_at(task: Task, inputs: dict[str, torch.Tensor], rows: dict[str, torch.Tensor]) -> dict[str, Sample]:
+    """The fp32 reference (and, for tolerance.scale == "terms", the term scale) of the given rows of
+    the named outputs: rows[name] are indices into view_rows(output). Outputs computed together
+    (O and LSE; dK and dV) are computed once where they share one index tensor. What
+    tools.correctness.judge_outputs asks for the rows that failed against |ref| alone."""
+    if task.op_type not in SAMPLED_OP_TYPES:
+        raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
     x = {name: _widen(inputs[name]) for name in task.inputs}
     terms = task.tolerance.scale == "terms"
+    out: dict[str, Sample] = {}
     with torch.no_grad(), _ieee_fp32():
-        if task.op_type == "gemm":
-            return _gemm(x, gen, rows, terms)
-        if task.op_type == "fp8_gemm":
-            return _fp8_gemm(inputs, gen, rows, terms)
-
-        def scale_and_mask() -> tuple[float, bool]:  # attention's; other families have no sm_scale
-            return float(task.scalar_values(_axes_from_shapes(task, inputs))["sm_scale"]), "causal" in task.tags
-
-        if task.op_type == "mha_fwd":
-            return _mha_fwd(x, gen, rows, *scale_and_mask(), terms)
-        if task.op_type == "fp8_mha_fwd":
-            return _fp8_mha_fwd(inputs, gen, rows, *scale_and_mask(), terms)
-        if task.op_type == "mha_bwd":
-            return _mha_bwd(x, gen, rows, *scale_and_mask(), terms)
-    raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
+        for name, idx in rows.items():
+            if name in out:
+                continue
+            idx = idx.to(next(iter(inputs.values())).device)
+            if task.op_type == "gemm":
+                got = _gemm(x, idx, terms)
+            elif task.op_type == "fp8_gemm":
+                got = _fp8_gemm(inputs, idx, terms)
+            else:
+                sm_scale = float(task.scalar_values(_axes_from_shapes(task, inputs))["sm_scale"])
+                causal = "causal" in task.tags
+                if task.op_type == "mha_fwd":
+                    got = _mha_fwd(x, idx, sm_scale, causal, terms)
+                elif task.op_type == "fp8_mha_fwd":
+                    got = _fp8_mha_fwd(inputs, idx, sm_scale, causal, terms)
+                else:
+                    got = _mha_bwd(x, idx, sm_scale, causal, terms, name)
+            for other, smp in got.items():  # siblings drawn from the very same rows come along
+                if other == name or (other in rows and rows[other] is rows[name]):
+                    out[other] = smp
+    return out
 
 
 def _pick(n: int, k: int, gen: torch.Generator, device) -> torch.Tensor:
@@ -97,18 +132,16 @@ def _pick(n: int, k: int, gen: torch.Generator, device) -> torch.Tensor:
     return torch.randperm(n, generator=gen, device=gen.device)[:k].to(device)
 
 
-def _gemm(x, gen, rows, terms) -> dict[str, Sample]:
+def _gemm(x, m, terms) -> dict[str, Sample]:
     a, b = x["A"], x["B"]
-    m = _pick(a.shape[0], rows, gen, a.device)
     c = a[m] @ b.T
     scale = (a[m].square() @ b.square().T).sqrt_() if terms else None
     return {"C": Sample(m, c, scale)}
 
 
-def _fp8_gemm(inputs, gen, rows, terms) -> dict[str, Sample]:
+def _fp8_gemm(inputs, m, terms) -> dict[str, Sample]:
     from tasks.families.fp8_gemm import dequantize
 
-    m = _pick(inputs["A"].shape[0], rows, gen, inputs["A"].device)
     # Gather A's rows through a uint8 view (indexing kernels need not exist for fp8), then dequantise.
     a_rows = inputs["A"].view(torch.uint8)[m].view(inputs["A"].dtype)
     a, b = dequantize(a_rows, inputs["SF_A"][m]), dequantize(inputs["B"], inputs["SF_B"])
@@ -122,10 +155,9 @@ def _heads(x: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
     return [x[n].reshape(B * H, S, D) for n in names]
 
 
-def _mha_fwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
+def _mha_fwd(x, flat, sm_scale, causal, terms) -> dict[str, Sample]:
     q, k, v = _heads(x, ("Q", "K", "V"))
     BH, S, D = q.shape
-    flat = _pick(BH * S, rows, gen, q.device)  # query rows (b*H + h) * S + i
 
     def rows_of(f: torch.Tensor) -> dict[str, Sample]:
         bh, i = f // S, f % S
@@ -133,11 +165,10 @@ def _mha_fwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
     return _in_chunks(rows_of, flat)
 
 
-def _fp8_mha_fwd(inputs, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
+def _fp8_mha_fwd(inputs, flat, sm_scale, causal, terms) -> dict[str, Sample]:
     # Gather through uint8 views (indexing kernels need not exist for fp8), then dequantise.
     q, k, v = (t.view(torch.uint8) for t in _heads(inputs, ("Q", "K", "V")))
     BH, S, D = q.shape
-    flat = _pick(BH * S, rows, gen, q.device)
 
     def real(t: torch.Tensor, name: str) -> torch.Tensor:
         return t.view(torch.float8_e4m3fn).float() * inputs[f"descale_{name.lower()}"].float().reshape(())
@@ -171,14 +202,12 @@ def _fwd_rows(flat, i, q, k, v, sm_scale, causal, terms, lse_scale: bool = True)
     return {"O": Sample(flat, o, o_scale), "LSE": Sample(flat, lse[:, None], c)}
 
 
-def _mha_bwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
+def _mha_bwd(x, flat, sm_scale, causal, terms, name) -> dict[str, Sample]:
+    """dQ's query rows `flat` (name "dQ"), or dK's and dV's key rows `flat` (name "dK" or "dV")."""
     q, k, v, o, do = _heads(x, ("Q", "K", "V", "O", "dO"))
     BH, S, D = q.shape
     lse = x["LSE"].reshape(BH, S)
     pos = torch.arange(S, device=q.device)
-
-    fq = _pick(BH * S, rows, gen, q.device)
-    fk = _pick(BH * S, rows, gen, q.device)
 
     def query_rows(f: torch.Tensor) -> dict[str, Sample]:
         # dQ[i] = sm_scale * sum_j dS[i, j] K[j], over the query rows drawn
@@ -208,4 +237,4 @@ def _mha_bwd(x, gen, rows, sm_scale, causal, terms) -> dict[str, Sample]:
             dk_scale = torch.einsum("rs,rsd->rd", dst.square(), q[bh].square()).sqrt_() * sm_scale
         return {"dK": Sample(f, dk, dk_scale), "dV": Sample(f, dv, dv_scale)}
 
-    return {**_in_chunks(query_rows, fq), **_in_chunks(key_rows, fk)}
+    return _in_chunks(query_rows, flat) if name == "dQ" else _in_chunks(key_rows, flat)

@@ -304,9 +304,9 @@ def test_the_counted_runs_are_judged_as_timed_runs_are(monkeypatch):
     judged = []
     real = counted.judge_run
 
-    def spy(task, axes, ws, seed, rng, device, rows, full, what):
+    def spy(task, axes, ws, seed, rng, device, rows, full, what, **kw):
         judged.append((what, full, rows, seed))
-        real(task, axes, ws, seed, rng, device, rows, full, what)
+        real(task, axes, ws, seed, rng, device, rows, full, what, **kw)
 
     monkeypatch.setattr(workspace, "judge_run", spy)  # the timed runs' judge (TimedJudge)
     monkeypatch.setattr(counted, "judge_run", spy)  # the counted runs'
@@ -326,7 +326,7 @@ def test_a_wrong_kernel_is_still_counted_and_not_judged_again(monkeypatch):
     instructions ran. Nothing was timed, so uncounted runs come first; no counted run is judged."""
     judged = []
     for module in (workspace, counted):
-        monkeypatch.setattr(module, "judge_run", lambda *a: judged.append(a[-1]))
+        monkeypatch.setattr(module, "judge_run", lambda *a, **k: judged.append(a[-1]))
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_())
     result, _ = with_counted_runs(state, request(4))
     assert result["reason"] == "incorrect" and "counted run" not in result["detail"]
@@ -771,3 +771,34 @@ def test_a_kernel_that_answers_wrong_only_on_the_instrumented_run_fails():
     assert not fatal and set(reply["failed"]) == {"M128", "M70"}
     assert all(f["reason"] == "wrong_in_timed_run" and "counted run 3 (after the timed runs)" in f["detail"]
                for f in reply["failed"].values())
+
+
+def test_counted_runs_that_could_pass_their_cap_are_skipped_never_credited(monkeypatch):
+    """A kernel slow enough that its SASS-patched pass could run for minutes (issue 43): before that
+    pass's first run, the time spent plus what the run may take (INSTRUMENTED_SLOWDOWN x its timed
+    median) passes COUNTED_CAP_S, so the counted runs stop there: every workload's credit is
+    skipped with the figures (the executed check never passes on it), no workload fails, nothing is
+    fatal, and the workloads' modules are unloaded as after any counted runs."""
+    state = CountedState(gemm)
+    _deferred(state)
+    monkeypatch.setattr(counted, "INSTRUMENTED_SLOWDOWN", 1e9)  # any timed median: hours
+    reply, fatal = counted.run_pending(state)
+    assert not fatal and not reply["failed"]
+    assert state.passes_counted() == [0, 0, 1, 1]  # both hardware passes ran; the patched one never started
+    for credit in reply["credits"].values():
+        assert credit["status"] == "skipped"
+        assert credit["reason"].startswith("not counted: the counted runs would pass their 30 s cap")
+        assert "M128's run of pass 3" in credit["reason"] and "SASS-patched" in credit["reason"]
+    assert state.unloaded == 2
+    meta = {"workload": "M128", "split": "visible"}
+    assert rules.credit_in_process(meta, reply["credits"]["M128"], ["wgmma"], WORK, 1.0, NO_BULK).status == "skipped"
+
+
+def test_the_cap_counts_what_the_counted_runs_already_took(monkeypatch):
+    """A cap already spent stops the counted runs before the first one."""
+    state = CountedState(gemm)
+    _deferred(state)
+    monkeypatch.setattr(counted, "COUNTED_CAP_S", 0.0)
+    reply, fatal = counted.run_pending(state)
+    assert not fatal and state.counted == []
+    assert {c["status"] for c in reply["credits"].values()} == {"skipped"}

@@ -1041,3 +1041,22 @@ def test_failing_samples_of_a_large_output_stay_in_bounds():
     g, e = torch.zeros(n + 7), torch.ones(n + 7)
     samples = _failing_samples(bad, (g - e).abs(), g, e)
     assert 2 <= len(samples) <= 4 and samples[0].index == [7] and samples[-1].index == [n + 6]
+
+
+def test_rewriting_the_pairs_kept_inputs_is_input_modified():
+    """The side that runs second in a pair gets the pair's inputs copied in from the tensors generated
+    for the pair (TimedJudge keeps them until the pair is judged, issue 43). A kernel that rewrites
+    those, and not its own inputs, could steer the library's run: the judge holds them to the inputs
+    generated again from the pair's seed, and the rewrite is input_modified, named."""
+    import gc
+
+    def tamper(ws, call):
+        gemm(ws, call)
+        if call > 2:  # the timed runs
+            for judge in (o for o in gc.get_objects() if type(o) is workspace.TimedJudge):
+                for t in (getattr(judge, "_generated", None) or {}).values():
+                    t.zero_()
+
+    result, _ = run(tamper, time=True)
+    assert result["reason"] == "input_modified", result["detail"]
+    assert "the harness's copy of input" in result["detail"] and "read by the pair's other side" in result["detail"]

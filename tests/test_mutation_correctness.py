@@ -148,7 +148,8 @@ def test_equal_outputs_pass_with_zero_errors():
     assert m.model_dump() == {
         "output": "O", "max_abs_err": 0.0, "max_rel_err": 0.0, "mismatch_frac": 0.0, "nan_count": 0,
         "first_mismatch": None, "got": None, "expected": None, "rel_l2": 0.0, "rel_l2_bound": None,
-        "row_ratio": None, "bad_rows": None, "worst_row": None, "samples": [], "passed": True}
+        "row_ratio": None, "bad_rows": None, "worst_row": None, "samples": [], "passed": True,
+        "judged_against": "ref"}
 
 
 def test_the_elementwise_bound_holds_at_equality():
@@ -207,7 +208,8 @@ def test_a_shape_mismatch_fails_outright():
     assert m.model_dump() == {
         "output": "O", "max_abs_err": math.inf, "max_rel_err": math.inf, "mismatch_frac": 1.0, "nan_count": 0,
         "first_mismatch": None, "got": None, "expected": None, "rel_l2": None, "rel_l2_bound": None,
-        "row_ratio": None, "bad_rows": None, "worst_row": None, "samples": [], "passed": False}
+        "row_ratio": None, "bad_rows": None, "worst_row": None, "samples": [], "passed": False,
+        "judged_against": "ref"}
     assert not compare("O", torch.zeros(2, 3), torch.zeros(3, 2), Tolerance(rtol=1, atol=1)).passed
 
 

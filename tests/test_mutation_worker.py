@@ -193,7 +193,8 @@ def test_every_timed_run_of_a_gemm_is_judged_on_1024_rows(monkeypatch):
     result, _ = worker.run_workload(CpuState(gemm), _request(task))
     assert result["status"] == "passed", result
     sampled = result["timed_runs"] + result["warmup_runs"] - result["full_checks"]
-    assert sampled >= 10 and drawn == [1024] * sampled
+    # at least 10 timed pairs, 1-2 of them judged whole; no warm-up where the first pair is slow (CPU)
+    assert sampled >= 8 and drawn == [1024] * sampled
 
 
 def test_the_timed_judge_draws_the_rows_its_task_declares():

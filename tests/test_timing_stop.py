@@ -154,9 +154,10 @@ def test_a_phase_that_stops_early_still_judged_a_run_whole(monkeypatch):
         assert not whole[0]  # never the first run
 
 
-def test_a_slow_first_pair_ends_the_warm_up(monkeypatch):
-    """A first pair of SLOW_PAIR_S or more is the only warm-up; a fast one keeps the drawn 1-3."""
+def test_a_slow_first_pair_is_timed(monkeypatch):
+    """A first pair of SLOW_PAIR_S or more is timed (no warm-up); a fast one keeps the drawn 1-3."""
     monkeypatch.setattr(timing, "SLOW_PAIR_S", 0.02)
-    warm = {_time(0.05, 0.01, seed, pair_s=0.02, budget_s=0.1)[0].warmup for seed in range(3)}
-    assert warm == {1}
+    slow = [_time(0.05, 0.01, seed, pair_s=0.02, budget_s=0.1)[0] for seed in range(3)]
+    assert {t.warmup for t in slow} == {0}
+    assert all(len(t.candidate_ms) == len(t.baseline_ms) >= timing.MIN_CAP_PAIRS for t in slow)
     assert {_time(0.99, 0.002, seed, budget_s=0.01)[0].warmup for seed in range(40)} == {1, 2, 3}

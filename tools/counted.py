@@ -15,6 +15,12 @@ CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; 
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
 COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
+# The counted runs' wall-time bound per evaluation (issue 43). Before each counted run, the time they
+# have taken so far plus what that run may take (its workload's timed median; on a SASS-patched pass
+# INSTRUMENTED_SLOWDOWN times that) must stay within it; else no workload is counted, and the
+# executed check is skipped with the figures (never passed): a slow kernel's evaluation ends instead of
+# running its instrumented pass for minutes. The experts' counted runs take 0.5-1.3 s on the H200.
+COUNTED_CAP_S = 30.0
 
 
 @dataclass
@@ -38,6 +44,7 @@ class Counted:
     module: object = None  # kept loaded until the counted runs (deferred), then unloaded
     seconds: float = 0.0  # this workload's own share of the counted runs (prepare, run, judge)
     failed: Failed | None = None  # a counted run answered wrong: the workload fails with it
+    timed_ms: float | None = None  # the workload's timed median (None: not timed): what a counted run may take
 
 
 def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
@@ -72,13 +79,18 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
     out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
     entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
                     axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
-                    profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module())
+                    profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module(),
+                    timed_ms=result.timing.median_ms if result.timing else None)
     out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
     state.pending.append(entry)
 
 
 class _NothingLeft(Exception):
     """Every workload of the counted runs has answered wrong: the passes stop."""
+
+
+class _OverCap(Exception):
+    """The next counted run could end past COUNTED_CAP_S: the passes stop, nothing is counted."""
 
 
 def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] | None = None) -> None:
@@ -112,6 +124,19 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     def side(e: Counted, gated: bool = True) -> Side:
         return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()), gated=gated)
+
+    began = clock()
+
+    def within_cap(e: Counted, i: int) -> None:
+        """Raises _OverCap where e's run of pass i could end past COUNTED_CAP_S."""
+        plain_ms = e.timed_ms if e.timed_ms is not None else max(e.out["run_ms"], default=0.0)
+        may_s = plain_ms / 1e3 * (INSTRUMENTED_SLOWDOWN if i in instrumented else 1.0)
+        spent = clock() - began
+        if spent + may_s > COUNTED_CAP_S:
+            raise _OverCap(f"not counted: the counted runs would pass their {COUNTED_CAP_S:.0f} s cap ({spent:.1f} s "
+                           f"spent; {e.workload}'s run of pass {i + 1} may take {may_s:.1f} s"
+                           + (f", {INSTRUMENTED_SLOWDOWN:.0f}x its {plain_ms:.1f} ms, SASS-patched)" if i in instrumented
+                              else ")"))
 
     for e in entries:  # uncounted runs first, where the workload was not timed and judged
         for _ in range(e.lead):
@@ -158,6 +183,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     def run_pass(i: int, ranged) -> None:
         for e in entries:
+            within_cap(e, i)
+
             def around(run, wait, e=e):
                 with ranged(e.label):
                     run()
@@ -176,6 +203,10 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
     except _NothingLeft:
         for e in entries:
             e.out["reason"] = "not counted: its counted run answered wrong"
+        return
+    except _OverCap as exc:  # a cost bound, not the candidate's fault: skipped, never passed
+        for e in entries:
+            e.out["status"], e.out["reason"] = "skipped", str(exc)
         return
     finally:
         total = round(clock() - t0, 4)
@@ -272,12 +303,12 @@ def run_pending(state, sites: dict | None = None) -> tuple[dict, bool]:
 
 
 def _prepared_runs(state, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,
-                   counted, fast_from: int = 0) -> None:
+                   counted) -> None:
     """One run per seed, on inputs generated from it and prepared as a timed run's are (outputs
     poisoned, garbage scratch, L2 flushed, zeroed scratch reset on the stream before the
     launches); run `at` is made through `counted(run)` (under a profiler, and whatever it checks
-    before the next run overwrites the outputs). Seeds from `fast_from` on use the fast
-    generator, as the timed runs do."""
+    before the next run overwrites the outputs). Every seed uses the fast generator, as the
+    seeded checks and the timed runs do."""
     from tasks.generators import generate_inputs
 
     def run() -> None:
@@ -285,7 +316,7 @@ def _prepared_runs(state, task, axes: dict, ws: Workspace, bound, seeds: list[in
         state.wait(limit)
 
     for i, seed in enumerate(seeds):
-        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=i >= fast_from))
+        ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=True))
         ws.prepare()
         state.flusher.flush()
         ws.zero_scratch()  # outside what `counted` measures
@@ -334,7 +365,7 @@ def run_credit(state, req: dict) -> dict:
 
         checks = len(req["seeds"])  # the seeded check launches first, as in the evaluation
         _prepared_runs(state, task, axes, ws, bound, list(req["seeds"]) + [rng.getrandbits(31) for _ in range(runs)],
-                       limit, checks + at, profiled, fast_from=checks)
+                       limit, checks + at, profiled)
         out["status"] = "ran"  # not "passed": nothing is judged here
     except Exception as exc:  # noqa: BLE001 - a candidate's fault here is reported, never raised
         out["reason"], out["detail"] = "run_failed", f"{type(exc).__name__}: {str(exc)[:300]}"

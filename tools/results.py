@@ -141,6 +141,10 @@ class Mismatch(BaseModel):
     # a few failing elements (the first, the worst, spread over the rest): a pattern shows at sight
     samples: list[ElementSample] = Field(default_factory=list)
     passed: bool
+    # the elementwise scale s the figures above are relative to (tools.correctness.judge_outputs):
+    # "ref" |ref|; "terms" max(|ref|, rss) everywhere; "terms_rows" max(|ref|, rss) on the rows that
+    # failed against |ref| (rss less a margin) and |ref| elsewhere. None: not recorded (older results)
+    judged_against: str | None = None
 
     def describe(self) -> str:
         """One line on why this output failed."""

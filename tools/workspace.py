@@ -106,11 +106,15 @@ class Workspace:
         self.prepare()
         self.zero_scratch()
 
-    def verdict(self, expected: dict | None, tol, scales: dict | None = None, samples: dict | None = None, *,
-                inputs: dict | None = None):
+    def verdict(self, expected: dict | None, tol, scales=None, samples: dict | None = None, *,
+                inputs: dict | None = None, row_scales=None):
         """(reason or None, detail, mismatches) for the outputs as they are now: guards, inputs
         unchanged, every output element written and not NaN, then the values against
         `expected` (whole outputs) or against `samples` (tasks.sampled: random rows only).
+
+        `scales`: the outputs' term scales (a dict), or a function that computes them, called only
+        where the verdict needs them, with `row_scales` for just the failing rows
+        (tools.correctness.judge_outputs; lazy_term_scales makes both).
 
         `inputs`: the run's inputs generated again from its seed after the run. "Unchanged" is
         judged against them, never against a device copy: nothing the candidate could reach
@@ -118,7 +122,7 @@ class Workspace:
         if inputs is None:
             raise ValueError("verdict() needs the inputs generated again from the run's seed (inputs=...)")
         from tasks.sampled import view_rows
-        from tools.correctness import compare, poison_mask, same_bits
+        from tools.correctness import compare, judge_outputs, poison_mask, same_bits
 
         for name, g in self.guarded.items():
             before, after = g.guard_damage()
@@ -141,6 +145,8 @@ class Workspace:
         if samples is not None:
             mismatches = [compare(n, view_rows(self.outputs[n])[smp.rows], smp.expected, tol, smp.scale)
                           for n, smp in samples.items()]
+        elif callable(scales):
+            mismatches = judge_outputs(dict(self.outputs), expected, tol, scales, row_scales)
         else:
             mismatches = [compare(n, self.outputs[n], expected[n], tol, (scales or {}).get(n)) for n in self.outputs]
         bad = [m for m in mismatches if not m.passed]
@@ -187,16 +193,19 @@ class TimedJudge:
 
     def before_pair(self, i: int, total: int) -> None:
         self.seed = self.rng.getrandbits(31)
-        self.ws.load_inputs(self._inputs())  # the generated tensors are dropped once copied in
+        self._generated = self._inputs()  # kept until the pair is judged: the second side's copy
+        self.ws.load_inputs(self._generated)
         self._pair_inputs_used = False
 
     def inputs_for_run(self) -> None:
         """Before each side's run of a pair (untimed). The first side runs on the inputs
-        before_pair loaded; the second gets them generated again from the pair's seed, so neither
-        side ever reads a buffer the other could have rewritten since it was generated: a
-        candidate that rewrites its inputs cannot steer the library's time in the same pair."""
+        before_pair loaded; the second gets them copied in again from the tensors before_pair
+        generated, so no side reads a buffer the other wrote: a candidate that rewrites its inputs
+        cannot steer the library's time in the same pair. A candidate that rewrote the generated
+        tensors themselves (it can write any device address) is caught after the pair: judge_run
+        holds them to the inputs generated again from the pair's seed (input_modified)."""
         if self._pair_inputs_used:
-            self.ws.load_inputs(self._inputs())
+            self.ws.load_inputs(self._generated)
         self._pair_inputs_used = True
 
     def after_pair(self, i: int, total: int) -> None:
@@ -211,25 +220,36 @@ class TimedJudge:
         full = not self.sampled or i in (self.full_at or ())
         self.full_checks += full
         what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
-        judge_run(self.task, self.axes, self.ws, self.seed, self.rng, self.device, self.rows, full, what)
+        try:
+            judge_run(self.task, self.axes, self.ws, self.seed, self.rng, self.device, self.rows, full, what,
+                      copies=getattr(self, "_generated", None))
+        finally:
+            self._generated = None
 
 
 def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows: int, full: bool,
-              what: str) -> None:
+              what: str, copies: dict | None = None) -> None:
     """The verdict on one run's output, as every timed run gets it; raises Failed naming `what`.
     The inputs are generated again from the run's `seed` (fast generator) now, after the run:
     while the candidate ran, nothing the reference is computed from existed in device memory, and
     the inputs are judged unchanged against this regeneration. `full`: compared whole against the
     reference; else on `rows` random rows of each output (drawn from `rng`), the whole output
-    still scanned (guards, poison, NaN)."""
+    still scanned (guards, poison, NaN). `copies`: the harness's own copy of the run's inputs
+    (TimedJudge's, which the pair's other side read), held to the same regeneration."""
     from tasks.generators import generate_inputs
+    from tools.correctness import same_bits
 
     fresh = generate_inputs(task, axes, seed, device=device, fast=True)
+    for name, t in (copies or {}).items():
+        if name in fresh and not same_bits(t, fresh[name]):
+            raise Failed("input_modified", f"{what}: the harness's copy of input {name!r} (read by the pair's other "
+                                           "side) changed during the pair (inputs are read-only)")
     if full:
         from tasks.reference import run_reference
 
-        expected, scales = run_reference(task, fresh), term_scales(task, fresh)
-        reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+        whole, rows_of = lazy_term_scales(task, fresh)
+        reason, detail, mism = ws.verdict(run_reference(task, fresh), task.tolerance, whole, inputs=fresh,
+                                          row_scales=rows_of)
     else:
         import torch
 
@@ -255,6 +275,22 @@ def term_scales(task, fresh: dict) -> dict | None:
     return of_terms(task, fresh)
 
 
+def lazy_term_scales(task, fresh: dict):
+    """(whole, rows) for Workspace.verdict: functions that compute the term scales of the whole
+    outputs, and of given rows of them (tasks.sampled.rows_at, where the task has a sampler), only
+    when called; (None, None) for tasks judged against |ref|. For attention the whole outputs'
+    term scales cost as much as the reference again, and most runs never need them
+    (tools.correctness.judge_outputs)."""
+    if getattr(task.tolerance, "scale", "ref") != "terms":
+        return None, None
+    from tasks.sampled import has_sampler, rows_at
+
+    def rows(wanted: dict) -> dict:
+        return {n: smp.scale for n, smp in rows_at(task, fresh, wanted).items()}
+
+    return (lambda: term_scales(task, fresh)), (rows if has_sampler(task) else None)
+
+
 def verify(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float) -> None:
     """The seeded checks: each seed's inputs, one whole run, the whole output judged."""
     from tasks.generators import generate_inputs
@@ -262,15 +298,19 @@ def verify(state, req: dict, task, axes: dict, ws: Workspace, bound, result, lim
 
     with nvtx_range("verify"):
         for call, seed in enumerate(req["seeds"], 1):
-            ws.load_inputs(generate_inputs(task, axes, seed, device=state.device))
+            # fast: the timed runs' generator (attention backward's O and LSE from a bf16 forward,
+            # not the fp32 reference: 2 x 0.3 s a check at S=8192; the backward's reference takes
+            # them as given, so the judging is exact for whatever was generated)
+            ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=True))
             ws.reset()
             bound.launch()
             state.wait(limit)
             # The reference's inputs are generated again from the seed, and the answer computed,
             # only now: while the candidate ran, neither was anywhere in device memory.
-            fresh = generate_inputs(task, axes, seed, device=state.device)
-            expected, scales = run_reference(task, fresh), term_scales(task, fresh)
-            reason, detail, mism = ws.verdict(expected, task.tolerance, scales, inputs=fresh)
+            fresh = generate_inputs(task, axes, seed, device=state.device, fast=True)
+            whole, rows_of = lazy_term_scales(task, fresh)
+            reason, detail, mism = ws.verdict(run_reference(task, fresh), task.tolerance, whole, inputs=fresh,
+                                              row_scales=rows_of)
             result.outputs = mism
             if reason is None:
                 continue

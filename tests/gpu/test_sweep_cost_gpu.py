@@ -50,3 +50,22 @@ def test_the_expert_gemm_keeps_its_plan_and_its_credit(evaluator):
     assert all((w.credit or {}).get("status") == "ran" for w in r.workloads)
     print(f"expert GEMM warm: {r.seconds:.2f} s, phases {r.phase_s}")
     assert r.seconds <= 10.0
+
+
+# issue 43's attention targets, warm, credit on, all workloads: every shipped simple and expert
+# solution of the attention seed tasks in <= 15 s, the attention-backward expert in <= 12 s
+ATTENTION_TARGETS = [(task, kind, 12.0 if (task.startswith("mha_bwd") and kind == "expert") else 15.0)
+                     for task in ("mha_fwd_d128", "mha_fwd_d128_causal", "mha_bwd_d128", "mha_bwd_d128_causal")
+                     for kind in ("simple", "expert")]
+
+
+@pytest.mark.parametrize("task,kind,target_s", ATTENTION_TARGETS)
+def test_an_attention_seed_solution_evaluates_warm_within_its_target(evaluator, task, kind, target_s):
+    sol = Solution.from_dir(ROOT / "tasks" / task / kind)
+    evaluator.evaluate(sol, task, "sm_90a", workloads="all", executed_check=True)  # cold: worker, library, compile
+    r = evaluator.evaluate(sol, task, "sm_90a", workloads="all", executed_check=True)
+    assert r.correct is True and r.correct_with_arch is (kind == "expert"), show(r)
+    judged = sorted({m.judged_against for w in r.workloads for m in w.outputs})
+    print(f"{task} {kind} warm: {r.seconds:.2f} s, phases {r.phase_s}; stops "
+          f"{[(w.workload, w.timing_stop, w.timed_runs) for w in r.workloads]}; judged against {judged}")
+    assert r.seconds <= target_s
