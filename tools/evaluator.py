@@ -383,8 +383,11 @@ class Evaluator:
             # a profile, a Nsight Compute process: it starts once there is a module to run, so its
             # start-up overlaps the SASS inspection and the timed runs; it touches the GPU only when
             # handed the requests, tools.ncu.CreditProcess).
+            # `counting` is how this evaluation counts executed instructions: None where the check
+            # was not asked; the one object _judge, _run and _executed read (no flags beside it)
             checks = executed_check and comp.ok and bool(self._workers) and arch in ARCH_CC and task.features_for(arch)
-            counting = Counting(mode=("cupti" if self.in_process_credit else "ncu") if checks else "off")
+            counting = (Counting(mode=("cupti" if self.in_process_credit else "ncu") if checks else "off")
+                        if executed_check else None)
             if checks and (profile or not counting.in_process):
                 from tools import ncu
 
@@ -410,8 +413,7 @@ class Evaluator:
                     return InspectResult(status="skipped", reason=f"inspection failed: {exc}"[:200], arch=arch)
 
             try:
-                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, counting,
-                            module_sass)
+                self._judge(res, solution, task, arch, workloads, sanitize, time, counting, module_sass)
             except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
                 import traceback
 
@@ -430,8 +432,9 @@ class Evaluator:
         res.seconds = _time.perf_counter() - t0
         return res
 
-    def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
-               sanitize: bool, time: bool, counting: Counting | None = None, module_sass=None) -> None:
+    def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, sanitize: bool, time: bool,
+               counting: Counting | None = None, module_sass=None) -> None:
+        """`counting`: how the executed check counts (tools.credit.Counting), None where it was not asked."""
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -448,13 +451,12 @@ class Evaluator:
                 self._static_only(res, solution, task, wls, arch, reason)
                 if self._workers and reason.startswith("GPU worker did not start"):
                     res.harness_fault = reason  # a GPU machine whose worker fails: ours (tools/results.py)
-                if executed_check:
+                if counting is not None:
                     res.executed = ExecutedCheck(status="skipped", reason=reason)
                 if sanitize:
                     res.sanitize = SanitizeResult(status="skipped", reason=reason)
             else:
-                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, counting,
-                          module_sass)
+                self._run(res, solution, task, wls, arch, sanitize, time, counting, module_sass)
 
     def _cannot_run(self, arch: str, phase_s: dict[str, float] | None = None) -> str | None:
         """Why this arch cannot run here, or None. `phase_s`: an evaluation's, which gets the wait
@@ -501,8 +503,8 @@ class Evaluator:
             res.run_status = "failed"
             res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
 
-    def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
-             time: bool, counting: Counting | None = None, module_sass=None) -> None:
+    def _run(self, res: EvalResult, solution, task, wls, arch: str, sanitize: bool, time: bool,
+             counting: Counting | None = None, module_sass=None) -> None:
         import time as _time
 
         t0 = _time.perf_counter()
@@ -564,7 +566,7 @@ class Evaluator:
             # memcheck run (it says where), but its executed-instruction counts mean nothing.
             req = self._request(solution, res.compile, task, first, seeds=[self._seed()], time=False)
             names = _entries(res.compile, solution)
-            if executed_check:
+            if counting is not None:
                 t0 = _time.perf_counter()
                 res.executed = self._executed(res, solution, task, wls, stop, counting, w.device, arch,
                                               module_sass() if module_sass else res.inspect)
