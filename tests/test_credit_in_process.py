@@ -192,6 +192,31 @@ def test_the_counted_runs_follow_the_timed_runs_directly():
     assert len(places) >= 3, places
 
 
+def test_launch_gaps_summarise_the_spacing_a_kernel_sees():
+    """launch_gaps (issue 42 item 3): the timed runs' gaps, the gap before each counted run (the
+    first from the last timed run), and how many counted gaps exceed every timed one: exactly the
+    runs a kernel that switches path after an unusually long pause would single out."""
+    timed = [0.0, 0.010, 0.021, 0.030, 0.042]  # gaps 10, 11, 9, 12 ms
+    gaps = counted.launch_gaps(timed, [0.300, 0.310, 0.321])
+    assert gaps["timed_median"] == pytest.approx(10.5) and gaps["timed_max"] == pytest.approx(12.0)
+    assert gaps["counted"] == pytest.approx([258.0, 10.0, 11.0])
+    assert gaps["counted_beyond_timed"] == 1
+    untimed = counted.launch_gaps([], [1.0, 1.01])
+    assert untimed["timed_max"] is None and untimed["counted"] == pytest.approx([10.0]) \
+        and untimed["counted_beyond_timed"] is None
+
+
+def test_every_counted_run_records_the_gap_before_it():
+    """The worker measures what it creates: each workload's credit carries `gaps_ms` from the host
+    times at which its timed and counted runs were let go (tools.timing.Side.released)."""
+    state = CountedState(gemm)
+    result, _ = with_counted_runs(state, request(3))
+    gaps = result["credit"]["gaps_ms"]
+    assert result["status"] == "passed" and result["credit"]["status"] == "ran", result
+    assert len(gaps["counted"]) == 3 and all(g > 0 for g in gaps["counted"])  # one per pass
+    assert gaps["timed_median"] > 0 and gaps["timed_max"] >= gaps["timed_median"]
+    assert isinstance(gaps["counted_beyond_timed"], int)
+
 def test_untimed_the_counted_runs_follow_one_to_four_uncounted_runs():
     """Nothing timed: 1-4 uncounted runs (as many as the secret credit seed says) come between
     the seeded checks and the counted runs, so the first counted run is never the module's first

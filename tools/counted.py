@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
 
@@ -38,17 +38,20 @@ class Counted:
     module: object = None  # kept loaded until the counted runs (deferred), then unloaded
     seconds: float = 0.0  # this workload's own share of the counted runs (prepare, run, judge)
     failed: Failed | None = None  # a counted run answered wrong: the workload fails with it
+    timed_released: list = field(default_factory=list)  # host times its timed runs were let go
+    released: list = field(default_factory=list)  # and its counted (and lead) runs
 
 
 def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
-                judge: bool) -> None:
+                  judge: bool, timed_released: list[float] | None = None) -> None:
     """The executed check for this workload, in this worker and module instance: counted runs
     that continue the timed runs (run_counted), made at the evaluation's credit op (run_pending).
     The workload's module and workspace are kept until then, as its timed runs left them, and every
     workload's counted runs run in one profiler session (CUPTI's first start and its SASS patching
     paid once per evaluation, not per workload). Fills result.credit ("pending" until the credit
     op); a CUPTI failure is reported there ("unavailable" or a reason), never as the candidate's
-    fault."""
+    fault. `timed_released`: the host times the timed runs were let go, kept beside the counted
+    runs' own: the spacing a kernel sees before each run (`gaps_ms`, launch_gaps)."""
     import random
 
     from tools.cupti import CuptiError
@@ -72,9 +75,29 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
     out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
     entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
                     axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
-                    profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module())
+                    profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module(),
+                    timed_released=list(timed_released or []))
     out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
     state.pending.append(entry)
+
+
+def launch_gaps(timed: list[float], counted: list[float]) -> dict:
+    """The spacing a kernel sees between its launches (host seconds at which each run was let go,
+    tools.timing.Side.released), timed runs against counted ones, in ms: the timed runs' gaps
+    (median, max), the gap before each counted run (from the run before it, timed or counted), and
+    how many of those exceed every timed gap (`counted_beyond_timed`: a kernel that switches path
+    after a longer pause than any timed run has sees exactly those runs). Empty lists where a side
+    has no runs (untimed evaluations: no timed gaps)."""
+    import statistics
+
+    timed_gaps = [(b - a) * 1e3 for a, b in zip(timed, timed[1:])]
+    before = sorted(timed)[-1:] + sorted(counted)
+    counted_gaps = [(b - a) * 1e3 for a, b in zip(before, before[1:])]
+    top = max(timed_gaps, default=None)
+    return {"timed_median": round(statistics.median(timed_gaps), 3) if timed_gaps else None,
+            "timed_max": round(top, 3) if top is not None else None,
+            "counted": [round(g, 3) for g in counted_gaps],
+            "counted_beyond_timed": sum(g > top for g in counted_gaps) if top is not None else None}
 
 
 class _NothingLeft(Exception):
@@ -110,7 +133,8 @@ def run_counted(state, entries: list[Counted]) -> None:
         state.flusher.flush()
 
     def side(e: Counted, gated: bool = True) -> Side:
-        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()), gated=gated)
+        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()), gated=gated,
+                    released=e.released)  # the counted runs' spacing, recorded as the timed runs' is
 
     for e in entries:  # uncounted runs first, where the workload was not timed and judged
         for _ in range(e.lead):
@@ -171,7 +195,8 @@ def run_counted(state, entries: list[Counted]) -> None:
         stops = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
         for e in entries:
             e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
-                         own_s=round(e.seconds, 4))
+                         own_s=round(e.seconds, 4),
+                         gaps_ms=launch_gaps(e.timed_released, e.released))
     for e in entries:
         got = launches.get(e.label)
         if got is None:

@@ -7,10 +7,13 @@ import time
 
 from tools.workspace import Failed, TimedJudge, Workspace, log
 
-def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result, limit: float) -> None:
+
+def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result,
+                limit: float) -> list[float]:
     """The timed phase: candidate and baseline alternate run by run on fresh inputs, every
     candidate run judged; then the speedup (median of per-pair ratios, bootstrap interval),
-    the throughput against the physical ceilings, and the GPU's state before and after."""
+    the throughput against the physical ceilings, and the GPU's state before and after. Returns the
+    host times at which the candidate's runs were let go (tools.timing.Side.released)."""
     import statistics
 
     from tools.ceilings import ceiling_for, implausible
@@ -36,7 +39,8 @@ def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rn
     result.timing_seed = int(req["timing_seed"])
     result.gpu_state["start"] = state.gpu_state()
     t0 = time.perf_counter()
-    times = paired(Side("candidate", candidate_run, candidate_prepare), baseline, state, rng, judge.before_pair,
+    candidate = Side("candidate", candidate_run, candidate_prepare)
+    times = paired(candidate, baseline, state, rng, judge.before_pair,
                    judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
                    cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)))
     result.phase_s["timed"] = time.perf_counter() - t0
@@ -75,6 +79,7 @@ def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rn
                       "runs": result.baseline.runs})
     elif note:
         result.baseline_name = note
+    return candidate.released
 
 
 def library_side(name: str, baseline, inputs: dict):

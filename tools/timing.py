@@ -15,7 +15,7 @@ import math
 import secrets
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from tools.results import Timing
@@ -207,6 +207,9 @@ class Side:
     finish: Callable[[], None] = lambda: None  # untimed, right after run() (the library: scrub its outputs)
     gated: bool = True  # False once its run() was seen to wait for the GPU: then it cannot be gated
     stalls: int = 0  # consecutive gated runs whose run() took the host the gate's whole limit
+    # host clock (perf_counter) when each run's launches were let go (the gate released, or run()
+    # returned where ungated): the spacing a kernel sees between its launches, measured
+    released: list[float] = field(default_factory=list)
 
     def issued(self, host_s: float) -> None:
         """A gated run() took the host `host_s`. One that took the gate's whole limit either
@@ -233,6 +236,7 @@ def gated_run(side: Side, state) -> tuple:
     if gate:
         gate.release(hold)
         side.issued(host_s)
+    side.released.append(time.perf_counter())
     return start, end
 
 

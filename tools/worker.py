@@ -368,13 +368,14 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
 
     t0 = time.perf_counter()
+    released: list[float] = []  # host times the candidate's timed runs were let go (their spacing)
     try:
         verify(state, req, task, axes, ws, bound, result, limit)
         result.phase_s["verify"] = time.perf_counter() - t0
         if req.get("time"):
             with nvtx_range("time"):
-                time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result,
-                             limit)
+                released = time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])),
+                                       result, limit) or []
     except Failed as f:
         # a kernel that ran to the end with wrong numbers: what it executed is still counted
         # (arch_executed_any), on a run that is not judged (its verdict is already in)
@@ -382,7 +383,7 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
             defer_counted(state, req, task, axes, ws, bound, result, limit, judge=False)
         raise
     if req.get("credit"):
-        defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True)
+        defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True, timed_released=released)
 
 
 # ----------------------------------------------------------------------------------------
