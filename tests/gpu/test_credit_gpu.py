@@ -80,6 +80,7 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
           "per part:", [(x.credit or {}).get("profile_phase_s") for x in r.workloads][:1],
           "per counted run [prepare, run, judge]:", {x.workload: (x.credit or {}).get("pass_s") for x in r.workloads},
           "stops:", [(x.credit or {}).get("stops") for x in r.workloads][:1])
+    print(task, "gaps (ms):", {x.workload: (x.credit or {}).get("gaps_ms") for x in r.workloads})
     assert r.correct is True and r.split_correct("held_out") is True, show(r)
     assert len(r.executed.workloads) == len(r.workloads) and all(w.status == "ok" for w in r.executed.workloads)
     requested = get_task(task).features_for("sm_90a")
@@ -152,6 +153,8 @@ def _fixture(evaluator, tmp_path, name: str):
               f"notes {w.notes} run_ms {w.run_ms} timed {w.timed_ms} work",
               {k: float(f"{v:.4g}") for k, v in w.work.items()})
     print(name, "speedup", r.speedup, "phases (s):", {k: round(v, 3) for k, v in r.phase_s.items()})
+    # the spacing a kernel sees: timed runs' gaps against the gap before each counted run (ms)
+    print(name, "gaps (ms):", {x.workload: (x.credit or {}).get("gaps_ms") for x in r.workloads})
     return r
 
 
