@@ -40,10 +40,20 @@ class Counted:
     failed: Failed | None = None  # a counted run answered wrong: the workload fails with it
     timed_released: list = field(default_factory=list)  # host times its timed runs were let go
     released: list = field(default_factory=list)  # and its counted (and lead) runs
+    # Timed at the credit op, its counted runs inside (tools.timed.TimedPhase): the phase, its
+    # result (tools.results.WorkloadResult, sent back whole), the paused pair sequence, the pair it
+    # holds at ((i, total), None once over), its PairedTimes, and the pair counted in each hardware pass
+    phase: object = None
+    result: object = None
+    steps: object = None
+    at: tuple | None = None
+    times: object = None
+    counted_pairs: list | None = None
+    stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
 
 
 def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
-                  judge: bool, timed_released: list[float] | None = None) -> None:
+                  judge: bool, timed_released: list[float] | None = None, phase=None) -> bool:
     """The executed check for this workload, in this worker and module instance: counted runs
     that continue the timed runs (run_counted), made at the evaluation's credit op (run_pending).
     The workload's module and workspace are kept until then, as its timed runs left them, and every
@@ -51,7 +61,11 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
     paid once per evaluation, not per workload). Fills result.credit ("pending" until the credit
     op); a CUPTI failure is reported there ("unavailable" or a reason), never as the candidate's
     fault. `timed_released`: the host times the timed runs were let go, kept beside the counted
-    runs' own: the spacing a kernel sees before each run (`gaps_ms`, launch_gaps)."""
+    runs' own: the spacing a kernel sees before each run (`gaps_ms`, launch_gaps).
+
+    `phase` (tools.timed.TimedPhase, not yet run): the workload's timed runs wait for the credit op
+    too, and its hardware passes' counted runs are timed runs of it (run_counted). Returns whether
+    the workload was kept (False where the counters are unavailable: then time it now)."""
     import random
 
     from tools.cupti import CuptiError
@@ -71,14 +85,15 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
         profiler = state.counters(tuple(spec["metrics"]))
     except CuptiError as exc:
         out["status"], out["reason"] = "unavailable", str(exc)
-        return
+        return False
     out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
     entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
                     axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
                     profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module(),
-                    timed_released=list(timed_released or []))
+                    timed_released=list(timed_released or []), phase=phase, result=result if phase else None)
     out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
     state.pending.append(entry)
+    return True
 
 
 def launch_gaps(timed: list[float], counted: list[float]) -> dict:
@@ -90,9 +105,11 @@ def launch_gaps(timed: list[float], counted: list[float]) -> dict:
     has no runs (untimed evaluations: no timed gaps)."""
     import statistics
 
-    timed_gaps = [(b - a) * 1e3 for a, b in zip(timed, timed[1:])]
-    before = sorted(timed)[-1:] + sorted(counted)
-    counted_gaps = [(b - a) * 1e3 for a, b in zip(before, before[1:])]
+    counted_set = set(counted)
+    runs = sorted(set(timed) | counted_set)  # counted runs may sit among the timed ones, or after them
+    gap_before = {b: (b - a) * 1e3 for a, b in zip(runs, runs[1:])}
+    timed_gaps = [g for t, g in gap_before.items() if t not in counted_set]
+    counted_gaps = [gap_before[c] for c in sorted(counted_set) if c in gap_before]
     top = max(timed_gaps, default=None)
     return {"timed_median": round(statistics.median(timed_gaps), 3) if timed_gaps else None,
             "timed_max": round(top, 3) if top is not None else None,
@@ -114,7 +131,15 @@ def run_counted(state, entries: list[Counted]) -> None:
     workload's failure (`failed`). The hardware passes' times (`run_ms`) are tied to the timed
     median, every one, both ways (tools.credit.tie_to_timed_run); the SASS-patched pass runs
     instrumented code: its time is recorded (`instrumented_ms`), never tied. A hang or a dead
-    context raises (fatal); a CUPTI failure is every entry's `reason`."""
+    context raises (fatal); a CUPTI failure is every entry's `reason`.
+
+    A workload that carries its timed phase (`phase`) is timed here, inside the session: its pairs
+    after the first are split into one stretch per hardware pass, and in each stretch one pair,
+    drawn from the secret credit seed, has its candidate run made inside the workload's range
+    (timed_stretch). That counted run is a timed run: prepared, spaced, timed and judged as its
+    neighbours are, so nothing a kernel can see of it (the pause before it, its place, the time
+    of day) sets it apart from the runs whose median is reported. Only the SASS-patched pass's run
+    comes after the timed runs, as before."""
     from tasks.generators import generate_inputs
     from tasks.sampled import has_sampler, rows_for
     from tools.cupti import CuptiError
@@ -142,8 +167,15 @@ def run_counted(state, entries: list[Counted]) -> None:
             gated_run(side(e), state)
             state.wait(e.limit)
 
+    hardware = [i for i in range(profiler.passes) if i not in instrumented]
+
     def run_pass(i: int, ranged) -> None:
         for e in entries:
+            if e.phase is not None and i in hardware and e.failed is None and timed_stretch(
+                    e, hardware.index(i), len(hardware), ranged):
+                if all(x.failed is not None for x in entries):
+                    raise _NothingLeft
+                continue
             t0 = clock()
             seed = e.rng.getrandbits(31)
             prepare(e, seed)
@@ -178,16 +210,84 @@ def run_counted(state, entries: list[Counted]) -> None:
             if all(x.failed is not None for x in entries):
                 raise _NothingLeft
 
+    def advance(e: Counted) -> None:
+        """Run the pair the phase holds at, then hold at the next (None once the phase is over)."""
+        try:
+            e.at = next(e.steps)
+        except StopIteration as done:
+            e.times, e.at = done.value, None
+        except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
+            why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
+            e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
+                              f"timed-phase run (in the executed check's session): {why}", fatal=True)
+            e.at = None
+            raise
+        except Failed as f:  # wrong in a timed run (or implausible): the workload fails, still counted
+            e.failed, e.at = f, None
+
+    def timed_stretch(e: Counted, k: int, n: int, ranged) -> bool:
+        """Stretch k of n of e's timed pairs, its counted pair's candidate run inside e's range.
+        False where the phase ended before its counted pair (stopped early, or failed): then
+        the pass counts a run after the timed ones, as an untimed workload's are."""
+        if e.steps is None:
+            e.steps = e.phase.steps()
+            e.at = next(e.steps)  # (0, -1): held before pair 0, which follows the seeded checks
+            advance(e)  # pair 0 is never counted: the pause before it is the same for every evaluation
+            if e.at is None:
+                return False
+            span = e.at[1] - 1  # pairs 1 .. total-1, split evenly; one drawn in each stretch
+            bounds = [1 + span * j // n for j in range(n + 1)]
+            # never a stretch's first pair after the first stretch: the pass boundary (CUPTI's stop
+            # and start, other workloads' stretches) is a longer pause before it than any other
+            lows = [bounds[0]] + [min(b + 1, max(b, nxt - 1)) for b, nxt in zip(bounds[1:-1], bounds[2:])]
+            e.counted_pairs = [e.rng.randrange(lo, max(lo + 1, hi)) for lo, hi in zip(lows, bounds[1:])]
+            e.stretch_ends = bounds[1:]
+            e.out["counted_pairs"] = list(e.counted_pairs)
+        at = e.counted_pairs[k]
+        while e.at is not None and e.at[0] < at:
+            advance(e)
+        if e.at is None or e.at[0] != at:
+            return False
+        t0 = clock()
+        e.phase.candidate.around = lambda: ranged(e.label)
+        advance(e)  # the counted pair, judged by the timed phase's judge as every pair is
+        start, end = e.phase.candidate.last
+        e.out["run_ms"].append(round(start.elapsed_time(end), 5))
+        e.released.append(e.phase.candidate.released[-1])
+        e.out.setdefault("pass_s", []).append([0.0, round(clock() - t0, 4), 0.0])  # a timed pair's own time
+        # the stretch runs to its end (the last one: the phase's end), so the pass boundary after it
+        # falls at a place fixed by the count, never right after the counted run
+        while e.at is not None and (k == n - 1 or e.at[0] < e.stretch_ends[k]):
+            advance(e)
+        return e.failed is None or e.failed.reason not in ("timeout", "cuda_error")
+
+    def finish(e: Counted) -> None:
+        """The phase's pairs not run yet, uncounted (the session ended early), then its result."""
+        if e.phase is None or e.failed is not None and e.failed.fatal:
+            return
+        if e.steps is None:
+            e.steps = e.phase.steps()
+            e.at = next(e.steps)
+        while e.at is not None:
+            advance(e)
+        if e.failed is None and e.times is not None:
+            try:
+                e.phase.finish(e.times)
+            except Failed as f:
+                e.failed = f
+
     t0 = clock()
     try:
         launches = {x.name: x for x in profiler.profile_passes(run_pass, entries[0].label)}
     except CuptiError as exc:
         for e in entries:
             e.out["reason"] = str(exc)[:400]
+            finish(e)
         return
     except _NothingLeft:
         for e in entries:
             e.out["reason"] = "not counted: its counted run answered wrong"
+            finish(e)
         return
     finally:
         total = round(clock() - t0, 4)
@@ -196,8 +296,10 @@ def run_counted(state, entries: list[Counted]) -> None:
         for e in entries:
             e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
                          own_s=round(e.seconds, 4),
-                         gaps_ms=launch_gaps(e.timed_released, e.released))
+                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else e.timed_released,
+                                             e.released))
     for e in entries:
+        finish(e)
         got = launches.get(e.label)
         if got is None:
             e.out["reason"] = f"CUPTI returned no range {e.label!r} (it returned {sorted(launches)})"[:400]
@@ -206,27 +308,32 @@ def run_counted(state, entries: list[Counted]) -> None:
         e.out["launches"] = [{"name": got.name, "metrics": got.metrics}]
 
 
-def run_pending(state) -> tuple[dict, bool]:
+def run_pending(state, count: bool = True) -> tuple[dict, bool]:
     """The evaluation's credit op: every deferred workload's counted runs (run_counted) in one
-    profiler session, after all the timed runs. Returns (reply, fatal): reply has `credits`
-    (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a counted run
-    answered wrong, or hung) and `seconds`."""
+    profiler session, the timed phases they carry with them. Returns (reply, fatal): reply has
+    `credits` (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a
+    counted or timed run answered wrong, or hung), `results` (workload -> its whole
+    WorkloadResult, for the workloads timed here), `timed_s` (the timed phases' own seconds) and
+    `seconds`. count=False (the SASS made the counts needless): the timed phases only, nothing
+    counted."""
     from tools.launch import CudaError
     from tools.timing import KernelTimeout
 
     entries, state.pending = state.pending, []
-    reply: dict = {"op": "credits", "credits": {}, "failed": {}}
+    reply: dict = {"op": "credits", "credits": {}, "failed": {}, "results": {}}
     fatal = False
     t0 = time.perf_counter()
     try:
-        if entries:
+        if entries and count:
             run_counted(state, entries)
+        elif entries:
+            time_uncounted(state, entries)
     except (KernelTimeout, CudaError):  # run_counted named the workload whose run it was
         fatal = True
         culprit = next((e.workload for e in entries if e.failed is not None and e.failed.fatal), "a workload")
         for e in entries:
             e.out["status"] = "failed"
-            e.out["reason"] = e.out["reason"] or f"not counted: {culprit}'s counted run ended the session"
+            e.out["reason"] = e.out["reason"] or f"not counted: {culprit}'s run ended the session"
     finally:
         for e in entries:  # the kept modules and workspaces go now (the context may be dead: best effort)
             if e.module is not None and not fatal:
@@ -238,9 +345,49 @@ def run_pending(state) -> tuple[dict, bool]:
         if e.failed is not None:
             reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [
                 m.model_dump(mode="json") for m in e.failed.outputs]}
+        if e.result is not None:
+            if e.failed is not None:
+                e.result.status, e.result.reason, e.result.detail = "failed", e.failed.reason, e.failed.detail
+                e.result.outputs = e.failed.outputs or e.result.outputs
+            elif e.times is None:  # the phase never ran to its end (the session ended it)
+                e.result.status, e.result.reason = "failed", "harness_error"
+                e.result.detail = f"the timed runs did not finish in the executed check's session: {e.out.get('reason')}"
+            e.result.credit = e.out
+            reply["results"][e.workload] = e.result.model_dump(mode="json")
+    reply["timed_s"] = sum(e.phase.seconds for e in entries if e.phase is not None)
     fatal = fatal or must_restart(state, "the counted runs")
     reply["seconds"] = time.perf_counter() - t0
     return reply, fatal
+
+
+def time_uncounted(state, entries: list[Counted]) -> None:
+    """The timed phases the entries carry, run to their end with nothing counted (the credit op
+    where the SASS already decided the check); a wrong or implausible run fails its workload."""
+    from tools.launch import CudaError
+    from tools.timing import KernelTimeout
+
+    for e in entries:
+        e.out["status"], e.out["reason"] = "skipped", "not counted: the SASS decided the check"
+        if e.phase is None:
+            continue
+        try:
+            e.times = _drain(e.phase.steps())
+            e.phase.finish(e.times)
+        except Failed as f:
+            e.failed = f
+        except (KernelTimeout, CudaError) as exc:
+            why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
+            e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error", f"timed-phase run: {why}",
+                              fatal=True)
+            raise
+
+
+def _drain(steps):
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 def _prepared_runs(state, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,

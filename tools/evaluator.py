@@ -594,7 +594,8 @@ class Evaluator:
         pending = [x for x in res.workloads if (x.credit or {}).get("status") == "pending"]
         why = None
         try:
-            reply = w.request({"op": "credit"}, self.timeout_s)
+            # the op runs the kept workloads' timed phases too: each as long as its own request was
+            reply = w.request({"op": "credit"}, self.timeout_s * max(1, len(pending)))
         except (WorkerTimeout, WorkerCrash, WorkerStartError) as exc:
             reply, why = {}, f"the counted runs gave no answer: {exc}"
         if not why and reply.get("op") != "credits":
@@ -602,6 +603,7 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         stop = None
+        _timed_in_the_op(pending, reply)
         for x in pending:
             x.credit = (reply.get("credits") or {}).get(x.workload) or {**(x.credit or {}), "status": "failed", "reason": (
                 why or "not counted: the worker that kept this workload restarted before the counted runs")}
@@ -612,15 +614,20 @@ class Evaluator:
                 x.outputs = [Mismatch.model_validate(m) for m in failed.get("outputs") or []] or x.outputs
                 if x.reason in ("timeout", "cuda_error"):
                     stop = f"not run: workload {x.workload} ended with {x.reason} in its counted runs"
-        res.phase_s["counted_runs"] = _time.perf_counter() - t0
+        # the op also ran the workloads' timed phases (their counted runs are timed runs): those are
+        # the workloads' own time (phase_s["timed"]), not the check's
+        res.phase_s["counted_runs"] = max(0.0, _time.perf_counter() - t0 - float(reply.get("timed_s") or 0.0))
         return stop
 
     def _drop_counted_runs(self, w: WorkerHandle, res: EvalResult) -> None:
         """The worker drops the workloads it kept for counted runs that the SASS made needless."""
-        try:
-            w.request({"op": "credit", "drop": True}, self.timeout_s)
+        reply: dict = {}
+        try:  # the kept workloads' timed phases still run there (nothing counted)
+            kept = sum((x.credit or {}).get("status") == "pending" for x in res.workloads)
+            reply = w.request({"op": "credit", "drop": True}, self.timeout_s * max(1, kept))
         except (WorkerTimeout, WorkerCrash, WorkerStartError):  # the next evaluation's first request drops them
             pass
+        _timed_in_the_op([x for x in res.workloads if (x.credit or {}).get("status") == "pending"], reply)
         for x in res.workloads:
             if (x.credit or {}).get("status") == "pending":
                 x.credit = {**x.credit, "status": "skipped", "reason": NO_REQUESTED_SASS}
@@ -726,6 +733,18 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+def _timed_in_the_op(pending: list[WorkloadResult], reply: dict) -> None:
+    """Workloads the worker timed at the credit op (tools.counted.run_pending: `results`) take
+    their whole result from there (timing, verdict); their credit is merged by the caller."""
+    for x in pending:
+        fresh = (reply.get("results") or {}).get(x.workload)
+        if fresh:
+            new = WorkloadResult.model_validate(fresh)
+            for name in WorkloadResult.model_fields:
+                if name != "credit":
+                    setattr(x, name, getattr(new, name))
 
 
 NO_REQUESTED_SASS = ("not counted: the SASS holds none of the requested instructions, so none can execute "

@@ -31,7 +31,7 @@ import traceback
 from contextlib import contextmanager
 
 from tools.counted import Counted, defer_counted, run_credit, run_pending
-from tools.timed import time_paired
+from tools.timed import TimedPhase, time_paired
 from tools.workspace import Failed, Workspace, log, must_restart, nvtx_range, verify
 
 _HEADER = struct.Struct("<Q")
@@ -372,6 +372,16 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     try:
         verify(state, req, task, axes, ws, bound, result, limit)
         result.phase_s["verify"] = time.perf_counter() - t0
+        if req.get("time") and req.get("credit"):
+            # timed at the evaluation's credit op, where its counted runs are runs of its timed
+            # sequence (tools.counted.run_counted); here only where the counters are unavailable
+            phase = TimedPhase(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result,
+                               limit)
+            if defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True, phase=phase):
+                return
+            with nvtx_range("time"):
+                phase.run()
+            return
         if req.get("time"):
             with nvtx_range("time"):
                 released = time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])),
@@ -434,9 +444,9 @@ def serve() -> int:
         t0 = time.perf_counter()
         try:
             if msg["op"] == "credit" and msg.get("drop"):  # the verdict is known without them (the SASS)
-                dropped = len(state.pending)
-                state.drop_pending()
-                reply, fatal = {"op": "credits", "credits": {}, "failed": {}, "dropped": dropped, "fatal": False}, False
+                dropped = len(state.pending)  # their timed phases still run (nothing counted)
+                reply, fatal = run_pending(state, count=False)
+                reply.update(credits={}, dropped=dropped, fatal=fatal)
             elif msg["op"] == "credit":  # the evaluation's deferred counted runs (run_pending)
                 reply, fatal = run_pending(state)
                 reply["fatal"] = fatal
