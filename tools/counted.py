@@ -38,8 +38,7 @@ class Counted:
     module: object = None  # kept loaded until the counted runs (deferred), then unloaded
     seconds: float = 0.0  # this workload's own share of the counted runs (prepare, run, judge)
     failed: Failed | None = None  # a counted run answered wrong: the workload fails with it
-    timed_released: list = field(default_factory=list)  # host times its timed runs were let go
-    released: list = field(default_factory=list)  # and its counted (and lead) runs
+    released: list = field(default_factory=list)  # host times its counted (and lead) runs were let go
     # Timed at the credit op, its counted runs inside (tools.timed.TimedPhase): the phase, its
     # result (tools.results.WorkloadResult, sent back whole), the paused pair sequence, the pair it
     # holds at ((i, total), None once over), its PairedTimes, and the pair counted in each hardware pass
@@ -50,18 +49,19 @@ class Counted:
     times: object = None
     counted_pairs: list | None = None
     stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
+    timed_s: float = 0.0  # its timed phase's own seconds
 
 
 def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
-                  judge: bool, timed_released: list[float] | None = None, phase=None) -> bool:
+                  judge: bool, phase=None) -> bool:
     """The executed check for this workload, in this worker and module instance: counted runs
-    that continue the timed runs (run_counted), made at the evaluation's credit op (run_pending).
-    The workload's module and workspace are kept until then, as its timed runs left them, and every
+    made at the evaluation's credit op (run_pending, run_counted), inside the workload's timed
+    sequence where it carries one (`phase`), else after its runs. The workload's module and
+    workspace are kept until then, and every
     workload's counted runs run in one profiler session (CUPTI's first start and its SASS patching
     paid once per evaluation, not per workload). Fills result.credit ("pending" until the credit
     op); a CUPTI failure is reported there ("unavailable" or a reason), never as the candidate's
-    fault. `timed_released`: the host times the timed runs were let go, kept beside the counted
-    runs' own: the spacing a kernel sees before each run (`gaps_ms`, launch_gaps).
+    fault.
 
     `phase` (tools.timed.TimedPhase, not yet run): the workload's timed runs wait for the credit op
     too, and its hardware passes' counted runs are timed runs of it (run_counted). Returns whether
@@ -72,9 +72,9 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
 
     spec = req["credit"]
     rng = random.Random(int(spec["seed"]))
-    # where the workload was timed and judged, the counted runs follow its timed runs (their
-    # number is secret and drawn per evaluation); where not, 1-4 uncounted runs come first, so the
-    # counted ones never start at a place the kernel can count to
+    # where the workload is timed and judged, its counted runs are timed runs (their places are
+    # drawn at the credit op); where not, 1-4 uncounted runs come first, so the counted ones never
+    # start at a place the kernel can count to
     lead = 0 if (judge and req.get("time")) else rng.randint(*CREDIT_LEAD_RUNS)
     out: dict = {"status": "failed", "reason": None, "runs": 0, "lead_runs": lead, "passes": None,
                  "counted_from": None, "run_ms": [], "instrumented_ms": [], "profile_s": None, "launches": []}
@@ -90,7 +90,7 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
     entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
                     axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
                     profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module(),
-                    timed_released=list(timed_released or []), phase=phase, result=result if phase else None)
+                    phase=phase, result=result if phase else None)
     out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
     state.pending.append(entry)
     return True
@@ -296,8 +296,7 @@ def run_counted(state, entries: list[Counted]) -> None:
         for e in entries:
             e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
                          own_s=round(e.seconds, 4),
-                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else e.timed_released,
-                                             e.released))
+                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else [], e.released))
     for e in entries:
         finish(e)
         got = launches.get(e.label)
@@ -340,6 +339,8 @@ def run_pending(state, count: bool = True) -> tuple[dict, bool]:
                 with contextlib.suppress(Exception):
                     e.module.unload()
             e.module = e.ws = e.bound = None
+            if e.phase is not None:  # its library goes too (the results are taken from e.result)
+                e.timed_s, e.phase = e.phase.seconds, None
     for e in entries:
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
@@ -354,7 +355,7 @@ def run_pending(state, count: bool = True) -> tuple[dict, bool]:
                 e.result.detail = f"the timed runs did not finish in the executed check's session: {e.out.get('reason')}"
             e.result.credit = e.out
             reply["results"][e.workload] = e.result.model_dump(mode="json")
-    reply["timed_s"] = sum(e.phase.seconds for e in entries if e.phase is not None)
+    reply["timed_s"] = sum(e.timed_s for e in entries)
     fatal = fatal or must_restart(state, "the counted runs")
     reply["seconds"] = time.perf_counter() - t0
     return reply, fatal

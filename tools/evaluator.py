@@ -535,8 +535,8 @@ class Evaluator:
                 elif counting is not None and counting.in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     if metrics is None:  # one set for every module: each math pipe and read path (tools.credit)
                         metrics = list(credit_metrics())
-                    # the worker keeps the workload for its counted runs: every workload's in one
-                    # profiler session after the last workload's timed runs (the credit op, _counted_runs)
+                    # the worker keeps the workload (timed too, where asked) for its counted runs: every
+                    # workload's in one profiler session, inside its timed runs (the credit op, _counted_runs)
                     req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "evaluation": evaluation}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)

@@ -31,7 +31,11 @@ class TimedPhase:
         self.state, self.req, self.task, self.wl, self.axes = state, req, task, wl, axes
         self.ws, self.rng, self.result, self.limit = ws, rng, result, limit
         t0 = time.perf_counter()
+        free = _free_bytes(state)
         self.baseline, self.base_name, self.note = library_baseline(state, req, task, wl, ws.inputs, limit)
+        # device memory the library took: a phase kept for the credit op holds it on purpose
+        # (tools.worker.State.held_bytes), not memory the candidate lost
+        self.held_bytes = max(0, free - _free_bytes(state)) if free else 0
         result.phase_s["baseline"] = time.perf_counter() - t0
         self.judge = judge = TimedJudge(task, axes, ws, rng, state.device)
 
@@ -127,6 +131,15 @@ class TimedPhase:
                           "runs": result.baseline.runs})
         elif note:
             result.baseline_name = note
+
+
+def _free_bytes(state) -> int:
+    """Free device memory now (0 on a CPU stand-in)."""
+    if getattr(state, "device", "cpu") != "cuda":
+        return 0
+    import torch
+
+    return int(torch.cuda.mem_get_info()[0])
 
 
 def library_side(name: str, baseline, inputs: dict):

@@ -260,8 +260,10 @@ class State:
         self.pending = []
 
     def held_bytes(self) -> int:
-        """Device memory the deferred workloads' workspaces hold (kept on purpose, not lost)."""
-        return sum(g.raw.numel() * g.raw.element_size() for e in self.pending for g in e.ws.guarded.values())
+        """Device memory the deferred workloads hold (kept on purpose, not lost): their workspaces,
+        and what their timed phases' libraries took when they were made (TimedPhase.held_bytes)."""
+        return sum(g.raw.numel() * g.raw.element_size() for e in self.pending for g in e.ws.guarded.values()) + sum(
+            getattr(e.phase, "held_bytes", 0) for e in self.pending)
 
     def restore(self) -> str | None:
         """Undo what the last candidate may have changed in the context (stack size, printf
@@ -368,7 +370,6 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     bound = state.bind(plan, req["cubin"], req.get("symbols"), ws)
 
     t0 = time.perf_counter()
-    released: list[float] = []  # host times the candidate's timed runs were let go (their spacing)
     try:
         verify(state, req, task, axes, ws, bound, result, limit)
         result.phase_s["verify"] = time.perf_counter() - t0
@@ -384,8 +385,8 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
             return
         if req.get("time"):
             with nvtx_range("time"):
-                released = time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])),
-                                       result, limit) or []
+                time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result,
+                            limit)
     except Failed as f:
         # a kernel that ran to the end with wrong numbers: what it executed is still counted
         # (arch_executed_any), on a run that is not judged (its verdict is already in)
@@ -393,7 +394,7 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
             defer_counted(state, req, task, axes, ws, bound, result, limit, judge=False)
         raise
     if req.get("credit"):
-        defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True, timed_released=released)
+        defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True)  # untimed: after its checks
 
 
 # ----------------------------------------------------------------------------------------
