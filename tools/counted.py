@@ -14,6 +14,7 @@ from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_res
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
 COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
+PUSH_POP_S = 0.0006  # CUPTI's range push, and its pop, in a hardware pass: host seconds (H200, probe_started_pass)
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 
 
@@ -50,6 +51,7 @@ class Counted:
     counted_pairs: list | None = None
     stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
     timed_s: float = 0.0  # its timed phase's own seconds
+    pad_s: float = 0.0  # of which its runs' padding (the check's cost, not the phase's)
 
 
 def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
@@ -168,6 +170,37 @@ def run_counted(state, entries: list[Counted]) -> None:
             state.wait(e.limit)
 
     hardware = [i for i in range(profiler.passes) if i not in instrumented]
+    # CUPTI's range push and pop are host work before and after a counted run (about 0.6 ms each
+    # on the H200): every other candidate run of a timed phase in the session waits as long at the
+    # same two places (padded), so the pause before a counted run is a timed run's pause. The
+    # costs are measured on each counted run; until the first, the H200's.
+    cost = {"push": PUSH_POP_S, "pop": PUSH_POP_S}
+
+    def spin(seconds: float) -> None:
+        end = clock() + seconds
+        while clock() < end:
+            pass
+
+    def counted_range(e: Counted, ranged):
+        @contextlib.contextmanager
+        def ranged_and_measured():
+            t0 = clock()
+            with ranged(e.label):
+                cost["push"] = clock() - t0
+                yield
+                t1 = clock()
+            cost["pop"] = clock() - t1
+        return ranged_and_measured
+
+    def padding(e: Counted):
+        @contextlib.contextmanager
+        def padded():
+            spin(cost["push"])
+            yield
+            spin(cost["pop"])
+            e.pad_s += cost["push"] + cost["pop"]
+            e.out["padded_runs"] = e.out.get("padded_runs", 0) + 1
+        return padded
 
     def run_pass(i: int, ranged) -> None:
         for e in entries:
@@ -230,6 +263,7 @@ def run_counted(state, entries: list[Counted]) -> None:
         False where the phase ended before its counted pair (stopped early, or failed): then
         the pass counts a run after the timed ones, as an untimed workload's are."""
         if e.steps is None:
+            e.phase.candidate.pad = padding(e)
             e.steps = e.phase.steps()
             e.at = next(e.steps)  # (0, -1): held before pair 0, which follows the seeded checks
             advance(e)  # pair 0 is never counted: the pause before it is the same for every evaluation
@@ -249,7 +283,7 @@ def run_counted(state, entries: list[Counted]) -> None:
         if e.at is None or e.at[0] != at:
             return False
         t0 = clock()
-        e.phase.candidate.around = lambda: ranged(e.label)
+        e.phase.candidate.around = counted_range(e, ranged)
         advance(e)  # the counted pair, judged by the timed phase's judge as every pair is
         start, end = e.phase.candidate.last
         e.out["run_ms"].append(round(start.elapsed_time(end), 5))
@@ -265,6 +299,7 @@ def run_counted(state, entries: list[Counted]) -> None:
         """The phase's pairs not run yet, uncounted (the session ended early), then its result."""
         if e.phase is None or e.failed is not None and e.failed.fatal:
             return
+        e.phase.candidate.pad = None  # the session is over: nothing to match
         if e.steps is None:
             e.steps = e.phase.steps()
             e.at = next(e.steps)
@@ -340,7 +375,7 @@ def run_pending(state, count: bool = True) -> tuple[dict, bool]:
                     e.module.unload()
             e.module = e.ws = e.bound = None
             if e.phase is not None:  # its library goes too (the results are taken from e.result)
-                e.timed_s, e.phase = e.phase.seconds, None
+                e.timed_s, e.phase = e.phase.seconds - e.pad_s, None
     for e in entries:
         reply["credits"][e.workload] = e.out
         if e.failed is not None:

@@ -213,6 +213,7 @@ class Side:
     # for the next cold run only: a context its gated run is made in (a counted run's profiler
     # range, tools.counted), then cleared; and the (start, end) events of the last cold run
     around: Callable[[], object] | None = None
+    pad: Callable[[], object] | None = None  # the context of every other cold run, while set (its host cost matched)
     last: tuple | None = None
 
     def issued(self, host_s: float) -> None:
@@ -250,6 +251,7 @@ def _cold_run(side: Side, state) -> tuple:
     side.prepare()
     state.flusher.flush()
     around, side.around = side.around, None
+    around = around or side.pad
     if around is None:
         events = gated_run(side, state)
     else:
