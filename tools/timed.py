@@ -52,6 +52,9 @@ class TimedPhase:
             self.baseline.prepare = lambda: (judge.inputs_for_run(), library_prepare())
         self.candidate = Side("candidate", candidate_run, candidate_prepare)
         self.seconds = 0.0  # wall time of its own pairs (not counting time it was held)
+        # the executed check's counted pairs run whatever the stopping rule says: it may end the
+        # sequence early only after the last of them (tools.counted)
+        self.run_through = -1
 
     def steps(self):
         """The pairs, one at a time: yields (i, total) before pair i (tools.timing.paired_steps),
@@ -64,7 +67,8 @@ class TimedPhase:
         steps = paired_steps(self.candidate, self.baseline, self.state, self.rng, self.judge.before_pair,
                              self.judge.after_pair, limit_s=self.limit,
                              budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
-                             cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)))
+                             cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)),
+                             may_stop=lambda i: i > self.run_through)
         while True:
             t0 = time.perf_counter()
             try:

@@ -336,11 +336,12 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
 
 def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair: Callable[[int, int], None],
                  after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S,
-                 cap_s: float = TIMING_CAP_S):
+                 cap_s: float = TIMING_CAP_S, may_stop: Callable[[int], bool] = lambda i: True):
     """One pair at a time (a generator: it yields (i, total) before pair i runs, and returns the
     PairedTimes), so a caller can hold the sequence between two pairs and make other runs meanwhile
     (tools.counted: each workload's counted runs inside its timed sequence); time held is not the
-    phase's own (the cap). Otherwise as follows.
+    phase's own (the cap). `may_stop(i)`: whether the sequence may end early before pair i (the
+    executed check holds it until its counted pairs have run). Otherwise as follows.
 
     Time candidate and baseline alternating run by run, each run cold, the order flipped
     every pair, so both sides see the same clocks and temperature (FACTS.md: the A/A noise
@@ -391,7 +392,7 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
             total = warmup + plan_pairs(pair_s, rng, budget_s)
             planned = total - warmup
         i += 1
-        if baseline and i < total:
+        if baseline and i < total and may_stop(i):
             ratios = [b / c for c, b in zip(cand, base) if c > 0]
             if stop_early(ratios, min_stop):
                 stop = "interval"
