@@ -83,7 +83,7 @@ def test_the_catch_probabilities_follow_from_r_and_k():
 def test_the_run_counts_in_the_text_follow_from_the_timing_code():
     """N judged runs per workload: warm-up pairs + timed pairs (plan_pairs: lo..hi plus up to half
     again); 1-2 judged whole; k = the rest. The text quotes N and k."""
-    warm = re.search(r"warmup = rng\.randint\((\d+), (\d+)\)", inspect.getsource(timing.paired))
+    warm = re.search(r"warmup = rng\.randint\((\d+), (\d+)\)", inspect.getsource(timing.paired_steps))
     whole = re.search(r"rng\.randint\((\d+), (\d+)\)", inspect.getsource(workspace.TimedJudge.after_pair))
     assert warm and whole, "the warm-up or whole-check counts moved: update this test and the table's text"
     defaults = inspect.signature(timing.plan_pairs).parameters

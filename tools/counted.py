@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
 COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
+PUSH_POP_S = 0.0006  # CUPTI's range push, and its pop, in a hardware pass: host seconds (H200, probe_started_pass)
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 # The counted runs' wall-time bound per evaluation (issue 43). Before each counted run, the time they
 # have taken so far plus what that run may take (its workload's timed median; on a SASS-patched pass
@@ -45,26 +46,44 @@ class Counted:
     seconds: float = 0.0  # this workload's own share of the counted runs (prepare, run, judge)
     failed: Failed | None = None  # a counted run answered wrong: the workload fails with it
     timed_ms: float | None = None  # the workload's timed median (None: not timed): what a counted run may take
+    released: list = field(default_factory=list)  # host times its counted (and lead) runs were let go
+    # Timed at the credit op, its counted runs inside (tools.timed.TimedPhase): the phase, its
+    # result (tools.results.WorkloadResult, sent back whole), the paused pair sequence, the pair it
+    # holds at ((i, total), None once over), its PairedTimes, and the pair counted in each hardware pass
+    phase: object = None
+    result: object = None
+    steps: object = None
+    at: tuple | None = None
+    times: object = None
+    counted_pairs: list | None = None
+    stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
+    timed_s: float = 0.0  # its timed phase's own seconds
+    pad_s: float = 0.0  # of which its runs' padding (the check's cost, not the phase's)
 
 
 def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
-                judge: bool) -> None:
+                  judge: bool, phase=None) -> bool:
     """The executed check for this workload, in this worker and module instance: counted runs
-    that continue the timed runs (run_counted), made at the evaluation's credit op (run_pending).
-    The workload's module and workspace are kept until then, as its timed runs left them, and every
+    made at the evaluation's credit op (run_pending, run_counted), inside the workload's timed
+    sequence where it carries one (`phase`), else after its runs. The workload's module and
+    workspace are kept until then, and every
     workload's counted runs run in one profiler session (CUPTI's first start and its SASS patching
     paid once per evaluation, not per workload). Fills result.credit ("pending" until the credit
     op); a CUPTI failure is reported there ("unavailable" or a reason), never as the candidate's
-    fault."""
+    fault.
+
+    `phase` (tools.timed.TimedPhase, not yet run): the workload's timed runs wait for the credit op
+    too, and its hardware passes' counted runs are timed runs of it (run_counted). Returns whether
+    the workload was kept (False where the counters are unavailable: then time it now)."""
     import random
 
     from tools.cupti import CuptiError
 
     spec = req["credit"]
     rng = random.Random(int(spec["seed"]))
-    # where the workload was timed and judged, the counted runs follow its timed runs (their
-    # number is secret and drawn per evaluation); where not, 1-4 uncounted runs come first, so the
-    # counted ones never start at a place the kernel can count to
+    # where the workload is timed and judged, its counted runs are timed runs (their places are
+    # drawn at the credit op); where not, 1-4 uncounted runs come first, so the counted ones never
+    # start at a place the kernel can count to
     lead = 0 if (judge and req.get("time")) else rng.randint(*CREDIT_LEAD_RUNS)
     out: dict = {"status": "failed", "reason": None, "runs": 0, "lead_runs": lead, "passes": None,
                  "counted_from": None, "run_ms": [], "instrumented_ms": [], "profile_s": None, "launches": []}
@@ -75,14 +94,37 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
         profiler = state.counters(tuple(spec["metrics"]))
     except CuptiError as exc:
         out["status"], out["reason"] = "unavailable", str(exc)
-        return
+        return False
     out["passes"], out["runs"], out["counted_from"] = profiler.passes, lead + profiler.passes, lead + 1
     entry = Counted(label=f"{COUNTED_RANGE}_{len(state.pending)}", workload=req["workload"]["name"], task=task,
                     axes=axes, ws=ws, bound=bound, limit=limit, judge=judge, rng=rng, lead=lead, out=out,
                     profiler=profiler, evaluation=spec.get("evaluation"), module=state.keep_module(),
+                    phase=phase, result=result if phase else None,
                     timed_ms=result.timing.median_ms if result.timing else None)
     out["status"], out["reason"] = "pending", "its counted runs wait for the evaluation's credit op"
     state.pending.append(entry)
+    return True
+
+
+def launch_gaps(timed: list[float], counted: list[float]) -> dict:
+    """The spacing a kernel sees between its launches (host seconds at which each run was let go,
+    tools.timing.Side.released), timed runs against counted ones, in ms: the timed runs' gaps
+    (median, max), the gap before each counted run (from the run before it, timed or counted), and
+    how many of those exceed every timed gap (`counted_beyond_timed`: a kernel that switches path
+    after a longer pause than any timed run has sees exactly those runs). Empty lists where a side
+    has no runs (untimed evaluations: no timed gaps)."""
+    import statistics
+
+    counted_set = set(counted)
+    runs = sorted(set(timed) | counted_set)  # counted runs may sit among the timed ones, or after them
+    gap_before = {b: (b - a) * 1e3 for a, b in zip(runs, runs[1:])}
+    timed_gaps = [g for t, g in gap_before.items() if t not in counted_set]
+    counted_gaps = [gap_before[c] for c in sorted(counted_set) if c in gap_before]
+    top = max(timed_gaps, default=None)
+    return {"timed_median": round(statistics.median(timed_gaps), 3) if timed_gaps else None,
+            "timed_max": round(top, 3) if top is not None else None,
+            "counted": [round(g, 3) for g in counted_gaps],
+            "counted_beyond_timed": sum(g > top for g in counted_gaps) if top is not None else None}
 
 
 class _NothingLeft(Exception):
@@ -104,7 +146,16 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
     median, every one, both ways (tools.credit.tie_to_timed_run); the SASS-patched pass runs
     instrumented code: its time is recorded (`instrumented_ms`), never tied. `sites`: instructions
     whose executions are counted one by one after the passes (exact_counts). A hang or a dead
-    context raises (fatal); a CUPTI failure is every entry's `reason`."""
+    context raises (fatal); a CUPTI failure is every entry's `reason`; a counted run that could pass
+    COUNTED_CAP_S skips the check (never passed).
+
+    A workload that carries its timed phase (`phase`) is timed here, inside the session: its pairs
+    after the first are split into one stretch per hardware pass, and in each stretch one pair,
+    drawn from the secret credit seed, has its candidate run made inside the workload's range
+    (timed_stretch). That counted run is a timed run: prepared, spaced, timed and judged as its
+    neighbours are, so nothing a kernel can see of it (the pause before it, its place, the time
+    of day) sets it apart from the runs whose median is reported. Only the SASS-patched pass's run
+    comes after the timed runs, as before."""
     from tasks.generators import generate_inputs
     from tasks.sampled import has_sampler, rows_for
     from tools.cupti import CuptiError
@@ -123,7 +174,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         state.flusher.flush()
 
     def side(e: Counted, gated: bool = True) -> Side:
-        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()), gated=gated)
+        return Side("candidate", lambda: (e.ws.zero_scratch(), e.bound.launch()), gated=gated,
+                    released=e.released)  # the counted runs' spacing, recorded as the timed runs' is
 
     began = clock()
 
@@ -143,6 +195,39 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             prepare(e, e.rng.getrandbits(31))
             gated_run(side(e), state)
             state.wait(e.limit)
+
+    hardware = [i for i in range(profiler.passes) if i not in instrumented]
+    # CUPTI's range push and pop are host work before and after a counted run (about 0.6 ms each
+    # on the H200): every other candidate run of a timed phase in the session waits as long at the
+    # same two places (padded), so the pause before a counted run is a timed run's pause. The
+    # costs are measured on each counted run; until the first, the H200's.
+    cost = {"push": PUSH_POP_S, "pop": PUSH_POP_S}
+
+    def spin(seconds: float) -> None:
+        end = clock() + seconds
+        while clock() < end:
+            pass
+
+    def counted_range(e: Counted, ranged):
+        @contextlib.contextmanager
+        def ranged_and_measured():
+            t0 = clock()
+            with ranged(e.label):
+                cost["push"] = clock() - t0
+                yield
+                t1 = clock()
+            cost["pop"] = clock() - t1
+        return ranged_and_measured
+
+    def padding(e: Counted):
+        @contextlib.contextmanager
+        def padded():
+            spin(cost["push"])
+            yield
+            spin(cost["pop"])
+            e.pad_s += cost["push"] + cost["pop"]
+            e.out["padded_runs"] = e.out.get("padded_runs", 0) + 1
+        return padded
 
     def counted_run(e: Counted, k: int, patched: bool, around) -> object:
         """e's counted run k (0-based, after its lead runs): prepared, run inside `around` (a function
@@ -183,6 +268,11 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     def run_pass(i: int, ranged) -> None:
         for e in entries:
+            if e.phase is not None and i in hardware and e.failed is None and timed_stretch(
+                    e, hardware.index(i), len(hardware), ranged):
+                if all(x.failed is not None for x in entries):
+                    raise _NothingLeft
+                continue
             within_cap(e, i)
 
             def around(run, wait, e=e):
@@ -193,20 +283,95 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             if all(x.failed is not None for x in entries):
                 raise _NothingLeft
 
+    def advance(e: Counted) -> None:
+        """Run the pair the phase holds at, then hold at the next (None once the phase is over)."""
+        try:
+            e.at = next(e.steps)
+        except StopIteration as done:
+            e.times, e.at = done.value, None
+        except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
+            why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
+            e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
+                              f"timed-phase run (in the executed check's session): {why}", fatal=True)
+            e.at = None
+            raise
+        except Failed as f:  # wrong in a timed run (or implausible): the workload fails, still counted
+            e.failed, e.at = f, None
+
+    def timed_stretch(e: Counted, k: int, n: int, ranged) -> bool:
+        """Stretch k of n of e's timed pairs, its counted pair's candidate run inside e's range.
+        False where the phase ended before its counted pair (stopped early, or failed): then
+        the pass counts a run after the timed ones, as an untimed workload's are."""
+        if e.steps is None:
+            e.phase.candidate.pad = padding(e)
+            e.steps = e.phase.steps()
+            e.at = next(e.steps)  # (0, -1): held before pair 0, which follows the seeded checks
+            advance(e)  # pair 0 is never counted: the pause before it is the same for every evaluation
+            if e.at is None:
+                return False
+            span = e.at[1] - 1  # pairs 1 .. total-1, split evenly; one drawn in each stretch
+            bounds = [1 + span * j // n for j in range(n + 1)]
+            # never a stretch's first pair after the first stretch: the pass boundary (CUPTI's stop
+            # and start, other workloads' stretches) is a longer pause before it than any other
+            lows = [bounds[0]] + [min(b + 1, max(b, nxt - 1)) for b, nxt in zip(bounds[1:-1], bounds[2:])]
+            e.counted_pairs = [e.rng.randrange(lo, max(lo + 1, hi)) for lo, hi in zip(lows, bounds[1:])]
+            e.stretch_ends = bounds[1:]
+            # the stopping rule (a kernel far from the library) may not end the sequence before the
+            # last counted pair: were it to, that pass would count a run after the timed ones, where
+            # the pause before it sets it apart (a stop the kernel cannot foresee decides nothing else)
+            e.phase.run_through = max(e.counted_pairs)
+            e.out["counted_pairs"] = list(e.counted_pairs)
+        at = e.counted_pairs[k]
+        while e.at is not None and e.at[0] < at:
+            advance(e)
+        if e.at is None or e.at[0] != at:
+            return False
+        t0 = clock()
+        e.phase.candidate.around = counted_range(e, ranged)
+        advance(e)  # the counted pair, judged by the timed phase's judge as every pair is
+        start, end = e.phase.candidate.last
+        e.out["run_ms"].append(round(start.elapsed_time(end), 5))
+        e.released.append(e.phase.candidate.released[-1])
+        e.out.setdefault("pass_s", []).append([0.0, round(clock() - t0, 4), 0.0])  # a timed pair's own time
+        # the stretch runs to its end (the last one: the phase's end), so the pass boundary after it
+        # falls at a place fixed by the count, never right after the counted run
+        while e.at is not None and (k == n - 1 or e.at[0] < e.stretch_ends[k]):
+            advance(e)
+        return e.failed is None or e.failed.reason not in ("timeout", "cuda_error")
+
+    def finish(e: Counted) -> None:
+        """The phase's pairs not run yet, uncounted (the session ended early), then its result."""
+        if e.phase is None or e.failed is not None and e.failed.fatal:
+            return
+        e.phase.candidate.pad = None  # the session is over: nothing to match
+        if e.steps is None:
+            e.steps = e.phase.steps()
+            e.at = next(e.steps)
+        while e.at is not None:
+            advance(e)
+        if e.failed is None and e.times is not None:
+            try:
+                e.phase.finish(e.times)
+            except Failed as f:
+                e.failed = f
+
     t0 = clock()
     try:
         launches = {x.name: x for x in profiler.profile_passes(run_pass, entries[0].label)}
     except CuptiError as exc:
         for e in entries:
             e.out["reason"] = str(exc)[:400]
+            finish(e)
         return
     except _NothingLeft:
         for e in entries:
             e.out["reason"] = "not counted: its counted run answered wrong"
+            finish(e)
         return
     except _OverCap as exc:  # a cost bound, not the candidate's fault: skipped, never passed
         for e in entries:
             e.out["status"], e.out["reason"] = "skipped", str(exc)
+            finish(e)
         return
     finally:
         total = round(clock() - t0, 4)
@@ -214,8 +379,10 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         stops = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
         for e in entries:
             e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
-                         own_s=round(e.seconds, 4))
+                         own_s=round(e.seconds, 4),
+                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else [], e.released))
     for e in entries:
+        finish(e)
         got = launches.get(e.label)
         if got is None:
             e.out["reason"] = f"CUPTI returned no range {e.label!r} (it returned {sorted(launches)})"[:400]
@@ -263,43 +430,90 @@ def exact_counts(state, entries: list[Counted], sites: dict[str, dict[int, str]]
         e.out["own_s"] = round(e.seconds, 4)  # its share of the counted runs, this run included
 
 
-def run_pending(state, sites: dict | None = None) -> tuple[dict, bool]:
+def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[dict, bool]:
     """The evaluation's credit op: every deferred workload's counted runs (run_counted) in one
-    profiler session, after all the timed runs; `sites` (the op's sass_sites, pc offsets as strings
-    in JSON): the instructions counted one by one (exact_counts). Returns (reply, fatal): reply has `credits`
-    (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a counted run
-    answered wrong, or hung) and `seconds`."""
+    profiler session, the timed phases they carry with them. Returns (reply, fatal): reply has
+    `credits` (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a
+    counted or timed run answered wrong, or hung), `results` (workload -> its whole
+    WorkloadResult, for the workloads timed here), `timed_s` (the timed phases' own seconds) and
+    `seconds`. `sites` (the op's sass_sites, pc offsets as strings in JSON): the instructions
+    counted one by one (exact_counts). count=False (the SASS made the counts needless): the timed
+    phases only, nothing counted."""
     from tools.launch import CudaError
     from tools.timing import KernelTimeout
 
     entries, state.pending = state.pending, []
-    reply: dict = {"op": "credits", "credits": {}, "failed": {}}
+    reply: dict = {"op": "credits", "credits": {}, "failed": {}, "results": {}}
     fatal = False
     t0 = time.perf_counter()
     try:
-        if entries:
+        if entries and count:
             run_counted(state, entries, {fn: {int(off): op for off, op in at.items()} for fn, at in sites.items()}
                         if sites else None)
+        elif entries:
+            time_uncounted(state, entries)
     except (KernelTimeout, CudaError):  # run_counted named the workload whose run it was
         fatal = True
         culprit = next((e.workload for e in entries if e.failed is not None and e.failed.fatal), "a workload")
         for e in entries:
             e.out["status"] = "failed"
-            e.out["reason"] = e.out["reason"] or f"not counted: {culprit}'s counted run ended the session"
+            e.out["reason"] = e.out["reason"] or f"not counted: {culprit}'s run ended the session"
     finally:
         for e in entries:  # the kept modules and workspaces go now (the context may be dead: best effort)
             if e.module is not None and not fatal:
                 with contextlib.suppress(Exception):
                     e.module.unload()
             e.module = e.ws = e.bound = None
+            if e.phase is not None:  # its library goes too (the results are taken from e.result)
+                e.timed_s, e.phase = e.phase.seconds - e.pad_s, None
     for e in entries:
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
             reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [
                 m.model_dump(mode="json") for m in e.failed.outputs]}
+        if e.result is not None:
+            if e.failed is not None:
+                e.result.status, e.result.reason, e.result.detail = "failed", e.failed.reason, e.failed.detail
+                e.result.outputs = e.failed.outputs or e.result.outputs
+            elif e.times is None:  # the phase never ran to its end (the session ended it)
+                e.result.status, e.result.reason = "failed", "harness_error"
+                e.result.detail = f"the timed runs did not finish in the executed check's session: {e.out.get('reason')}"
+            e.result.credit = e.out
+            reply["results"][e.workload] = e.result.model_dump(mode="json")
+    reply["timed_s"] = sum(e.timed_s for e in entries)
     fatal = fatal or must_restart(state, "the counted runs")
     reply["seconds"] = time.perf_counter() - t0
     return reply, fatal
+
+
+def time_uncounted(state, entries: list[Counted]) -> None:
+    """The timed phases the entries carry, run to their end with nothing counted (the credit op
+    where the SASS already decided the check); a wrong or implausible run fails its workload."""
+    from tools.launch import CudaError
+    from tools.timing import KernelTimeout
+
+    for e in entries:
+        e.out["status"], e.out["reason"] = "skipped", "not counted: the SASS decided the check"
+        if e.phase is None:
+            continue
+        try:
+            e.times = _drain(e.phase.steps())
+            e.phase.finish(e.times)
+        except Failed as f:
+            e.failed = f
+        except (KernelTimeout, CudaError) as exc:
+            why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
+            e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error", f"timed-phase run: {why}",
+                              fatal=True)
+            raise
+
+
+def _drain(steps):
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 def _prepared_runs(state, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,

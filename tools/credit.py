@@ -18,7 +18,7 @@ classes together the rule takes the side that refuses credit:
   Other reads: LDG (any width, generic or global), atomics that return data, cp.async (LDGSTS);
   texture and surface reads have no byte counter here, so any executed one refuses TMA credit.
 
-    counting = Counting.choose(...)            # how an evaluation counts (one object)
+    counting = Counting(mode="cupti")          # how an evaluation counts: the one object passed down
     wc = credit_in_process(meta, credit, features, work, timed_ms, module_opcodes)
     check = combine(features, [wc, ...])
 """

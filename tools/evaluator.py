@@ -383,8 +383,11 @@ class Evaluator:
             # a profile, a Nsight Compute process: it starts once there is a module to run, so its
             # start-up overlaps the SASS inspection and the timed runs; it touches the GPU only when
             # handed the requests, tools.ncu.CreditProcess).
+            # `counting` is how this evaluation counts executed instructions: None where the check
+            # was not asked; the one object _judge, _run and _executed read (no flags beside it)
             checks = executed_check and comp.ok and bool(self._workers) and arch in ARCH_CC and task.features_for(arch)
-            counting = Counting(mode=("cupti" if self.in_process_credit else "ncu") if checks else "off")
+            counting = (Counting(mode=("cupti" if self.in_process_credit else "ncu") if checks else "off")
+                        if executed_check else None)
             if checks and (profile or not counting.in_process):
                 from tools import ncu
 
@@ -410,8 +413,7 @@ class Evaluator:
                     return InspectResult(status="skipped", reason=f"inspection failed: {exc}"[:200], arch=arch)
 
             try:
-                self._judge(res, solution, task, arch, workloads, executed_check, sanitize, time, counting,
-                            module_sass)
+                self._judge(res, solution, task, arch, workloads, sanitize, time, counting, module_sass)
             except Exception as exc:  # noqa: BLE001 - judging a candidate never raises: a harness failure is a verdict
                 import traceback
 
@@ -430,8 +432,9 @@ class Evaluator:
         res.seconds = _time.perf_counter() - t0
         return res
 
-    def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, executed_check: bool,
-               sanitize: bool, time: bool, counting: Counting | None = None, module_sass=None) -> None:
+    def _judge(self, res: EvalResult, solution, task, arch: str, workloads: str, sanitize: bool, time: bool,
+               counting: Counting | None = None, module_sass=None) -> None:
+        """`counting`: how the executed check counts (tools.credit.Counting), None where it was not asked."""
         comp = res.compile
         wls = task.workloads_for(workloads)  # type: ignore[arg-type]
         wls = [w for w in wls if w.split == "visible"] + [w for w in wls if w.split != "visible"]
@@ -448,13 +451,12 @@ class Evaluator:
                 self._static_only(res, solution, task, wls, arch, reason)
                 if self._workers and reason.startswith("GPU worker did not start"):
                     res.harness_fault = reason  # a GPU machine whose worker fails: ours (tools/results.py)
-                if executed_check:
+                if counting is not None:
                     res.executed = ExecutedCheck(status="skipped", reason=reason)
                 if sanitize:
                     res.sanitize = SanitizeResult(status="skipped", reason=reason)
             else:
-                self._run(res, solution, task, wls, arch, executed_check, sanitize, time, counting,
-                          module_sass)
+                self._run(res, solution, task, wls, arch, sanitize, time, counting, module_sass)
 
     def _cannot_run(self, arch: str, phase_s: dict[str, float] | None = None) -> str | None:
         """Why this arch cannot run here, or None. `phase_s`: an evaluation's, which gets the wait
@@ -501,8 +503,8 @@ class Evaluator:
             res.run_status = "failed"
             res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
 
-    def _run(self, res: EvalResult, solution, task, wls, arch: str, executed_check: bool, sanitize: bool,
-             time: bool, counting: Counting | None = None, module_sass=None) -> None:
+    def _run(self, res: EvalResult, solution, task, wls, arch: str, sanitize: bool, time: bool,
+             counting: Counting | None = None, module_sass=None) -> None:
         import time as _time
 
         t0 = _time.perf_counter()
@@ -533,8 +535,8 @@ class Evaluator:
                 elif counting is not None and counting.in_process:  # secret, like the timing seed: the counted runs' inputs derive from it
                     if metrics is None:  # one set for every module: each math pipe and read path (tools.credit)
                         metrics = list(credit_metrics())
-                    # the worker keeps the workload for its counted runs: every workload's in one
-                    # profiler session after the last workload's timed runs (the credit op, _counted_runs)
+                    # the worker keeps the workload (timed too, where asked) for its counted runs: every
+                    # workload's in one profiler session, inside its timed runs (the credit op, _counted_runs)
                     req["credit"] = {"seed": self._rng.getrandbits(62), "metrics": metrics, "evaluation": evaluation}
                 wr = self._ask(w, req, wl, axes)
                 res.workloads.append(wr)
@@ -566,7 +568,7 @@ class Evaluator:
             # memcheck run (it says where), but its executed-instruction counts mean nothing.
             req = self._request(solution, res.compile, task, first, seeds=[self._seed()], time=False)
             names = _entries(res.compile, solution)
-            if executed_check:
+            if counting is not None:
                 t0 = _time.perf_counter()
                 res.executed = self._executed(res, solution, task, wls, stop, counting, w.device, arch,
                                               module_sass() if module_sass else res.inspect)
@@ -599,7 +601,8 @@ class Evaluator:
             op = {"op": "credit"}
             if sites:  # JSON: pc offsets as strings
                 op["sass_sites"] = {fn: {str(off): code for off, code in at.items()} for fn, at in sites.items()}
-            reply = w.request(op, self.timeout_s)
+            # the op runs the kept workloads' timed phases too: each as long as its own request was
+            reply = w.request(op, self.timeout_s * max(1, len(pending)))
         except (WorkerTimeout, WorkerCrash, WorkerStartError) as exc:
             reply, why = {}, f"the counted runs gave no answer: {exc}"
         if not why and reply.get("op") != "credits":
@@ -607,6 +610,7 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         stop = None
+        _timed_in_the_op(pending, reply)
         for x in pending:
             x.credit = (reply.get("credits") or {}).get(x.workload) or {**(x.credit or {}), "status": "failed", "reason": (
                 why or "not counted: the worker that kept this workload restarted before the counted runs")}
@@ -617,15 +621,20 @@ class Evaluator:
                 x.outputs = [Mismatch.model_validate(m) for m in failed.get("outputs") or []] or x.outputs
                 if x.reason in ("timeout", "cuda_error"):
                     stop = f"not run: workload {x.workload} ended with {x.reason} in its counted runs"
-        res.phase_s["counted_runs"] = _time.perf_counter() - t0
+        # the op also ran the workloads' timed phases (their counted runs are timed runs): those are
+        # the workloads' own time (phase_s["timed"]), not the check's
+        res.phase_s["counted_runs"] = max(0.0, _time.perf_counter() - t0 - float(reply.get("timed_s") or 0.0))
         return stop
 
     def _drop_counted_runs(self, w: WorkerHandle, res: EvalResult) -> None:
         """The worker drops the workloads it kept for counted runs that the SASS made needless."""
-        try:
-            w.request({"op": "credit", "drop": True}, self.timeout_s)
+        reply: dict = {}
+        try:  # the kept workloads' timed phases still run there (nothing counted)
+            kept = sum((x.credit or {}).get("status") == "pending" for x in res.workloads)
+            reply = w.request({"op": "credit", "drop": True}, self.timeout_s * max(1, kept))
         except (WorkerTimeout, WorkerCrash, WorkerStartError):  # the next evaluation's first request drops them
             pass
+        _timed_in_the_op([x for x in res.workloads if (x.credit or {}).get("status") == "pending"], reply)
         for x in res.workloads:
             if (x.credit or {}).get("status") == "pending":
                 x.credit = {**x.credit, "status": "skipped", "reason": NO_REQUESTED_SASS}
@@ -731,6 +740,18 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+def _timed_in_the_op(pending: list[WorkloadResult], reply: dict) -> None:
+    """Workloads the worker timed at the credit op (tools.counted.run_pending: `results`) take
+    their whole result from there (timing, verdict); their credit is merged by the caller."""
+    for x in pending:
+        fresh = (reply.get("results") or {}).get(x.workload)
+        if fresh:
+            new = WorkloadResult.model_validate(fresh)
+            for name in WorkloadResult.model_fields:
+                if name != "credit":
+                    setattr(x, name, getattr(new, name))
 
 
 NO_REQUESTED_SASS = ("not counted: the SASS holds none of the requested instructions, so none can execute "

@@ -7,74 +7,143 @@ import time
 
 from tools.workspace import Failed, TimedJudge, Workspace, log
 
-def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result, limit: float) -> None:
-    """The timed phase: candidate and baseline alternate run by run on fresh inputs, every
-    candidate run judged; then the speedup (median of per-pair ratios, bootstrap interval),
-    the throughput against the physical ceilings, and the GPU's state before and after."""
-    import statistics
 
-    from tools.ceilings import ceiling_for, implausible
-    from tools.timing import TIMING_BUDGET_S, TIMING_CAP_S, Side, median_ci, paired, summarize
+def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result,
+                limit: float) -> list[float]:
+    """The timed phase in one go (TimedPhase, run). Returns the host times at which the
+    candidate's runs were let go (tools.timing.Side.released)."""
+    return TimedPhase(state, req, task, wl, axes, ws, bound, rng, result, limit).run()
 
-    t0 = time.perf_counter()
-    baseline, base_name, note = library_baseline(state, req, task, wl, ws.inputs, limit)
-    result.phase_s["baseline"] = time.perf_counter() - t0
-    judge = TimedJudge(task, axes, ws, rng, state.device)
 
-    def candidate_run() -> None:
-        ws.zero_scratch()
-        bound.launch()
+class TimedPhase:
+    """One workload's timed phase: candidate and baseline alternate run by run on fresh inputs,
+    every candidate run judged; then the speedup (median of per-pair ratios, bootstrap interval),
+    the throughput against the physical ceilings, and the GPU's state before and after.
 
-    def candidate_prepare() -> None:
-        judge.inputs_for_run()
-        ws.prepare()
+    Built (the library chosen, the judge and both sides made) before it runs; `steps()` runs it
+    pair by pair (tools.timing.paired_steps), so the executed check can hold it between two pairs
+    and count one of its candidate runs (`candidate.around`, tools.counted); `finish(times)`
+    fills the result. `run()` does all of it at once."""
 
-    if baseline is not None:
-        library_prepare = baseline.prepare
-        baseline.prepare = lambda: (judge.inputs_for_run(), library_prepare())
+    def __init__(self, state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result, limit: float):
+        from tools.timing import Side
 
-    result.timing_seed = int(req["timing_seed"])
-    result.gpu_state["start"] = state.gpu_state()
-    t0 = time.perf_counter()
-    times = paired(Side("candidate", candidate_run, candidate_prepare), baseline, state, rng, judge.before_pair,
-                   judge.after_pair, limit_s=limit, budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
-                   cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)))
-    result.phase_s["timed"] = time.perf_counter() - t0
-    result.phase_s["judge"] = times.judge_s  # inside "timed": judging each candidate run
-    result.timing_stop, result.planned_runs = times.stop, times.planned
-    result.gpu_state["end"] = state.gpu_state()
-    result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks
-    result.timing = summarize(times.candidate_ms)
-    seconds = result.timing.median_ms * 1e-3
-    flops, nbytes = task.flop_count(axes), task.min_bytes(axes)
-    result.tflops = flops / seconds / 1e12 if flops > 0 and seconds > 0 else None
-    result.gbps = nbytes / seconds / 1e9 if seconds > 0 else None
-    broken = implausible(state.info.get("gpu"), task, axes, result.timing.median_ms)
-    if broken:
-        raise Failed("implausible", broken)
-    notes = [f"{name} waited for the GPU inside its run: timed with its host time from then on"
-             for name in times.ungated]
-    if getattr(state, "gate_error", None):
-        notes.append(f"timed without the stream gate ({state.gate_error}): host issue time included")
-    if baseline is not None and note:  # a timing reference, not an honest implementation of the task
-        notes.append(f"the library ({base_name}) computes below the task's precision: {note}")
-    if ceiling_for(state.info.get("gpu")) is None:
-        notes.append(f"implausibility not checked: no physical ceiling known for {state.info.get('gpu')}")
-    if notes:
-        result.detail = "; ".join(notes)
-    if baseline is not None and times.baseline_ms:
-        result.baseline, result.baseline_name = summarize(times.baseline_ms), base_name
-        result.speedup = statistics.median(times.ratios)
-        result.speedup_ci = median_ci(times.ratios, rng)
-        if req.get("baseline_cache"):
-            from tools.baseline_cache import BaselineCache, cache_key
+        self.state, self.req, self.task, self.wl, self.axes = state, req, task, wl, axes
+        self.ws, self.rng, self.result, self.limit = ws, rng, result, limit
+        t0 = time.perf_counter()
+        free = _free_bytes(state)
+        self.baseline, self.base_name, self.note = library_baseline(state, req, task, wl, ws.inputs, limit)
+        # device memory the library took: a phase kept for the credit op holds it on purpose
+        # (tools.worker.State.held_bytes), not memory the candidate lost
+        self.held_bytes = max(0, free - _free_bytes(state)) if free else 0
+        result.phase_s["baseline"] = time.perf_counter() - t0
+        self.judge = judge = TimedJudge(task, axes, ws, rng, state.device)
 
-            BaselineCache(req["baseline_cache"]).update(
-                cache_key(task.name, wl.name, axes, state.info), best=base_name,
-                last={"median_ms": result.baseline.median_ms, "iqr_ms": result.baseline.iqr_ms,
-                      "runs": result.baseline.runs})
-    elif note:
-        result.baseline_name = note
+        def candidate_run() -> None:
+            ws.zero_scratch()
+            bound.launch()
+
+        def candidate_prepare() -> None:
+            judge.inputs_for_run()
+            ws.prepare()
+
+        if self.baseline is not None:
+            library_prepare = self.baseline.prepare
+            self.baseline.prepare = lambda: (judge.inputs_for_run(), library_prepare())
+        self.candidate = Side("candidate", candidate_run, candidate_prepare)
+        self.seconds = 0.0  # wall time of its own pairs (not counting time it was held)
+        # the executed check's counted pairs run whatever the stopping rule says: it may end the
+        # sequence early only after the last of them (tools.counted)
+        self.run_through = -1
+
+    def steps(self):
+        """The pairs, one at a time: yields (i, total) before pair i (tools.timing.paired_steps),
+        returns the PairedTimes."""
+        from tools.timing import TIMING_BUDGET_S, TIMING_CAP_S, paired_steps
+
+        req, result = self.req, self.result
+        result.timing_seed = int(req["timing_seed"])
+        result.gpu_state["start"] = self.state.gpu_state()
+        steps = paired_steps(self.candidate, self.baseline, self.state, self.rng, self.judge.before_pair,
+                             self.judge.after_pair, limit_s=self.limit,
+                             budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
+                             cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)),
+                             may_stop=lambda i: i > self.run_through)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                at = next(steps)
+            except StopIteration as done:
+                self.seconds += time.perf_counter() - t0
+                return done.value
+            self.seconds += time.perf_counter() - t0
+            yield at
+
+    def run(self) -> list[float]:
+        steps = self.steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                self.finish(done.value)
+                return self.candidate.released
+
+    def finish(self, times) -> None:
+        """The result from the timed pairs (tools.timing.PairedTimes); raises Failed where the
+        median is implausible."""
+        import statistics
+
+        from tools.ceilings import ceiling_for, implausible
+        from tools.timing import median_ci, summarize
+
+        state, req, task, wl, axes, rng, result = (self.state, self.req, self.task, self.wl, self.axes, self.rng,
+                                                   self.result)
+        baseline, base_name, note, judge = self.baseline, self.base_name, self.note, self.judge
+        result.phase_s["timed"] = self.seconds
+        result.phase_s["judge"] = times.judge_s  # inside "timed": judging each candidate run
+        result.timing_stop, result.planned_runs = times.stop, times.planned
+        result.gpu_state["end"] = state.gpu_state()
+        result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks
+        result.timing = summarize(times.candidate_ms)
+        seconds = result.timing.median_ms * 1e-3
+        flops, nbytes = task.flop_count(axes), task.min_bytes(axes)
+        result.tflops = flops / seconds / 1e12 if flops > 0 and seconds > 0 else None
+        result.gbps = nbytes / seconds / 1e9 if seconds > 0 else None
+        broken = implausible(state.info.get("gpu"), task, axes, result.timing.median_ms)
+        if broken:
+            raise Failed("implausible", broken)
+        notes = [f"{name} waited for the GPU inside its run: timed with its host time from then on"
+                 for name in times.ungated]
+        if getattr(state, "gate_error", None):
+            notes.append(f"timed without the stream gate ({state.gate_error}): host issue time included")
+        if baseline is not None and note:  # a timing reference, not an honest implementation of the task
+            notes.append(f"the library ({base_name}) computes below the task's precision: {note}")
+        if ceiling_for(state.info.get("gpu")) is None:
+            notes.append(f"implausibility not checked: no physical ceiling known for {state.info.get('gpu')}")
+        if notes:
+            result.detail = "; ".join(notes)
+        if baseline is not None and times.baseline_ms:
+            result.baseline, result.baseline_name = summarize(times.baseline_ms), base_name
+            result.speedup = statistics.median(times.ratios)
+            result.speedup_ci = median_ci(times.ratios, rng)
+            if req.get("baseline_cache"):
+                from tools.baseline_cache import BaselineCache, cache_key
+
+                BaselineCache(req["baseline_cache"]).update(
+                    cache_key(task.name, wl.name, axes, state.info), best=base_name,
+                    last={"median_ms": result.baseline.median_ms, "iqr_ms": result.baseline.iqr_ms,
+                          "runs": result.baseline.runs})
+        elif note:
+            result.baseline_name = note
+
+
+def _free_bytes(state) -> int:
+    """Free device memory now (0 on a CPU stand-in)."""
+    if getattr(state, "device", "cpu") != "cuda":
+        return 0
+    import torch
+
+    return int(torch.cuda.mem_get_info()[0])
 
 
 def library_side(name: str, baseline, inputs: dict):

@@ -15,7 +15,7 @@ import math
 import secrets
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from tools.results import Timing
@@ -210,6 +210,14 @@ class Side:
     finish: Callable[[], None] = lambda: None  # untimed, right after run() (the library: scrub its outputs)
     gated: bool = True  # False once its run() was seen to wait for the GPU: then it cannot be gated
     stalls: int = 0  # consecutive gated runs whose run() took the host the gate's whole limit
+    # host clock (perf_counter) when each run's launches were let go (the gate released, or run()
+    # returned where ungated): the spacing a kernel sees between its launches, measured
+    released: list[float] = field(default_factory=list)
+    # for the next cold run only: a context its gated run is made in (a counted run's profiler
+    # range, tools.counted), then cleared; and the (start, end) events of the last cold run
+    around: Callable[[], object] | None = None
+    pad: Callable[[], object] | None = None  # the context of every other cold run, while set (its host cost matched)
+    last: tuple | None = None
 
     def issued(self, host_s: float) -> None:
         """A gated run() took the host `host_s`. One that took the gate's whole limit either
@@ -236,6 +244,7 @@ def gated_run(side: Side, state) -> tuple:
     if gate:
         gate.release(hold)
         side.issued(host_s)
+    side.released.append(time.perf_counter())
     return start, end
 
 
@@ -244,8 +253,15 @@ def _cold_run(side: Side, state) -> tuple:
     finish() (not timed). Returns the (start, end) events."""
     side.prepare()
     state.flusher.flush()
-    events = gated_run(side, state)
+    around, side.around = side.around, None
+    around = around or side.pad
+    if around is None:
+        events = gated_run(side, state)
+    else:
+        with around():
+            events = gated_run(side, state)
     side.finish()
+    side.last = events
     return events
 
 
@@ -312,7 +328,25 @@ _STOP_RNG = _FixedRandom()
 def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Callable[[int, int], None],
            after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S,
            cap_s: float = TIMING_CAP_S) -> PairedTimes:
-    """Time candidate and baseline alternating run by run, each run cold, the order flipped
+    """paired_steps run to its end in one go (see there)."""
+    steps = paired_steps(candidate, baseline, state, rng, before_pair, after_pair, limit_s, budget_s, cap_s)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair: Callable[[int, int], None],
+                 after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S,
+                 cap_s: float = TIMING_CAP_S, may_stop: Callable[[int], bool] = lambda i: True):
+    """One pair at a time (a generator: it yields (i, total) before pair i runs, and returns the
+    PairedTimes), so a caller can hold the sequence between two pairs and make other runs meanwhile
+    (tools.counted: each workload's counted runs inside its timed sequence); time held is not the
+    phase's own (the cap). `may_stop(i)`: whether the sequence may end early before pair i (the
+    executed check holds it until its counted pairs have run). Otherwise as follows.
+
+    Time candidate and baseline alternating run by run, each run cold, the order flipped
     every pair, so both sides see the same clocks and temperature (FACTS.md: the A/A noise
     of this estimator is 0.01-0.07%, against 1-1.5% for separately taken medians).
 
@@ -333,7 +367,11 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
     stop, judge_s = "planned", 0.0
     start = time.perf_counter()
     i = 0
+    paused = 0.0  # seconds the caller held the sequence between two pairs: not this phase's time (the cap)
     while total < 0 or i < total:
+        t_yield = time.perf_counter()
+        yield i, total  # the pair about to run, and the count (-1 until pair 0 has run): the caller may pause here
+        paused += time.perf_counter() - t_yield
         t0 = time.perf_counter()
         before_pair(i, total)
         sides = [candidate] + ([baseline] if baseline else [])
@@ -357,12 +395,12 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
             total = warmup + plan_pairs(pair_s, rng, budget_s)
             planned = total - warmup
         i += 1
-        if baseline and i < total:
+        if baseline and i < total and may_stop(i):
             ratios = [b / c for c, b in zip(cand, base) if c > 0]
             if stop_early(ratios, min_stop):
                 stop = "interval"
                 break
-            if (time.perf_counter() - start >= cap_s and len(ratios) >= MIN_CAP_PAIRS
+            if (time.perf_counter() - start - paused >= cap_s and len(ratios) >= MIN_CAP_PAIRS
                     and far_from_one(*[statistics.median(ratios)] * 2) and far_from_one(*median_ci(ratios, _STOP_RNG))):
                 stop = "cap"
                 break

@@ -31,7 +31,7 @@ import traceback
 from contextlib import contextmanager
 
 from tools.counted import Counted, defer_counted, run_credit, run_pending
-from tools.timed import time_paired
+from tools.timed import TimedPhase, time_paired
 from tools.workspace import Failed, Workspace, log, must_restart, nvtx_range, verify
 
 _HEADER = struct.Struct("<Q")
@@ -276,8 +276,10 @@ class State:
         self.pending = []
 
     def held_bytes(self) -> int:
-        """Device memory the deferred workloads' workspaces hold (kept on purpose, not lost)."""
-        return sum(g.raw.numel() * g.raw.element_size() for e in self.pending for g in e.ws.guarded.values())
+        """Device memory the deferred workloads hold (kept on purpose, not lost): their workspaces,
+        and what their timed phases' libraries took when they were made (TimedPhase.held_bytes)."""
+        return sum(g.raw.numel() * g.raw.element_size() for e in self.pending for g in e.ws.guarded.values()) + sum(
+            getattr(e.phase, "held_bytes", 0) for e in self.pending)
 
     def restore(self) -> str | None:
         """Undo what the last candidate may have changed in the context (stack size, printf
@@ -387,10 +389,20 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
     try:
         verify(state, req, task, axes, ws, bound, result, limit)
         result.phase_s["verify"] = time.perf_counter() - t0
+        if req.get("time") and req.get("credit"):
+            # timed at the evaluation's credit op, where its counted runs are runs of its timed
+            # sequence (tools.counted.run_counted); here only where the counters are unavailable
+            phase = TimedPhase(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result,
+                               limit)
+            if defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True, phase=phase):
+                return
+            with nvtx_range("time"):
+                phase.run()
+            return
         if req.get("time"):
             with nvtx_range("time"):
                 time_paired(state, req, task, wl, axes, ws, bound, random.Random(int(req["timing_seed"])), result,
-                             limit)
+                            limit)
     except Failed as f:
         # a kernel that ran to the end with wrong numbers: what it executed is still counted
         # (arch_executed_any), on a run that is not judged (its verdict is already in)
@@ -398,7 +410,7 @@ def _run_checked(state: State, req: dict, task, wl, manifest, result) -> None:
             defer_counted(state, req, task, axes, ws, bound, result, limit, judge=False)
         raise
     if req.get("credit"):
-        defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True)
+        defer_counted(state, req, task, axes, ws, bound, result, limit, judge=True)  # untimed: after its checks
 
 
 # ----------------------------------------------------------------------------------------
@@ -449,9 +461,9 @@ def serve() -> int:
         t0 = time.perf_counter()
         try:
             if msg["op"] == "credit" and msg.get("drop"):  # the verdict is known without them (the SASS)
-                dropped = len(state.pending)
-                state.drop_pending()
-                reply, fatal = {"op": "credits", "credits": {}, "failed": {}, "dropped": dropped, "fatal": False}, False
+                dropped = len(state.pending)  # their timed phases still run (nothing counted)
+                reply, fatal = run_pending(state, count=False)
+                reply.update(credits={}, dropped=dropped, fatal=fatal)
             elif msg["op"] == "credit":  # the evaluation's deferred counted runs (run_pending)
                 reply, fatal = run_pending(state, msg.get("sass_sites"))
                 reply["fatal"] = fatal
