@@ -895,11 +895,20 @@ def test_counted_runs_that_could_pass_their_cap_are_skipped_never_credited(monke
     assert rules.credit_in_process(meta, reply["credits"]["M128"], ["wgmma"], WORK, 1.0, NO_BULK).status == "skipped"
 
 
-def test_the_cap_counts_what_the_counted_runs_already_took(monkeypatch):
-    """A cap already spent stops the counted runs before the first one."""
+@pytest.mark.parametrize("timed", [False, True])
+def test_the_cap_counts_what_the_counted_runs_already_took(monkeypatch, timed):
+    """A cap already spent stops the counted runs at the first run outside the timed sequence:
+    untimed, before the first one; timed, the counted pairs inside the timed sequence are timed
+    runs (bounded by the timing's own cap) and run, the SASS-patched pass after them never starts.
+    Either way nothing is credited (skipped), and a timed workload keeps its timing."""
     state = CountedState(gemm)
-    _deferred(state)
+    _deferred(state, time=timed)
     monkeypatch.setattr(counted, "COUNTED_CAP_S", 0.0)
     reply, fatal = counted.run_pending(state)
-    assert not fatal and state.counted == []
+    assert not fatal and not reply["failed"]
     assert {c["status"] for c in reply["credits"].values()} == {"skipped"}
+    if timed:
+        assert state.passes_counted() == [0, 0, 1, 1]  # the hardware passes' timed pairs; pass 3 never started
+        assert all(r["timing"] for r in reply["results"].values())
+    else:
+        assert state.counted == []
