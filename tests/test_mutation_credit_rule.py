@@ -119,8 +119,8 @@ def test_what_the_counters_cannot_tell_withholds_credit():
     share that could not be measured is no share: none of them carries, whatever the bytes say."""
     full = {"tma_bytes": 100.0, "other_read_bytes": 0.0}
     assert ncu.carries("tma", {**full, "bulk_copy": 1.0}, SMALL) == (False, (
-        "the module holds plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP), which the TMA byte "
-        "counter counts with tensor-map loads: only tensor-map loads count as TMA"))
+        "plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP) ran or the module holds them, and the TMA "
+        "byte counter counts them with tensor-map loads: only tensor-map loads count as TMA"))
     assert ncu.carries("tma", {**full, "bulk_copy_unknown": 1.0}, SMALL) == (
         False, "whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not read)")
     assert ncu.carries("tcgen05_mma", {}, SMALL) == (False, (
