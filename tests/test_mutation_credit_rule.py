@@ -122,7 +122,8 @@ def test_what_the_counters_cannot_tell_withholds_credit():
         "plain bulk copies (cp.async.bulk without .tensor, SASS UBLKCP) ran or the module holds them, and the TMA "
         "byte counter counts them with tensor-map loads: only tensor-map loads count as TMA"))
     assert ncu.carries("tma", {**full, "bulk_copy_unknown": 1.0}, SMALL) == (
-        False, "whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not read)")
+        False, "whether TMA's bytes were tensor-map loads or plain bulk copies could not be told (SASS not read, "
+        "or no exact count of its bulk copies)")
     assert ncu.carries("tcgen05_mma", {}, SMALL) == (False, (
         "tcgen05_mma's share of the task's matrix FLOPs is unverified on this GPU (no counter of tcgen05.mma "
         "FLOPs is read yet), so it carries no credit"))
