@@ -4,8 +4,8 @@ The kernel and its launch manifest are the same for every (N, K): the manifest's
 choose the schedule from M, N, K and num_sms (data-parallel tiles, or stream-K when the tiles
 would fill at most half the SMs), and the kernel handles any N that is a multiple of 8. A
 solution folder must hold its own kernel.cu and launch.json (tools.solution.Solution.from_dir
-reads no references), so the other tasks' folders are copies of the seed task's, written here
-and checked here (tests/test_gemm_experts.py runs --check):
+reads no references), so the other tasks' folders link to the seed task's files (relative
+symbolic links, as GDN decode's qk8 expert does), written here and checked here (tests/test_gemm_experts.py runs --check):
 
     python scripts/gemm_experts.py          # write tasks/gemm_n*_k*/expert from the seed's
     python scripts/gemm_experts.py --check  # exit 1 if any copy is missing or differs
@@ -14,6 +14,7 @@ Edit only tasks/gemm_n7168_k5120/expert/; then run this.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -56,7 +57,8 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="only check that the copies are there and current")
     args = ap.parse_args()
     want = expected()
-    stale = [p for p, text in want.items() if not p.exists() or p.read_text() != text]
+    stale = [p for p, text in want.items()
+             if not p.exists() or p.read_text() != text or (p.name in COPIED and not p.is_symlink())]
     shipped_withheld = [t for t in WITHHELD if (ROOT / "tasks" / t / "expert").exists()]
     if args.check:
         for p in stale:
@@ -66,7 +68,11 @@ def main() -> int:
         return 1 if stale or shipped_withheld else 0
     for p in stale:
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(want[p])
+        if p.name in COPIED:  # a relative link to the seed's file: one source, no copies to drift
+            p.unlink(missing_ok=True)
+            p.symlink_to(os.path.relpath(SOURCE / p.name, p.parent))
+        else:
+            p.write_text(want[p])
     print(f"{len(stale)} file(s) written, {len(want) - len(stale)} already current")
     return 0
 
