@@ -84,6 +84,7 @@ _FP8 = {
                               "grid": [f"min(num_sms // 2 * 2, 2 * cdiv(m, 256) * (n // 256) * ({_FP8_SPLITS_C2}))"],
                               "args": ["tmA", "tmB", "tmD", "SF_A", "SF_B", "ws", "counters", "m", "n", "k",
                                        {"name": "splits", "type": "i32", "value": _FP8_SPLITS_C2}]}),
+}
 
 
 def _gdn_rows(rows: int, warps: int = 4) -> dict:
