@@ -283,8 +283,11 @@ def arch_section(ev: EvalResult) -> str:
             if not ex.executed.get(f, False):
                 if not insp.feature_present(f):
                     continue  # said above: MISSING from the SASS, so it could not execute
-                lines.append(f"- `{f}`: in the SASS but never executed at run time "
-                             f"({ex.counts.get(f, 0)} instructions executed)")
+                n = ex.counts.get(f, 0)
+                # counts are summed over workloads; "executed" needs every workload to run it
+                lines.append(f"- `{f}`: executed on some workloads but not on every one ({n} instructions executed "
+                             "in all): the credit needs it on every workload" if n else
+                             f"- `{f}`: in the SASS but never executed at run time (0 instructions executed)")
             elif not ex.carries.get(f, False):
                 share, why = ex.shares.get(f), ex.notes.get(f)
                 lines.append(f"- `{f}`: executed, but did not carry the task's work"
