@@ -116,6 +116,7 @@ def test_bench_eval_knowledge_bad_values_are_one_line():
     one_line_error(agent_cli("eval", str(REPO / "tasks" / GEMM_TASK / "expert"), "--task", "gemm", "--timeout", "-1"),
                    "--timeout")
     one_line_error(agent_cli("knowledge", "search", "wgmma", "--features", "wgmma,nosuch"), "nosuch")
+    one_line_error(agent_cli("knowledge", "search", "  "), "QUERY is empty")  # not an empty table, exit 0
 
 
 def test_solve_settings_are_checked_up_front(tmp_path):

@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
             fail(f"unknown mode {mode!r} (use {', '.join(MODES)})")
         if budget < 0:
             fail("--budget must be >= 0")
+        if not query.strip():  # an empty query ranks nothing: an empty table would look like "no docs"
+            fail("QUERY is empty: give task text, features or a compiler message to search for")
         from tools.features import FEATURES
 
         feats = [f.strip() for f in features.split(",") if f.strip()]
