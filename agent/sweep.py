@@ -204,13 +204,22 @@ def load_sweep_config(path: str | Path, **overrides: Any) -> SweepConfig:
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:  # the parser's own words are kept for the place only
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            raise ValueError(f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     else:
         try:
             import tomllib
         except ModuleNotFoundError:  # Python 3.10
             import tomli as tomllib
-        data = tomllib.loads(text)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"not valid TOML (a sweep config is TOML, or YAML named .yaml): "
+                             f"{str(exc)[:1].lower()}{str(exc)[1:]}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a table/mapping at the top")
     data.setdefault("name", slugify(path.stem))

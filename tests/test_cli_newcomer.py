@@ -119,6 +119,15 @@ def test_bench_eval_knowledge_bad_values_are_one_line():
     one_line_error(agent_cli("knowledge", "search", "  "), "QUERY is empty")  # not an empty table, exit 0
 
 
+def test_a_sweep_config_that_does_not_parse_is_one_line_naming_the_file(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_text("hello = \n[x")
+    one_line_error(agent_cli("sweep", str(bad), "--dry-run"), str(bad), "not valid TOML", "line 1")
+    yml = tmp_path / "s.yaml"
+    yml.write_text("a: [1\n")
+    one_line_error(agent_cli("sweep", str(yml), "--dry-run"), str(yml), "not valid YAML", "line 2")
+
+
 def test_solve_settings_are_checked_up_front(tmp_path):
     one_line_error(agent_cli("solve", "--task", "gemm", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
                              "--max-cost", "-1", "--runs-dir", str(tmp_path)), "max_cost (--max-cost)")
