@@ -506,3 +506,154 @@ def test_the_totals_and_profile_are_the_first_visible_credited_workloads():
     out = combine(["wgmma"], [skipped, h], profiled=rows)
     assert out.timed_ms == 0.1 and out.metrics["wgmma_flops"] == 5.0 and out.kernel_metrics == {}
     assert combine(["wgmma"], [v]).metrics == {} and combine(["wgmma"], [v]).per_kernel == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Where exact counts are needed, and how the rows carry them
+# ---------------------------------------------------------------------------------------------
+
+def inspection(status="ok", uncounted=(), **kernels):
+    from tools.results import InspectResult, KernelSass
+
+    return InspectResult(status=status, arch="sm_90a", uncounted_kernels=list(uncounted),
+                         kernels={n: KernelSass(registers=32, tma_sites=sites) for n, sites in kernels.items()})
+
+
+def test_exact_counts_are_asked_for_only_where_a_launched_kernel_holds_a_bulk_load():
+    """A plain bulk load (UBLKCP.S.G) among a launched kernel's TMA instructions: every launched
+    kernel's TMA-pipe sites are counted (all of them, so their sum can be tied to the hardware's
+    TMA instructions); only tensor-map loads, an unlaunched kernel's bulk load, or SASS not read
+    (the SASS flag refuses then): none."""
+    both = {0x40: "UTMALDG.2D", 0x80: "UBLKCP.S.G", 0xC0: "UTMACCTL.PF"}
+    tma_only = {0x40: "UTMALDG.2D"}
+    assert credit.exact_count_sites(inspection(main=both, side=tma_only, empty={})) == {"main": both,
+                                                                                       "side": tma_only}
+    assert credit.exact_count_sites(inspection(main=tma_only, side={0x10: "UBLKCP.G.S"})) is None  # a store
+    assert credit.exact_count_sites(inspection(main=tma_only, side={0x10: "UBLKCP"})) == {
+        "main": tma_only, "side": {0x10: "UBLKCP"}}  # a bare opcode: taken as a load
+    assert credit.exact_count_sites(inspection(uncounted=["spare"], main=tma_only, spare=both)) is None
+    assert credit.exact_count_sites(inspection(uncounted=["main"], main=tma_only, spare=both)) == {"spare": both}
+    assert credit.exact_count_sites(inspection(status="skipped", main=both)) is None
+    assert credit.exact_count_sites(inspection()) is None
+    assert credit.exact_count_sites(None) is None
+    assert credit.exact_count_sites(object()) is None  # anything without a status is not a read SASS
+
+
+def test_is_bulk_load():
+    assert credit.is_bulk_load("UBLKCP.S.G") and credit.is_bulk_load("UBLKCP.S.G.MULTICAST")
+    assert credit.is_bulk_load("UBLKCP")  # Nsight Compute's bare name: a store cannot be told apart
+    assert not credit.is_bulk_load("UBLKCP.G.S") and not credit.is_bulk_load("UTMALDG.2D")
+
+
+def test_parse_instances_reads_nsight_computes_per_opcode_cells():
+    """'total (OPCODE: n; ...)': counts may carry thousands separators; an opcode named twice is
+    summed; an item that is no count is skipped, not the end of the list; no parentheses: none."""
+    assert credit.parse_instances("1,234 (HGMMA: 64; IMAD: 1,170)") == {"HGMMA": 64.0, "IMAD": 1170.0}
+    assert credit.parse_instances("9 (A: 1; junk; B: x; C: 2; A: 3)") == {"A": 4.0, "C": 2.0}
+    assert credit.parse_instances("5 (SYNCS.ARRIVE:TRANS64: 5)") == {"SYNCS.ARRIVE:TRANS64": 5.0}  # the last colon
+    assert credit.parse_instances("12") == {} and credit.parse_instances("") == {} and credit.parse_instances(None) == {}
+
+
+def test_rows_from_the_worker_carry_every_finite_counter_and_the_modules_sass():
+    out = credit.counter_rows([{"name": "gemm", "metrics": {G: 3, TMA_BYTES: 1.5, LDG: math.nan, T: None}},
+                               {"name": "epilogue", "metrics": {G: 0}}], {"HGMMA", "UTMALDG"})
+    assert out == [{"Kernel Name": "gemm", G: "3.0", TMA_BYTES: "1.5", SASS_BULK_COPY: "0"},
+                   {"Kernel Name": "epilogue", G: "0.0", SASS_BULK_COPY: "0"}]
+    assert credit.counter_rows([{"name": "k", "metrics": {}}], {"UBLKCP"})[0][SASS_BULK_COPY] == "1"
+    assert SASS_BULK_COPY not in credit.counter_rows([{"name": "k", "metrics": {}}], None)[0]
+    exact = credit.counter_rows([{"name": "k", "metrics": {}, "opcodes": {"UTMALDG.2D": 7, "UBLKCP.S.G": 2.0}}])[0]
+    assert exact[OPCODE_METRIC] == "9 (UBLKCP.S.G: 2; UTMALDG.2D: 7)" and exact[EXACT_SOURCE] == "1"
+    assert credit.parse_instances(exact[OPCODE_METRIC]) == {"UBLKCP.S.G": 2.0, "UTMALDG.2D": 7.0}
+    missing = credit.counter_rows([{"name": "k", "metrics": {}, "opcodes": {"UTMALDG.2D": 7},
+                                    "opcodes_missing": ["k+0x40"]}])[0]
+    assert (missing[OPCODE_METRIC], missing[EXACT_SOURCE]) == ("n/a", "1")
+    empty = credit.counter_rows([{"name": "k", "metrics": {}, "opcodes": {}}])[0]
+    assert empty[OPCODE_METRIC] == "0 ()" and credit._exact_tma_total(empty) == (0, 0)
+
+
+def test_the_exact_tma_total_is_the_data_moving_instructions_and_all_of_them():
+    row = {OPCODE_METRIC: "20 (UTMALDG.2D: 8; UBLKCP.S.G: 2; UTMACCTL.PF: 3; UTMACMDFLUSH: 1; UTMASTG.2D: 4; IMAD: 2)"}
+    assert credit._exact_tma_total(row) == (14.0, 18.0)
+    assert credit._exact_tma_total({OPCODE_METRIC: "n/a"}) is None
+    assert credit._exact_tma_total({}) is None
+    assert credit._exact_tma_total({OPCODE_METRIC: "0"}) == (0, 0)
+
+
+def test_per_kernel_counts_are_by_kernel_name():
+    rows = [r("a", **{G: 2, TMA_INST: 1}), r("b", **{G: 5, TMA_INST: 0}), r("a", **{G: 1, TMA_INST: 1})]
+    nameless = {k: v for k, v in r(**{G: 4, TMA_INST: 0}).items() if k != "Kernel Name"}
+    assert credit.per_kernel([*rows, nameless], ["wgmma", "tma"]) == {
+        "a": {"wgmma": 3, "tma": 2}, "b": {"wgmma": 5, "tma": 0}, "?": {"wgmma": 4, "tma": 0}}
+
+
+def test_kernel_metrics_sum_counters_and_take_the_rest_from_the_longest_launch():
+    """A profile per kernel: `.sum` counters over its launches; ratios and limits (`.pct`, `.max`)
+    from its longest launch (a tie: the later one), as the profile reads one typical launch."""
+    pct, peak = "sm__throughput.avg.pct_of_peak_sustained_elapsed", "launch__registers_per_thread"
+    rows = [{"Kernel Name": "k", DUR: "100", BF16: "5", pct: "40", peak: "128"},
+            {"Kernel Name": "k", DUR: "300", BF16: "7", pct: "90"},
+            {"Kernel Name": "k", DUR: "200", BF16: "1", pct: "60", peak: "96"},
+            {"Kernel Name": "k", DUR: "300", BF16: "0", pct: "80"},
+            {"Kernel Name": "j", BF16: "2", pct: "n/a", peak: "64"},
+            {BF16: "4"}]
+    out = credit.kernel_metrics(rows, [BF16, pct, peak, DUR])
+    # (the longest launches carry no register count: the first launch's stays, a shorter one's never replaces it)
+    assert out["k"] == {BF16: 13.0, pct: 80.0, peak: 128.0, DUR: 900.0, "launches": 4.0}
+    assert out["j"] == {BF16: 2.0, peak: 64.0, "launches": 1.0}  # no time: its first launch; an unreadable value skipped
+    assert out["?"] == {BF16: 4.0, "launches": 1.0}
+    # a first launch of no measured time still sets what a later one lacks
+    out = credit.kernel_metrics([{"Kernel Name": "z", pct: "10", peak: "32"}, {"Kernel Name": "z", DUR: "5", pct: "20"}],
+                                [pct, peak])
+    assert out["z"] == {pct: 20.0, peak: 32.0, "launches": 2.0}
+
+
+def test_an_mma_share_past_its_cap_or_short_of_all_the_math_carries_nothing():
+    """At most 2.5x the task's FLOPs in whole 128-row tiles (equality passes); at least 90% of all
+    the math (equality passes); the other math unmeasured: no credit."""
+    work = TaskWork(flops=1000.0, read_bytes=1.0, padded_flops=2000.0)
+    assert credit.mma_carries("wgmma", 5.0, 5000.0, 0.0, work) is None  # 2.5 x 2 (padded) = 5
+    assert credit.mma_carries("wgmma", 5.0001, 5000.1, 0.0, work) == (
+        "wgmma issued 5.0x the task's matrix FLOPs (at most 5x, 2.5x its work in whole 128-row tiles, counts as "
+        "doing the task's work)")
+    unpadded = TaskWork(flops=1000.0, read_bytes=1.0, padded_flops=500.0)  # padding never lowers the cap
+    assert credit.mma_carries("wgmma", 2.5, 2500.0, 0.0, unpadded) is None
+    assert credit.mma_carries("wgmma", 2.6, 2600.0, 0.0, unpadded).startswith("wgmma issued 2.6x")
+    assert credit.mma_carries("tcgen05_mma", 1.0, 900.0, 100.0, SMALL) is None  # 900 / 1000: exactly 90%
+    why = credit.mma_carries("tcgen05_mma", 1.0, 899.0, 101.0, SMALL,
+                             metrics={"other_tensor_flops": 12345.0, "simt_flops": 678.0})
+    assert why == ("tcgen05_mma did 89.9% of the math the kernels did (needs 90%); the rest ran on other tensor "
+                   "instructions (mma.sync, DMMA, IMMA: 1.23e+04 FLOPs at most) or SIMT units "
+                   "(FFMA/HFMA2/DFMA/integer: 678)")
+    assert credit.mma_carries("wgmma", 1.0, 1.0, 9.0, SMALL).endswith("(mma.sync, DMMA, IMMA: 0 FLOPs at most) or "
+                                                                       "SIMT units (FFMA/HFMA2/DFMA/integer: 0)")
+    assert credit.mma_carries("wgmma", 1.0, 0.0, 0.0, SMALL).startswith("wgmma did 0.0%")  # no math: no division by 0
+    assert credit.mma_carries("wgmma", 1.0, 1000.0, None, SMALL) == (
+        "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured")
+    assert credit.mma_carries("wgmma", 1.0, 1000.0, 0.0, SMALL, of_all=0.5).startswith("wgmma did 50.0%")
+
+
+def test_a_workload_nsight_compute_did_not_profile_is_skipped_with_why():
+    wc = credit._unprofiled({"workload": "M=70", "split": "held_out", "runs": 4, "reason": "timeout",
+                             "detail": "the profiled process hung"})
+    assert (wc.workload, wc.split, wc.status, wc.runs, wc.reason) == (
+        "M=70", "held_out", "skipped", 4, "not credited: timeout: the profiled process hung")
+    wc = credit._unprofiled({"workload": "M=8192"})
+    assert (wc.split, wc.runs, wc.reason) == ("visible", 0, "not credited: its profiled run was not reached")
+    assert len(credit._unprofiled({"workload": "w", "reason": "x" * 900}).reason) == 400
+
+
+def test_a_skipped_workload_keeps_its_timed_median_and_runs_default_to_none():
+    wc = credit._credit({"workload": "w"}, [r(**{G: 1})], ["wgmma", "unknown_feature"], SMALL, 2.5)
+    assert wc.status == "skipped" and wc.timed_ms == 2.5 and wc.runs == 0 and wc.split == "visible"
+
+
+def test_counting_closes_its_process_only_where_one_runs():
+    closed = []
+    proc = type("P", (), {"close": lambda self: closed.append(1), "extra_metrics": ("x",)})()
+    credit.Counting(mode="ncu", process=proc).close()
+    credit.Counting(mode="cupti").close()
+    assert closed == [1]
+    assert credit.Counting(mode="cupti", process=proc).profile_wanted
+    assert not credit.Counting(mode="cupti").profile_wanted and credit.Counting(mode="cupti").in_process
+    assert not credit.Counting(mode="ncu").in_process and credit.Counting(mode="off").reason == (
+        "the task requests no features for this arch")
