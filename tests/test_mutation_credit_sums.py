@@ -657,3 +657,70 @@ def test_counting_closes_its_process_only_where_one_runs():
     assert not credit.Counting(mode="cupti").profile_wanted and credit.Counting(mode="cupti").in_process
     assert not credit.Counting(mode="ncu").in_process and credit.Counting(mode="off").reason == (
         "the task requests no features for this arch")
+
+
+def test_instructions_count_by_base_opcode_and_a_zero_cell_is_a_count():
+    """Per-opcode cells name full opcodes (HGMMA.64x128x16.F32.BF16); a feature counts its base
+    opcodes. A cell of 0 with no instances is a count (none ran); an unreadable one is none, so a
+    feature without a counter of its own is then uncounted. A feature tools.features does not know
+    is uncounted, and the features after it are still counted."""
+    rows = [{OPCODE_METRIC: "9 (HGMMA.64x128x16.F32.BF16: 3; HGMMA.64x64x16.F32.BF16: 2; SYNCS.ARRIVE.TRANS64: 4)"}]
+    assert credit.counts_from_rows(rows, ["unknown_feature", "wgmma", "mbarrier"]) == (
+        {"wgmma": 5, "mbarrier": 4}, ["unknown_feature"])
+    assert credit.counts_from_rows([{OPCODE_METRIC: "0"}], ["mbarrier"]) == ({"mbarrier": 0}, [])
+    assert credit.counts_from_rows([{OPCODE_METRIC: "n/a"}], ["mbarrier"]) == ({}, ["mbarrier"])
+    # a dedicated counter and the per-opcode count: the larger
+    assert credit.counts_from_rows([{OPCODE_METRIC: "3 (HGMMA.64x64: 3)", G: "7"}], ["wgmma"]) == ({"wgmma": 7}, [])
+    assert credit._number("1,234 (HGMMA: 64)") == 1234.0 and credit._number("n/a") is None
+    assert credit._number(None) is None
+
+
+def test_a_single_bulk_load_or_texture_read_counts():
+    assert "bulk_copy" in work_metrics([ops_row("1 (UBLKCP.S.G: 1)", exact=False, **{TMA_BYTES: 1})])
+    m = work_metrics([r(**{TEX: 1, SASS_BULK_COPY: "0"})])
+    assert m["tex_reads"] == 1.0 and m["other_read_bytes"] == 4096.0
+
+
+def test_untied_exact_counts_refuse_tma_before_anything_else():
+    """work_metrics marks untied counts unknown too; the model reads why: the counts were not the
+    counted runs'."""
+    m = work_metrics([ops_row("1019 (UTMALDG.2D: 1019)", **{TMA_BYTES: 100, TMA_INST: 1000})])
+    assert credit.carries("tma", m, SMALL) == (False, (
+        "the instrumented run's exact TMA instructions (1019) are not the counted runs' (the TMA instruction "
+        "counter): whether TMA's bytes were tensor-map loads or plain bulk copies could not be told"))
+
+
+def test_the_mma_rule_reads_the_other_math_and_only_wgmma_its_share_of_all():
+    why = credit.carries("wgmma", {"wgmma_flops": 1000.0, "other_flops": 9000.0, "other_tensor_flops": 5000.0,
+                                   "simt_flops": 4000.0}, SMALL)[1]
+    assert why.endswith("(mma.sync, DMMA, IMMA: 5e+03 FLOPs at most) or SIMT units (FFMA/HFMA2/DFMA/integer: 4e+03)")
+    # wgmma_of_all_math is wgmma's: tcgen05.mma computes its own share of all the math
+    assert credit.carries("tcgen05_mma", {"tcgen05_flops": 1000.0, "other_flops": 0.0, "wgmma_of_all_math": 0.5},
+                          SMALL) == (True, None)
+
+
+def test_a_feature_a_workload_recorded_nothing_for_is_not_credited():
+    """A credited workload whose verdict lacks the feature (never counted there): not executed, not
+    carried, no count added; the note names it."""
+    a = wl("a", counts={"tma": 2}, executed={"tma": True}, carries={"tma": True})
+    b = wl("b", counts={"wgmma": 5, "tma": 1}, executed={"wgmma": True, "tma": True}, carries={"wgmma": True, "tma": True})
+    out = combine(["wgmma", "tma"], [a, b])
+    assert out.counts == {"wgmma": 5, "tma": 3}
+    assert out.executed == {"wgmma": False, "tma": True} and out.carries == {"wgmma": False, "tma": True}
+    assert out.notes == {"wgmma": "workload a (counted runs 4-6): wgmma did not execute"}
+    c = wl("c", counts={"wgmma": 1}, executed={"wgmma": True})  # ran, carries not recorded
+    assert combine(["wgmma"], [c]).notes == {"wgmma": "workload c (counted runs 4-6): wgmma did not carry the work"}
+
+
+def test_the_in_process_credit_passes_on_what_the_worker_recorded():
+    wc = credit_in_process(META, {k: v for k, v in ran(profiled_at=3).items() if k != "runs"}, ["wgmma"], SMALL,
+                           1.0, {"HGMMA"})
+    assert wc.runs == 0 and wc.profiled_at == 3
+    missing = credit.counter_rows([{"name": "k", "metrics": {}, "opcodes_missing": ["k+0x40"]}])[0]
+    assert missing[OPCODE_METRIC] == "n/a"  # no count at all: the SASS decides
+
+
+def test_a_long_list_of_unread_counters_is_cut_at_400_characters():
+    metrics = {f"counter_{k:03d}_with_a_long_name.sum": math.nan for k in range(40)}
+    wc = credit_in_process(META, ran(launches=[{"name": "k", "metrics": {**metrics}}]), ["wgmma"], SMALL, 1.0)
+    assert wc.status == "skipped" and len(wc.reason) == 400
