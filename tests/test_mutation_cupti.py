@@ -12,7 +12,7 @@ import ctypes as C
 
 import pytest
 from test_cupti_user_replay import (CONFIGURE, DATA_INIT, DATA_INFO, DECODE_FN, DISABLE, ENABLE, METRICS, RANGE_INFO,
-                                    SET_CONFIG, START, STOP, setup, values)
+                                    SET_CONFIG, START, STOP, one_range, setup, values)
 
 from tools import credit, cupti
 from tools.cupti import CuptiError, Launch, RangeProfiler, SassRecord
@@ -157,6 +157,7 @@ class Device:
     def __call__(self, fn, params):
         if fn.startswith("cuptiProfilerHost"):  # the host half: the real library's
             return REAL_CALL(fn, params)
+        assert isinstance(params, C.Structure), f"{fn} given {params!r}, not its params struct"
         self.calls.append(fn)
         if fn == "cuptiDeviceGetChipName":
             self.device = params.deviceIndex
@@ -344,23 +345,25 @@ class SassCupti:
 
     IDS = {"smsp__sass_inst_executed": 0x51, "smsp__sass_thread_inst_executed": 0x77}
 
-    def __init__(self, records=(), dropped: int = 0, fail=lambda fn: False):
-        self.records, self.dropped, self.fail = list(records), dropped, fail
+    def __init__(self, records=(), dropped: int = 0, fail=lambda fn: False, device: int = 2, chip: bytes | None = b"GH100"):
+        self.records, self.dropped, self.fail, self.device, self.chip = list(records), dropped, fail, device, chip
         self.calls: list[str] = []
         self.enabled = False
         self.configs: list[list[tuple[int, int]]] = []
 
     def __call__(self, fn, params):
         self.calls.append(fn)
+        assert isinstance(params, C.Structure), f"{fn} given {params!r}, not its params struct"
         if self.fail(fn):
             raise CuptiError(f"{fn} failed: stand-in")
         if fn == "cuptiDeviceGetChipName":
-            params.pChipName = b"GH100"
+            assert params.deviceIndex == self.device
+            params.pChipName = self.chip
         elif fn == "cuptiSassMetricsGetProperties":
-            assert params.pChipName == b"GH100"
+            assert params.pChipName == (self.chip or b"?")
             params.metric.metricId = self.IDS[params.pMetricName.decode()]
         elif fn == "cuptiSassMetricsSetConfig":
-            assert params.deviceIndex == 2
+            assert params.deviceIndex == self.device
             self.configs.append([(params.pConfigs[i].metricId, params.pConfigs[i].outputGranularity)
                                  for i in range(params.numOfMetricConfig)])
         elif fn == "cuptiSassMetricsEnable":
@@ -385,7 +388,7 @@ class SassCupti:
             self.enabled = False
             params.numOfDroppedRecords = self.dropped
         elif fn == "cuptiSassMetricsUnsetConfig":
-            assert params.deviceIndex == 2
+            assert params.deviceIndex == self.device
             self.configs.append([])
 
 
@@ -480,3 +483,143 @@ def test_a_counter_needs_a_context_and_close_never_raises(sass, monkeypatch):
         monkeypatch.setattr(d, "cuCtxGetCurrent", lambda a=answer: a)
         with pytest.raises(CuptiError, match="^no current CUDA context to count$"):
             cupti.SassCounter(device_index=2)
+
+
+def test_a_counter_on_the_default_device_and_a_chip_cupti_does_not_name(sass):
+    sass(device=0, chip=None)
+    counter = cupti.SassCounter()
+    assert counter.device_index == 0 and counter.chip == "?"
+    assert list(counter.ids.values()) == [cupti.SASS_INST_EXECUTED]
+
+
+def test_a_function_name_that_is_not_utf8_is_kept_readable(sass):
+    sass(records=[(b"\xffgemm", 0x40, 1, [(0x51, 3)])])
+    out = cupti.SassCounter(device_index=2).collect(lambda: None)
+    assert out == [SassRecord("\ufffdgemm", 0x40, {"smsp__sass_inst_executed": 3}, 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the host half hands CUPTI, and what CUPTI hands back that is odd
+# ---------------------------------------------------------------------------------------------
+
+def test_the_host_hands_cupti_the_counter_availability_and_the_config_images_size(monkeypatch):
+    """A profiler on a GPU configures against what the device can count (its availability image,
+    which only a GPU can write: here a stand-in buffer, taken out again before the real library
+    sees it), and the pass count is read from the whole config image."""
+    seen = {}
+
+    def call(fn, params):
+        if fn == "cuptiProfilerHostInitialize":
+            seen["image"] = C.cast(params.pCounterAvailabilityImage, C.c_void_p).value
+            seen["type"] = params.profilerType
+            params.pCounterAvailabilityImage = None
+        if fn == "cuptiProfilerHostGetNumOfPasses":
+            seen["size"] = params.configImageSize
+            seen["config"] = C.addressof(params.pConfigImage.contents)
+        return REAL_CALL(fn, params)
+
+    monkeypatch.setattr(cupti, "_call", call)
+    image = (C.c_uint8 * 16)()
+    host = cupti._Host("GH100", image, [GMMA])
+    try:
+        assert seen == {"image": C.addressof(image), "type": cupti.RANGE_PROFILER, "size": len(host.config),
+                        "config": C.addressof(host.config)}
+    finally:
+        host.close()
+    host = cupti._Host("GH100", None, [GMMA])
+    host.close()
+    assert seen["image"] is None
+
+
+def test_metric_descriptions_cupti_leaves_empty_or_not_utf8_are_still_read(monkeypatch):
+    def call(fn, params):
+        REAL_CALL(fn, params)
+        if fn == "cuptiProfilerHostGetMetricProperties":
+            if params.pMetricName == b"sm__inst_executed_pipe_tma":
+                params.pDescription = None
+            elif params.pMetricName == b"smsp__inst_executed_pipe_tensor_op_gmma":
+                params.pDescription = b"gmma \xff"
+        if fn == "cuptiProfilerHostGetBaseMetrics":
+            assert params.metricType == 0  # CUPTI_METRIC_TYPE_COUNTER: counters, not ratios or throughputs
+
+    monkeypatch.setattr(cupti, "_call", call)
+    known = cupti.base_metrics("GH100")
+    assert known["sm__inst_executed_pipe_tma"] == "" and known["smsp__inst_executed_pipe_tensor_op_gmma"] == "gmma \ufffd"
+
+
+def test_each_replay_mode_says_which_profiler_its_call_needs(monkeypatch):
+    user, _ = setup(monkeypatch)
+    with pytest.raises(CuptiError) as info:
+        user.profile(lambda: None)
+    assert str(info.value) == "profile(run) needs a RangeProfiler built with replay='kernel'"
+    kernel, _ = kernel_replay(monkeypatch)
+    with pytest.raises(CuptiError) as info:
+        kernel.profile_passes(lambda i, ranged: None, "gemm")
+    assert str(info.value) == "profile_passes needs a RangeProfiler built with replay='user'"
+
+
+def test_a_disable_cupti_refuses_after_the_counts_were_read_loses_nothing(monkeypatch):
+    """The counts are read; CUPTI failing to disable afterwards (or on close) is not the run's
+    error and costs no verdict."""
+    prof, fake = kernel_replay(monkeypatch, fail=lambda fn, p: fn == DISABLE)
+    assert prof.profile(launch(fake, "gemm")) == [Launch("gemm", values("gemm"))]
+    prof.close()
+    user, fake = setup(monkeypatch, fail=lambda fn, p: fn == DISABLE)
+    assert user.profile_passes(one_range([]), "gemm") == [Launch("gemm", values("gemm"))]
+    assert fake.calls[-1] == DISABLE
+
+
+@pytest.mark.parametrize("mode", ["kernel", "user"])
+def test_the_phases_of_a_profile_add_up_to_its_wall_time(monkeypatch, mode):
+    import time
+
+    if mode == "kernel":
+        prof, fake = kernel_replay(monkeypatch)
+        t0 = time.perf_counter()
+        prof.profile(launch(fake, "gemm"))
+    else:
+        prof, fake = setup(monkeypatch)
+
+        def run_pass(i, ranged):
+            with ranged():
+                pass
+
+        t0 = time.perf_counter()
+        prof.profile_passes(run_pass, "gemm")
+    wall = time.perf_counter() - t0
+    phases = prof.last_phase_s
+    assert all(0 <= v <= wall for v in phases.values()), phases
+    parts = sum(v for k, v in phases.items() if k != "total")
+    assert parts <= wall and (mode == "kernel" or parts <= phases["total"] <= wall)
+
+
+def test_a_host_that_fails_to_close_does_not_hide_why_the_profiler_was_refused(device, monkeypatch):
+    def host(chip, image, metrics):
+        def close():
+            raise CuptiError("cuptiProfilerHostDeinitialize failed")
+        return type("H", (), {"passes": 40, "close": staticmethod(close)})()
+
+    monkeypatch.setattr(cupti, "_Host", host)
+    with pytest.raises(CuptiError, match=r"^the metrics need 40 passes \(at most 32\)$"):
+        RangeProfiler([GMMA])
+
+
+# ---------------------------------------------------------------------------------------------
+# opcode_counts, fast (tests/test_sass_counts.py reads the sites from a real cubin's SASS)
+# ---------------------------------------------------------------------------------------------
+
+def test_opcode_counts_sum_each_sites_records_per_opcode():
+    """Records of one instruction from several SMs are summed; an opcode at two sites is summed;
+    another metric's values and other functions' records are not counted; a site given as a string
+    offset (as JSON keys arrive) is the same site; a site never recorded is named, hex, and counts 0."""
+    records = [SassRecord("gemm", 0x40, {cupti.SASS_INST_EXECUTED: 3, "smsp__sass_thread_inst_executed": 96}),
+               SassRecord("gemm", 0x40, {cupti.SASS_INST_EXECUTED: 2}),
+               SassRecord("gemm", 0x80, {cupti.SASS_INST_EXECUTED: 7}),
+               SassRecord("gemm", 0xC0, {"smsp__sass_thread_inst_executed": 32}),
+               SassRecord("other", 0x40, {cupti.SASS_INST_EXECUTED: 100})]
+    sites = {"gemm": {0x40: "UTMALDG.2D", "128": "UTMALDG.2D", 0xC0: "UBLKCP.S.G", 0x100: "UBLKCP.S.G"}}
+    assert cupti.opcode_counts(records, sites) == ({"UTMALDG.2D": 12, "UBLKCP.S.G": 0}, ["gemm+0x100"])
+    assert cupti.opcode_counts(records, sites, "smsp__sass_thread_inst_executed") == (
+        {"UTMALDG.2D": 96, "UBLKCP.S.G": 32}, ["gemm+0x100"])
+    assert cupti.opcode_counts([], {}) == ({}, [])
+    assert cupti.opcode_counts([], {"k": {16: "UBLKCP.S.G"}}) == ({"UBLKCP.S.G": 0}, ["k+0x10"])
