@@ -602,9 +602,13 @@ def test_kernel_metrics_sum_counters_and_take_the_rest_from_the_longest_launch()
     assert out["j"] == {BF16: 2.0, peak: 64.0, "launches": 1.0}  # no time: its first launch; an unreadable value skipped
     assert out["?"] == {BF16: 4.0, "launches": 1.0}
     # a first launch of no measured time still sets what a later one lacks
-    out = credit.kernel_metrics([{"Kernel Name": "z", pct: "10", peak: "32"}, {"Kernel Name": "z", DUR: "5", pct: "20"}],
+    out = credit.kernel_metrics([{"Kernel Name": "z", pct: "10", peak: "32"}, {"Kernel Name": "z", DUR: "0.5", pct: "20"}],
                                 [pct, peak])
     assert out["z"] == {pct: 20.0, peak: 32.0, "launches": 2.0}
+    # the longest so far, not the last: 300 ns, then 200, then 250: the 300 ns launch's value stays
+    out = credit.kernel_metrics([{"Kernel Name": "y", DUR: d, pct: p} for d, p in (("300", "1"), ("200", "2"), ("250", "3"))],
+                                [pct])
+    assert out["y"][pct] == 1.0
 
 
 def test_an_mma_share_past_its_cap_or_short_of_all_the_math_carries_nothing():
@@ -627,6 +631,7 @@ def test_an_mma_share_past_its_cap_or_short_of_all_the_math_carries_nothing():
     assert credit.mma_carries("wgmma", 1.0, 1.0, 9.0, SMALL).endswith("(mma.sync, DMMA, IMMA: 0 FLOPs at most) or "
                                                                        "SIMT units (FFMA/HFMA2/DFMA/integer: 0)")
     assert credit.mma_carries("wgmma", 1.0, 0.0, 0.0, SMALL).startswith("wgmma did 0.0%")  # no math: no division by 0
+    assert credit.mma_carries("wgmma", 1.0, 1.5, 0.0, SMALL) is None  # the floor of one FLOP only guards the division
     assert credit.mma_carries("wgmma", 1.0, 1000.0, None, SMALL) == (
         "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured")
     assert credit.mma_carries("wgmma", 1.0, 1000.0, 0.0, SMALL, of_all=0.5).startswith("wgmma did 50.0%")
@@ -724,3 +729,8 @@ def test_a_long_list_of_unread_counters_is_cut_at_400_characters():
     metrics = {f"counter_{k:03d}_with_a_long_name.sum": math.nan for k in range(40)}
     wc = credit_in_process(META, ran(launches=[{"name": "k", "metrics": {**metrics}}]), ["wgmma"], SMALL, 1.0)
     assert wc.status == "skipped" and len(wc.reason) == 400
+
+
+def test_untied_counts_without_their_total_still_say_why():
+    why = credit.carries("tma", {"tma_bytes": 100.0, "other_read_bytes": 0.0, "exact_untied": 1.0}, SMALL)[1]
+    assert why.startswith("the instrumented run's exact TMA instructions (0) are not the counted runs'")
