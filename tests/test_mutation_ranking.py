@@ -34,9 +34,15 @@ ops: [gemm]
 
 Warpgroup matrix multiply for the gemm family, tile by tile.
 
+### Alpha details
+Tiles of 128 rows.
+
 ## Pipeline
 <!-- core: wgmma -->
 Issue wgmma after a fence, commit the group, wait for it.
+
+### Alpha in practice
+One warpgroup per tile.
 
 ## Serialized
 ptxas reports C7515 when the accumulator registers are touched between wgmma instructions.
@@ -75,6 +81,25 @@ An mbarrier phase flips when the expected transaction bytes arrived.
 
 ## Unrelated
 Nothing anyone asks about: zebra quokka.
+""",
+    "sm_90a/epsilon.md": """---
+title: Epsilon
+arch: sm_90a
+features: [tma, mbarrier]
+keywords: []
+---
+# Epsilon
+
+## Everything at once
+<!-- core: tma, mbarrier -->
+C7515 and C7508 both; the message `Arguments mismatch for instruction 'mbarrier'` too.
+```ptx
+wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f0}, %rd1, %rd2;
+```
+
+## Head dimension 96
+<!-- variants: d96 -->
+Split the 96 columns as 64 + 32.
 """,
     "common/delta.md": """---
 title: Delta
@@ -153,19 +178,30 @@ def test_bm25_is_fts5s_okapi_with_a_repeated_query_term_weighing_more():
 # _rank: the tiers
 # ---------------------------------------------------------------------------------------------
 
-def ranked(task="a gemm kernel", features=("wgmma", "tma"), feedback=None, op_type="gemm", variants=None):
+NO_TAGS = frozenset()  # a task of no variant: the d96 section is not for it
+
+
+def ranked(task="a gemm kernel", features=("wgmma", "tma"), feedback=None, op_type="gemm", variants=NO_TAGS):
     out = kr._rank(task, "sm_90a", list(features), feedback, op_type, variants)
     return {(s.doc, s.heading): (score, why) for s, score, why in out}, out
 
 
-def tiers(scores):
-    """Each section's exact tier: the score without its BM25 part (at most 0.99)."""
-    return {k: math.floor(v[0] + 1e-9) for k, v in scores.items()}
+def tiers(task="a gemm kernel", features=("wgmma", "tma"), feedback=None, op_type="gemm", variants=NO_TAGS):
+    """Each section's exact tier: its score less 0.99 x its BM25 over the best section's, the BM25
+    query being the task, the requested features twice and the feedback's failing lines twice."""
+    scores, _ = ranked(task, features, feedback, op_type, variants)
+    sections, index = kr._index("sm_90a", op_type, variants)
+    focus = kr.feedback_focus(feedback)
+    raw = index.scores(kr._terms(" ".join([task, *features, *features, focus.text, focus.text])))
+    top = max(raw) if max(raw) > 0 else 1.0
+    assert {(s.doc, s.heading) for s in sections} == set(scores)
+    return {(s.doc, s.heading): round(scores[(s.doc, s.heading)][0] - 0.99 * b / top, 9) for s, b in zip(sections, raw)}
 
 
 def test_the_request_tiers_core_then_feature_then_family(docs):
     """wgmma and tma requested for a gemm task (tma brings its companion mbarrier): each feature's
-    core pipeline +3, each section of a requested feature's doc +1, the gemm family's doc +1."""
+    core pipeline +3, each section of a requested feature's doc +1, the gemm family's doc +1; the
+    variant section (d96) reaches no task without that tag."""
     scores, out = ranked()
     assert {k: v[1] for k, v in scores.items()} == {
         ("sm_90a/alpha.md", "Alpha"): "feature:wgmma family:gemm",
@@ -174,19 +210,28 @@ def test_the_request_tiers_core_then_feature_then_family(docs):
         ("sm_90a/beta.md", "Tensor loads"): "core:tma feature:tma",
         ("sm_90a/beta.md", "Wrong state space"): "feature:tma",
         ("sm_90a/beta.md", "Bad form"): "feature:tma",
+        ("sm_90a/epsilon.md", "Everything at once"): "core:mbarrier,tma feature:mbarrier,tma",
         ("sm_90a/gamma.md", "Phases"): "core:mbarrier feature:mbarrier",
         ("sm_90a/gamma.md", "Unrelated"): "feature:mbarrier",
         ("common/delta.md", "Delta"): "bm25",
     }
-    assert tiers(scores) == {
+    assert tiers() == {
         ("sm_90a/alpha.md", "Alpha"): 2, ("sm_90a/alpha.md", "Pipeline"): 5, ("sm_90a/alpha.md", "Serialized"): 2,
         ("sm_90a/beta.md", "Tensor loads"): 4, ("sm_90a/beta.md", "Wrong state space"): 1,
-        ("sm_90a/beta.md", "Bad form"): 1, ("sm_90a/gamma.md", "Phases"): 4, ("sm_90a/gamma.md", "Unrelated"): 1,
-        ("common/delta.md", "Delta"): 0,
+        ("sm_90a/beta.md", "Bad form"): 1, ("sm_90a/epsilon.md", "Everything at once"): 4,
+        ("sm_90a/gamma.md", "Phases"): 4, ("sm_90a/gamma.md", "Unrelated"): 1, ("common/delta.md", "Delta"): 0,
     }
-    # sorted by score; equal scores by doc path, then by place in the doc
     assert [score for _, score, _ in out] == sorted((score for _, score, _ in out), reverse=True)
     assert (out[0][0].doc, out[0][0].heading) == ("sm_90a/alpha.md", "Pipeline")
+    assert "Head dimension 96" in {h for _, h in ranked(variants=frozenset({"d96"}))[0]}
+    assert "Head dimension 96" not in {h for _, h in ranked(variants=frozenset({"d128"}))[0]}
+
+
+def test_only_the_task_familys_docs_are_ranked(docs):
+    """An attention task: the gemm-only doc (alpha) is not ranked at all."""
+    scores, _ = ranked(op_type="attention")
+    assert not any(doc == "sm_90a/alpha.md" for doc, _ in scores) and ("sm_90a/beta.md", "Bad form") in scores
+    assert ("sm_90a/alpha.md", "Pipeline") in ranked(op_type=None)[0]
 
 
 def test_equal_scores_keep_the_docs_order(docs):
@@ -194,29 +239,28 @@ def test_equal_scores_keep_the_docs_order(docs):
     so a retrieval is the same on every machine."""
     _, out = ranked("xylophone", (), op_type=None)
     assert [(s.doc, s.index) for s, _, _ in out] == sorted((s.doc, s.index) for s, _, _ in out)
-    assert len(out) == 9
+    assert len(out) == 10
 
 
 def test_bm25_orders_within_a_tier_normalised_to_the_best_section(docs):
-    """The BM25 part is 0.99 x the section's BM25 over the best section's: the query is the task,
-    the requested features twice and the feedback's text twice."""
-    task, features = "a gemm kernel with an mbarrier phase", ["wgmma"]
-    scores, out = ranked(task, features)
-    sections, index = kr._index("sm_90a", "gemm", None)
-    raw = index.scores(kr._terms(" ".join([task, *features, *features, "", ""])))
-    top = max(raw)
-    for sec, b in zip(sections, raw):
-        score, why = scores[(sec.doc, sec.heading)]
-        if why == "bm25":
-            assert score == pytest.approx(0.99 * b / top, abs=1e-12)
-        assert 0 <= score - math.floor(score + 1e-9) <= 0.99 + 1e-9
-    best = max(zip(sections, raw), key=lambda x: x[1])[0]
-    assert best.doc == "sm_90a/gamma.md" and best.heading == "Phases"  # "mbarrier phase": its words
-    # nothing requested, no feedback: the BM25 part alone, the best section exactly 0.99
-    scores, _ = ranked("phase flips when bytes arrived", (), op_type=None)
-    assert max(v[0] for v in scores.values()) == pytest.approx(0.99)
+    """Nothing requested, no feedback: every section in tier 0, ordered by BM25 alone (not by doc),
+    the best one exactly 0.99; a section none of whose words are asked scores 0."""
+    scores, out = ranked("phase flips when bytes arrived", (), op_type=None)
+    assert (out[0][0].doc, out[0][0].heading) == ("sm_90a/gamma.md", "Phases")  # a later doc first
     assert scores[("sm_90a/gamma.md", "Phases")][0] == pytest.approx(0.99)
+    assert [score for _, score, _ in out] == sorted((score for _, score, _ in out), reverse=True)
+    assert set(tiers("phase flips when bytes arrived", (), op_type=None).values()) == {0}
     assert scores[("sm_90a/gamma.md", "Unrelated")] == (0.0, "bm25")
+
+
+def test_a_best_bm25_below_one_is_still_the_top_of_the_scale(docs):
+    """BM25 is normalised by the best section's score whatever its size: a word many sections hold
+    scores below 1 and its best section still gets 0.99."""
+    sections, index = kr._index("sm_90a", None, None)
+    low = [t for t in sorted(index.vocab) if 0 < max(index.scores([t])) < 1]
+    assert low, "the doc set has a word common enough to score below 1"
+    scores, _ = ranked(low[0], (), op_type=None)
+    assert max(v[0] for v in scores.values()) == pytest.approx(0.99)
 
 
 def test_a_query_no_section_matches_scores_nothing(docs):
@@ -224,27 +268,57 @@ def test_a_query_no_section_matches_scores_nothing(docs):
     assert set(scores.values()) == {(0.0, "bm25")}
 
 
+FEEDBACK = ("ptxas error   : Arguments mismatch for instruction 'mbarrier'\n"
+            "ptxas error   : (C7515) unexpected wgmma.mma_async.sync.aligned.m64n64k16 here\n"
+            "ptxas error   : (C7508) bad wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 operands\n")
+
+
 def test_a_compile_errors_code_message_and_construct_come_first(docs):
-    """ptxas's error names the construct on its line (wgmma.mma_async...) and a message; the
-    sections holding them are ranked above every section of the request."""
-    feedback = ("ptxas error   : Arguments mismatch for instruction 'mbarrier'\n"
-                "ptxas error   : (C7515) unexpected wgmma.mma_async.sync.aligned.m64n64k16 here\n")
-    focus = kr.feedback_focus(feedback)
-    assert focus.kind == "compile_error" and focus.codes == ("C7515",)
-    assert "wgmma.mma_async.sync.aligned.m64n64k16" in focus.constructs and "wgmma" in focus.features
-    scores, out = ranked(feedback=feedback)
-    # a code: 4 + 1; and wgmma is a failing feature (+2) as well as requested
+    """ptxas's errors name codes, a message and the constructs on their lines; the sections holding
+    them are ranked above every section of the request, each kind adding to the others."""
+    focus = kr.feedback_focus(FEEDBACK)
+    assert focus.kind == "compile_error" and focus.codes == ("C7508", "C7515")
+    assert focus.constructs == ("wgmma.mma_async.sync.aligned.m64n64k16",
+                                "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16")
+    assert focus.features == ("mbarrier", "wgmma")
+    scores, out = ranked(feedback=FEEDBACK)
+    t = tiers(feedback=FEEDBACK)
+    # one code (4 + 1), wgmma a failing feature (+2), requested (+1), the family's (+1)
     assert scores[("sm_90a/alpha.md", "Serialized")][1] == \
         "compile-error:code:C7515 compile-error:feature:wgmma feature:wgmma family:gemm"
-    assert tiers(scores)[("sm_90a/alpha.md", "Serialized")] == 5 + 2 + 1 + 1
-    # the message: 4 + 1
-    why = scores[("sm_90a/beta.md", "Wrong state space")][1]
-    assert why == "compile-error:message:1 feature:tma" and tiers(scores)[("sm_90a/beta.md", "Wrong state space")] == 6
-    # the construct: four of its parts in the code (wgmma.mma_async.sync.aligned): 4 + 0.4
-    score, why = scores[("sm_90a/beta.md", "Bad form")]
-    assert why == "compile-error:construct:wgmma.mma_async.sync.aligned feature:tma"
-    assert 4 + 0.4 + 1 <= score < 4 + 0.4 + 1 + 0.99 + 1e-9
-    assert [(s.doc, s.heading) for s, _, _ in out][:1] == [("sm_90a/alpha.md", "Serialized")]
+    assert t[("sm_90a/alpha.md", "Serialized")] == 5 + 2 + 1 + 1
+    # a failing feature's core section: +2 for the failure on top of the request's 3 + 1 + 1
+    assert t[("sm_90a/alpha.md", "Pipeline")] == 2 + 3 + 1 + 1
+    assert t[("sm_90a/beta.md", "Wrong state space")] == 5 + 1  # the message: 4 + 1
+    # the construct fully in the code (all 8 parts: 4 + 0.8), named whole, not the 4-part hit
+    assert scores[("sm_90a/beta.md", "Bad form")][1] == \
+        "compile-error:construct:wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 feature:tma"
+    assert t[("sm_90a/beta.md", "Bad form")] == pytest.approx(4.8 + 1)
+    # two codes (4 + 2), the message (4 + 1), the construct (4.8), both failing features (+2), the
+    # core of both requested-or-companion features (+3) and both as features (+1)
+    assert scores[("sm_90a/epsilon.md", "Everything at once")][1] == (
+        "compile-error:code:C7508,C7515 compile-error:message:1 "
+        "compile-error:construct:wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "compile-error:feature:mbarrier core:mbarrier,tma feature:mbarrier,tma")
+    assert t[("sm_90a/epsilon.md", "Everything at once")] == pytest.approx(6 + 5 + 4.8 + 2 + 3 + 1)
+    assert (out[0][0].doc, out[0][0].heading) == ("sm_90a/epsilon.md", "Everything at once")
+
+
+def test_a_partial_construct_is_named_by_the_parts_the_code_shows(docs):
+    feedback = "ptxas error   : unexpected wgmma.mma_async.sync.aligned.m64n64k16 here\n"
+    scores, _ = ranked(feedback=feedback)
+    assert scores[("sm_90a/beta.md", "Bad form")][1] == "compile-error:construct:wgmma.mma_async.sync.aligned feature:tma"
+    assert tiers(feedback=feedback)[("sm_90a/beta.md", "Bad form")] == pytest.approx(4.4 + 1)
+
+
+def test_a_compile_errors_features_bring_no_companions(docs):
+    """Only a carried-work failure asks for the failing feature's companions: a TMA compile error
+    is about TMA's own instructions."""
+    feedback = "ptxas error   : bad cp.async.bulk.tensor.2d operands\n"
+    assert kr.feedback_focus(feedback).features == ("bulk_copy", "tma")
+    scores, _ = ranked(feedback=feedback, features=())
+    assert scores[("sm_90a/gamma.md", "Phases")][1] == "bm25"
+    assert scores[("sm_90a/beta.md", "Tensor loads")][1] == "compile-error:feature:tma"
 
 
 def test_the_construct_hit_counts_the_longest_shared_prefix_of_two_parts_or_more():
@@ -261,7 +335,7 @@ def test_a_serialization_note_asks_for_the_sections_on_its_code(docs):
     feedback = "ptxas info (C7515): Potential Performance Loss: wgmma.mma_async instructions are serialized"
     scores, _ = ranked(feedback=feedback, features=())
     assert scores[("sm_90a/alpha.md", "Serialized")][1] == "serialization:code:C7515 family:gemm"
-    assert tiers(scores)[("sm_90a/alpha.md", "Serialized")] == 6
+    assert tiers(feedback=feedback, features=())[("sm_90a/alpha.md", "Serialized")] == 6
     assert kr.follows_feedback(scores[("sm_90a/alpha.md", "Serialized")][1])
     assert not kr.follows_feedback(scores[("sm_90a/alpha.md", "Pipeline")][1])
 
@@ -271,11 +345,14 @@ def test_a_carried_work_failure_asks_for_the_failing_features_pipeline_and_compa
     section of either feature (+2), above the request's own tiers."""
     feedback = "- `tma`: executed, but did not carry the work (45% of the input bytes)"
     scores, _ = ranked(feedback=feedback, features=("wgmma",))
+    t = tiers(feedback=feedback, features=("wgmma",))
     assert scores[("sm_90a/beta.md", "Tensor loads")][1] == "carried-work:core:tma carried-work:feature:tma"
-    assert tiers(scores)[("sm_90a/beta.md", "Tensor loads")] == 6
+    assert t[("sm_90a/beta.md", "Tensor loads")] == 6
     assert scores[("sm_90a/gamma.md", "Phases")][1] == "carried-work:core:mbarrier carried-work:feature:mbarrier"
     assert scores[("sm_90a/gamma.md", "Unrelated")][1] == "carried-work:feature:mbarrier"
-    assert tiers(scores)[("sm_90a/gamma.md", "Unrelated")] == 2
+    assert t[("sm_90a/gamma.md", "Unrelated")] == 2
+    assert scores[("sm_90a/epsilon.md", "Everything at once")][1] == (
+        "carried-work:core:mbarrier,tma carried-work:feature:mbarrier,tma")
     assert scores[("sm_90a/alpha.md", "Pipeline")][1] == "core:wgmma feature:wgmma family:gemm"
 
 
@@ -294,50 +371,64 @@ def test_the_family_tier_counts_a_sections_own_ops_marker(docs, tmp_path):
 # _ranked_selection and _render: what fits the budget
 # ---------------------------------------------------------------------------------------------
 
-def cost(docs, *keys) -> int:
+def cost(docs, *keys, tokens=None) -> int:
     """Tokens a selection of sections takes: each section + 1, each doc's title line once + 1."""
+    tokens = tokens or kr.count_tokens
     titles = {d.path: d.title for d in kr.load_docs()}
     seen, total = set(), 0
     for key in keys:
         s = docs[key]
-        total += kr.count_tokens(s.text) + 1
+        total += tokens(s.text) + 1
         if s.doc not in seen:
-            total += kr.count_tokens(f"# {titles[s.doc]}  ({s.doc})") + 1
+            total += tokens(f"# {titles[s.doc]}  ({s.doc})") + 1
             seen.add(s.doc)
     return total
+
+
+def greedy(docs, keys, budget, tokens=None) -> list:
+    """The rule: in rank order, each section that still fits (with its doc's title the first time)."""
+    out = []
+    for k in keys:
+        if cost(docs, *out, k, tokens=tokens) <= budget:
+            out.append(k)
+    return out
+
+
+def select(budget, feedback=None, variants=NO_TAGS, tz=kr.FALLBACK_TOKENIZER, features=("wgmma", "tma")):
+    chosen, refs, truncated = kr._ranked_selection("a gemm kernel", "sm_90a", list(features), feedback, budget, "gemm",
+                                                   variants, tz)
+    return [(s.doc, s.heading) for s in chosen], refs, truncated
 
 
 def test_sections_are_added_in_rank_order_while_they_fit(docs):
     _, order = ranked()
     keys = [(s.doc, s.heading) for s, score, _ in order if score > 0]
-    for n in range(1, len(keys) + 1):
-        budget = cost(docs, *keys[:n])
-        chosen, refs, truncated = kr._ranked_selection("a gemm kernel", "sm_90a", ["wgmma", "tma"], None, budget,
-                                                       "gemm")
-        assert [(s.doc, s.heading) for s in chosen][:n] == keys[:n]
-        got = [(s.doc, s.heading) for s in chosen]
-        assert cost(docs, *got) <= budget
-        assert truncated == (len(got) < len(keys))
+    for n in range(len(keys) + 1):
+        for budget in (cost(docs, *keys[:n]), cost(docs, *keys[:n]) + 1, cost(docs, *keys[:n + 1]) - 1):
+            got, refs, truncated = select(budget)
+            assert got == greedy(docs, keys, budget), (n, budget)
+            assert truncated == (len(got) < len(keys))
     # refs: what was chosen, with its tokens, score (4 places) and why
-    chosen, refs, truncated = kr._ranked_selection("a gemm kernel", "sm_90a", ["wgmma", "tma"], None, 10 ** 6,
-                                                   "gemm")
-    assert not truncated and [(r.doc, r.heading) for r in refs] == keys
-    assert [(r.tokens, r.score, r.why) for r in refs] == [
-        (kr.count_tokens(s.text), round(score, 4), why) for s, score, why in order if score > 0]
+    got, refs, truncated = select(10 ** 6)
+    assert not truncated and got == keys
+    assert [(r.doc, r.heading, r.tokens, r.score, r.why) for r in refs] == [
+        (s.doc, s.heading, kr.count_tokens(s.text), round(score, 4), why) for s, score, why in order if score > 0]
 
 
-def test_a_section_past_the_budget_is_skipped_and_a_smaller_one_after_it_still_fits(docs):
+def test_the_selection_follows_the_feedback_the_variants_and_the_tokenizer(docs, monkeypatch):
+    got, _, _ = select(10 ** 6, feedback=FEEDBACK)
+    assert got[0] == ("sm_90a/epsilon.md", "Everything at once")
+    assert ("sm_90a/epsilon.md", "Head dimension 96") in select(10 ** 6, variants=frozenset({"d96"}))[0]
+    assert ("sm_90a/epsilon.md", "Head dimension 96") not in select(10 ** 6, variants=frozenset({"d128"}))[0]
+    # a model's own tokenizer counts every section and title: here one that counts characters
+    real = kr.count_tokens
+    monkeypatch.setattr(kr, "count_tokens", lambda text, tokenizer=kr.FALLBACK_TOKENIZER:
+                        len(text) if tokenizer == "chars" else real(text, tokenizer))
     _, order = ranked()
     keys = [(s.doc, s.heading) for s, score, _ in order if score > 0]
-    first, second = keys[0], keys[1]
-    budget = cost(docs, first) + 1  # one token short of nothing but the first: the next ones do not fit
-    chosen, _, truncated = kr._ranked_selection("a gemm kernel", "sm_90a", ["wgmma", "tma"], None, budget, "gemm")
-    assert [(s.doc, s.heading) for s in chosen] == [first] and truncated
-    budget = cost(docs, first) - 1  # the first does not fit; a later, smaller one does
-    chosen, _, truncated = kr._ranked_selection("a gemm kernel", "sm_90a", ["wgmma", "tma"], None, budget, "gemm")
-    got = [(s.doc, s.heading) for s in chosen]
-    assert first not in got and got and truncated and cost(docs, *got) <= budget
-    assert kr._ranked_selection("a gemm kernel", "sm_90a", ["wgmma"], None, 0, "gemm")[:1] == ([],)
+    budget = cost(docs, *keys[:3], tokens=len)
+    got, refs, _ = select(budget, tz="chars")
+    assert got == greedy(docs, keys, budget, tokens=len) and refs[0].tokens == len(docs[keys[0]].text)
 
 
 def test_sections_that_nothing_reaches_are_never_added(docs):
@@ -349,13 +440,17 @@ def test_sections_that_nothing_reaches_are_never_added(docs):
 
 
 def test_render_groups_sections_under_their_docs_title_in_first_seen_order(docs):
+    """Each doc's title once, before its first section; the intro without its `# Title` line (a
+    `### Title ...` heading inside it stays), every other section whole."""
     picked = [docs[("sm_90a/beta.md", "Bad form")], docs[("sm_90a/alpha.md", "Alpha")],
               docs[("sm_90a/beta.md", "Tensor loads")], docs[("sm_90a/alpha.md", "Pipeline")]]
     text = kr._render(picked)
     assert text == "\n\n".join([
         "# Beta  (sm_90a/beta.md)", picked[0].text, picked[2].text,
-        "# Alpha  (sm_90a/alpha.md)", "Warpgroup matrix multiply for the gemm family, tile by tile.",
+        "# Alpha  (sm_90a/alpha.md)",
+        "Warpgroup matrix multiply for the gemm family, tile by tile.\n\n### Alpha details\nTiles of 128 rows.",
         picked[3].text]) + "\n"
+    assert "### Alpha in practice" in picked[3].text
     # an intro that is nothing but its title adds nothing beyond the doc's title line
     bare = kr.Section("common/delta.md", 0, "Delta", "# Delta", "common", (), (), 2)
     assert kr._render([bare]) == "# Delta  (common/delta.md)\n"
@@ -370,3 +465,18 @@ def test_full_order_is_the_arch_docs_then_each_docs_own_order(docs):
         ("common/delta.md", 0)]
     stray = kr.Section("elsewhere/x.md", 0, "X", "x", "sm_90a", (), (), 1)
     assert kr._doc_order([stray, docs[("common/delta.md", "Delta")]], "sm_90a", None)[-1] is stray
+    # the family's docs: a doc outside them (alpha is gemm's only) sorts after them
+    assert [(s.doc, s.index) for s in kr._doc_order(secs, "sm_90a", "attention")][-2:] == [
+        ("sm_90a/alpha.md", 0), ("sm_90a/alpha.md", 2)]
+
+
+def test_bm25_answers_from_any_thread():
+    """Runs retrieve concurrently (a sweep's threads): one index serves every thread."""
+    import threading
+
+    index = kr._BM25([["wgmma", "fence"], ["tma"]])
+    out = []
+    t = threading.Thread(target=lambda: out.append(index.scores(["tma"])))
+    t.start()
+    t.join()
+    assert len(out) == 1 and out[0][0] == 0.0 and out[0][1] > 0
