@@ -623,3 +623,12 @@ def test_opcode_counts_sum_each_sites_records_per_opcode():
         {"UTMALDG.2D": 96, "UBLKCP.S.G": 32}, ["gemm+0x100"])
     assert cupti.opcode_counts([], {}) == ({}, [])
     assert cupti.opcode_counts([], {"k": {16: "UBLKCP.S.G"}}) == ({"UBLKCP.S.G": 0}, ["k+0x10"])
+
+
+def test_closing_a_kept_profiler_that_cupti_refuses_to_disable_does_not_raise(monkeypatch):
+    prof, fake = kernel_replay(monkeypatch, fail=lambda fn, p: fn == DISABLE)
+    prof.keep_enabled = True
+    prof.profile(launch(fake, "gemm"))
+    assert prof._obj is not None
+    prof.close()  # the worker is shutting down: nothing left to protect
+    assert prof._obj is None and fake.calls[-1] == DISABLE
