@@ -734,3 +734,10 @@ def test_a_long_list_of_unread_counters_is_cut_at_400_characters():
 def test_untied_counts_without_their_total_still_say_why():
     why = credit.carries("tma", {"tma_bytes": 100.0, "other_read_bytes": 0.0, "exact_untied": 1.0}, SMALL)[1]
     assert why.startswith("the instrumented run's exact TMA instructions (0) are not the counted runs'")
+
+
+def test_every_uncounted_feature_and_unread_counter_is_named():
+    wc = credit_in_process(META, ran(launches=launches({**HONEST, G: math.nan, TMA_INST: math.inf})), ["wgmma", "tma"],
+                           SMALL, 1.0, {"HGMMA"})
+    assert wc.reason == (f"no executed-instruction counts for wgmma, tma (CUPTI read no value for "
+                         f"{TMA_INST}, {G})")
