@@ -426,9 +426,11 @@ def test_the_selection_follows_the_feedback_the_variants_and_the_tokenizer(docs,
                         len(text) if tokenizer == "chars" else real(text, tokenizer))
     _, order = ranked()
     keys = [(s.doc, s.heading) for s, score, _ in order if score > 0]
-    budget = cost(docs, *keys[:3], tokens=len)
-    got, refs, _ = select(budget, tz="chars")
-    assert got == greedy(docs, keys, budget, tokens=len) and refs[0].tokens == len(docs[keys[0]].text)
+    for n in range(len(keys) + 1):  # sections and doc titles alike in the model's tokens
+        for budget in (cost(docs, *keys[:n], tokens=len), cost(docs, *keys[:n + 1], tokens=len) - 1):
+            got, refs, _ = select(budget, tz="chars")
+            assert got == greedy(docs, keys, budget, tokens=len), (n, budget)
+    assert refs[0].tokens == len(docs[keys[0]].text)
 
 
 def test_sections_that_nothing_reaches_are_never_added(docs):
