@@ -482,3 +482,167 @@ def test_bm25_answers_from_any_thread():
     t.start()
     t.join()
     assert len(out) == 1 and out[0][0] == 0.0 and out[0][1] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The arms put together (_retrieve, _headers, retrieve): what each ablation arm's prompt holds
+# ---------------------------------------------------------------------------------------------
+
+API = "## Helper API\nhow to include\n### ptxbench/tma.cuh\nload_2d(...)\n### ptxbench/wgmma.cuh\nmma_64(...)\n"
+EXAMPLE = """---
+title: Worked GEMM
+arch: sm_90a
+features: [wgmma]
+keywords: []
+ops: [gemm]
+solves:
+  tags: [d128]
+  not: [causal]
+---
+# Worked GEMM
+
+<!-- features: wgmma -->
+The whole kernel.
+"""
+HINT = """---
+title: "Pattern hint: split K (two halves)"
+arch: sm_90a
+---
+
+# Pattern hint: split K
+
+Split K across two CTAs.
+"""
+
+
+@pytest.fixture
+def arms(docs, tmp_path, monkeypatch):
+    """The doc set, a helper API, one worked example (gemm, d128, not causal) and one hint."""
+    (tmp_path / "examples/sm_90a").mkdir(parents=True)
+    (tmp_path / "examples/sm_90a/gemm.md").write_text(EXAMPLE)
+    (tmp_path / "hints").mkdir()
+    (tmp_path / "hints/split_k.md").write_text(HINT)
+    monkeypatch.setattr(kr, "EXAMPLES_DIR", tmp_path / "examples")
+    monkeypatch.setattr(kr, "HINTS_DIR", tmp_path / "hints")
+    monkeypatch.setattr(kr, "header_api", lambda arch=None: API)
+    for c in (kr.load_examples, kr.load_hints):
+        c.cache_clear()
+    yield docs
+    for c in (kr.load_examples, kr.load_hints):
+        c.cache_clear()
+
+
+def tok(text: str) -> int:
+    return kr.count_tokens(text)
+
+
+def arm(mode, budget=10 ** 6, features=("wgmma", "tma"), variants=(), **kw):
+    return kr.retrieve("a gemm kernel", "sm_90a", list(features), mode=mode, token_budget=budget, op_type="gemm",
+                       variants=list(variants), **kw)
+
+
+def test_the_docs_arm_is_the_ranked_selection_rendered(arms):
+    chosen, refs, truncated = kr._ranked_selection("a gemm kernel", "sm_90a", ["wgmma", "tma"], None, 60, "gemm",
+                                                   frozenset())
+    r = arm("docs", 60)
+    assert r.text == kr._render(chosen) and r.tokens == tok(r.text) and r.sections == refs
+    assert (r.mode, r.truncated, r.tokenizer, r.focus, r.example) == ("docs", truncated, "chars/4", "none", None)
+    assert truncated and r.parts == {"docs": {"tokens": tok(r.text), "sections": len(chosen)}}
+    empty = kr.retrieve("xylophone", "sm_90a", [], mode="docs", op_type="attention", variants=[])  # nothing scores
+    assert (empty.text, empty.tokens, empty.parts, empty.sections) == ("", 0, {"docs": {"tokens": 0, "sections": 0}}, [])
+
+
+def test_docs_plus_headers_adds_the_helper_api_after_the_docs(arms):
+    docs = arm("docs", 80)
+    r = arm("docs+headers", 80, header_budget=10 ** 6)
+    assert r.text == docs.text + "\n" + API and r.tokens == tok(r.text) and r.sections == docs.sections
+    assert r.parts == {**docs.parts, "headers": {"tokens": tok(API), "sections": 2}}
+    assert r.truncated == docs.truncated
+    bare = kr.retrieve("xylophone", "sm_90a", [], mode="docs+headers", op_type="attention", variants=[])
+    assert bare.text == API and not bare.truncated
+
+
+def test_a_helper_api_past_its_budget_keeps_whole_headers_and_says_so(arms):
+    whole = tok(API)
+    assert kr._headers("sm_90a", whole) == (API, False)
+    first = "## Helper API\nhow to include\n### ptxbench/tma.cuh\nload_2d(...)"
+    for budget in (tok(first), whole - 1):
+        assert kr._headers("sm_90a", budget) == (first + "\n(Some helper headers were left out for the budget.)\n",
+                                                 True)
+    assert kr._headers("sm_90a", tok(first) - 1) == (
+        "## Helper API\nhow to include\n(Some helper headers were left out for the budget.)\n", True)
+    r = arm("docs+headers", 10 ** 6, header_budget=tok(first))
+    assert r.truncated and r.text.endswith("(Some helper headers were left out for the budget.)\n")
+    assert r.parts["headers"]["sections"] == 1
+
+
+def test_the_full_arm_adds_every_other_eligible_section_in_doc_order_then_the_api(arms):
+    docs = arm("docs", 60)
+    r = arm("full", 60)
+    picked = [(s.doc, s.heading) for s in docs.sections]
+    eligible = [(s.doc, s.heading) for d in kr.docs_for("sm_90a", "gemm") for s in d.sections
+                if kr.eligible(s, "sm_90a", "gemm", frozenset())]
+    extra = [k for k in eligible if k not in picked]
+    assert [(x.doc, x.heading) for x in r.sections] == picked + extra
+    assert all((x.score, x.why) == (0.0, "full") for x in r.sections[len(picked):])
+    assert [x.tokens for x in r.sections[len(picked):]] == [tok(arms[k].text) for k in extra]
+    body = kr._render(kr._doc_order([arms[k] for k in picked + extra], "sm_90a", "gemm")) + "\n" + API
+    head = f"(All {len(eligible)} sections of the sm_90a docs for this task and the helper headers: about {tok(body)} tokens.)"
+    assert r.text == head + "\n\n" + body and r.tokens == tok(r.text)
+    assert not r.truncated  # what the docs arm left out for its budget, full adds back
+    assert r.parts == {"docs": docs.parts["docs"], "headers": {"tokens": tok(API), "sections": 2},
+                       "full": {"tokens": tok(body.removesuffix("\n" + API)) - docs.parts["docs"]["tokens"],
+                                "sections": len(extra)}}
+
+
+def test_the_full_arm_stops_at_its_own_budget_and_says_so(arms, monkeypatch):
+    docs = arm("docs", 60)
+    used = sum(tok(arms[(s.doc, s.heading)].text) for s in docs.sections)
+    monkeypatch.setattr(kr, "FULL_MODE_BUDGET", 90)  # room for a few more sections, not all
+    r = arm("full", 60)
+    extra = r.sections[len(docs.sections):]
+    assert extra and sum(x.tokens for x in extra) + used <= 90
+    assert r.truncated and r.text.endswith("\n(Some sections were left out: the full docs exceed 90 tokens.)\n")
+    assert f"(All {len(r.sections)} sections" in r.text
+    # the arm's own budget, when larger, is the limit
+    big = arm("full", 10 ** 6)
+    assert not big.truncated and "left out" not in big.text
+
+
+def test_the_example_arm_serves_the_worked_example_only_to_the_variants_it_solves(arms):
+    docs = arm("docs", 60, variants=["d128"])
+    r = arm("docs+example", 60, variants=["d128"])
+    block = "# Worked GEMM  (examples/sm_90a/gemm.md)\n\n# Worked GEMM\n\nThe whole kernel."
+    assert r.text == docs.text + "\n" + block and r.tokens == tok(r.text)
+    assert r.example == "served examples/sm_90a/gemm.md"
+    assert r.parts == {**docs.parts, "example": {"tokens": tok(block), "sections": 1}}
+    assert r.sections[-1] == kr.SectionRef("examples/sm_90a/gemm.md", "Worked GEMM", tok("# Worked GEMM\n\nThe whole kernel."),
+                                           0.0, "example")
+    causal = arm("docs+example", 60, variants=["d128", "causal"])
+    assert causal.example == "examples/sm_90a/gemm.md left out: it solves d128 (not causal) as written"
+    assert causal.parts["example"] == {"tokens": 0, "sections": 0}
+    assert causal.text == arm("docs", 60, variants=["d128", "causal"]).text
+    assert causal.sections == arm("docs", 60, variants=["d128", "causal"]).sections
+    other = kr.retrieve("a kernel", "sm_90a", [], mode="docs+example", op_type="attention", variants=[])
+    assert other.example == "no worked example for attention on sm_90a"
+
+
+def test_retrieve_refuses_an_unknown_arm_and_the_none_arm_holds_nothing_but_hints(arms):
+    with pytest.raises(ValueError) as info:
+        arm("everything")
+    assert str(info.value) == ("unknown knowledge mode 'everything' (use one of none, docs, docs+headers, full, "
+                               "docs+example)")
+    for r in (arm("none"), arm("docs", 0)):
+        assert (r.text, r.tokens, r.parts, r.sections) == ("", 0, {}, [])
+    hinted = arm("none", hints=["split_k"])
+    block = "# Pattern hint: split K (two halves)  (hints/split_k.md)\n\nSplit K across two CTAs.\n"
+    assert hinted.text == block and hinted.tokens == tok(block)
+    assert hinted.parts == {"hints": {"tokens": tok(block), "sections": 1}}
+    assert hinted.sections == [kr.SectionRef("hints/split_k.md", "Pattern hint: split K (two halves)",
+                                             tok("# Pattern hint: split K\n\nSplit K across two CTAs."), 0.0,
+                                             "hint:split_k")]
+    docs = arm("docs", 60)
+    both = arm("docs", 60, hints=["split_k"])
+    assert both.text == docs.text.rstrip("\n") + "\n\n" + block and both.tokens == tok(both.text)
+    assert both.sections[:-1] == docs.sections and both.parts["docs"] == docs.parts["docs"]
+    assert arm("docs", 60, feedback="- `tma`: MISSING - no instruction").focus == "carried_work"
