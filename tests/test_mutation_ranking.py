@@ -496,8 +496,8 @@ features: [wgmma]
 keywords: []
 ops: [gemm]
 solves:
-  tags: [d128]
-  not: [causal]
+  tags: [d128, seed]
+  not: [causal, fp8]
 ---
 # Worked GEMM
 
@@ -512,7 +512,15 @@ arch: sm_90a
 # Pattern hint: split K
 
 Split K across two CTAs.
+
+### Pattern hint: split K in practice
+Two halves.
 """
+HINT_TEXT = "Split K across two CTAs.\n\n### Pattern hint: split K in practice\nTwo halves."
+
+
+def example(title: str, solves: str) -> str:
+    return f"---\ntitle: {title}\narch: sm_90a\nfeatures: []\nkeywords: []\nops: [gemm]\n{solves}---\n# {title}\n\nBody.\n"
 
 
 @pytest.fixture
@@ -520,11 +528,16 @@ def arms(docs, tmp_path, monkeypatch):
     """The doc set, a helper API, one worked example (gemm, d128, not causal) and one hint."""
     (tmp_path / "examples/sm_90a").mkdir(parents=True)
     (tmp_path / "examples/sm_90a/gemm.md").write_text(EXAMPLE)
+    (tmp_path / "examples/sm_90a/gemm_any.md").write_text(example("Any GEMM", "solves:\n  not: [causal]\n"))
+    (tmp_path / "examples/sm_90a/gemm_d96.md").write_text(example("D96 GEMM", "solves:\n  tags: [d96]\n"))
+    (tmp_path / "examples/sm_100a").mkdir()
+    (tmp_path / "examples/sm_100a/gemm.md").write_text(EXAMPLE.replace("arch: sm_90a", "arch: sm_100a"))
     (tmp_path / "hints").mkdir()
     (tmp_path / "hints/split_k.md").write_text(HINT)
+    (tmp_path / "hints/two_ctas.md").write_text(HINT.replace("split K (two halves)", "two CTAs"))
     monkeypatch.setattr(kr, "EXAMPLES_DIR", tmp_path / "examples")
     monkeypatch.setattr(kr, "HINTS_DIR", tmp_path / "hints")
-    monkeypatch.setattr(kr, "header_api", lambda arch=None: API)
+    monkeypatch.setattr(kr, "header_api", lambda arch=None: API if arch == "sm_90a" else "### other.cuh\n")
     for c in (kr.load_examples, kr.load_hints):
         c.cache_clear()
     yield docs
@@ -609,22 +622,79 @@ def test_the_full_arm_stops_at_its_own_budget_and_says_so(arms, monkeypatch):
     assert not big.truncated and "left out" not in big.text
 
 
-def test_the_example_arm_serves_the_worked_example_only_to_the_variants_it_solves(arms):
-    docs = arm("docs", 60, variants=["d128"])
-    r = arm("docs+example", 60, variants=["d128"])
-    block = "# Worked GEMM  (examples/sm_90a/gemm.md)\n\n# Worked GEMM\n\nThe whole kernel."
-    assert r.text == docs.text + "\n" + block and r.tokens == tok(r.text)
-    assert r.example == "served examples/sm_90a/gemm.md"
-    assert r.parts == {**docs.parts, "example": {"tokens": tok(block), "sections": 1}}
-    assert r.sections[-1] == kr.SectionRef("examples/sm_90a/gemm.md", "Worked GEMM", tok("# Worked GEMM\n\nThe whole kernel."),
-                                           0.0, "example")
-    causal = arm("docs+example", 60, variants=["d128", "causal"])
-    assert causal.example == "examples/sm_90a/gemm.md left out: it solves d128 (not causal) as written"
+def test_the_example_arm_serves_the_worked_examples_only_to_the_variants_they_solve(arms):
+    """A worked example is pasted whole only into a task whose variant tags it solves as written
+    (all of its tags, none of its `not`); the others are named, with what they solve."""
+    docs = arm("docs", 60, variants=["d128", "seed"])
+    r = arm("docs+example", 60, variants=["d128", "seed"])
+    blocks = ["# Worked GEMM  (examples/sm_90a/gemm.md)\n\n# Worked GEMM\n\nThe whole kernel.",
+              "# Any GEMM  (examples/sm_90a/gemm_any.md)\n\n# Any GEMM\n\nBody."]
+    block = "\n\n".join(blocks)
+    assert r.text == docs.text + "\n" + block and r.tokens == tok(r.text) and r.mode == "docs+example"
+    assert r.example == ("served examples/sm_90a/gemm.md; served examples/sm_90a/gemm_any.md; examples/sm_90a/gemm_d96.md "
+                         "left out: it solves d96 as written")
+    assert r.parts == {**docs.parts, "example": {"tokens": tok(block), "sections": 2}}
+    assert r.sections[-2:] == [
+        kr.SectionRef("examples/sm_90a/gemm.md", "Worked GEMM", tok("# Worked GEMM\n\nThe whole kernel."), 0.0, "example"),
+        kr.SectionRef("examples/sm_90a/gemm_any.md", "Any GEMM", tok("# Any GEMM\n\nBody."), 0.0, "example")]
+    assert r.truncated == docs.truncated and r.truncated
+    causal = arm("docs+example", 60, variants=["d128", "seed", "causal"])
+    assert causal.example == ("examples/sm_90a/gemm.md left out: it solves d128, seed (not causal, fp8) as written; "
+                              "examples/sm_90a/gemm_any.md left out: it solves every variant (not causal) as written; "
+                              "examples/sm_90a/gemm_d96.md left out: it solves d96 as written")
     assert causal.parts["example"] == {"tokens": 0, "sections": 0}
-    assert causal.text == arm("docs", 60, variants=["d128", "causal"]).text
-    assert causal.sections == arm("docs", 60, variants=["d128", "causal"]).sections
+    assert causal.text == arm("docs", 60, variants=["d128", "seed", "causal"]).text
+    assert causal.sections == arm("docs", 60, variants=["d128", "seed", "causal"]).sections
     other = kr.retrieve("a kernel", "sm_90a", [], mode="docs+example", op_type="attention", variants=[])
     assert other.example == "no worked example for attention on sm_90a"
+    # no doc section fits: the examples alone
+    alone = arm("docs+example", 1, variants=["d96"])
+    assert alone.text == ("# Any GEMM  (examples/sm_90a/gemm_any.md)\n\n# Any GEMM\n\nBody.\n\n"
+                          "# D96 GEMM  (examples/sm_90a/gemm_d96.md)\n\n# D96 GEMM\n\nBody.")
+    assert alone.parts["docs"] == {"tokens": 0, "sections": 0} and not alone.text.startswith("\n")
+
+
+def test_every_count_is_in_the_models_tokenizer(arms, monkeypatch):
+    """A model whose tokenizer counts characters: the budgets, every section's tokens, each part's
+    and the whole text's tokens, in every arm, hints included."""
+    real = kr.count_tokens
+    monkeypatch.setattr(kr, "tokenizer_for", lambda model: "chars" if model == "char-model" else kr.FALLBACK_TOKENIZER)
+    monkeypatch.setattr(kr, "count_tokens", lambda text, tokenizer=kr.FALLBACK_TOKENIZER:
+                        len(text) if tokenizer == "chars" else real(text, tokenizer))
+    for mode in ("docs", "docs+headers", "docs+example", "full", "none"):
+        r = arm(mode, 400, model="char-model", header_budget=len(API), hints=["split_k"])
+        assert (r.tokenizer, r.tokens, r.mode) == ("chars", len(r.text), mode), mode
+        assert r.parts["hints"]["tokens"] == len(r.text[r.text.index("# Pattern hint"):])
+        assert r.sections[-1].tokens == len(f"# Pattern hint: split K\n\n{HINT_TEXT}")
+        if mode != "none":
+            assert sum(x.tokens + 1 for x in r.sections if x.why not in ("full", "example") and not x.why.startswith("hint"))\
+                <= 400 and r.parts["docs"]["tokens"] == len(kr._render([arms[(x.doc, x.heading)] for x in r.sections
+                                                                        if x.why not in ("full", "example")
+                                                                        and not x.why.startswith("hint")]))
+        if mode in ("docs+headers", "full"):
+            assert r.parts["headers"] == {"tokens": len(API), "sections": 2}
+            cut = arm(mode, 400, model="char-model", header_budget=len(API) - 1)
+            assert cut.parts["headers"]["sections"] == 1 and cut.truncated
+
+
+def test_the_arms_follow_the_feedback_the_arch_and_the_family(arms):
+    r = arm("docs+headers", 10 ** 6, feedback=FEEDBACK)
+    assert (r.sections[0].doc, r.sections[0].heading) == ("sm_90a/epsilon.md", "Everything at once")
+    assert r.focus == "compile_error"
+    assert kr.retrieve("a kernel", "sm_100a", [], mode="docs+headers", op_type="gemm").text.endswith("### other.cuh\n")
+    full = kr.retrieve("a kernel", "sm_90a", [], mode="full", op_type="attention", variants=[])
+    assert not any(x.doc == "sm_90a/alpha.md" for x in full.sections)  # gemm's own doc
+    assert kr.retrieve("a gemm kernel", "sm_90a", ["wgmma"], op_type="gemm").mode == "docs"  # the default arm
+    assert arm("docs", 1).parts == {"docs": {"tokens": 0, "sections": 0}}  # a budget of 1 is still the docs arm
+
+
+def test_hint_blocks_in_the_order_named(arms):
+    assert kr.hint_block([]) == ""
+    two = kr.hint_block(["two_ctas", "split_k"])
+    # two_ctas's body keeps its first heading (it is not its title); split_k's loses it, not the later one
+    assert two == ("# Pattern hint: two CTAs  (hints/two_ctas.md)\n\n# Pattern hint: split K\n\n" + HINT_TEXT + "\n\n"
+                   "# Pattern hint: split K (two halves)  (hints/split_k.md)\n\n" + HINT_TEXT + "\n")
+    assert kr.load_hints()["split_k"].text.count("# Pattern hint: split K") == 2  # the title, and a heading that stays
 
 
 def test_retrieve_refuses_an_unknown_arm_and_the_none_arm_holds_nothing_but_hints(arms):
@@ -635,11 +705,11 @@ def test_retrieve_refuses_an_unknown_arm_and_the_none_arm_holds_nothing_but_hint
     for r in (arm("none"), arm("docs", 0)):
         assert (r.text, r.tokens, r.parts, r.sections) == ("", 0, {}, [])
     hinted = arm("none", hints=["split_k"])
-    block = "# Pattern hint: split K (two halves)  (hints/split_k.md)\n\nSplit K across two CTAs.\n"
+    block = f"# Pattern hint: split K (two halves)  (hints/split_k.md)\n\n{HINT_TEXT}\n"
     assert hinted.text == block and hinted.tokens == tok(block)
     assert hinted.parts == {"hints": {"tokens": tok(block), "sections": 1}}
     assert hinted.sections == [kr.SectionRef("hints/split_k.md", "Pattern hint: split K (two halves)",
-                                             tok("# Pattern hint: split K\n\nSplit K across two CTAs."), 0.0,
+                                             tok(f"# Pattern hint: split K\n\n{HINT_TEXT}"), 0.0,
                                              "hint:split_k")]
     docs = arm("docs", 60)
     both = arm("docs", 60, hints=["split_k"])
