@@ -524,8 +524,10 @@ def example(title: str, solves: str) -> str:
 
 
 @pytest.fixture
-def arms(docs, tmp_path, monkeypatch):
-    """The doc set, a helper API, one worked example (gemm, d128, not causal) and one hint."""
+def arms(docs, tmp_path_factory, monkeypatch):
+    """The doc set, a helper API, worked examples (gemm: by their variants) and two hints, in a
+    folder of their own (a hint is no doc)."""
+    tmp_path = tmp_path_factory.mktemp("knowledge")
     (tmp_path / "examples/sm_90a").mkdir(parents=True)
     (tmp_path / "examples/sm_90a/gemm.md").write_text(EXAMPLE)
     (tmp_path / "examples/sm_90a/gemm_any.md").write_text(example("Any GEMM", "solves:\n  not: [causal]\n"))
@@ -716,3 +718,45 @@ def test_retrieve_refuses_an_unknown_arm_and_the_none_arm_holds_nothing_but_hint
     assert both.text == docs.text.rstrip("\n") + "\n\n" + block and both.tokens == tok(both.text)
     assert both.sections[:-1] == docs.sections and both.parts["docs"] == docs.parts["docs"]
     assert arm("docs", 60, feedback="- `tma`: MISSING - no instruction").focus == "carried_work"
+
+
+def test_the_full_arm_adds_in_doc_order_what_fits_its_budget_skipping_what_does_not(arms, monkeypatch):
+    """Every eligible section the docs arm did not pick, in doc order, while the total stays within
+    the limit (equality fits); one too big is skipped and a later, smaller one still comes."""
+    docs = arm("docs", 60)
+    picked = {(x.doc, x.heading) for x in docs.sections}
+    used = sum(tok(arms[k].text) for k in picked)
+    rest = [(s.doc, s.heading) for d in kr.docs_for("sm_90a", "gemm") for s in d.sections
+            if (s.doc, s.heading) not in picked and kr.eligible(s, "sm_90a", "gemm", frozenset())]
+    assert any(tok(arms[a].text) > tok(arms[b].text) for i, a in enumerate(rest) for b in rest[i + 1:])
+    for limit in range(60, used + sum(tok(arms[k].text) for k in rest) + 1):  # (the arm's own 60 at least)
+        monkeypatch.setattr(kr, "FULL_MODE_BUDGET", limit)
+        want, total = [], used
+        for k in rest:
+            if total + tok(arms[k].text) <= limit:
+                want.append(k)
+                total += tok(arms[k].text)
+        r = arm("full", 60)
+        assert [(x.doc, x.heading) for x in r.sections if x.why == "full"] == want, limit
+        assert r.truncated == (len(want) < len(rest)) and API in r.text
+
+
+def test_the_full_arm_keeps_a_sections_own_family_marker(arms, tmp_path):
+    (tmp_path / "sm_90a/gamma.md").write_text(DOCS["sm_90a/gamma.md"].replace(
+        "## Unrelated\n", "## Unrelated\n<!-- ops: attention -->\n"))
+    for c in (kr.load_docs, kr._index):
+        c.cache_clear()
+    full = arm("full", 60)
+    assert ("sm_90a/gamma.md", "Unrelated") not in {(x.doc, x.heading) for x in full.sections}
+    assert "zebra" not in full.text
+
+
+def test_the_docs_part_of_every_arm_is_the_selection_in_the_models_tokens(arms, monkeypatch):
+    real = kr.count_tokens
+    monkeypatch.setattr(kr, "tokenizer_for", lambda model: "chars" if model == "char-model" else kr.FALLBACK_TOKENIZER)
+    monkeypatch.setattr(kr, "count_tokens", lambda text, tokenizer=kr.FALLBACK_TOKENIZER:
+                        len(text) if tokenizer == "chars" else real(text, tokenizer))
+    want = select(400, tz="chars")[0]
+    for mode in ("docs", "docs+headers", "docs+example", "full"):
+        r = arm(mode, 400, model="char-model")
+        assert [(x.doc, x.heading) for x in r.sections if x.why not in ("full", "example")] == want, mode
