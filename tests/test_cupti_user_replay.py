@@ -33,6 +33,7 @@ RANGE_INFO = "cuptiRangeProfilerCounterDataGetRangeInfo"
 CONFIGURE = [DATA_SIZE_FN, DATA_INIT, SET_CONFIG]
 DECODE = [DECODE_FN, DATA_INFO]
 PER_PASS = [START, PUSH, POP, STOP]
+CONTEXT = 0x1  # the CUDA context the stand-in profiler is built on
 H200_TWO_PASSES = [[1, 1, 0], [0, 1, 1]]  # what Stop returned for a 2-pass configuration (H200, 2026-12-02)
 
 
@@ -65,12 +66,17 @@ class FakeCupti:
     def __call__(self, fn: str, params) -> None:
         self.calls.append(fn)
         self.count[fn] += 1
-        if self.fail(fn, params):
-            raise CuptiError(f"{fn} failed: CUPTI error 1 (stand-in)")
+        # what CUPTI reads before it can fail: its params struct, and the object or image it names
+        assert isinstance(params, C.Structure), f"{fn} given {params!r}, not its params struct"
         if fn in (DATA_INFO, RANGE_INFO):  # read the counter data image: the one initialized
             assert C.addressof(params.pCounterDataImage.contents) == self.data, f"{fn}: not the counter data"
+            assert params.counterDataImageSize == DATA_SIZE, f"{fn}: not the counter data's size"
         elif fn != ENABLE:
             assert params.pRangeProfilerObject == self.enabled and self.enabled is not None, f"{fn} while not enabled"
+        else:
+            assert params.ctx == CONTEXT, "enabled on another context"
+        if self.fail(fn, params):
+            raise CuptiError(f"{fn} failed: CUPTI error 1 (stand-in)")
         if fn == ENABLE:
             assert self.enabled is None, "enabled twice"
             self.objects += 1
@@ -80,6 +86,7 @@ class FakeCupti:
             self.configured = self.decoded = self.submitted = False
         elif fn == DATA_SIZE_FN:
             assert params.numMetrics == len(self.host.metrics) and params.maxNumOfRanges == cupti.MAX_RANGES
+            assert params.maxNumRangeTreeNodes == cupti.MAX_RANGES
             assert [params.pMetricNames[i].decode() for i in range(params.numMetrics)] == self.host.metrics
             params.counterDataSize = DATA_SIZE
         elif fn == DATA_INIT:
@@ -182,7 +189,7 @@ def setup(monkeypatch, passes: int = 3, replay: str = "user", **kw) -> tuple[Ran
     fake = host.fake = FakeCupti(host, **kw)
     monkeypatch.setattr(cupti, "_call", fake)
     prof = RangeProfiler.__new__(RangeProfiler)
-    prof.keep_enabled, prof.replay, prof.ctx, prof._obj, prof._data = False, replay, 0x1, None, None
+    prof.keep_enabled, prof.replay, prof.ctx, prof._obj, prof._data = False, replay, CONTEXT, None, None
     prof._names = {}
     prof.chip, prof.metrics, prof.host, prof.passes = "GH100", list(METRICS), host, passes
     prof.instrumented_passes = (passes - 1,)
