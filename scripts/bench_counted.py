@@ -61,6 +61,7 @@ def row(task: str, arm: str, ev, wall: float) -> dict:
             "status": x.status, "speedup": x.speedup, "timed_runs": x.timed_runs, "warmup": x.warmup_runs,
             "timed_s": round(x.phase_s.get("timed", 0.0), 4), "judge_s": round(x.phase_s.get("judge", 0.0), 4),
             "median_ms": x.timing.median_ms if x.timing else None, "padded_runs": c.get("padded_runs", 0),
+            "padding_s": c.get("padding_s"),
             "push_pop_ms": c.get("push_pop_ms"), "pass_s": c.get("pass_s"), "own_s": c.get("own_s"),
             "run_ms": c.get("run_ms"), "instrumented_ms": c.get("instrumented_ms"), "gaps_ms": c.get("gaps_ms"),
             "pass_start_stop_s": c.get("pass_start_stop_s"), "profile_phase_s": c.get("profile_phase_s"),
@@ -134,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             x = rows[-1]
             pads = sum(w["padded_runs"] for w in x["workloads"].values())
             pp = [p for w in x["workloads"].values() for p in (w["push_pop_ms"] or [])]
+            hid = sum((w["padding_s"] or [0, 0])[1] for w in x["workloads"].values())
             print(f"[counted] {task}/{arm}: wall {wall:.2f} s cwa={x['correct_with_arch']} counted "
                   f"{x['phases']['counted_runs']:.3f} s timed {x['phases']['timed_pairs']:.2f} judge "
-                  f"{x['phases']['judging']:.2f} padded {pads} push/pop ms {pp} | " +
+                  f"{x['phases']['judging']:.2f} padded {pads} (hidden {hid:.3f} s) push/pop ms {pp} | " +
                   " ".join(f"{k}={x['counted_parts'].get(k, 0.0):.3f}" for k in COST_PARTS), flush=True)
             save()
     save()

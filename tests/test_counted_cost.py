@@ -68,3 +68,22 @@ def test_the_evaluation_reports_where_its_counted_runs_went(tmp_path, monkeypatc
     for phases in (r.phase_s, r.executed.phase_s):
         assert phases["counted_runs.padding"] == pytest.approx(0.03) and phases["counted_runs.cupti"] == 0.02
         assert phases["counted_runs.other"] >= 0 and "counted_runs" in phases
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_padding_the_gpu_never_waited_for_is_no_ones_cost(busy):
+    """A padded run's wait ends while the GPU still runs what came before it (the inputs and the flush;
+    after the launch, the run itself): the run starts, and the next host step waits, no later for it, so
+    it is not the check's cost (`padding_s` = [waited for, hidden]); a wait the GPU had to sit through is.
+    The counted run makes the same host query at the same places (nothing is enqueued)."""
+    state = CountedState(gemm)
+    queries: list[bool] = []
+    state.stream_busy = lambda: queries.append(busy) or busy
+    _, reply = _op(state)
+    credit = next(iter(reply["credits"].values()))
+    waited, hidden = credit["padding_s"]
+    assert credit["padded_runs"] > 0 and len(queries) == 2 * (credit["padded_runs"] + len(credit["push_pop_ms"]))
+    if busy:
+        assert waited == 0.0 and hidden > 0 and reply["cost_parts"]["padding"] == 0.0
+    else:
+        assert hidden == 0.0 and waited > 0 and reply["cost_parts"]["padding"] == pytest.approx(waited, abs=1e-4)

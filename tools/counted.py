@@ -67,7 +67,8 @@ class Counted:
     counted_pairs: list | None = None
     stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
     timed_s: float = 0.0  # its timed phase's own seconds
-    pad_s: float = 0.0  # of which its runs' padding (the check's cost, not the phase's)
+    pad_s: float = 0.0  # of which its runs' padding the GPU waited for (the check's cost, not the phase's)
+    pad_hidden_s: float = 0.0  # and the padding it did not wait for: spent while it ran earlier work (no one's cost)
     finish_s: float = 0.0  # its phase's result computed at the op (TimedPhase.finish): the check's cost
 
 
@@ -223,25 +224,39 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         while clock() < end:
             pass
 
+    def busy() -> bool:
+        """Whether the GPU still has work queued on the runs' stream (a host query, no stream op)."""
+        query = getattr(state, "stream_busy", None)
+        return bool(query()) if query is not None else False
+
     def counted_range(e: Counted, ranged):
         @contextlib.contextmanager
         def ranged_and_measured():
             t0 = clock()
             with ranged(e.label):
                 cost["push"] = clock() - t0
+                busy()  # the padded runs' query after their wait: the same host calls at the same places
                 yield
                 t1 = clock()
             cost["pop"] = clock() - t1
+            busy()
             e.out.setdefault("push_pop_ms", []).append([round(cost["push"] * 1e3, 4), round(cost["pop"] * 1e3, 4)])
         return ranged_and_measured
 
     def padding(e: Counted):
         @contextlib.contextmanager
         def padded():
-            spin(cost["push"])
+            push, pop = cost["push"], cost["pop"]
+            spin(push)
+            # a wait the GPU never sees: it was still running what came before (the inputs, the L2
+            # flush; after the launch, the run itself), so the run would have started, and the next
+            # host step waited, no sooner without it. Only the rest is the check's cost (`pad_s`)
+            hidden = push if busy() else 0.0
             yield
-            spin(cost["pop"])
-            e.pad_s += cost["push"] + cost["pop"]
+            spin(pop)
+            hidden += pop if busy() else 0.0
+            e.pad_s += push + pop - hidden
+            e.pad_hidden_s += hidden
             e.out["padded_runs"] = e.out.get("padded_runs", 0) + 1
         return padded
 
@@ -506,6 +521,8 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
             e.module = e.ws = e.bound = None
             if e.phase is not None:  # its library goes too (the results are taken from e.result)
                 e.timed_s, e.phase = e.phase.seconds - e.pad_s, None
+            if e.out.get("padded_runs"):
+                e.out["padding_s"] = [round(e.pad_s, 4), round(e.pad_hidden_s, 4)]  # waited for, hidden
         spent["release"] += time.perf_counter() - t1
     for e in entries:
         reply["credits"][e.workload] = e.out
