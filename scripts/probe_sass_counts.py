@@ -9,6 +9,7 @@ each step prints how many per-instruction records a collect (tools.cupti.SassCou
   D        module D, the same cubin as A, loaded while the API is enabled (inside the collect)
   B eager  module B collected with lazy patching off
   reset    the configuration unset and set again, then B collected
+  reinit   the profiler API deinitialized and initialized, the configuration set again, then B collected
 
     python scripts/probe_sass_counts.py [--json OUT]
 """
@@ -87,6 +88,16 @@ def main() -> int:
         return len(counter.collect(run(b)))
 
     step("reset", reset)
+
+    def reinit() -> int:
+        counter.close()
+        cupti._call("cuptiProfilerDeInitialize", cupti.Init())
+        cupti._call("cuptiProfilerInitialize", cupti.Init())
+        cupti._call("cuptiSassMetricsSetConfig", cupti.SassSetConfig(
+            numOfMetricConfig=len(counter._configs), pConfigs=counter._configs, deviceIndex=counter.device_index))
+        return len(counter.collect(run(b)))
+
+    step("reinit", reinit)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
