@@ -72,18 +72,33 @@ def test_the_evaluation_reports_where_its_counted_runs_went(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("busy", [False, True])
 def test_padding_the_gpu_never_waited_for_is_no_ones_cost(busy):
-    """A padded run's wait ends while the GPU still runs what came before it (the inputs and the flush;
-    after the launch, the run itself): the run starts, and the next host step waits, no later for it, so
-    it is not the check's cost (`padding_s` = [waited for, hidden]); a wait the GPU had to sit through is.
-    The counted run makes the same host query at the same places (nothing is enqueued)."""
+    """A padded run's wait that ends while the GPU still runs what came before it (the inputs and the
+    flush; after the launch, the run itself) delays neither the run nor the next host step, so it is
+    not the check's cost (`padding_s` = [waited for, hidden]); the part of a wait the GPU sat idle
+    through is. The stream is polled with a host query (nothing is enqueued, the kernel sees nothing)."""
     state = CountedState(gemm)
     queries: list[bool] = []
     state.stream_busy = lambda: queries.append(busy) or busy
     _, reply = _op(state)
     credit = next(iter(reply["credits"].values()))
     waited, hidden = credit["padding_s"]
-    assert credit["padded_runs"] > 0 and len(queries) == 2 * (credit["padded_runs"] + len(credit["push_pop_ms"]))
+    assert credit["padded_runs"] > 0 and len(queries) >= 2 * credit["padded_runs"]
     if busy:
         assert waited == 0.0 and hidden > 0 and reply["cost_parts"]["padding"] == 0.0
     else:
-        assert hidden == 0.0 and waited > 0 and reply["cost_parts"]["padding"] == pytest.approx(waited, abs=1e-4)
+        assert hidden <= 1e-3 and waited > 0 and reply["cost_parts"]["padding"] == pytest.approx(waited, abs=1e-4)
+
+
+def test_only_the_idle_part_of_a_wait_is_charged():
+    """The GPU finishes what came before halfway through a padded wait: half the wait is charged."""
+    state = CountedState(gemm)
+    calls = {"n": 0}
+
+    def stream_busy():  # busy for the first few polls of each wait, then idle
+        calls["n"] += 1
+        return calls["n"] % 400 < 200
+    state.stream_busy = stream_busy
+    _, reply = _op(state)
+    credit = next(iter(reply["credits"].values()))
+    waited, hidden = credit["padding_s"]
+    assert waited > 0 and hidden > 0, credit["padding_s"]

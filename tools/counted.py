@@ -219,15 +219,22 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
     # costs are measured on each counted run; until the first, the H200's.
     cost = {"push": PUSH_POP_S, "pop": PUSH_POP_S}
 
-    def spin(seconds: float) -> None:
-        end = clock() + seconds
-        while clock() < end:
-            pass
-
     def busy() -> bool:
         """Whether the GPU still has work queued on the runs' stream (a host query, no stream op)."""
         query = getattr(state, "stream_busy", None)
         return bool(query()) if query is not None else False
+
+    def spin(seconds: float) -> float:
+        """Wait `seconds` on the host; returns how much of it the GPU sat idle (the check's cost): a
+        wait that ends while the GPU still runs what came before it (the inputs and the L2 flush
+        before the launch, the run itself after it) delays neither the run nor the next host step,
+        which would have waited for the GPU anyway (up to the tens of µs the host takes to issue)."""
+        t0 = clock()
+        end, idle_from = t0 + seconds, None
+        while (now := clock()) < end:
+            if idle_from is None and not busy():  # a host query: the kernel cannot see it
+                idle_from = now
+        return 0.0 if idle_from is None else end - idle_from
 
     def counted_range(e: Counted, ranged):
         @contextlib.contextmanager
@@ -235,11 +242,9 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             t0 = clock()
             with ranged(e.label):
                 cost["push"] = clock() - t0
-                busy()  # the padded runs' query after their wait: the same host calls at the same places
                 yield
                 t1 = clock()
             cost["pop"] = clock() - t1
-            busy()
             e.out.setdefault("push_pop_ms", []).append([round(cost["push"] * 1e3, 4), round(cost["pop"] * 1e3, 4)])
         return ranged_and_measured
 
@@ -247,16 +252,11 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         @contextlib.contextmanager
         def padded():
             push, pop = cost["push"], cost["pop"]
-            spin(push)
-            # a wait the GPU never sees: it was still running what came before (the inputs, the L2
-            # flush; after the launch, the run itself), so the run would have started, and the next
-            # host step waited, no sooner without it. Only the rest is the check's cost (`pad_s`)
-            hidden = push if busy() else 0.0
+            idle = spin(push)
             yield
-            spin(pop)
-            hidden += pop if busy() else 0.0
-            e.pad_s += push + pop - hidden
-            e.pad_hidden_s += hidden
+            idle += spin(pop)
+            e.pad_s += idle  # only what the GPU waited for is the check's cost (`pad_s`)
+            e.pad_hidden_s += push + pop - idle
             e.out["padded_runs"] = e.out.get("padded_runs", 0) + 1
         return padded
 
