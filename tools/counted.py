@@ -14,7 +14,7 @@ from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_res
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
 COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
-PUSH_POP_S = 0.0006  # CUPTI's range push, and its pop, in a hardware pass: host seconds (H200, probe_started_pass)
+PUSH_POP_S = 0.0008  # CUPTI's own part of a range push, and of its pop, once the GPU has drained: host seconds (H200: 0.6-1.2 ms)
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 # The counted runs' wall-time bound per evaluation (issue 43). Before each counted run, the time they
 # have taken so far plus what that run may take (its workload's timed median; on a SASS-patched pass
@@ -213,10 +213,13 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         spent["untimed_runs"] += clock() - t0
 
     hardware = [i for i in range(profiler.passes) if i not in instrumented]
-    # CUPTI's range push and pop are host work before and after a counted run (about 0.6 ms each
-    # on the H200): every other candidate run of a timed phase in the session waits as long at the
-    # same two places (padded), so the pause before a counted run is a timed run's pause. The
-    # costs are measured on each counted run; until the first, the H200's.
+    # CUPTI's range push and pop, before and after a counted run, each first wait for the GPU to
+    # run everything queued (H200, 2026-12-03: push 0.7-68 ms, pop 0.7-38 ms, growing with the
+    # inputs, the library's run and the kernel queued before them), then do CUPTI's own work (about
+    # 0.6-1 ms). So every run in the session, counted or not, first waits for the GPU (drain), and
+    # every other candidate run of a timed phase then waits as long as CUPTI's own part took on the
+    # last counted run (padded): the pause before a counted run is a timed run's pause, whatever was
+    # queued. Measured after the drain on each counted run; until the first, the H200's.
     cost = {"push": PUSH_POP_S, "pop": PUSH_POP_S}
 
     def busy() -> bool:
@@ -236,13 +239,23 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
                 idle_from = now
         return 0.0 if idle_from is None else end - idle_from
 
+    def drain(e: Counted) -> None:
+        """Wait until the GPU has run everything queued (a host query, polled: nothing is
+        enqueued), as CUPTI's push and pop do first; KernelTimeout past the workload's limit."""
+        end = clock() + e.limit
+        while busy():
+            if clock() > end:
+                raise KernelTimeout(f"the GPU did not finish within {e.limit:.0f} s")
+
     def counted_range(e: Counted, ranged):
         @contextlib.contextmanager
         def ranged_and_measured():
+            drain(e)
             t0 = clock()
             with ranged(e.label):
                 cost["push"] = clock() - t0
                 yield
+                drain(e)
                 t1 = clock()
             cost["pop"] = clock() - t1
             e.out.setdefault("push_pop_ms", []).append([round(cost["push"] * 1e3, 4), round(cost["pop"] * 1e3, 4)])
@@ -252,8 +265,10 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         @contextlib.contextmanager
         def padded():
             push, pop = cost["push"], cost["pop"]
+            drain(e)
             idle = spin(push)
             yield
+            drain(e)
             idle += spin(pop)
             e.pad_s += idle  # only what the GPU waited for is the check's cost (`pad_s`)
             e.pad_hidden_s += push + pop - idle
