@@ -136,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             pads = sum(w["padded_runs"] for w in x["workloads"].values())
             pp = [p for w in x["workloads"].values() for p in (w["push_pop_ms"] or [])]
             hid = sum((w["padding_s"] or [0, 0])[1] for w in x["workloads"].values())
+            shares = {k: (v or {}).get("wgmma_of_all_math") for k, v in x["work"].items()}
             print(f"[counted] {task}/{arm}: wall {wall:.2f} s cwa={x['correct_with_arch']} counted "
                   f"{x['phases']['counted_runs']:.3f} s timed {x['phases']['timed_pairs']:.2f} judge "
-                  f"{x['phases']['judging']:.2f} padded {pads} (hidden {hid:.3f} s) push/pop ms {pp} | " +
+                  f"{x['phases']['judging']:.2f} padded {pads} (hidden {hid:.3f} s) wgmma of all math {shares} "
+                  f"push/pop ms {pp} | " +
                   " ".join(f"{k}={x['counted_parts'].get(k, 0.0):.3f}" for k in COST_PARTS), flush=True)
             save()
     save()

@@ -11,7 +11,14 @@ each step prints how many per-instruction records a collect (tools.cupti.SassCou
   reset    the configuration unset and set again, then B collected
   reinit   the profiler API deinitialized and initialized, the configuration set again, then B collected
 
-    python scripts/probe_sass_counts.py [--json OUT]
+On the H200 (2026-12-03): A 92 records, every later step 0 (reset and reinit: SetConfig answers
+OUT_OF_MEMORY). The worker's path differs: its range profiler runs a session before every SASS-metrics
+collect. `--range-first` runs one range-profiler session (one pass, one range around a launch of A)
+before the counter exists and another between the collects of A and B. `--evaluations N`: the worker's
+own path, the dead_bulk_copy credit fixture (tests/credit_fixtures.py: plain bulk copies in the module)
+evaluated N times in one worker, printing whether each workload's exact counts came back.
+
+    python scripts/probe_sass_counts.py [--range-first] [--evaluations N] [--json OUT]
 """
 from __future__ import annotations
 
@@ -28,7 +35,11 @@ sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument("--range-first", action="store_true")
+    ap.add_argument("--evaluations", type=int, default=0)
     args = ap.parse_args()
+    if args.evaluations:
+        return evaluations(args.evaluations, args.json)
     import torch
     import test_sass_counts_gpu as t
 
@@ -53,10 +64,26 @@ def main() -> int:
         print(f"{name:>8}: {out[name]}", flush=True)
 
     a = Module(cubin)
-    counter = cupti.SassCounter()
     run = lambda m: (lambda: t._launch(m, src, sink, tmap, 0))  # noqa: E731
+
+    def range_session(m) -> int:
+        prof = cupti.RangeProfiler(["smsp__inst_executed.sum"], replay="user")
+
+        def one_pass(i, ranged):
+            with ranged():
+                t._launch(m, src, sink, tmap, 0)
+        try:
+            return len(prof.profile_passes(one_pass, "probe"))
+        finally:
+            prof.close()
+
+    if args.range_first:
+        step("range", lambda: range_session(a))
+    counter = cupti.SassCounter()
     step("A", lambda: len(counter.collect(run(a))))
     b = Module(cubin)
+    if args.range_first:
+        step("range B", lambda: range_session(b))
     step("B", lambda: len(counter.collect(run(b))))
     step("A again", lambda: len(counter.collect(run(a))))
     c = Module(other.cubin)
@@ -100,6 +127,33 @@ def main() -> int:
     step("reinit", reinit)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def evaluations(n: int, json_out: str | None) -> int:
+    """The worker's path: the dead_bulk_copy fixture evaluated n times in one worker (same cubin)."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import credit_fixtures as fx
+
+    from tools.evaluator import Evaluator
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp, Evaluator(cache_dir=Path(tmp) / "cache") as ev:
+        sol = fx.FIXTURES["dead_bulk_copy"](Path(tmp) / "sol")
+        for k in range(n):
+            r = ev.evaluate(sol, fx.TASK, "sm_90a", workloads="visible", executed_check=True)
+            for x in r.workloads:
+                launch = ((x.credit or {}).get("launches") or [{}])[0]
+                row = {"evaluation": k + 1, "workload": x.workload, "exact_runs": (x.credit or {}).get("exact_runs"),
+                       "opcodes": launch.get("opcodes"), "missing": launch.get("opcodes_missing"),
+                       "tma_carries": (r.executed.carries or {}).get("tma") if r.executed else None,
+                       "counted_runs_s": r.phase_s.get("counted_runs")}
+                out.append(row)
+                print(json.dumps(row), flush=True)
+    if json_out:
+        Path(json_out).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 
