@@ -98,3 +98,21 @@ def test_a_gpu_that_never_drains_is_a_timeout_not_a_silent_wait():
     assert not fatal and result["credit"]["status"] == "pending"
     reply, fatal = counted.run_pending(state)
     assert fatal and next(iter(reply["failed"].values()))["reason"] == "timeout", reply["failed"]
+
+
+def test_with_hardware_counters_only_every_pass_counts_a_timed_run():
+    """The check's metrics are hardware counters only (4 passes on GH100, none SASS-patched): each pass
+    counts a run of the timed sequence in its own stretch, no run follows the timed ones, nothing is
+    instrumented, and no counted run is the check's own cost (only CUPTI's and the padding)."""
+    from tools import credit as rules, cupti
+
+    assert not [m for m in rules.credit_metrics() if cupti.is_sass_patched(m)]
+    state = CountedState(gemm, passes=4, instrumented=())
+    result, reply = _op(state)
+    credit = next(iter(reply["credits"].values()))
+    assert credit["status"] == "ran" and credit["passes"] == 4 and len(credit["counted_pairs"]) == 4, credit
+    assert len(credit["run_ms"]) == 4 and credit["instrumented_ms"] == [] and len(credit["push_pop_ms"]) == 4
+    assert sorted(credit["counted_pairs"]) == credit["counted_pairs"] and len(set(credit["counted_pairs"])) == 4
+    assert state.passes_counted() == [0, 1, 2, 3]  # (the spacing itself is the H200's to measure: gaps_ms)
+    parts = reply["cost_parts"]
+    assert parts["instrumented_run"] == 0.0 and parts["untimed_runs"] == 0.0
