@@ -60,13 +60,18 @@ def row(task: str, arm: str, ev, wall: float) -> dict:
         wls[x.workload] = {
             "status": x.status, "speedup": x.speedup, "timed_runs": x.timed_runs, "warmup": x.warmup_runs,
             "timed_s": round(x.phase_s.get("timed", 0.0), 4), "judge_s": round(x.phase_s.get("judge", 0.0), 4),
-            "median_ms": x.timing.median_ms if x.timing else None, "padded_runs": c.get("padded_runs", 0),
+            "median_ms": x.timing.median_ms if x.timing else None, "cv": x.timing.cv if x.timing else None,
+            "iqr_ms": x.timing.iqr_ms if x.timing else None, "counted_pairs": c.get("counted_pairs"),
+            "tie_notes": None, "padded_runs": c.get("padded_runs", 0),
             "padding_s": c.get("padding_s"),
             "push_pop_ms": c.get("push_pop_ms"), "pass_s": c.get("pass_s"), "own_s": c.get("own_s"),
             "run_ms": c.get("run_ms"), "instrumented_ms": c.get("instrumented_ms"), "gaps_ms": c.get("gaps_ms"),
             "pass_start_stop_s": c.get("pass_start_stop_s"), "profile_phase_s": c.get("profile_phase_s"),
             "metrics": (c.get("launches") or [{}])[0].get("metrics")}
     work = {w.workload: w.work for w in (ev.executed.workloads if ev.executed else [])}
+    for w in (ev.executed.workloads if ev.executed else []):  # why a workload withheld credit (the tie ...)
+        if w.workload in wls and w.notes:
+            wls[w.workload]["tie_notes"] = w.notes
     return {"task": task, "arm": arm, "wall_s": round(wall, 3), "phases": phases, "correct": ev.correct,
             "correct_with_arch": ev.correct_with_arch,
             "counted_parts": {k.split(".", 1)[1]: round(v, 4) for k, v in ev.phase_s.items()
