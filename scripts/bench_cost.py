@@ -6,7 +6,9 @@ none) then warm (the same Evaluator again), credit on, all workloads, on this ma
                                  [--modes cold,warm] [--share-worker] [--budget-s 200] [--out DIR] [--json]
 
 Phases (agent/cost.py): compile, inspect_wait, queue_wait, worker_start, seeded_checks,
-library_setup, timed_pairs, judging, counted_runs (the credit op; by pass in the JSON),
+library_setup, timed_pairs, judging, counted_runs (the credit op; by pass in the JSON, and by part: where
+the counted runs' cost went, tools.counted.COST_PARTS, in the table's last columns and the JSON's
+`counted_parts`, with each workload's padded runs and CUPTI push/pop times in `counted_detail`),
 executed_other, other_gpu. Each row also gives the workloads' timing stops (planned / interval /
 cap: tools.timing) and the verdict. --budget-s: no evaluation starts once the next one (estimated
 from the last of that task and mode) would end past it, so the bench fits one device call; rows it did
@@ -44,10 +46,30 @@ def counted_by_pass(ev) -> list[float]:
     return [round(x, 3) for x in by]
 
 
+def counted_parts(ev) -> dict[str, float]:
+    """Where the counted runs' cost went (tools.counted.COST_PARTS, seconds), from the evaluation's phase_s."""
+    return {k.split(".", 1)[1]: round(v, 4) for k, v in ev.phase_s.items() if k.startswith("counted_runs.")}
+
+
+def counted_detail(ev) -> dict:
+    """Per workload: its padded runs, CUPTI's push and pop around each counted run (ms), its own
+    counted-run seconds; and each pass's Start and Stop (s)."""
+    out: dict = {}
+    for w in ev.workloads:
+        c = w.credit or {}
+        if c.get("pass_start_stop_s"):
+            out["pass_start_stop_s"] = c["pass_start_stop_s"]
+        out[w.workload] = {"padded_runs": c.get("padded_runs", 0), "push_pop_ms": c.get("push_pop_ms"),
+                           "own_s": c.get("own_s"), "run_ms": c.get("run_ms"),
+                           "instrumented_ms": c.get("instrumented_ms"), "timed_runs": w.timed_runs}
+    return out
+
+
 def row_of(task: str, kind: str, mode: str, ev, wall: float) -> dict:
     phases = evaluation_phases(ev)
     return {"task": task, "solution": kind, "mode": mode, "wall_s": round(wall, 2), "gpu_s": round(gpu_seconds(phases), 2),
-            "phases": phases, "counted_by_pass": counted_by_pass(ev), "correct": ev.correct,
+            "phases": phases, "counted_by_pass": counted_by_pass(ev), "counted_parts": counted_parts(ev),
+            "counted_detail": counted_detail(ev), "correct": ev.correct,
             "correct_with_arch": ev.correct_with_arch, "speedup": ev.speedup,
             "executed": ev.executed.reason if ev.executed else None,
             "workloads": [{"workload": w.workload, "status": w.status, "reason": w.reason, "speedup": w.speedup,
@@ -58,15 +80,24 @@ def row_of(task: str, kind: str, mode: str, ev, wall: float) -> dict:
 
 
 def markdown(rows: list[dict], skipped: list[str], gpu: str | None) -> str:
+    from tools.counted import COST_PARTS
+
     cols = [SHORT[p] for p in PHASES]
     lines = [f"GPU: {gpu}", "", "| task | solution | mode | wall s | GPU s | " + " | ".join(cols) +
              " | counted by pass | stops | verdict |", "|---" * (8 + len(cols)) + "|"]
+    parts = [r for r in rows if r.get("counted_parts")]
     for r in rows:
         stops = ",".join(f"{w['stop'] or '-'}{w['timed']}" for w in r["workloads"])
         verdict = "cwa" if r["correct_with_arch"] else ("correct" if r["correct"] else f"correct={r['correct']}")
         lines.append(f"| {r['task']} | {r['solution']} | {r['mode']} | {r['wall_s']:.1f} | {r['gpu_s']:.1f} | " +
                      " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES) +
                      f" | {'/'.join(f'{x:.2f}' for x in r['counted_by_pass']) or '-'} | {stops} | {verdict} |")
+    if parts:  # where the counted runs' cost went
+        lines += ["", "| task | solution | mode | counted | " + " | ".join(COST_PARTS) + " |",
+                  "|---" * (4 + len(COST_PARTS)) + "|"]
+        for r in parts:
+            lines.append(f"| {r['task']} | {r['solution']} | {r['mode']} | {r['phases']['counted_runs']:.3f} | " +
+                         " | ".join(f"{r['counted_parts'].get(k, 0.0):.3f}" for k in COST_PARTS) + " |")
     if skipped:
         lines += ["", "not run (budget): " + ", ".join(skipped)]
     return "\n".join(lines) + "\n"
@@ -150,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = rows[-1]
                 print(f"[cost] {label}: {wall:.1f} s (GPU {r['gpu_s']:.1f} s) " +
                       " ".join(f"{SHORT[k]}={v:.2f}" for k, v in r["phases"].items() if v >= 0.005) +
-                      f" stops={[w['stop'] for w in r['workloads']]} cwa={r['correct_with_arch']}",
+                      f" stops={[w['stop'] for w in r['workloads']]} cwa={r['correct_with_arch']}"
+                      f" counted parts={r['counted_parts']}",
                       file=sys.stderr, flush=True)
                 save()
             if ev_ctx is not None and not args.share_worker:

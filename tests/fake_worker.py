@@ -64,7 +64,9 @@ def main() -> int:
                 failed[next(iter(pending))] = wrong
             if m == "held_out_wrong":
                 failed.update({name: wrong for name in pending if name in held_out})
-            write_msg(out, {"op": "credits", "credits": pending, "failed": failed, "fatal": False, "seconds": 0.1})
+            parts = {"padding": 0.03, "cupti": 0.02, "pass_boundaries": 0.01, "instrumented_run": 0.02, "other": 0.0}
+            write_msg(out, {"op": "credits", "credits": pending, "failed": failed, "fatal": False, "seconds": 0.1,
+                            "cost_parts": parts})
             pending = {}
             continue
         runs += 1

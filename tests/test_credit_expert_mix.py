@@ -1,15 +1,17 @@
 """How near the "wgmma does >= 90% of all math" rule (tools.credit.WGMMA_MIN_OF_ALL_MATH) the shipped
-experts stand once every integer instruction is charged as a multiply-add, estimated from their
-SASS without a GPU (the H200 measures it: tests/gpu/test_credit_gpu.py prints each workload's
-`work`).
+experts stand once every instruction of the FMA, ALU, FP64 and XU pipes is charged as a multiply-add
+(tools.credit.SIMT_FLOP_METRICS: hardware pipe counters), estimated from their SASS without a GPU (the
+H200 measures it: tests/gpu/test_credit_gpu.py prints each workload's `work`).
 
 The estimate is a bound that leans against the expert: every instruction of a kernel that issues
 wgmma is taken to run once per pass of its main loop, by all 32 lanes of every warp, predicates
 ignored; the prologue, the epilogue and the producer warp's code (which run far less often than the
-loop that holds the wgmma) are counted as if they ran as often. Integer here is wider than CUPTI's
-integer class: bit operations (LOP3, SHF, PRMT, ...) are charged too. Each HGMMA m64nNk16 in a
-warp's code is a quarter of its warpgroup's 2*64*N*16 FLOPs (a QGMMA m64nNk32: 2*64*N*32). Measured on the five experts
-(2026-12-03): 97.5-97.7% of all math with integers charged, 98.6-99.5% without; the rule needs 90%."""
+loop that holds the wgmma) are counted as if they ran as often. Every instruction that is not memory,
+control, tensor-pipe or uniform-datapath is taken to run on one of the charged pipes (moves, compares,
+conversions and MUFU included) at 2 FLOPs a lane, fp16 ones (HFMA2 ...) 4 more. Each HGMMA m64nNk16 in a
+warp's code is a quarter of its warpgroup's 2*64*N*16 FLOPs (a QGMMA m64nNk32: 2*64*N*32). Measured on the
+shipped experts (2026-12-03, evening): 92.9-95.7% of all math with every pipe charged (97.5-97.7% with the
+SASS integer class only, 98.6-99.5% with float math only); the rule needs 90%."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,12 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERTS = sorted({(p.parent / "kernel.cu").read_text(): p.parent.parent.name  # the first of equals
                   for p in sorted((ROOT / "tasks").glob("*/expert/launch.json"), reverse=True)
                   if "wgmma" in get_task(p.parent.parent.name).features_for("sm_90a")}.values())
-# every opcode of CUPTI's integer class we know of, plus the bit operations (charged too: a bound)
-INTEGER = {"IMAD", "IMUL", "IADD3", "IADD", "VIADD", "VIADDMNMX", "ISETP", "ICMP", "LEA", "IABS", "IMNMX", "VIMNMX",
-           "IDP", "IDP4A", "SEL", "LOP3", "SHF", "SHL", "SHR", "PRMT", "POPC", "FLO", "BMSK", "BREV", "SGXT"}
 FP = {"FFMA": 2, "FMUL": 1, "FADD": 1, "HFMA2": 4, "HMUL2": 2, "HADD2": 2, "DFMA": 2, "DMUL": 1, "DADD": 1}
+# instructions that run on none of the charged pipes: memory, control, tensor, the uniform datapath
+NOT_CHARGED = ("LD", "ST", "ATOM", "RED", "UTMA", "UBLKCP", "SYNCS", "BAR", "WARPSYNC", "BRA", "EXIT", "RET", "CALL",
+               "BSSY", "BSYNC", "NOP", "YIELD", "DEPBAR", "HGMMA", "QGMMA", "WARPGROUP", "U", "R2UR", "S2UR", "MEMBAR",
+               "FENCE", "ERRBAR", "CCTL", "ELECT", "ACQBULK", "BPT", "JMP", "BRX", "PREEXIT", "VOTEU", "R2B", "B2R",
+               "SETMAXREG", "NANOSLEEP")
+FP16 = ("HFMA2", "HMUL2", "HADD2", "HMNMX2", "HSETP2", "HSET2")
 # what the estimate may leave of the 10% the rule allows (the H200's measurement is the verdict)
-MIN_ESTIMATE = 0.95
+MIN_ESTIMATE = 0.92
 
 
 def _share(insns) -> tuple[float, float] | None:
@@ -46,13 +51,14 @@ def _share(insns) -> tuple[float, float] | None:
     if not wgmma:
         return None
     lanes = 32
-    integer = lanes * credit.SIMT_FLOP_METRICS[credit.INTEGER_METRIC] * sum(i.opcode in INTEGER for i in insns)
+    charged = [i.opcode for i in insns if not i.opcode.startswith(NOT_CHARGED)]
+    pipes = lanes * (2 * len(charged) + 4 * sum(op in FP16 for op in charged))
     fp = lanes * sum(FP.get(i.opcode, 0) for i in insns)
-    return wgmma / (wgmma + integer + fp), wgmma / (wgmma + fp)
+    return wgmma / (wgmma + pipes), wgmma / (wgmma + fp)
 
 
 @pytest.mark.parametrize("task", EXPERTS)
-def test_experts_keep_their_wgmma_share_with_integers_charged(task):
+def test_experts_keep_their_wgmma_share_with_every_pipe_charged(task):
     comp = compile_source((ROOT / "tasks" / task / "expert" / "kernel.cu").read_text(), "cuda", "sm_90a")
     assert comp.ok, comp.error
     try:

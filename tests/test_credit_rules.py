@@ -21,7 +21,7 @@ def counters(**kw) -> dict[str, float]:
     out.update({rules.GMMA_METRIC: gmma, rules.HMMA_INST_METRIC: gmma, rules.TENSOR_INST_METRIC: gmma,
                 rules.HGMMA_OPS_METRICS[0]: WORK.flops * 1.02, rules.TMA_INST_METRIC: 3e5,
                 rules.TMA_BYTES_METRIC: WORK.read_bytes * 3, rules.OTHER_READ_METRICS[0]: WORK.read_bytes * 0.01,
-                "smsp__sass_thread_inst_executed_op_integer_pred_on.sum": WORK.flops * 0.002})
+                rules.INTEGER_METRIC: WORK.flops * 0.002})
     out.update({k.replace("__dot__", "."): float(v) for k, v in kw.items()})
     return out
 
@@ -47,10 +47,13 @@ def test_an_honest_wgmma_tma_kernel_is_credited():
     ("HMMA", {rules.HMMA_INST_METRIC: 4e6 + 3e7, rules.TENSOR_INST_METRIC: 4e6 + 3e7}),
     # a tensor instruction of a class no counter names: the largest bound
     ("unnamed", {rules.TENSOR_INST_METRIC: 4e6 + 1e5}),
-    ("FFMA", {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": WORK.flops / 2}),
-    ("DFMA", {"smsp__sass_thread_inst_executed_op_dfma_pred_on.sum": WORK.flops / 2}),
-    ("HFMA2", {"smsp__sass_thread_inst_executed_op_hfma_pred_on.sum": WORK.flops / 4}),
-    ("integer", {"smsp__sass_thread_inst_executed_op_integer_pred_on.sum": WORK.flops / 2}),
+    # SIMT math, thread instructions by pipe (hardware counters, read on timed runs): FFMA/IMAD on
+    # the FMA pipes, DFMA on FP64, HFMA2 (the FMA pipes' fp16), integer and logic on the ALU, the XU
+    ("FFMA", {"sm__thread_inst_executed_pipe_fma_pred_on.sum": WORK.flops / 2}),
+    ("DFMA", {"sm__thread_inst_executed_pipe_fp64_pred_on.sum": WORK.flops / 2}),
+    ("HFMA2", {"sm__thread_inst_executed_pipe_fma_type_fp16_pred_on.sum": WORK.flops / 4}),
+    ("integer", {"sm__thread_inst_executed_pipe_alu_pred_on.sum": WORK.flops / 2}),
+    ("XU", {"sm__thread_inst_executed_pipe_xu_pred_on.sum": WORK.flops / 2}),
 ])
 def test_math_on_any_other_pipe_withholds_wgmma_credit(what, extra):
     """wgmma did the task's FLOPs (on zeroed tiles, say) while the product came from another pipe:
@@ -171,13 +174,22 @@ def test_exact_count_sites_only_where_a_bulk_load_may_run():
 
 
 def test_a_missing_counter_is_not_measured_and_refuses():
-    for m in (rules.DMMA_OPS_METRIC, rules.IMMA_INST_METRIC, "smsp__sass_thread_inst_executed_op_integer_pred_on.sum"):
+    for m in (rules.DMMA_OPS_METRIC, rules.IMMA_INST_METRIC, rules.INTEGER_METRIC, *rules.SIMT_FLOP_METRICS):
         metrics = counters()
         del metrics[m]
         assert credit(metrics).carries["wgmma"] is False, m
-    metrics = counters()
-    del metrics[rules.OTHER_READ_METRICS[1]]
-    assert credit(metrics).carries["tma"] is False
+    for m in (*rules.OTHER_READ_METRICS, rules.LDGSTS_INST_METRIC):
+        metrics = counters()
+        del metrics[m]
+        assert credit(metrics).carries["tma"] is False, m
+
+
+def test_the_check_reads_hardware_counters_only():
+    """Every metric the in-process check reads is a hardware counter (no SASS-patched metric): each
+    pass is a stretch of timed runs, none runs instrumented code (issue 42 item 7's cost)."""
+    from tools.cupti import is_sass_patched
+
+    assert not [m for m in rules.credit_metrics() if is_sass_patched(m)]
 
 
 def test_counting_is_one_object():

@@ -14,7 +14,8 @@ from tools.credit import TaskWork, verdict, work_metrics
 
 TMA = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
 LDG = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
-LDGSTS = "sm__sass_data_bytes_mem_global_op_ldgsts.sum"
+LDGSTS = "smsp__inst_executed_op_ldgsts.sum"  # warp instructions, each charged its most bytes
+PER = ncu.LDGSTS_BYTES_PER_INST  # 32 lanes x 16 bytes
 ATOM = "l1tex__t_bytes_pipe_lsu_mem_global_op_atom.sum"
 HGMMA = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum"
 # The seed GEMM's work at M=8192 (N=7168, K=5120, bf16): what its credit is judged against.
@@ -36,11 +37,11 @@ def tma_verdict(features: list[str], *rows: dict[str, str]):
 
 def test_both_non_tma_read_paths_are_collected_and_summed():
     """The two read paths the rule names are among the metrics every profiler pass collects."""
-    assert set(ncu.OTHER_READ_METRICS) == {LDG, LDGSTS, ATOM}
+    assert set(ncu.OTHER_READ_METRICS) == {LDG, ATOM} and ncu.LDGSTS_INST_METRIC == LDGSTS and PER == 512
     assert {LDG, LDGSTS, ATOM} <= set(ncu.credit_metrics())
     assert {LDG, LDGSTS, ATOM} <= set(ncu.WORK_METRICS)
     m = work_metrics([row(**{TMA: 1.0, LDG: 3.0, LDGSTS: 5.0, ATOM: 13.0}), row(**{TMA: 2.0, LDG: 7.0, LDGSTS: 11.0})])
-    assert m["other_read_bytes"] == 3.0 + 5.0 + 13.0 + 7.0 + 11.0  # every launch, every path
+    assert m["other_read_bytes"] == 3.0 + 5.0 * PER + 13.0 + 7.0 + 11.0 * PER  # every launch, every path
     assert m["tma_bytes"] == 3.0
 
 
@@ -48,7 +49,8 @@ def test_both_non_tma_read_paths_are_collected_and_summed():
 def test_a_kernel_streaming_its_input_by_one_path_beside_tma_keeps_no_tma_credit(path):
     """TMA loaded the whole input once, and the kernel re-read it 3x more by LDG or by cp.async:
     either way TMA did not carry the reads (the cap beside an MMA is 2x the input bytes)."""
-    ex = tma_verdict(["wgmma", "tma"], row(**{HGMMA: WORK.flops, TMA: WORK.read_bytes, path: 3 * WORK.read_bytes}))
+    reread = 3 * WORK.read_bytes / (PER if path == LDGSTS else 1)
+    ex = tma_verdict(["wgmma", "tma"], row(**{HGMMA: WORK.flops, TMA: WORK.read_bytes, path: reread}))
     assert ex.carries == {"wgmma": True, "tma": False}
     assert ex.notes["tma"] == ("3.0x the task's input bytes were read from global memory outside tensor-map "
                                "loads (LDG, atomics, cp.async, bulk copies; at most 2x)")
@@ -60,16 +62,18 @@ def test_the_caps_hold_at_equality_and_fail_one_byte_past():
     instruction (memory-bound: each input byte is read once, so most must come by TMA). The two
     paths split the bytes, so only their sum reaches the cap."""
     cap = ncu.TMA_MAX_OTHER_READS * WORK.read_bytes
-    at = {HGMMA: WORK.flops, TMA: WORK.read_bytes, LDG: cap / 4, LDGSTS: cap * 3 / 4}
+    at = {HGMMA: WORK.flops, TMA: WORK.read_bytes, LDG: cap / 4, LDGSTS: cap * 3 / 4 / PER}
     assert tma_verdict(["wgmma", "tma"], row(**at)).carries["tma"] is True
-    past = {**at, LDGSTS: cap * 3 / 4 + 1}
+    past = {**at, LDG: cap / 4 + 1}
+    assert tma_verdict(["wgmma", "tma"], row(**past)).carries["tma"] is False
+    past = {**at, LDGSTS: cap * 3 / 4 / PER + 1}  # one cp.async warp instruction more
     assert tma_verdict(["wgmma", "tma"], row(**past)).carries["tma"] is False
     low = ncu.TMA_MAX_OTHER_READS_NO_MMA * WORK.read_bytes
-    at = {TMA: WORK.read_bytes, LDG: low / 2, LDGSTS: low / 2}
+    at = {TMA: WORK.read_bytes, LDG: low / 2, LDGSTS: low / 2 / PER}
     assert tma_verdict(["tma"], row(**at)).carries["tma"] is True
-    assert tma_verdict(["tma"], row(**{**at, LDGSTS: low / 2 + 1})).carries["tma"] is False
+    assert tma_verdict(["tma"], row(**{**at, LDG: low / 2 + 1})).carries["tma"] is False
     # the no-MMA cap applies only where no MMA feature is asked for
-    assert tma_verdict(["tma", "mbarrier"], row(**{**at, LDGSTS: low})).carries["tma"] is False
+    assert tma_verdict(["tma", "mbarrier"], row(**{**at, LDGSTS: low / PER})).carries["tma"] is False
 
 
 def test_an_unmeasured_read_path_withholds_credit():

@@ -14,7 +14,7 @@ from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_res
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
 COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
-PUSH_POP_S = 0.0006  # CUPTI's range push, and its pop, in a hardware pass: host seconds (H200, probe_started_pass)
+PUSH_POP_S = 0.0008  # CUPTI's own part of a range push, and of its pop, once the GPU has drained: host seconds (H200: 0.6-1.2 ms)
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 # The counted runs' wall-time bound per evaluation (issue 43). Before each counted run, the time they
 # have taken so far plus what that run may take (its workload's timed median; on a SASS-patched pass
@@ -22,6 +22,15 @@ INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many tim
 # executed check is skipped with the figures (never passed): a slow kernel's evaluation ends instead of
 # running its instrumented pass for minutes. The experts' counted runs take 0.5-1.3 s on the H200.
 COUNTED_CAP_S = 30.0
+# Where the counted runs' cost goes (run_pending's `cost_parts`, seconds per evaluation; the evaluation's
+# ExecutedCheck.phase_s and scripts/bench_cost.py report them): the padding of the timed runs (CUPTI's push
+# and pop matched on every other candidate run), CUPTI's set-up, decode and disable, its Start and Stop at
+# each pass boundary, counted runs made outside a timed phase (lead runs, a hardware pass whose phase ended
+# early), the SASS-patched pass's runs, the exact-count runs (SASS metrics, counter set-up included), the
+# timed phases' results computed at the op (TimedPhase.finish), the kept modules and workspaces let go
+# (unload, restore), the host work between a stretch's pairs outside the phases' own time, and the rest.
+COST_PARTS = ("padding", "cupti", "pass_boundaries", "untimed_runs", "instrumented_run", "exact_count_run",
+              "phase_finish", "between_pairs", "release", "other")
 
 
 @dataclass
@@ -58,7 +67,9 @@ class Counted:
     counted_pairs: list | None = None
     stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
     timed_s: float = 0.0  # its timed phase's own seconds
-    pad_s: float = 0.0  # of which its runs' padding (the check's cost, not the phase's)
+    pad_s: float = 0.0  # of which its runs' padding the GPU waited for (the check's cost, not the phase's)
+    pad_hidden_s: float = 0.0  # and the padding it did not wait for: spent while it ran earlier work (no one's cost)
+    finish_s: float = 0.0  # its phase's result computed at the op (TimedPhase.finish): the check's cost
 
 
 def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float,
@@ -135,7 +146,7 @@ class _OverCap(Exception):
     """The next counted run could end past COUNTED_CAP_S: the passes stop, nothing is counted."""
 
 
-def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] | None = None) -> None:
+def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] | None = None) -> dict[str, float]:
     """The counted runs of `entries`, all in one session of CUPTI's user replay: one run of each
     workload per pass, in order, each inside its workload's own range. Each run is prepared and
     timed as a timed run is (fresh inputs from the workload's secret credit seed, outputs
@@ -155,7 +166,9 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
     (timed_stretch). That counted run is a timed run: prepared, spaced, timed and judged as its
     neighbours are, so nothing a kernel can see of it (the pause before it, its place, the time
     of day) sets it apart from the runs whose median is reported. Only the SASS-patched pass's run
-    comes after the timed runs, as before."""
+    comes after the timed runs, as before.
+
+    Returns where the check's own time went (COST_PARTS, seconds; run_pending adds release and other)."""
     from tasks.generators import generate_inputs
     from tasks.sampled import has_sampler, rows_for
     from tools.cupti import CuptiError
@@ -167,6 +180,7 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         e.out["status"], e.out["reason"] = "failed", None  # "ran" once CUPTI's counts are in
     instrumented = set(getattr(profiler, "instrumented_passes", ()))
     clock = time.perf_counter
+    spent = dict.fromkeys(COST_PARTS, 0.0)
 
     def prepare(e: Counted, seed: int) -> None:
         e.ws.load_inputs(generate_inputs(e.task, e.axes, seed, device=state.device, fast=True))
@@ -191,48 +205,81 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
                               else ")"))
 
     for e in entries:  # uncounted runs first, where the workload was not timed and judged
+        t0 = clock()
         for _ in range(e.lead):
             prepare(e, e.rng.getrandbits(31))
             gated_run(side(e), state)
             state.wait(e.limit)
+        spent["untimed_runs"] += clock() - t0
 
     hardware = [i for i in range(profiler.passes) if i not in instrumented]
-    # CUPTI's range push and pop are host work before and after a counted run (about 0.6 ms each
-    # on the H200): every other candidate run of a timed phase in the session waits as long at the
-    # same two places (padded), so the pause before a counted run is a timed run's pause. The
-    # costs are measured on each counted run; until the first, the H200's.
+    # CUPTI's range push and pop, before and after a counted run, each first wait for the GPU to
+    # run everything queued (H200, 2026-12-03: push 0.7-68 ms, pop 0.7-38 ms, growing with the
+    # inputs, the library's run and the kernel queued before them), then do CUPTI's own work (about
+    # 0.6-1 ms). So every run in the session, counted or not, first waits for the GPU (drain), and
+    # every other candidate run of a timed phase then waits as long as CUPTI's own part took on the
+    # last counted run (padded): the pause before a counted run is a timed run's pause, whatever was
+    # queued. Measured after the drain on each counted run; until the first, the H200's.
     cost = {"push": PUSH_POP_S, "pop": PUSH_POP_S}
 
-    def spin(seconds: float) -> None:
-        end = clock() + seconds
-        while clock() < end:
-            pass
+    def busy() -> bool:
+        """Whether the GPU still has work queued on the runs' stream (a host query, no stream op)."""
+        query = getattr(state, "stream_busy", None)
+        return bool(query()) if query is not None else False
+
+    def spin(seconds: float) -> float:
+        """Wait `seconds` on the host; returns how much of it the GPU sat idle (the check's cost): a
+        wait that ends while the GPU still runs what came before it (the inputs and the L2 flush
+        before the launch, the run itself after it) delays neither the run nor the next host step,
+        which would have waited for the GPU anyway (up to the tens of µs the host takes to issue)."""
+        t0 = clock()
+        end, idle_from = t0 + seconds, None
+        while (now := clock()) < end:
+            if idle_from is None and not busy():  # a host query: the kernel cannot see it
+                idle_from = now
+        return 0.0 if idle_from is None else end - idle_from
+
+    def drain(e: Counted) -> None:
+        """Wait until the GPU has run everything queued (a host query, polled: nothing is
+        enqueued), as CUPTI's push and pop do first; KernelTimeout past the workload's limit."""
+        end = clock() + e.limit
+        while busy():
+            if clock() > end:
+                raise KernelTimeout(f"the GPU did not finish within {e.limit:.0f} s")
 
     def counted_range(e: Counted, ranged):
         @contextlib.contextmanager
         def ranged_and_measured():
+            drain(e)
             t0 = clock()
             with ranged(e.label):
                 cost["push"] = clock() - t0
                 yield
+                drain(e)
                 t1 = clock()
             cost["pop"] = clock() - t1
+            e.out.setdefault("push_pop_ms", []).append([round(cost["push"] * 1e3, 4), round(cost["pop"] * 1e3, 4)])
         return ranged_and_measured
 
     def padding(e: Counted):
         @contextlib.contextmanager
         def padded():
-            spin(cost["push"])
+            push, pop = cost["push"], cost["pop"]
+            drain(e)
+            idle = spin(push)
             yield
-            spin(cost["pop"])
-            e.pad_s += cost["push"] + cost["pop"]
+            drain(e)
+            idle += spin(pop)
+            e.pad_s += idle  # only what the GPU waited for is the check's cost (`pad_s`)
+            e.pad_hidden_s += push + pop - idle
             e.out["padded_runs"] = e.out.get("padded_runs", 0) + 1
         return padded
 
-    def counted_run(e: Counted, k: int, patched: bool, around) -> object:
+    def counted_run(e: Counted, k: int, patched: bool, around, part: str | None = None) -> object:
         """e's counted run k (0-based, after its lead runs): prepared, run inside `around` (a function
         that calls its argument under the profiler and returns what the profiler gives back), timed
-        and judged. Returns what `around` returned."""
+        and judged; its seconds go to `part` of the cost (by default the instrumented or an untimed
+        hardware pass's). Returns what `around` returned."""
         t0 = clock()
         seed = e.rng.getrandbits(31)
         prepare(e, seed)
@@ -262,17 +309,24 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             except Failed as f:  # the workload fails; the passes go on while another one is counted
                 e.failed = f
         e.seconds += clock() - t0
+        spent[part or ("instrumented_run" if patched else "untimed_runs")] += clock() - t0
         # where a counted run's cost goes: prepare (inputs, poison, flush), run (range, gate, wait), judge
         e.out.setdefault("pass_s", []).append([round(t1 - t0, 4), round(t2 - t1, 4), round(clock() - t2, 4)])
         return got
 
     def run_pass(i: int, ranged) -> None:
         for e in entries:
-            if e.phase is not None and i in hardware and e.failed is None and timed_stretch(
-                    e, hardware.index(i), len(hardware), ranged):
-                if all(x.failed is not None for x in entries):
+            if e.phase is not None and i in hardware and e.failed is None:
+                t0, own = clock(), e.phase.seconds
+                in_phase = timed_stretch(e, hardware.index(i), len(hardware), ranged)
+                # the stretch's wall time outside its phase's own (the pairs, the padding included)
+                spent["between_pairs"] += max(0.0, clock() - t0 - (e.phase.seconds - own))
+                if not in_phase:
+                    pass  # the phase ended before its counted pair: this pass counts a run after it
+                elif all(x.failed is not None for x in entries):
                     raise _NothingLeft
-                continue
+                else:
+                    continue
             within_cap(e, i)
 
             def around(run, wait, e=e):
@@ -350,10 +404,12 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         while e.at is not None:
             advance(e)
         if e.failed is None and e.times is not None:
+            t0 = clock()
             try:
                 e.phase.finish(e.times)
             except Failed as f:
                 e.failed = f
+            e.finish_s += clock() - t0
 
     t0 = clock()
     try:
@@ -362,23 +418,27 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         for e in entries:
             e.out["reason"] = str(exc)[:400]
             finish(e)
-        return
+        return spent
     except _NothingLeft:
         for e in entries:
             e.out["reason"] = "not counted: its counted run answered wrong"
             finish(e)
-        return
+        return spent
     except _OverCap as exc:  # a cost bound, not the candidate's fault: skipped, never passed
         for e in entries:
             e.out["status"], e.out["reason"] = "skipped", str(exc)
             finish(e)
-        return
+        return spent
     finally:
         total = round(clock() - t0, 4)
         parts = {k: round(v, 4) for k, v in (getattr(profiler, "last_phase_s", None) or {}).items()}
         stops = list(getattr(profiler, "last_stops", None) or [])  # CUPTI's own pass bookkeeping, recorded
+        bounds = [list(x) for x in (getattr(profiler, "last_pass_s", None) or [])]  # each pass's Start, Stop
+        spent["cupti"] += sum(parts.get(k, 0.0) for k in ("setup", "decode", "disable"))
+        spent["pass_boundaries"] += sum(sum(x) for x in bounds)
         for e in entries:
             e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
+                         pass_start_stop_s=[[round(a, 4), round(b, 4)] for a, b in bounds],
                          own_s=round(e.seconds, 4),
                          gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else [], e.released))
     for e in entries:
@@ -391,10 +451,12 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         e.out["launches"] = [{"name": got.name, "metrics": got.metrics}]
     if sites:
         exact_counts(state, [e for e in entries if e.out["status"] == "ran" and e.failed is None], sites, counted_run,
-                     int(getattr(profiler, "passes", 0)))
+                     int(getattr(profiler, "passes", 0)), spent)
+    return spent
 
 
-def exact_counts(state, entries: list[Counted], sites: dict[str, dict[int, str]], counted_run, k: int) -> None:
+def exact_counts(state, entries: list[Counted], sites: dict[str, dict[int, str]], counted_run, k: int,
+                 spent: dict[str, float] | None = None) -> None:
     """Issue 42, item 4: the executions of each instruction at `sites` (tools.credit.exact_count_sites:
     every TMA-pipe instruction of the launched kernels, where a plain bulk load may run beside
     tensor-map loads, which no hardware counter tells apart), on one more counted run per workload
@@ -402,22 +464,27 @@ def exact_counts(state, entries: list[Counted], sites: dict[str, dict[int, str]]
     pass: ungated, timed and never tied, judged). Each workload's launch gets `opcodes` (full opcode
     -> warp-level executions) or, where a site had no record or CUPTI refused, `opcodes_missing`:
     then the module's SASS decides, and it holds a bulk load (refused). tools.credit ties the sum
-    to the hardware passes' TMA instruction count."""
+    to the hardware passes' TMA instruction count. `spent`: the cost parts (counted_run adds each
+    run; the counter's set-up is added here)."""
     from tools.cupti import CuptiError, opcode_counts
 
     if not entries:
         return
+    t0 = time.perf_counter()
     try:
         counter = state.sass_counter()
     except CuptiError as exc:
         for e in entries:
             e.out["launches"][0]["opcodes_missing"] = [f"CUPTI: {exc}"[:300]]
         return
+    finally:
+        if spent is not None:
+            spent["exact_count_run"] += time.perf_counter() - t0
     for e in entries:
         def around(run, wait):
             return counter.collect(lambda: (run(), wait()))
         try:
-            records = counted_run(e, k, True, around)
+            records = counted_run(e, k, True, around, "exact_count_run")
         except CuptiError as exc:  # (a hang or a dead context propagates: fatal, as in the passes)
             e.out["launches"][0]["opcodes_missing"] = [f"CUPTI: {exc}"[:300]]
             continue
@@ -436,9 +503,10 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
     `credits` (workload -> its credit dict), `failed` (workload -> reason, detail, outputs: a
     counted or timed run answered wrong, or hung), `results` (workload -> its whole
     WorkloadResult, for the workloads timed here), `timed_s` (the timed phases' own seconds) and
-    `seconds`. `sites` (the op's sass_sites, pc offsets as strings in JSON): the instructions
-    counted one by one (exact_counts). count=False (the SASS made the counts needless): the timed
-    phases only, nothing counted."""
+    `seconds`, and `cost_parts` (COST_PARTS: where the op's time beyond `timed_s` went; `other` is
+    what no part names). `sites` (the op's sass_sites, pc offsets as strings in JSON): the
+    instructions counted one by one (exact_counts). count=False (the SASS made the counts needless):
+    the timed phases only, nothing counted."""
     from tools.launch import CudaError
     from tools.timing import KernelTimeout
 
@@ -446,10 +514,11 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
     reply: dict = {"op": "credits", "credits": {}, "failed": {}, "results": {}}
     fatal = False
     t0 = time.perf_counter()
+    spent = dict.fromkeys(COST_PARTS, 0.0)
     try:
         if entries and count:
-            run_counted(state, entries, {fn: {int(off): op for off, op in at.items()} for fn, at in sites.items()}
-                        if sites else None)
+            spent = run_counted(state, entries, {fn: {int(off): op for off, op in at.items()}
+                                                 for fn, at in sites.items()} if sites else None) or spent
         elif entries:
             time_uncounted(state, entries)
     except (KernelTimeout, CudaError):  # run_counted named the workload whose run it was
@@ -459,6 +528,7 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
             e.out["status"] = "failed"
             e.out["reason"] = e.out["reason"] or f"not counted: {culprit}'s run ended the session"
     finally:
+        t1 = time.perf_counter()
         for e in entries:  # the kept modules and workspaces go now (the context may be dead: best effort)
             if e.module is not None and not fatal:
                 with contextlib.suppress(Exception):
@@ -466,6 +536,9 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
             e.module = e.ws = e.bound = None
             if e.phase is not None:  # its library goes too (the results are taken from e.result)
                 e.timed_s, e.phase = e.phase.seconds - e.pad_s, None
+            if e.out.get("padded_runs"):
+                e.out["padding_s"] = [round(e.pad_s, 4), round(e.pad_hidden_s, 4)]  # waited for, hidden
+        spent["release"] += time.perf_counter() - t1
     for e in entries:
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
@@ -480,9 +553,16 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
                 e.result.detail = f"the timed runs did not finish in the executed check's session: {e.out.get('reason')}"
             e.result.credit = e.out
             reply["results"][e.workload] = e.result.model_dump(mode="json")
+    for e in entries:
+        spent["padding"] += e.pad_s
+        spent["phase_finish"] += e.finish_s
     reply["timed_s"] = sum(e.timed_s for e in entries)
+    t1 = time.perf_counter()
     fatal = fatal or must_restart(state, "the counted runs")
+    spent["release"] += time.perf_counter() - t1
     reply["seconds"] = time.perf_counter() - t0
+    spent["other"] = max(0.0, reply["seconds"] - reply["timed_s"] - sum(v for k, v in spent.items() if k != "other"))
+    reply["cost_parts"] = {k: round(v, 4) for k, v in spent.items()}
     return reply, fatal
 
 

@@ -8,8 +8,8 @@ classes together the rule takes the side that refuses credit:
 - math: wgmma's FLOPs (HGMMA ops by source; fp8 ops only where no warp-level MMA ran) against
   all the math the kernels did: every other tensor-pipe instruction (DMMA by its FP64 ops; HMMA,
   QMMA, IMMA, BMMA, IGMMA and any tensor instruction no counter names, bounded from above by the
-  most ops such an instruction can do) and every SIMT floating-point and integer instruction
-  (thread-level counts; every integer instruction taken as a multiply-add);
+  most ops such an instruction can do) and every thread instruction of the FMA, ALU, FP64 and XU
+  pipes (hardware counters, read on timed runs; each taken as a multiply-add, fp16 ones as two);
 - reads: TMA's bytes count only where they are tensor-map loads. The TMA byte counter also counts
   plain bulk copies from global memory (cp.async.bulk, UBLKCP.S.G): where one executed on the counted
   run (exact per-opcode counts: CUPTI's SASS metrics in process, `exact_count_sites`; Nsight Compute's
@@ -58,18 +58,23 @@ FLOPS_PER_OP = 1.0  # the ops metrics count FLOPs: 601.3e9 on the expert GEMM at
 MMA_SYNC_MAX_FLOPS = 8192.0
 IMMA_MAX_FLOPS = float(2 * 64 * 256 * 256 // 4)
 HFMA2_MMA_FLOPS = 128.0
-# SIMT math, thread-level instruction counts (SASS-patched) with FLOPs per instruction: an FFMA is
-# 2, an HFMA2 4; every integer instruction counts as a multiply-add (2), since the counter does
-# not tell IMAD from IADD3 (and IDP4A does 8: a bound that needs no list, docs/METHODOLOGY.md).
+# SIMT math: thread instructions by the pipe that executed them (hardware counters, so they are read
+# on the timed runs themselves: no SASS-patched pass), every one charged as a multiply-add (2 FLOPs):
+# the FMA pipes (FFMA, FMUL, FADD, IMAD, HFMA2 ...), the ALU (integer add, logic, shifts, compares,
+# min/max ...), FP64 (DFMA ...) and XU (transcendentals, conversions, the rest). The FMA pipes' fp16
+# instructions (HFMA2: two lanes, 4 FLOPs) are charged 4 more on top, whether or not the FMA count
+# holds them: the side that refuses. No list of opcodes: an instruction that can do arithmetic runs
+# on one of these pipes, and an FFMA or an integer add is charged as what it can do at most (IDP4A,
+# 8, is the one exception; it is the ALU's, 4x less than a byte-wise product needs instructions).
 SIMT_FLOP_METRICS = {
-    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 2.0, "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1.0,
-    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 1.0, "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum": 4.0,
-    "smsp__sass_thread_inst_executed_op_hmul_pred_on.sum": 2.0, "smsp__sass_thread_inst_executed_op_hadd_pred_on.sum": 2.0,
-    "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum": 2.0, "smsp__sass_thread_inst_executed_op_dmul_pred_on.sum": 1.0,
-    "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum": 1.0,
-    "smsp__sass_thread_inst_executed_op_integer_pred_on.sum": 2.0,
+    "sm__thread_inst_executed_pipe_fma_pred_on.sum": 2.0,
+    "sm__thread_inst_executed_pipe_fma_type_fp16_pred_on.sum": 4.0,
+    "sm__thread_inst_executed_pipe_alu_pred_on.sum": 2.0,
+    "sm__thread_inst_executed_pipe_fp64_pred_on.sum": 2.0,
+    "sm__thread_inst_executed_pipe_xu_pred_on.sum": 2.0,
 }
-INTEGER_METRIC = "smsp__sass_thread_inst_executed_op_integer_pred_on.sum"
+# what WorkloadCredit.work reports as `integer_flops`: the ALU pipe's share (integer, logic, compares)
+INTEGER_METRIC = "sm__thread_inst_executed_pipe_alu_pred_on.sum"
 # The derived sums a workload's credit keeps (WorkloadCredit.work): what a reader needs to see how
 # near each limit an honest kernel stands (docs/METHODOLOGY.md's margins come from these).
 WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math",
@@ -80,8 +85,11 @@ TENSOR_INST_METRICS = (TENSOR_INST_METRIC, HMMA_INST_METRIC, HFMA2_MMA_INST_METR
 # bytes read from global memory any other way: LDG and generic loads (LSU), atomics that return
 # data, cp.async's LDGSTS. Texture/surface reads: counted by instruction (no byte counter fits).
 TMA_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
-OTHER_READ_METRICS = ("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_global_op_atom.sum",
-                      "sm__sass_data_bytes_mem_global_op_ldgsts.sum")
+OTHER_READ_METRICS = ("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_global_op_atom.sum")
+# cp.async (LDGSTS) reads: no hardware byte counter covers both its cached and its bypassing form, so
+# each executed warp instruction is charged the most it can copy, 32 lanes x 16 bytes
+LDGSTS_INST_METRIC = "smsp__inst_executed_op_ldgsts.sum"
+LDGSTS_BYTES_PER_INST = 32 * 16
 TEX_INST_METRIC = "sm__inst_executed_pipe_tex.sum"  # TEX, TLD, SULD, SUATOM, ...
 # The texture pipe's reads have no byte counter that separates them, so each warp-level instruction
 # is charged the most it can read: 32 lanes x 8 texels (a trilinear fetch) x 16 bytes. A kernel that
@@ -90,10 +98,11 @@ TEX_INST_METRIC = "sm__inst_executed_pipe_tex.sum"  # TEX, TLD, SULD, SUATOM, ..
 TEX_BYTES_PER_INST = 32 * 8 * 16
 DURATION_METRIC = "gpu__time_duration.sum"  # ns per launch (Nsight Compute): ties the profiled run to the timed ones
 WORK_METRICS = (GMMA_METRIC, *HGMMA_OPS_METRICS, FP8_OPS_METRIC, DMMA_OPS_METRIC, *TENSOR_INST_METRICS, *SIMT_FLOP_METRICS,
-                TMA_BYTES_METRIC, *OTHER_READ_METRICS, TEX_INST_METRIC, DURATION_METRIC)
+                TMA_BYTES_METRIC, *OTHER_READ_METRICS, LDGSTS_INST_METRIC, TEX_INST_METRIC, DURATION_METRIC)
 FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": (TMA_INST_METRIC,)}
-# What the in-process check reads: 3 passes on GH100 (2 hardware, 1 SASS-patched; CUPTI's host
-# API says so without a GPU, tests/test_credit.py), one counted run each.
+# What the in-process check reads: 4 passes on GH100, hardware counters only (CUPTI's host API says
+# so without a GPU, tests/test_cupti_user_replay.py), one counted run each, every one a timed run:
+# no pass runs SASS-patched code (which a kernel could sense, 2.6-49x slower, after the timed runs).
 CUPTI_METRICS = tuple(dict.fromkeys((GMMA_METRIC, TMA_INST_METRIC, *WORK_METRICS)))
 # The module's SASS facts a row may carry (counter_rows): whether it holds a plain bulk copy.
 SASS_BULK_COPY = "sass:bulk_copy"
@@ -368,10 +377,11 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
             out["bulk_copy"] = 1.0
         else:
             out["tma_bytes"] = out[TMA_BYTES_METRIC]
-    if have(OTHER_READ_METRICS) and have([TMA_BYTES_METRIC]):
+    if have(OTHER_READ_METRICS) and have([TMA_BYTES_METRIC, LDGSTS_INST_METRIC]):
         # TMA bytes that may be plain bulk copies are other reads: never TMA's, always counted
         lumped = 0.0 if "tma_bytes" in out else out[TMA_BYTES_METRIC]
-        out["other_read_bytes"] = sum(out[m] for m in OTHER_READ_METRICS) + lumped
+        out["other_read_bytes"] = (sum(out[m] for m in OTHER_READ_METRICS) + lumped
+                                   + out[LDGSTS_INST_METRIC] * LDGSTS_BYTES_PER_INST)
     if out.get(TEX_INST_METRIC, 0.0) > 0:
         out["tex_reads"] = out[TEX_INST_METRIC]
         if "other_read_bytes" in out:  # no byte counter fits them: each charged the most one can read

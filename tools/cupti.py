@@ -274,6 +274,7 @@ class RangeProfiler:
         # never granted (tests/gpu/test_credit_gpu.py's honest experts would show it).
         self.instrumented_passes = (self.passes - 1,) if any(is_sass_patched(m) for m in self.metrics) else ()
         self.last_phase_s: dict[str, float] = {}
+        self.last_pass_s: list[list[float]] = []  # profile_passes: host seconds of each pass's Start and Stop
 
     def _enable(self):
         """The range profiler object and its counter data image. `keep_enabled` keeps them across
@@ -393,11 +394,14 @@ class RangeProfiler:
         t0 = clock()
         phase: dict[str, float] = {}
         self.last_stops: list[list[int]] = []  # per pass: (pass index, nesting level, all passes submitted)
+        self.last_pass_s: list[list[float]] = []  # per pass: host seconds of CUPTI's Start and of its Stop
         try:
             obj, data = self._configure(USER_RANGE, USER_REPLAY)
             t1 = clock()
             for i in range(self.passes):  # NVIDIA's range_profiling sample: one SetConfig, Start..Stop per pass
+                ts = clock()
                 _call("cuptiRangeProfilerStart", RPObject(pRangeProfilerObject=obj))
+                self.last_pass_s.append([clock() - ts, 0.0])
                 seen: list[str] = []
                 try:
                     run_pass(i, lambda label=None: self._ranged(obj, label or name, seen))
@@ -406,7 +410,9 @@ class RangeProfiler:
                         _call("cuptiRangeProfilerStop", Stop(pRangeProfilerObject=obj))
                     raise
                 stop = Stop(pRangeProfilerObject=obj)
+                ts = clock()
                 _call("cuptiRangeProfilerStop", stop)
+                self.last_pass_s[-1][1] = clock() - ts
                 self.last_stops.append([int(stop.passIndex), int(stop.targetNestingLevel),
                                         int(stop.isAllPassSubmitted)])
                 if not seen:

@@ -623,7 +623,12 @@ class Evaluator:
                     stop = f"not run: workload {x.workload} ended with {x.reason} in its counted runs"
         # the op also ran the workloads' timed phases (their counted runs are timed runs): those are
         # the workloads' own time (phase_s["timed"]), not the check's
-        res.phase_s["counted_runs"] = max(0.0, _time.perf_counter() - t0 - float(reply.get("timed_s") or 0.0))
+        wall = _time.perf_counter() - t0
+        res.phase_s["counted_runs"] = max(0.0, wall - float(reply.get("timed_s") or 0.0))
+        # where that went (tools.counted.COST_PARTS); the round trip beyond the worker's own seconds is `other`
+        for part, seconds in (reply.get("cost_parts") or {}).items():
+            res.phase_s[f"counted_runs.{part}"] = float(seconds) + (
+                max(0.0, wall - float(reply.get("seconds") or wall)) if part == "other" else 0.0)
         return stop
 
     def _drop_counted_runs(self, w: WorkerHandle, res: EvalResult) -> None:
@@ -683,7 +688,8 @@ class Evaluator:
             ex = combine(features, credits)
             # the credit op's wall time (every workload's counted runs, CUPTI's session included; 0
             # where the evaluation stopped before it)
-            ex.phase_s = {"counted_runs": round(res.phase_s.get("counted_runs", 0.0), 3)}
+            ex.phase_s = {k: round(v, 4 if "." in k else 3) for k, v in res.phase_s.items() if k.startswith("counted_runs")}
+            ex.phase_s.setdefault("counted_runs", 0.0)
         elif in_process and credit is None:  # CUPTI cannot run here: Nsight Compute counts instead
             credit = counting.process = ncu.CreditProcess(features, self._workers[0].env_without_device,
                                                           self.ncu_timeout_s)

@@ -294,7 +294,8 @@ class ExecutedCheck(BaseModel):
     # visible workload's
     workloads: list[WorkloadCredit] = Field(default_factory=list)
     # where the check's wall time went after the timed runs: runs (the profiled process, from the
-    # hand-over to its end), worker_ready (its start-up, overlapped with the evaluation), import
+    # hand-over to its end), worker_ready (its start-up, overlapped with the evaluation), import;
+    # in process: counted_runs and counted_runs.<part> (tools.counted.COST_PARTS)
     phase_s: dict[str, float] = Field(default_factory=dict)
 
 
@@ -329,7 +330,8 @@ class EvalResult(BaseModel):
     # workloads (every worker round trip), inspect_wait (SASS inspection left after the runs it
     # overlaps), executed (the ncu pass), sanitize, worker_start (the GPU's worker started, or
     # found up), queue_wait (waiting for the GPU another evaluation held), counted_runs (the
-    # credit op, inside workloads); agent/cost.py reads them
+    # credit op less its timed phases, inside workloads) and counted_runs.<part> (where that went:
+    # tools.counted.COST_PARTS); agent/cost.py reads them
     phase_s: dict[str, float] = Field(default_factory=dict)
     # the GPU side failed, not the candidate (a worker that cannot start on a GPU machine, a
     # worker error); the toolchain's faults are compile.infra_error and inspect.infra_error

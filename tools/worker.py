@@ -252,6 +252,14 @@ class State:
 
         wait_idle(limit_s)
 
+    def stream_busy(self) -> bool:
+        """Whether the GPU has unfinished work on the runs' stream (a host query: nothing is enqueued)."""
+        from cuda.bindings import driver as d
+
+        res = d.cuStreamQuery(d.CUstream(0))
+        err = res[0] if isinstance(res, tuple) else res
+        return err == d.CUresult.CUDA_ERROR_NOT_READY
+
     def event(self):
         import torch
 

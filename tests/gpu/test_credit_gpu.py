@@ -85,9 +85,10 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
     assert len(r.executed.workloads) == len(r.workloads) and all(w.status == "ok" for w in r.executed.workloads)
     requested = get_task(task).features_for("sm_90a")
     assert requested and all(w.carries == {f: True for f in requested} for w in r.executed.workloads), r.executed.notes
-    # in process: one counted run per hardware pass, each tied to the timed median; the SASS-patched pass apart
-    assert all(w.counted_from is not None and w.run_ms and w.instrumented_ms for w in r.executed.workloads), \
-        r.executed.workloads
+    # in process: one counted run per pass, each a timed run tied to the timed median; no pass runs
+    # SASS-patched code (the check reads hardware counters only)
+    assert all(w.counted_from is not None and len(w.run_ms) >= 2 and not w.instrumented_ms
+               for w in r.executed.workloads), r.executed.workloads
     assert r.correct_with_arch is True
     # one profiler session for the evaluation: every workload counted in it
     assert {(x.credit or {}).get("workloads_counted") for x in r.workloads} == {len(r.workloads)}
@@ -212,7 +213,7 @@ def test_sensing_the_pause_before_the_counted_runs_earns_nothing(evaluator, tmp_
     r = _fixture(evaluator, tmp_path, "gap_sensing")
     gaps = r.workloads[0].credit["gaps_ms"]
     # the hardware passes' counted runs: no longer than the longest gap between timed runs
-    assert gaps["counted_beyond_timed"] is not None and gaps["counted_beyond_timed"] <= 1, gaps  # 1: the instrumented run
+    assert gaps["counted_beyond_timed"] == 0, gaps  # every pass counts a timed run (no instrumented run after them)
     _credited(r)
     assert r.correct is True, show(r)
     assert r.correct_with_arch is False, r.executed.workloads
