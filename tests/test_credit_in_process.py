@@ -912,3 +912,47 @@ def test_the_cap_counts_what_the_counted_runs_already_took(monkeypatch, timed):
         assert all(r["timing"] for r in reply["results"].values())
     else:
         assert state.counted == []
+
+
+# ---------------------------------------------------------------- the tie after the pair's own library run
+
+def test_a_counted_run_slowed_with_its_pairs_library_run_stays_tied():
+    """The GPU's state slows both runs of a pair alike (the bwd expert at S=8192 on the H200: 1.13x
+    the timed median with its library run as slow): corrected by its own pair's library run, the
+    counted run is the timed kernel. A counted run slower than its pair's library explains stays
+    refused, and the correction never exceeds PAIR_CORRECTION_MAX."""
+    lib_median = 2.0
+    slowed = rules.pair_corrected([1.13], [2.26], lib_median)  # both sides 13% slow in that pair
+    assert slowed == [1.0]
+    credit = {**_counted([1.0, 1.13, 1.0], counted_from=2), "tie_ms": rules.pair_corrected([1.0, 1.13, 1.0],
+                                                                                      [2.0, 2.26, None], lib_median)}
+    wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
+    assert wc.carries["wgmma"] is True and wc.run_ms == [1.0, 1.13, 1.0] and wc.tie_ms == [1.0, 1.0, 1.0]
+
+    alone = {**credit, "tie_ms": rules.pair_corrected([1.0, 1.13, 1.0], [2.0, 2.0, None], lib_median)}
+    wc = rules.credit_in_process(META, alone, ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
+    assert wc.carries["wgmma"] is False
+    assert wc.notes["wgmma"].startswith("counted run 3's kernels took 1.13 ms (after its pair's library run)")
+
+    # a library run 3x its median is a spike: it buys the counted run at most PAIR_CORRECTION_MAX
+    spiked = rules.pair_corrected([1.5], [6.0], lib_median)
+    assert spiked == [round(1.5 / rules.PAIR_CORRECTION_MAX, 5)]
+    wc = rules.credit_in_process(META, {**_counted([1.5], counted_from=2), "tie_ms": spiked}, ["wgmma"], WORK, 1.0,
+                                 module_opcodes=NO_BULK)
+    assert wc.carries["wgmma"] is False
+    # and a pair whose library ran fast corrects the counted run up, not only down
+    assert rules.pair_corrected([1.0], [1.8], lib_median) == [round(1.0 * 2.0 / 1.8, 5)]
+
+
+def test_the_worker_records_each_counted_pairs_library_run():
+    """End to end through the timed pairs: every counted run has its pair's library time beside it
+    (None where no library ran beside it: this CPU stand-in has none), and without a library median
+    the worker hands the tie nothing to correct with (tie_ms absent: the raw times are tied)."""
+    honest = {m: v for m, v in HONEST.items() if m in rules.credit_metrics()}
+    state = CountedState(gemm, metrics_of=lambda counted: honest, ms_of=lambda i: 1.0)
+    result, _ = with_counted_runs(state, request(8, timing_seed=8))
+    credit = result["credit"]
+    assert len(credit["pair_library_ms"]) == len(credit["run_ms"]) == 2
+    assert credit["pair_library_ms"] == [None, None] and "tie_ms" not in credit
+    wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
+    assert wc.tie_ms == [] and wc.carries["wgmma"] is True

@@ -9,6 +9,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from tools.credit import pair_corrected
 from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
@@ -301,6 +302,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         t2 = clock()
         start, end = times[0]
         (e.out["instrumented_ms"] if patched else e.out["run_ms"]).append(round(start.elapsed_time(end), 5))
+        if not patched:
+            e.out.setdefault("pair_library_ms", []).append(None)  # a run outside the timed pairs: no library beside it
         if e.judge and e.failed is None:
             rows = max(SAMPLED_ROWS, rows_for(e.task))
             try:
@@ -385,6 +388,9 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         advance(e)  # the counted pair, judged by the timed phase's judge as every pair is
         start, end = e.phase.candidate.last
         e.out["run_ms"].append(round(start.elapsed_time(end), 5))
+        library = e.phase.baseline  # the same pair's library run: what the GPU's state did to both sides
+        e.out.setdefault("pair_library_ms", []).append(
+            round(library.last[0].elapsed_time(library.last[1]), 5) if library is not None and library.last else None)
         e.released.append(e.phase.candidate.released[-1])
         e.out.setdefault("pass_s", []).append([0.0, round(clock() - t0, 4), 0.0])  # a timed pair's own time
         # the stretch runs to its end (the last one: the phase's end), so the pass boundary after it
@@ -540,6 +546,9 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
                 e.out["padding_s"] = [round(e.pad_s, 4), round(e.pad_hidden_s, 4)]  # waited for, hidden
         spent["release"] += time.perf_counter() - t1
     for e in entries:
+        base = e.result.baseline if e.result is not None else None
+        if e.out.get("pair_library_ms") and base is not None and base.median_ms:
+            e.out["tie_ms"] = pair_corrected(e.out["run_ms"], e.out["pair_library_ms"], base.median_ms)
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
             reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [
