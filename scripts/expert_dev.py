@@ -114,6 +114,41 @@ _GDN_DECODE = {
     # one TMA load and mbarrier per warp's rows (the load box a quarter of the tile)
     "split": ({"SPLIT_TMA": 1}, _GDN_SPLIT),
 }
+
+
+def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0) -> tuple[dict, dict]:
+    """The persistent kernel gdn_decode_ring: every input of a tile through TMA, a ring of `stages`
+    tiles in flight per CTA, `per_sm` CTAs per SM, the tiles split evenly over the grid."""
+    tiles = f"(batch_size * num_v_heads * head_size // {rows})"
+    per_cta = f"cdiv({tiles}, num_sms * {per_sm})"
+    stage_bytes = rows * 512 + 256 + 256 + 5 * 128  # kernel.cu's ring::STAGE_BYTES
+    rows_view = ["batch_size * num_v_heads * head_size", "head_size"]
+    maps = [
+        {"name": "tmState", "tensor": "state", "view": rows_view, "box": [rows, "head_size"], "l2_promotion": "256B"},
+        {"name": "tmNewState", "tensor": "new_state", "view": rows_view, "box": [rows, "head_size"]},
+        {"name": "tmQ", "tensor": "q", "view": ["batch_size * num_q_heads", "head_size"], "box": [1, "head_size"]},
+        {"name": "tmK", "tensor": "k", "view": ["batch_size * num_q_heads", "head_size"], "box": [1, "head_size"]},
+        {"name": "tmV", "tensor": "v", "view": ["batch_size * num_v_heads", "head_size"], "box": [1, rows]},
+        {"name": "tmA", "tensor": "a", "view": ["batch_size * num_v_heads"], "box": [8]},
+        {"name": "tmB", "tensor": "b", "view": ["batch_size * num_v_heads"], "box": [8]},
+        {"name": "tmAlog", "tensor": "A_log", "box": [4]},
+        {"name": "tmDt", "tensor": "dt_bias", "box": [4]},
+    ]
+    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store},
+            {"tensor_maps": maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"], "block": [128],
+             "shared_bytes": stages * stage_bytes + 128,
+             "args": ["tmState", "tmNewState", "tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt", "output",
+                      "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale"]})
+
+
+_GDN_DECODE.update({
+    "ring": _gdn_ring(),  # R=16, 4 stages, 3 CTAs per SM: 3 x 4 x 8 KiB in flight per SM
+    "ring_ts": _gdn_ring(tma_store=1),  # the same, new_state through TMA stores
+    "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
+    "ring_s6": _gdn_ring(16, 6, 2),  # R=16, 6 stages, 2 CTAs per SM
+    "ring_s2": _gdn_ring(16, 2, 6),  # R=16, 2 stages, 6 CTAs per SM
+    "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
+})
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,
     "gemm": {  # every gemm_n*_k* task (one kernel and manifest: scripts/gemm_experts.py)
@@ -161,10 +196,12 @@ def variant(task: str, name: str, into: Path) -> Solution:
                 if b["name"] in value:
                     v = value[b["name"]]
                     b.update(v if isinstance(v, dict) else {"shape": v})
-        elif key == "args":  # by-value arguments' expressions, by name
+        elif key == "args" and isinstance(value, dict):  # by-value arguments' expressions, by name
             for a in main["args"]:
                 if isinstance(a, dict) and a.get("name") in value:
                     a["value"] = value[a["name"]]
+        elif key == "tensor_maps":  # the whole list (a variant that loads more through TMA)
+            manifest["tensor_maps"] = value
         else:
             main[key] = value
     folder = into / name

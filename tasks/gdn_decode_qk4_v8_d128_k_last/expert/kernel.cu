@@ -191,3 +191,164 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
     }
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------------
+// gdn_decode_ring: a persistent form of the same step. Each CTA walks tiles blockIdx.x, +gridDim.x, ...
+// through a ring of RING_STAGES shared-memory stages, so a CTA always has the next tiles' loads in
+// flight while it updates one (no per-tile CTA launch, barrier set-up or descriptor fetch, and no
+// partial last wave: the manifest sizes the grid so every CTA gets the same number of tiles).
+// Everything a tile needs arrives by TMA on the stage's one mbarrier: the R x 128 state rows, the
+// head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs (a, b, A_log, dt_bias,
+// 16-byte boxes whose first element is the one needed), so a tile never waits on a plain load.
+// Layout: 8 lanes per row, lane c8 holding float4 columns c8, c8+8, c8+16, c8+24 of its row, so a
+// warp updates 4 rows at once and each dot product is reduced in 3 shuffle steps (not 5 per row): 6
+// shuffles per 4 rows instead of 40. Shared-memory reads stay conflict-free (each quarter-warp reads
+// 128 contiguous bytes of one row).
+#ifndef RING_ROWS
+#define RING_ROWS 16     // tile height R: 16, 32 or 64 (the manifest's boxes and tile count must match)
+#endif
+#ifndef RING_STAGES
+#define RING_STAGES 4    // tiles in flight per CTA
+#endif
+#ifndef RING_STORE_TMA
+#define RING_STORE_TMA 0 // 1: the updated tile is written back in place and sent by one TMA store
+#endif
+
+namespace ring {  // (enumerators, not constexpr variables: NVRTC would emit those as module globals)
+enum : int {
+    R = RING_ROWS, ST = RING_STAGES, TILE_BYTES = R * HEAD * 4,
+    // A stage: the state rows, then the side data, each at a 128-byte aligned offset (TMA destinations).
+    OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
+    OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
+    TX_BYTES = TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's loads deliver
+    TILES_PER_HEAD = HEAD / R, STEPS = R / 16,           // 4 warps x 4 rows per step
+};
+static_assert(R % 16 == 0 && HEAD % R == 0 && R * 2 <= 128, "RING_ROWS: 16, 32 or 64");
+static_assert(ST >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
+}  // namespace ring
+
+__device__ __forceinline__ float4 bf16x4_to_float4(uint2 w) {  // element 0 is the low half of w.x
+    return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                       __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+}
+__device__ __forceinline__ float bf16_at(const unsigned char* p) {
+    return __uint_as_float((unsigned)*reinterpret_cast<const unsigned short*>(p) << 16);
+}
+
+// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 128 threads;
+// dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
+extern "C" __global__ void __launch_bounds__(128)
+gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+                const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
+                const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmAlog,
+                const __grid_constant__ CUtensorMap tmDt,
+                __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
+                int num_q_heads, int num_v_heads, int num_tiles, float scale) {
+    using namespace ring;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long full[ST];
+    unsigned char* base = smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c8 = lane % 8;
+    const int G = gridDim.x;
+
+    // Thread 0: every load of `tile` into stage s, on that stage's barrier.
+    auto issue = [&](int tile, int s) {
+        unsigned char* st = base + s * STAGE_BYTES;
+        const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
+        const int h = bh % num_v_heads, n = bh / num_v_heads;
+        const int qk = n * num_q_heads + h / (num_v_heads / num_q_heads);  // the q/k row this value head reads
+        ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
+        ptxbench::tma_load_2d(st, &tmState, &full[s], 0, tile * R);
+        ptxbench::tma_load_2d(st + OFF_K, &tmK, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_Q, &tmQ, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_V, &tmV, &full[s], r0, bh);
+        ptxbench::tma_load_1d(st + OFF_A, &tmA, &full[s], bh);
+        ptxbench::tma_load_1d(st + OFF_B, &tmB, &full[s], bh);
+        ptxbench::tma_load_1d(st + OFF_ALOG, &tmAlog, &full[s], h);
+        ptxbench::tma_load_1d(st + OFF_DT, &tmDt, &full[s], h);
+    };
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; ++s) ptxbench::mbarrier_init(&full[s], 1);
+        ptxbench::mbarrier_init_fence();
+        for (int s = 0; s < ST && blockIdx.x + s * G < num_tiles; ++s) issue(blockIdx.x + s * G, s);
+    }
+    __syncthreads();  // the barriers are initialised
+
+    int it = 0;
+    for (int tile = blockIdx.x; tile < num_tiles; tile += G, ++it) {
+        const int s = it % ST;
+        unsigned char* st = base + s * STAGE_BYTES;
+        ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
+        const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
+
+        float4 kk[4], qq[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            kk[j] = bf16x4_to_float4(reinterpret_cast<const uint2*>(st + OFF_K)[c8 + 8 * j]);
+            qq[j] = bf16x4_to_float4(reinterpret_cast<const uint2*>(st + OFF_Q)[c8 + 8 * j]);
+        }
+        const float g = expf(-expf(*reinterpret_cast<const float*>(st + OFF_ALOG)) *
+                             softplus(bf16_at(st + OFF_A) + *reinterpret_cast<const float*>(st + OFF_DT)));
+        const float beta = 1.0f / (1.0f + expf(-bf16_at(st + OFF_B)));
+        float kq = dot4(kk[0], qq[0]) + dot4(kk[1], qq[1]) + dot4(kk[2], qq[2]) + dot4(kk[3], qq[3]);
+#pragma unroll
+        for (int o = 4; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);  // over the row's 8 lanes
+
+#pragma unroll
+        for (int step = 0; step < STEPS; ++step) {
+            const int row = warp * (R / 4) + step * 4 + lane / 8;  // row within the tile
+            float4* S = reinterpret_cast<float4*>(st) + row * (HEAD / 4);
+            float4 s4[4];
+            float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                s4[j] = S[c8 + 8 * j];
+                sk += dot4(s4[j], kk[j]);
+                sq += dot4(s4[j], qq[j]);
+            }
+#pragma unroll
+            for (int o = 4; o > 0; o /= 2) {
+                sk += __shfl_xor_sync(0xffffffffu, sk, o);
+                sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            }
+            const float delta = beta * (bf16_at(st + OFF_V + 2 * row) - g * sk);  // delta rule on the decayed state
+#if !RING_STORE_TMA
+            float4* S_out = reinterpret_cast<float4*>(new_state) + ((size_t)tile * R + row) * (HEAD / 4);
+#endif
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float4 u;  // S' = g S + delta k^T
+                u.x = fmaf(delta, kk[j].x, g * s4[j].x);
+                u.y = fmaf(delta, kk[j].y, g * s4[j].y);
+                u.z = fmaf(delta, kk[j].z, g * s4[j].z);
+                u.w = fmaf(delta, kk[j].w, g * s4[j].w);
+#if RING_STORE_TMA
+                S[c8 + 8 * j] = u;  // in place: only this lane touches this float4
+#else
+                S_out[c8 + 8 * j] = u;
+#endif
+            }
+            if (c8 == 0) output[(size_t)bh * HEAD + r0 + row] = __float2bfloat16(scale * fmaf(delta, kq, g * sq));
+        }
+#if RING_STORE_TMA
+        ptxbench::fence_proxy_async_smem();  // this thread's in-place writes, visible to the TMA unit
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            ptxbench::tma_store_2d(&tmNewState, st, 0, tile * R);
+            ptxbench::tma_store_commit();
+            if (it > 0) {  // refill the previous stage once its store has read it (this one's may still run)
+                ptxbench::tma_store_wait<1>();
+                if (tile - G + ST * G < num_tiles) issue(tile - G + ST * G, (it - 1) % ST);
+            }
+        }
+#else
+        __syncthreads();  // every thread is done with stage s
+        if (threadIdx.x == 0 && tile + ST * G < num_tiles) issue(tile + ST * G, s);
+#endif
+    }
+#if RING_STORE_TMA
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // stores done before exit
+#endif
+}
