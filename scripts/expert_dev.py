@@ -148,6 +148,11 @@ _GDN_DECODE.update({
     "ring_s6": _gdn_ring(16, 6, 2),  # R=16, 6 stages, 2 CTAs per SM
     "ring_s2": _gdn_ring(16, 2, 6),  # R=16, 2 stages, 6 CTAs per SM
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
+    # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
+    "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),
+    "ring_el": ({**_gdn_ring()[0], "RING_STORE_HINT": 1}, _gdn_ring()[1]),
+    "ring_efel": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1, "RING_STORE_HINT": 1}, _gdn_ring()[1]),
+    "ring_sef": ({**_gdn_ring()[0], "RING_STORE_HINT": 2}, _gdn_ring()[1]),
 })
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,

@@ -213,6 +213,9 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #ifndef RING_STORE_TMA
 #define RING_STORE_TMA 0 // 1: the updated tile is written back in place and sent by one TMA store
 #endif
+#ifndef RING_STORE_HINT
+#define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
+#endif
 
 namespace ring {  // (enumerators, not constexpr variables: NVRTC would emit those as module globals)
 enum : int {
@@ -251,6 +254,14 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
     unsigned char* base = smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c8 = lane % 8;
     const int G = gridDim.x;
+#if RING_STORE_HINT
+    unsigned long long store_policy;
+#if RING_STORE_HINT == 1
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(store_policy));
+#else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(store_policy));
+#endif
+#endif
 
     // Thread 0: every load of `tile` into stage s, on that stage's barrier.
     auto issue = [&](int tile, int s) {
@@ -259,7 +270,7 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         const int h = bh % num_v_heads, n = bh / num_v_heads;
         const int qk = n * num_q_heads + h / (num_v_heads / num_q_heads);  // the q/k row this value head reads
         ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
-        ptxbench::tma_load_2d(st, &tmState, &full[s], 0, tile * R);
+        load_tile(st, &tmState, &full[s], 0, tile * R);  // the state first: it needs no kernel argument
         ptxbench::tma_load_2d(st + OFF_K, &tmK, &full[s], 0, qk);
         ptxbench::tma_load_2d(st + OFF_Q, &tmQ, &full[s], 0, qk);
         ptxbench::tma_load_2d(st + OFF_V, &tmV, &full[s], r0, bh);
@@ -272,7 +283,8 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; ++s) ptxbench::mbarrier_init(&full[s], 1);
         ptxbench::mbarrier_init_fence();
-        for (int s = 0; s < ST && blockIdx.x + s * G < num_tiles; ++s) issue(blockIdx.x + s * G, s);
+        issue(blockIdx.x, 0);  // the grid is at most num_tiles: no argument is read before the first load
+        for (int s = 1; s < ST && blockIdx.x + s * G < num_tiles; ++s) issue(blockIdx.x + s * G, s);
     }
     __syncthreads();  // the barriers are initialised
 
@@ -326,6 +338,9 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
                 u.w = fmaf(delta, kk[j].w, g * s4[j].w);
 #if RING_STORE_TMA
                 S[c8 + 8 * j] = u;  // in place: only this lane touches this float4
+#elif RING_STORE_HINT
+                asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n"
+                             ::"l"(&S_out[c8 + 8 * j]), "f"(u.x), "f"(u.y), "f"(u.z), "f"(u.w), "l"(store_policy) : "memory");
 #else
                 S_out[c8 + 8 * j] = u;
 #endif
