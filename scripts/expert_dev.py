@@ -147,6 +147,8 @@ _GDN_DECODE.update({
     "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
     "ring_s6": _gdn_ring(16, 6, 2),  # R=16, 6 stages, 2 CTAs per SM
     "ring_s2": _gdn_ring(16, 2, 6),  # R=16, 2 stages, 6 CTAs per SM
+    "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM (the others: 96 KiB)
+    "ring_small": _gdn_ring(16, 2, 3),  # 48 KiB in flight per SM
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
     # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
     "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),
