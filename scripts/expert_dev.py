@@ -116,7 +116,7 @@ _GDN_DECODE = {
 }
 
 
-def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0) -> tuple[dict, dict]:
+def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0, warps: int = 4) -> tuple[dict, dict]:
     """The persistent kernel gdn_decode_ring: every input of a tile through TMA, a ring of `stages`
     tiles in flight per CTA, `per_sm` CTAs per SM, the tiles split evenly over the grid."""
     tiles = f"(batch_size * num_v_heads * head_size // {rows})"
@@ -134,8 +134,8 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
         {"name": "tmAlog", "tensor": "A_log", "box": [4]},
         {"name": "tmDt", "tensor": "dt_bias", "box": [4]},
     ]
-    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store},
-            {"tensor_maps": maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"], "block": [128],
+    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps},
+            {"tensor_maps": maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"], "block": [32 * warps],
              "shared_bytes": stages * stage_bytes + 128,
              "args": ["tmState", "tmNewState", "tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt", "output",
                       "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale"]})
@@ -147,6 +147,7 @@ _GDN_DECODE.update({
     "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
     "ring_s6": _gdn_ring(16, 6, 2),  # R=16, 6 stages, 2 CTAs per SM
     "ring_s2": _gdn_ring(16, 2, 6),  # R=16, 2 stages, 6 CTAs per SM
+    "ring8": _gdn_ring(8, 4, 6, warps=2),  # fla's tile height (4 KiB tiles), 2 warps: 128 CTAs at B=1 (qk4)
     "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM (the others: 96 KiB)
     "ring_small": _gdn_ring(16, 2, 3),  # 48 KiB in flight per SM
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone

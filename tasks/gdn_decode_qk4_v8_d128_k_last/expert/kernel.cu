@@ -205,7 +205,10 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 // shuffles per 4 rows instead of 40. Shared-memory reads stay conflict-free (each quarter-warp reads
 // 128 contiguous bytes of one row).
 #ifndef RING_ROWS
-#define RING_ROWS 16     // tile height R: 16, 32 or 64 (the manifest's boxes and tile count must match)
+#define RING_ROWS 16     // tile height R: 8 to 64, a multiple of 4 * RING_WARPS (the manifest's boxes and tile count match it)
+#endif
+#ifndef RING_WARPS
+#define RING_WARPS 4     // warps per CTA (the manifest's block is 32 * RING_WARPS)
 #endif
 #ifndef RING_STAGES
 #define RING_STAGES 4    // tiles in flight per CTA
@@ -224,9 +227,9 @@ enum : int {
     OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
     OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
     TX_BYTES = TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's loads deliver
-    TILES_PER_HEAD = HEAD / R, STEPS = R / 16,           // 4 warps x 4 rows per step
+    WARPS_R = RING_WARPS, TILES_PER_HEAD = HEAD / R, STEPS = R / (4 * WARPS_R),  // a warp updates 4 rows per step
 };
-static_assert(R % 16 == 0 && HEAD % R == 0 && R * 2 <= 128, "RING_ROWS: 16, 32 or 64");
+static_assert(R % (4 * WARPS_R) == 0 && HEAD % R == 0 && R >= 8 && R <= 64, "RING_ROWS: 8..64, a multiple of 4 * RING_WARPS");
 static_assert(ST >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
 }  // namespace ring
 
@@ -238,9 +241,9 @@ __device__ __forceinline__ float bf16_at(const unsigned char* p) {
     return __uint_as_float((unsigned)*reinterpret_cast<const unsigned short*>(p) << 16);
 }
 
-// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 128 threads;
+// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 32 * RING_WARPS threads;
 // dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
 gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
                 const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                 const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
@@ -310,7 +313,7 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 
 #pragma unroll
         for (int step = 0; step < STEPS; ++step) {
-            const int row = warp * (R / 4) + step * 4 + lane / 8;  // row within the tile
+            const int row = warp * (R / WARPS_R) + step * 4 + lane / 8;  // row within the tile
             float4* S = reinterpret_cast<float4*>(st) + row * (HEAD / 4);
             float4 s4[4];
             float sk = 0.0f, sq = 0.0f;
