@@ -129,10 +129,11 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
         {"name": "tmQ", "tensor": "q", "view": ["batch_size * num_q_heads", "head_size"], "box": [1, "head_size"]},
         {"name": "tmK", "tensor": "k", "view": ["batch_size * num_q_heads", "head_size"], "box": [1, "head_size"]},
         {"name": "tmV", "tensor": "v", "view": ["batch_size * num_v_heads", "head_size"], "box": [1, rows]},
-        {"name": "tmA", "tensor": "a", "view": ["batch_size * num_v_heads"], "box": [8]},
-        {"name": "tmB", "tensor": "b", "view": ["batch_size * num_v_heads"], "box": [8]},
-        {"name": "tmAlog", "tensor": "A_log", "box": [4]},
-        {"name": "tmDt", "tensor": "dt_bias", "box": [4]},
+        # the gate inputs as rows of 16 bytes (num_v_heads is a multiple of 8)
+        {"name": "tmA", "tensor": "a", "view": ["batch_size * num_v_heads // 8", 8], "box": [1, 8]},
+        {"name": "tmB", "tensor": "b", "view": ["batch_size * num_v_heads // 8", 8], "box": [1, 8]},
+        {"name": "tmAlog", "tensor": "A_log", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
+        {"name": "tmDt", "tensor": "dt_bias", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
     ]
     return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps},
             {"tensor_maps": maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"], "block": [32 * warps],

@@ -198,8 +198,8 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 // flight while it updates one (no per-tile CTA launch, barrier set-up or descriptor fetch, and no
 // partial last wave: the manifest sizes the grid so every CTA gets the same number of tiles).
 // Everything a tile needs arrives by TMA on the stage's one mbarrier: the R x 128 state rows, the
-// head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs (a, b, A_log, dt_bias,
-// 16-byte boxes whose first element is the one needed), so a tile never waits on a plain load.
+// head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs (a, b, A_log, dt_bias, viewed
+// as rows of 16 bytes: the row holding the one needed), so a tile never waits on a plain load.
 // Layout: 8 lanes per row, lane c8 holding float4 columns c8, c8+8, c8+16, c8+24 of its row, so a
 // warp updates 4 rows at once and each dot product is reduced in 3 shuffle steps (not 5 per row): 6
 // shuffles per 4 rows instead of 40. Shared-memory reads stay conflict-free (each quarter-warp reads
@@ -277,10 +277,11 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         ptxbench::tma_load_2d(st + OFF_K, &tmK, &full[s], 0, qk);
         ptxbench::tma_load_2d(st + OFF_Q, &tmQ, &full[s], 0, qk);
         ptxbench::tma_load_2d(st + OFF_V, &tmV, &full[s], r0, bh);
-        ptxbench::tma_load_1d(st + OFF_A, &tmA, &full[s], bh);
-        ptxbench::tma_load_1d(st + OFF_B, &tmB, &full[s], bh);
-        ptxbench::tma_load_1d(st + OFF_ALOG, &tmAlog, &full[s], h);
-        ptxbench::tma_load_1d(st + OFF_DT, &tmDt, &full[s], h);
+        // the gate inputs as rows of 16 bytes (a, b: [.., 8] bf16; A_log, dt_bias: [.., 4] fp32): the row holding each
+        ptxbench::tma_load_2d(st + OFF_A, &tmA, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_B, &tmB, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_ALOG, &tmAlog, &full[s], 0, h / 4);
+        ptxbench::tma_load_2d(st + OFF_DT, &tmDt, &full[s], 0, h / 4);
     };
 
     if (threadIdx.x == 0) {
@@ -304,9 +305,10 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
             kk[j] = bf16x4_to_float4(reinterpret_cast<const uint2*>(st + OFF_K)[c8 + 8 * j]);
             qq[j] = bf16x4_to_float4(reinterpret_cast<const uint2*>(st + OFF_Q)[c8 + 8 * j]);
         }
-        const float g = expf(-expf(*reinterpret_cast<const float*>(st + OFF_ALOG)) *
-                             softplus(bf16_at(st + OFF_A) + *reinterpret_cast<const float*>(st + OFF_DT)));
-        const float beta = 1.0f / (1.0f + expf(-bf16_at(st + OFF_B)));
+        const int h = bh % num_v_heads;
+        const float g = expf(-expf(reinterpret_cast<const float*>(st + OFF_ALOG)[h % 4]) *
+                             softplus(bf16_at(st + OFF_A + 2 * (bh % 8)) + reinterpret_cast<const float*>(st + OFF_DT)[h % 4]));
+        const float beta = 1.0f / (1.0f + expf(-bf16_at(st + OFF_B + 2 * (bh % 8))));
         float kq = dot4(kk[0], qq[0]) + dot4(kk[1], qq[1]) + dot4(kk[2], qq[2]) + dot4(kk[3], qq[3]);
 #pragma unroll
         for (int o = 4; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);  // over the row's 8 lanes
