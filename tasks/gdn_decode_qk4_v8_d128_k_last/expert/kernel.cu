@@ -1,9 +1,14 @@
 // Expert sm_90a Gated DeltaNet decode, head size 128, k-last fp32 state [batch, value head, V, K].
-// One kernel serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
+// One module serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
+// Two kernels: gdn_decode_ring (below the first; the one launch.json launches: a persistent grid with a
+// ring of TMA stages) and gdn_decode_tma (the first expert, one CTA per tile; kept for comparison as the
+// `tile` variant of scripts/expert_dev.py). NOTES.md has the numbers of both.
 //
 // The op is memory-bound: per (sequence, value head) it reads a 64 KiB fp32 state and writes 64 KiB
 // back; everything else (q, k, v, gates, output) is < 1% of the traffic. So the kernel is one pass
-// over the state at the bandwidth of the HBM (NOTES.md has the numbers):
+// over the state at the bandwidth of the HBM.
+//
+// gdn_decode_tma, one CTA per tile:
 //  - A CTA owns one tile of ROWS consecutive rows S[v0 .. v0+ROWS-1, :] of one head (ROWS from the
 //    manifest: 16 or 32, so small batches still spread over every SM). Rows are independent: row v's
 //    update needs only itself, k, q, v[v] and the head's gates.
@@ -211,7 +216,7 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #define RING_WARPS 4     // warps per CTA (the manifest's block is 32 * RING_WARPS)
 #endif
 #ifndef RING_STAGES
-#define RING_STAGES 4    // tiles in flight per CTA
+#define RING_STAGES 5    // tiles in flight per CTA (launch.json: 4 CTAs per SM, 5 x 9 KiB stages each)
 #endif
 #ifndef RING_STORE_TMA
 #define RING_STORE_TMA 0 // 1: the updated tile is written back in place and sent by one TMA store
