@@ -145,6 +145,7 @@ _GDN_DECODE = {
     "ring8": _gdn_ring(8, 4, 6, warps=2),  # fla's tile height (4 KiB tiles), 2 warps: 128 CTAs at B=1 (qk4)
     "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM: the shipped configuration, spelled out
     "ring_big_ts": _gdn_ring(16, 5, 4, tma_store=1),
+    "ring_chunk": ({**_gdn_ring(16, 5, 4)[0], "RING_CHUNKED": 1}, _gdn_ring(16, 5, 4)[1]),  # contiguous runs of tiles
     "ring_small": _gdn_ring(16, 2, 3),  # 48 KiB in flight per SM
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
     # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first

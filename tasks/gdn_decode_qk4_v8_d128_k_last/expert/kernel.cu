@@ -221,6 +221,9 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #ifndef RING_STORE_TMA
 #define RING_STORE_TMA 0 // 1: the updated tile is written back in place and sent by one TMA store
 #endif
+#ifndef RING_CHUNKED
+#define RING_CHUNKED 0   // 1: CTA b takes a contiguous run of tiles (b*n .. b*n+n-1), not b, b+G, b+2G, ...
+#endif
 #ifndef RING_STORE_HINT
 #define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
 #endif
@@ -262,6 +265,14 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
     unsigned char* base = smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c8 = lane % 8;
     const int G = gridDim.x;
+#if RING_CHUNKED
+    const int per = (num_tiles + G - 1) / G, first = blockIdx.x * per;
+    const int mine = min(per, num_tiles - first);  // >= 1: the manifest's grid is cdiv(num_tiles, per)
+    auto tile_of = [&](int i) { return first + i; };
+#else
+    const int mine = (num_tiles - 1 - (int)blockIdx.x) / G + 1;  // the grid is at most num_tiles
+    auto tile_of = [&](int i) { return (int)blockIdx.x + i * G; };
+#endif
 #if RING_STORE_HINT
     unsigned long long store_policy;
 #if RING_STORE_HINT == 1
@@ -292,13 +303,17 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; ++s) ptxbench::mbarrier_init(&full[s], 1);
         ptxbench::mbarrier_init_fence();
-        issue(blockIdx.x, 0);  // the grid is at most num_tiles: no argument is read before the first load
-        for (int s = 1; s < ST && blockIdx.x + s * G < num_tiles; ++s) issue(blockIdx.x + s * G, s);
+#if RING_CHUNKED
+        if (mine > 0) issue(tile_of(0), 0);
+#else
+        issue(blockIdx.x, 0);  // no kernel argument is read before the first load
+#endif
+        for (int s = 1; s < ST && s < mine; ++s) issue(tile_of(s), s);
     }
     __syncthreads();  // the barriers are initialised
 
-    int it = 0;
-    for (int tile = blockIdx.x; tile < num_tiles; tile += G, ++it) {
+    for (int it = 0; it < mine; ++it) {
+        const int tile = tile_of(it);
         const int s = it % ST;
         unsigned char* st = base + s * STAGE_BYTES;
         ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
@@ -365,12 +380,12 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
             ptxbench::tma_store_commit();
             if (it > 0) {  // refill the previous stage once its store has read it (this one's may still run)
                 ptxbench::tma_store_wait<1>();
-                if (tile - G + ST * G < num_tiles) issue(tile - G + ST * G, (it - 1) % ST);
+                if (it - 1 + ST < mine) issue(tile_of(it - 1 + ST), (it - 1) % ST);
             }
         }
 #else
         __syncthreads();  // every thread is done with stage s
-        if (threadIdx.x == 0 && tile + ST * G < num_tiles) issue(tile + ST * G, s);
+        if (threadIdx.x == 0 && it + ST < mine) issue(tile_of(it + ST), s);
 #endif
     }
 #if RING_STORE_TMA
