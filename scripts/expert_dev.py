@@ -87,32 +87,88 @@ _FP8 = {
 }
 
 
-def _gdn_rows(rows: int, warps: int = 4) -> dict:
-    """GDN decode with a fixed tile height (the shipped manifest picks 32 or 16 by the head count)."""
-    return {"box": {"tmState": [rows, "head_size"], "tmNewState": [rows, "head_size"]},
-            "grid": [f"batch_size * num_v_heads * (head_size // {rows})"], "block": [32 * warps],
-            "shared_bytes": rows * 512 + 128,
+# GDN decode. The shipped manifest launches gdn_decode_ring (a persistent grid, a ring of TMA stages);
+# `tile` and the variants built on it launch the first expert, gdn_decode_tma (one CTA per tile of 16 or
+# 32 rows), from the same kernel.cu.
+def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0, warps: int = 4) -> tuple[dict, dict]:
+    """The persistent kernel gdn_decode_ring: every input of a tile through TMA, a ring of `stages`
+    tiles in flight per CTA, `per_sm` CTAs per SM, the tiles split evenly over the grid."""
+    tiles = f"(batch_size * num_v_heads * head_size // {rows})"
+    per_cta = f"cdiv({tiles}, num_sms * {per_sm})"
+    stage_bytes = rows * 512 + 256 + 256 + 5 * 128  # kernel.cu's ring::STAGE_BYTES
+    rows_view = ["batch_size * num_v_heads * head_size", "head_size"]
+    maps = [
+        {"name": "tmState", "tensor": "state", "view": rows_view, "box": [rows, "head_size"], "l2_promotion": "256B"},
+        {"name": "tmNewState", "tensor": "new_state", "view": rows_view, "box": [rows, "head_size"]},
+        {"name": "tmQ", "tensor": "q", "view": ["batch_size * num_q_heads", "head_size"], "box": [1, "head_size"]},
+        {"name": "tmK", "tensor": "k", "view": ["batch_size * num_q_heads", "head_size"], "box": [1, "head_size"]},
+        {"name": "tmV", "tensor": "v", "view": ["batch_size * num_v_heads", "head_size"], "box": [1, rows]},
+        # the gate inputs as rows of 16 bytes (num_v_heads is a multiple of 8)
+        {"name": "tmA", "tensor": "a", "view": ["batch_size * num_v_heads // 8", 8], "box": [1, 8]},
+        {"name": "tmB", "tensor": "b", "view": ["batch_size * num_v_heads // 8", 8], "box": [1, 8]},
+        {"name": "tmAlog", "tensor": "A_log", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
+        {"name": "tmDt", "tensor": "dt_bias", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
+    ]
+    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps},
+            {"tensor_maps": maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"], "block": [32 * warps],
+             "shared_bytes": stages * stage_bytes + 128,
+             "args": ["tmState", "tmNewState", "tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt", "output",
+                      "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale"]})
+
+
+_TILE_ROWS = "(32 if batch_size * num_v_heads >= 256 else 16)"
+
+
+def _gdn_tile(rows: int | str = _TILE_ROWS, warps: int = 4, load_box: int | str | None = None) -> dict:
+    """The first expert, gdn_decode_tma: one CTA per tile of `rows` state rows (by default 32 from 256
+    heads up, else 16), one TMA load of `load_box` rows (default: the tile) per mbarrier."""
+    rows_view = ["batch_size * num_v_heads * head_size", "head_size"]
+    return {"tensor_maps": [
+                {"name": "tmState", "tensor": "state", "view": rows_view, "box": [load_box or rows, "head_size"],
+                 "l2_promotion": "256B"},
+                {"name": "tmNewState", "tensor": "new_state", "view": rows_view, "box": [rows, "head_size"]}],
+            "kernel": "gdn_decode_tma", "grid": [f"batch_size * num_v_heads * (head_size // {rows})"],
+            "block": [32 * warps], "shared_bytes": f"{rows} * 512 + 128",
             "args": ["tmState", "tmNewState", "q", "k", "v", "A_log", "a", "dt_bias", "b", "output", "new_state",
                      "num_q_heads", "num_v_heads", {"type": "i32", "value": str(rows)}, "scale"]}
 
 
-_GDN_SPLIT = {"box": {"tmState": ["(32 if batch_size * num_v_heads >= 256 else 16) // 4", "head_size"]}}
 _GDN_DECODE = {
-    "shipped": ({}, {}),  # tiles of 32 rows from 256 heads up, else 16
-    "r16": ({}, _gdn_rows(16)),
-    "r32": ({}, _gdn_rows(32)),
-    "r64": ({}, _gdn_rows(64)),
-    "cs": ({"STORE_CS": 1}, {}),  # new_state stored with st.global.cs
-    "tmastore": ({"STORE_TMA": 1}, {}),  # new_state through one TMA store per tile
-    "r64w8": ({"WARPS": 8}, _gdn_rows(64, 8)),
-    "r32w2": ({"WARPS": 2}, _gdn_rows(32, 2)),
-    "r8w2": ({"WARPS": 2}, _gdn_rows(8, 2)),  # fla's tile: 8 rows (4 KiB), here 2 warps
-    "ef": ({"LOAD_EVICT_FIRST": 1}, {}),  # state loads hinted L2 evict-first
-    "splitcs": ({"SPLIT_TMA": 1, "STORE_CS": 1}, _GDN_SPLIT),
-    "splitef": ({"SPLIT_TMA": 1, "LOAD_EVICT_FIRST": 1}, _GDN_SPLIT),
-    "split16": ({"SPLIT_TMA": 1}, {**_gdn_rows(16), "box": {"tmState": [4, "head_size"], "tmNewState": [16, "head_size"]}}),
+    "shipped": ({}, {}),  # gdn_decode_ring, kernel.cu's defaults: R=16, 5 stages; 4 CTAs per SM (launch.json)
+    "ring": _gdn_ring(),  # R=16, 4 stages, 3 CTAs per SM: 3 x 4 x 8 KiB in flight per SM
+    "ring_ts": _gdn_ring(tma_store=1),  # the same, new_state through TMA stores
+    "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
+    "ring32x4": _gdn_ring(32, 3, 4),  # R=32, 3 stages, 4 CTAs per SM: 192 KiB in flight per SM
+    "ring_s7": _gdn_ring(16, 7, 3),  # R=16, 7 stages, 3 CTAs per SM: 168 KiB in flight per SM
+    "ring_s6": _gdn_ring(16, 6, 2),  # R=16, 6 stages, 2 CTAs per SM
+    "ring_s2": _gdn_ring(16, 2, 6),  # R=16, 2 stages, 6 CTAs per SM
+    "ring8": _gdn_ring(8, 4, 6, warps=2),  # fla's tile height (4 KiB tiles), 2 warps: 128 CTAs at B=1 (qk4)
+    "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM: the shipped configuration, spelled out
+    "ring_big_ts": _gdn_ring(16, 5, 4, tma_store=1),
+    "ring_chunk": ({**_gdn_ring(16, 5, 4)[0], "RING_CHUNKED": 1}, _gdn_ring(16, 5, 4)[1]),  # contiguous runs of tiles
+    "ring_small": _gdn_ring(16, 2, 3),  # 48 KiB in flight per SM
+    "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
+    # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
+    "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),
+    "ring_el": ({**_gdn_ring()[0], "RING_STORE_HINT": 1}, _gdn_ring()[1]),
+    "ring_efel": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1, "RING_STORE_HINT": 1}, _gdn_ring()[1]),
+    "ring_sef": ({**_gdn_ring()[0], "RING_STORE_HINT": 2}, _gdn_ring()[1]),
+    # the first expert (gdn_decode_tma) and its knobs
+    "tile": ({}, _gdn_tile()),  # tiles of 32 rows from 256 heads up, else 16 (shipped until 2026-12-03 W1)
+    "r16": ({}, _gdn_tile(16)),
+    "r32": ({}, _gdn_tile(32)),
+    "r64": ({}, _gdn_tile(64)),
+    "cs": ({"STORE_CS": 1}, _gdn_tile()),  # new_state stored with st.global.cs
+    "tmastore": ({"STORE_TMA": 1}, _gdn_tile()),  # new_state through one TMA store per tile
+    "r64w8": ({"WARPS": 8}, _gdn_tile(64, 8)),
+    "r32w2": ({"WARPS": 2}, _gdn_tile(32, 2)),
+    "r8w2": ({"WARPS": 2}, _gdn_tile(8, 2)),  # fla's tile: 8 rows (4 KiB), here 2 warps
+    "ef": ({"LOAD_EVICT_FIRST": 1}, _gdn_tile()),  # state loads hinted L2 evict-first
     # one TMA load and mbarrier per warp's rows (the load box a quarter of the tile)
-    "split": ({"SPLIT_TMA": 1}, _GDN_SPLIT),
+    "split": ({"SPLIT_TMA": 1}, _gdn_tile(load_box=f"{_TILE_ROWS} // 4")),
+    "splitcs": ({"SPLIT_TMA": 1, "STORE_CS": 1}, _gdn_tile(load_box=f"{_TILE_ROWS} // 4")),
+    "splitef": ({"SPLIT_TMA": 1, "LOAD_EVICT_FIRST": 1}, _gdn_tile(load_box=f"{_TILE_ROWS} // 4")),
+    "split16": ({"SPLIT_TMA": 1}, _gdn_tile(16, load_box=4)),
 }
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,
@@ -161,10 +217,12 @@ def variant(task: str, name: str, into: Path) -> Solution:
                 if b["name"] in value:
                     v = value[b["name"]]
                     b.update(v if isinstance(v, dict) else {"shape": v})
-        elif key == "args":  # by-value arguments' expressions, by name
+        elif key == "args" and isinstance(value, dict):  # by-value arguments' expressions, by name
             for a in main["args"]:
                 if isinstance(a, dict) and a.get("name") in value:
                     a["value"] = value[a["name"]]
+        elif key == "tensor_maps":  # the whole list (a variant that loads more through TMA)
+            manifest["tensor_maps"] = value
         else:
             main[key] = value
     folder = into / name

@@ -1,13 +1,15 @@
-"""The expert GDN decode kernel (tasks/gdn_decode_*/expert) without a GPU: it compiles with the real
-NVRTC + ptxas for sm_90a with its TMA load in the SASS, the tile read with LDS, and no spills; its manifest plans every
-workload (held-out included) with the tile height passed to the kernel equal to the tensor map's
-box and the grid covering every row of the state exactly once; and the algebra it computes (both
+"""The expert GDN decode kernel (tasks/gdn_decode_*/expert, gdn_decode_ring) without a GPU: it compiles with the
+real NVRTC + ptxas for sm_90a with only tensor-map loads reading global memory (no LDG), the stages read with LDS, and
+no spills; its manifest plans every workload (held-out included) with the tile count passed to the kernel covering
+every row of the state exactly once in tiles of the tensor maps' box height, and the shared memory kernel.cu's ring
+needs; and the algebra it computes (both
 dot products from the state before the update, o = scale (g S q + delta k.q)) matches the task's
 reference within the task's own tolerance on every workload. The GPU side: tests/gpu/test_gdn_gpu.py
 (test_expert_decode_at_fla_speed_with_tma_credit)."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DECODE = ["gdn_decode_qk4_v8_d128_k_last", "gdn_decode_qk8_v16_d128_k_last"]
 
 
+def _ring_defaults(source: str) -> dict[str, int]:
+    """kernel.cu's compile-time ring knobs (RING_ROWS, RING_STAGES, RING_WARPS) as shipped."""
+    return {k: int(re.search(rf"#define {k} (\d+)", source).group(1)) for k in ("RING_ROWS", "RING_STAGES", "RING_WARPS")}
+
+
 @pytest.mark.parametrize("name", DECODE)
 def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
     from tools.evaluator import Evaluator, static_check
@@ -31,32 +38,36 @@ def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
 
     task = get_task(name)
     sol = Solution.from_dir(ROOT / "tasks" / name / "expert")
+    knobs = _ring_defaults(sol.source)
+    rows, stage_bytes = knobs["RING_ROWS"], knobs["RING_ROWS"] * 512 + 1152  # kernel.cu's ring::STAGE_BYTES
     comp, insp = Evaluator.compile_and_inspect(sol, "sm_90a")
     assert comp.ok, comp.error
-    k = comp.kernels["gdn_decode_tma"]
+    k = comp.kernels["gdn_decode_ring"]
     assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_frame == 0, k
     if insp.status == "ok":  # cuobjdump present (the CPU setup installs it)
         assert insp.feature_present("tma"), insp.features
-        # The tile is read from shared memory with LDS: a generic LD (the compiler no longer knowing
-        # the pointer is shared, e.g. after aligning it through an integer) is slower and needs more
-        # registers. The state's only global reads are the TMA's; its only global stores 16-byte STGs.
-        ops = insp.kernels["gdn_decode_tma"].opcodes
-        assert ops.get("LDS", 0) >= 4 and "LD" not in ops, ops
-        assert ops.get("UTMALDG", 0) == 1 and ops.get("STG", 0) >= 4, ops
+        # Every input reaches the kernel through tensor-map loads (no LDG, no generic LD, no plain bulk copy);
+        # the stage is read with LDS and the new rows leave as 16-byte STGs.
+        ops = insp.kernels["gdn_decode_ring"].opcodes
+        assert ops.get("UTMALDG", 0) >= 9 and not {"LDG", "LD", "UBLKCP"} & set(ops), ops
+        assert ops.get("LDS", 0) >= 4 and ops.get("STG", 0) >= 4, ops
     limits = NOMINAL_LIMITS["sm_90a"]
     for w in task.workloads:
         axes = task.axis_values(w)
         assert static_check(sol, comp, task, axes, limits) is None, w.name
         plan = plan_launches(sol.manifest, task, axes, limits)
         (launch,) = plan.launches
-        rows = next(a.value for a in launch.args if a.kind == "i32" and a.name not in axes)
+        tiles = next(a.value for a in launch.args if a.kind == "i32" and a.name not in axes)
         heads = axes["batch_size"] * axes["num_v_heads"]
-        assert {tm.tensor for tm in plan.tensor_maps} == {"state", "new_state"}
-        for tm in plan.tensor_maps:  # the load's box and the (STORE_TMA build's) store's: one tile
-            assert tm.view == (heads * 128, 128) and tm.box == (rows, 128), (w.name, tm)
-        assert rows % 16 == 0 and 128 % rows == 0, rows  # the kernel's groups of 4 rows per warp
-        assert launch.grid == (heads * 128 // rows, 1, 1) and launch.block == (128, 1, 1), launch
-        assert launch.shared_bytes >= rows * 128 * 4 + 127, launch  # the tile plus its alignment slack
+        maps = {tm.tensor: tm for tm in plan.tensor_maps}
+        assert set(maps) == {"state", "new_state", "q", "k", "v", "a", "b", "A_log", "dt_bias"}, set(maps)
+        for t in ("state", "new_state"):  # one tile: R rows of the [heads * 128, 128] view
+            assert maps[t].view == (heads * 128, 128) and maps[t].box == (rows, 128), (w.name, maps[t])
+        assert maps["v"].box == (1, rows) and maps["q"].box == maps["k"].box == (1, 128), w.name
+        assert tiles * rows == heads * 128, (w.name, tiles)  # the tile count covers every row once
+        # a strided walk (blockIdx.x, + gridDim.x, ...) visits every tile once for any grid up to the tile count
+        assert 1 <= launch.grid[0] <= tiles and launch.block == (32 * knobs["RING_WARPS"], 1, 1), launch
+        assert launch.shared_bytes == knobs["RING_STAGES"] * stage_bytes + 128, launch
 
 
 def _kernel_algebra(x: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:

@@ -113,11 +113,12 @@ def test_decay_after_update_fails(evaluator, name):
 
 @pytest.mark.parametrize("name", [GDN[0], GDN[2]])
 def test_expert_decode_at_fla_speed_with_tma_credit(evaluator, name):
-    """The expert decode kernel (tasks/gdn_decode_*/expert: TMA tile loads of the state, one pass):
-    correct on every workload, held-out included, TMA credited on every workload (the memory-bound
-    rule: tensor-map loads carry >= half the input bytes, other reads <= 0.5x), and at fla's speed.
-    The issue's target is >= 1.0x; measured 2026-12-03: 1.002 (qk8_v16) and 0.972 (qk4_v8), with a
-    spread of ~2-3% between evaluations (NOTES.md), so the bar here is parity within 10%."""
+    """The expert decode kernel (tasks/gdn_decode_*/expert: gdn_decode_ring, a persistent grid with a ring
+    of TMA stages, every input through tensor-map loads): correct on every workload, held-out included,
+    TMA credited on every workload (the memory-bound rule: tensor-map loads carry >= half the input
+    bytes, other reads <= 0.5x), and at fla's speed. The issue's target is >= 1.0x; both experts
+    measured 0.94-1.00 (NOTES.md), with a spread of ~2-5% between evaluations, so the bar here is parity
+    within 10%."""
     sol = Solution.from_dir(ROOT / "tasks" / name / "expert")
     r = evaluator.evaluate(sol, name, "sm_90a", workloads="all", executed_check=True)
     for w in r.workloads:

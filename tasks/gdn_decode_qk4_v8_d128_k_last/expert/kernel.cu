@@ -1,9 +1,14 @@
 // Expert sm_90a Gated DeltaNet decode, head size 128, k-last fp32 state [batch, value head, V, K].
-// One kernel serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
+// One module serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
+// Two kernels: gdn_decode_ring (below the first; the one launch.json launches: a persistent grid with a
+// ring of TMA stages) and gdn_decode_tma (the first expert, one CTA per tile; kept for comparison as the
+// `tile` variant of scripts/expert_dev.py). NOTES.md has the numbers of both.
 //
 // The op is memory-bound: per (sequence, value head) it reads a 64 KiB fp32 state and writes 64 KiB
 // back; everything else (q, k, v, gates, output) is < 1% of the traffic. So the kernel is one pass
-// over the state at the bandwidth of the HBM (NOTES.md has the numbers):
+// over the state at the bandwidth of the HBM.
+//
+// gdn_decode_tma, one CTA per tile:
 //  - A CTA owns one tile of ROWS consecutive rows S[v0 .. v0+ROWS-1, :] of one head (ROWS from the
 //    manifest: 16 or 32, so small batches still spread over every SM). Rows are independent: row v's
 //    update needs only itself, k, q, v[v] and the head's gates.
@@ -189,5 +194,201 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
         ptxbench::tma_store_commit();
         ptxbench::tma_store_wait<0>();  // the tile must outlive the store's reads of it
     }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// gdn_decode_ring: a persistent form of the same step. Each CTA walks tiles blockIdx.x, +gridDim.x, ...
+// through a ring of RING_STAGES shared-memory stages, so a CTA always has the next tiles' loads in
+// flight while it updates one (no per-tile CTA launch, barrier set-up or descriptor fetch, and no
+// partial last wave: the manifest sizes the grid so every CTA gets the same number of tiles).
+// Everything a tile needs arrives by TMA on the stage's one mbarrier: the R x 128 state rows, the
+// head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs (a, b, A_log, dt_bias, viewed
+// as rows of 16 bytes: the row holding the one needed), so a tile never waits on a plain load.
+// Layout: 8 lanes per row, lane c8 holding float4 columns c8, c8+8, c8+16, c8+24 of its row, so a
+// warp updates 4 rows at once and each dot product is reduced in 3 shuffle steps (not 5 per row): 6
+// shuffles per 4 rows instead of 40. Shared-memory reads stay conflict-free (each quarter-warp reads
+// 128 contiguous bytes of one row).
+#ifndef RING_ROWS
+#define RING_ROWS 16     // tile height R: 8 to 64, a multiple of 4 * RING_WARPS (the manifest's boxes and tile count match it)
+#endif
+#ifndef RING_WARPS
+#define RING_WARPS 4     // warps per CTA (the manifest's block is 32 * RING_WARPS)
+#endif
+#ifndef RING_STAGES
+#define RING_STAGES 5    // tiles in flight per CTA (launch.json: 4 CTAs per SM, 5 x 9 KiB stages each)
+#endif
+#ifndef RING_STORE_TMA
+#define RING_STORE_TMA 0 // 1: the updated tile is written back in place and sent by one TMA store
+#endif
+#ifndef RING_CHUNKED
+#define RING_CHUNKED 0   // 1: CTA b takes a contiguous run of tiles (b*n .. b*n+n-1), not b, b+G, b+2G, ...
+#endif
+#ifndef RING_STORE_HINT
+#define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
+#endif
+
+namespace ring {  // (enumerators, not constexpr variables: NVRTC would emit those as module globals)
+enum : int {
+    R = RING_ROWS, ST = RING_STAGES, TILE_BYTES = R * HEAD * 4,
+    // A stage: the state rows, then the side data, each at a 128-byte aligned offset (TMA destinations).
+    OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
+    OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
+    TX_BYTES = TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's loads deliver
+    WARPS_R = RING_WARPS, TILES_PER_HEAD = HEAD / R, STEPS = R / (4 * WARPS_R),  // a warp updates 4 rows per step
+};
+static_assert(R % (4 * WARPS_R) == 0 && HEAD % R == 0 && R >= 8 && R <= 64, "RING_ROWS: 8..64, a multiple of 4 * RING_WARPS");
+static_assert(ST >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
+}  // namespace ring
+
+__device__ __forceinline__ float4 bf16x4_to_float4(uint2 w) {  // element 0 is the low half of w.x
+    return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                       __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+}
+__device__ __forceinline__ float bf16_at(const unsigned char* p) {
+    return __uint_as_float((unsigned)*reinterpret_cast<const unsigned short*>(p) << 16);
+}
+
+// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 32 * RING_WARPS threads;
+// dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
+extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
+gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+                const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
+                const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmAlog,
+                const __grid_constant__ CUtensorMap tmDt,
+                __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
+                int num_q_heads, int num_v_heads, int num_tiles, float scale) {
+    using namespace ring;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long full[ST];
+    unsigned char* base = smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c8 = lane % 8;
+    const int G = gridDim.x;
+#if RING_CHUNKED
+    const int per = (num_tiles + G - 1) / G, first = blockIdx.x * per;
+    const int mine = min(per, num_tiles - first);  // >= 1: the manifest's grid is cdiv(num_tiles, per)
+    auto tile_of = [&](int i) { return first + i; };
+#else
+    const int mine = (num_tiles - 1 - (int)blockIdx.x) / G + 1;  // the grid is at most num_tiles
+    auto tile_of = [&](int i) { return (int)blockIdx.x + i * G; };
+#endif
+#if RING_STORE_HINT
+    unsigned long long store_policy;
+#if RING_STORE_HINT == 1
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(store_policy));
+#else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(store_policy));
+#endif
+#endif
+
+    // Thread 0: every load of `tile` into stage s, on that stage's barrier.
+    auto issue = [&](int tile, int s) {
+        unsigned char* st = base + s * STAGE_BYTES;
+        const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
+        const int h = bh % num_v_heads, n = bh / num_v_heads;
+        const int qk = n * num_q_heads + h / (num_v_heads / num_q_heads);  // the q/k row this value head reads
+        ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
+        load_tile(st, &tmState, &full[s], 0, tile * R);  // the state first: it needs no kernel argument
+        ptxbench::tma_load_2d(st + OFF_K, &tmK, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_Q, &tmQ, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_V, &tmV, &full[s], r0, bh);
+        // the gate inputs as rows of 16 bytes (a, b: [.., 8] bf16; A_log, dt_bias: [.., 4] fp32): the row holding each
+        ptxbench::tma_load_2d(st + OFF_A, &tmA, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_B, &tmB, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_ALOG, &tmAlog, &full[s], 0, h / 4);
+        ptxbench::tma_load_2d(st + OFF_DT, &tmDt, &full[s], 0, h / 4);
+    };
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; ++s) ptxbench::mbarrier_init(&full[s], 1);
+        ptxbench::mbarrier_init_fence();
+#if RING_CHUNKED
+        if (mine > 0) issue(tile_of(0), 0);
+#else
+        issue(blockIdx.x, 0);  // no kernel argument is read before the first load
+#endif
+        for (int s = 1; s < ST && s < mine; ++s) issue(tile_of(s), s);
+    }
+    __syncthreads();  // the barriers are initialised
+
+    for (int it = 0; it < mine; ++it) {
+        const int tile = tile_of(it);
+        const int s = it % ST;
+        unsigned char* st = base + s * STAGE_BYTES;
+        ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
+        const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
+
+        float4 kk[4], qq[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            kk[j] = bf16x4_to_float4(reinterpret_cast<const uint2*>(st + OFF_K)[c8 + 8 * j]);
+            qq[j] = bf16x4_to_float4(reinterpret_cast<const uint2*>(st + OFF_Q)[c8 + 8 * j]);
+        }
+        const int h = bh % num_v_heads;
+        const float g = expf(-expf(reinterpret_cast<const float*>(st + OFF_ALOG)[h % 4]) *
+                             softplus(bf16_at(st + OFF_A + 2 * (bh % 8)) + reinterpret_cast<const float*>(st + OFF_DT)[h % 4]));
+        const float beta = 1.0f / (1.0f + expf(-bf16_at(st + OFF_B + 2 * (bh % 8))));
+        float kq = dot4(kk[0], qq[0]) + dot4(kk[1], qq[1]) + dot4(kk[2], qq[2]) + dot4(kk[3], qq[3]);
+#pragma unroll
+        for (int o = 4; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);  // over the row's 8 lanes
+
+#pragma unroll
+        for (int step = 0; step < STEPS; ++step) {
+            const int row = warp * (R / WARPS_R) + step * 4 + lane / 8;  // row within the tile
+            float4* S = reinterpret_cast<float4*>(st) + row * (HEAD / 4);
+            float4 s4[4];
+            float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                s4[j] = S[c8 + 8 * j];
+                sk += dot4(s4[j], kk[j]);
+                sq += dot4(s4[j], qq[j]);
+            }
+#pragma unroll
+            for (int o = 4; o > 0; o /= 2) {
+                sk += __shfl_xor_sync(0xffffffffu, sk, o);
+                sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            }
+            const float delta = beta * (bf16_at(st + OFF_V + 2 * row) - g * sk);  // delta rule on the decayed state
+#if !RING_STORE_TMA
+            float4* S_out = reinterpret_cast<float4*>(new_state) + ((size_t)tile * R + row) * (HEAD / 4);
+#endif
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float4 u;  // S' = g S + delta k^T
+                u.x = fmaf(delta, kk[j].x, g * s4[j].x);
+                u.y = fmaf(delta, kk[j].y, g * s4[j].y);
+                u.z = fmaf(delta, kk[j].z, g * s4[j].z);
+                u.w = fmaf(delta, kk[j].w, g * s4[j].w);
+#if RING_STORE_TMA
+                S[c8 + 8 * j] = u;  // in place: only this lane touches this float4
+#elif RING_STORE_HINT
+                asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n"
+                             ::"l"(&S_out[c8 + 8 * j]), "f"(u.x), "f"(u.y), "f"(u.z), "f"(u.w), "l"(store_policy) : "memory");
+#else
+                S_out[c8 + 8 * j] = u;
+#endif
+            }
+            if (c8 == 0) output[(size_t)bh * HEAD + r0 + row] = __float2bfloat16(scale * fmaf(delta, kq, g * sq));
+        }
+#if RING_STORE_TMA
+        ptxbench::fence_proxy_async_smem();  // this thread's in-place writes, visible to the TMA unit
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            ptxbench::tma_store_2d(&tmNewState, st, 0, tile * R);
+            ptxbench::tma_store_commit();
+            if (it > 0) {  // refill the previous stage once its store has read it (this one's may still run)
+                ptxbench::tma_store_wait<1>();
+                if (it - 1 + ST < mine) issue(tile_of(it - 1 + ST), (it - 1) % ST);
+            }
+        }
+#else
+        __syncthreads();  // every thread is done with stage s
+        if (threadIdx.x == 0 && it + ST < mine) issue(tile_of(it + ST), s);
+#endif
+    }
+#if RING_STORE_TMA
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // stores done before exit
 #endif
 }
