@@ -60,6 +60,17 @@ _BWD = {
     "defer": ({"DQ_TMA": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),  # per-thread reds, drained later
     "v2": ({"DQ_TMA": 0, "DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),
     "comp": ({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
+    "kreg": ({"AREG": 1}, {}),  # K's A fragments in registers: S^T = K Q^T as an RS wgmma
+    "vreg": ({"AREG": 2}, {}),  # V's A fragments in registers: dP^T = V dO^T as an RS wgmma
+    "kreg4": ({"AREG": 1, "AREG_KK": 4}, {}),  # half of K's head dim from registers (16 registers)
+    "kreg2": ({"AREG": 1, "AREG_KK": 2}, {}),
+    "vreg4": ({"AREG": 2, "AREG_KK": 4}, {}),
+    "late": ({"DV_LATE": 1}, {}),
+    "latek": ({"DV_LATE": 1, "AREG": 1}, {}),
+    "latek4": ({"DV_LATE": 1, "AREG": 1, "AREG_KK": 4}, {}),
+    "latev": ({"DV_LATE": 1, "AREG": 2}, {}),
+    "poly2": ({"EXP_POLY": 2}, {}),  # a quarter of P^T's exp2 on the FMA pipe
+    "poly4": ({"EXP_POLY": 4}, {}),  # half
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

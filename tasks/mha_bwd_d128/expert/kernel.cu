@@ -36,6 +36,19 @@
 #define DQ_DEFER 1  // 1: dQ is issued before dK and drained (staged, reduced) while dK runs
 #endif
 
+#ifndef AREG
+#define AREG 0  // 1: this warpgroup's K rows live in registers as the A operand of S^T (RS wgmma); 2: V's, for dP^T
+#endif
+#ifndef DV_LATE
+#define DV_LATE 0  // 1: dV is issued after dS^T is computed (lower register peak; the tensor cores wait for dS)
+#endif
+#ifndef EXP_POLY
+#define EXP_POLY 0  // of each thread's 8 column groups of P^T (4 elements each), this many use poly_exp2 (FMA pipe), not MUFU
+#endif
+#ifndef AREG_KK
+#define AREG_KK 8  // with AREG: the first AREG_KK of the 8 head-dim k-steps come from registers (4 registers each)
+#endif
+
 #define BN 128                   // keys per CTA
 #define BM 64                    // queries per step
 #define KV_HALF (128 * 128)      // 128 rows x 64 columns bf16 (one swizzled box)
@@ -137,6 +150,15 @@ static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32
       : ACC32(d, 0), ACC32(d, 32)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
+// d (64x64 fp32) (+)= A (registers, 64x16 bf16) * B (smem, K-major 16x64)
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " REGS32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : ACC32(d, 0)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "n"(SCALE_D));
+}
 static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -147,6 +169,11 @@ static __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+static __device__ __forceinline__ u32 lds_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
 static __device__ __forceinline__ float2 lds_f2(u32 addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
@@ -156,6 +183,25 @@ static __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+// 2^x on the FMA pipe (the MUFU unit does 16 ex2 per clock per SM, the FMA pipes 128 FMAs): x = n + f with
+// n = round(x) (the 1.5 * 2^23 trick leaves n in the low mantissa bits) and f in [-0.5, 0.5], 2^f by a
+// degree-4 polynomial (least squares on relative error: 5.3e-6, far below P's bf16 rounding), 2^n added to
+// the exponent field. x is clamped at -126: below that the result is a subnormal ~2^-126 (as good as ex2.ftz's 0),
+// and at -127 a p just under 1 would carry into the sign bit (NaN).
+static __device__ __forceinline__ float poly_exp2(float x) {
+  x = fmaxf(x, -126.f);
+  const float t = x + 12582912.f;
+  const float f = x - (t - 12582912.f);
+  float p = fmaf(f, 0.009554105f, 0.05587041f);
+  p = fmaf(p, f, 0.24024697f);
+  p = fmaf(p, f, 0.69312805f);
+  p = fmaf(p, f, 0.99999946f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+template <bool POLY>
+static __device__ __forceinline__ float exp2_of(float x) {
+  return POLY ? poly_exp2(x) : fast_exp2(x);
 }
 
 // Stage a warpgroup's 64 rows x 128 columns (accumulator layout, scaled) as bf16 in two 128B-swizzled
@@ -287,6 +333,26 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
 
     mbar_wait(kv_full, 0);
+#if AREG
+    // This warpgroup's 64 rows of K (AREG 1) or V (AREG 2) as wgmma A fragments, loaded once: for k-step kk
+    // (head-dim columns 16kk..16kk+15) a0/a1 hold rows r_in/r_in+8 at columns q2, q2+1 and a2/a3 the same
+    // rows 8 columns on, the layout the accumulators of P^T/dS^T have. Saves the A operand's shared-memory
+    // reads (2 KiB per m64n64k16) of one of the two n64 SS products.
+    u32 af[4 * AREG_KK];
+    {
+      const int r0 = cw * 64 + r_in, x = r0 & 7;
+      const u32 rows = (AREG == 1 ? sK : sV) + r0 * 128 + q2 * 2;
+#pragma unroll
+      for (int kk = 0; kk < AREG_KK; ++kk) {
+        const u32 h = rows + (kk >> 2) * KV_HALF;
+        const int u = (kk & 3) * 2;
+        af[4 * kk] = lds_u32(h + ((u ^ x) << 4));
+        af[4 * kk + 1] = lds_u32(h + 8 * 128 + ((u ^ x) << 4));
+        af[4 * kk + 2] = lds_u32(h + (((u + 1) ^ x) << 4));
+        af[4 * kk + 3] = lds_u32(h + 8 * 128 + (((u + 1) ^ x) << 4));
+      }
+    }
+#endif
     for (int i = 0; i < n_iter; ++i) {
       const int s = i % STAGES;
       const int mq = (m_begin + i) * BM;
@@ -303,6 +369,15 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       for (int kk = 0; kk < 8; ++kk) {  // S^T = K Q^T over the head dim
         const u32 off_a = (kk >> 2) * KV_HALF + cw * (64 * 128) + (kk & 3) * 32;
         const u32 off_b = (kk >> 2) * QO_HALF + (kk & 3) * 32;
+#if AREG == 1
+        if (kk < AREG_KK) {
+          if (kk == 0)
+            wgmma_rs_n64<0>(st, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(q_s + off_b, 16));
+          else
+            wgmma_rs_n64<1>(st, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(q_s + off_b, 16));
+          continue;
+        }
+#endif
         if (kk == 0)
           wgmma_ss_n64<0, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
         else
@@ -313,6 +388,15 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       for (int kk = 0; kk < 8; ++kk) {  // dP^T = V dO^T
         const u32 off_a = (kk >> 2) * KV_HALF + cw * (64 * 128) + (kk & 3) * 32;
         const u32 off_b = (kk >> 2) * QO_HALF + (kk & 3) * 32;
+#if AREG == 2
+        if (kk < AREG_KK) {
+          if (kk == 0)
+            wgmma_rs_n64<0>(dp, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(do_s + off_b, 16));
+          else
+            wgmma_rs_n64<1>(dp, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(do_s + off_b, 16));
+          continue;
+        }
+#endif
         if (kk == 0)
           wgmma_ss_n64<0, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
         else
@@ -328,10 +412,17 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       for (int j = 0; j < 8; ++j) {
         const float2 lse = lds_f2(ld_s + (8 * j + q2) * 4);
         const float l0 = lse.x, l1 = lse.y;  // already * log2(e)
-        st[4 * j] = fast_exp2(fmaf(st[4 * j], scale_log2, -l0));
-        st[4 * j + 1] = fast_exp2(fmaf(st[4 * j + 1], scale_log2, -l1));
-        st[4 * j + 2] = fast_exp2(fmaf(st[4 * j + 2], scale_log2, -l0));
-        st[4 * j + 3] = fast_exp2(fmaf(st[4 * j + 3], scale_log2, -l1));
+        if (j < EXP_POLY) {
+          st[4 * j] = exp2_of<true>(fmaf(st[4 * j], scale_log2, -l0));
+          st[4 * j + 1] = exp2_of<true>(fmaf(st[4 * j + 1], scale_log2, -l1));
+          st[4 * j + 2] = exp2_of<true>(fmaf(st[4 * j + 2], scale_log2, -l0));
+          st[4 * j + 3] = exp2_of<true>(fmaf(st[4 * j + 3], scale_log2, -l1));
+        } else {
+          st[4 * j] = fast_exp2(fmaf(st[4 * j], scale_log2, -l0));
+          st[4 * j + 1] = fast_exp2(fmaf(st[4 * j + 1], scale_log2, -l1));
+          st[4 * j + 2] = fast_exp2(fmaf(st[4 * j + 2], scale_log2, -l0));
+          st[4 * j + 3] = fast_exp2(fmaf(st[4 * j + 3], scale_log2, -l1));
+        }
         if (mask) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
@@ -344,12 +435,16 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       u32 p[16];
 #pragma unroll
       for (int k = 0; k < 16; ++k) p[k] = pack_bf16x2(st[2 * k], st[2 * k + 1]);
+#if !DV_LATE
       // dV += P^T dO: 4 k-steps of 16 queries; dO is N-major (rows = queries), halves QO_HALF apart.
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_rs_n128(dv, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc_sw128(do_s + kk * 2048, QO_HALF));
       wgmma_commit();
       wgmma_wait<1>();  // dP^T done (dV may still run)
+#else
+      wgmma_wait<0>();  // dP^T done; dV is issued after dS, so P^T's and dS^T's fp32 registers never overlap dV's operands
+#endif
 
       // dS^T = P^T * (dP^T - Delta)
 #pragma unroll
@@ -368,6 +463,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       u32 ds[16];
 #pragma unroll
       for (int k = 0; k < 16; ++k) ds[k] = pack_bf16x2(dp[2 * k], dp[2 * k + 1]);
+#if DV_LATE
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128(dv, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc_sw128(do_s + kk * 2048, QO_HALF));
+      wgmma_commit();
+#endif
       // dS^T -> shared memory (rows = keys, 64 queries per 128-byte swizzled row) for dQ = dS K.
       // Written before dK is issued so the fp32 dS registers die early (with them live across the
       // dK issue, ptxas serializes the wgmmas for lack of registers: C7512).
