@@ -71,6 +71,9 @@ _BWD = {
     "latev": ({"DV_LATE": 1, "AREG": 2}, {}),
     "poly2": ({"EXP_POLY": 2}, {}),  # a quarter of P^T's exp2 on the FMA pipe
     "poly4": ({"EXP_POLY": 4}, {}),  # half
+    "g4": ({"CAUSAL_GROUP": 4}, {}),  # causal: longest key blocks first within groups of 4 heads
+    "g8": ({"CAUSAL_GROUP": 8}, {}),
+    "g16": ({"CAUSAL_GROUP": 16}, {}),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

@@ -45,6 +45,9 @@
 #ifndef EXP_POLY
 #define EXP_POLY 0  // of each thread's 8 column groups of P^T (4 elements each), this many use poly_exp2 (FMA pipe), not MUFU
 #endif
+#ifndef CAUSAL_GROUP
+#define CAUSAL_GROUP 0  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
+#endif
 #ifndef AREG_KK
 #define AREG_KK 8  // with AREG: the first AREG_KK of the 8 head-dim k-steps come from registers (4 registers each)
 #endif
@@ -241,7 +244,23 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const int nb = blockIdx.x, bh = blockIdx.y;
+  int nb = blockIdx.x, bh = blockIdx.y;
+#if CAUSAL_GROUP
+  if (CAUSAL) {
+    // Causal key blocks differ in work (key block nb sees the query blocks from 2nb on). CTAs start in
+    // linear block order, so renumber them: heads in groups of CAUSAL_GROUP, and within a group all its
+    // heads' key block 0 first, then key block 1, ... The longest CTAs start first and the last ones to
+    // start are short, which evens out the finish (a list-scheduling simulation at S = 4096 on 132 SMs:
+    // 2.2% shorter than head by head), while the heads in flight stay few enough to share Q, dO and
+    // dQacc in L2. A bijection on [0, gridDim.x * gridDim.y): the last group may hold fewer heads.
+    const int nkb = gridDim.x, lin = blockIdx.y * nkb + blockIdx.x;
+    const int base = lin / (CAUSAL_GROUP * nkb) * CAUSAL_GROUP;
+    const int heads = min(CAUSAL_GROUP, (int)gridDim.y - base);
+    const int w = lin - base * nkb;
+    nb = w / heads;
+    bh = base + w % heads;
+  }
+#endif
   const int n0 = nb * BN;
   const int num_m = (S + BM - 1) / BM;
   const int m_begin = CAUSAL ? n0 / BM : 0;  // earlier query blocks see none of these keys
