@@ -74,6 +74,7 @@ _BWD = {
     "g4": ({"CAUSAL_GROUP": 4}, {}),  # causal: longest key blocks first within groups of 4 heads
     "g8": ({"CAUSAL_GROUP": 8}, {}),
     "g16": ({"CAUSAL_GROUP": 16}, {}),
+    "dqw": ({"DQ_WARP": 1}, {}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

@@ -45,6 +45,10 @@
 #ifndef EXP_POLY
 #define EXP_POLY 0  // of each thread's 8 column groups of P^T (4 elements each), this many use poly_exp2 (FMA pipe), not MUFU
 #endif
+#ifndef DQ_WARP
+#define DQ_WARP 0  // 1 (with DQ_TMA): a producer warp issues the dQ reduce-adds; consumers hand over their staged
+                   // tile by mbarrier (no per-step named barrier or bulk-group wait in the consumers)
+#endif
 #ifndef CAUSAL_GROUP
 #define CAUSAL_GROUP 0  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
 #endif
@@ -241,6 +245,8 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
   const u32 kv_full = bars;
 #define FULL(s) (bars + 8 * (1 + (s)))
 #define EMPTY(s) (bars + 8 * (1 + STAGES + (s)))
+#define DQF(c) (bars + 8 * (1 + 2 * STAGES + (c)))      // DQ_WARP: consumer warpgroup c's dQ staging is written
+#define DQE(c) (bars + 8 * (1 + 2 * STAGES + 2 + (c)))  // DQ_WARP: ... and has been read by its reduce-adds
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -272,6 +278,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       mbar_init(FULL(s), 1);
       mbar_init(EMPTY(s), 2);  // one arrival per consumer warpgroup
     }
+#if DQ_WARP
+    for (int c = 0; c < 2; ++c) {
+      mbar_init(DQF(c), 4);  // one arrival per warp of consumer warpgroup c
+      mbar_init(DQE(c), 1);
+    }
+#endif
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -300,6 +312,26 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         tma_load_2d(sLD + s * 512 + 256, tmDelta, FULL(s), mq, bh);
       }
     }
+#if DQ_WARP
+    else if (tid == 32) {
+      // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
+      // dQacc (two 64x32 boxes each); the staging is released as soon as the bulk copy has read it.
+      for (int i = 0; i < n_iter; ++i) {
+        const int mq = (m_begin + i) * BM;
+        for (int c = 0; c < 2; ++c) {
+          mbar_wait(DQF(c), i & 1);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE, c * 64, mq, bh);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE + DQ_STAGE / 2, c * 64 + 32, mq, bh);
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+        asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+        mbar_arrive(DQE(0));
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        mbar_arrive(DQE(1));
+      }
+      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    }
+#endif
   } else {
     // ------------------------------------------------------------ consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
@@ -312,8 +344,21 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     const bool mask_keys = !CAUSAL && n0 + BN > S;
 
     // dQacc[query][64cw + col] += dq (accumulator rows are queries here).
-    auto dq_out = [&](const float(&dq)[32], int mq, bool issue) {
-#if DQ_TMA
+    auto dq_out = [&](const float(&dq)[32], int mq, bool issue, int it) {
+#if DQ_TMA && DQ_WARP
+      // Staging as below; the reducer's reduce-adds of step it-1 have read it once DQE(cw) completes.
+      const u32 stg = sdQ + cw * DQ_STAGE;
+      mbar_wait(DQE(cw), (it & 1) ^ 1);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const u32 a = stg + (j >> 2) * (DQ_STAGE / 2) + r_in * 128 + (((2 * (j & 3) + (q2 >> 2)) ^ (r_in & 7)) << 4) + (lane & 1) * 8;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(dq[4 * j]), "f"(dq[4 * j + 1]) : "memory");
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a + 8 * 128), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // these stores before the bulk copy's reads
+      __syncwarp();
+      if (lane == 0) mbar_arrive(DQF(cw));
+#elif DQ_TMA
       // 128B-swizzled fp32 staging, two boxes of 64 rows x 32 columns: 16-byte unit u of row r at
       // u ^ (r & 7) (conflict-free 8-byte stores). The previous reduce from this buffer finished
       // reading before the last bar.sync 1, 256 (the issuing thread waits for it there).
@@ -522,7 +567,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #if DQ_TMA
       // this warpgroup's last dQ reduce has read its staging buffer (the next dq_out rewrites it)
-      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      if (!DQ_WARP && t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 #endif
       asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups' dS^T rows are in place
 
@@ -548,13 +593,13 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
       wgmma_commit();
       wgmma_wait<1>();  // dV and dQ done, dK may still run
-      dq_out(dq, mq, true);
+      dq_out(dq, mq, true, i);
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
 #else
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
-      dq_out(dq, mq, true);
+      dq_out(dq, mq, true, i);
 #endif
     }
 
