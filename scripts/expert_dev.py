@@ -46,6 +46,9 @@ def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     return -(-raw // 128) * 128
 
 
+# DQ_FUSE: the main kernel takes dQ and one zeroed int32 counter per (head, query block); no dQ launch.
+_BWD_FUSE = {"buffers_add": [{"name": "dQcnt", "dtype": "int32", "shape": ["B * H", "cdiv(S, 64)"], "zero": True}],
+             "args_add": ["dQ", "dQcnt"], "drop_launches": ["attn_bwd_dq_sm90"]}
 _FWD_ST2 = {"shared_bytes": 1024 + 32768 * 5 + 256}
 _FWD = {
     "shipped": ({}, {}),  # kernel.cu defaults: PINGPONG=1, STAGES=3
@@ -75,6 +78,8 @@ _BWD = {
     "g8": ({"CAUSAL_GROUP": 8}, {}),
     "g16": ({"CAUSAL_GROUP": 16}, {}),
     "dqw": ({"DQ_WARP": 1}, {}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
+    # dqw, and the CTA whose reduce-add completes a query block converts it to bf16 (no dQ launch)
+    "fuse": ({"DQ_WARP": 1, "DQ_FUSE": 1}, _BWD_FUSE),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"
@@ -176,6 +181,12 @@ def variant(task: str, name: str, into: Path) -> Solution:
                 if b["name"] in value:
                     v = value[b["name"]]
                     b.update(v if isinstance(v, dict) else {"shape": v})
+        elif key == "drop_launches":  # kernels this variant does not launch
+            manifest["launches"] = [launch for launch in manifest["launches"] if launch["kernel"] not in value]
+        elif key == "args_add":  # arguments appended to the main launch's
+            main["args"] = main["args"] + value
+        elif key == "buffers_add":
+            manifest["buffers"] = manifest.get("buffers", []) + value
         elif key == "args":  # by-value arguments' expressions, by name
             for a in main["args"]:
                 if isinstance(a, dict) and a.get("name") in value:

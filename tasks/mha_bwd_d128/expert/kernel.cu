@@ -49,6 +49,19 @@
 #define DQ_WARP 0  // 1 (with DQ_TMA): a producer warp issues the dQ reduce-adds; consumers hand over their staged
                    // tile by mbarrier (no per-step named barrier or bulk-group wait in the consumers)
 #endif
+#ifndef DQ_FUSE
+#define DQ_FUSE 0  // 1 (with DQ_WARP): no dQ launch; the CTA whose reduce-add completes a query block converts it
+#endif
+#if DQ_FUSE && !DQ_WARP
+#error "DQ_FUSE needs DQ_WARP"
+#endif
+#if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one int32 counter per (head, query block), zeroed
+#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt
+#define FUSE_ARGS , dQ, dQcnt
+#else
+#define FUSE_PARAMS
+#define FUSE_ARGS
+#endif
 #ifndef CAUSAL_GROUP
 #define CAUSAL_GROUP 0  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
 #endif
@@ -230,7 +243,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
                                                      const CUtensorMap* tmDelta, const CUtensorMap* tmdK,
                                                      const CUtensorMap* tmdV, const CUtensorMap* tmdQacc,
                                                      float* __restrict__ dQacc, int S,
-                                                     float scale_log2, float sm_scale) {
+                                                     float scale_log2, float sm_scale FUSE_PARAMS) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = base;
@@ -247,6 +260,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #define EMPTY(s) (bars + 8 * (1 + STAGES + (s)))
 #define DQF(c) (bars + 8 * (1 + 2 * STAGES + (c)))      // DQ_WARP: consumer warpgroup c's dQ staging is written
 #define DQE(c) (bars + 8 * (1 + 2 * STAGES + 2 + (c)))  // DQ_WARP: ... and has been read by its reduce-adds
+#define CVF(k) (bars + 8 * (1 + 2 * STAGES + 4 + (k)))  // DQ_FUSE: mailbox slot k holds a query block to convert
+#define CVE(k) (bars + 8 * (1 + 2 * STAGES + 6 + (k)))  // DQ_FUSE: ... and has been read
+#define MAILBOX(k) (bars + 8 * (1 + 2 * STAGES + 8) + 4 * (k))
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -284,6 +300,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       mbar_init(DQE(c), 1);
     }
 #endif
+#if DQ_FUSE
+    for (int k = 0; k < 2; ++k) {
+      mbar_init(CVF(k), 1);
+      mbar_init(CVE(k), 64);  // every converter thread, once it has read the slot
+    }
+#endif
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -314,6 +336,28 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     }
 #if DQ_WARP
     else if (tid == 32) {
+#if DQ_FUSE
+      // Query block m of this head is complete once every key block that sees it has added its part: all
+      // of them (non-causal) or those with 2 nb <= m (causal). The reduce-adds are async-proxy writes and
+      // complete (wait_group above): a proxy fence, then a release/acquire count; the thread whose count
+      // completes the block hands it to the converters through a two-slot mailbox.
+      const int nkb = gridDim.x;
+      int posted = 0;
+      auto post = [&](int m) {
+        const int k = posted++;
+        mbar_wait(CVE(k & 1), ((k >> 1) & 1) ^ 1);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(MAILBOX(k & 1)), "r"(m) : "memory");
+        mbar_arrive(CVF(k & 1));
+      };
+      auto count_block = [&](int m) {
+        const int need = CAUSAL ? min(nkb, m / 2 + 1) : nkb;
+        int old;
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(dQcnt + (size_t)bh * ((S + BM - 1) / BM) + m)
+                     : "memory");
+        if (old == need - 1) post(m);
+      };
+#endif
       // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
       // dQacc (two 64x32 boxes each); the staging is released as soon as the bulk copy has read it.
       for (int i = 0; i < n_iter; ++i) {
@@ -328,9 +372,47 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         mbar_arrive(DQE(0));
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         mbar_arrive(DQE(1));
+#if DQ_FUSE
+        if (i > 0) {
+          asm volatile("cp.async.bulk.wait_group 2;" ::: "memory");  // step i-1's two reduce-adds are done
+          count_block(m_begin + i - 1);
+        }
+#endif
       }
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#if DQ_FUSE
+      count_block(m_begin + n_iter - 1);
+      post(-1);  // no more blocks: the converters stop
+#endif
     }
+#if DQ_FUSE
+    else if (tid >= 64) {
+      // Converters (warps 2-3): dQ[block] = bf16(sm_scale * dQacc[block]) for each query block the reducer
+      // found complete; one float4 (a quarter of a 512-byte dQacc row) per thread per access, from L2.
+      const int t = tid - 64;
+      for (int k = 0;; ++k) {
+        mbar_wait(CVF(k & 1), (k >> 1) & 1);
+        int m;
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(m) : "r"(MAILBOX(k & 1)) : "memory");
+        mbar_arrive(CVE(k & 1));
+        if (m < 0) break;
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        const int mq = m * BM, rows = min(BM, S - mq);
+        const float* src = dQacc + ((size_t)bh * S + mq) * 128;
+        unsigned short* dst = dQ + ((size_t)bh * S + mq) * 128;
+#pragma unroll 2
+        for (int idx = t; idx < rows * 32; idx += 64) {
+          float4 a;
+          asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a.x), "=f"(a.y), "=f"(a.z), "=f"(a.w) : "l"(src + 4 * idx)
+                       : "memory");
+          uint2 r;
+          r.x = pack_bf16x2(a.x * sm_scale, a.y * sm_scale);
+          r.y = pack_bf16x2(a.z * sm_scale, a.w * sm_scale);
+          *reinterpret_cast<uint2*>(dst + 4 * idx) = r;
+        }
+      }
+    }
+#endif
 #endif
   } else {
     // ------------------------------------------------------------ consumers
@@ -626,8 +708,8 @@ attn_bwd_main_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                    const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
                    const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
-                   const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
-  attn_bwd_body<false>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
+                   const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale FUSE_PARAMS) {
+  attn_bwd_body<false>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale FUSE_ARGS);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -635,8 +717,8 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
                           const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                           const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
                           const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
-                          const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
-  attn_bwd_body<true>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
+                          const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale FUSE_PARAMS) {
+  attn_bwd_body<true>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale FUSE_ARGS);
 }
 
 // Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
