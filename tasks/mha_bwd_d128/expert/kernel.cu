@@ -351,11 +351,14 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       };
       auto count_block = [&](int m) {
         const int need = CAUSAL ? min(nkb, m / 2 + 1) : nkb;
+        int* cnt = dQcnt + (size_t)bh * ((S + BM - 1) / BM) + m;
         int old;
         asm volatile("fence.proxy.async.global;" ::: "memory");
-        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(dQcnt + (size_t)bh * ((S + BM - 1) / BM) + m)
-                     : "memory");
-        if (old == need - 1) post(m);
+        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
+        if (old == need - 1) {
+          *cnt = 0;  // every count of this launch is in: the next launch starts from 0 (zeroed scratch or not)
+          post(m);
+        }
       };
 #endif
       // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
