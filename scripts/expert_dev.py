@@ -80,6 +80,7 @@ _BWD = {
     "dqw": ({"DQ_WARP": 1}, {}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
     # dqw, and the CTA whose reduce-add completes a query block converts it to bf16 (no dQ launch)
     "fuse": ({"DQ_WARP": 1, "DQ_FUSE": 1}, _BWD_FUSE),
+    "stag": ({"QSTAGGER": 1}, {}),  # non-causal: key blocks start their query sweep at staggered blocks
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

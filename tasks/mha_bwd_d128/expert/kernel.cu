@@ -62,6 +62,9 @@
 #define FUSE_PARAMS
 #define FUSE_ARGS
 #endif
+#ifndef QSTAGGER
+#define QSTAGGER 0  // 1 (non-causal): each key block sweeps the query blocks from its own starting block
+#endif
 #ifndef CAUSAL_GROUP
 #define CAUSAL_GROUP 0  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
 #endif
@@ -287,6 +290,14 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
   const int num_m = (S + BM - 1) / BM;
   const int m_begin = CAUSAL ? n0 / BM : 0;  // earlier query blocks see none of these keys
   const int n_iter = num_m - m_begin;
+  // The query block of step i. QSTAGGER (non-causal): key block nb starts its sweep nb * num_m / nkb blocks
+  // in and wraps around, so the CTAs of a head add into different dQacc blocks at any one time.
+  const int q_first = (!CAUSAL && QSTAGGER) ? (int)(((long long)nb * num_m) / gridDim.x) : 0;
+  auto qblk = [&](int i) {
+    if (CAUSAL || !QSTAGGER) return m_begin + i;
+    const int m = q_first + i;
+    return m < num_m ? m : m - num_m;
+  };
 
   if (tid == 0) {
     mbar_init(kv_full, 1);
@@ -321,7 +332,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       tma_load_3d(sV + KV_HALF, tmV, kv_full, 64, n0, bh);
       for (int i = 0; i < n_iter; ++i) {
         const int s = i % STAGES;
-        const int mq = (m_begin + i) * BM;
+        const int mq = qblk(i) * BM;
         mbar_wait(EMPTY(s), ((i / STAGES) & 1) ^ 1);
         mbar_expect_tx(FULL(s), 2 * QO_TILE + 512);
         tma_load_3d(sQ + s * QO_TILE, tmQ, FULL(s), 0, mq, bh);
@@ -364,7 +375,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
       // dQacc (two 64x32 boxes each); the staging is released as soon as the bulk copy has read it.
       for (int i = 0; i < n_iter; ++i) {
-        const int mq = (m_begin + i) * BM;
+        const int mq = qblk(i) * BM;
         for (int c = 0; c < 2; ++c) {
           mbar_wait(DQF(c), i & 1);
           tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE, c * 64, mq, bh);
@@ -378,13 +389,13 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #if DQ_FUSE
         if (i > 0) {
           asm volatile("cp.async.bulk.wait_group 2;" ::: "memory");  // step i-1's two reduce-adds are done
-          count_block(m_begin + i - 1);
+          count_block(qblk(i - 1));
         }
 #endif
       }
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #if DQ_FUSE
-      count_block(m_begin + n_iter - 1);
+      count_block(qblk(n_iter - 1));
       post(-1);  // no more blocks: the converters stop
 #endif
     }
@@ -504,7 +515,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
     for (int i = 0; i < n_iter; ++i) {
       const int s = i % STAGES;
-      const int mq = (m_begin + i) * BM;
+      const int mq = qblk(i) * BM;
       const u32 q_s = sQ + s * QO_TILE, do_s = sdO + s * QO_TILE, ld_s = sLD + s * 512;
       const u32 ds_buf = sdS + (i & 1) * DS_BYTES;
 #if DQ_COMP
