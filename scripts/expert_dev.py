@@ -41,8 +41,9 @@ def _gemm_sk(when: str, sk_tiles: str) -> dict:
 
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     """The backward's main kernel: 1 KiB alignment slack, K, V, STAGES x (Q, dO, LSE/Delta), dS
-    (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers; rounded up to 128 bytes."""
-    raw = 1024 + 65536 + stages * 33280 + 32768 * (1 + comp) + 32768 * tma + 8 * (1 + 2 * stages)
+    (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers (the ring's, DQ_WARP's and DQ_FUSE's)
+    and DQ_FUSE's mailbox; rounded up to 128 bytes."""
+    raw = 1024 + 65536 + stages * 33280 + 32768 * (1 + comp) + 32768 * tma + 8 * (1 + 2 * stages + 8) + 8
     return -(-raw // 128) * 128
 
 
@@ -57,7 +58,8 @@ _FWD = {
     "split": ({"PINGPONG": 0, "STAGES": 2, "PV_SPLIT": 1}, _FWD_ST2),  # P V as two n64 wgmmas
 }
 _BWD = {
-    "shipped": ({}, {}),  # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2
+    "shipped": ({}, {}),  # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2, DQ_WARP=1, CAUSAL_GROUP=8 (v4)
+    "v3": ({"DQ_WARP": 0, "CAUSAL_GROUP": 0}, {}),  # the kernel shipped before v4
     "st3": ({"STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
     "tma": ({"DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem()}),  # TMA reduce-add of a staged dQ tile
     "defer": ({"DQ_TMA": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),  # per-thread reds, drained later
@@ -77,10 +79,11 @@ _BWD = {
     "g4": ({"CAUSAL_GROUP": 4}, {}),  # causal: longest key blocks first within groups of 4 heads
     "g8": ({"CAUSAL_GROUP": 8}, {}),
     "g16": ({"CAUSAL_GROUP": 16}, {}),
-    "dqw": ({"DQ_WARP": 1}, {}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
+    "dqw": ({"DQ_WARP": 1, "CAUSAL_GROUP": 0}, {}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
     # dqw, and the CTA whose reduce-add completes a query block converts it to bf16 (no dQ launch)
     "fuse": ({"DQ_WARP": 1, "DQ_FUSE": 1}, _BWD_FUSE),
     "stag": ({"QSTAGGER": 1}, {}),  # non-causal: key blocks start their query sweep at staggered blocks
+    "stm": ({"DS_STMATRIX": 1}, {}),  # dS^T stored by stmatrix
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

@@ -46,8 +46,12 @@
 #define EXP_POLY 0  // of each thread's 8 column groups of P^T (4 elements each), this many use poly_exp2 (FMA pipe), not MUFU
 #endif
 #ifndef DQ_WARP
-#define DQ_WARP 0  // 1 (with DQ_TMA): a producer warp issues the dQ reduce-adds; consumers hand over their staged
-                   // tile by mbarrier (no per-step named barrier or bulk-group wait in the consumers)
+#define DQ_WARP 1  // 1 (with DQ_TMA): a producer warp issues the dQ reduce-adds; consumers hand over their staged
+                   // tile by mbarrier (no per-step named barrier or bulk-group wait in the consumers). v4: +6%
+#endif
+#if DQ_WARP && !DQ_TMA  // per-thread reds leave nothing for a reducer warp to do
+#undef DQ_WARP
+#define DQ_WARP 0
 #endif
 #ifndef DQ_FUSE
 #define DQ_FUSE 0  // 1 (with DQ_WARP): no dQ launch; the CTA whose reduce-add completes a query block converts it
@@ -62,11 +66,14 @@
 #define FUSE_PARAMS
 #define FUSE_ARGS
 #endif
+#ifndef DS_STMATRIX
+#define DS_STMATRIX 0  // 1: dS^T goes to shared memory by stmatrix.x4 (4 instructions a thread, not 16 st.shared)
+#endif
 #ifndef QSTAGGER
 #define QSTAGGER 0  // 1 (non-causal): each key block sweeps the query blocks from its own starting block
 #endif
 #ifndef CAUSAL_GROUP
-#define CAUSAL_GROUP 0  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
+#define CAUSAL_GROUP 8  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
 #endif
 #ifndef AREG_KK
 #define AREG_KK 8  // with AREG: the first AREG_KK of the 8 head-dim k-steps come from registers (4 registers each)
@@ -632,6 +639,23 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       // dS^T -> shared memory (rows = keys, 64 queries per 128-byte swizzled row) for dQ = dS K.
       // Written before dK is issued so the fp32 dS registers die early (with them live across the
       // dK issue, ptxas serializes the wgmmas for lack of registers: C7512).
+#if DS_STMATRIX && !DQ_COMP
+      {
+        // Four stmatrix.x4 instead of 16 st.shared.b32: the accumulator fragment is stmatrix's (a thread holds
+        // two adjacent columns of row lane/4 of each 8x8 tile). Matrices of one x4: rows 16w..+7 and 16w+8..+15
+        // at column chunks j and j+1; lane L gives the address of row L%8 of matrix L/8.
+        const int mi = lane >> 3;
+        const int r = cw * 64 + warp * 16 + (mi & 1) * 8 + (lane & 7);
+        const u32 row = ds_buf + r * 128;
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+          const u32 a = row + (((j + (mi >> 1)) ^ (r & 7)) << 4);
+          asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(ds[2 * j]),
+                       "r"(ds[2 * j + 1]), "r"(ds[2 * j + 2]), "r"(ds[2 * j + 3])
+                       : "memory");
+        }
+      }
+#else
       {
         const int r = cw * 64 + r_in;
 #pragma unroll
@@ -652,6 +676,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
         }
       }
+#endif
 #if !DQ_DEFER
       // dK += dS^T Q
 #pragma unroll
