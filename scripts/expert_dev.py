@@ -191,6 +191,8 @@ def variant(task: str, name: str, into: Path) -> Solution:
             main["args"] = main["args"] + value
         elif key == "buffers_add":
             manifest["buffers"] = manifest.get("buffers", []) + value
+        elif key == "args" and isinstance(value, list):  # the whole argument list
+            main["args"] = value
         elif key == "args":  # by-value arguments' expressions, by name
             for a in main["args"]:
                 if isinstance(a, dict) and a.get("name") in value:

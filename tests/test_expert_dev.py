@@ -4,6 +4,7 @@ launch overrides). (A merge once left its FP8 table unclosed: the script did not
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,3 +42,19 @@ def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
             "attn_bwd_pre_sm90", "attn_bwd_main_causal_sm90" if task.endswith("causal") else "attn_bwd_main_sm90"]
         assert fused.launches[1].args[-2:] == ["dQ", "dQcnt"]
         assert "dQcnt" in [b.name for b in fused.buffers]
+
+
+def test_an_argument_list_override_replaces_the_main_launchs_arguments(tmp_path):
+    """A variant that gives the main launch's whole argument list (the FP8 GEMM's split-K variants: grid
+    and `splits` change together) gets exactly that list; it was once matched by name against the
+    list and silently dropped, so those variants ran a grid with the shipped split count."""
+    spec = importlib.util.spec_from_file_location("expert_dev", ROOT / "scripts" / "expert_dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    task = "fp8_gemm_nt_1d2d_n4096_k7168"
+    for name, (_, over) in dev.VARIANTS[task].items():
+        if isinstance(over.get("args"), list):
+            dev.variant(task, name, tmp_path)
+            written = json.loads((tmp_path / name / "launch.json").read_text())["launches"]
+            main = max(written, key=lambda launch: launch.get("shared_bytes", 0) if isinstance(launch.get("shared_bytes", 0), int) else 0)
+            assert main["args"] == over["args"], name
