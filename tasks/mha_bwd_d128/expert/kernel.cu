@@ -199,11 +199,13 @@ static __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+#if AREG
 static __device__ __forceinline__ u32 lds_u32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+#endif
 static __device__ __forceinline__ float2 lds_f2(u32 addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
