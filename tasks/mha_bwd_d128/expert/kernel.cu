@@ -2,7 +2,9 @@
 // and the forward's LSE ([B, H, S] fp32, natural log): dQ, dK, dV (bf16). Three launches:
 //   1. attn_bwd_pre_sm90:   Delta = rowsum(dO * O) (fp32) and dQacc = 0 (fp32 scratch), one warp per row.
 //   2. attn_bwd_main_sm90 / attn_bwd_main_causal_sm90: one CTA per (128-key block, batch*head), 384
-//      threads. Warpgroup 0 produces (one thread issues TMA; setmaxnreg.dec), warpgroups 1-2 consume
+//      threads. Warpgroup 0 produces (setmaxnreg.dec; one thread issues the TMA loads and, DQ_WARP, one
+//      thread of warp 1 the dQ reduce-adds, so no consumer thread waits on or issues bulk copies: v4,
+//      +6%), warpgroups 1-2 consume
 //      (setmaxnreg.inc), each owning 64 of the block's keys. K and V stay in shared memory; 64-query
 //      blocks of Q, dO, LSE and Delta stream through a STAGES-deep ring. Per query block, per warpgroup,
 //      everything is computed transposed (keys are the M dimension), so P^T and dS^T come out of the
@@ -16,10 +18,14 @@
 //        dQ_blk = dS K         (dS^T of both warpgroups through shared memory as an M-major A operand;
 //                               warpgroup c computes head-dim columns 64c..64c+63 over all 128 keys)
 //                               with DQ_COMP, dS = hi + lo in two bf16 parts and two products
-//        dQacc += dQ_blk       (DQ_TMA: staged in smem as fp32, added by cp.reduce.async.bulk.tensor (TMA
-//                               reduce-add; clips rows >= S); issued before dK, so the drain overlaps dK)
+//        dQacc += dQ_blk       (DQ_TMA: staged in smem as fp32, handed to the reducer warp by mbarrier, added
+//                               by cp.reduce.async.bulk.tensor (TMA reduce-add; clips rows >= S); issued
+//                               before dK, so the drain overlaps dK)
 //      dK, dV are scaled by sm_scale, rounded to bf16 and stored by TMA (which clips keys >= S).
+//      Causal: CAUSAL_GROUP renumbers the CTAs so the longest key blocks (the first ones) start first.
 //   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc).
+// The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX) are measured
+// alternatives, off by default: NOTES.md, v4, says what each one did.
 // Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
 // queries >= S and keys >= S (and for keys after the query when causal), and stores are clipped.
 
