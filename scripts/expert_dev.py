@@ -180,19 +180,19 @@ def variant(task: str, name: str, into: Path) -> Solution:
             for tm in manifest.get("tensor_maps", []):
                 if tm["name"] in value:
                     tm[key] = value[tm["name"]]
-        elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
-            for b in manifest.get("buffers", []):
-                if b["name"] in value:
-                    v = value[b["name"]]
-                    b.update(v if isinstance(v, dict) else {"shape": v})
+        elif key == "args" and isinstance(value, list):  # the whole argument list
+            main["args"] = value
         elif key == "drop_launches":  # kernels this variant does not launch
             manifest["launches"] = [launch for launch in manifest["launches"] if launch["kernel"] not in value]
         elif key == "args_add":  # arguments appended to the main launch's
             main["args"] = main["args"] + value
         elif key == "buffers_add":
             manifest["buffers"] = manifest.get("buffers", []) + value
-        elif key == "args" and isinstance(value, list):  # the whole argument list
-            main["args"] = value
+        elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
+            for b in manifest.get("buffers", []):
+                if b["name"] in value:
+                    v = value[b["name"]]
+                    b.update(v if isinstance(v, dict) else {"shape": v})
         elif key == "args":  # by-value arguments' expressions, by name
             for a in main["args"]:
                 if isinstance(a, dict) and a.get("name") in value:
