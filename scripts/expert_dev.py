@@ -41,11 +41,15 @@ def _gemm_sk(when: str, sk_tiles: str) -> dict:
 
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     """The backward's main kernel: 1 KiB alignment slack, K, V, STAGES x (Q, dO, LSE/Delta), dS
-    (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers; rounded up to 128 bytes."""
-    raw = 1024 + 65536 + stages * 33280 + 32768 * (1 + comp) + 32768 * tma + 8 * (1 + 2 * stages)
+    (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers (the ring's, DQ_WARP's and DQ_FUSE's)
+    and DQ_FUSE's mailbox; rounded up to 128 bytes."""
+    raw = 1024 + 65536 + stages * 33280 + 32768 * (1 + comp) + 32768 * tma + 8 * (1 + 2 * stages + 8) + 8
     return -(-raw // 128) * 128
 
 
+# DQ_FUSE: the main kernel takes dQ and one zeroed int32 counter per (head, query block); no dQ launch.
+_BWD_FUSE = {"buffers_add": [{"name": "dQcnt", "dtype": "int32", "shape": ["B * H", "cdiv(S, 64)"], "zero": True}],
+             "args_add": ["dQ", "dQcnt"], "drop_launches": ["attn_bwd_dq_sm90"]}
 _FWD_ST2 = {"shared_bytes": 1024 + 32768 * 5 + 256}
 _FWD = {
     "shipped": ({}, {}),  # kernel.cu defaults: PINGPONG=1, STAGES=3
@@ -54,12 +58,32 @@ _FWD = {
     "split": ({"PINGPONG": 0, "STAGES": 2, "PV_SPLIT": 1}, _FWD_ST2),  # P V as two n64 wgmmas
 }
 _BWD = {
-    "shipped": ({}, {}),  # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2
+    "shipped": ({}, {}),  # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2, DQ_WARP=1, CAUSAL_GROUP=8 (v4)
+    "v3": ({"DQ_WARP": 0, "CAUSAL_GROUP": 0}, {}),  # the kernel shipped before v4
     "st3": ({"STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
     "tma": ({"DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem()}),  # TMA reduce-add of a staged dQ tile
     "defer": ({"DQ_TMA": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),  # per-thread reds, drained later
     "v2": ({"DQ_TMA": 0, "DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),
     "comp": ({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
+    "kreg": ({"AREG": 1}, {}),  # K's A fragments in registers: S^T = K Q^T as an RS wgmma
+    "vreg": ({"AREG": 2}, {}),  # V's A fragments in registers: dP^T = V dO^T as an RS wgmma
+    "kreg4": ({"AREG": 1, "AREG_KK": 4}, {}),  # half of K's head dim from registers (16 registers)
+    "kreg2": ({"AREG": 1, "AREG_KK": 2}, {}),
+    "vreg4": ({"AREG": 2, "AREG_KK": 4}, {}),
+    "late": ({"DV_LATE": 1}, {}),
+    "latek": ({"DV_LATE": 1, "AREG": 1}, {}),
+    "latek4": ({"DV_LATE": 1, "AREG": 1, "AREG_KK": 4}, {}),
+    "latev": ({"DV_LATE": 1, "AREG": 2}, {}),
+    "poly2": ({"EXP_POLY": 2}, {}),  # a quarter of P^T's exp2 on the FMA pipe
+    "poly4": ({"EXP_POLY": 4}, {}),  # half
+    "g4": ({"CAUSAL_GROUP": 4}, {}),  # causal: longest key blocks first within groups of 4 heads
+    "g8": ({"CAUSAL_GROUP": 8}, {}),
+    "g16": ({"CAUSAL_GROUP": 16}, {}),
+    "dqw": ({"DQ_WARP": 1, "CAUSAL_GROUP": 0}, {}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
+    # dqw, and the CTA whose reduce-add completes a query block converts it to bf16 (no dQ launch)
+    "fuse": ({"DQ_WARP": 1, "DQ_FUSE": 1}, _BWD_FUSE),
+    "stag": ({"QSTAGGER": 1}, {}),  # non-causal: key blocks start their query sweep at staggered blocks
+    "stm": ({"DS_STMATRIX": 1}, {}),  # dS^T stored by stmatrix
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"
@@ -212,6 +236,14 @@ def variant(task: str, name: str, into: Path) -> Solution:
             for tm in manifest.get("tensor_maps", []):
                 if tm["name"] in value:
                     tm[key] = value[tm["name"]]
+        elif key == "args" and isinstance(value, list):  # the whole argument list
+            main["args"] = value
+        elif key == "drop_launches":  # kernels this variant does not launch
+            manifest["launches"] = [launch for launch in manifest["launches"] if launch["kernel"] not in value]
+        elif key == "args_add":  # arguments appended to the main launch's
+            main["args"] = main["args"] + value
+        elif key == "buffers_add":
+            manifest["buffers"] = manifest.get("buffers", []) + value
         elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
             for b in manifest.get("buffers", []):
                 if b["name"] in value:

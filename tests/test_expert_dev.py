@@ -4,6 +4,7 @@ launch overrides). (A merge once left its FP8 table unclosed: the script did not
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,3 +22,39 @@ def test_the_variant_table_is_well_formed():
         for name, (knobs, launch) in variants.items():
             assert isinstance(knobs, dict) and isinstance(launch, dict), (family, name)
             assert all(isinstance(v, int) for v in knobs.values()), (family, name, knobs)
+
+
+def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
+    """The backward's variants (knobs plus manifest overrides) make solution folders whose manifests
+    parse, for the causal task too (its folder shares the kernel and has its own manifest); the
+    fused-dQ variant launches the pre and main kernels only, main taking dQ and the block counters."""
+    from tools.solution import Solution
+
+    spec = importlib.util.spec_from_file_location("expert_dev", ROOT / "scripts" / "expert_dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    for task in ("mha_bwd_d128", "mha_bwd_d128_causal"):
+        for name in dev.VARIANTS[task]:
+            sol = dev.variant(task, name, tmp_path / task)
+            assert isinstance(sol, Solution) and sol.manifest.launches, (task, name)
+        fused = dev.variant(task, "fuse", tmp_path / f"{task}-fuse").manifest
+        assert [launch.kernel for launch in fused.launches] == [
+            "attn_bwd_pre_sm90", "attn_bwd_main_causal_sm90" if task.endswith("causal") else "attn_bwd_main_sm90"]
+        assert fused.launches[1].args[-2:] == ["dQ", "dQcnt"]
+        assert "dQcnt" in [b.name for b in fused.buffers]
+
+
+def test_an_argument_list_override_replaces_the_main_launchs_arguments(tmp_path):
+    """A variant that gives the main launch's whole argument list (the FP8 GEMM's split-K variants: grid
+    and `splits` change together) gets exactly that list; it was once matched by name against the
+    list and silently dropped, so those variants ran a grid with the shipped split count."""
+    spec = importlib.util.spec_from_file_location("expert_dev", ROOT / "scripts" / "expert_dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    task = "fp8_gemm_nt_1d2d_n4096_k7168"
+    for name, (_, over) in dev.VARIANTS[task].items():
+        if isinstance(over.get("args"), list):
+            dev.variant(task, name, tmp_path)
+            written = json.loads((tmp_path / name / "launch.json").read_text())["launches"]
+            main = max(written, key=lambda launch: launch.get("shared_bytes", 0) if isinstance(launch.get("shared_bytes", 0), int) else 0)
+            assert main["args"] == over["args"], name

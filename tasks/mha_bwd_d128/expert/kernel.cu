@@ -2,7 +2,9 @@
 // and the forward's LSE ([B, H, S] fp32, natural log): dQ, dK, dV (bf16). Three launches:
 //   1. attn_bwd_pre_sm90:   Delta = rowsum(dO * O) (fp32) and dQacc = 0 (fp32 scratch), one warp per row.
 //   2. attn_bwd_main_sm90 / attn_bwd_main_causal_sm90: one CTA per (128-key block, batch*head), 384
-//      threads. Warpgroup 0 produces (one thread issues TMA; setmaxnreg.dec), warpgroups 1-2 consume
+//      threads. Warpgroup 0 produces (setmaxnreg.dec; one thread issues the TMA loads and, DQ_WARP, one
+//      thread of warp 1 the dQ reduce-adds, so no consumer thread waits on or issues bulk copies: v4,
+//      +6%), warpgroups 1-2 consume
 //      (setmaxnreg.inc), each owning 64 of the block's keys. K and V stay in shared memory; 64-query
 //      blocks of Q, dO, LSE and Delta stream through a STAGES-deep ring. Per query block, per warpgroup,
 //      everything is computed transposed (keys are the M dimension), so P^T and dS^T come out of the
@@ -16,10 +18,14 @@
 //        dQ_blk = dS K         (dS^T of both warpgroups through shared memory as an M-major A operand;
 //                               warpgroup c computes head-dim columns 64c..64c+63 over all 128 keys)
 //                               with DQ_COMP, dS = hi + lo in two bf16 parts and two products
-//        dQacc += dQ_blk       (DQ_TMA: staged in smem as fp32, added by cp.reduce.async.bulk.tensor (TMA
-//                               reduce-add; clips rows >= S); issued before dK, so the drain overlaps dK)
+//        dQacc += dQ_blk       (DQ_TMA: staged in smem as fp32, handed to the reducer warp by mbarrier, added
+//                               by cp.reduce.async.bulk.tensor (TMA reduce-add; clips rows >= S); issued
+//                               before dK, so the drain overlaps dK)
 //      dK, dV are scaled by sm_scale, rounded to bf16 and stored by TMA (which clips keys >= S).
+//      Causal: CAUSAL_GROUP renumbers the CTAs so the longest key blocks (the first ones) start first.
 //   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc).
+// The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX) are measured
+// alternatives, off by default: NOTES.md, v4, says what each one did.
 // Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
 // queries >= S and keys >= S (and for keys after the query when causal), and stores are clipped.
 
@@ -34,6 +40,49 @@
 #endif
 #ifndef DQ_DEFER
 #define DQ_DEFER 1  // 1: dQ is issued before dK and drained (staged, reduced) while dK runs
+#endif
+
+#ifndef AREG
+#define AREG 0  // 1: this warpgroup's K rows live in registers as the A operand of S^T (RS wgmma); 2: V's, for dP^T
+#endif
+#ifndef DV_LATE
+#define DV_LATE 0  // 1: dV is issued after dS^T is computed (lower register peak; the tensor cores wait for dS)
+#endif
+#ifndef EXP_POLY
+#define EXP_POLY 0  // of each thread's 8 column groups of P^T (4 elements each), this many use poly_exp2 (FMA pipe), not MUFU
+#endif
+#ifndef DQ_WARP
+#define DQ_WARP 1  // 1 (with DQ_TMA): a producer warp issues the dQ reduce-adds; consumers hand over their staged
+                   // tile by mbarrier (no per-step named barrier or bulk-group wait in the consumers). v4: +6%
+#endif
+#if DQ_WARP && !DQ_TMA  // per-thread reds leave nothing for a reducer warp to do
+#undef DQ_WARP
+#define DQ_WARP 0
+#endif
+#ifndef DQ_FUSE
+#define DQ_FUSE 0  // 1 (with DQ_WARP): no dQ launch; the CTA whose reduce-add completes a query block converts it
+#endif
+#if DQ_FUSE && !DQ_WARP
+#error "DQ_FUSE needs DQ_WARP"
+#endif
+#if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one int32 counter per (head, query block), zeroed
+#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt
+#define FUSE_ARGS , dQ, dQcnt
+#else
+#define FUSE_PARAMS
+#define FUSE_ARGS
+#endif
+#ifndef DS_STMATRIX
+#define DS_STMATRIX 0  // 1: dS^T goes to shared memory by stmatrix.x4 (4 instructions a thread, not 16 st.shared)
+#endif
+#ifndef QSTAGGER
+#define QSTAGGER 0  // 1 (non-causal): each key block sweeps the query blocks from its own starting block
+#endif
+#ifndef CAUSAL_GROUP
+#define CAUSAL_GROUP 8  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
+#endif
+#ifndef AREG_KK
+#define AREG_KK 8  // with AREG: the first AREG_KK of the 8 head-dim k-steps come from registers (4 registers each)
 #endif
 
 #define BN 128                   // keys per CTA
@@ -137,6 +186,15 @@ static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32
       : ACC32(d, 0), ACC32(d, 32)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
+// d (64x64 fp32) (+)= A (registers, 64x16 bf16) * B (smem, K-major 16x64)
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " REGS32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : ACC32(d, 0)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "n"(SCALE_D));
+}
 static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -147,6 +205,13 @@ static __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+#if AREG
+static __device__ __forceinline__ u32 lds_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+#endif
 static __device__ __forceinline__ float2 lds_f2(u32 addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
@@ -156,6 +221,25 @@ static __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+// 2^x on the FMA pipe (the MUFU unit does 16 ex2 per clock per SM, the FMA pipes 128 FMAs): x = n + f with
+// n = round(x) (the 1.5 * 2^23 trick leaves n in the low mantissa bits) and f in [-0.5, 0.5], 2^f by a
+// degree-4 polynomial (least squares on relative error: 5.3e-6, far below P's bf16 rounding), 2^n added to
+// the exponent field. x is clamped at -126: below that the result is a subnormal ~2^-126 (as good as ex2.ftz's 0),
+// and at -127 a p just under 1 would carry into the sign bit (NaN).
+static __device__ __forceinline__ float poly_exp2(float x) {
+  x = fmaxf(x, -126.f);
+  const float t = x + 12582912.f;
+  const float f = x - (t - 12582912.f);
+  float p = fmaf(f, 0.009554105f, 0.05587041f);
+  p = fmaf(p, f, 0.24024697f);
+  p = fmaf(p, f, 0.69312805f);
+  p = fmaf(p, f, 0.99999946f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+template <bool POLY>
+static __device__ __forceinline__ float exp2_of(float x) {
+  return POLY ? poly_exp2(x) : fast_exp2(x);
 }
 
 // Stage a warpgroup's 64 rows x 128 columns (accumulator layout, scaled) as bf16 in two 128B-swizzled
@@ -177,7 +261,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
                                                      const CUtensorMap* tmDelta, const CUtensorMap* tmdK,
                                                      const CUtensorMap* tmdV, const CUtensorMap* tmdQacc,
                                                      float* __restrict__ dQacc, int S,
-                                                     float scale_log2, float sm_scale) {
+                                                     float scale_log2, float sm_scale FUSE_PARAMS) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = base;
@@ -192,14 +276,43 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
   const u32 kv_full = bars;
 #define FULL(s) (bars + 8 * (1 + (s)))
 #define EMPTY(s) (bars + 8 * (1 + STAGES + (s)))
+#define DQF(c) (bars + 8 * (1 + 2 * STAGES + (c)))      // DQ_WARP: consumer warpgroup c's dQ staging is written
+#define DQE(c) (bars + 8 * (1 + 2 * STAGES + 2 + (c)))  // DQ_WARP: ... and has been read by its reduce-adds
+#define CVF(k) (bars + 8 * (1 + 2 * STAGES + 4 + (k)))  // DQ_FUSE: mailbox slot k holds a query block to convert
+#define CVE(k) (bars + 8 * (1 + 2 * STAGES + 6 + (k)))  // DQ_FUSE: ... and has been read
+#define MAILBOX(k) (bars + 8 * (1 + 2 * STAGES + 8) + 4 * (k))
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const int nb = blockIdx.x, bh = blockIdx.y;
+  int nb = blockIdx.x, bh = blockIdx.y;
+#if CAUSAL_GROUP
+  if (CAUSAL) {
+    // Causal key blocks differ in work (key block nb sees the query blocks from 2nb on). CTAs start in
+    // linear block order, so renumber them: heads in groups of CAUSAL_GROUP, and within a group all its
+    // heads' key block 0 first, then key block 1, ... The longest CTAs start first and the last ones to
+    // start are short, which evens out the finish (a list-scheduling simulation at S = 4096 on 132 SMs:
+    // 2.2% shorter than head by head), while the heads in flight stay few enough to share Q, dO and
+    // dQacc in L2. A bijection on [0, gridDim.x * gridDim.y): the last group may hold fewer heads.
+    const int nkb = gridDim.x, lin = blockIdx.y * nkb + blockIdx.x;
+    const int base = lin / (CAUSAL_GROUP * nkb) * CAUSAL_GROUP;
+    const int heads = min(CAUSAL_GROUP, (int)gridDim.y - base);
+    const int w = lin - base * nkb;
+    nb = w / heads;
+    bh = base + w % heads;
+  }
+#endif
   const int n0 = nb * BN;
   const int num_m = (S + BM - 1) / BM;
   const int m_begin = CAUSAL ? n0 / BM : 0;  // earlier query blocks see none of these keys
   const int n_iter = num_m - m_begin;
+  // The query block of step i. QSTAGGER (non-causal): key block nb starts its sweep nb * num_m / nkb blocks
+  // in and wraps around, so the CTAs of a head add into different dQacc blocks at any one time.
+  const int q_first = (!CAUSAL && QSTAGGER) ? (int)(((long long)nb * num_m) / gridDim.x) : 0;
+  auto qblk = [&](int i) {
+    if (CAUSAL || !QSTAGGER) return m_begin + i;
+    const int m = q_first + i;
+    return m < num_m ? m : m - num_m;
+  };
 
   if (tid == 0) {
     mbar_init(kv_full, 1);
@@ -207,6 +320,18 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       mbar_init(FULL(s), 1);
       mbar_init(EMPTY(s), 2);  // one arrival per consumer warpgroup
     }
+#if DQ_WARP
+    for (int c = 0; c < 2; ++c) {
+      mbar_init(DQF(c), 4);  // one arrival per warp of consumer warpgroup c
+      mbar_init(DQE(c), 1);
+    }
+#endif
+#if DQ_FUSE
+    for (int k = 0; k < 2; ++k) {
+      mbar_init(CVF(k), 1);
+      mbar_init(CVE(k), 64);  // every converter thread, once it has read the slot
+    }
+#endif
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -222,7 +347,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       tma_load_3d(sV + KV_HALF, tmV, kv_full, 64, n0, bh);
       for (int i = 0; i < n_iter; ++i) {
         const int s = i % STAGES;
-        const int mq = (m_begin + i) * BM;
+        const int mq = qblk(i) * BM;
         mbar_wait(EMPTY(s), ((i / STAGES) & 1) ^ 1);
         mbar_expect_tx(FULL(s), 2 * QO_TILE + 512);
         tma_load_3d(sQ + s * QO_TILE, tmQ, FULL(s), 0, mq, bh);
@@ -235,6 +360,89 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         tma_load_2d(sLD + s * 512 + 256, tmDelta, FULL(s), mq, bh);
       }
     }
+#if DQ_WARP
+    else if (tid == 32) {
+#if DQ_FUSE
+      // Query block m of this head is complete once every key block that sees it has added its part: all
+      // of them (non-causal) or those with 2 nb <= m (causal). The reduce-adds are async-proxy writes and
+      // complete (wait_group above): a proxy fence, then a release/acquire count; the thread whose count
+      // completes the block hands it to the converters through a two-slot mailbox.
+      const int nkb = gridDim.x;
+      int posted = 0;
+      auto post = [&](int m) {
+        const int k = posted++;
+        mbar_wait(CVE(k & 1), ((k >> 1) & 1) ^ 1);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(MAILBOX(k & 1)), "r"(m) : "memory");
+        mbar_arrive(CVF(k & 1));
+      };
+      auto count_block = [&](int m) {
+        const int need = CAUSAL ? min(nkb, m / 2 + 1) : nkb;
+        int* cnt = dQcnt + (size_t)bh * ((S + BM - 1) / BM) + m;
+        int old;
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
+        if (old == need - 1) {
+          *cnt = 0;  // every count of this launch is in: the next launch starts from 0 (zeroed scratch or not)
+          post(m);
+        }
+      };
+#endif
+      // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
+      // dQacc (two 64x32 boxes each); the staging is released as soon as the bulk copy has read it.
+      for (int i = 0; i < n_iter; ++i) {
+        const int mq = qblk(i) * BM;
+        for (int c = 0; c < 2; ++c) {
+          mbar_wait(DQF(c), i & 1);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE, c * 64, mq, bh);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE + DQ_STAGE / 2, c * 64 + 32, mq, bh);
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+        asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+        mbar_arrive(DQE(0));
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        mbar_arrive(DQE(1));
+#if DQ_FUSE
+        if (i > 0) {
+          asm volatile("cp.async.bulk.wait_group 2;" ::: "memory");  // step i-1's two reduce-adds are done
+          count_block(qblk(i - 1));
+        }
+#endif
+      }
+      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#if DQ_FUSE
+      count_block(qblk(n_iter - 1));
+      post(-1);  // no more blocks: the converters stop
+#endif
+    }
+#if DQ_FUSE
+    else if (tid >= 64) {
+      // Converters (warps 2-3): dQ[block] = bf16(sm_scale * dQacc[block]) for each query block the reducer
+      // found complete; one float4 (a quarter of a 512-byte dQacc row) per thread per access, from L2.
+      const int t = tid - 64;
+      for (int k = 0;; ++k) {
+        mbar_wait(CVF(k & 1), (k >> 1) & 1);
+        int m;
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(m) : "r"(MAILBOX(k & 1)) : "memory");
+        mbar_arrive(CVE(k & 1));
+        if (m < 0) break;
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        const int mq = m * BM, rows = min(BM, S - mq);
+        const float* src = dQacc + ((size_t)bh * S + mq) * 128;
+        unsigned short* dst = dQ + ((size_t)bh * S + mq) * 128;
+#pragma unroll 2
+        for (int idx = t; idx < rows * 32; idx += 64) {
+          float4 a;
+          asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a.x), "=f"(a.y), "=f"(a.z), "=f"(a.w) : "l"(src + 4 * idx)
+                       : "memory");
+          uint2 r;
+          r.x = pack_bf16x2(a.x * sm_scale, a.y * sm_scale);
+          r.y = pack_bf16x2(a.z * sm_scale, a.w * sm_scale);
+          *reinterpret_cast<uint2*>(dst + 4 * idx) = r;
+        }
+      }
+    }
+#endif
+#endif
   } else {
     // ------------------------------------------------------------ consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
@@ -247,8 +455,21 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     const bool mask_keys = !CAUSAL && n0 + BN > S;
 
     // dQacc[query][64cw + col] += dq (accumulator rows are queries here).
-    auto dq_out = [&](const float(&dq)[32], int mq, bool issue) {
-#if DQ_TMA
+    auto dq_out = [&](const float(&dq)[32], int mq, bool issue, int it) {
+#if DQ_TMA && DQ_WARP
+      // Staging as below; the reducer's reduce-adds of step it-1 have read it once DQE(cw) completes.
+      const u32 stg = sdQ + cw * DQ_STAGE;
+      mbar_wait(DQE(cw), (it & 1) ^ 1);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const u32 a = stg + (j >> 2) * (DQ_STAGE / 2) + r_in * 128 + (((2 * (j & 3) + (q2 >> 2)) ^ (r_in & 7)) << 4) + (lane & 1) * 8;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(dq[4 * j]), "f"(dq[4 * j + 1]) : "memory");
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a + 8 * 128), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // these stores before the bulk copy's reads
+      __syncwarp();
+      if (lane == 0) mbar_arrive(DQF(cw));
+#elif DQ_TMA
       // 128B-swizzled fp32 staging, two boxes of 64 rows x 32 columns: 16-byte unit u of row r at
       // u ^ (r & 7) (conflict-free 8-byte stores). The previous reduce from this buffer finished
       // reading before the last bar.sync 1, 256 (the issuing thread waits for it there).
@@ -287,9 +508,29 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
 
     mbar_wait(kv_full, 0);
+#if AREG
+    // This warpgroup's 64 rows of K (AREG 1) or V (AREG 2) as wgmma A fragments, loaded once: for k-step kk
+    // (head-dim columns 16kk..16kk+15) a0/a1 hold rows r_in/r_in+8 at columns q2, q2+1 and a2/a3 the same
+    // rows 8 columns on, the layout the accumulators of P^T/dS^T have. Saves the A operand's shared-memory
+    // reads (2 KiB per m64n64k16) of one of the two n64 SS products.
+    u32 af[4 * AREG_KK];
+    {
+      const int r0 = cw * 64 + r_in, x = r0 & 7;
+      const u32 rows = (AREG == 1 ? sK : sV) + r0 * 128 + q2 * 2;
+#pragma unroll
+      for (int kk = 0; kk < AREG_KK; ++kk) {
+        const u32 h = rows + (kk >> 2) * KV_HALF;
+        const int u = (kk & 3) * 2;
+        af[4 * kk] = lds_u32(h + ((u ^ x) << 4));
+        af[4 * kk + 1] = lds_u32(h + 8 * 128 + ((u ^ x) << 4));
+        af[4 * kk + 2] = lds_u32(h + (((u + 1) ^ x) << 4));
+        af[4 * kk + 3] = lds_u32(h + 8 * 128 + (((u + 1) ^ x) << 4));
+      }
+    }
+#endif
     for (int i = 0; i < n_iter; ++i) {
       const int s = i % STAGES;
-      const int mq = (m_begin + i) * BM;
+      const int mq = qblk(i) * BM;
       const u32 q_s = sQ + s * QO_TILE, do_s = sdO + s * QO_TILE, ld_s = sLD + s * 512;
       const u32 ds_buf = sdS + (i & 1) * DS_BYTES;
 #if DQ_COMP
@@ -303,6 +544,15 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       for (int kk = 0; kk < 8; ++kk) {  // S^T = K Q^T over the head dim
         const u32 off_a = (kk >> 2) * KV_HALF + cw * (64 * 128) + (kk & 3) * 32;
         const u32 off_b = (kk >> 2) * QO_HALF + (kk & 3) * 32;
+#if AREG == 1
+        if (kk < AREG_KK) {
+          if (kk == 0)
+            wgmma_rs_n64<0>(st, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(q_s + off_b, 16));
+          else
+            wgmma_rs_n64<1>(st, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(q_s + off_b, 16));
+          continue;
+        }
+#endif
         if (kk == 0)
           wgmma_ss_n64<0, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
         else
@@ -313,6 +563,15 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       for (int kk = 0; kk < 8; ++kk) {  // dP^T = V dO^T
         const u32 off_a = (kk >> 2) * KV_HALF + cw * (64 * 128) + (kk & 3) * 32;
         const u32 off_b = (kk >> 2) * QO_HALF + (kk & 3) * 32;
+#if AREG == 2
+        if (kk < AREG_KK) {
+          if (kk == 0)
+            wgmma_rs_n64<0>(dp, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(do_s + off_b, 16));
+          else
+            wgmma_rs_n64<1>(dp, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3], desc_sw128(do_s + off_b, 16));
+          continue;
+        }
+#endif
         if (kk == 0)
           wgmma_ss_n64<0, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
         else
@@ -328,10 +587,17 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       for (int j = 0; j < 8; ++j) {
         const float2 lse = lds_f2(ld_s + (8 * j + q2) * 4);
         const float l0 = lse.x, l1 = lse.y;  // already * log2(e)
-        st[4 * j] = fast_exp2(fmaf(st[4 * j], scale_log2, -l0));
-        st[4 * j + 1] = fast_exp2(fmaf(st[4 * j + 1], scale_log2, -l1));
-        st[4 * j + 2] = fast_exp2(fmaf(st[4 * j + 2], scale_log2, -l0));
-        st[4 * j + 3] = fast_exp2(fmaf(st[4 * j + 3], scale_log2, -l1));
+        if (j < EXP_POLY) {
+          st[4 * j] = exp2_of<true>(fmaf(st[4 * j], scale_log2, -l0));
+          st[4 * j + 1] = exp2_of<true>(fmaf(st[4 * j + 1], scale_log2, -l1));
+          st[4 * j + 2] = exp2_of<true>(fmaf(st[4 * j + 2], scale_log2, -l0));
+          st[4 * j + 3] = exp2_of<true>(fmaf(st[4 * j + 3], scale_log2, -l1));
+        } else {
+          st[4 * j] = fast_exp2(fmaf(st[4 * j], scale_log2, -l0));
+          st[4 * j + 1] = fast_exp2(fmaf(st[4 * j + 1], scale_log2, -l1));
+          st[4 * j + 2] = fast_exp2(fmaf(st[4 * j + 2], scale_log2, -l0));
+          st[4 * j + 3] = fast_exp2(fmaf(st[4 * j + 3], scale_log2, -l1));
+        }
         if (mask) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
@@ -344,12 +610,16 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       u32 p[16];
 #pragma unroll
       for (int k = 0; k < 16; ++k) p[k] = pack_bf16x2(st[2 * k], st[2 * k + 1]);
+#if !DV_LATE
       // dV += P^T dO: 4 k-steps of 16 queries; dO is N-major (rows = queries), halves QO_HALF apart.
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_rs_n128(dv, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc_sw128(do_s + kk * 2048, QO_HALF));
       wgmma_commit();
       wgmma_wait<1>();  // dP^T done (dV may still run)
+#else
+      wgmma_wait<0>();  // dP^T done; dV is issued after dS, so P^T's and dS^T's fp32 registers never overlap dV's operands
+#endif
 
       // dS^T = P^T * (dP^T - Delta)
 #pragma unroll
@@ -368,9 +638,32 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       u32 ds[16];
 #pragma unroll
       for (int k = 0; k < 16; ++k) ds[k] = pack_bf16x2(dp[2 * k], dp[2 * k + 1]);
+#if DV_LATE
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_n128(dv, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc_sw128(do_s + kk * 2048, QO_HALF));
+      wgmma_commit();
+#endif
       // dS^T -> shared memory (rows = keys, 64 queries per 128-byte swizzled row) for dQ = dS K.
       // Written before dK is issued so the fp32 dS registers die early (with them live across the
       // dK issue, ptxas serializes the wgmmas for lack of registers: C7512).
+#if DS_STMATRIX && !DQ_COMP
+      {
+        // Four stmatrix.x4 instead of 16 st.shared.b32: the accumulator fragment is stmatrix's (a thread holds
+        // two adjacent columns of row lane/4 of each 8x8 tile). Matrices of one x4: rows 16w..+7 and 16w+8..+15
+        // at column chunks j and j+1; lane L gives the address of row L%8 of matrix L/8.
+        const int mi = lane >> 3;
+        const int r = cw * 64 + warp * 16 + (mi & 1) * 8 + (lane & 7);
+        const u32 row = ds_buf + r * 128;
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+          const u32 a = row + (((j + (mi >> 1)) ^ (r & 7)) << 4);
+          asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(ds[2 * j]),
+                       "r"(ds[2 * j + 1]), "r"(ds[2 * j + 2]), "r"(ds[2 * j + 3])
+                       : "memory");
+        }
+      }
+#else
       {
         const int r = cw * 64 + r_in;
 #pragma unroll
@@ -391,6 +684,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
         }
       }
+#endif
 #if !DQ_DEFER
       // dK += dS^T Q
 #pragma unroll
@@ -402,7 +696,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #if DQ_TMA
       // this warpgroup's last dQ reduce has read its staging buffer (the next dq_out rewrites it)
-      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      if (!DQ_WARP && t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 #endif
       asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups' dS^T rows are in place
 
@@ -428,13 +722,13 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
       wgmma_commit();
       wgmma_wait<1>();  // dV and dQ done, dK may still run
-      dq_out(dq, mq, true);
+      dq_out(dq, mq, true, i);
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
 #else
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
-      dq_out(dq, mq, true);
+      dq_out(dq, mq, true, i);
 #endif
     }
 
@@ -461,8 +755,8 @@ attn_bwd_main_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                    const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
                    const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
-                   const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
-  attn_bwd_body<false>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
+                   const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale FUSE_PARAMS) {
+  attn_bwd_body<false>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale FUSE_ARGS);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -470,8 +764,8 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
                           const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
                           const __grid_constant__ CUtensorMap tmLSE2, const __grid_constant__ CUtensorMap tmDelta,
                           const __grid_constant__ CUtensorMap tmdK, const __grid_constant__ CUtensorMap tmdV,
-                          const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale) {
-  attn_bwd_body<true>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale);
+                          const __grid_constant__ CUtensorMap tmdQacc, float* __restrict__ dQacc, int S, float scale_log2, float sm_scale FUSE_PARAMS) {
+  attn_bwd_body<true>(&tmQ, &tmK, &tmV, &tmdO, &tmLSE2, &tmDelta, &tmdK, &tmdV, &tmdQacc, dQacc, S, scale_log2, sm_scale FUSE_ARGS);
 }
 
 // Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
