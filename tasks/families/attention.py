@@ -10,9 +10,10 @@ Causal means top-left aligned: query i attends to keys j <= i (queries and keys 
 same length S here). The causal tasks at d64/d96/d256 are held-out variants of the causal
 seed tasks (PTXBench's mha_with_lse_d*_causal and mha_bwd_d*_causal problems, same B, H, S).
 
-The reference sources below are what a model is shown and what the harness runs. They
-compute in fp32 from the (bf16) inputs and process a few heads at a time, because the
-S×S scores of all 192 heads at S=8192 would need 51 GB in fp32.
+The reference sources below are what a model is shown and what the harness runs (on a GPU, the same
+function on tensor cores to fp32 accuracy: exact_reference, at the end). They compute in fp32 from the
+(bf16) inputs and process a few heads at a time, because the S×S scores of all 192 heads at S=8192
+would need 51 GB in fp32.
 """
 from __future__ import annotations
 
