@@ -5,8 +5,6 @@ must not round to the output dtype: ptxbench's own references compute in fp32 fr
 bf16 inputs. For the same reason 16-bit float inputs are handed to the reference already
 widened to fp32 (exactly), so that a foreign FlashInfer-Bench reference written as plain
 `torch.matmul(A, B.T)` computes in fp32 too. fp32 matmuls run in full IEEE fp32 (TF32 off).
-The seed attention sources run on a GPU as the same function on tensor cores, to fp32 accuracy
-(tasks.families.attention.exact_reference: exact products, fp32 sums).
 """
 from __future__ import annotations
 
@@ -66,12 +64,6 @@ def run_reference(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torc
     """
     run = reference_function(task)
     axes = _axes_from_shapes(task, inputs)
-    if task.op_type in ("mha_fwd", "mha_bwd"):  # the attention sources on tensor cores, to fp32 accuracy
-        from tasks.families.attention import exact_reference
-
-        fast = exact_reference(task, inputs)
-        if fast is not None:
-            return _as_outputs(task, fast, axes)
     scalars = task.scalar_values(axes)
     args = {name: _widen(inputs[name]) for name in task.inputs}
     params = inspect.signature(run).parameters
