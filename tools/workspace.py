@@ -122,26 +122,24 @@ class Workspace:
         if inputs is None:
             raise ValueError("verdict() needs the inputs generated again from the run's seed (inputs=...)")
         from tasks.sampled import view_rows
-        from tools.correctness import compare, judge_outputs, poison_mask, same_bits
+        from tools.correctness import compare, judge_outputs, scan
 
-        for name, g in self.guarded.items():
-            before, after = g.guard_damage()
+        found = scan(self.guarded, self.inputs, inputs, self.outputs)  # every whole-tensor check, one read back
+        for name, (before, after) in found.guards.items():
             if before or after:
                 kind = "output" if name in self.outputs else "input" if name in self.inputs else "buffer"
                 where = " and ".join(s for s, n in (("before", before), ("after", after)) if n)
                 return "out_of_bounds_write", (f"wrote outside {kind} {name!r}: {before + after} guard bytes changed "
                                                f"{where} it"), []
-        for name, t in self.inputs.items():
-            if not same_bits(t, inputs[name]):
+        for name, changed in found.changed.items():
+            if changed:
                 return "input_modified", f"input {name!r} changed during the run (inputs are read-only)", []
         for name, t in self.outputs.items():
-            unwritten = int(poison_mask(t).sum())
-            if unwritten:
-                return "unwritten_output", (f"output {name!r}: {unwritten} of {t.numel()} elements were never "
-                                            f"written (still the poison NaN)"), []
-            nans = int(t.isnan().sum()) if t.is_floating_point() else 0  # whole output, also when rows are sampled
-            if nans:
-                return "nan_output", f"output {name!r} has {nans} NaN elements", []
+            if found.unwritten[name]:
+                return "unwritten_output", (f"output {name!r}: {found.unwritten[name]} of {t.numel()} elements were "
+                                            f"never written (still the poison NaN)"), []
+            if found.nans[name]:
+                return "nan_output", f"output {name!r} has {found.nans[name]} NaN elements", []
         if samples is not None:
             mismatches = [compare(n, view_rows(self.outputs[n])[smp.rows], smp.expected, tol, smp.scale)
                           for n, smp in samples.items()]
@@ -276,14 +274,13 @@ def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows
     (TimedJudge's, which the pair's other side read), held to the same regeneration. `mark(part)`:
     called after each part (regenerate, reference, verdict), for the cost breakdown."""
     from tasks.generators import generate_inputs
-    from tools.correctness import same_bits
+    from tools.correctness import changed
 
     fresh = generate_inputs(task, axes, seed, device=device, fast=True)
     mark("regenerate")
-    for name, t in (copies or {}).items():
-        if name in fresh and not same_bits(t, fresh[name]):
-            raise Failed("input_modified", f"{what}: the harness's copy of input {name!r} (read by the pair's other "
-                                           "side) changed during the pair (inputs are read-only)")
+    for name in changed(copies or {}, fresh)[:1]:
+        raise Failed("input_modified", f"{what}: the harness's copy of input {name!r} (read by the pair's other "
+                                       "side) changed during the pair (inputs are read-only)")
     if full:
         from tasks.reference import run_reference
 
