@@ -257,8 +257,9 @@ class TimedJudge:
         what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
         self.mark("runs")  # both sides' cold runs (flush, poison, the runs) since the inputs
         try:
+            marks = {"mark": self.mark} if self.device == "cuda" else {}  # (events exist on a GPU only)
             judge_run(self.task, self.axes, self.ws, self.seed, self.rng, self.device, self.rows, full, what,
-                      copies=getattr(self, "_generated", None), mark=self.mark)
+                      copies=getattr(self, "_generated", None), **marks)
         finally:
             self._generated = None
 
