@@ -35,6 +35,10 @@ SHORT = {"compile": "comp", "inspect_wait": "insp", "queue_wait": "queue", "work
          "counted_runs": "counted", "executed_other": "exec", "other_gpu": "other"}
 
 
+# what each workload's counted runs record of their cost (tools.counted: the session, its padding)
+CREDIT_KEYS = ("status", "reason", "profile_s", "profile_phase_s", "own_s", "padded_runs", "counted_pairs")
+
+
 def counted_by_pass(ev) -> list[float]:
     """Seconds of the counted runs by pass, summed over workloads (tools.worker: pass_s rows are
     [prepare, run, judge] per counted run)."""
@@ -75,7 +79,8 @@ def row_of(task: str, kind: str, mode: str, ev, wall: float) -> dict:
             "workloads": [{"workload": w.workload, "status": w.status, "reason": w.reason, "speedup": w.speedup,
                            "speedup_ci": w.speedup_ci, "timed": w.timed_runs, "planned": w.planned_runs,
                            "warmup": w.warmup_runs, "full_checks": w.full_checks,
-                           "stop": w.timing_stop, "phase_s": {k: round(v, 3) for k, v in w.phase_s.items()}}
+                           "stop": w.timing_stop, "phase_s": {k: round(v, 3) for k, v in w.phase_s.items()},
+                           "credit": {k: (w.credit or {}).get(k) for k in CREDIT_KEYS}}
                           for w in ev.workloads]}
 
 

@@ -778,6 +778,27 @@ def test_another_evaluations_deferred_workloads_are_dropped():
     assert set(reply["credits"]) == {"M128"}
 
 
+def test_a_later_uncounted_workload_of_the_same_evaluation_keeps_the_deferred_ones():
+    """The SASS, read while the first workloads ran, showed no requested instruction: the later
+    workloads are sent without counted runs, and the deferred ones, which carry their timed phases,
+    stay until the evaluation's credit op times them (H200, issue 43: dropped here, the simple
+    attention-backward solution's first three workloads went untimed)."""
+    state = CountedState(gemm)
+    _deferred(state, evaluation="same")
+    req = {**request(9, workload=0), "evaluation": "same"}
+    del req["credit"]
+    result, fatal = worker.run_workload(state, req)
+    assert not fatal and result["timing"] is not None  # timed where it ran: nothing deferred
+    assert [e.workload for e in state.pending] == ["M128", "M70"]
+    reply, _ = counted.run_pending(state, count=False)
+    assert set(reply["results"]) == {"M128", "M70"}
+    assert all(r["timing"] and r["timed_runs"] > 0 for r in reply["results"].values())
+    other = {**req, "evaluation": "another"}
+    _deferred(state, evaluation="same")
+    worker.run_workload(state, other)  # another evaluation's request: the kept ones go
+    assert state.pending == []
+
+
 def test_the_deferred_workspaces_are_memory_kept_on_purpose():
     """State.restore's lost-memory check leaves out what deferred workspaces hold."""
     from types import SimpleNamespace

@@ -37,6 +37,15 @@ def test_an_evaluations_phases_add_up_to_its_gpu_time():
     assert "compile" not in GPU_PHASES and "queue_wait" not in GPU_PHASES
 
 
+def test_padding_inside_the_timed_phases_is_not_counted_twice():
+    """The counted runs' padding is inside the timed phases' wall and in counted_runs: the parts never add
+    up to more than the evaluation held the GPU (H200: 15.0 s of parts for a 13.2 s evaluation before)."""
+    ev = _ev(workloads_s=5.0, counted=1.5)  # parts: 1.0 + 0.5 + 4.0 + 1.5 = 7.0, of which 2.0 counted twice
+    p = evaluation_phases(ev)
+    assert p["timed_pairs"] == 3.0 - 2.0 and p["counted_runs"] == 1.5 and p["other_gpu"] == 0.0
+    assert abs(gpu_seconds(p) - (3.0 + 5.0 + 0.05)) < 1e-6
+
+
 def test_a_sweeps_cost_reads_every_recorded_evaluation(tmp_path):
     for rid, n in (("s/a/r0", 2), ("s/b/r0", 1)):
         for k in range(n):

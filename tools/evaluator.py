@@ -529,6 +529,9 @@ class Evaluator:
                                                         reason=err.reason, detail=str(err)))
                     continue
                 req = self._request(solution, res.compile, task, wl, seeds=[self._seed(), self._seed()], time=time)
+                # every request names its evaluation, counted or not: the worker keeps the workloads this
+                # evaluation deferred (their timed phases too) until its credit op, and drops only another's
+                req["evaluation"] = evaluation
                 if (counting is not None and counting.in_process and counting.process is None  # a profile keeps every run
                         and module_sass and _no_requested_sass(module_sass(wait=False), res.requested_features)):
                     pass  # no counted runs: the verdict is known from the SASS (_executed)

@@ -101,6 +101,9 @@ class TimedPhase:
         baseline, base_name, note, judge = self.baseline, self.base_name, self.note, self.judge
         result.phase_s["timed"] = self.seconds
         result.phase_s["judge"] = times.judge_s  # inside "timed": judging each candidate run
+        # where the pairs' time went (issue 43): host wall of the inputs and of the runs, GPU time by part
+        result.phase_s["pair_inputs"], result.phase_s["pair_runs"] = times.inputs_s, times.runs_s
+        result.phase_s.update(judge.marks.parts("gpu_"))
         result.timing_stop, result.planned_runs = times.stop, times.planned
         result.gpu_state["end"] = state.gpu_state()
         result.timed_runs, result.warmup_runs, result.full_checks = len(times.candidate_ms), times.warmup, judge.full_checks

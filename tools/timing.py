@@ -283,6 +283,8 @@ class PairedTimes:
     stop: str = "planned"
     planned: int = 0
     judge_s: float = 0.0  # wall seconds of after_pair (judging each candidate run), inside the loop
+    inputs_s: float = 0.0  # wall seconds of before_pair (the pair's fresh inputs generated and loaded)
+    runs_s: float = 0.0  # wall seconds of both sides' cold runs, until the GPU was idle (flush, runs, finish)
 
     @property
     def ratios(self) -> list[float]:
@@ -364,7 +366,7 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
     cand: list[float] = []
     base: list[float] = []
     gated = {s.name for s in (candidate, baseline) if s and s.gated}
-    stop, judge_s = "planned", 0.0
+    stop, judge_s, inputs_s, runs_s = "planned", 0.0, 0.0, 0.0
     start = time.perf_counter()
     i = 0
     paused = 0.0  # seconds the caller held the sequence between two pairs: not this phase's time (the cap)
@@ -374,12 +376,15 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
         paused += time.perf_counter() - t_yield
         t0 = time.perf_counter()
         before_pair(i, total)
+        t_runs = time.perf_counter()
+        inputs_s += t_runs - t0
         sides = [candidate] + ([baseline] if baseline else [])
         if i % 2:
             sides.reverse()
         events = {s.name: _cold_run(s, state) for s in sides}
         state.wait(limit_s)
         t1 = time.perf_counter()
+        runs_s += t1 - t_runs
         after_pair(i, total)
         judge_s += time.perf_counter() - t1
         if total < 0 and time.perf_counter() - t0 >= SLOW_PAIR_S:
@@ -405,7 +410,8 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
                 stop = "cap"
                 break
     ungated = tuple(sorted(s.name for s in (candidate, baseline) if s and s.name in gated and not s.gated))
-    return PairedTimes(cand, base, warmup, ungated, stop=stop, planned=planned, judge_s=judge_s)
+    return PairedTimes(cand, base, warmup, ungated, stop=stop, planned=planned, judge_s=judge_s, inputs_s=inputs_s,
+                       runs_s=runs_s)
 
 
 def median_ci(ratios: list[float], rng, resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:

@@ -346,8 +346,12 @@ def run_workload(state: State, req: dict) -> tuple[dict, bool]:
     from tools.solution import LaunchManifest
     from tools.timing import KernelTimeout
 
-    if state.pending and state.pending[0].evaluation != (req.get("credit") or {}).get("evaluation"):
-        state.drop_pending()  # another evaluation's, which never asked for its counted runs
+    if state.pending and state.pending[0].evaluation != (req.get("evaluation") or (req.get("credit") or {}).get(
+            "evaluation")):
+        # another evaluation's, which never asked for its counted runs. A later workload of the same
+        # evaluation sent without counted runs (the SASS read meanwhile showed none can execute) keeps
+        # them: they carry their timed phases, run at its credit op (issue 43: dropped, they went untimed)
+        state.drop_pending()
     task = Task.model_validate(req["task"])
     wl = Workload.model_validate(req["workload"])
     result = WorkloadResult(workload=wl.name, split=wl.split, axes=task.axis_values(wl), status="failed",

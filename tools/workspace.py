@@ -122,26 +122,24 @@ class Workspace:
         if inputs is None:
             raise ValueError("verdict() needs the inputs generated again from the run's seed (inputs=...)")
         from tasks.sampled import view_rows
-        from tools.correctness import compare, judge_outputs, poison_mask, same_bits
+        from tools.correctness import compare, judge_outputs, scan
 
-        for name, g in self.guarded.items():
-            before, after = g.guard_damage()
+        found = scan(self.guarded, self.inputs, inputs, self.outputs)  # every whole-tensor check, one read back
+        for name, (before, after) in found.guards.items():
             if before or after:
                 kind = "output" if name in self.outputs else "input" if name in self.inputs else "buffer"
                 where = " and ".join(s for s, n in (("before", before), ("after", after)) if n)
                 return "out_of_bounds_write", (f"wrote outside {kind} {name!r}: {before + after} guard bytes changed "
                                                f"{where} it"), []
-        for name, t in self.inputs.items():
-            if not same_bits(t, inputs[name]):
+        for name, changed in found.changed.items():
+            if changed:
                 return "input_modified", f"input {name!r} changed during the run (inputs are read-only)", []
         for name, t in self.outputs.items():
-            unwritten = int(poison_mask(t).sum())
-            if unwritten:
-                return "unwritten_output", (f"output {name!r}: {unwritten} of {t.numel()} elements were never "
-                                            f"written (still the poison NaN)"), []
-            nans = int(t.isnan().sum()) if t.is_floating_point() else 0  # whole output, also when rows are sampled
-            if nans:
-                return "nan_output", f"output {name!r} has {nans} NaN elements", []
+            if found.unwritten[name]:
+                return "unwritten_output", (f"output {name!r}: {found.unwritten[name]} of {t.numel()} elements were "
+                                            f"never written (still the poison NaN)"), []
+            if found.nans[name]:
+                return "nan_output", f"output {name!r} has {found.nans[name]} NaN elements", []
         if samples is not None:
             mismatches = [compare(n, view_rows(self.outputs[n])[smp.rows], smp.expected, tol, smp.scale)
                           for n, smp in samples.items()]
@@ -157,6 +155,39 @@ class Workspace:
 
 
 SAMPLED_ROWS = 64  # rows of each output judged on every timed run, for op types tasks.sampled.rows_for does not raise
+
+
+class GpuMarks:
+    """GPU seconds of the parts of a stage (CUDA events on the stream, read once the stage is over:
+    no host sync is added), for the cost breakdown (scripts/bench_cost.py, issue 43). Nothing on a
+    CPU stand-in."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self._marks: list = []
+        self._last = None
+
+    def mark(self, part: str | None) -> None:
+        """An event on the stream now; the GPU time since the previous mark is `part`'s (None: a
+        starting point only)."""
+        if self.device != "cuda":
+            return
+        import torch
+
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        if part is not None and self._last is not None:
+            self._marks.append((part, self._last, ev))
+        self._last = ev
+
+    def parts(self, prefix: str) -> dict[str, float]:
+        """GPU seconds per part so far, as {prefix + part: s}."""
+        out: dict[str, float] = {}
+        if self._marks:
+            self._marks[-1][2].synchronize()
+        for part, a, b in self._marks:
+            out[part] = out.get(part, 0.0) + a.elapsed_time(b) / 1e3
+        return {f"{prefix}{k}": round(v, 4) for k, v in out.items()}
 
 
 class TimedJudge:
@@ -185,6 +216,8 @@ class TimedJudge:
         self.full_at: set[int] | None = None
         self.full_checks = 0
         self._pair_inputs_used = False
+        self.marks = GpuMarks(device)  # where a pair's GPU time goes (scripts/bench_cost.py, issue 43)
+        self.mark = self.marks.mark
 
     def _inputs(self) -> dict:
         from tasks.generators import generate_inputs
@@ -192,10 +225,12 @@ class TimedJudge:
         return generate_inputs(self.task, self.axes, self.seed, device=self.device, fast=True)
 
     def before_pair(self, i: int, total: int) -> None:
+        self.mark(None)
         self.seed = self.rng.getrandbits(31)
         self._generated = self._inputs()  # kept until the pair is judged: the second side's copy
         self.ws.load_inputs(self._generated)
         self._pair_inputs_used = False
+        self.mark("inputs")
 
     def inputs_for_run(self) -> None:
         """Before each side's run of a pair (untimed). The first side runs on the inputs
@@ -220,36 +255,40 @@ class TimedJudge:
         full = not self.sampled or i in (self.full_at or ())
         self.full_checks += full
         what = f"timed-phase run {i + 1}" + (f" of {total}" if total > 0 else "")
+        self.mark("runs")  # both sides' cold runs (flush, poison, the runs) since the inputs
         try:
+            marks = {"mark": self.mark} if self.device == "cuda" else {}  # (events exist on a GPU only)
             judge_run(self.task, self.axes, self.ws, self.seed, self.rng, self.device, self.rows, full, what,
-                      copies=getattr(self, "_generated", None))
+                      copies=getattr(self, "_generated", None), **marks)
         finally:
             self._generated = None
 
 
 def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows: int, full: bool,
-              what: str, copies: dict | None = None) -> None:
+              what: str, copies: dict | None = None, mark=lambda part: None) -> None:
     """The verdict on one run's output, as every timed run gets it; raises Failed naming `what`.
     The inputs are generated again from the run's `seed` (fast generator) now, after the run:
     while the candidate ran, nothing the reference is computed from existed in device memory, and
     the inputs are judged unchanged against this regeneration. `full`: compared whole against the
     reference; else on `rows` random rows of each output (drawn from `rng`), the whole output
     still scanned (guards, poison, NaN). `copies`: the harness's own copy of the run's inputs
-    (TimedJudge's, which the pair's other side read), held to the same regeneration."""
+    (TimedJudge's, which the pair's other side read), held to the same regeneration. `mark(part)`:
+    called after each part (regenerate, reference, verdict), for the cost breakdown."""
     from tasks.generators import generate_inputs
-    from tools.correctness import same_bits
+    from tools.correctness import changed
 
     fresh = generate_inputs(task, axes, seed, device=device, fast=True)
-    for name, t in (copies or {}).items():
-        if name in fresh and not same_bits(t, fresh[name]):
-            raise Failed("input_modified", f"{what}: the harness's copy of input {name!r} (read by the pair's other "
-                                           "side) changed during the pair (inputs are read-only)")
+    mark("regenerate")
+    for name in changed(copies or {}, fresh)[:1]:
+        raise Failed("input_modified", f"{what}: the harness's copy of input {name!r} (read by the pair's other "
+                                       "side) changed during the pair (inputs are read-only)")
     if full:
         from tasks.reference import run_reference
 
         whole, rows_of = lazy_term_scales(task, fresh)
-        reason, detail, mism = ws.verdict(run_reference(task, fresh), task.tolerance, whole, inputs=fresh,
-                                          row_scales=rows_of)
+        expected = run_reference(task, fresh)
+        mark("reference_whole")
+        reason, detail, mism = ws.verdict(expected, task.tolerance, whole, inputs=fresh, row_scales=rows_of)
     else:
         import torch
 
@@ -257,7 +296,10 @@ def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows
 
         gen = torch.Generator(device=device)
         gen.manual_seed(rng.getrandbits(63))
-        reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh, samples=sample(task, fresh, gen, rows))
+        samples = sample(task, fresh, gen, rows)
+        mark("reference_rows")
+        reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh, samples=samples)
+    mark("verdict")
     if reason is None:
         return
     if reason in ("incorrect", "unwritten_output", "nan_output"):
@@ -296,21 +338,29 @@ def verify(state, req: dict, task, axes: dict, ws: Workspace, bound, result, lim
     from tasks.generators import generate_inputs
     from tasks.reference import run_reference
 
+    marks = GpuMarks(getattr(state, "device", "cpu"))
     with nvtx_range("verify"):
         for call, seed in enumerate(req["seeds"], 1):
             # fast: the timed runs' generator (attention backward's O and LSE from a bf16 forward,
             # not the fp32 reference: 2 x 0.3 s a check at S=8192; the backward's reference takes
             # them as given, so the judging is exact for whatever was generated)
+            marks.mark(None)
             ws.load_inputs(generate_inputs(task, axes, seed, device=state.device, fast=True))
+            marks.mark("inputs")
             ws.reset()
             bound.launch()
+            marks.mark("run")
             state.wait(limit)
             # The reference's inputs are generated again from the seed, and the answer computed,
             # only now: while the candidate ran, neither was anywhere in device memory.
             fresh = generate_inputs(task, axes, seed, device=state.device, fast=True)
+            marks.mark("regenerate")
             whole, rows_of = lazy_term_scales(task, fresh)
-            reason, detail, mism = ws.verdict(run_reference(task, fresh), task.tolerance, whole, inputs=fresh,
-                                              row_scales=rows_of)
+            expected = run_reference(task, fresh)
+            marks.mark("reference_whole")
+            reason, detail, mism = ws.verdict(expected, task.tolerance, whole, inputs=fresh, row_scales=rows_of)
+            marks.mark("verdict")
+            result.phase_s.update(marks.parts("verify_gpu_"))
             result.outputs = mism
             if reason is None:
                 continue
