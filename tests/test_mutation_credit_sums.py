@@ -23,7 +23,10 @@ G, T, H, F2, I, D = (credit.GMMA_METRIC, credit.TENSOR_INST_METRIC, credit.HMMA_
 BF16, FP16, TF32 = credit.HGMMA_OPS_METRICS
 FP8, DOPS = credit.FP8_OPS_METRIC, credit.DMMA_OPS_METRIC
 TMA_BYTES, TMA_INST, TEX, DUR = credit.TMA_BYTES_METRIC, credit.TMA_INST_METRIC, credit.TEX_INST_METRIC, credit.DURATION_METRIC
-LDG, ATOM, LDGSTS = credit.OTHER_READ_METRICS
+LDG, ATOM = credit.OTHER_READ_METRICS
+# cp.async has no byte counter covering both its forms: its warp instructions are counted, each
+# charged 32 lanes x 16 bytes (the counted branch; docs/METHODOLOGY.md, "Instruction credit")
+LDGSTS = credit.LDGSTS_INST_METRIC
 SMALL = TaskWork(flops=1000.0, read_bytes=100.0)
 
 
@@ -82,31 +85,33 @@ def test_the_sums_are_over_every_launch():
 # work_metrics: SIMT math, all the math, and what is absent when a counter is
 # ---------------------------------------------------------------------------------------------
 
-# FLOPs per thread-level instruction: an FMA is two (multiply and add), a plain multiply or add one;
-# HFMA2 works on two halves (4), HMUL2/HADD2 2; every integer instruction is taken as a multiply-add
-# (the counter does not tell IMAD from IADD3).
-SIMT_WEIGHTS = {"ffma": 2, "fmul": 1, "fadd": 1, "hfma": 4, "hmul": 2, "hadd": 2, "dfma": 2, "dmul": 1, "dadd": 1,
-                "integer": 2}
+# FLOPs per thread-level instruction, by the pipe that executed it (hardware counters, read on the
+# timed runs: no SASS-patched pass since the counted branch): every instruction of the FMA, ALU, FP64
+# and XU pipes is charged as a multiply-add (2), whatever it was (the counters do not tell FFMA from
+# FADD, nor IMAD from IADD3); the FMA pipes' fp16 ones (HFMA2: two lanes) 4 more on top, as the FMA
+# count may hold them too (the side that refuses). The ALU pipe is what `integer_flops` reports.
+SIMT_WEIGHTS = {"fma": 2, "fma_type_fp16": 4, "alu": 2, "fp64": 2, "xu": 2}
 
 
-def simt(op: str) -> str:
-    return f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+def simt(pipe: str) -> str:
+    return f"sm__thread_inst_executed_pipe_{pipe}_pred_on.sum"
 
 
-def test_simt_flops_weigh_each_instruction_class_and_integers_are_multiply_adds():
-    """Each class gets its own decimal digit, so a weight changed or a class left out shows."""
-    assert credit.SIMT_FLOP_METRICS == {simt(op): float(w) for op, w in SIMT_WEIGHTS.items()}
-    counts = {simt(op): 10 ** k for k, op in enumerate(SIMT_WEIGHTS)}
+def test_simt_flops_weigh_each_pipe_and_every_instruction_is_a_multiply_add():
+    """Each pipe gets its own decimal digit, so a weight changed or a pipe left out shows."""
+    assert credit.SIMT_FLOP_METRICS == {simt(p): float(w) for p, w in SIMT_WEIGHTS.items()}
+    assert credit.INTEGER_METRIC == simt("alu")
+    counts = {simt(p): 10 ** k for k, p in enumerate(SIMT_WEIGHTS)}
     m = work_metrics([r(**counts)])
-    assert m["simt_flops"] == sum(10 ** k * w for k, w in enumerate(SIMT_WEIGHTS.values())) == 2_112_224_112
-    assert m["integer_flops"] == 2 * 10 ** 9
-    assert m["other_flops"] == m["other_tensor_flops"] + m["simt_flops"] == 2_112_224_112
+    assert m["simt_flops"] == sum(10 ** k * w for k, w in enumerate(SIMT_WEIGHTS.values())) == 22_242
+    assert m["integer_flops"] == 2 * 10 ** 2
+    assert m["other_flops"] == m["other_tensor_flops"] + m["simt_flops"] == 22_242
 
 
 def test_the_share_of_all_math_counts_every_pipe():
     """wgmma's FLOPs over wgmma's plus every other pipe's; a kernel that did no math divides by
     at least one FLOP (not by zero), so a lone FLOP of wgmma is all of it."""
-    m = work_metrics([r(**{G: 1, H: 1, T: 1, BF16: 900, simt("ffma"): 50})])
+    m = work_metrics([r(**{G: 1, H: 1, T: 1, BF16: 900, simt("fma"): 50})])
     assert m["wgmma_of_all_math"] == 900 / 1000
     assert work_metrics([r(**{G: 1, H: 1, T: 1, BF16: 1})])["wgmma_of_all_math"] == 1.0
     assert work_metrics([r()])["wgmma_of_all_math"] == 0.0
@@ -116,8 +121,8 @@ def test_the_share_of_all_math_counts_every_pipe():
     (DOPS, {"wgmma_flops", "other_tensor_flops", "other_flops", "wgmma_of_all_math"}),
     (G, {"wgmma_flops", "other_tensor_flops", "other_flops", "wgmma_of_all_math"}),
     (T, {"wgmma_flops", "other_tensor_flops", "other_flops", "wgmma_of_all_math"}),
-    (simt("integer"), {"simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math"}),
-    (simt("dadd"), {"simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math"}),
+    (simt("alu"), {"simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math"}),
+    (simt("xu"), {"simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math"}),
     (LDGSTS, {"other_read_bytes"}),
     (TMA_BYTES, {"other_read_bytes", "tma_bytes", "bulk_copy", "bulk_copy_unknown"}),
     (DUR, {"kernel_ms"}),
@@ -146,10 +151,12 @@ def test_no_rows_measure_nothing():
 
 def test_tma_bytes_are_tmas_only_where_no_launch_may_hold_a_bulk_copy():
     """Every row's SASS flag says no plain bulk copy: TMA's bytes are TMA's, and the other reads
-    are LDG + atomics + cp.async over every launch."""
-    m = work_metrics([r(**{TMA_BYTES: 1000, LDG: 1, ATOM: 20, LDGSTS: 300, SASS_BULK_COPY: "0"}),
+    are LDG + atomics + cp.async over every launch, cp.async by instruction: 1000 warp
+    instructions x 32 lanes x 16 bytes (its digits sit above the others')."""
+    assert credit.LDGSTS_BYTES_PER_INST == 32 * 16
+    m = work_metrics([r(**{TMA_BYTES: 1000, LDG: 1, ATOM: 20, LDGSTS: 1000, SASS_BULK_COPY: "0"}),
                       r(**{TMA_BYTES: 4000, LDG: 5000, SASS_BULK_COPY: "0"})])
-    assert m["tma_bytes"] == 5000.0 and m["other_read_bytes"] == 5321.0
+    assert m["tma_bytes"] == 5000.0 and m["other_read_bytes"] == 5021 + 1000 * 512 == 517_021
     assert "bulk_copy" not in m and "bulk_copy_unknown" not in m
 
 
