@@ -634,9 +634,9 @@ def test_an_mma_share_past_its_cap_or_short_of_all_the_math_carries_nothing():
                              metrics={"other_tensor_flops": 12345.0, "simt_flops": 678.0})
     assert why == ("tcgen05_mma did 89.9% of the math the kernels did (needs 90%); the rest ran on other tensor "
                    "instructions (mma.sync, DMMA, IMMA: 1.23e+04 FLOPs at most) or SIMT units "
-                   "(FFMA/HFMA2/DFMA/integer: 678)")
+                   "(FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: 678)")
     assert credit.mma_carries("wgmma", 1.0, 1.0, 9.0, SMALL).endswith("(mma.sync, DMMA, IMMA: 0 FLOPs at most) or "
-                                                                       "SIMT units (FFMA/HFMA2/DFMA/integer: 0)")
+                                                                       "SIMT units (FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: 0)")
     assert credit.mma_carries("wgmma", 1.0, 0.0, 0.0, SMALL).startswith("wgmma did 0.0%")  # no math: no division by 0
     assert credit.mma_carries("wgmma", 1.0, 1.5, 0.0, SMALL) is None  # the floor of one FLOP only guards the division
     assert credit.mma_carries("wgmma", 1.0, 1000.0, None, SMALL) == (
@@ -705,7 +705,7 @@ def test_untied_exact_counts_refuse_tma_before_anything_else():
 def test_the_mma_rule_reads_the_other_math_and_only_wgmma_its_share_of_all():
     why = credit.carries("wgmma", {"wgmma_flops": 1000.0, "other_flops": 9000.0, "other_tensor_flops": 5000.0,
                                    "simt_flops": 4000.0}, SMALL)[1]
-    assert why.endswith("(mma.sync, DMMA, IMMA: 5e+03 FLOPs at most) or SIMT units (FFMA/HFMA2/DFMA/integer: 4e+03)")
+    assert why.endswith("(mma.sync, DMMA, IMMA: 5e+03 FLOPs at most) or SIMT units (FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: 4e+03)")
     # wgmma_of_all_math is wgmma's: tcgen05.mma computes its own share of all the math
     assert credit.carries("tcgen05_mma", {"tcgen05_flops": 1000.0, "other_flops": 0.0, "wgmma_of_all_math": 0.5},
                           SMALL) == (True, None)

@@ -478,7 +478,7 @@ def mma_carries(feature: str, share: float, mma_flops: float, other_flops: float
         return (f"{feature} did {of_all:.1%} of the math the kernels did (needs "
                 f"{WGMMA_MIN_OF_ALL_MATH:.0%}); the rest ran on other tensor instructions (mma.sync, DMMA, IMMA: "
                 f"{metrics.get('other_tensor_flops', 0.0):.3g} FLOPs at most) or SIMT units "
-                f"(FFMA/HFMA2/DFMA/integer: {metrics.get('simt_flops', 0.0):.3g})")
+                f"(FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: {metrics.get('simt_flops', 0.0):.3g})")
     return None
 
 
