@@ -39,6 +39,24 @@ def _gemm_sk(when: str, sk_tiles: str) -> dict:
             "buffers": {"ws": [f"2 * num_sms if {when} else 1", 32768]}}
 
 
+def _gemm_bn(bn: str, red: bool = False, sk: str = "2 * {t} <= num_sms") -> tuple[dict, dict]:
+    """The GEMM expert with tiles `bn` wide (an expression: 128 or 256), stream-K where `sk` holds
+    (default: those tiles fill at most half the SMs); tmB's box, the counters and the tile count follow."""
+    t = f"(cdiv(M, 128) * cdiv(N, {bn}))"
+    sk = sk.format(t=t)
+    over = {"grid": [f"min(num_sms, max({t}, {t} * cdiv(K, 64) // 8)) if {sk} else min(num_sms, {t})"],
+            "args": {"sk_tiles": f"{t} if {sk} else 0", "bn": bn},
+            "box": {"tmB": [bn, 64]},
+            "buffers": {"counters": [t],
+                        "ws": ({"shape": [f"{t} if {sk} else 1", 32768], "zero": True} if red
+                               else [f"2 * num_sms if {sk} else 1", 32768])}}
+    return ({"FIXUP_RED": 1} if red else {}), over
+
+
+# 128-wide tiles where 256-wide ones would be half empty (N <= 128) or too few to fill half the SMs
+_BN_AUTO = "(128 if N <= 128 else (128 if 2 * cdiv(M, 128) * cdiv(N, 256) <= num_sms else 256))"
+
+
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     """The backward's main kernel: 1 KiB alignment slack, K, V, STAGES x (Q, dO, LSE/Delta), dS
     (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers; rounded up to 128 bytes."""
@@ -131,7 +149,19 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         # fewer stream-K CTAs: at least 32 K iterations each (fewer partials), or whole equal splits
         "sk_k32": ({}, {"grid": [f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 32)) if 2 * {_T} <= num_sms "
                                  f"else min(num_sms, {_T})"]}),
+        "bn128": _gemm_bn("128"),  # 128x128 tiles everywhere
+        "bn128_red": _gemm_bn("128", red=True),
+        "bn_auto": _gemm_bn(_BN_AUTO),  # 128x128 tiles for N <= 128 and small M, else 128x256
+        "bn128_lt": _gemm_bn("128", sk="{t} < num_sms"),  # 128x128, stream-K whenever the tiles are fewer than the SMs
         "sk_even": ({}, {"grid": [f"{_T} * (num_sms // {_T}) if 2 * {_T} <= num_sms else min(num_sms, {_T})"]}),
+        # at least 16 K iterations a CTA (between the shipped 8 and sk_k32): fewer partials per tile
+        "sk16": ({}, {"grid": [f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 16)) if 2 * {_T} <= num_sms "
+                               f"else min(num_sms, {_T})"]}),
+        # red's L2 sums with sk16's grid (many contributors per tile: N = 256)
+        "red16": ({"FIXUP_RED": 1}, {"buffers": {"ws": {"shape": [f"{_T} if 2 * {_T} <= num_sms else 1", 32768],
+                                                        "zero": True}},
+                                     "grid": [f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 16)) if 2 * {_T} <= num_sms "
+                                              f"else min(num_sms, {_T})"]}),
     },
     "mha_fwd_d128": _FWD, "mha_fwd_d128_causal": _FWD, "mha_bwd_d128": _BWD, "mha_bwd_d128_causal": _BWD,
     "gdn_decode_qk4_v8_d128_k_last": _GDN_DECODE, "gdn_decode_qk8_v16_d128_k_last": _GDN_DECODE,
@@ -223,7 +253,7 @@ def check(task: str, names: list[str], workloads: str, only: list[str] | None = 
                 base = f"{w.baseline.median_ms:.4g} ms" if w.baseline else ""
                 sp = f"{w.speedup:.3f}" if w.speedup else ""
                 print(f"{task:<22} {name:<10} {w.workload:<7} {w.status:<8} {sp:<7} {ms:<11} lib {base:<11} "
-                      f"{w.reason or ''}", flush=True)
+                      f"{w.reason or ''} {(w.detail or '')[:300]}", flush=True)
     return 0 if ok else 1
 
 
