@@ -51,16 +51,16 @@ def fp64_check(A, B, C32, got, top, n_cols: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cases", nargs="+", help="TASK:M, e.g. gemm_n5376_k21504:8828")
+    ap.add_argument("cases", nargs="+", help="TASK:M[:SEEDS], e.g. gemm_n5376_k21504:8828:5")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--json", default="", help="write the rows here")
     args = ap.parse_args()
     cases = []
     for c in args.cases:
-        name, _, m = c.partition(":")
-        if not name.startswith("gemm_n") or not m.isdigit():
-            ap.error(f"{c!r}: give TASK:M with a gemm_n*_k* task")
-        cases.append((name, int(m)))
+        name, m, seeds = (c.split(":") + [str(args.seeds)])[:3]
+        if not name.startswith("gemm_n") or not m.isdigit() or not seeds.isdigit():
+            ap.error(f"{c!r}: give TASK:M[:SEEDS] with a gemm_n*_k* task")
+        cases.append((name, int(m), int(seeds)))
 
     import torch
 
@@ -82,13 +82,13 @@ def main() -> int:
     props = torch.cuda.get_device_properties(0)
     limits = DeviceLimits(num_sms=props.multi_processor_count, max_smem_per_block=232448)
     rows_out = []
-    for name, m in cases:
+    for name, m, n_seeds in cases:
         task = get_task(name)
         axes = task.axis_values({"M": m})
         plan = plan_launches(sol.manifest, task, axes, limits)
         ws = Workspace(task, plan)
         bound = Bound(plan, module, ws.pointers())
-        for seed in range(1, args.seeds + 1):
+        for seed in range(1, n_seeds + 1):
             t0 = time.time()
             fresh = generate_inputs(task, axes, 1000 + seed, device="cuda", fast=True)
             outs = []

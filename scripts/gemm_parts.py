@@ -74,7 +74,7 @@ def main() -> int:
         lp = plan.launches[0]
         print(f"{name} M={m} grid {lp.grid[0]} sk_tiles {lp.args[-2].value} bn {lp.args[-1].value}: "
               + "  ".join(f"{k} {v:.1f}us" for k, v in row.items()), flush=True)
-        del ws
+        del bound
     return 0
 
 
