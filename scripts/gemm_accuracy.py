@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,10 +55,12 @@ def main() -> int:
     ap.add_argument("cases", nargs="+", help="TASK:M[:SEEDS], e.g. gemm_n5376_k21504:8828:5")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--json", default="", help="write the rows here")
+    ap.add_argument("--variants", default="shipped", help="expert_dev variants of the GEMM expert, comma-separated")
     args = ap.parse_args()
     cases = []
     for c in args.cases:
-        name, m, seeds = (c.split(":") + [str(args.seeds)])[:3]
+        parts = c.split(":")
+        name, m, seeds = (parts + [str(args.seeds)])[:3] if len(parts) in (2, 3) else ("", "", "")
         if not name.startswith("gemm_n") or not m.isdigit() or not seeds.isdigit():
             ap.error(f"{c!r}: give TASK:M[:SEEDS] with a gemm_n*_k* task")
         cases.append((name, int(m), int(seeds)))
@@ -69,20 +72,26 @@ def main() -> int:
     from tasks.reference import run_reference
     from tools.compile import compile_solution
     from tools.launch import Bound, DeviceLimits, Module, plan_launches
-    from tools.solution import Solution
     from tools.workspace import Workspace
 
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from expert_dev import variant
+
     torch.zeros(1, device="cuda")  # the primary context, before the module load
-    sol = Solution.from_dir(EXPERT)
-    comp = compile_solution(sol, "sm_90a")
-    if not comp.ok:
-        print(f"compile failed: {comp.error}")
-        return 1
-    module = Module(comp.cubin, comp.symbols)
     props = torch.cuda.get_device_properties(0)
     limits = DeviceLimits(num_sms=props.multi_processor_count, max_smem_per_block=232448)
     rows_out = []
-    for name, m, n_seeds in cases:
+    tmp = Path(tempfile.mkdtemp(prefix="gemm-accuracy-"))
+    built: dict[str, tuple] = {}
+    for vname, (name, m, n_seeds) in [(v, c) for v in args.variants.split(",") for c in cases]:
+        if vname not in built:
+            sol = variant(EXPERT.parent.name, vname, tmp)
+            comp = compile_solution(sol, "sm_90a")
+            if not comp.ok:
+                print(f"{vname}: compile failed: {comp.error}")
+                return 1
+            built[vname] = sol, Module(comp.cubin, comp.symbols)
+        sol, module = built[vname]
         task = get_task(name)
         axes = task.axis_values({"M": m})
         plan = plan_launches(sol.manifest, task, axes, limits)
@@ -106,14 +115,14 @@ def main() -> int:
             lib = torch.matmul(A, B.T)
             lib_m = margins(lib, ref, task.tolerance)
             exp_m = margins(outs[0], ref, task.tolerance)
-            row = {"task": name, "M": m, "seed": 1000 + seed, "deterministic": same, "elements_differing": ndiff,
+            row = {"variant": vname, "task": name, "M": m, "seed": 1000 + seed, "deterministic": same, "elements_differing": ndiff,
                    "verdict": reason or "passed", "detail": detail,
                    "expert": {k: v for k, v in exp_m.items() if k != "_top"} | fp64_check(A, B, ref, outs[0], exp_m["_top"], task.shape("C", axes)[1]),
                    "cublas": {k: v for k, v in lib_m.items() if k != "_top"} | fp64_check(A, B, ref, lib, lib_m["_top"], task.shape("C", axes)[1]),
                    "seconds": round(time.time() - t0, 2)}
             rows_out.append(row)
             e, c = row["expert"], row["cublas"]
-            print(f"{name} M={m} seed {1000 + seed}: {row['verdict']:<9} det={same} (diff {ndiff}) "
+            print(f"{vname} {name} M={m} seed {1000 + seed}: {row['verdict']:<9} det={same} (diff {ndiff}) "
                   f"expert margin {e['margin']:.3f} (>1: {e['over_1']}, |ref| {abs(e['ref_at']):.3g}, err {e['err_at']:.3g}, "
                   f"fp64: exp {e['err64_max']:.3g} ref32 {e['ref32_err_max']:.3g}) "
                   f"cuBLAS margin {c['margin']:.3f} (>1: {c['over_1']}) [{row['seconds']} s]", flush=True)

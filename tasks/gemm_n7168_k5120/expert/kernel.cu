@@ -36,6 +36,9 @@
 #ifndef FIXUP_RED
 #define FIXUP_RED 0  // 1: stream-K partials summed in L2 by red.add (ws: one zeroed tile per stream-K tile)
 #endif
+#ifndef PROMOTE
+#define PROMOTE 0  // > 0: 128-wide tiles add their wgmma accumulator into an fp32 sum (IEEE adds) every PROMOTE K slices
+#endif
 #ifndef DIAG
 #define DIAG 0  // timing diagnostics only (wrong results): 1 no stream-K fix-up or epilogue for partial tiles, 2 also no wgmma
 #endif
@@ -250,6 +253,10 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
   float d[TN / 2];  // the warpgroup's 64 x TN accumulator tile: TN / 2 fp32 a thread
 #pragma unroll
   for (int i = 0; i < TN / 2; ++i) d[i] = 0.f;
+  // PROMOTE: only 128-wide tiles have the registers for a second accumulator
+  constexpr int promote = TN == 128 ? PROMOTE : 0;
+  float total[promote ? TN / 2 : 1];
+  (void)total;
 #if EPI_TMA
   // Staging buffer of the next 64-column chunk, counted across tiles: the last column tile may
   // hold an odd number of chunks (N % 256 of 1..64 or 129..192), so `chunk & 1` alone would hand
@@ -262,24 +269,37 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
     w.load(meta + (it % STAGES) * sizeof(WorkMeta));
     if (w.slices == 0) break;
     const int m0 = w.m0, n0 = w.n0;
-    int prev_s = -1;
-    for (int i = 0; i < w.slices; ++i, ++it) {
-      const int s = it % STAGES;
-      if (i > 0) mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-      const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
-      const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    // K slices in groups of `group` (all of them unless promoting), each group into a fresh accumulator
+    const int group = promote ? promote : w.slices;
+    for (int g0 = 0; g0 < w.slices; g0 += group) {
+      const int g1 = min(w.slices, g0 + group);
+      int prev_s = -1;
+      for (int i = g0; i < g1; ++i, ++it) {
+        const int s = it % STAGES;
+        if (i > 0) mbar_wait(bars + 8 * s, (it / STAGES) & 1);  // slice 0's stage: waited for with the work item
+        const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
+        const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
-        if (DIAG < 2) wgmma_tile(d, da + 2 * kk, db + 2 * kk, (i > 0 || kk > 0) ? 1 : 0);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
-      prev_s = s;
+        for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
+          if (DIAG < 2) wgmma_tile(d, da + 2 * kk, db + 2 * kk, (i > g0 || kk > 0) ? 1 : 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
+        prev_s = s;
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
+      if (promote) {
+        // The group's sum joins the fp32 total with round-to-nearest adds: the tensor core's own
+        // accumulation is less exact (NOTES.md, "Why gemm_n5376_k21504 failed once").
+#pragma unroll
+        for (int j = 0; j < TN / 2; ++j) total[j] = g0 == 0 ? d[j] : total[j] + d[j];
+      }
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
+    // the tile's sum: the total when promoting (d is left to the wgmmas alone), else the accumulator
+    float* const res = promote ? total : d;
 
     // ---------------------------------------------------------- stream-K fix-up
     if (DIAG && w.slot >= 0) continue;
@@ -296,14 +316,14 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
       if (row_ok) {
 #pragma unroll
         for (int j = 0; j < TN / 8; ++j)
-          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(sum + j * 256), "f"(d[4 * j]),
-                       "f"(d[4 * j + 1]), "f"(d[4 * j + 2]), "f"(d[4 * j + 3]) : "memory");
+          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(sum + j * 256), "f"(res[4 * j]),
+                       "f"(res[4 * j + 1]), "f"(res[4 * j + 2]), "f"(res[4 * j + 3]) : "memory");
       }
 #else
       float4* mine = reinterpret_cast<float4*>(ws + ((size_t)blockIdx.x * 2 + w.slot) * PARTIAL_FLOATS) + ct;
       if (row_ok) {
 #pragma unroll
-        for (int j = 0; j < TN / 8; ++j) mine[j * 256] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+        for (int j = 0; j < TN / 8; ++j) mine[j * 256] = make_float4(res[4 * j], res[4 * j + 1], res[4 * j + 2], res[4 * j + 3]);
       }
 #endif
       // The CTAs whose ranges meet this tile: c_first (holds its first iteration) to c_last.
@@ -325,7 +345,7 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
 #pragma unroll
         for (int j = 0; j < TN / 8; ++j) {
           const float4 a = __ldcg(sum + j * 256);
-          d[4 * j] = a.x, d[4 * j + 1] = a.y, d[4 * j + 2] = a.z, d[4 * j + 3] = a.w;
+          res[4 * j] = a.x, res[4 * j + 1] = a.y, res[4 * j + 2] = a.z, res[4 * j + 3] = a.w;
         }
       }
 #else
@@ -338,7 +358,7 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
 #pragma unroll
           for (int j = 0; j < TN / 8; ++j) {
             const float4 a = __ldcg(p + j * 256);
-            d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += a.z, d[4 * j + 3] += a.w;
+            res[4 * j] += a.x, res[4 * j + 1] += a.y, res[4 * j + 2] += a.z, res[4 * j + 3] += a.w;
           }
         }
       }
@@ -361,8 +381,8 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
         const int j = chunk * 8 + jj;
         // 128B swizzle: 16-byte unit jj of row r lives at unit jj ^ (r & 7); rows r and r+8 share it.
         const u32 a0 = buf + row * 128 + ((jj ^ (row & 7)) << 4) + q * 4;
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0), "r"(pack_bf16x2(d[4 * j], d[4 * j + 1])) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0 + 8 * 128), "r"(pack_bf16x2(d[4 * j + 2], d[4 * j + 3])) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0), "r"(pack_bf16x2(res[4 * j], res[4 * j + 1])) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0 + 8 * 128), "r"(pack_bf16x2(res[4 * j + 2], res[4 * j + 3])) : "memory");
       }
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make st.shared visible to the TMA engine
       asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
@@ -378,8 +398,8 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
 #pragma unroll
     for (int j = 0; j < TN / 8; ++j) {
       if (n0 + 8 * j >= N) break;
-      if (r0 < M) *reinterpret_cast<u32*>(p0 + 8 * j) = pack_bf16x2(d[4 * j], d[4 * j + 1]);
-      if (r0 + 8 < M) *reinterpret_cast<u32*>(p1 + 8 * j) = pack_bf16x2(d[4 * j + 2], d[4 * j + 3]);
+      if (r0 < M) *reinterpret_cast<u32*>(p0 + 8 * j) = pack_bf16x2(res[4 * j], res[4 * j + 1]);
+      if (r0 + 8 < M) *reinterpret_cast<u32*>(p1 + 8 * j) = pack_bf16x2(res[4 * j + 2], res[4 * j + 3]);
     }
 #endif
   }
