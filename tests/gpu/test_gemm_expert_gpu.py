@@ -36,6 +36,9 @@ def device():
     return DeviceLimits(num_sms=props.multi_processor_count, max_smem_per_block=232448)
 
 
+_BUILT: dict = {}  # variant name -> (solution, loaded module)
+
+
 def _run(task, m: int, variant_name: str, limits, tmp_path, seed: int = 1, runs: int = 1):
     """(outputs of `runs` launches on one seed's inputs, the verdict of the last)."""
     import torch
@@ -47,10 +50,12 @@ def _run(task, m: int, variant_name: str, limits, tmp_path, seed: int = 1, runs:
     from tools.launch import Bound, Module, plan_launches
     from tools.workspace import Workspace
 
-    sol = variant("gemm_n7168_k5120", variant_name, tmp_path)
-    comp = compile_solution(sol, "sm_90a")
-    assert comp.ok, comp.error
-    module = Module(comp.cubin, comp.symbols)
+    if variant_name not in _BUILT:  # one compile per variant for the whole module
+        sol = variant("gemm_n7168_k5120", variant_name, tmp_path)
+        comp = compile_solution(sol, "sm_90a")
+        assert comp.ok, comp.error
+        _BUILT[variant_name] = sol, Module(comp.cubin, comp.symbols)
+    sol, module = _BUILT[variant_name]
     axes = task.axis_values({"M": m})
     plan = plan_launches(sol.manifest, task, axes, limits)
     ws = Workspace(task, plan)
@@ -64,7 +69,6 @@ def _run(task, m: int, variant_name: str, limits, tmp_path, seed: int = 1, runs:
         torch.cuda.synchronize()
         outs.append(ws.outputs["C"].clone())
     reason, detail, _ = ws.verdict(run_reference(task, fresh), task.tolerance, None, inputs=fresh)
-    module.unload()
     return outs, reason, detail
 
 
@@ -85,7 +89,7 @@ def test_data_parallel_path_is_deterministic(task_name, m, device, tmp_path):
 RAGGED = [(136, 512, 8192), (136, 512, 70), (576, 1024, 8192), (576, 1024, 1000), (200, 4096, 300), (7168, 5120, 70)]
 
 
-@pytest.mark.parametrize("variant_name", ["shipped", "bn128", "bn_auto", "bn128_p4", "bn128_lt"])
+@pytest.mark.parametrize("variant_name", ["shipped", "bn256", "bn128", "bn128_p4", "bn_even"])
 def test_every_tile_width_is_correct_on_ragged_shapes(variant_name, device, tmp_path):
     from tasks.families.gemm import gemm_task
 
