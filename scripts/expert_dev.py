@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from tools.solution import Solution, strip_jsonc  # noqa: E402
 
-# The GEMM expert's schedule knobs are manifest expressions (T: its 128x256 tiles).
+# The GEMM expert's schedule knobs are manifest expressions. The variants written for v3 (T: its
+# 128x256 tiles) pin the tile width to 256 (_BN256); the bn_* variants choose it.
 _T = "(cdiv(M, 128) * cdiv(N, 256))"  # parenthesised: it is spliced into larger expressions
 _SK_GRID = f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 8))"
 
@@ -35,8 +36,29 @@ _SK_GRID = f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 8))"
 def _gemm_sk(when: str, sk_tiles: str) -> dict:
     """Stream-K on `sk_tiles` tiles wherever `when` holds (grid and ws to match), else data-parallel."""
     return {"grid": [f"{_SK_GRID} if {when} else min(num_sms, {_T})"],
-            "args": {"sk_tiles": f"{sk_tiles} if {when} else 0"},
-            "buffers": {"ws": [f"2 * num_sms if {when} else 1", 32768]}}
+            "args": {"sk_tiles": f"{sk_tiles} if {when} else 0", "bn": "256"},
+            "box": {"tmB": [256, 64]},
+            "buffers": {"ws": [f"2 * num_sms if {when} else 1", 32768], "counters": [_T]}}
+
+
+def _gemm_bn(bn: str, red: bool = False, sk: str = "2 * {t} <= num_sms",
+             sk_grid: str = "min(num_sms, max({t}, {t} * cdiv(K, 64) // 8))") -> tuple[dict, dict]:
+    """The GEMM expert with tiles `bn` wide (an expression: 128 or 256), stream-K on `sk_grid` CTAs
+    where `sk` holds (default: those tiles fill at most half the SMs); tmB's box, the counters and the
+    tile count follow."""
+    t = f"(cdiv(M, 128) * cdiv(N, {bn}))"
+    sk, sk_grid = sk.format(t=t), sk_grid.format(t=t)
+    over = {"grid": [f"{sk_grid} if {sk} else min(num_sms, {t})"],
+            "args": {"sk_tiles": f"{t} if {sk} else 0", "bn": bn},
+            "box": {"tmB": [bn, 64]},
+            "buffers": {"counters": [t],
+                        "ws": ({"shape": [f"{t} if {sk} else 1", 32768], "zero": True} if red
+                               else [f"2 * num_sms if {sk} else 1", 32768])}}
+    return ({"FIXUP_RED": 1} if red else {}), over
+
+
+# 128-wide tiles where 256-wide ones would be half empty (N <= 128) or too few to fill half the SMs
+_BN_AUTO = "(128 if N <= 128 else (128 if 2 * cdiv(M, 128) * cdiv(N, 256) <= num_sms else 256))"
 
 
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
@@ -197,7 +219,7 @@ _GDN_DECODE = {
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,
     "gemm": {  # every gemm_n*_k* task (one kernel and manifest: scripts/gemm_experts.py)
-        "shipped": ({}, {}),  # stream-K when the tiles fill at most half the SMs
+        "shipped": ({}, {}),  # 128-wide tiles for N <= 128 or small M, stream-K when the tiles fill at most half the SMs
         "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K
@@ -206,12 +228,25 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "sk_tail": ({}, _gemm_sk(f"{_T} % num_sms > 0", f"{_T} if {_T} < 2 * num_sms else {_T} % num_sms + num_sms")),
         "b_l2_128": ({}, {"l2_promotion": {"tmB": "128B"}}),  # B's L2 promotion 128 B, not 256 B
         # stream-K partials summed by red.add into one zeroed fp32 tile per stream-K tile
-        "red": ({"FIXUP_RED": 1}, {"buffers": {"ws": {"shape": [f"{_T} if 2 * {_T} <= num_sms else 1", 32768],
-                                                      "zero": True}}}),
+        "red": _gemm_bn("256", red=True),
         # fewer stream-K CTAs: at least 32 K iterations each (fewer partials), or whole equal splits
-        "sk_k32": ({}, {"grid": [f"min(num_sms, max({_T}, {_T} * cdiv(K, 64) // 32)) if 2 * {_T} <= num_sms "
-                                 f"else min(num_sms, {_T})"]}),
-        "sk_even": ({}, {"grid": [f"{_T} * (num_sms // {_T}) if 2 * {_T} <= num_sms else min(num_sms, {_T})"]}),
+        "sk_k32": _gemm_bn("256", sk_grid="min(num_sms, max({t}, {t} * cdiv(K, 64) // 32))"),
+        "sk_even": _gemm_bn("256", sk_grid="{t} * (num_sms // {t})"),
+        # at least 16 K iterations a CTA (between the shipped 8 and sk_k32): fewer partials per tile
+        "sk16": _gemm_bn("256", sk_grid="min(num_sms, max({t}, {t} * cdiv(K, 64) // 16))"),
+        # red's L2 sums with sk16's grid (many contributors per tile: N = 256)
+        "red16": _gemm_bn("256", red=True, sk_grid="min(num_sms, max({t}, {t} * cdiv(K, 64) // 16))"),
+        "bn128": _gemm_bn("128"),  # 128x128 tiles everywhere
+        "bn128_red": _gemm_bn("128", red=True),
+        "bn_auto": _gemm_bn(_BN_AUTO),  # 128x128 tiles for N <= 128 and small M, else 128x256 (shipped since v4)
+        "bn256": _gemm_bn("256"),  # 128x256 tiles everywhere (v3's manifest)
+        # bn_auto with every stream-K tile cut into the same number of splits (as sk_even: a CTA's range
+        # is one tile's segment, not two), at most num_sms // T and at least ~8 K iterations each
+        "bn_even": _gemm_bn(_BN_AUTO, sk_grid="{t} * max(1, min(num_sms // {t}, cdiv(K, 64) // 8))"),
+        "bn128_lt": _gemm_bn("128", sk="{t} < num_sms"),  # 128x128, stream-K whenever the tiles are fewer than the SMs
+        # 128x128 with the accumulator added into an fp32 total every 4 / 8 K slices (accuracy at large K)
+        "bn128_p4": ({"PROMOTE": 4}, _gemm_bn("128")[1]),
+        "bn128_p8": ({"PROMOTE": 8}, _gemm_bn("128")[1]),
     },
     "mha_fwd_d128": _FWD, "mha_fwd_d128_causal": _FWD, "mha_bwd_d128": _BWD, "mha_bwd_d128_causal": _BWD,
     "gdn_decode_qk4_v8_d128_k_last": _GDN_DECODE, "gdn_decode_qk8_v16_d128_k_last": _GDN_DECODE,
@@ -224,7 +259,8 @@ def _family(task: str) -> str:
 
 def variant(task: str, name: str, into: Path) -> Solution:
     """The expert of `task` with variant `name`'s knobs and launch overrides, as a solution folder."""
-    expert = ROOT / "tasks" / task / "expert"
+    # every GEMM task's expert is the seed's (scripts/gemm_experts.py), withheld shapes included
+    expert = ROOT / "tasks" / ("gemm_n7168_k5120" if _family(task) == "gemm" else task) / "expert"
     defines, over = VARIANTS[_family(task)][name]
     src = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + (expert / "kernel.cu").read_text()
     manifest = json.loads(strip_jsonc((expert / "launch.json").read_text()))
@@ -313,7 +349,7 @@ def check(task: str, names: list[str], workloads: str, only: list[str] | None = 
                 base = f"{w.baseline.median_ms:.4g} ms" if w.baseline else ""
                 sp = f"{w.speedup:.3f}" if w.speedup else ""
                 print(f"{task:<22} {name:<10} {w.workload:<7} {w.status:<8} {sp:<7} {ms:<11} lib {base:<11} "
-                      f"{w.reason or ''}", flush=True)
+                      f"{w.reason or ''} {(w.detail or '')[:300]}", flush=True)
     return 0 if ok else 1
 
 
@@ -327,7 +363,7 @@ def main() -> int:
     ap.add_argument("--executed", action="store_true", help="check: also the executed-instruction credit")
     args = ap.parse_args()
     family = _family(args.task)
-    if family not in VARIANTS or not (ROOT / "tasks" / args.task / "expert").is_dir():
+    if family not in VARIANTS or not (family == "gemm" or (ROOT / "tasks" / args.task / "expert").is_dir()):
         ap.error(f"no expert variants for {args.task!r} (tasks with variants: {', '.join(sorted(VARIANTS))}, "
                  "and gemm_n*_k* with an expert folder)")
     names = args.variants or list(VARIANTS[family])

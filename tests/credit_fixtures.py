@@ -30,7 +30,7 @@ from tools.solution import Solution
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "gemm_n7168_k5120"
 EXPERT, SIMPLE = ROOT / "tasks" / TASK / "expert", ROOT / "tasks" / TASK / "simple"
-EXPERT_ENTRY = 'int* __restrict__ counters, int M, int N, int K, int sk_tiles) {'
+EXPERT_ENTRY = 'int* __restrict__ counters, int M, int N, int K, int sk_tiles, int bn) {'
 SIMPLE_ENTRY = '__nv_bfloat16* __restrict__ C, int M, int N, int K) {'
 SINK = {"name": "sink", "dtype": "int32", "shape": ["264 * 256"], "zero": True}  # keeps side reads alive
 

@@ -41,10 +41,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def schedule(M: int, N: int, K: int, ctas: int, sk_tiles: int):
+def schedule(M: int, N: int, K: int, ctas: int, sk_tiles: int, bn: int = 256):
     """kernel.cu's work list: {tile: [(kb0, kb1), ...]}, the partial slots written per tile, and
-    for each stream-K tile the contributors the fix-up counts and reads."""
-    num_m, num_n, num_k = cdiv(M, 128), cdiv(N, 256), cdiv(K, 64)
+    for each stream-K tile the contributors the fix-up counts and reads (tiles 128 x bn)."""
+    bn = 128 if bn == 128 else 256  # the kernel's reading of its `bn` argument
+    num_m, num_n, num_k = cdiv(M, 128), cdiv(N, bn), cdiv(K, 64)
     tiles = num_m * num_n
     sk_tiles = min(max(sk_tiles, 0), tiles)
     dp = tiles - sk_tiles
@@ -79,8 +80,23 @@ def schedule(M: int, N: int, K: int, ctas: int, sk_tiles: int):
 
 @pytest.mark.parametrize("task_name", TASKS)
 def test_manifest_schedule_covers_every_tile_once(task_name):
-    task = get_task(task_name)
-    sol = Solution.from_dir(ROOT / "tasks" / task_name / "expert")
+    check_schedule(get_task(task_name), Solution.from_dir(ROOT / "tasks" / task_name / "expert"))
+
+
+# expert_dev's variants that choose another tile width or schedule: each must plan a correct
+# schedule on every task too before it can be measured (and shipped)
+SCHEDULE_VARIANTS = ["bn128", "bn128_red", "bn_auto", "bn128_lt", "bn128_p4", "bn256", "bn_even", "sk16", "red16", "sk_k32", "sk_even"]
+
+
+@pytest.mark.parametrize("name", SCHEDULE_VARIANTS)
+def test_variant_schedules_cover_every_tile_once(name, tmp_path):
+    from expert_dev import variant
+
+    for task_name in TASKS + list(WITHHELD):
+        check_schedule(get_task(task_name), variant("gemm_n7168_k5120", name, tmp_path / task_name))
+
+
+def check_schedule(task, sol) -> None:
     limits = NOMINAL_LIMITS["sm_90a"]
     for w in task.workloads:
         plan = plan_launches(sol.manifest, task, w.axes, limits)
@@ -89,17 +105,22 @@ def test_manifest_schedule_covers_every_tile_once(task_name):
         M, N, K = axes["M"], axes["N"], axes["K"]
         ctas = lp.grid[0]
         sk_tiles = next(a.value for a in lp.args if a.name == "sk_tiles")
+        bn = next(a.value for a in lp.args if a.name == "bn")
+        assert bn in (128, 256), (w.name, bn)
+        (tm_b,) = [tm for tm in plan.tensor_maps if tm.name == "tmB"]
+        assert tm_b.box == (bn, 64), (w.name, "tmB's box must be [bn, 64]: the kernel expects that many bytes")
         assert 1 <= ctas <= limits.num_sms, (w.name, ctas)
-        cover, written, read, num_k, tiles = schedule(M, N, K, ctas, sk_tiles)
+        cover, written, read, num_k, tiles = schedule(M, N, K, ctas, sk_tiles, bn)
         for t, ranges in cover.items():  # each tile's K slices exactly once
             ranges.sort()
             assert ranges[0][0] == 0 and ranges[-1][1] == num_k, (w.name, t, ranges)
             assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), (w.name, t, ranges)
         buffers = {b.name: b for b in plan.buffers}
         slots = buffers["ws"].shape[0] * buffers["ws"].shape[1] // PARTIAL_FLOATS
+        red = "#define FIXUP_RED 1" in sol.source  # partials summed into one ws tile per stream-K tile
         for u, wrote in written.items():
             assert read[u] == wrote, (w.name, u)  # the fix-up reads exactly the partials written
-            assert max(c * 2 + s for c, s in wrote) < slots, (w.name, "ws too small")
+            assert (u if red else max(c * 2 + s for c, s in wrote)) < slots, (w.name, "ws too small")
             assert u < buffers["counters"].shape[0], (w.name, "counter out of range")
         if written:  # every slot any CTA writes is distinct: no two partials share one
             all_slots = [s for wrote in written.values() for s in wrote]

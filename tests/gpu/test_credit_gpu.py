@@ -25,7 +25,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "gemm_n7168_k5120"
 EXPERT, SIMPLE = ROOT / "tasks" / TASK / "expert", ROOT / "tasks" / TASK / "simple"
-EXPERT_ENTRY = 'int* __restrict__ counters, int M, int N, int K, int sk_tiles) {'
+EXPERT_ENTRY = 'int* __restrict__ counters, int M, int N, int K, int sk_tiles, int bn) {'
 SIMPLE_ENTRY = '__nv_bfloat16* __restrict__ C, int M, int N, int K) {'
 
 _COUNTER = r"""

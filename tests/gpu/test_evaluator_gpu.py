@@ -153,7 +153,7 @@ def slow_first_launch_expert(folder: Path) -> Solution:
     expert = ROOT / "tasks" / "gemm_n7168_k5120" / "expert"
     src = (expert / "kernel.cu").read_text()
     entry = 'extern "C" __global__ void __launch_bounds__(384, 1)'
-    body = "int* __restrict__ counters, int M, int N, int K, int sk_tiles) {"
+    body = "int* __restrict__ counters, int M, int N, int K, int sk_tiles, int bn) {"
     assert src.count(entry) == 1 and src.count(body) == 1
     src = src.replace(entry, _SLOW_FIRST_LAUNCH + entry).replace(body, body + "\n  slow_first_launch();")
     manifest = json.loads((expert / "launch.json").read_text())

@@ -36,6 +36,12 @@
 #ifndef FIXUP_RED
 #define FIXUP_RED 0  // 1: stream-K partials summed in L2 by red.add (ws: one zeroed tile per stream-K tile)
 #endif
+#ifndef PROMOTE
+#define PROMOTE 0  // > 0: 128-wide tiles add their wgmma accumulator into an fp32 sum (IEEE adds) every PROMOTE K slices
+#endif
+#ifndef DIAG
+#define DIAG 0  // timing diagnostics only (wrong results): 1 no stream-K fix-up or epilogue for partial tiles, 2 also no wgmma
+#endif
 
 #define BM 128
 #define BN 256
@@ -130,6 +136,33 @@ static __device__ __forceinline__ __attribute__((unused)) void wgmma_m64n256k16(
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// The same for a 128-wide tile (bn = 128): 64 accumulators a thread, the same layout.
+static __device__ __forceinline__ __attribute__((unused)) void wgmma_m64n128k16(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// One K16 step of a warpgroup's 64 x TN tile, the shape picked by the accumulator array's size.
+static __device__ __forceinline__ void wgmma_tile(float (&d)[128], u64 da, u64 db, int scale_d) {
+  wgmma_m64n256k16(d, da, db, scale_d);
+}
+static __device__ __forceinline__ void wgmma_tile(float (&d)[64], u64 da, u64 db, int scale_d) {
+  wgmma_m64n128k16(d, da, db, scale_d);
+}
+
 static __device__ __forceinline__ __attribute__((unused)) u32 pack_bf16x2(float lo, float hi) {
   u32 r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -204,10 +237,181 @@ struct WorkMeta {
   }
 };
 
+// The consumer warpgroups' side (warpgroups 1 and 2) with tiles TN wide: per work item the main
+// loop (wgmma m64nTNk16 into d, one wgmma group kept in flight, each slot released to the producer
+// as soon as the group that read it retired), the stream-K fix-up, the epilogue.
+template <int TN>
+static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned short* __restrict__ C,
+                                                float* __restrict__ ws, int* __restrict__ counters, int M, int N,
+                                                const Schedule& sch, u32 bars, u32 sA, u32 sB, u32 sC, u32 meta,
+                                                u32 flag_slot, int tid, int wg) {
+  const int cw = wg - 1;          // consumer warpgroup: rows cw*64 .. cw*64+63 of the tile
+  const int t128 = tid & 127;     // thread within the warpgroup
+  const int warp = t128 >> 5, lane = tid & 31;
+  const int row = warp * 16 + (lane >> 2);  // this thread's rows within the warpgroup's 64: row, row + 8
+  const int q = lane & 3;
+  float d[TN / 2];  // the warpgroup's 64 x TN accumulator tile: TN / 2 fp32 a thread
+#pragma unroll
+  for (int i = 0; i < TN / 2; ++i) d[i] = 0.f;
+  // PROMOTE: only 128-wide tiles have the registers for a second accumulator
+  constexpr int promote = TN == 128 ? PROMOTE : 0;
+  float total[promote ? TN / 2 : 1];
+  (void)total;
+#if EPI_TMA
+  // Staging buffer of the next 64-column chunk, counted across tiles: the last column tile may
+  // hold an odd number of chunks (N % 256 of 1..64 or 129..192), so `chunk & 1` alone would hand
+  // the next tile's first chunk the buffer whose store is still the one in flight.
+  u32 epi_buf = 0;
+#endif
+  for (int it = 0;;) {
+    mbar_wait(bars + 8 * (it % STAGES), (it / STAGES) & 1);
+    WorkMeta w{};
+    w.load(meta + (it % STAGES) * sizeof(WorkMeta));
+    if (w.slices == 0) break;
+    const int m0 = w.m0, n0 = w.n0;
+    // K slices in groups of `group` (all of them unless promoting), each group into a fresh accumulator
+    const int group = promote ? promote : w.slices;
+    for (int g0 = 0; g0 < w.slices; g0 += group) {
+      const int g1 = min(w.slices, g0 + group);
+      int prev_s = -1;
+      for (int i = g0; i < g1; ++i, ++it) {
+        const int s = it % STAGES;
+        if (i > 0) mbar_wait(bars + 8 * s, (it / STAGES) & 1);  // slice 0's stage: waited for with the work item
+        const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
+        const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
+          if (DIAG < 2) wgmma_tile(d, da + 2 * kk, db + 2 * kk, (i > g0 || kk > 0) ? 1 : 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
+        prev_s = s;
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
+      if (promote) {
+        // The group's sum joins the fp32 total with round-to-nearest adds: the tensor core's own
+        // accumulation is less exact (NOTES.md, "Why gemm_n5376_k21504 failed once").
+#pragma unroll
+        for (int j = 0; j < TN / 2; ++j) total[j] = g0 == 0 ? d[j] : total[j] + d[j];
+      }
+    }
+    // the tile's sum: the total when promoting (d is left to the wgmmas alone), else the accumulator
+    float* const res = promote ? total : d;
+
+    // ---------------------------------------------------------- stream-K fix-up
+    if (DIAG && w.slot >= 0) continue;
+    if (w.slot >= 0) {
+      // This CTA holds part of the tile's K range. Partials are written in the accumulator's
+      // own order (float4 j of consumer thread ct at [j * 256 + ct]), so every store and load
+      // is a 512-byte run per warp; warps whose rows are all past M skip both sides.
+      const int ct = cw * 128 + t128;
+      const bool row_ok = m0 + cw * 64 + warp * 16 < M;
+#if FIXUP_RED
+      // Every contributor adds its partial into the tile's zeroed sum in L2 (no data comes back);
+      // the last to arrive reads the sum: one read at the tail, not one per contributor.
+      float4* sum = reinterpret_cast<float4*>(ws + (size_t)w.u * PARTIAL_FLOATS) + ct;
+      if (row_ok) {
+#pragma unroll
+        for (int j = 0; j < TN / 8; ++j)
+          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(sum + j * 256), "f"(res[4 * j]),
+                       "f"(res[4 * j + 1]), "f"(res[4 * j + 2]), "f"(res[4 * j + 3]) : "memory");
+      }
+#else
+      float4* mine = reinterpret_cast<float4*>(ws + ((size_t)blockIdx.x * 2 + w.slot) * PARTIAL_FLOATS) + ct;
+      if (row_ok) {
+#pragma unroll
+        for (int j = 0; j < TN / 8; ++j) mine[j * 256] = make_float4(res[4 * j], res[4 * j + 1], res[4 * j + 2], res[4 * j + 3]);
+      }
+#endif
+      // The CTAs whose ranges meet this tile: c_first (holds its first iteration) to c_last.
+      __threadfence();
+      asm volatile("bar.sync 3, 256;" ::: "memory");
+      if (tid == 128) {
+        const int arrived = atomicAdd(counters + w.u, 1);
+        const u32 last = arrived == w.c_last - w.c_first;  // every other contributor arrived before
+        if (last) counters[w.u] = 0;  // ready for the next launch
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(last) : "memory");
+      }
+      asm volatile("bar.sync 3, 256;" ::: "memory");
+      u32 last;
+      asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
+      if (!last) continue;  // another CTA finishes this tile
+      __threadfence();
+#if FIXUP_RED
+      if (row_ok) {
+#pragma unroll
+        for (int j = 0; j < TN / 8; ++j) {
+          const float4 a = __ldcg(sum + j * 256);
+          res[4 * j] = a.x, res[4 * j + 1] = a.y, res[4 * j + 2] = a.z, res[4 * j + 3] = a.w;
+        }
+      }
+#else
+      if (row_ok) {
+        for (int c = w.c_first; c <= w.c_last; ++c) {
+          if (c == (int)blockIdx.x) continue;
+          // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
+          const int c_slot = sch.sk_start(c) >= w.lo ? 0 : 1;
+          const float4* p = reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
+#pragma unroll
+          for (int j = 0; j < TN / 8; ++j) {
+            const float4 a = __ldcg(p + j * 256);
+            res[4 * j] += a.x, res[4 * j + 1] += a.y, res[4 * j + 2] += a.z, res[4 * j + 3] += a.w;
+          }
+        }
+      }
+#endif
+    }
+
+    // ---------------------------------------------------------- epilogue
+#if EPI_TMA
+    const u32 cbuf = sC + cw * (2 * C_BUF_BYTES);
+#pragma unroll
+    for (int chunk = 0; chunk < TN / 64; ++chunk) {
+      if (n0 + chunk * 64 >= N) break;  // past the last column (N not a multiple of the tile width)
+      const u32 buf = cbuf + epi_buf * C_BUF_BYTES;
+      epi_buf ^= 1;
+      // The store issued two chunks ago (same buffer) must have finished reading it.
+      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int j = chunk * 8 + jj;
+        // 128B swizzle: 16-byte unit jj of row r lives at unit jj ^ (r & 7); rows r and r+8 share it.
+        const u32 a0 = buf + row * 128 + ((jj ^ (row & 7)) << 4) + q * 4;
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0), "r"(pack_bf16x2(res[4 * j], res[4 * j + 1])) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0 + 8 * 128), "r"(pack_bf16x2(res[4 * j + 2], res[4 * j + 3])) : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make st.shared visible to the TMA engine
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
+      if (t128 == 0) {
+        tma_store_2d(tmC, buf, n0 + chunk * 64, m0 + cw * 64);
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+    }
+#else
+    const int r0 = m0 + cw * 64 + row;
+    unsigned short* p0 = C + (size_t)r0 * N + n0 + q * 2;
+    unsigned short* p1 = p0 + (size_t)8 * N;
+#pragma unroll
+    for (int j = 0; j < TN / 8; ++j) {
+      if (n0 + 8 * j >= N) break;
+      if (r0 < M) *reinterpret_cast<u32*>(p0 + 8 * j) = pack_bf16x2(res[4 * j], res[4 * j + 1]);
+      if (r0 + 8 < M) *reinterpret_cast<u32*>(p1 + 8 * j) = pack_bf16x2(res[4 * j + 2], res[4 * j + 3]);
+    }
+#endif
+  }
+#if EPI_TMA
+  if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(384, 1)
 gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                   const __grid_constant__ CUtensorMap tmC, unsigned short* __restrict__ C, float* __restrict__ ws,
-                  int* __restrict__ counters, int M, int N, int K, int sk_tiles) {
+                  int* __restrict__ counters, int M, int N, int K, int sk_tiles, int bn) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 128B swizzle wants 1024-aligned tiles
   const u32 sA = base;
@@ -222,6 +426,9 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
+  // Tile width: 256, or 128 (the manifest's choice where 256-wide tiles would be half empty or too
+  // few). tmB's box must be [bn, 64]: the full barrier expects exactly that many bytes.
+  bn = bn == 128 ? 128 : 256;
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -234,7 +441,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
 
   Schedule sch;
   sch.num_m = (M + BM - 1) / BM;
-  sch.num_n = (N + BN - 1) / BN;
+  sch.num_n = (N + bn - 1) / bn;
   sch.num_k = (K + BK - 1) / BK;
   sch.num_tiles = sch.num_m * sch.num_n;
   sk_tiles = min(max(sk_tiles, 0), sch.num_tiles);
@@ -257,7 +464,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
         WorkMeta w{};
         int mt, nt;
         tile_coords(t, sch.num_m, sch.num_n, mt, nt);
-        w.m0 = mt * BM, w.n0 = nt * BN, w.slices = kb1 - kb0, w.slot = -1;
+        w.m0 = mt * BM, w.n0 = nt * bn, w.slices = kb1 - kb0, w.slot = -1;
         if (slot >= 0 && w.slices < sch.num_k) {  // part of a stream-K tile: the fix-up's facts
           w.slot = slot, w.u = t - sch.dp_tiles;
           w.lo = w.u * sch.num_k;
@@ -268,7 +475,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
           const u32 full = bars + 8 * s;
           mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // both consumers released the slot
           if (kb == kb0) w.store(meta + s * sizeof(WorkMeta));
-          mbar_expect_tx(full, A_STAGE_BYTES + B_STAGE_BYTES);
+          mbar_expect_tx(full, A_STAGE_BYTES + bn * (BK * 2));
           tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, w.m0);
           tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, w.n0);
         }
@@ -283,141 +490,9 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
   } else {
     // ------------------------------------------------------------ consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
-    const int cw = wg - 1;          // consumer warpgroup: rows cw*64 .. cw*64+63 of the tile
-    const int t128 = tid & 127;     // thread within the warpgroup
-    const int warp = t128 >> 5, lane = tid & 31;
-    const int row = warp * 16 + (lane >> 2);  // this thread's rows within the warpgroup's 64: row, row + 8
-    const int q = lane & 3;
-    float d[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.f;
-    for (int it = 0;;) {
-      mbar_wait(bars + 8 * (it % STAGES), (it / STAGES) & 1);
-      WorkMeta w{};
-      w.load(meta + (it % STAGES) * sizeof(WorkMeta));
-      if (w.slices == 0) break;
-      const int m0 = w.m0, n0 = w.n0;
-      int prev_s = -1;
-      for (int i = 0; i < w.slices; ++i, ++it) {
-        const int s = it % STAGES;
-        if (i > 0) mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-        const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
-        const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
-          wgmma_m64n256k16(d, da + 2 * kk, db + 2 * kk, (i > 0 || kk > 0) ? 1 : 0);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
-        prev_s = s;
-      }
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
-
-      // ---------------------------------------------------------- stream-K fix-up
-      if (w.slot >= 0) {
-        // This CTA holds part of the tile's K range. Partials are written in the accumulator's
-        // own order (float4 j of consumer thread ct at [j * 256 + ct]), so every store and load
-        // is a 512-byte run per warp; warps whose rows are all past M skip both sides.
-        const int ct = cw * 128 + t128;
-        const bool row_ok = m0 + cw * 64 + warp * 16 < M;
-#if FIXUP_RED
-        // Every contributor adds its partial into the tile's zeroed sum in L2 (no data comes back);
-        // the last to arrive reads the sum: one read at the tail, not one per contributor.
-        float4* sum = reinterpret_cast<float4*>(ws + (size_t)w.u * PARTIAL_FLOATS) + ct;
-        if (row_ok) {
-#pragma unroll
-          for (int j = 0; j < 32; ++j)
-            asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(sum + j * 256), "f"(d[4 * j]),
-                         "f"(d[4 * j + 1]), "f"(d[4 * j + 2]), "f"(d[4 * j + 3]) : "memory");
-        }
-#else
-        float4* mine = reinterpret_cast<float4*>(ws + ((size_t)blockIdx.x * 2 + w.slot) * PARTIAL_FLOATS) + ct;
-        if (row_ok) {
-#pragma unroll
-          for (int j = 0; j < 32; ++j) mine[j * 256] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
-        }
-#endif
-        // The CTAs whose ranges meet this tile: c_first (holds its first iteration) to c_last.
-        __threadfence();
-        asm volatile("bar.sync 3, 256;" ::: "memory");
-        if (tid == 128) {
-          const int arrived = atomicAdd(counters + w.u, 1);
-          const u32 last = arrived == w.c_last - w.c_first;  // every other contributor arrived before
-          if (last) counters[w.u] = 0;  // ready for the next launch
-          asm volatile("st.shared.u32 [%0], %1;" ::"r"(flag_slot), "r"(last) : "memory");
-        }
-        asm volatile("bar.sync 3, 256;" ::: "memory");
-        u32 last;
-        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag_slot) : "memory");
-        if (!last) continue;  // another CTA finishes this tile
-        __threadfence();
-#if FIXUP_RED
-        if (row_ok) {
-#pragma unroll
-          for (int j = 0; j < 32; ++j) {
-            const float4 a = __ldcg(sum + j * 256);
-            d[4 * j] = a.x, d[4 * j + 1] = a.y, d[4 * j + 2] = a.z, d[4 * j + 3] = a.w;
-          }
-        }
-#else
-        if (row_ok) {
-          for (int c = w.c_first; c <= w.c_last; ++c) {
-            if (c == (int)blockIdx.x) continue;
-            // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
-            const int c_slot = sch.sk_start(c) >= w.lo ? 0 : 1;
-            const float4* p = reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-              const float4 a = __ldcg(p + j * 256);
-              d[4 * j] += a.x, d[4 * j + 1] += a.y, d[4 * j + 2] += a.z, d[4 * j + 3] += a.w;
-            }
-          }
-        }
-#endif
-      }
-
-      // ---------------------------------------------------------- epilogue
-#if EPI_TMA
-      const u32 cbuf = sC + cw * (2 * C_BUF_BYTES);
-#pragma unroll
-      for (int chunk = 0; chunk < BN / 64; ++chunk) {
-        if (n0 + chunk * 64 >= N) break;  // past the last column (N not a multiple of 256)
-        const u32 buf = cbuf + (chunk & 1) * C_BUF_BYTES;
-        // The store issued two chunks ago (same buffer) must have finished reading it.
-        if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
-#pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-          const int j = chunk * 8 + jj;
-          // 128B swizzle: 16-byte unit jj of row r lives at unit jj ^ (r & 7); rows r and r+8 share it.
-          const u32 a0 = buf + row * 128 + ((jj ^ (row & 7)) << 4) + q * 4;
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0), "r"(pack_bf16x2(d[4 * j], d[4 * j + 1])) : "memory");
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0 + 8 * 128), "r"(pack_bf16x2(d[4 * j + 2], d[4 * j + 3])) : "memory");
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make st.shared visible to the TMA engine
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
-        if (t128 == 0) {
-          tma_store_2d(&tmC, buf, n0 + chunk * 64, m0 + cw * 64);
-          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        }
-      }
-#else
-      const int r0 = m0 + cw * 64 + row;
-      unsigned short* p0 = C + (size_t)r0 * N + n0 + q * 2;
-      unsigned short* p1 = p0 + (size_t)8 * N;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        if (n0 + 8 * j >= N) break;
-        if (r0 < M) *reinterpret_cast<u32*>(p0 + 8 * j) = pack_bf16x2(d[4 * j], d[4 * j + 1]);
-        if (r0 + 8 < M) *reinterpret_cast<u32*>(p1 + 8 * j) = pack_bf16x2(d[4 * j + 2], d[4 * j + 3]);
-      }
-#endif
-    }
-#if EPI_TMA
-    if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif
+    // One instantiation per tile width: each holds a single wgmma shape and its own accumulators
+    // (a branch between two shapes on one accumulator array makes ptxas serialize the wgmmas, C7515).
+    if (bn == 256) consumer<256>(&tmC, C, ws, counters, M, N, sch, bars, sA, sB, sC, meta, flag_slot, tid, wg);
+    else consumer<128>(&tmC, C, ws, counters, M, N, sch, bars, sA, sB, sC, meta, flag_slot, tid, wg);
   }
 }

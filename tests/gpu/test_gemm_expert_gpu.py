@@ -1,0 +1,101 @@
+"""The GEMM expert (tasks/gemm_n7168_k5120/expert, shipped for every GEMM task) on the GPU, run
+in-process through the project's own manifest planning and launch code:
+
+- its data-parallel path sums in a fixed order, so two runs on the same inputs must agree bit
+  for bit (a race in the ring, the staging buffers or the work handoff would show here), at the
+  seed shape and at gemm_n5376_k21504 (the shape it was withheld from);
+- every tile width and schedule the manifest (or expert_dev's variants) can pick is correct on
+  ragged shapes: N not a multiple of 64 or 256 (an odd number of 64-column chunks in the last
+  column tile: the epilogue's staging buffers alternate across tiles), M below one tile, stream-K
+  and data-parallel, with CTAs that do more than one tile.
+
+    python -m pytest -m gpu -q tests/gpu/test_gemm_expert_gpu.py
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+@pytest.fixture(scope="module")
+def device():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.zeros(1, device="cuda")  # the primary context, before any module load
+    from tools.launch import DeviceLimits
+
+    props = torch.cuda.get_device_properties(0)
+    return DeviceLimits(num_sms=props.multi_processor_count, max_smem_per_block=232448)
+
+
+_BUILT: dict = {}  # variant name -> (solution, loaded module)
+
+
+def _run(task, m: int, variant_name: str, limits, tmp_path, seed: int = 1, runs: int = 1):
+    """(outputs of `runs` launches on one seed's inputs, the verdict of the last)."""
+    import torch
+    from expert_dev import variant
+
+    from tasks.generators import generate_inputs
+    from tasks.reference import run_reference
+    from tools.compile import compile_solution
+    from tools.launch import Bound, Module, plan_launches
+    from tools.workspace import Workspace
+
+    if variant_name not in _BUILT:  # one compile per variant for the whole module
+        sol = variant("gemm_n7168_k5120", variant_name, tmp_path)
+        comp = compile_solution(sol, "sm_90a")
+        assert comp.ok, comp.error
+        _BUILT[variant_name] = sol, Module(comp.cubin, comp.symbols)
+    sol, module = _BUILT[variant_name]
+    axes = task.axis_values({"M": m})
+    plan = plan_launches(sol.manifest, task, axes, limits)
+    ws = Workspace(task, plan)
+    bound = Bound(plan, module, ws.pointers())
+    fresh = generate_inputs(task, axes, seed, device="cuda", fast=True)
+    outs = []
+    for _ in range(runs):
+        ws.load_inputs(fresh)
+        ws.reset()
+        bound.launch()
+        torch.cuda.synchronize()
+        outs.append(ws.outputs["C"].clone())
+    reason, detail, _ = ws.verdict(run_reference(task, fresh), task.tolerance, None, inputs=fresh)
+    return outs, reason, detail
+
+
+@pytest.mark.parametrize("task_name,m", [("gemm_n7168_k5120", 8192), ("gemm_n5376_k21504", 8828)])
+def test_data_parallel_path_is_deterministic(task_name, m, device, tmp_path):
+    import torch
+
+    from tasks import get_task
+
+    outs, _reason, _detail = _run(get_task(task_name), m, "shipped", device, tmp_path, runs=3)
+    bits = [o.view(torch.int16) for o in outs]
+    for other in bits[1:]:
+        assert int((bits[0] != other).sum()) == 0, "two runs on the same inputs differ: a race"
+
+
+# (N, K, M): N % 256 of 136 (3 chunks: odd), 64 (1 chunk), 200 (4, the last one clipped); M below
+# one tile, between tiles, and large enough that CTAs take several tiles
+RAGGED = [(136, 512, 8192), (136, 512, 70), (576, 1024, 8192), (576, 1024, 1000), (200, 4096, 300), (7168, 5120, 70)]
+
+
+@pytest.mark.parametrize("variant_name", ["shipped", "bn256", "bn128", "bn128_p4", "bn_even"])
+def test_every_tile_width_is_correct_on_ragged_shapes(variant_name, device, tmp_path):
+    from tasks.families.gemm import gemm_task
+
+    failed = []
+    for n, k, m in RAGGED:
+        _outs, reason, detail = _run(gemm_task(n, k), m, variant_name, device, tmp_path / f"{n}_{k}_{m}", seed=m)
+        if reason is not None:
+            failed.append(f"N={n} K={k} M={m}: {reason}: {detail}")
+    assert not failed, "\n".join(failed)
