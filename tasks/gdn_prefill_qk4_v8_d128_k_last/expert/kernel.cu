@@ -1,0 +1,352 @@
+// Expert sm_90a Gated DeltaNet prefill, head size 128, k-last fp32 state [sequence, value head, V, K].
+// One kernel serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
+//
+// The chunked form of the delta rule (chunks of C = 64 tokens; NOTES.md derives it and counts it).
+// Per chunk, with S the [V, K] state at the chunk's start, gamma_t the cumulative log decay inside
+// the chunk (Gamma_t = exp(gamma_t)), beta_t the write strength:
+//     A[t, j]  = beta_t exp(gamma_t - gamma_j) k_t.k_j   (j < t)      T = (I + A)^-1   (the WY/UT form)
+//     R^T      = (V - Gamma * (S K^T)) * beta            [V x C]      (what each token still has to write)
+//     U^T      = R^T T^T                                 [V x C]      (the rank-1 updates, decoupled)
+//     O^T      = Gamma * (S Q^T) + U^T Pm^T,  Pm[t, j] = exp(gamma_t - gamma_j) q_t.k_j (j <= t)
+//     S'       = Gamma_C S + (U^T * exp(gamma_C - gamma)) K
+// Everything is written with the state's V rows as the MMA's M dimension, so the fp32 state lives in
+// wgmma accumulator registers for the whole sequence and every product takes its A operand straight
+// from registers (the accumulator layout of one product is the A-fragment layout of the next):
+//     S K^T, S Q^T  m64n64k16 (A = S in bf16, B = the K and Q chunk, K-major, as TMA landed it)
+//     K K^T, Q K^T  m64n64k16 (both operands from shared memory)
+//     R^T T^T     m64n64k16  (B = T, written K-major by the solve)
+//     U^T Pm^T    m64n64k16  accumulating onto Gamma * (S Q^T)
+//     U'^T K      m64n128k16 accumulating onto Gamma_C S (B = the same K chunk, read MN-major)
+// Only the 64 x 64 triangular solve (T), the gates and the elementwise scalings run on SIMT.
+//
+// Layout: one CTA of 256 threads (two warpgroups) per (sequence, value head); warpgroup w owns the
+// state rows v in [64w, 64w + 64). Warpgroup 0 also forms K K^T, warpgroup 1 Q K^T; all 256 threads
+// share the solve (4 threads per column of T). Loads: q, k, v chunks by TMA (3-D maps over
+// [token, head, dim], boxes of 64 tokens x 64 columns, 128-byte swizzle; tokens past the tensor are
+// zero-filled, tokens past the sequence get beta = 0 and g = 1 so they change nothing) through a
+// two-stage ring, the next chunk in flight while this one computes; the initial state by TMA too.
+#include <cuda_bf16.h>
+#include <ptxbench/mbarrier.cuh>
+#include <ptxbench/tma.cuh>
+
+#define HEAD 128
+#define CH 64                       // chunk length
+#define KQ_BYTES (4 * 8192)         // one stage of K and Q: [half][K rows | Q rows][64 cols] bf16
+#define V_BYTES (2 * 8192)          // one stage of V: [half = warpgroup][64 tokens][64 cols] bf16
+#define OFF_KQ 0
+#define OFF_V (OFF_KQ + 2 * KQ_BYTES)          // 65536
+#define OFF_T (OFF_V + 2 * V_BYTES)            // 98304: T, bf16 [t][j], 128B-swizzled
+#define OFF_P (OFF_T + 8192)                   // Pm, bf16 [t][j], 128B-swizzled
+#define OFF_A (OFF_P + 8192)                   // A, fp32 [t][j]
+#define OFF_O (OFF_A + CH * CH * 4)            // output staging, 2 x [64 t][72] bf16
+#define O_STRIDE 72
+#define OFF_STATE (OFF_O + 2 * CH * O_STRIDE * 2)  // initial state, 2 x [64][128] fp32
+#define OFF_GATES (OFF_STATE + 2 * 64 * HEAD * 4)  // gamma[64], beta[64], warp-0 total
+#define SMEM_BYTES (OFF_GATES + 1024)          // + 1024 alignment slack in the manifest
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// ------------------------------------------------------------------ wgmma (bf16 in, fp32 accumulate)
+// K-major 128B-swizzled tile (rows of 128 bytes, 8-row groups 1 KiB apart).
+__device__ __forceinline__ u64 desc_k(u32 saddr) {
+    return (u64)((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+// MN-major 128B-swizzled tile: rows are the K dimension (tokens), 64 N columns per 128-byte row,
+// LBO = bytes between 64-column halves of N, SBO = 1 KiB between 8-row groups.
+__device__ __forceinline__ u64 desc_mn(u32 saddr, u32 lbo) {
+    return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+#define ACC8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define ACC32(d) ACC8(d, 0), ACC8(d, 8), ACC8(d, 16), ACC8(d, 24)
+#define R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d[64x64] (+)= A (smem) * B (smem), both K-major.
+__device__ __forceinline__ void mma_ss_n64(float (&d)[32], u64 da, u64 db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : ACC32(d) : "l"(da), "l"(db), "r"(acc));
+}
+// d[64x64] (+)= A (registers) * B (smem, K-major).
+__device__ __forceinline__ void mma_rs_n64(float (&d)[32], const u32* a, u64 db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : ACC32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+// [d0 | d1] (64x128) (+)= A (registers) * B (smem; TRANS_B 0: K-major, 1: MN-major).
+template <int TRANS_B>
+__device__ __forceinline__ void mma_rs_n128(float (&d0)[32], float (&d1)[32], const u32* a, u64 db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " R64 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                 : ACC32(d0), ACC32(d1) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TRANS_B));
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Pin accumulators around async wgmma: the compiler may not move their reads or writes across.
+__device__ __forceinline__ void pin(float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// A fragments (m64 x k16 per k-step) from an m64nN fp32 accumulator: k-step kk is elements 8kk..8kk+7.
+__device__ __forceinline__ void to_frag(u32* f, const float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) f[i] = pack_bf16(d[2 * i], d[2 * i + 1]);
+}
+
+// Accumulator element i of thread l (0..127 in its warpgroup): row and column of the 64 x N tile.
+__device__ __forceinline__ int acc_row(int l, int i) { return (l / 32) * 16 + (l % 32) / 4 + ((i / 2) % 2) * 8; }
+__device__ __forceinline__ int acc_col(int l, int i) { return (i / 4) * 8 + (l % 4) * 2 + (i % 2); }
+// Byte offset of bf16 element (row r, column c < 64) in a 128B-swizzled tile of 128-byte rows.
+__device__ __forceinline__ u32 swz(int r, int c) { return r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2; }
+
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  // as torch's
+
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                  const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmState,
+                  const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
+                  const float* __restrict__ dt_bias, const __nv_bfloat16* __restrict__ b,
+                  const long long* __restrict__ cu_seqlens, __nv_bfloat16* __restrict__ output,
+                  float* __restrict__ new_state, int num_q_heads, int num_v_heads, float scale) {
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) u64 bars[3];  // full[0], full[1] (chunk stages), the initial state
+    unsigned char* sm = smem_raw + ((1024 - (ptxbench::smem_u32(smem_raw) & 1023)) & 1023);  // 1 KiB aligned
+    const u32 base = ptxbench::smem_u32(sm);
+    float* sA = reinterpret_cast<float*>(sm + OFF_A);
+    float* sGam = reinterpret_cast<float*>(sm + OFF_GATES);
+    float* sBeta = sGam + 64;
+
+    const int tid = threadIdx.x, w = ptxbench::warpgroup_idx();
+    const int n = blockIdx.x / num_v_heads, h = blockIdx.x % num_v_heads;
+    const int hq = h / (num_v_heads / num_q_heads);
+    const long long bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
+    const int len = (int)(eos - bos), nch = (len + CH - 1) / CH;
+
+    auto issue_chunk = [&](int c) {  // one thread: K, Q (both halves) and V of chunk c into stage c % 2
+        const int s = c & 1, t0 = (int)bos + c * CH;
+        const u32 kq = base + OFF_KQ + s * KQ_BYTES, vv = base + OFF_V + s * V_BYTES;
+        ptxbench::mbarrier_arrive_expect_tx(&bars[s], KQ_BYTES + V_BYTES);
+        ptxbench::tma_load_3d(sm + (kq - base), &tmK, &bars[s], 0, hq, t0);
+        ptxbench::tma_load_3d(sm + (kq - base) + 8192, &tmQ, &bars[s], 0, hq, t0);
+        ptxbench::tma_load_3d(sm + (kq - base) + 16384, &tmK, &bars[s], 64, hq, t0);
+        ptxbench::tma_load_3d(sm + (kq - base) + 24576, &tmQ, &bars[s], 64, hq, t0);
+        ptxbench::tma_load_3d(sm + (vv - base), &tmV, &bars[s], 0, h, t0);
+        ptxbench::tma_load_3d(sm + (vv - base) + 8192, &tmV, &bars[s], 64, h, t0);
+    };
+
+    if (tid == 0) {
+        ptxbench::mbarrier_init(&bars[0], 1);
+        ptxbench::mbarrier_init(&bars[1], 1);
+        ptxbench::mbarrier_init(&bars[2], 1);
+        ptxbench::mbarrier_init_fence();
+        ptxbench::mbarrier_arrive_expect_tx(&bars[2], 2 * 64 * HEAD * 4);
+        const int row0 = (n * num_v_heads + h) * HEAD;
+        ptxbench::tma_load_2d(sm + OFF_STATE, &tmState, &bars[2], 0, row0);
+        ptxbench::tma_load_2d(sm + OFF_STATE + 64 * HEAD * 4, &tmState, &bars[2], 0, row0 + 64);
+        issue_chunk(0);
+    }
+    __syncthreads();
+
+    const float expA = expf(A_log[h]), dtb = dt_bias[h];
+    // The state rows of this warpgroup, fp32, as two m64n64 halves of an m64n128 accumulator: S[v][k].
+    float S0[32], S1[32];
+    ptxbench::mbarrier_wait(&bars[2], 0);
+    {
+        const float* st = reinterpret_cast<const float*>(sm + OFF_STATE) + w * 64 * HEAD;
+        const int l = tid % 128;
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+            const int r = acc_row(l, i), c = acc_col(l, i);
+            const float2 x0 = *reinterpret_cast<const float2*>(st + r * HEAD + c);
+            const float2 x1 = *reinterpret_cast<const float2*>(st + r * HEAD + 64 + c);
+            S0[i] = x0.x; S0[i + 1] = x0.y; S1[i] = x1.x; S1[i + 1] = x1.y;
+        }
+    }
+
+    for (int c = 0; c < nch; ++c) {
+        const int s = c & 1, L = min(CH, len - c * CH);
+        // The thread index re-read each chunk (opaque to the compiler): the accumulator-layout addresses
+        // below are then recomputed per chunk instead of hoisted out of the loop and kept live in
+        // registers, which the wgmma pipeline needs (ptxas serializes wgmma when it runs short).
+        int l;
+        asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(l));
+        l &= 127;
+        const u32 kq = base + OFF_KQ + s * KQ_BYTES;
+        if (tid == 0 && c + 1 < nch) issue_chunk(c + 1);  // the previous user of that stage is done
+        if (tid < 64) {  // gates: log decay (0 past the sequence) and beta (0 past it), cumulative log decay
+            const size_t th = (size_t)(bos + c * CH + tid) * num_v_heads + h;
+            float lg = 0.0f, be = 0.0f;
+            if (tid < L) {
+                lg = -expA * softplus(__bfloat162float(a[th]) + dtb);
+                be = 1.0f / (1.0f + expf(-__bfloat162float(b[th])));
+            }
+            const int lane = tid & 31;
+#pragma unroll
+            for (int o = 1; o < 32; o *= 2) {
+                const float y = __shfl_up_sync(0xffffffffu, lg, o);
+                if (lane >= o) lg += y;
+            }
+            sGam[tid] = lg;
+            sBeta[tid] = be;
+        }
+        __syncthreads();
+        if (tid >= 32 && tid < 64) sGam[tid] += sGam[31];
+        ptxbench::mbarrier_wait(&bars[s], (c >> 1) & 1);
+        __syncthreads();
+
+        // K K^T (warpgroup 0) or Q K^T (warpgroup 1) on the tensor cores.
+        {
+            float G[32];
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                const u32 off = (kk >> 2) * 16384 + (kk & 3) * 32;
+                mma_ss_n64(G, desc_k(kq + off + (w ? 8192 : 0)), desc_k(kq + off), kk > 0);
+            }
+            wg_commit();
+            wg_wait0();
+            pin(G);
+            // Masks and decays: A (fp32, for the solve) from K K^T; Pm (bf16, an MMA operand) from Q K^T.
+    #pragma unroll
+            for (int i = 0; i < 32; i += 2) {
+                const int t = acc_row(l, i), j = acc_col(l, i);
+                const float gt = sGam[t];
+                const float d0 = expf(fminf(gt - sGam[j], 0.0f)), d1 = expf(fminf(gt - sGam[j + 1], 0.0f));
+                if (w == 0) {
+                    const float bt = sBeta[t];
+                    sA[t * CH + j] = j < t ? bt * d0 * G[i] : 0.0f;
+                    sA[t * CH + j + 1] = j + 1 < t ? bt * d1 * G[i + 1] : 0.0f;
+                } else {
+                    const u32 p = pack_bf16(j <= t ? d0 * G[i] : 0.0f, j + 1 <= t ? d1 * G[i + 1] : 0.0f);
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + OFF_P + swz(t, j)), "r"(p) : "memory");
+                }
+            }
+        }
+        ptxbench::fence_proxy_async_smem();
+        __syncthreads();
+
+        // T = (I + A)^-1 by forward substitution, one column j per 4 threads (thread p sums the terms
+        // i = p mod 4), fp32; x_i of the column for i = p mod 4 kept in registers.
+        {
+            const int j = tid >> 2, p = tid & 3;
+            float xp[16];
+#pragma unroll
+            for (int m = 0; m < 16; ++m) xp[m] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < CH; ++t) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int m = 0; m < (t + 3) / 4; ++m) acc = fmaf(sA[t * CH + 4 * m + p], xp[m], acc);
+                acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+                acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+                const float x = (t == j ? 1.0f : 0.0f) - acc;
+                if (p == (t & 3)) {
+                    xp[t >> 2] = x;
+                    const __nv_bfloat16 xb = __float2bfloat16(x);
+                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(t, j)),
+                                 "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
+                }
+            }
+        }
+        ptxbench::fence_proxy_async_smem();
+        __syncthreads();
+
+        // X = S [K;Q]^T: what the chunk-start state recalls for each key (XK) and query (XQ).
+        float XK[32], XQ[32];
+        {
+            u32 sf[32];
+            to_frag(sf, S0);
+            to_frag(sf + 16, S1);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                const u32 off = (kk >> 2) * 16384 + (kk & 3) * 32;
+                mma_rs_n64(XK, sf + 4 * kk, desc_k(kq + off), kk > 0);         // keys: rows 0-63 of the half
+                mma_rs_n64(XQ, sf + 4 * kk, desc_k(kq + off + 8192), kk > 0);  // queries: rows 64-127
+            }
+            wg_commit();
+            wg_wait0();
+            pin(XK); pin(XQ);
+        }
+        // R^T = beta (V^T - Gamma X_K), then U^T = R^T T^T.
+        float U[32];
+        {
+            const unsigned char* vt = sm + OFF_V + s * V_BYTES + w * 8192;
+            float rt[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const int v = acc_row(l, i), t = acc_col(l, i);
+                const float vv = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(vt + swz(t, v)));
+                rt[i] = sBeta[t] * (vv - expf(sGam[t]) * XK[i]);
+            }
+            u32 rf[16];
+            to_frag(rf, rt);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(U, rf + 4 * kk, desc_k(base + OFF_T + kk * 32), kk > 0);
+            wg_commit();
+            wg_wait0();
+            pin(U);
+        }
+        // O^T = Gamma (S Q^T) + U^T Pm^T;  S = Gamma_C S + (U^T exp(gamma_C - gamma)) K.
+        {
+            const float gC = sGam[CH - 1], GC = expf(gC);
+            u32 uf[16], upf[16];
+            to_frag(uf, U);
+#pragma unroll
+            for (int i = 0; i < 32; i += 2) {
+                const int t = acc_col(l, i);
+                XQ[i] *= expf(sGam[t]);
+                XQ[i + 1] *= expf(sGam[t + 1]);
+                upf[i / 2] = pack_bf16(U[i] * expf(gC - sGam[t]), U[i + 1] * expf(gC - sGam[t + 1]));
+            }
+#pragma unroll
+            for (int i = 0; i < 32; ++i) { S0[i] *= GC; S1[i] *= GC; }
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(XQ, uf + 4 * kk, desc_k(base + OFF_P + kk * 32), 1);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n128<1>(S0, S1, upf + 4 * kk, desc_mn(kq + kk * 2048, 16384), 1);
+            wg_commit();
+            wg_wait0();
+            pin(XQ); pin(S0); pin(S1);
+        }
+        // Output: scale O^T -> bf16, staged as [t][v] rows, then rows of this chunk's tokens stored.
+        {
+            __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(sm + OFF_O) + w * CH * O_STRIDE;
+#pragma unroll
+            for (int i = 0; i < 32; ++i) so[acc_col(l, i) * O_STRIDE + acc_row(l, i)] = __float2bfloat16(scale * XQ[i]);
+            named_sync(1 + w, 128);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int idx = r * 128 + l, t = idx >> 3, c8 = idx & 7;
+                if (t < L) {
+                    const uint4 val = *reinterpret_cast<const uint4*>(so + t * O_STRIDE + 8 * c8);
+                    *reinterpret_cast<uint4*>(output + ((size_t)(bos + c * CH + t) * num_v_heads + h) * HEAD + 64 * w + 8 * c8) = val;
+                }
+            }
+        }
+        __syncthreads();  // this chunk's stage, A, T, Pm, gates and staging are free again
+    }
+
+    const int l = tid % 128;
+    float* dst = new_state + ((size_t)(n * num_v_heads + h) * HEAD + 64 * w) * HEAD;
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+        const int r = acc_row(l, i), c = acc_col(l, i);
+        *reinterpret_cast<float2*>(dst + r * HEAD + c) = make_float2(S0[i], S0[i + 1]);
+        *reinterpret_cast<float2*>(dst + r * HEAD + 64 + c) = make_float2(S1[i], S1[i + 1]);
+    }
+}
