@@ -109,6 +109,11 @@ __device__ __forceinline__ int acc_col(int l, int i) { return (i / 4) * 8 + (l %
 // Byte offset of bf16 element (row r, column c < 64) in a 128B-swizzled tile of 128-byte rows.
 __device__ __forceinline__ u32 swz(int r, int c) { return r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2; }
 
+__device__ __forceinline__ float ex2(float x) {  // 2^x (MUFU.EX2); -inf and large negative give 0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  // as torch's
 
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -125,8 +130,11 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
     unsigned char* sm = smem_raw + ((1024 - (ptxbench::smem_u32(smem_raw) & 1023)) & 1023);  // 1 KiB aligned
     const u32 base = ptxbench::smem_u32(sm);
     float* sA = reinterpret_cast<float*>(sm + OFF_A);
-    float* sGam = reinterpret_cast<float*>(sm + OFF_GATES);
-    float* sBeta = sGam + 64;
+    float* sGam = reinterpret_cast<float*>(sm + OFF_GATES);  // gamma_t: cumulative log2 decay in the chunk
+    float* sBeta = sGam + 64;                                 // beta_t
+    float* sGexp = sGam + 128;                                // 2^gamma_t
+    float* sGtail = sGam + 192;                               // 2^(gamma_C - gamma_t)
+    float* sScan = sGam + 256;                                // per-warp scans of log2 g
 
     const int tid = threadIdx.x, w = ptxbench::warpgroup_idx();
     const int n = blockIdx.x / num_v_heads, h = blockIdx.x % num_v_heads;
@@ -185,11 +193,11 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         l &= 127;
         const u32 kq = base + OFF_KQ + s * KQ_BYTES;
         if (tid == 0 && c + 1 < nch) issue_chunk(c + 1);  // the previous user of that stage is done
-        if (tid < 64) {  // gates: log decay (0 past the sequence) and beta (0 past it), cumulative log decay
+        if (tid < 64) {  // gates: log2 decay (0 past the sequence) and beta (0 past it), scanned per warp
             const size_t th = (size_t)(bos + c * CH + tid) * num_v_heads + h;
             float lg = 0.0f, be = 0.0f;
             if (tid < L) {
-                lg = -expA * softplus(__bfloat162float(a[th]) + dtb);
+                lg = -expA * softplus(__bfloat162float(a[th]) + dtb) * 1.4426950408889634f;
                 be = 1.0f / (1.0f + expf(-__bfloat162float(b[th])));
             }
             const int lane = tid & 31;
@@ -198,11 +206,16 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
                 const float y = __shfl_up_sync(0xffffffffu, lg, o);
                 if (lane >= o) lg += y;
             }
-            sGam[tid] = lg;
+            sScan[tid] = lg;
             sBeta[tid] = be;
         }
         __syncthreads();
-        if (tid >= 32 && tid < 64) sGam[tid] += sGam[31];
+        if (tid < 64) {  // gamma_t (log2, cumulative in the chunk), 2^gamma_t and 2^(gamma_C - gamma_t)
+            const float g = sScan[tid] + (tid >= 32 ? sScan[31] : 0.0f), gC = sScan[31] + sScan[63];
+            sGam[tid] = g;
+            sGexp[tid] = ex2(g);
+            sGtail[tid] = ex2(gC - g);
+        }
         ptxbench::mbarrier_wait(&bars[s], (c >> 1) & 1);
         __syncthreads();
 
@@ -219,16 +232,21 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
             wg_wait0();
             pin(G);
             // Masks and decays: A (fp32, for the solve) from K K^T; Pm (bf16, an MMA operand) from Q K^T.
-    #pragma unroll
-            for (int i = 0; i < 32; i += 2) {
-                const int t = acc_row(l, i), j = acc_col(l, i);
-                const float gt = sGam[t];
-                const float d0 = expf(fminf(gt - sGam[j], 0.0f)), d1 = expf(fminf(gt - sGam[j + 1], 0.0f));
-                if (w == 0) {
-                    const float bt = sBeta[t];
-                    sA[t * CH + j] = j < t ? bt * d0 * G[i] : 0.0f;
-                    sA[t * CH + j + 1] = j + 1 < t ? bt * d1 * G[i + 1] : 0.0f;
-                } else {
+            if (w == 0) {
+#pragma unroll
+                for (int i = 0; i < 32; i += 2) {
+                    const int t = acc_row(l, i), j = acc_col(l, i);
+                    const float gt = sGam[t], bt = sBeta[t];
+                    const float d0 = ex2(fminf(gt - sGam[j], 0.0f)), d1 = ex2(fminf(gt - sGam[j + 1], 0.0f));
+                    *reinterpret_cast<float2*>(sA + t * CH + j) =
+                        make_float2(j < t ? bt * d0 * G[i] : 0.0f, j + 1 < t ? bt * d1 * G[i + 1] : 0.0f);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; i += 2) {
+                    const int t = acc_row(l, i), j = acc_col(l, i);
+                    const float gt = sGam[t];
+                    const float d0 = ex2(fminf(gt - sGam[j], 0.0f)), d1 = ex2(fminf(gt - sGam[j + 1], 0.0f));
                     const u32 p = pack_bf16(j <= t ? d0 * G[i] : 0.0f, j + 1 <= t ? d1 * G[i + 1] : 0.0f);
                     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + OFF_P + swz(t, j)), "r"(p) : "memory");
                 }
@@ -237,27 +255,35 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         ptxbench::fence_proxy_async_smem();
         __syncthreads();
 
-        // T = (I + A)^-1 by forward substitution, one column j per 4 threads (thread p sums the terms
-        // i = p mod 4), fp32; x_i of the column for i = p mod 4 kept in registers.
-        {
-            const int j = tid >> 2, p = tid & 3;
-            float xp[16];
-#pragma unroll
-            for (int m = 0; m < 16; ++m) xp[m] = 0.0f;
+        // T = (I + A)^-1 by forward substitution in fp32, one column j per thread of warps 0-1, all of
+        // it in registers (fully unrolled: static indices). With x' = T[:, j] - e_j (A strictly lower):
+        //     x'_t = -(A[t, j] + sum_{i<t} A[t, i] x'_i)
+        // which needs no test on t == j (x'_t = 0 for t <= j by itself); T[j][j] = 1 is stored apart.
+        if (tid < CH) {
+            const int j = tid;
+            float x[CH];
 #pragma unroll
             for (int t = 0; t < CH; ++t) {
-                float acc = 0.0f;
+                const float* row = sA + t * CH;
+                float acc0 = row[j], acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;  // four chains: latency
 #pragma unroll
-                for (int m = 0; m < (t + 3) / 4; ++m) acc = fmaf(sA[t * CH + 4 * m + p], xp[m], acc);
-                acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-                acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-                const float x = (t == j ? 1.0f : 0.0f) - acc;
-                if (p == (t & 3)) {
-                    xp[t >> 2] = x;
-                    const __nv_bfloat16 xb = __float2bfloat16(x);
-                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(t, j)),
-                                 "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
+                for (int i = 0; i + 4 <= t; i += 4) {
+                    const float4 r = *reinterpret_cast<const float4*>(row + i);
+                    acc0 = fmaf(r.x, x[i], acc0);
+                    acc1 = fmaf(r.y, x[i + 1], acc1);
+                    acc2 = fmaf(r.z, x[i + 2], acc2);
+                    acc3 = fmaf(r.w, x[i + 3], acc3);
                 }
+#pragma unroll
+                for (int i = t & ~3; i < t; ++i) acc1 = fmaf(row[i], x[i], acc1);
+                x[t] = -((acc0 + acc1) + (acc2 + acc3));
+            }
+            // T[t][j] for every t (row t of T is a 128-byte swizzled row: column j at swz(t, j)).
+#pragma unroll
+            for (int t = 0; t < CH; ++t) {
+                const __nv_bfloat16 xb = __float2bfloat16(t == j ? 1.0f : x[t]);
+                asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(t, j)),
+                             "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
             }
         }
         ptxbench::fence_proxy_async_smem();
@@ -289,7 +315,7 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
             for (int i = 0; i < 32; ++i) {
                 const int v = acc_row(l, i), t = acc_col(l, i);
                 const float vv = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(vt + swz(t, v)));
-                rt[i] = sBeta[t] * (vv - expf(sGam[t]) * XK[i]);
+                rt[i] = sBeta[t] * (vv - sGexp[t] * XK[i]);
             }
             u32 rf[16];
             to_frag(rf, rt);
@@ -302,15 +328,15 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         }
         // O^T = Gamma (S Q^T) + U^T Pm^T;  S = Gamma_C S + (U^T exp(gamma_C - gamma)) K.
         {
-            const float gC = sGam[CH - 1], GC = expf(gC);
+            const float GC = sGexp[CH - 1];
             u32 uf[16], upf[16];
             to_frag(uf, U);
 #pragma unroll
             for (int i = 0; i < 32; i += 2) {
                 const int t = acc_col(l, i);
-                XQ[i] *= expf(sGam[t]);
-                XQ[i + 1] *= expf(sGam[t + 1]);
-                upf[i / 2] = pack_bf16(U[i] * expf(gC - sGam[t]), U[i + 1] * expf(gC - sGam[t + 1]));
+                XQ[i] *= sGexp[t];
+                XQ[i + 1] *= sGexp[t + 1];
+                upf[i / 2] = pack_bf16(U[i] * sGtail[t], U[i + 1] * sGtail[t + 1]);
             }
 #pragma unroll
             for (int i = 0; i < 32; ++i) { S0[i] *= GC; S1[i] *= GC; }
