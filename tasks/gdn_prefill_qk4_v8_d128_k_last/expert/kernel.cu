@@ -29,6 +29,10 @@
 #include <ptxbench/mbarrier.cuh>
 #include <ptxbench/tma.cuh>
 
+#ifndef SOLVE_BLOCKED
+#define SOLVE_BLOCKED 0  // 1: T in 32-row blocks (diagonal blocks by substitution, T21 by two small products)
+#endif
+
 #define HEAD 128
 #define CH 64                       // chunk length
 #define KQ_BYTES (4 * 8192)         // one stage of K and Q: [half][K rows | Q rows][64 cols] bf16
@@ -255,6 +259,74 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         ptxbench::fence_proxy_async_smem();
         __syncthreads();
 
+#if SOLVE_BLOCKED
+        // T = (I + A)^-1 in 32-row blocks, fp32: T11 = (I + A11)^-1 and T22 = (I + A22)^-1 by forward
+        // substitution (one column per thread of warps 0-1, as below but 32 long), then
+        // T21 = -T22 (A21 T11) as two 32 x 32 x 32 products over all 256 threads (Y = A21 T11 kept in A's
+        // unused upper-right block). T12 = 0.
+        float* sTf = reinterpret_cast<float*>(sm + OFF_O);  // T's diagonal blocks in fp32 (the staging is free)
+        if (tid < CH) {
+            const int o = tid & 32, jj = tid & 31, j = o + jj;  // block o (warp-uniform), column j
+            float x[32];
+#pragma unroll
+            for (int tt = 0; tt < 32; ++tt) {
+                const float* row = sA + (o + tt) * CH + o;
+                float acc0 = row[jj], acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+#pragma unroll
+                for (int i = 0; i + 4 <= tt; i += 4) {
+                    const float4 r = *reinterpret_cast<const float4*>(row + i);
+                    acc0 = fmaf(r.x, x[i], acc0);
+                    acc1 = fmaf(r.y, x[i + 1], acc1);
+                    acc2 = fmaf(r.z, x[i + 2], acc2);
+                    acc3 = fmaf(r.w, x[i + 3], acc3);
+                }
+#pragma unroll
+                for (int i = tt & ~3; i < tt; ++i) acc1 = fmaf(row[i], x[i], acc1);
+                x[tt] = -((acc0 + acc1) + (acc2 + acc3));
+            }
+#pragma unroll
+            for (int tt = 0; tt < 32; ++tt) {
+                const float xv = tt == jj ? 1.0f : x[tt];
+                sTf[(o + tt) * CH + j] = xv;
+                const __nv_bfloat16 xb = __float2bfloat16(xv);
+                asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(o + tt, j)),
+                             "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
+                if (o) {  // T12 = 0: column j's rows 0..31
+                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(tt, j)), "h"((unsigned short)0) : "memory");
+                }
+            }
+        }
+        __syncthreads();
+        {   // Y = A21 T11 -> sA[t - 32][32 + j]; thread: column j = tid % 32, rows 32 + tid / 32 + 8r
+            const int j = tid & 31, t0 = 32 + (tid >> 5);
+            float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+            for (int i = 0; i < 32; ++i) {
+                const float tij = sTf[i * CH + j];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) y[r] = fmaf(sA[(t0 + 8 * r) * CH + i], tij, y[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) sA[(t0 + 8 * r - 32) * CH + 32 + j] = y[r];
+        }
+        __syncthreads();
+        {   // T21 = -T22 Y -> bf16 into T's lower-left block
+            const int j = tid & 31, t0 = 32 + (tid >> 5);
+            float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+            for (int i = 0; i < 32; ++i) {
+                const float yij = sA[i * CH + 32 + j];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) y[r] = fmaf(sTf[(t0 + 8 * r) * CH + 32 + i], yij, y[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const __nv_bfloat16 xb = __float2bfloat16(-y[r]);
+                asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(t0 + 8 * r, j)),
+                             "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
+            }
+        }
+#else
         // T = (I + A)^-1 by forward substitution in fp32, one column j per thread of warps 0-1, all of
         // it in registers (fully unrolled: static indices). With x' = T[:, j] - e_j (A strictly lower):
         //     x'_t = -(A[t, j] + sum_{i<t} A[t, i] x'_i)
@@ -286,6 +358,7 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
                              "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
             }
         }
+#endif
         ptxbench::fence_proxy_async_smem();
         __syncthreads();
 
