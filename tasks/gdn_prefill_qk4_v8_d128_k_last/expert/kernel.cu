@@ -187,8 +187,21 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         }
     }
 
+    // Gate inputs a, b of this thread's token (threads 0-63), loaded one chunk ahead so their global
+    // latency is off the chunk's critical path.
+    __nv_bfloat16 a_next = __float2bfloat16(0.0f), b_next = a_next;
+    if (tid < min(CH, len)) {
+        a_next = a[(size_t)(bos + tid) * num_v_heads + h];
+        b_next = b[(size_t)(bos + tid) * num_v_heads + h];
+    }
+
     for (int c = 0; c < nch; ++c) {
         const int s = c & 1, L = min(CH, len - c * CH);
+        const __nv_bfloat16 a_cur = a_next, b_cur = b_next;
+        if (tid < CH && (c + 1) * CH + tid < len) {
+            a_next = a[(size_t)(bos + (c + 1) * CH + tid) * num_v_heads + h];
+            b_next = b[(size_t)(bos + (c + 1) * CH + tid) * num_v_heads + h];
+        }
         // The thread index re-read each chunk (opaque to the compiler): the accumulator-layout addresses
         // below are then recomputed per chunk instead of hoisted out of the loop and kept live in
         // registers, which the wgmma pipeline needs (ptxas serializes wgmma when it runs short).
@@ -198,11 +211,10 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         const u32 kq = base + OFF_KQ + s * KQ_BYTES;
         if (tid == 0 && c + 1 < nch) issue_chunk(c + 1);  // the previous user of that stage is done
         if (tid < 64) {  // gates: log2 decay (0 past the sequence) and beta (0 past it), scanned per warp
-            const size_t th = (size_t)(bos + c * CH + tid) * num_v_heads + h;
             float lg = 0.0f, be = 0.0f;
             if (tid < L) {
-                lg = -expA * softplus(__bfloat162float(a[th]) + dtb) * 1.4426950408889634f;
-                be = 1.0f / (1.0f + expf(-__bfloat162float(b[th])));
+                lg = -expA * softplus(__bfloat162float(a_cur) + dtb) * 1.4426950408889634f;
+                be = 1.0f / (1.0f + expf(-__bfloat162float(b_cur)));
             }
             const int lane = tid & 31;
 #pragma unroll
