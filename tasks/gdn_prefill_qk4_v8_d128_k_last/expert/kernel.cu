@@ -461,3 +461,324 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         *reinterpret_cast<float2*>(dst + r * HEAD + 64 + c) = make_float2(S1[i], S1[i + 1]);
     }
 }
+
+// ------------------------------------------------------------------------------------------------------
+// gdn_prefill_wgmma_ws: the same algebra, warp-specialised. Warpgroups 0-1 run only the state chain of
+// chunk c (S K^T, S Q^T, R, U, O, the state update, the output); warpgroup 2 prepares chunk c+1 at the
+// same time (its TMA loads, the gates, K K^T and Q K^T, the masks, T by the blocked solve), so T, Pm and
+// the gates are off the state's critical path. Stages of two: K/Q, V, T, Pm and the gate tables per
+// stage; `prep[s]` says stage s is ready for the state warpgroups, `done[s]` that they finished with it.
+#define WS_OFF_T 98304                       // 2 x 8 KiB
+#define WS_OFF_P (WS_OFF_T + 2 * 8192)       // 2 x 8 KiB
+#define WS_OFF_A (WS_OFF_P + 2 * 8192)       // fp32 [64][64]
+#define WS_OFF_TF (WS_OFF_A + CH * CH * 4)   // fp32 [64][64]: T's diagonal blocks
+#define WS_OFF_O (WS_OFF_TF + CH * CH * 4)   // 2 x [64 t][72] bf16
+#define WS_OFF_GATES (WS_OFF_O + 2 * CH * O_STRIDE * 2)  // 2 stages x {gamma, beta, 2^gamma, 2^(gC-gamma)} + scan
+#define WS_OFF_STATE WS_OFF_T                // the initial state (64 KiB) is staged over T, Pm, A and Tf
+#define WS_SMEM (WS_OFF_GATES + 2 * 1024 + 256)
+#define WS_STATE_REGS 208
+#define WS_PREP_REGS 88
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmState,
+                     const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
+                     const float* __restrict__ dt_bias, const __nv_bfloat16* __restrict__ b,
+                     const long long* __restrict__ cu_seqlens, __nv_bfloat16* __restrict__ output,
+                     float* __restrict__ new_state, int num_q_heads, int num_v_heads, float scale) {
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) u64 bars[7];  // full[2] (TMA), prep[2], done[2], the initial state
+    u64* full = bars;
+    u64* prep = bars + 2;
+    u64* done = bars + 4;
+    unsigned char* sm = smem_raw + ((1024 - (ptxbench::smem_u32(smem_raw) & 1023)) & 1023);
+    const u32 base = ptxbench::smem_u32(sm);
+
+    const int tid = threadIdx.x, w = ptxbench::warpgroup_idx();
+    const int n = blockIdx.x / num_v_heads, h = blockIdx.x % num_v_heads;
+    const int hq = h / (num_v_heads / num_q_heads);
+    const long long bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
+    const int len = (int)(eos - bos), nch = (len + CH - 1) / CH;
+
+    if (tid == 0) {
+        for (int i = 0; i < 2; ++i) {
+            ptxbench::mbarrier_init(&full[i], 1);
+            ptxbench::mbarrier_init(&prep[i], 1);
+            ptxbench::mbarrier_init(&done[i], 256);
+        }
+        ptxbench::mbarrier_init(&bars[6], 1);
+        ptxbench::mbarrier_init_fence();
+        ptxbench::mbarrier_arrive_expect_tx(&bars[6], 2 * 64 * HEAD * 4);
+        const int row0 = (n * num_v_heads + h) * HEAD;
+        ptxbench::tma_load_2d(sm + WS_OFF_STATE, &tmState, &bars[6], 0, row0);
+        ptxbench::tma_load_2d(sm + WS_OFF_STATE + 64 * HEAD * 4, &tmState, &bars[6], 0, row0 + 64);
+    }
+    __syncthreads();
+
+    if (w == 2) {
+        // ------------------------------------------------------------------ preparation warpgroup
+        ptxbench::setmaxnreg_dec<WS_PREP_REGS>();
+        const int lt = tid - 256;
+        const float expA = expf(A_log[h]), dtb = dt_bias[h];
+        float* sA = reinterpret_cast<float*>(sm + WS_OFF_A);
+        float* sTf = reinterpret_cast<float*>(sm + WS_OFF_TF);
+        float* sScan = reinterpret_cast<float*>(sm + WS_OFF_GATES + 2048);
+        named_sync(3, 128 + 256);  // (with the state warpgroups) the initial state has left shared memory
+        for (int c = 0; c < nch; ++c) {
+            const int s = c & 1, L = min(CH, len - c * CH), t0 = (int)bos + c * CH;
+            const u32 kq = base + s * KQ_BYTES, vv = base + OFF_V + s * V_BYTES;
+            float* g = reinterpret_cast<float*>(sm + WS_OFF_GATES + s * 1024);  // gamma, beta, 2^gamma, tail
+            if (c >= 2) ptxbench::mbarrier_wait(&done[s], ((c - 2) >> 1) & 1);  // chunk c-2 left stage s
+            if (lt == 0) {
+                ptxbench::mbarrier_arrive_expect_tx(&full[s], KQ_BYTES + V_BYTES);
+                ptxbench::tma_load_3d(sm + (kq - base), &tmK, &full[s], 0, hq, t0);
+                ptxbench::tma_load_3d(sm + (kq - base) + 8192, &tmQ, &full[s], 0, hq, t0);
+                ptxbench::tma_load_3d(sm + (kq - base) + 16384, &tmK, &full[s], 64, hq, t0);
+                ptxbench::tma_load_3d(sm + (kq - base) + 24576, &tmQ, &full[s], 64, hq, t0);
+                ptxbench::tma_load_3d(sm + (vv - base), &tmV, &full[s], 0, h, t0);
+                ptxbench::tma_load_3d(sm + (vv - base) + 8192, &tmV, &full[s], 64, h, t0);
+            }
+            if (lt < 64) {  // gates (log2), scanned per warp
+                float lg = 0.0f, be = 0.0f;
+                if (lt < L) {
+                    const size_t th = (size_t)(t0 + lt) * num_v_heads + h;
+                    lg = -expA * softplus(__bfloat162float(a[th]) + dtb) * 1.4426950408889634f;
+                    be = 1.0f / (1.0f + expf(-__bfloat162float(b[th])));
+                }
+                const int lane = lt & 31;
+#pragma unroll
+                for (int o = 1; o < 32; o *= 2) {
+                    const float y = __shfl_up_sync(0xffffffffu, lg, o);
+                    if (lane >= o) lg += y;
+                }
+                sScan[lt] = lg;
+                g[64 + lt] = be;
+            }
+            named_sync(4, 128);
+            if (lt < 64) {
+                const float gm = sScan[lt] + (lt >= 32 ? sScan[31] : 0.0f), gC = sScan[31] + sScan[63];
+                g[lt] = gm;
+                g[128 + lt] = ex2(gm);
+                g[192 + lt] = ex2(gC - gm);
+            }
+            ptxbench::mbarrier_wait(&full[s], (c >> 1) & 1);
+            named_sync(4, 128);
+            int l;
+            asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(l));
+            l &= 127;
+            // K K^T -> A (fp32, masked, scaled); then Q K^T -> Pm (bf16, masked, decayed) into stage s.
+#pragma unroll 1
+            for (int which = 0; which < 2; ++which) {
+                float G[32];
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < 8; ++kk) {
+                    const u32 off = (kk >> 2) * 16384 + (kk & 3) * 32;
+                    mma_ss_n64(G, desc_k(kq + off + (which ? 8192 : 0)), desc_k(kq + off), kk > 0);
+                }
+                wg_commit();
+                wg_wait0();
+                pin(G);
+                if (which == 0) {
+#pragma unroll
+                    for (int i = 0; i < 32; i += 2) {
+                        const int t = acc_row(l, i), j = acc_col(l, i);
+                        const float gt = g[t], bt = g[64 + t];
+                        const float d0 = ex2(fminf(gt - g[j], 0.0f)), d1 = ex2(fminf(gt - g[j + 1], 0.0f));
+                        *reinterpret_cast<float2*>(sA + t * CH + j) =
+                            make_float2(j < t ? bt * d0 * G[i] : 0.0f, j + 1 < t ? bt * d1 * G[i + 1] : 0.0f);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 32; i += 2) {
+                        const int t = acc_row(l, i), j = acc_col(l, i);
+                        const float gt = g[t];
+                        const float d0 = ex2(fminf(gt - g[j], 0.0f)), d1 = ex2(fminf(gt - g[j + 1], 0.0f));
+                        const u32 p = pack_bf16(j <= t ? d0 * G[i] : 0.0f, j + 1 <= t ? d1 * G[i + 1] : 0.0f);
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + WS_OFF_P + s * 8192 + swz(t, j)), "r"(p) : "memory");
+                    }
+                }
+            }
+            named_sync(4, 128);
+            const u32 tb = base + WS_OFF_T + s * 8192;
+            if (lt < CH) {  // T's diagonal blocks by substitution (as SOLVE_BLOCKED in gdn_prefill_wgmma)
+                const int o = lt & 32, jj = lt & 31, j = o + jj;
+                float x[32];
+#pragma unroll
+                for (int tt = 0; tt < 32; ++tt) {
+                    const float* row = sA + (o + tt) * CH + o;
+                    float acc0 = row[jj], acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+#pragma unroll
+                    for (int i = 0; i + 4 <= tt; i += 4) {
+                        const float4 r = *reinterpret_cast<const float4*>(row + i);
+                        acc0 = fmaf(r.x, x[i], acc0);
+                        acc1 = fmaf(r.y, x[i + 1], acc1);
+                        acc2 = fmaf(r.z, x[i + 2], acc2);
+                        acc3 = fmaf(r.w, x[i + 3], acc3);
+                    }
+#pragma unroll
+                    for (int i = tt & ~3; i < tt; ++i) acc1 = fmaf(row[i], x[i], acc1);
+                    x[tt] = -((acc0 + acc1) + (acc2 + acc3));
+                }
+#pragma unroll
+                for (int tt = 0; tt < 32; ++tt) {
+                    const float xv = tt == jj ? 1.0f : x[tt];
+                    sTf[(o + tt) * CH + j] = xv;
+                    const __nv_bfloat16 xb = __float2bfloat16(xv);
+                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(tb + swz(o + tt, j)),
+                                 "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
+                    if (o) asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(tb + swz(tt, j)), "h"((unsigned short)0) : "memory");
+                }
+            }
+            named_sync(4, 128);
+            {   // Y = A21 T11 -> A's upper-right block; thread: column j = lt % 32, rows 32 + lt / 32 + 4r
+                const int j = lt & 31, r0 = 32 + (lt >> 5);
+                float y[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r) y[r] = 0.0f;
+#pragma unroll 4
+                for (int i = 0; i < 32; ++i) {
+                    const float tij = sTf[i * CH + j];
+#pragma unroll
+                    for (int r = 0; r < 8; ++r) y[r] = fmaf(sA[(r0 + 4 * r) * CH + i], tij, y[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 8; ++r) sA[(r0 + 4 * r - 32) * CH + 32 + j] = y[r];
+            }
+            named_sync(4, 128);
+            {   // T21 = -T22 Y
+                const int j = lt & 31, r0 = 32 + (lt >> 5);
+                float y[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r) y[r] = 0.0f;
+#pragma unroll 4
+                for (int i = 0; i < 32; ++i) {
+                    const float yij = sA[i * CH + 32 + j];
+#pragma unroll
+                    for (int r = 0; r < 8; ++r) y[r] = fmaf(sTf[(r0 + 4 * r) * CH + 32 + i], yij, y[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const __nv_bfloat16 xb = __float2bfloat16(-y[r]);
+                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(tb + swz(r0 + 4 * r, j)),
+                                 "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
+                }
+            }
+            ptxbench::fence_proxy_async_smem();  // T and Pm: read by the state warpgroups' wgmma
+            named_sync(4, 128);
+            if (lt == 0) ptxbench::mbarrier_arrive(&prep[s]);
+        }
+        return;
+    }
+
+    // ---------------------------------------------------------------------- state warpgroups (0, 1)
+    ptxbench::setmaxnreg_inc<WS_STATE_REGS>();
+    float S0[32], S1[32];
+    ptxbench::mbarrier_wait(&bars[6], 0);
+    {
+        const float* st = reinterpret_cast<const float*>(sm + WS_OFF_STATE) + w * 64 * HEAD;
+        const int l = tid % 128;
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+            const int r = acc_row(l, i), c = acc_col(l, i);
+            const float2 x0 = *reinterpret_cast<const float2*>(st + r * HEAD + c);
+            const float2 x1 = *reinterpret_cast<const float2*>(st + r * HEAD + 64 + c);
+            S0[i] = x0.x; S0[i + 1] = x0.y; S1[i] = x1.x; S1[i + 1] = x1.y;
+        }
+    }
+    named_sync(3, 128 + 256);  // the staging area is free for the preparation warpgroup
+
+    for (int c = 0; c < nch; ++c) {
+        const int s = c & 1, L = min(CH, len - c * CH);
+        int l;
+        asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(l));
+        l &= 127;
+        const u32 kq = base + s * KQ_BYTES;
+        const float* g = reinterpret_cast<const float*>(sm + WS_OFF_GATES + s * 1024);
+        ptxbench::mbarrier_wait(&full[s], (c >> 1) & 1);
+        ptxbench::mbarrier_wait(&prep[s], (c >> 1) & 1);
+
+        float XK[32], XQ[32];
+        {
+            u32 sf[32];
+            to_frag(sf, S0);
+            to_frag(sf + 16, S1);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                const u32 off = (kk >> 2) * 16384 + (kk & 3) * 32;
+                mma_rs_n64(XK, sf + 4 * kk, desc_k(kq + off), kk > 0);
+                mma_rs_n64(XQ, sf + 4 * kk, desc_k(kq + off + 8192), kk > 0);
+            }
+            wg_commit();
+            wg_wait0();
+            pin(XK); pin(XQ);
+        }
+        float U[32];
+        {
+            const unsigned char* vt = sm + OFF_V + s * V_BYTES + w * 8192;
+            float rt[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const int v = acc_row(l, i), t = acc_col(l, i);
+                const float vv = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(vt + swz(t, v)));
+                rt[i] = g[64 + t] * (vv - g[128 + t] * XK[i]);
+            }
+            u32 rf[16];
+            to_frag(rf, rt);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(U, rf + 4 * kk, desc_k(base + WS_OFF_T + s * 8192 + kk * 32), kk > 0);
+            wg_commit();
+            wg_wait0();
+            pin(U);
+        }
+        {
+            const float GC = g[128 + CH - 1];
+            u32 uf[16], upf[16];
+            to_frag(uf, U);
+#pragma unroll
+            for (int i = 0; i < 32; i += 2) {
+                const int t = acc_col(l, i);
+                XQ[i] *= g[128 + t];
+                XQ[i + 1] *= g[128 + t + 1];
+                upf[i / 2] = pack_bf16(U[i] * g[192 + t], U[i + 1] * g[192 + t + 1]);
+            }
+#pragma unroll
+            for (int i = 0; i < 32; ++i) { S0[i] *= GC; S1[i] *= GC; }
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(XQ, uf + 4 * kk, desc_k(base + WS_OFF_P + s * 8192 + kk * 32), 1);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n128<1>(S0, S1, upf + 4 * kk, desc_mn(kq + kk * 2048, 16384), 1);
+            wg_commit();
+            wg_wait0();
+            pin(XQ); pin(S0); pin(S1);
+        }
+        ptxbench::mbarrier_arrive(&done[s]);  // stage s (K, Q, V, T, Pm, gates) is no longer read
+        {
+            __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(sm + WS_OFF_O) + w * CH * O_STRIDE;
+#pragma unroll
+            for (int i = 0; i < 32; ++i) so[acc_col(l, i) * O_STRIDE + acc_row(l, i)] = __float2bfloat16(scale * XQ[i]);
+            named_sync(1 + w, 128);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int idx = r * 128 + l, t = idx >> 3, c8 = idx & 7;
+                if (t < L) {
+                    const uint4 val = *reinterpret_cast<const uint4*>(so + t * O_STRIDE + 8 * c8);
+                    *reinterpret_cast<uint4*>(output + ((size_t)(bos + c * CH + t) * num_v_heads + h) * HEAD + 64 * w + 8 * c8) = val;
+                }
+            }
+            named_sync(1 + w, 128);  // the staging is read before the next chunk writes it
+        }
+    }
+
+    const int l = tid % 128;
+    float* dst = new_state + ((size_t)(n * num_v_heads + h) * HEAD + 64 * w) * HEAD;
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+        const int r = acc_row(l, i), c = acc_col(l, i);
+        *reinterpret_cast<float2*>(dst + r * HEAD + c) = make_float2(S0[i], S0[i + 1]);
+        *reinterpret_cast<float2*>(dst + r * HEAD + 64 + c) = make_float2(S1[i], S1[i + 1]);
+    }
+}
