@@ -22,7 +22,6 @@ from tools.solution import Solution
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFILL = ["gdn_prefill_qk4_v8_d128_k_last", "gdn_prefill_qk8_v16_d128_k_last"]
-KERNEL = "gdn_prefill_wgmma"
 CHUNK, D = 64, 128
 
 
@@ -35,14 +34,15 @@ def test_expert_compiles_with_wgmma_and_tma_and_plans_every_workload(name):
     sol = Solution.from_dir(ROOT / "tasks" / name / "expert")
     comp, insp = Evaluator.compile_and_inspect(sol, "sm_90a")
     assert comp.ok, comp.error
-    k = comp.kernels[KERNEL]
+    (entry,) = {launch.kernel for launch in sol.manifest.launches}  # gdn_prefill_wgmma[_ws]
+    k = comp.kernels[entry]
     assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_frame == 0, k
     if insp.status == "ok":  # cuobjdump present (the CPU setup installs it)
         assert insp.feature_present("wgmma") and insp.feature_present("tma"), insp.features
         assert not insp.flags.get("wgmma_serialized"), insp.flag_evidence  # arch_ok needs it
-        ops = insp.kernels[KERNEL].opcodes
-        # 9 wgmma per chunk for each warpgroup's products (K K^T or Q K^T 8, S K^T 8, S Q^T 8, U 4, O 4,
-        # state 4 = 36 HGMMA); q, k, v and the state only through tensor-map loads, never a bulk copy
+        ops = insp.kernels[entry].opcodes
+        # the products' wgmma in the SASS: K K^T / Q K^T 8 (a loop in the _ws build), S K^T 8, S Q^T 8,
+        # U 4, O 4, state 4 = 36 HGMMA; q, k, v and the state only through tensor-map loads, never a bulk copy
         assert ops.get("HGMMA", 0) == 36, ops
         assert ops.get("UTMALDG", 0) >= 3 and not any(op.startswith("UBLKCP") for op in ops), ops
     limits = NOMINAL_LIMITS["sm_90a"]
@@ -51,7 +51,8 @@ def test_expert_compiles_with_wgmma_and_tma_and_plans_every_workload(name):
         assert static_check(sol, comp, task, axes, limits) is None, w.name
         plan = plan_launches(sol.manifest, task, axes, limits)
         (launch,) = plan.launches
-        assert launch.grid == (axes["num_seqs"] * axes["num_v_heads"], 1, 1) and launch.block == (256, 1, 1), launch
+        assert launch.grid == (axes["num_seqs"] * axes["num_v_heads"], 1, 1), launch
+        assert launch.block in ((256, 1, 1), (384, 1, 1)), launch  # 2 state warpgroups (+ 1 preparing)
         assert {tm.tensor for tm in plan.tensor_maps} == {"q", "k", "v", "state"}
 
 
