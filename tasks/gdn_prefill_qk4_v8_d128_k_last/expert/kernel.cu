@@ -476,8 +476,8 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
 #define WS_OFF_GATES (WS_OFF_O + 2 * CH * O_STRIDE * 2)  // 2 stages x {gamma, beta, 2^gamma, 2^(gC-gamma)} + scan
 #define WS_OFF_STATE WS_OFF_T                // the initial state (64 KiB) is staged over T, Pm, A and Tf
 #define WS_SMEM (WS_OFF_GATES + 2 * 1024 + 256)
-#define WS_STATE_REGS 208
-#define WS_PREP_REGS 88
+#define WS_STATE_REGS 200  // 2 x 128 x 200 + 128 x 104 <= 65536
+#define WS_PREP_REGS 104
 
 extern "C" __global__ void __launch_bounds__(384, 1)
 gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
@@ -636,11 +636,15 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                 float y[8];
 #pragma unroll
                 for (int r = 0; r < 8; ++r) y[r] = 0.0f;
-#pragma unroll 4
-                for (int i = 0; i < 32; ++i) {
-                    const float tij = sTf[i * CH + j];
+#pragma unroll 1
+                for (int i = 0; i < 32; i += 4) {  // four i at a time: the A rows read as float4
+                    const float t0 = sTf[i * CH + j], t1 = sTf[(i + 1) * CH + j];
+                    const float t2 = sTf[(i + 2) * CH + j], t3 = sTf[(i + 3) * CH + j];
 #pragma unroll
-                    for (int r = 0; r < 8; ++r) y[r] = fmaf(sA[(r0 + 4 * r) * CH + i], tij, y[r]);
+                    for (int r = 0; r < 8; ++r) {
+                        const float4 ar = *reinterpret_cast<const float4*>(sA + (r0 + 4 * r) * CH + i);
+                        y[r] = fmaf(ar.x, t0, fmaf(ar.y, t1, fmaf(ar.z, t2, fmaf(ar.w, t3, y[r]))));
+                    }
                 }
 #pragma unroll
                 for (int r = 0; r < 8; ++r) sA[(r0 + 4 * r - 32) * CH + 32 + j] = y[r];
@@ -651,11 +655,15 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                 float y[8];
 #pragma unroll
                 for (int r = 0; r < 8; ++r) y[r] = 0.0f;
-#pragma unroll 4
-                for (int i = 0; i < 32; ++i) {
-                    const float yij = sA[i * CH + 32 + j];
+#pragma unroll 1
+                for (int i = 0; i < 32; i += 4) {  // four i at a time: the T22 rows read as float4
+                    const float y0 = sA[i * CH + 32 + j], y1 = sA[(i + 1) * CH + 32 + j];
+                    const float y2 = sA[(i + 2) * CH + 32 + j], y3 = sA[(i + 3) * CH + 32 + j];
 #pragma unroll
-                    for (int r = 0; r < 8; ++r) y[r] = fmaf(sTf[(r0 + 4 * r) * CH + 32 + i], yij, y[r]);
+                    for (int r = 0; r < 8; ++r) {
+                        const float4 tr = *reinterpret_cast<const float4*>(sTf + (r0 + 4 * r) * CH + 32 + i);
+                        y[r] = fmaf(tr.x, y0, fmaf(tr.y, y1, fmaf(tr.z, y2, fmaf(tr.w, y3, y[r]))));
+                    }
                 }
 #pragma unroll
                 for (int r = 0; r < 8; ++r) {
