@@ -19,34 +19,37 @@
 //     U'^T K      m64n128k16 accumulating onto Gamma_C S (B = the same K chunk, read MN-major)
 // Only the 64 x 64 triangular solve (T), the gates and the elementwise scalings run on SIMT.
 //
-// Layout: one CTA of 256 threads (two warpgroups) per (sequence, value head); warpgroup w owns the
-// state rows v in [64w, 64w + 64). Warpgroup 0 also forms K K^T, warpgroup 1 Q K^T; all 256 threads
-// share the solve (4 threads per column of T). Loads: q, k, v chunks by TMA (3-D maps over
-// [token, head, dim], boxes of 64 tokens x 64 columns, 128-byte swizzle; tokens past the tensor are
-// zero-filled, tokens past the sequence get beta = 0 and g = 1 so they change nothing) through a
-// two-stage ring, the next chunk in flight while this one computes; the initial state by TMA too.
+// Layout: one CTA of 384 threads (three warpgroups) per (sequence, value head), warp-specialised:
+//  - warpgroups 0 and 1 own the state rows v in [64w, 64w + 64) and run only the state chain of chunk c
+//    (S K^T, S Q^T, R, U, O, the state update, the output);
+//  - warpgroup 2 prepares the next chunk at the same time: its TMA loads, the gates, K K^T and Q K^T,
+//    the masks, and T (in 32-row blocks: the diagonal blocks by forward substitution, one column per
+//    thread, T21 = -T22 (A21 T11) by two small products), so none of that is on the state's path.
+// Stages of two: K/Q, V, T, Pm and the gate tables per stage; `prep[s]` says stage s is ready for the
+// state warpgroups, `done[s]` that they finished reading it. q, k, v come by TMA (3-D maps over
+// [token, head, dim], boxes of 64 tokens x 64 columns, 128-byte swizzle: the wgmma operand layout);
+// tokens past the tensor are zero-filled, tokens past the sequence get beta = 0 and g = 1, so they
+// change nothing. The initial state comes by TMA too (two 64-row boxes), staged over the T/Pm/A area.
 #include <cuda_bf16.h>
 #include <ptxbench/mbarrier.cuh>
 #include <ptxbench/tma.cuh>
-
-#ifndef SOLVE_BLOCKED
-#define SOLVE_BLOCKED 0  // 1: T in 32-row blocks (diagonal blocks by substitution, T21 by two small products)
-#endif
 
 #define HEAD 128
 #define CH 64                       // chunk length
 #define KQ_BYTES (4 * 8192)         // one stage of K and Q: [half][K rows | Q rows][64 cols] bf16
 #define V_BYTES (2 * 8192)          // one stage of V: [half = warpgroup][64 tokens][64 cols] bf16
-#define OFF_KQ 0
-#define OFF_V (OFF_KQ + 2 * KQ_BYTES)          // 65536
-#define OFF_T (OFF_V + 2 * V_BYTES)            // 98304: T, bf16 [t][j], 128B-swizzled
-#define OFF_P (OFF_T + 8192)                   // Pm, bf16 [t][j], 128B-swizzled
-#define OFF_A (OFF_P + 8192)                   // A, fp32 [t][j]
-#define OFF_O (OFF_A + CH * CH * 4)            // output staging, 2 x [64 t][72] bf16
-#define O_STRIDE 72
-#define OFF_STATE (OFF_O + 2 * CH * O_STRIDE * 2)  // initial state, 2 x [64][128] fp32
-#define OFF_GATES (OFF_STATE + 2 * 64 * HEAD * 4)  // gamma[64], beta[64], warp-0 total
-#define SMEM_BYTES (OFF_GATES + 1024)          // + 1024 alignment slack in the manifest
+#define OFF_V (2 * KQ_BYTES)        // 65536: V stages (K/Q stages at 0)
+#define O_STRIDE 72                 // output staging row: 64 bf16 + 8 (fewer bank conflicts)
+#define OFF_T 98304                       // T, 2 stages x bf16 [t][j] 128B-swizzled (8 KiB)
+#define OFF_P (OFF_T + 2 * 8192)          // Pm, 2 stages x bf16 [t][j] 128B-swizzled
+#define OFF_A (OFF_P + 2 * 8192)          // A, fp32 [64][64] (the preparing warpgroup's)
+#define OFF_TF (OFF_A + CH * CH * 4)      // T's diagonal blocks, fp32 [64][64]
+#define OFF_O (OFF_TF + CH * CH * 4)      // output staging, 2 x [64 t][72] bf16
+#define OFF_GATES (OFF_O + 2 * CH * O_STRIDE * 2)  // 2 stages x {gamma, beta, 2^gamma, 2^(gC-gamma)} + scan
+#define OFF_STATE OFF_T                   // the initial state (64 KiB) is staged over T, Pm, A and Tf
+#define SMEM_BYTES (OFF_GATES + 2 * 1024 + 256)  // + 1024 alignment slack in the manifest: 185600
+#define STATE_REGS 200  // 2 x 128 x 200 + 128 x 104 <= 65536
+#define PREP_REGS 104
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -122,365 +125,9 @@ __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1
 
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
-extern "C" __global__ void __launch_bounds__(256, 1)
-gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                  const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmState,
-                  const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
-                  const float* __restrict__ dt_bias, const __nv_bfloat16* __restrict__ b,
-                  const long long* __restrict__ cu_seqlens, __nv_bfloat16* __restrict__ output,
-                  float* __restrict__ new_state, int num_q_heads, int num_v_heads, float scale) {
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) u64 bars[3];  // full[0], full[1] (chunk stages), the initial state
-    unsigned char* sm = smem_raw + ((1024 - (ptxbench::smem_u32(smem_raw) & 1023)) & 1023);  // 1 KiB aligned
-    const u32 base = ptxbench::smem_u32(sm);
-    float* sA = reinterpret_cast<float*>(sm + OFF_A);
-    float* sGam = reinterpret_cast<float*>(sm + OFF_GATES);  // gamma_t: cumulative log2 decay in the chunk
-    float* sBeta = sGam + 64;                                 // beta_t
-    float* sGexp = sGam + 128;                                // 2^gamma_t
-    float* sGtail = sGam + 192;                               // 2^(gamma_C - gamma_t)
-    float* sScan = sGam + 256;                                // per-warp scans of log2 g
-
-    const int tid = threadIdx.x, w = ptxbench::warpgroup_idx();
-    const int n = blockIdx.x / num_v_heads, h = blockIdx.x % num_v_heads;
-    const int hq = h / (num_v_heads / num_q_heads);
-    const long long bos = cu_seqlens[n], eos = cu_seqlens[n + 1];
-    const int len = (int)(eos - bos), nch = (len + CH - 1) / CH;
-
-    auto issue_chunk = [&](int c) {  // one thread: K, Q (both halves) and V of chunk c into stage c % 2
-        const int s = c & 1, t0 = (int)bos + c * CH;
-        const u32 kq = base + OFF_KQ + s * KQ_BYTES, vv = base + OFF_V + s * V_BYTES;
-        ptxbench::mbarrier_arrive_expect_tx(&bars[s], KQ_BYTES + V_BYTES);
-        ptxbench::tma_load_3d(sm + (kq - base), &tmK, &bars[s], 0, hq, t0);
-        ptxbench::tma_load_3d(sm + (kq - base) + 8192, &tmQ, &bars[s], 0, hq, t0);
-        ptxbench::tma_load_3d(sm + (kq - base) + 16384, &tmK, &bars[s], 64, hq, t0);
-        ptxbench::tma_load_3d(sm + (kq - base) + 24576, &tmQ, &bars[s], 64, hq, t0);
-        ptxbench::tma_load_3d(sm + (vv - base), &tmV, &bars[s], 0, h, t0);
-        ptxbench::tma_load_3d(sm + (vv - base) + 8192, &tmV, &bars[s], 64, h, t0);
-    };
-
-    if (tid == 0) {
-        ptxbench::mbarrier_init(&bars[0], 1);
-        ptxbench::mbarrier_init(&bars[1], 1);
-        ptxbench::mbarrier_init(&bars[2], 1);
-        ptxbench::mbarrier_init_fence();
-        ptxbench::mbarrier_arrive_expect_tx(&bars[2], 2 * 64 * HEAD * 4);
-        const int row0 = (n * num_v_heads + h) * HEAD;
-        ptxbench::tma_load_2d(sm + OFF_STATE, &tmState, &bars[2], 0, row0);
-        ptxbench::tma_load_2d(sm + OFF_STATE + 64 * HEAD * 4, &tmState, &bars[2], 0, row0 + 64);
-        issue_chunk(0);
-    }
-    __syncthreads();
-
-    const float expA = expf(A_log[h]), dtb = dt_bias[h];
-    // The state rows of this warpgroup, fp32, as two m64n64 halves of an m64n128 accumulator: S[v][k].
-    float S0[32], S1[32];
-    ptxbench::mbarrier_wait(&bars[2], 0);
-    {
-        const float* st = reinterpret_cast<const float*>(sm + OFF_STATE) + w * 64 * HEAD;
-        const int l = tid % 128;
-#pragma unroll
-        for (int i = 0; i < 32; i += 2) {
-            const int r = acc_row(l, i), c = acc_col(l, i);
-            const float2 x0 = *reinterpret_cast<const float2*>(st + r * HEAD + c);
-            const float2 x1 = *reinterpret_cast<const float2*>(st + r * HEAD + 64 + c);
-            S0[i] = x0.x; S0[i + 1] = x0.y; S1[i] = x1.x; S1[i + 1] = x1.y;
-        }
-    }
-
-    // Gate inputs a, b of this thread's token (threads 0-63), loaded one chunk ahead so their global
-    // latency is off the chunk's critical path.
-    __nv_bfloat16 a_next = __float2bfloat16(0.0f), b_next = a_next;
-    if (tid < min(CH, len)) {
-        a_next = a[(size_t)(bos + tid) * num_v_heads + h];
-        b_next = b[(size_t)(bos + tid) * num_v_heads + h];
-    }
-
-    for (int c = 0; c < nch; ++c) {
-        const int s = c & 1, L = min(CH, len - c * CH);
-        const __nv_bfloat16 a_cur = a_next, b_cur = b_next;
-        if (tid < CH && (c + 1) * CH + tid < len) {
-            a_next = a[(size_t)(bos + (c + 1) * CH + tid) * num_v_heads + h];
-            b_next = b[(size_t)(bos + (c + 1) * CH + tid) * num_v_heads + h];
-        }
-        // The thread index re-read each chunk (opaque to the compiler): the accumulator-layout addresses
-        // below are then recomputed per chunk instead of hoisted out of the loop and kept live in
-        // registers, which the wgmma pipeline needs (ptxas serializes wgmma when it runs short).
-        int l;
-        asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(l));
-        l &= 127;
-        const u32 kq = base + OFF_KQ + s * KQ_BYTES;
-        if (tid == 0 && c + 1 < nch) issue_chunk(c + 1);  // the previous user of that stage is done
-        if (tid < 64) {  // gates: log2 decay (0 past the sequence) and beta (0 past it), scanned per warp
-            float lg = 0.0f, be = 0.0f;
-            if (tid < L) {
-                lg = -expA * softplus(__bfloat162float(a_cur) + dtb) * 1.4426950408889634f;
-                be = 1.0f / (1.0f + expf(-__bfloat162float(b_cur)));
-            }
-            const int lane = tid & 31;
-#pragma unroll
-            for (int o = 1; o < 32; o *= 2) {
-                const float y = __shfl_up_sync(0xffffffffu, lg, o);
-                if (lane >= o) lg += y;
-            }
-            sScan[tid] = lg;
-            sBeta[tid] = be;
-        }
-        __syncthreads();
-        if (tid < 64) {  // gamma_t (log2, cumulative in the chunk), 2^gamma_t and 2^(gamma_C - gamma_t)
-            const float g = sScan[tid] + (tid >= 32 ? sScan[31] : 0.0f), gC = sScan[31] + sScan[63];
-            sGam[tid] = g;
-            sGexp[tid] = ex2(g);
-            sGtail[tid] = ex2(gC - g);
-        }
-        ptxbench::mbarrier_wait(&bars[s], (c >> 1) & 1);
-        __syncthreads();
-
-        // K K^T (warpgroup 0) or Q K^T (warpgroup 1) on the tensor cores.
-        {
-            float G[32];
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
-                const u32 off = (kk >> 2) * 16384 + (kk & 3) * 32;
-                mma_ss_n64(G, desc_k(kq + off + (w ? 8192 : 0)), desc_k(kq + off), kk > 0);
-            }
-            wg_commit();
-            wg_wait0();
-            pin(G);
-            // Masks and decays: A (fp32, for the solve) from K K^T; Pm (bf16, an MMA operand) from Q K^T.
-            if (w == 0) {
-#pragma unroll
-                for (int i = 0; i < 32; i += 2) {
-                    const int t = acc_row(l, i), j = acc_col(l, i);
-                    const float gt = sGam[t], bt = sBeta[t];
-                    const float d0 = ex2(fminf(gt - sGam[j], 0.0f)), d1 = ex2(fminf(gt - sGam[j + 1], 0.0f));
-                    *reinterpret_cast<float2*>(sA + t * CH + j) =
-                        make_float2(j < t ? bt * d0 * G[i] : 0.0f, j + 1 < t ? bt * d1 * G[i + 1] : 0.0f);
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 32; i += 2) {
-                    const int t = acc_row(l, i), j = acc_col(l, i);
-                    const float gt = sGam[t];
-                    const float d0 = ex2(fminf(gt - sGam[j], 0.0f)), d1 = ex2(fminf(gt - sGam[j + 1], 0.0f));
-                    const u32 p = pack_bf16(j <= t ? d0 * G[i] : 0.0f, j + 1 <= t ? d1 * G[i + 1] : 0.0f);
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + OFF_P + swz(t, j)), "r"(p) : "memory");
-                }
-            }
-        }
-        ptxbench::fence_proxy_async_smem();
-        __syncthreads();
-
-#if SOLVE_BLOCKED
-        // T = (I + A)^-1 in 32-row blocks, fp32: T11 = (I + A11)^-1 and T22 = (I + A22)^-1 by forward
-        // substitution (one column per thread of warps 0-1, as below but 32 long), then
-        // T21 = -T22 (A21 T11) as two 32 x 32 x 32 products over all 256 threads (Y = A21 T11 kept in A's
-        // unused upper-right block). T12 = 0.
-        float* sTf = reinterpret_cast<float*>(sm + OFF_O);  // T's diagonal blocks in fp32 (the staging is free)
-        if (tid < CH) {
-            const int o = tid & 32, jj = tid & 31, j = o + jj;  // block o (warp-uniform), column j
-            float x[32];
-#pragma unroll
-            for (int tt = 0; tt < 32; ++tt) {
-                const float* row = sA + (o + tt) * CH + o;
-                float acc0 = row[jj], acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-#pragma unroll
-                for (int i = 0; i + 4 <= tt; i += 4) {
-                    const float4 r = *reinterpret_cast<const float4*>(row + i);
-                    acc0 = fmaf(r.x, x[i], acc0);
-                    acc1 = fmaf(r.y, x[i + 1], acc1);
-                    acc2 = fmaf(r.z, x[i + 2], acc2);
-                    acc3 = fmaf(r.w, x[i + 3], acc3);
-                }
-#pragma unroll
-                for (int i = tt & ~3; i < tt; ++i) acc1 = fmaf(row[i], x[i], acc1);
-                x[tt] = -((acc0 + acc1) + (acc2 + acc3));
-            }
-#pragma unroll
-            for (int tt = 0; tt < 32; ++tt) {
-                const float xv = tt == jj ? 1.0f : x[tt];
-                sTf[(o + tt) * CH + j] = xv;
-                const __nv_bfloat16 xb = __float2bfloat16(xv);
-                asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(o + tt, j)),
-                             "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
-                if (o) {  // T12 = 0: column j's rows 0..31
-                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(tt, j)), "h"((unsigned short)0) : "memory");
-                }
-            }
-        }
-        __syncthreads();
-        {   // Y = A21 T11 -> sA[t - 32][32 + j]; thread: column j = tid % 32, rows 32 + tid / 32 + 8r
-            const int j = tid & 31, t0 = 32 + (tid >> 5);
-            float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-            for (int i = 0; i < 32; ++i) {
-                const float tij = sTf[i * CH + j];
-#pragma unroll
-                for (int r = 0; r < 4; ++r) y[r] = fmaf(sA[(t0 + 8 * r) * CH + i], tij, y[r]);
-            }
-#pragma unroll
-            for (int r = 0; r < 4; ++r) sA[(t0 + 8 * r - 32) * CH + 32 + j] = y[r];
-        }
-        __syncthreads();
-        {   // T21 = -T22 Y -> bf16 into T's lower-left block
-            const int j = tid & 31, t0 = 32 + (tid >> 5);
-            float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-            for (int i = 0; i < 32; ++i) {
-                const float yij = sA[i * CH + 32 + j];
-#pragma unroll
-                for (int r = 0; r < 4; ++r) y[r] = fmaf(sTf[(t0 + 8 * r) * CH + 32 + i], yij, y[r]);
-            }
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const __nv_bfloat16 xb = __float2bfloat16(-y[r]);
-                asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(t0 + 8 * r, j)),
-                             "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
-            }
-        }
-#else
-        // T = (I + A)^-1 by forward substitution in fp32, one column j per thread of warps 0-1, all of
-        // it in registers (fully unrolled: static indices). With x' = T[:, j] - e_j (A strictly lower):
-        //     x'_t = -(A[t, j] + sum_{i<t} A[t, i] x'_i)
-        // which needs no test on t == j (x'_t = 0 for t <= j by itself); T[j][j] = 1 is stored apart.
-        if (tid < CH) {
-            const int j = tid;
-            float x[CH];
-#pragma unroll
-            for (int t = 0; t < CH; ++t) {
-                const float* row = sA + t * CH;
-                float acc0 = row[j], acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;  // four chains: latency
-#pragma unroll
-                for (int i = 0; i + 4 <= t; i += 4) {
-                    const float4 r = *reinterpret_cast<const float4*>(row + i);
-                    acc0 = fmaf(r.x, x[i], acc0);
-                    acc1 = fmaf(r.y, x[i + 1], acc1);
-                    acc2 = fmaf(r.z, x[i + 2], acc2);
-                    acc3 = fmaf(r.w, x[i + 3], acc3);
-                }
-#pragma unroll
-                for (int i = t & ~3; i < t; ++i) acc1 = fmaf(row[i], x[i], acc1);
-                x[t] = -((acc0 + acc1) + (acc2 + acc3));
-            }
-            // T[t][j] for every t (row t of T is a 128-byte swizzled row: column j at swz(t, j)).
-#pragma unroll
-            for (int t = 0; t < CH; ++t) {
-                const __nv_bfloat16 xb = __float2bfloat16(t == j ? 1.0f : x[t]);
-                asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + OFF_T + swz(t, j)),
-                             "h"(*reinterpret_cast<const unsigned short*>(&xb)) : "memory");
-            }
-        }
-#endif
-        ptxbench::fence_proxy_async_smem();
-        __syncthreads();
-
-        // X = S [K;Q]^T: what the chunk-start state recalls for each key (XK) and query (XQ).
-        float XK[32], XQ[32];
-        {
-            u32 sf[32];
-            to_frag(sf, S0);
-            to_frag(sf + 16, S1);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
-                const u32 off = (kk >> 2) * 16384 + (kk & 3) * 32;
-                mma_rs_n64(XK, sf + 4 * kk, desc_k(kq + off), kk > 0);         // keys: rows 0-63 of the half
-                mma_rs_n64(XQ, sf + 4 * kk, desc_k(kq + off + 8192), kk > 0);  // queries: rows 64-127
-            }
-            wg_commit();
-            wg_wait0();
-            pin(XK); pin(XQ);
-        }
-        // R^T = beta (V^T - Gamma X_K), then U^T = R^T T^T.
-        float U[32];
-        {
-            const unsigned char* vt = sm + OFF_V + s * V_BYTES + w * 8192;
-            float rt[32];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                const int v = acc_row(l, i), t = acc_col(l, i);
-                const float vv = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(vt + swz(t, v)));
-                rt[i] = sBeta[t] * (vv - sGexp[t] * XK[i]);
-            }
-            u32 rf[16];
-            to_frag(rf, rt);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(U, rf + 4 * kk, desc_k(base + OFF_T + kk * 32), kk > 0);
-            wg_commit();
-            wg_wait0();
-            pin(U);
-        }
-        // O^T = Gamma (S Q^T) + U^T Pm^T;  S = Gamma_C S + (U^T exp(gamma_C - gamma)) K.
-        {
-            const float GC = sGexp[CH - 1];
-            u32 uf[16], upf[16];
-            to_frag(uf, U);
-#pragma unroll
-            for (int i = 0; i < 32; i += 2) {
-                const int t = acc_col(l, i);
-                XQ[i] *= sGexp[t];
-                XQ[i + 1] *= sGexp[t + 1];
-                upf[i / 2] = pack_bf16(U[i] * sGtail[t], U[i + 1] * sGtail[t + 1]);
-            }
-#pragma unroll
-            for (int i = 0; i < 32; ++i) { S0[i] *= GC; S1[i] *= GC; }
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(XQ, uf + 4 * kk, desc_k(base + OFF_P + kk * 32), 1);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) mma_rs_n128<1>(S0, S1, upf + 4 * kk, desc_mn(kq + kk * 2048, 16384), 1);
-            wg_commit();
-            wg_wait0();
-            pin(XQ); pin(S0); pin(S1);
-        }
-        // Output: scale O^T -> bf16, staged as [t][v] rows, then rows of this chunk's tokens stored.
-        {
-            __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(sm + OFF_O) + w * CH * O_STRIDE;
-#pragma unroll
-            for (int i = 0; i < 32; ++i) so[acc_col(l, i) * O_STRIDE + acc_row(l, i)] = __float2bfloat16(scale * XQ[i]);
-            named_sync(1 + w, 128);
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int idx = r * 128 + l, t = idx >> 3, c8 = idx & 7;
-                if (t < L) {
-                    const uint4 val = *reinterpret_cast<const uint4*>(so + t * O_STRIDE + 8 * c8);
-                    *reinterpret_cast<uint4*>(output + ((size_t)(bos + c * CH + t) * num_v_heads + h) * HEAD + 64 * w + 8 * c8) = val;
-                }
-            }
-        }
-        __syncthreads();  // this chunk's stage, A, T, Pm, gates and staging are free again
-    }
-
-    const int l = tid % 128;
-    float* dst = new_state + ((size_t)(n * num_v_heads + h) * HEAD + 64 * w) * HEAD;
-#pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-        const int r = acc_row(l, i), c = acc_col(l, i);
-        *reinterpret_cast<float2*>(dst + r * HEAD + c) = make_float2(S0[i], S0[i + 1]);
-        *reinterpret_cast<float2*>(dst + r * HEAD + 64 + c) = make_float2(S1[i], S1[i + 1]);
-    }
-}
-
-// ------------------------------------------------------------------------------------------------------
-// gdn_prefill_wgmma_ws: the same algebra, warp-specialised. Warpgroups 0-1 run only the state chain of
-// chunk c (S K^T, S Q^T, R, U, O, the state update, the output); warpgroup 2 prepares chunk c+1 at the
-// same time (its TMA loads, the gates, K K^T and Q K^T, the masks, T by the blocked solve), so T, Pm and
-// the gates are off the state's critical path. Stages of two: K/Q, V, T, Pm and the gate tables per
-// stage; `prep[s]` says stage s is ready for the state warpgroups, `done[s]` that they finished with it.
-#define WS_OFF_T 98304                       // 2 x 8 KiB
-#define WS_OFF_P (WS_OFF_T + 2 * 8192)       // 2 x 8 KiB
-#define WS_OFF_A (WS_OFF_P + 2 * 8192)       // fp32 [64][64]
-#define WS_OFF_TF (WS_OFF_A + CH * CH * 4)   // fp32 [64][64]: T's diagonal blocks
-#define WS_OFF_O (WS_OFF_TF + CH * CH * 4)   // 2 x [64 t][72] bf16
-#define WS_OFF_GATES (WS_OFF_O + 2 * CH * O_STRIDE * 2)  // 2 stages x {gamma, beta, 2^gamma, 2^(gC-gamma)} + scan
-#define WS_OFF_STATE WS_OFF_T                // the initial state (64 KiB) is staged over T, Pm, A and Tf
-#define WS_SMEM (WS_OFF_GATES + 2 * 1024 + 256)
-#define WS_STATE_REGS 200  // 2 x 128 x 200 + 128 x 104 <= 65536
-#define WS_PREP_REGS 104
 
 extern "C" __global__ void __launch_bounds__(384, 1)
-gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                      const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmState,
                      const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
                      const float* __restrict__ dt_bias, const __nv_bfloat16* __restrict__ b,
@@ -510,24 +157,24 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
         ptxbench::mbarrier_init_fence();
         ptxbench::mbarrier_arrive_expect_tx(&bars[6], 2 * 64 * HEAD * 4);
         const int row0 = (n * num_v_heads + h) * HEAD;
-        ptxbench::tma_load_2d(sm + WS_OFF_STATE, &tmState, &bars[6], 0, row0);
-        ptxbench::tma_load_2d(sm + WS_OFF_STATE + 64 * HEAD * 4, &tmState, &bars[6], 0, row0 + 64);
+        ptxbench::tma_load_2d(sm + OFF_STATE, &tmState, &bars[6], 0, row0);
+        ptxbench::tma_load_2d(sm + OFF_STATE + 64 * HEAD * 4, &tmState, &bars[6], 0, row0 + 64);
     }
     __syncthreads();
 
     if (w == 2) {
         // ------------------------------------------------------------------ preparation warpgroup
-        ptxbench::setmaxnreg_dec<WS_PREP_REGS>();
+        ptxbench::setmaxnreg_dec<PREP_REGS>();
         const int lt = tid - 256;
         const float expA = expf(A_log[h]), dtb = dt_bias[h];
-        float* sA = reinterpret_cast<float*>(sm + WS_OFF_A);
-        float* sTf = reinterpret_cast<float*>(sm + WS_OFF_TF);
-        float* sScan = reinterpret_cast<float*>(sm + WS_OFF_GATES + 2048);
+        float* sA = reinterpret_cast<float*>(sm + OFF_A);
+        float* sTf = reinterpret_cast<float*>(sm + OFF_TF);
+        float* sScan = reinterpret_cast<float*>(sm + OFF_GATES + 2048);
         named_sync(3, 128 + 256);  // (with the state warpgroups) the initial state has left shared memory
         for (int c = 0; c < nch; ++c) {
             const int s = c & 1, L = min(CH, len - c * CH), t0 = (int)bos + c * CH;
             const u32 kq = base + s * KQ_BYTES, vv = base + OFF_V + s * V_BYTES;
-            float* g = reinterpret_cast<float*>(sm + WS_OFF_GATES + s * 1024);  // gamma, beta, 2^gamma, tail
+            float* g = reinterpret_cast<float*>(sm + OFF_GATES + s * 1024);  // gamma, beta, 2^gamma, tail
             if (c >= 2) ptxbench::mbarrier_wait(&done[s], ((c - 2) >> 1) & 1);  // chunk c-2 left stage s
             if (lt == 0) {
                 ptxbench::mbarrier_arrive_expect_tx(&full[s], KQ_BYTES + V_BYTES);
@@ -595,13 +242,13 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                         const float gt = g[t];
                         const float d0 = ex2(fminf(gt - g[j], 0.0f)), d1 = ex2(fminf(gt - g[j + 1], 0.0f));
                         const u32 p = pack_bf16(j <= t ? d0 * G[i] : 0.0f, j + 1 <= t ? d1 * G[i + 1] : 0.0f);
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + WS_OFF_P + s * 8192 + swz(t, j)), "r"(p) : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + OFF_P + s * 8192 + swz(t, j)), "r"(p) : "memory");
                     }
                 }
             }
             named_sync(4, 128);
-            const u32 tb = base + WS_OFF_T + s * 8192;
-            if (lt < CH) {  // T's diagonal blocks by substitution (as SOLVE_BLOCKED in gdn_prefill_wgmma)
+            const u32 tb = base + OFF_T + s * 8192;
+            if (lt < CH) {  // T11, T22 by forward substitution: one column j per thread of warps 8-9
                 const int o = lt & 32, jj = lt & 31, j = o + jj;
                 float x[32];
 #pragma unroll
@@ -680,11 +327,11 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
     }
 
     // ---------------------------------------------------------------------- state warpgroups (0, 1)
-    ptxbench::setmaxnreg_inc<WS_STATE_REGS>();
+    ptxbench::setmaxnreg_inc<STATE_REGS>();
     float S0[32], S1[32];
     ptxbench::mbarrier_wait(&bars[6], 0);
     {
-        const float* st = reinterpret_cast<const float*>(sm + WS_OFF_STATE) + w * 64 * HEAD;
+        const float* st = reinterpret_cast<const float*>(sm + OFF_STATE) + w * 64 * HEAD;
         const int l = tid % 128;
 #pragma unroll
         for (int i = 0; i < 32; i += 2) {
@@ -702,7 +349,7 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
         asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(l));
         l &= 127;
         const u32 kq = base + s * KQ_BYTES;
-        const float* g = reinterpret_cast<const float*>(sm + WS_OFF_GATES + s * 1024);
+        const float* g = reinterpret_cast<const float*>(sm + OFF_GATES + s * 1024);
         ptxbench::mbarrier_wait(&full[s], (c >> 1) & 1);
         ptxbench::mbarrier_wait(&prep[s], (c >> 1) & 1);
 
@@ -736,7 +383,7 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
             to_frag(rf, rt);
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(U, rf + 4 * kk, desc_k(base + WS_OFF_T + s * 8192 + kk * 32), kk > 0);
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(U, rf + 4 * kk, desc_k(base + OFF_T + s * 8192 + kk * 32), kk > 0);
             wg_commit();
             wg_wait0();
             pin(U);
@@ -756,7 +403,7 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
             for (int i = 0; i < 32; ++i) { S0[i] *= GC; S1[i] *= GC; }
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(XQ, uf + 4 * kk, desc_k(base + WS_OFF_P + s * 8192 + kk * 32), 1);
+            for (int kk = 0; kk < 4; ++kk) mma_rs_n64(XQ, uf + 4 * kk, desc_k(base + OFF_P + s * 8192 + kk * 32), 1);
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) mma_rs_n128<1>(S0, S1, upf + 4 * kk, desc_mn(kq + kk * 2048, 16384), 1);
             wg_commit();
@@ -765,7 +412,7 @@ gdn_prefill_wgmma_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_const
         }
         ptxbench::mbarrier_arrive(&done[s]);  // stage s (K, Q, V, T, Pm, gates) is no longer read
         {
-            __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(sm + WS_OFF_O) + w * CH * O_STRIDE;
+            __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(sm + OFF_O) + w * CH * O_STRIDE;
 #pragma unroll
             for (int i = 0; i < 32; ++i) so[acc_col(l, i) * O_STRIDE + acc_row(l, i)] = __float2bfloat16(scale * XQ[i]);
             named_sync(1 + w, 128);
