@@ -170,9 +170,21 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
         float* sA = reinterpret_cast<float*>(sm + OFF_A);
         float* sTf = reinterpret_cast<float*>(sm + OFF_TF);
         float* sScan = reinterpret_cast<float*>(sm + OFF_GATES + 2048);
+        // Gate inputs a, b of this thread's token (threads 0-63), loaded one chunk ahead: their global
+        // latency is then off this warpgroup's per-chunk path.
+        __nv_bfloat16 a_next = __float2bfloat16(0.0f), b_next = a_next;
+        if (lt < min(CH, len)) {
+            a_next = a[(size_t)(bos + lt) * num_v_heads + h];
+            b_next = b[(size_t)(bos + lt) * num_v_heads + h];
+        }
         named_sync(3, 128 + 256);  // (with the state warpgroups) the initial state has left shared memory
         for (int c = 0; c < nch; ++c) {
             const int s = c & 1, L = min(CH, len - c * CH), t0 = (int)bos + c * CH;
+            const __nv_bfloat16 a_cur = a_next, b_cur = b_next;
+            if (lt < CH && (c + 1) * CH + lt < len) {
+                a_next = a[(size_t)(t0 + CH + lt) * num_v_heads + h];
+                b_next = b[(size_t)(t0 + CH + lt) * num_v_heads + h];
+            }
             const u32 kq = base + s * KQ_BYTES, vv = base + OFF_V + s * V_BYTES;
             float* g = reinterpret_cast<float*>(sm + OFF_GATES + s * 1024);  // gamma, beta, 2^gamma, tail
             if (c >= 2) ptxbench::mbarrier_wait(&done[s], ((c - 2) >> 1) & 1);  // chunk c-2 left stage s
@@ -188,9 +200,8 @@ gdn_prefill_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
             if (lt < 64) {  // gates (log2), scanned per warp
                 float lg = 0.0f, be = 0.0f;
                 if (lt < L) {
-                    const size_t th = (size_t)(t0 + lt) * num_v_heads + h;
-                    lg = -expA * softplus(__bfloat162float(a[th]) + dtb) * 1.4426950408889634f;
-                    be = 1.0f / (1.0f + expf(-__bfloat162float(b[th])));
+                    lg = -expA * softplus(__bfloat162float(a_cur) + dtb) * 1.4426950408889634f;
+                    be = 1.0f / (1.0f + expf(-__bfloat162float(b_cur)));
                 }
                 const int lane = lt & 31;
 #pragma unroll
