@@ -130,3 +130,24 @@ def test_expert_decode_at_fla_speed_with_tma_credit(evaluator, name):
     print(f"{name} TMA shares {r.executed.shares}, notes {r.executed.notes}")
     assert r.correct_with_arch is True, (r.executed.shares, r.executed.notes, r.executed.metrics)
     assert r.speedup is not None and r.speedup >= 0.9, r.speedup
+
+
+@pytest.mark.parametrize("name", [GDN[1], GDN[3]])
+def test_expert_prefill_correct_with_wgmma_and_tma_credit(evaluator, name):
+    """The expert prefill kernel (tasks/gdn_prefill_*/expert: the chunked delta rule with every product on
+    wgmma, q/k/v chunks and the state by TMA): correct on every workload, held-out included, and
+    correct_with_arch: wgmma carries >= 90% of the task's matrix FLOPs within the overwork cap and >= 90%
+    of all the math, TMA >= half the input bytes, on every workload. Its speed against fla is printed
+    (NOTES.md has the measured figures), not asserted: the issue asks credit here, not a speed."""
+    sol = Solution.from_dir(ROOT / "tasks" / name / "expert")
+    r = evaluator.evaluate(sol, name, "sm_90a", workloads="all", executed_check=True)
+    for w in r.workloads:
+        print(f"{name} {w.workload}: expert {w.timing.median_ms if w.timing else float('nan'):.4g} ms "
+              f"({w.tflops or 0:.1f} TFLOP/s), {w.baseline_name} "
+              f"{w.baseline.median_ms if w.baseline else float('nan'):.4g} ms, speedup {w.speedup}")
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
+    assert r.executed.status == "ok", f"executed-instruction check did not run: {r.executed.reason}"
+    print(f"{name} shares {r.executed.shares}, notes {r.executed.notes}")
+    for c in r.executed.workloads:
+        print(f"{name} {c.workload}: wgmma of all math {c.work.get('wgmma_of_all_math')}, shares {c.shares}")
+    assert r.correct_with_arch is True, (r.executed.shares, r.executed.notes, r.executed.metrics)

@@ -1,0 +1,1 @@
+../../gdn_prefill_qk4_v8_d128_k_last/expert/kernel.cu
