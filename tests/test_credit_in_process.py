@@ -961,8 +961,12 @@ def test_a_counted_run_slowed_with_its_pairs_library_run_stays_tied():
     wc = rules.credit_in_process(META, {**_counted([1.5], counted_from=2), "tie_ms": spiked}, ["wgmma"], WORK, 1.0,
                                  module_opcodes=NO_BULK)
     assert wc.carries["wgmma"] is False
-    # and a pair whose library ran fast corrects the counted run up, not only down
+    # and a pair whose library ran fast corrects the counted run up, not only down, as far as the bound
     assert rules.pair_corrected([1.0], [1.8], lib_median) == [round(1.0 * 2.0 / 1.8, 5)]
+    assert rules.pair_corrected([1.0], [0.5], lib_median) == [rules.PAIR_CORRECTION_MAX]
+    # no library run beside it (a run after the timed pairs), or none measured: the time as measured
+    assert rules.pair_corrected([1.3, 1.4], [None], lib_median) == [1.3, 1.4]
+    assert rules.pair_corrected([1.3], [0.0], lib_median) == [1.3]
 
 
 def test_the_worker_records_each_counted_pairs_library_run():
