@@ -39,6 +39,12 @@ NOT_CHARGED = ("LD", "ST", "ATOM", "RED", "UTMA", "UBLKCP", "SYNCS", "BAR", "WAR
 FP16 = ("HFMA2", "HMUL2", "HADD2", "HMNMX2", "HSETP2", "HSET2")
 # what the estimate may leave of the 10% the rule allows (the H200's measurement is the verdict)
 MIN_ESTIMATE = 0.92
+# The estimate counts each instruction of the SASS once. The GDN prefill expert's triangular solve,
+# gates and masks are long straight-line code that runs once a chunk while its 36 wgmma run once a
+# chunk too, so the static count puts its share at 0.889 where the H200 counted 0.928-0.933 on every
+# workload of both head configurations (2026-12-03, docs/BENCHMARKS.md): its floor is the estimate's,
+# held so a change that adds SIMT work to it still fails here.
+MIN_ESTIMATE_OF = {"gdn_prefill_qk4_v8_d128_k_last": 0.88, "gdn_prefill_qk8_v16_d128_k_last": 0.88}
 
 
 def _share(insns) -> tuple[float, float] | None:
@@ -69,6 +75,6 @@ def test_experts_keep_their_wgmma_share_with_every_pipe_charged(task):
     print(task, {k: (round(a, 4), round(b, 4)) for k, (a, b) in shares.items()})
     assert shares, f"{task}: no kernel issues wgmma"
     for name, (with_int, without) in shares.items():
-        assert with_int >= MIN_ESTIMATE, (task, name, with_int, without)
+        assert with_int >= MIN_ESTIMATE_OF.get(task, MIN_ESTIMATE), (task, name, with_int, without)
         assert with_int < without  # the integer charge is real, not zero
     assert credit.WGMMA_MIN_OF_ALL_MATH < MIN_ESTIMATE

@@ -837,7 +837,7 @@ def test_instruction_credit_needs_the_work():
     # as many bytes as the SIMT kernel reads
     inflated = check(simt, _ncu_row("decoy", **{hgmma: 6.1e11, tma: 2e10}))
     assert inflated.carries == {"wgmma": False, "tma": False}
-    assert "FFMA" in inflated.notes["wgmma"] and "outside tensor-map loads" in inflated.notes["tma"]
+    assert "FMA, ALU, FP64 and XU pipes" in inflated.notes["wgmma"] and "outside tensor-map loads" in inflated.notes["tma"]
     # ... and ten times over: more wgmma than the task needs is not the task's work either
     assert not check(simt, _ncu_row("decoy", **{hgmma: 6.1e12})).carries["wgmma"]
     # an attention-style kernel whose softmax runs on FFMA still carries (expert fwd: 1.3e10 vs 1.6e12)
