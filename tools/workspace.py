@@ -64,8 +64,6 @@ class Workspace:
     """Every tensor of one workload, guarded, at fixed addresses (tensor maps point at them)."""
 
     def __init__(self, task, plan, device: str = "cuda"):
-        import torch
-
         from tools.correctness import TORCH_DTYPES, Guarded
 
         self.task, self.plan = task, plan
