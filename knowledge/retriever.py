@@ -77,7 +77,7 @@ FULL_MODE_BUDGET = 200_000  # "full" includes every doc of the arch unless it pa
 HEADER_BUDGET = 4000  # the header API's own budget in docs+headers and full (≈2,600-2,800 tokens per arch today)
 
 _CODE_RE = re.compile(r"\bC\d{4}\b")
-_WORD_RE = re.compile(r"[a-z0-9_]+(?:[.:][a-z0-9_]+)*")
+_WORD_RE = re.compile(r"[a-z0-9_]+(?:(?:\.|::?)[a-z0-9_]+)*")  # `shared::cta` stays inside its word
 # Instruction names in feedback (ptxas errors quote them) -> the feature vocabulary.
 _INSTRUCTION_FEATURES = {
     "wgmma": "wgmma", "hgmma": "wgmma", "cp.async.bulk.tensor": "tma", "utmaldg": "tma", "tensormap": "tma",

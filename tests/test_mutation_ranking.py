@@ -138,7 +138,9 @@ def docs(tmp_path, monkeypatch):
 def test_terms_keep_dotted_instructions_whole_and_in_parts():
     assert kr._terms("Use WGMMA.mma_async, then mbarrier:complete_tx.") == [
         "use", "wgmma.mma_async", "wgmma", "mma_async", "then", "mbarrier:complete_tx", "mbarrier", "complete_tx"]
-    assert kr._terms("mbarrier::try_wait") == ["mbarrier", "try_wait"]  # a double colon splits the word
+    # PTX's `::` qualifiers stay inside the word, so `mbarrier::try_wait` is one search term too
+    assert kr._terms("mbarrier::try_wait") == ["mbarrier::try_wait", "mbarrier", "try_wait"]
+    assert kr._terms("shared::cta.b64") == ["shared::cta.b64", "shared", "cta", "b64"]
     assert kr._terms("sm_90a: cp.async.bulk") == ["sm_90a", "cp.async.bulk", "cp", "async", "bulk"]
     assert kr._terms("") == []
 
