@@ -95,8 +95,9 @@ def test_reset_is_prepare_and_the_scratch_reset():
 
 def test_the_verdict_needs_the_regenerated_inputs():
     ws = ws_with_scratch()
-    with pytest.raises(ValueError, match="generated again from the run's seed"):
+    with pytest.raises(ValueError) as e:
         ws.verdict({}, ws.task.tolerance)
+    assert str(e.value) == "verdict() needs the inputs generated again from the run's seed (inputs=...)"
 
 
 def test_a_right_output_passes_with_its_mismatch_records():
@@ -294,6 +295,7 @@ def test_verify_names_a_wrong_first_call_by_its_reason():
     with pytest.raises(Failed) as f:
         _verify(lambda ws, c: ws.outputs["C"].zero_())
     assert f.value.reason == "incorrect" and f.value.outputs and not f.value.outputs[0].passed
+    assert f.value.detail == f.value.outputs[0].describe()
 
 
 @pytest.mark.parametrize("later,reason,records", [
@@ -377,3 +379,190 @@ def test_gpu_marks_sum_each_parts_seconds_and_cost_nothing_off_the_gpu(monkeypat
     _Event.clock[0] = 1.5
     first.mark("run")
     assert first.parts("") == {"run": 0.5}
+
+
+def test_the_workspace_is_on_the_gpu_unless_told(monkeypatch):
+    import inspect
+
+    import tools.correctness as C
+
+    assert inspect.signature(Workspace).parameters["device"].default == "cuda"
+    made = []
+    real = C.Guarded
+    monkeypatch.setattr(C, "Guarded", lambda shape, dtype, device: made.append(device) or real(shape, dtype, "cpu"))
+    task = small_gemm()
+    Workspace(task, plan_launches(manifest(), task, AXES, NOMINAL_LIMITS["sm_90a"]), "cuda:1")
+    assert made == ["cuda:1"] * 3
+
+
+def test_sampled_rows_are_judged_against_their_own_scale():
+    """samples= with a term scale per output (attention's): each sample's rows against its scale."""
+    from types import SimpleNamespace
+
+    from test_evaluator_cpu import TOL  # elementwise only (the GEMM's rel-L2 bound over 4 rows would decide)
+
+    ws = ws_with_scratch()
+    fresh = generate_inputs(ws.task, AXES, 6, device="cpu", fast=True)
+    expected = right(ws, fresh)
+    ws.outputs["C"][2, 3] += 0.5
+    rows = torch.arange(4)
+    plain = {"C": SimpleNamespace(rows=rows, expected=expected["C"][:4].float(), scale=None)}
+    assert ws.verdict(None, TOL, inputs=fresh, samples=plain)[0] == "incorrect"
+    scaled = {"C": SimpleNamespace(rows=rows, expected=expected["C"][:4].float(), scale=torch.full((4, 64), 1e6))}
+    got = ws.verdict(None, TOL, inputs=fresh, samples=scaled)
+    assert got[0] is None, got[1]
+
+
+def test_row_scales_are_handed_to_the_whole_outputs_judge(monkeypatch):
+    import tools.correctness as C
+
+    seen = []
+    monkeypatch.setattr(C, "judge_outputs", lambda got, expected, tol, scales, row_scales=None:
+                        seen.append((sorted(got), scales, row_scales)) or [])
+    ws = ws_with_scratch()
+    fresh = generate_inputs(ws.task, AXES, 6, device="cpu", fast=True)
+    expected = right(ws, fresh)
+
+    def whole():
+        return {}
+
+    def rows(wanted):
+        return {}
+
+    assert ws.verdict(expected, ws.task.tolerance, whole, inputs=fresh, row_scales=rows) == (None, None, [])
+    assert seen == [(["C"], whole, rows)]
+
+
+class _Marks:
+    """Records GpuMarks' use: the device it was made for, each part marked, the prefix read."""
+    made: list = []
+
+    def __init__(self, device):
+        self.device, self.parts_marked, self.prefixes = device, [], []
+        _Marks.made.append(self)
+
+    def mark(self, part):
+        self.parts_marked.append(part)
+
+    def parts(self, prefix):
+        self.prefixes.append(prefix)
+        return {prefix + "x": 1.0}
+
+
+class _RecWs:
+    def __init__(self, answers):
+        self.answers, self.log = list(answers), []
+
+    def load_inputs(self, fresh):
+        self.log.append(("load", fresh))
+
+    def reset(self):
+        self.log.append(("reset",))
+
+    def verdict(self, expected, tol, scales=None, samples=None, *, inputs=None, row_scales=None):
+        self.log.append(("verdict", expected, tol, scales, inputs, row_scales))
+        return self.answers.pop(0)
+
+
+def test_verify_marks_each_part_regenerates_after_the_run_and_judges_with_the_lazy_scales(monkeypatch):
+    """Per seed: the inputs (fast generator, on the state's device), the run, the inputs generated
+    again after it, the reference of those, the verdict with the term scales of those; each part
+    marked for the cost breakdown (verify_gpu_*), inside an NVTX range named verify."""
+    import tasks.generators as G
+    import tasks.reference as R
+
+    _Marks.made = []
+    monkeypatch.setattr(workspace, "GpuMarks", _Marks)
+    gen_calls, ranges = [], []
+    monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cuda", fast=False:
+                        gen_calls.append((seed, device, fast)) or {"seed": seed, "n": len(gen_calls)})
+    monkeypatch.setattr(R, "run_reference", lambda task, fresh: ("ref", fresh["n"]))
+    monkeypatch.setattr(workspace, "lazy_term_scales", lambda task, fresh: (("whole", fresh["n"]), ("rows", fresh["n"])))
+    import contextlib
+
+    @contextlib.contextmanager
+    def nvtx(name):
+        ranges.append(name)
+        yield
+
+    monkeypatch.setattr(workspace, "nvtx_range", nvtx)
+    task = small_gemm()
+    ws = _RecWs([(None, None, ["m1"]), (None, None, ["m2"])])
+    state, result, bound = _CpuState(), _Result(), _Bound(None, lambda w, c: None)
+    state.device = "cuda:2"
+    workspace.verify(state, {"seeds": [5, 6]}, task, AXES, ws, bound, result, 1.0)
+    assert gen_calls == [(5, "cuda:2", True), (5, "cuda:2", True), (6, "cuda:2", True), (6, "cuda:2", True)]
+    assert ws.log[:3] == [("load", {"seed": 5, "n": 1}), ("reset",),
+                          ("verdict", ("ref", 2), task.tolerance, ("whole", 2), {"seed": 5, "n": 2}, ("rows", 2))]
+    (m,) = _Marks.made
+    assert m.device == "cuda:2"
+    assert m.parts_marked == [None, "inputs", "run", "regenerate", "reference_whole", "verdict"] * 2
+    assert m.prefixes == ["verify_gpu_"] * 2 and result.phase_s == {"verify_gpu_x": 1.0}
+    assert result.outputs == ["m2"] and ranges == ["verify"] and bound.calls == 2
+    _Marks.made = []
+
+
+def test_the_timed_judge_marks_its_parts_and_hands_the_marks_only_on_a_gpu(monkeypatch):
+    _Marks.made = []
+    monkeypatch.setattr(workspace, "GpuMarks", _Marks)
+    calls = []
+    monkeypatch.setattr(workspace, "judge_run", lambda *a, **k: calls.append((a, k)))
+    import tasks.generators as G
+
+    monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cpu", fast=False: {"seed": seed})
+    for device in ("cuda", "cpu"):
+        ws = _RecWs([])
+        judge = workspace.TimedJudge(small_gemm(), AXES, ws, __import__("random").Random(3), device)
+        assert _Marks.made[-1].device == device and judge.mark == _Marks.made[-1].mark
+        judge.before_pair(0, 4)
+        generated = judge._generated
+        judge.after_pair(0, 4)
+        a, k = calls[-1]
+        assert k.get("copies") is generated and judge._generated is None
+        assert ("mark" in k) == (device == "cuda") and (k.get("mark") is None or k["mark"] == judge.mark)
+        assert a[:4] == (judge.task, AXES, ws, judge.seed) and a[6:] == (judge.rows, True, "timed-phase run 1 of 4") or \
+            a[6:] == (judge.rows, False, "timed-phase run 1 of 4")
+        assert _Marks.made[-1].parts_marked == [None, "inputs", "runs"]
+    _Marks.made = []
+
+
+def test_a_changed_harness_copy_of_the_inputs_is_input_modified(monkeypatch):
+    import tasks.generators as G
+
+    monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cpu", fast=False:
+                        {"A": torch.zeros(3), "B": torch.ones(3)})
+    copies = {"A": torch.zeros(3), "B": torch.full((3,), 2.0)}
+    with pytest.raises(Failed) as f:
+        workspace.judge_run(small_gemm(), AXES, _RecWs([]), 1, None, "cpu", 8, True, "timed-phase run 2 of 5",
+                            copies=copies)
+    assert (f.value.reason, f.value.detail) == ("input_modified", (
+        "timed-phase run 2 of 5: the harness's copy of input 'B' (read by the pair's other side) changed during "
+        "the pair (inputs are read-only)"))
+
+
+def test_judge_run_marks_each_part_and_passes_the_row_scales(monkeypatch):
+    import tasks.generators as G
+    import tasks.reference as R
+    import tasks.sampled as S
+
+    monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cpu", fast=False: {"seed": seed})
+    monkeypatch.setattr(R, "run_reference", lambda task, fresh: "ref")
+    monkeypatch.setattr(S, "sample", lambda task, fresh, gen, rows: "rows")
+    monkeypatch.setattr(workspace, "lazy_term_scales", lambda task, fresh: ("whole", "rows_of"))
+    marked = []
+    ws = _RecWs([(None, None, []), (None, None, [])])
+    import random
+
+    workspace.judge_run(small_gemm(), AXES, ws, 1, random.Random(1), "cpu", 8, True, "r", mark=marked.append)
+    workspace.judge_run(small_gemm(), AXES, ws, 2, random.Random(1), "cpu", 8, False, "r", mark=marked.append)
+    assert marked == ["regenerate", "reference_whole", "verdict", "regenerate", "reference_rows", "verdict"]
+    assert ws.log[0][3:] == ("whole", {"seed": 1}, "rows_of")
+
+
+def test_the_row_scales_are_of_the_task_at_hand(monkeypatch):
+    import tasks.sampled as S
+    from tasks import get_task
+
+    task = get_task("mha_fwd_d128")
+    monkeypatch.setattr(S, "rows_at", lambda t, fresh, wanted: {"O": type("S", (), {"scale": t is task})()})
+    assert workspace.lazy_term_scales(task, {})[1]({"O": [0]}) == {"O": True}
