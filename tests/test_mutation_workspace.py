@@ -393,6 +393,9 @@ def test_the_workspace_is_on_the_gpu_unless_told(monkeypatch):
     task = small_gemm()
     Workspace(task, plan_launches(manifest(), task, AXES, NOMINAL_LIMITS["sm_90a"]), "cuda:1")
     assert made == ["cuda:1"] * 3
+    made.clear()
+    Workspace(task, plan_launches(manifest(), task, AXES, NOMINAL_LIMITS["sm_90a"]))
+    assert made == ["cuda"] * 3
 
 
 def test_sampled_rows_are_judged_against_their_own_scale():
