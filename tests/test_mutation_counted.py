@@ -1,0 +1,431 @@
+"""The pure decisions of the counted runs (tools/counted.py) and the timed phase's result
+(tools/timed.py), fast and in process (each test well under a second): the launch spacing a kernel
+sees, the counted runs' time cap, which pair of each stretch is counted, the cost parts' sum, the
+credit op's assembly of its reply (the pair correction of each counted run, a wrong run's failure,
+the timed phases' results), and what a timed phase reports (speedup, interval, throughput,
+implausible, notes, the baseline cache). The session itself (CUPTI, the passes) is
+tests/test_credit_in_process.py's (a stand-in profiler, 1 s a test) and the GPU suite's.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from tools import counted, timed
+from tools.counted import Counted, counted_pairs, cost_parts, launch_gaps, over_cap
+from tools.credit import pair_corrected
+from tools.results import Timing, WorkloadResult
+from tools.workspace import Failed
+
+
+# ---------------------------------------------------------------------------------------
+# launch_gaps: the spacing a kernel sees, timed runs against counted ones
+# ---------------------------------------------------------------------------------------
+def test_each_counted_runs_gap_against_the_timed_runs_gaps():
+    """Timed runs let go at 0, 10, 20, 40 ms; counted ones at 25 and 100 ms: the gap before a
+    counted run is from the run before it, timed or counted; the timed gaps leave the counted
+    runs out (the gap before 40 is from 25, a counted run: not a timed gap)."""
+    g = launch_gaps([0.0, 0.010, 0.020, 0.040], [0.025, 0.100])
+    assert g["counted"] == [5.0, 60.0]
+    assert g["timed_median"] == 10.0 and g["timed_max"] == 15.0  # gaps 10, 10, 15
+    assert g["counted_beyond_timed"] == 1  # 60 ms: longer than every timed gap
+
+
+def test_launch_gaps_rounding_and_ties():
+    g = launch_gaps([0.0, 0.5, 1.0], [1.5])
+    assert g["counted"] == [500.0] and g["timed_max"] == 500.0 and g["timed_median"] == 500.0
+    assert launch_gaps([0.0, 0.0012344], [])["timed_max"] == 1.234
+    assert g["counted_beyond_timed"] == 0  # equal is not beyond
+
+
+def test_launch_gaps_without_timed_runs_or_without_counted_ones():
+    g = launch_gaps([], [0.0, 0.5, 0.6])
+    assert g["counted"] == [500.0, 100.0]  # the first counted run has no run before it
+    assert (g["timed_median"], g["timed_max"], g["counted_beyond_timed"]) == (None, None, None)
+    g = launch_gaps([0.0, 0.002, 0.006], [])
+    assert g["counted"] == [] and g["timed_median"] == 3.0 and g["timed_max"] == 4.0 and g["counted_beyond_timed"] == 0
+    assert launch_gaps([], [])["counted"] == []
+
+
+def test_a_counted_run_after_the_timed_ones_is_timed_from_the_last_timed_run():
+    g = launch_gaps([0.0, 0.001], [0.5])
+    assert g["counted"] == [499.0] and g["counted_beyond_timed"] == 1
+
+
+# ---------------------------------------------------------------------------------------
+# over_cap: the counted runs' wall-time bound (COUNTED_CAP_S)
+# ---------------------------------------------------------------------------------------
+def test_a_counted_run_fits_while_the_time_so_far_plus_its_own_stays_within_the_cap():
+    cap = counted.COUNTED_CAP_S
+    assert over_cap("w", 0, 1000.0, [], cap - 1.0, False) is None  # at the cap exactly: fits
+    assert over_cap("w", 0, 1000.0, [], cap - 0.999, False) == (
+        f"not counted: the counted runs would pass their 30 s cap ({cap - 0.999:.1f} s spent; w's run of pass 1 may "
+        "take 1.0 s)")
+
+
+def test_a_sass_patched_pass_may_take_fifty_times_a_plain_run():
+    assert over_cap("M8192", 2, 500.0, [], 4.9, True) is None  # 0.5 s x 50 = 25 s; 4.9 + 25 < 30
+    why = over_cap("M8192", 2, 500.0, [], 5.1, True)
+    assert why == ("not counted: the counted runs would pass their 30 s cap (5.1 s spent; M8192's run of pass 3 may "
+                   "take 25.0 s, 50x its 500.0 ms, SASS-patched)")
+
+
+def test_an_untimed_workload_is_bounded_by_its_slowest_counted_run_so_far():
+    assert over_cap("w", 1, None, [100.0, 700.0, 300.0], 29.2, False) is None  # 0.7 s
+    assert "may take 0.7 s)" in over_cap("w", 1, None, [100.0, 700.0, 300.0], 29.31, False)
+    assert over_cap("w", 0, None, [], 30.0, True) is None  # nothing known yet: 0 s
+    assert over_cap("w", 0, 0.0, [900.0], 29.99, False) is None  # the timed median wins over the runs
+    assert over_cap("w", 0, None, [], 30.01, False) is not None
+
+
+def test_the_cap_in_the_session_skips_the_check_never_passes_it(monkeypatch):
+    """run_counted raises _OverCap with over_cap's text; every entry is `skipped` with it."""
+    monkeypatch.setattr(counted, "COUNTED_CAP_S", 0.0)
+    assert over_cap("w", 0, 0.001, [], 0.0, False).startswith("not counted: the counted runs would pass their 0 s cap")
+
+
+# ---------------------------------------------------------------------------------------
+# counted_pairs: one counted pair drawn in each hardware pass's stretch
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("total,n", [(12, 3), (10, 5), (61, 4), (4, 3), (7, 1), (2, 1), (90, 6)])
+def test_each_stretch_holds_its_counted_pair_never_pair_0_nor_a_later_stretchs_first(total, n):
+    for seed in range(200):
+        pairs, ends = counted_pairs(total, n, random.Random(seed))
+        assert len(pairs) == len(ends) == n and ends[-1] == total
+        starts = [1] + ends[:-1]
+        for k, (p, lo, hi) in enumerate(zip(pairs, starts, ends)):
+            assert 1 <= p < total and p >= lo
+            assert p < hi or hi == lo  # inside its stretch (an empty stretch keeps its low end)
+            if k > 0 and hi - lo >= 2:
+                assert p != lo  # the first pair after a pass boundary is never counted
+
+
+def test_the_stretches_split_the_pairs_evenly():
+    _, ends = counted_pairs(13, 3, random.Random(0))
+    assert ends == [5, 9, 13]  # pairs 1-4, 5-8, 9-12
+    _, ends = counted_pairs(11, 3, random.Random(0))
+    assert ends == [4, 7, 11]  # 10 pairs: 3, 3, 4
+
+
+def test_the_draw_is_the_seeds_and_every_pair_of_a_stretch_can_be_drawn():
+    rng = random.Random(5)
+    assert counted_pairs(12, 3, random.Random(5)) == counted_pairs(12, 3, random.Random(5))
+    drawn = [set() for _ in range(3)]
+    for seed in range(300):
+        pairs, _ = counted_pairs(13, 3, random.Random(seed))
+        for k, p in enumerate(pairs):
+            drawn[k].add(p)
+    assert drawn == [{1, 2, 3, 4}, {6, 7, 8}, {10, 11, 12}]
+    del rng
+
+
+def test_a_stretch_of_two_pairs_counts_its_second():
+    """A later stretch of exactly two pairs: its first follows the pass boundary, so the second."""
+    for seed in range(30):
+        pairs, ends = counted_pairs(5, 2, random.Random(seed))
+        assert ends == [3, 5] and pairs[1] == 4
+
+
+def test_stretches_too_short_to_avoid_their_first_pair_still_count_one():
+    for seed in range(30):
+        pairs, ends = counted_pairs(4, 3, random.Random(seed))  # pairs 1, 2, 3: one a stretch
+        assert ends == [2, 3, 4] and pairs == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------------------------
+# cost_parts: where the credit op's time went
+# ---------------------------------------------------------------------------------------
+def test_other_is_what_no_part_names_beyond_the_timed_phases():
+    spent = dict.fromkeys(counted.COST_PARTS, 0.0)
+    spent.update(padding=0.5, cupti=1.25, release=0.25, other=99.0)  # a stale `other` is ignored
+    parts = cost_parts(spent, 10.0, 6.0)
+    assert parts["other"] == 2.0 and parts["padding"] == 0.5 and set(parts) == set(counted.COST_PARTS)
+    assert cost_parts(spent, 7.0, 6.0)["other"] == 0.0  # never below 0
+    assert cost_parts({"cupti": 0.123456}, 1.0, 0.0) == {"cupti": 0.1235, "other": 0.8765}
+    assert spent["other"] == 99.0  # the caller's dict untouched
+    assert counted.COST_PARTS == ("padding", "cupti", "pass_boundaries", "untimed_runs", "instrumented_run",
+                                  "exact_count_run", "phase_finish", "between_pairs", "release", "other")
+
+
+# ---------------------------------------------------------------------------------------
+# run_pending: the credit op's reply
+# ---------------------------------------------------------------------------------------
+class _State:
+    device = "cpu"
+
+    def __init__(self, entries, why=None):
+        self.pending, self.why, self.restores = list(entries), why, 0
+
+    def restore(self):
+        self.restores += 1
+        return self.why
+
+
+class _Module:
+    def __init__(self):
+        self.unloaded = 0
+
+    def unload(self):
+        self.unloaded += 1
+
+
+def entry(name, out=None, result=None, failed=None, timed_s=0.0, pad_s=0.0, finish_s=0.0) -> Counted:
+    e = Counted(label=f"counted_run_{name}", workload=name, task=None, axes={}, ws=object(), bound=object(), limit=1.0,
+                judge=True, rng=random.Random(1), lead=0, out=out if out is not None else {"status": "pending"},
+                module=_Module(), result=result, failed=failed)
+    e.timed_s, e.pad_s, e.finish_s = timed_s, pad_s, finish_s
+    return e
+
+
+def base_result(name, **kw):
+    return WorkloadResult(workload=name, split="visible", axes={}, status="passed", **kw)
+
+
+def test_each_counted_run_is_tied_after_its_pairs_library_correction():
+    t = Timing(median_ms=2.0, iqr_ms=0.1, cv=0.01, runs=9)
+    out = {"status": "pending", "run_ms": [1.0, 1.1, 1.2], "pair_library_ms": [2.2, None, 4.0]}
+    e = entry("M1", out=out, result=base_result("M1", baseline=t))
+    e.times = object()
+    reply, fatal = counted.run_pending(_State([e]), count=False)
+    assert out["tie_ms"] == pair_corrected([1.0, 1.1, 1.2], [2.2, None, 4.0], 2.0) == [round(1.0 * 2 / 2.2, 5), 1.1, 0.96]
+    assert reply["credits"]["M1"] is out and not fatal
+
+
+@pytest.mark.parametrize("out,baseline", [
+    ({"status": "pending", "run_ms": [1.0]}, 2.0),  # no library runs beside: nothing to correct
+    ({"status": "pending", "run_ms": [1.0], "pair_library_ms": []}, 2.0),
+    ({"status": "pending", "run_ms": [1.0], "pair_library_ms": [1.0]}, None),  # untimed: no library median
+    ({"status": "pending", "run_ms": [1.0], "pair_library_ms": [1.0]}, 0.0),
+])
+def test_no_correction_without_a_library_run_or_median(out, baseline):
+    t = Timing(median_ms=baseline, iqr_ms=0.0, cv=0.0, runs=1) if baseline is not None else None
+    e = entry("M1", out=out, result=base_result("M1", baseline=t))
+    e.times = object()
+    counted.run_pending(_State([e]), count=False)
+    assert "tie_ms" not in out
+
+
+def test_the_credit_ops_reply_names_failures_and_returns_the_timed_results(monkeypatch):
+    from tools.results import Mismatch
+
+    m = Mismatch(output="C", passed=False, max_abs_err=1.0, max_rel_err=1.0, mismatch_frac=0.5)
+    wrong = entry("W", result=base_result("W"), failed=Failed("wrong_in_timed_run", "run 3", outputs=[m]), timed_s=2.0,
+                  pad_s=0.25, finish_s=0.5)
+    wrong.times = object()
+    unfinished = entry("U", result=base_result("U"), timed_s=1.0)  # its phase never ran to its end
+    untimed = entry("N", failed=Failed("incorrect", "counted run 2"))
+    state = _State([wrong, unfinished, untimed])
+    mods = [e.module for e in state.pending]
+    reply, fatal = counted.run_pending(state, count=False)
+    assert state.pending == [] and not fatal and state.restores == 1
+    assert all(m_.unloaded == 1 for m_ in mods) and all(e.module is e.ws is e.bound is None for e in (wrong, untimed))
+    assert reply["failed"] == {"W": {"reason": "wrong_in_timed_run", "detail": "run 3", "outputs": [m.model_dump(mode="json")]},
+                               "N": {"reason": "incorrect", "detail": "counted run 2", "outputs": []}}
+    w = WorkloadResult.model_validate(reply["results"]["W"])
+    assert (w.status, w.reason, w.detail, w.outputs[0].mismatch_frac) == ("failed", "wrong_in_timed_run", "run 3", 0.5)
+    assert w.credit == reply["credits"]["W"]
+    u = WorkloadResult.model_validate(reply["results"]["U"])
+    assert (u.status, u.reason, u.detail) == ("failed", "harness_error",
+                                              (
+        "the timed runs did not finish in the executed check's session: not counted: the SASS decided the check"))
+    assert "N" not in reply["results"]
+    assert reply["timed_s"] == 3.0
+    assert reply["cost_parts"]["padding"] == 0.25 and reply["cost_parts"]["phase_finish"] == 0.5
+    assert set(reply["cost_parts"]) == set(counted.COST_PARTS) and reply["seconds"] >= 0
+    assert reply["credits"]["N"]["status"] == "skipped"  # count=False: the SASS decided the check
+
+
+def test_a_context_that_cannot_be_restored_after_the_counted_runs_restarts_the_worker():
+    reply, fatal = counted.run_pending(_State([entry("A")], why="leaked 3 GiB"), count=False)
+    assert fatal
+    reply, fatal = counted.run_pending(_State([]), count=True)
+    assert not fatal and reply["credits"] == {} and reply["timed_s"] == 0
+
+
+def test_a_workload_that_kept_its_phase_reports_its_own_timed_seconds_less_its_padding(monkeypatch):
+    class Phase:
+        seconds = 3.0
+
+    e = entry("P", result=base_result("P"))
+    e.phase, e.pad_s, e.pad_hidden_s = Phase(), 0.5, 0.125
+    e.out["padded_runs"] = 4
+    e.times = object()
+    monkeypatch.setattr(counted, "time_uncounted", lambda state, entries: None)  # the phase's runs, stood in
+    reply, _ = counted.run_pending(_State([e]), count=False)
+    assert e.timed_s == 2.5 and e.phase is None and reply["timed_s"] == 2.5
+    assert e.out["padding_s"] == [0.5, 0.125]
+
+
+# ---------------------------------------------------------------------------------------
+# defer_counted: what a workload keeps for the credit op
+# ---------------------------------------------------------------------------------------
+class _Profiler:
+    passes = 6
+
+
+class _DeferState:
+    def __init__(self, counters=True):
+        self.pending, self.kept = [], 0
+        if counters:
+            self.counters = lambda metrics: _Profiler()
+
+    def keep_module(self):
+        self.kept += 1
+        return _Module()
+
+
+def _defer(state, judge=True, time=True, timing=None):
+    result = WorkloadResult(workload="M1", split="visible", axes={}, status="passed", timing=timing)
+    req = {"credit": {"seed": 42, "metrics": ["m1"], "evaluation": "ev1"}, "workload": {"name": "M1"}, "time": time}
+    kept = counted.defer_counted(state, req, None, {"M": 1}, object(), object(), result, 2.0, judge)
+    return kept, result
+
+
+def test_a_timed_and_judged_workload_counts_timed_runs_others_lead_with_uncounted_ones():
+    kept, result = _defer(_DeferState(), timing=Timing(median_ms=1.5, iqr_ms=0, cv=0, runs=5))
+    out = result.credit
+    assert kept and out["status"] == "pending" and out["lead_runs"] == 0
+    assert (out["passes"], out["runs"], out["counted_from"]) == (6, 6, 1)
+    for judge, time in ((False, True), (True, False)):
+        state = _DeferState()
+        kept, result = _defer(state, judge=judge, time=time)
+        lead = random.Random(42).randint(*counted.CREDIT_LEAD_RUNS)
+        assert result.credit["lead_runs"] == lead and result.credit["runs"] == lead + 6
+        assert result.credit["counted_from"] == lead + 1
+        (e,) = state.pending
+        assert e.lead == lead and e.timed_ms is None and e.evaluation == "ev1" and e.label == "counted_run_0"
+
+
+def test_the_kept_entry_holds_the_workload_as_its_timed_runs_left_it():
+    state = _DeferState()
+    state.pending.append("an earlier workload")
+    kept, result = _defer(state, timing=Timing(median_ms=1.5, iqr_ms=0, cv=0, runs=5))
+    e = state.pending[-1]
+    assert e.label == "counted_run_1" and e.timed_ms == 1.5 and e.workload == "M1" and e.limit == 2.0
+    assert state.kept == 1 and e.module is not None and e.result is None  # no phase: its result is sent now
+    assert e.rng.random() == random.Random(42).random()
+
+
+def test_no_counters_no_entry_and_the_reason():
+    state = _DeferState(counters=False)
+    kept, result = _defer(state)
+    assert not kept and state.pending == []
+    assert (result.credit["status"], result.credit["reason"]) == ("unavailable", "this worker has no hardware counters")
+
+
+# ---------------------------------------------------------------------------------------
+# TimedPhase.finish: what a timed phase reports
+# ---------------------------------------------------------------------------------------
+class _PTimes:
+    def __init__(self, cand, base, **kw):
+        self.candidate_ms, self.baseline_ms = cand, base
+        self.warmup, self.ungated, self.stop, self.planned = 2, (), "planned", len(cand)
+        self.judge_s, self.inputs_s, self.runs_s = 0.5, 0.25, 1.0
+        self.__dict__.update(kw)
+
+    @property
+    def ratios(self):
+        return [b / c for c, b in zip(self.candidate_ms, self.baseline_ms) if c > 0]
+
+
+class _TState:
+    def __init__(self, gpu="NVIDIA H200"):
+        self.info = {"gpu": gpu}
+        self.gate_error = None
+
+    def gpu_state(self):
+        return {"sm_clock": 1980}
+
+
+def phase(task, base=True, note=None, cache=None, gpu="NVIDIA H200"):
+    from tasks.registry import get_task
+
+    task = get_task(task)
+    wl = task.workloads[0]
+    p = timed.TimedPhase.__new__(timed.TimedPhase)
+    p.state, p.req, p.task, p.wl, p.axes = _TState(gpu), {"baseline_cache": cache} if cache else {}, task, wl, task.axis_values(wl)
+    p.rng, p.result, p.seconds = random.Random(3), WorkloadResult(workload=wl.name, split="visible", axes={}, status="passed"), 4.0
+    p.baseline, p.base_name, p.note = (object() if base else None), "cublas", note
+    p.judge = type("J", (), {"full_checks": 2, "marks": type("M", (), {"parts": lambda self, pre: {pre + "runs": 0.5}})()})()
+    return p
+
+
+def test_the_speedup_is_the_median_of_the_pairs_ratios_with_its_interval():
+    p = phase("gemm_n7168_k5120")
+    cand, base = [2.0, 2.2, 1.8, 2.1, 1.9], [1.0, 1.0, 1.0, 1.1, 0.9]
+    p.finish(_PTimes(cand, base))
+    r = p.result
+    assert r.speedup == statistics.median([b / c for c, b in zip(cand, base)])
+    from tools.timing import median_ci, summarize
+
+    assert r.speedup_ci == median_ci([b / c for c, b in zip(cand, base)], random.Random(3))
+    assert r.timing == summarize(cand) and r.baseline == summarize(base) and r.baseline_name == "cublas"
+    flops = p.task.flop_count(p.axes)
+    assert r.tflops == flops / (r.timing.median_ms * 1e-3) / 1e12
+    assert r.gbps == p.task.min_bytes(p.axes) / (r.timing.median_ms * 1e-3) / 1e9
+    assert (r.timed_runs, r.warmup_runs, r.full_checks, r.timing_stop, r.planned_runs) == (5, 2, 2, "planned", 5)
+    assert r.phase_s == {"timed": 4.0, "judge": 0.5, "pair_inputs": 0.25, "pair_runs": 1.0, "gpu_runs": 0.5}
+    assert r.gpu_state["end"] == {"sm_clock": 1980} and r.detail is None
+
+
+def test_a_time_above_the_physical_ceiling_is_implausible():
+    p = phase("gemm_n7168_k5120")
+    with pytest.raises(Failed) as f:
+        p.finish(_PTimes([0.001] * 3, [1.0] * 3))
+    assert f.value.reason == "implausible" and "tensor peak" in f.value.detail
+
+
+def test_notes_say_what_the_timing_could_not_hold():
+    p = phase("gemm_n7168_k5120", note="tf32 inside", gpu="NVIDIA RTX 9999")
+    p.state.gate_error = "no mapped memory"
+    p.finish(_PTimes([2.0] * 3, [1.0] * 3, ungated=("baseline:cublas",)))
+    assert p.result.detail == ("baseline:cublas waited for the GPU inside its run: timed with its host time from then "
+                               "on; timed without the stream gate (no mapped memory): host issue time included; the "
+                               "library (cublas) computes below the task's precision: tf32 inside; implausibility not "
+                               "checked: no physical ceiling known for NVIDIA RTX 9999")
+
+
+def test_without_a_library_no_speedup_and_the_reason_is_the_baseline_name():
+    p = phase("gemm_n7168_k5120", base=False, note="no library backend runs this task")
+    p.finish(_PTimes([2.0] * 3, []))
+    assert p.result.speedup is None and p.result.baseline is None
+    assert p.result.baseline_name == "no library backend runs this task" and p.result.detail is None
+    p = phase("gemm_n7168_k5120", base=True)
+    p.finish(_PTimes([2.0] * 3, []))  # the library never timed
+    assert p.result.speedup is None and p.result.baseline_name is None
+
+
+def test_the_library_time_is_cached_for_the_workload(tmp_path):
+    from tools.baseline_cache import BaselineCache, cache_key
+
+    cache = tmp_path / "baselines.json"
+    p = phase("gemm_n7168_k5120", cache=str(cache))
+    p.finish(_PTimes([2.0, 2.0, 2.0], [1.0, 1.2, 1.1]))
+    got = BaselineCache(str(cache)).get(cache_key(p.task.name, p.wl.name, p.axes, p.state.info))
+    assert got["best"] == "cublas" and got["last"] == {"median_ms": 1.1, "iqr_ms": p.result.baseline.iqr_ms, "runs": 3}
+
+
+def test_the_librarys_outputs_are_scrubbed_after_each_run_unless_they_are_an_input():
+    import torch
+
+    inputs = {"A": torch.ones(4)}
+    out = {"C": torch.ones(4), "A_view": inputs["A"]}
+
+    class Lib:
+        prepare = staticmethod(lambda: None)
+
+        def run(self):
+            return out
+
+    side = timed.library_side("cublas", Lib(), inputs)
+    assert side.name == "baseline:cublas"
+    side.run()
+    side.finish()
+    assert torch.equal(out["C"], torch.zeros(4)) and torch.equal(inputs["A"], torch.ones(4))
+    side.finish()  # nothing kept from a run: nothing to do
+
+
+def test_free_bytes_is_zero_off_the_gpu():
+    assert timed._free_bytes(_TState()) == 0
