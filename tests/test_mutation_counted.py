@@ -173,7 +173,7 @@ class _Module:
 
 def entry(name, out=None, result=None, failed=None, timed_s=0.0, pad_s=0.0, finish_s=0.0) -> Counted:
     e = Counted(label=f"counted_run_{name}", workload=name, task=None, axes={}, ws=object(), bound=object(), limit=1.0,
-                judge=True, rng=random.Random(1), lead=0, out=out if out is not None else {"status": "pending"},
+                judge=True, rng=random.Random(1), lead=0, out=out if out is not None else {"status": "pending", "reason": None},
                 module=_Module(), result=result, failed=failed)
     e.timed_s, e.pad_s, e.finish_s = timed_s, pad_s, finish_s
     return e
@@ -429,3 +429,73 @@ def test_the_librarys_outputs_are_scrubbed_after_each_run_unless_they_are_an_inp
 
 def test_free_bytes_is_zero_off_the_gpu():
     assert timed._free_bytes(_TState()) == 0
+
+
+# ---------------------------------------------------------------------------------------
+# time_uncounted: the credit op where the SASS decided the check: the timed phases only
+# ---------------------------------------------------------------------------------------
+class _Phase:
+    seconds = 0.0
+
+    def __init__(self, value="times", fail=None, raise_in_steps=None):
+        self.value, self.fail, self.raise_in_steps, self.finished = value, fail, raise_in_steps, []
+
+    def steps(self):
+        yield (0, 3)
+        if self.raise_in_steps:
+            raise self.raise_in_steps
+        yield (1, 3)
+        return self.value
+
+    def finish(self, times):
+        self.finished.append(times)
+        if self.fail:
+            raise self.fail
+
+
+def test_the_timed_phases_run_to_their_end_with_nothing_counted():
+    plain, wrong, none = entry("A"), entry("B"), entry("C")
+    plain.phase, wrong.phase = _Phase(), _Phase(fail=Failed("implausible", "3000 TFLOP/s"))
+    counted.time_uncounted(None, [plain, wrong, none])
+    assert plain.times == "times" and plain.phase.finished == ["times"] and plain.failed is None
+    assert wrong.failed.reason == "implausible" and not wrong.failed.fatal
+    for e in (plain, wrong, none):
+        assert (e.out["status"], e.out["reason"]) == ("skipped", "not counted: the SASS decided the check")
+    assert counted._drain(iter(_Phase(value=7).steps())) == 7
+
+
+@pytest.mark.parametrize("exc,reason,why", [
+    ("timeout", "timeout", "timed-phase run: hung"),
+    ("cuda", "cuda_error", "timed-phase run: CUDA_ERROR_ILLEGAL_ADDRESS (cuStreamSynchronize)"),
+])
+def test_a_hang_or_a_dead_context_in_a_timed_phase_is_fatal_and_named(exc, reason, why):
+    from tools.launch import CudaError
+    from tools.timing import KernelTimeout
+
+    err = KernelTimeout("hung") if exc == "timeout" else CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "cuStreamSynchronize")
+    e = entry("A")
+    e.phase = _Phase(raise_in_steps=err)
+    with pytest.raises(type(err)):
+        counted.time_uncounted(None, [e, entry("B")])
+    assert (e.failed.reason, e.failed.detail, e.failed.fatal) == (reason, why, True)
+    # through the credit op: the session ends, the worker restarts, every entry says whose run it was
+    e2, other = entry("A"), entry("B")
+    e2.phase = _Phase(raise_in_steps=err)
+    reply, fatal = counted.run_pending(_State([e2, other]), count=False)
+    assert fatal and reply["credits"]["B"]["status"] == "failed" == reply["credits"]["A"]["status"]
+    assert reply["credits"]["B"]["reason"] == "not counted: A's run ended the session"
+    assert reply["credits"]["A"]["reason"] == "not counted: the SASS decided the check"  # its own reason kept
+    assert reply["failed"]["A"]["reason"] == reason
+    assert e2.module is None
+
+
+def test_a_fatal_session_leaves_the_modules_loaded_context_alone():
+    from tools.timing import KernelTimeout
+
+    e = entry("A")
+    mod = e.module
+    e.phase = _Phase(raise_in_steps=KernelTimeout("hung"))
+    other = entry("B")
+    other.out["reason"] = None
+    reply, fatal = counted.run_pending(_State([other, e]), count=False)
+    assert fatal and mod.unloaded == 0  # the context may be dead: nothing is unloaded in it
