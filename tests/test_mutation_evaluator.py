@@ -28,7 +28,7 @@ from tools import evaluator as E
 from tools.credit import Counting, TaskWork
 from tools.evaluator import Evaluator, WorkerCrash, WorkerStartError, WorkerTimeout
 from tools.launch import NOMINAL_LIMITS
-from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, KernelSass, WorkloadResult
+from tools.results import CompileResult, EvalResult, ExecutedCheck, InspectResult, KernelSass, Timing, WorkloadResult
 from tools.solution import Solution
 
 GOOD = Solution.from_dir(FIXTURES / "good")
@@ -493,19 +493,28 @@ def test_a_counted_run_that_answered_wrong_or_hung_fails_its_workload(tmp_path, 
         assert res.executed.reason == f"workload M70 ended with {reason} in its counted runs"
 
 
-def test_what_the_credit_op_cost_apart_from_the_timed_phases_it_ran(tmp_path, monkeypatch):
-    clock = iter([0.0, 10.0])
-    reply = {"op": "credits", "credits": {}, "timed_s": 4.0, "seconds": 9.0,
-             "cost_parts": {"profiler": 2.0, "other": 1.0}}
-    ev = evaluator(tmp_path, credit_worker(reply))
+@pytest.mark.parametrize("wall,reply,want", [
+    # wall 10 s, of which 4 s the timed phases'; `other` gets the round trip beyond the worker's 9 s
+    (10.0, {"timed_s": 4.0, "seconds": 9.0, "cost_parts": {"profiler": 2.0, "other": 1.0}},
+     {"counted_runs": 6.0, "counted_runs.profiler": 2.0, "counted_runs.other": 2.0}),
+    (0.5, {"timed_s": 0.25, "seconds": 0.25, "cost_parts": {"other": 0.0}},  # under a second: as measured
+     {"counted_runs": 0.25, "counted_runs.other": 0.25}),
+    (0.5, {"cost_parts": {"other": 0.125}}, {"counted_runs": 0.5, "counted_runs.other": 0.125}),  # no figures sent
+    (3.0, {"timed_s": 5.0, "seconds": 4.0}, {"counted_runs": 0.0}),  # never below 0
+])
+def test_what_the_credit_op_cost_apart_from_the_timed_phases_it_ran(tmp_path, monkeypatch, wall, reply, want):
+    clock = iter([100.0, 100.0 + wall])
+    ev = evaluator(tmp_path, credit_worker({"op": "credits", "credits": {}, **reply}))
     res = result()
     res.workloads = [WorkloadResult(workload="M128", split="visible", axes={}, status="passed",
-                                    credit={"status": "pending"})]
+                                    credit={"status": "pending", "k": 1})]
     import time as T
     monkeypatch.setattr(T, "perf_counter", lambda: next(clock))
     ev._counted_runs(ev._workers[0], res)
-    # wall 10 s, of which 4 s the timed phases'; `other` gets the round trip beyond the worker's 9 s
-    assert res.phase_s == {"counted_runs": 6.0, "counted_runs.profiler": 2.0, "counted_runs.other": 2.0}
+    assert res.phase_s == want
+    # not credited by the op: what the workload had is kept beside the reason
+    assert res.workloads[0].credit["k"] == 1 and res.workloads[0].credit["status"] == "failed"
+    assert ev._workers[0].timeouts == [180.0]  # one kept workload: one request's time
 
 
 def test_the_timed_phases_run_at_the_credit_op_take_their_whole_result_from_it():
@@ -530,6 +539,14 @@ def test_counted_runs_made_needless_by_the_sass_are_dropped(tmp_path):
                      for n in ("a", "b")] + [WorkloadResult(workload="c", split="visible", axes={}, status="passed")]
     ev._drop_counted_runs(w, res)
     assert w.asked == [{"op": "credit", "drop": True}] and w.timeouts == [10.0]
+    one = result()
+    one.workloads = [WorkloadResult(workload="a", split="visible", axes={}, status="passed", credit={"status": "pending"}),
+                     WorkloadResult(workload="b", split="visible", axes={}, status="passed", credit={"status": "ran"})]
+    fresh = WorkloadResult(workload="a", split="visible", axes={}, status="failed", reason="wrong_in_timed_run")
+    w1 = Worker(lambda m: {"op": "credits", "results": {"a": fresh.model_dump(mode="json"), "b": fresh.model_dump(mode="json")}})
+    ev._drop_counted_runs(w1, one)
+    assert w1.timeouts == [5.0] and one.workloads[0].reason == "wrong_in_timed_run"  # its timed phase ran at the op
+    assert one.workloads[1].status == "passed"  # not kept: not taken from the op
     assert [x.credit for x in res.workloads] == [{"status": "skipped", "reason": E.NO_REQUESTED_SASS, "k": 1}] * 2 + [None]
     for exc in (WorkerTimeout("t"), WorkerCrash("c"), WorkerStartError("s")):  # the next evaluation drops them
         res.workloads[0].credit = {"status": "pending"}
@@ -883,3 +900,307 @@ def test_a_gpu_only_script_says_so_in_one_line_and_exits_3(monkeypatch, capsys):
     assert out.value.code == 3 and capsys.readouterr().err == "bench_credit needs an NVIDIA GPU: no driver\n"
     monkeypatch.setattr(E, "detect_gpus", lambda: (["0"], None))
     E.require_gpu("x")
+
+
+# ---------------------------------------------------------------------------------------
+# Found by the first mutation run (2026-12-03 evening): the sanitizer's run, each phase's
+# seconds, the Nsight Compute fallback's arguments, the compile cache's copies
+# ---------------------------------------------------------------------------------------
+class _San:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, req, names, env, timeout):
+        from tools.results import SanitizeResult
+
+        self.calls.append((req, names, env, timeout))
+        return SanitizeResult(status="ok", reason="0 errors")
+
+
+def test_memcheck_runs_the_first_visible_workload_untimed_with_the_launched_entries(tmp_path, monkeypatch):
+    san = _San()
+    monkeypatch.setattr("tools.ncu.sanitize_check", san)
+    w = Worker()
+    w.env = {"CUDA_VISIBLE_DEVICES": "3"}
+    ev = evaluator(tmp_path, w, ncu_timeout_s=77.0)
+    task = small_gemm()
+    res = result(task)
+    ev._run(res, GOOD, task, task.workloads[::-1], "sm_90a", True, True)  # held-out listed first
+    ((req, names, env, timeout),) = san.calls
+    assert req["workload"]["name"] == "M128" and len(req["seeds"]) == 1 and req["time"] is False
+    assert req["manifest"] == GOOD.manifest.model_dump(mode="json") and req["op"] == "run"
+    assert names == ["gemm_simt"] and env == {"CUDA_VISIBLE_DEVICES": "3"} and timeout == 77.0
+    assert (res.sanitize.status, res.sanitize.reason) == ("ok", "0 errors") and 0 <= res.phase_s["sanitize"] < 5
+    res = result(task)
+    task.workloads = task.workloads[1:]  # held-out only: the first one
+    ev._run(res, GOOD, task, task.workloads, "sm_90a", True, True)
+    assert san.calls[-1][0]["workload"]["name"] == "M70"
+
+
+@pytest.mark.parametrize("reason,sanitized", [("timeout", False), ("cuda_error", True), ("worker_crash", True)])
+def test_a_hang_is_not_sanitized_a_crash_is(tmp_path, monkeypatch, reason, sanitized):
+    san = _San()
+    monkeypatch.setattr("tools.ncu.sanitize_check", san)
+
+    def answer(msg):
+        wl = msg["workload"]
+        return {"op": "result", "result": WorkloadResult(workload=wl["name"], split=wl["split"], axes=wl["axes"],
+                                                         status="failed", reason=reason).model_dump()}
+
+    res = run(tmp_path, Worker(answer), sanitize=True)
+    assert bool(san.calls) == sanitized
+    if not sanitized:
+        assert (res.sanitize.status, res.sanitize.reason) == ("skipped", "workload M128 ended with timeout")
+
+
+def test_each_phase_of_a_run_is_timed_apart(tmp_path, monkeypatch):
+    monkeypatch.setattr("tools.ncu.sanitize_check", _San())
+    ev = evaluator(tmp_path, Worker())
+    task = small_gemm()
+    res = result(task)
+    res.phase_s = {"queue_wait": 10.0}
+    ev._run(res, GOOD, task, task.workloads, "sm_90a", True, True, Counting(mode="cupti"), lambda wait=True: sass("FFMA"))
+    assert 10.0 < res.phase_s["queue_wait"] < 10.5
+    for k in ("workloads", "executed", "sanitize"):
+        assert 0 <= res.phase_s[k] < 5, k
+    res = result(task)
+    ev._run(res, GOOD, task, task.workloads, "sm_90a", False, True)
+    assert 0 <= res.phase_s["queue_wait"] < 0.5 and "executed" not in res.phase_s and "sanitize" not in res.phase_s
+    phase = {}
+    ev._cannot_run("sm_90a", phase)
+    assert 0 <= phase["queue_wait"] < 0.5
+    # judged without a run (the wrong GPU): its wait is in the evaluation too
+    res = result(task)
+    evaluator(tmp_path, Worker(info={"gpu": "g", "cc": "8.0"}))._judge(res, GOOD, task, "sm_90a", "all", False, True)
+    assert {"queue_wait", "worker_start"} <= set(res.phase_s)
+
+
+def test_the_roofline_of_each_timed_workload(tmp_path):
+    t = Timing(median_ms=2.0, iqr_ms=0.1, cv=0.01, runs=9)
+    b = Timing(median_ms=1.0, iqr_ms=0.1, cv=0.01, runs=9)
+
+    def answer(msg):
+        return {"op": "result", "result": passed(msg, timing=t.model_dump(), baseline=b.model_dump(), speedup=0.5)}
+
+    res = run(tmp_path, Worker(answer))
+    assert res.run_reason is None and res.workloads[0].sol_ms is not None and res.workloads[0].sol_score is not None
+
+
+def test_a_static_failure_of_one_workload_does_not_skip_the_next(tmp_path, monkeypatch):
+    from tools.launch import ManifestError
+
+    real = E.static_check
+    monkeypatch.setattr(E, "static_check", lambda s, c, t, axes, lim: ManifestError("grid too big", "launch_error")
+                        if axes["M"] == 128 else real(s, c, t, axes, lim))
+    w = Worker()
+    res = run(tmp_path, w)
+    assert [x.reason for x in res.workloads] == ["launch_error", None] and [m["workload"]["name"] for m in w.asked] == ["M70"]
+    assert res.workloads[0].detail == "grid too big"
+
+
+def test_without_a_run_the_first_static_failure_is_the_reason(tmp_path, monkeypatch):
+    from tools.launch import ManifestError
+
+    monkeypatch.setattr(E, "static_check", lambda s, c, t, axes, lim: ManifestError(f"bad at M={axes['M']}"))
+    task = small_gemm()
+    res = result(task)
+    evaluator(tmp_path)._static_only(res, GOOD, task, task.workloads, "sm_90a", "no GPU")
+    assert [w.detail for w in res.workloads] == ["bad at M=128", "bad at M=70"]
+    assert res.run_reason == "no GPU; the manifest is wrong without running: bad at M=128"
+
+
+def test_the_static_check_without_a_run_uses_the_runs_arch(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(E, "static_check", lambda s, c, t, a, limits: seen.append(limits))
+    task = small_gemm()
+    evaluator(tmp_path, Worker())._judge(result(task), GOOD, task, "sm_100a", "visible", False, True)
+    assert seen == [NOMINAL_LIMITS["sm_100a"]]
+
+
+def test_a_profile_beside_cupti_keeps_counting_a_module_without_the_opcodes(tmp_path, monkeypatch):
+    """A profile is measured on every candidate alike: the counted runs are kept even where the
+    SASS holds no requested opcode (never dropped), and the credit stays the in-process one."""
+    monkeypatch.setattr("tools.ncu.CreditProcess", lambda features, env, timeout, extra_metrics=(): _Ncu(extra_metrics))
+    w = credit_worker({"op": "credits", "credits": {}})
+    run(tmp_path, w, insp=sass("FFMA"), executed_check=True, profile=True)
+    ops = [m for m in w.asked if m.get("op") == "credit"]
+    assert ops == [{"op": "credit"}]
+
+
+def test_exact_counts_wait_for_the_overlapping_inspection(tmp_path, monkeypatch):
+    insp = InspectResult(status="ok", arch="sm_90a", kernels={"gemm_simt": KernelSass(
+        opcodes={"HGMMA": 1, "UTMALDG": 1, "UBLKCP": 1}, tma_sites={16: "UTMALDG.2D", 32: "UBLKCP.S.G"})})
+    monkeypatch.setattr(E, "_compile", lambda sol, arch: compiled())
+    monkeypatch.setattr(E, "_inspect", lambda comp, sol, arch: insp)
+    w = credit_worker({"op": "credits", "credits": {}})
+    evaluator(tmp_path, w).evaluate(GOOD, small_gemm(), "sm_90a", workloads="all", executed_check=True)
+    assert next(m for m in w.asked if m.get("op") == "credit")["sass_sites"] == {
+        "gemm_simt": {"16": "UTMALDG.2D", "32": "UBLKCP.S.G"}}
+    # a task that does not ask for TMA: no exact counts, whatever the SASS holds
+    task = small_gemm()
+    task.requested_features = {"sm_90a": ["wgmma"]}
+    w = credit_worker({"op": "credits", "credits": {}})
+    evaluator(tmp_path, w).evaluate(GOOD, task, "sm_90a", workloads="all", executed_check=True)
+    assert next(m for m in w.asked if m.get("op") == "credit") == {"op": "credit"}
+
+
+def test_credit_seeds_are_62_bits(tmp_path):
+    w = credit_worker({"op": "credits", "credits": {}})
+    for _ in range(10):
+        run(tmp_path, w, insp=sass("HGMMA"), executed_check=True)
+    seeds = [m["credit"]["seed"] for m in w.asked if "credit" in m]
+    assert len(seeds) == 20 and all(0 <= s < 2**62 for s in seeds) and max(seeds) >= 2**58
+
+
+def test_the_nsight_compute_fallback_gets_the_features_env_work_and_timed_medians(tmp_path, monkeypatch):
+    task = small_gemm()
+    made = []
+
+    class Ncu(_Ncu):
+        def finish(self, requests, device, works, timed_ms):
+            self.finished.append((requests, device, works, timed_ms))
+            return ExecutedCheck(status="failed", reason="ncu: ERR_NVGPUCTRPERM")
+
+    monkeypatch.setattr("tools.ncu.CreditProcess", lambda features, env, timeout: made.append(
+        (features, env, timeout)) or Ncu())
+    w = Worker()
+    w.env_without_device = {"PATH": "/x"}
+    ev = evaluator(tmp_path, w, ncu_timeout_s=55.0)
+    from tools.results import Timing as T
+
+    res = result(task)
+    res.gpu = "NVIDIA H200"
+    res.workloads = [WorkloadResult(workload="M128", split="visible", axes={}, status="passed",
+                                    timing=T(median_ms=3.0, iqr_ms=0, cv=0, runs=3),
+                                    credit={"status": "unavailable", "reason": "no counters"})]
+    x = ev._executed(res, GOOD, task, task.workloads, None, Counting(mode="cupti"), "7", sass=sass("HGMMA"))
+    assert made == [(["wgmma", "tma"], {"PATH": "/x"}, 55.0)]
+    assert x.reason == "in-process counters unavailable (no counters), and Nsight Compute could not count; ncu: ERR_NVGPUCTRPERM"
+    assert x.profile.status == "skipped" and x.profile.gpu == "NVIDIA H200"
+    assert "not asked for (evaluate(profile=True), --profile-feedback on)" == x.profile.reason
+
+
+def test_the_fallback_is_handed_each_workloads_work_and_timed_median(tmp_path, monkeypatch):
+    task = small_gemm()
+    ncu = _Ncu()
+    monkeypatch.setattr("tools.ncu.CreditProcess", lambda features, env, timeout: ncu)
+    from tools.results import Timing as T
+
+    res = result(task)
+    res.workloads = [WorkloadResult(workload="M128", split="visible", axes={}, status="passed",
+                                    timing=T(median_ms=3.0, iqr_ms=0, cv=0, runs=3),
+                                    credit={"status": "unavailable", "reason": "x"})]
+    evaluator(tmp_path, Worker())._executed(res, GOOD, task, task.workloads, None, Counting(mode="cupti"), "7",
+                                            sass=sass("HGMMA"))
+    ((requests, device, works, timed),) = ncu.finished
+    assert works == [E._task_work(task, task.workloads[0])] and timed == {"M128": 3.0}
+    assert len(requests[0]["seeds"]) == 2 and requests[0]["workload"]["name"] == "M128"
+
+
+def test_a_profile_is_built_from_the_first_workloads_figures(tmp_path, monkeypatch):
+    task = small_gemm()
+    seen = []
+    monkeypatch.setattr(E, "credit_in_process", lambda *a: "c")
+    monkeypatch.setattr(E, "combine", lambda features, credits: ExecutedCheck(status="ok", reason=None))
+    monkeypatch.setattr(E, "build_profile", lambda metrics, gpu, flops, nbytes, fp8: seen.append((gpu, flops, nbytes, fp8)))
+    res = result(task)
+    res.gpu = "NVIDIA H200"
+    res.workloads = [WorkloadResult(workload="M128", split="visible", axes={}, status="passed", credit={"status": "ran"})]
+    evaluator(tmp_path)._executed(res, GOOD, task, task.workloads, None, Counting(mode="cupti", process=_Ncu(extra=("m",))),
+                                  "0", sass=sass("HGMMA"))
+    axes = task.axis_values(task.workloads[0])
+    assert seen == [("NVIDIA H200", task.flop_count(axes), task.min_bytes(axes), False)]
+    # a profile wanted but none collected: ncu's reason, or that it collected none
+    monkeypatch.setattr(E, "combine", lambda features, credits: ExecutedCheck(status="ok", reason="why"))
+
+    class Empty(_Ncu):
+        def finish(self, *a, **k):
+            return ExecutedCheck(status="ok")
+
+    x = evaluator(tmp_path)._executed(res, GOOD, task, task.workloads, None, Counting(mode="cupti", process=Empty(("m",))),
+                                      "0", sass=sass("HGMMA"))
+    assert x.profile.reason == "why" and x.profile.gpu == "NVIDIA H200"
+    monkeypatch.setattr(E, "combine", lambda features, credits: ExecutedCheck(status="ok", reason=None))
+    x = evaluator(tmp_path)._executed(res, GOOD, task, task.workloads, None, Counting(mode="cupti", process=Empty(("m",))),
+                                      "0", sass=sass("HGMMA"))
+    assert x.profile.reason == "ncu collected no profile"
+
+
+def test_the_in_process_credit_is_combined_over_the_tasks_features(tmp_path, monkeypatch):
+    task = small_gemm()
+    seen = []
+    monkeypatch.setattr(E, "credit_in_process", lambda *a: "c")
+    monkeypatch.setattr(E, "combine", lambda features, credits: seen.append(features) or ExecutedCheck(status="ok"))
+    res = result(task)
+    res.workloads = [WorkloadResult(workload="M128", split="visible", axes={}, status="passed", credit={"status": "ran"})]
+    evaluator(tmp_path)._executed(res, GOOD, task, task.workloads, None, Counting(mode="cupti"), "0", sass=sass("HGMMA"))
+    assert seen == [["wgmma", "tma"]]
+    # the ncu mode (not in process) with a process: that process counts, no fallback made
+    ncu = _Ncu()
+    monkeypatch.setattr("tools.ncu.CreditProcess", lambda *a, **k: pytest.fail("no second process"))
+    evaluator(tmp_path)._executed(res, GOOD, task, task.workloads, None, Counting(mode="ncu", process=ncu), "0",
+                                  sass=sass("HGMMA"))
+    assert len(ncu.finished) == 1 and ncu.closed == 1
+
+
+def test_compile_and_inspect_hand_on_what_they_were_given(monkeypatch):
+    seen = []
+    monkeypatch.setattr(E, "_compile", lambda sol, arch: seen.append(("c", sol, arch)) or "COMP")
+    monkeypatch.setattr(E, "_inspect", lambda comp, sol, arch: seen.append(("i", comp, sol, arch)) or "INSP")
+    assert E.Evaluator.compile_and_inspect(GOOD, "sm_100a") == ("COMP", "INSP")
+    assert seen == [("c", GOOD, "sm_100a"), ("i", "COMP", GOOD, "sm_100a")]
+    import tools.sass as S
+
+    monkeypatch.setattr(S, "inspect", lambda comp, kernels: (comp, kernels))
+    c = compiled()
+    assert E._inspect(c, GOOD, "sm_90a") == (c, ["gemm_simt"])
+
+
+def test_the_cache_hands_out_deep_copies_and_marks_the_compile_for_nsight(monkeypatch):
+    import tools.compile as C
+
+    monkeypatch.setattr(E, "_COMPILED", E.collections.OrderedDict())
+    monkeypatch.setattr(C, "compile_solution", lambda sol, arch: compiled(kernels={"k": {"registers": 32}}))
+    ranges = []
+    import contextlib
+
+    @contextlib.contextmanager
+    def nvtx(name):
+        ranges.append(name)
+        yield
+
+    monkeypatch.setattr(E, "_has_nvtx", lambda: True)
+    monkeypatch.setattr(E.protocol, "nvtx_range", nvtx)
+    sol = GOOD.model_copy(update={"source": "deep"})
+    first = E._compile(sol, "sm_90a")
+    first.kernels["k"].registers = 255  # a nested change by the first caller
+    second = E._compile(sol, "sm_90a")
+    assert second.kernels["k"].registers == 32
+    second.kernels["k"].registers = 1
+    assert E._compile(sol, "sm_90a").kernels["k"].registers == 32
+    assert ranges == ["compile"]
+
+
+def test_a_toolchain_failure_keeps_the_solutions_language():
+    ptx = GOOD.model_copy(update={"language": "ptx"})
+    assert E._harness_compile_failure(ptx, "sm_90a", OSError("x")).language == "ptx"
+    assert E._harness_compile_failure(object(), "sm_90a", OSError("x")).language == "cuda"
+
+
+def test_detect_gpus_asks_nvidia_smi_for_index_and_uuid_with_a_timeout(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    calls = []
+    monkeypatch.setattr(E.shutil, "which", lambda name: "/bin/nvidia-smi")
+    monkeypatch.setattr(E.subprocess, "run", lambda *a, **k: calls.append((a, k)) or _Proc("0, GPU-a\n"))
+    E.detect_gpus()
+    assert calls == [((["/bin/nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],),
+                      {"capture_output": True, "text": True, "timeout": 30})]
+    # an older nvidia-smi that lists indices only: matched by index, never by a uuid it did not give
+    monkeypatch.setattr(E.subprocess, "run", lambda *a, **k: _Proc("0\n1\n"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert E.detect_gpus() == (["1"], None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a")
+    assert E.detect_gpus()[0] == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(E.subprocess, "run", lambda *a, **k: _Proc("", "e" * 300, 1))
+    assert E.detect_gpus() == ([], f"nvidia-smi lists no GPU ({'e' * 200})")
