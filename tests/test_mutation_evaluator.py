@@ -767,8 +767,9 @@ def test_only_successful_compiles_are_cached_and_each_caller_gets_its_own_copy(m
 def test_the_inspection_reads_the_kernels_the_manifest_launches(monkeypatch):
     import tools.sass as S
 
-    monkeypatch.setattr(S, "inspect", lambda comp, kernels: ("inspected", kernels))
-    assert E._inspect(compiled(), GOOD, "sm_90a") == ("inspected", ["gemm_simt"])
+    monkeypatch.setattr(S, "inspect", lambda comp, kernels: (comp, kernels))
+    c = compiled()
+    assert E._inspect(c, GOOD, "sm_90a") == (c, ["gemm_simt"])
     skipped = E._inspect(compiled(status="failed"), GOOD, "sm_100a")
     assert (skipped.status, skipped.reason, skipped.arch) == ("skipped", "did not compile", "sm_100a")
 
@@ -1149,11 +1150,6 @@ def test_compile_and_inspect_hand_on_what_they_were_given(monkeypatch):
     monkeypatch.setattr(E, "_inspect", lambda comp, sol, arch: seen.append(("i", comp, sol, arch)) or "INSP")
     assert E.Evaluator.compile_and_inspect(GOOD, "sm_100a") == ("COMP", "INSP")
     assert seen == [("c", GOOD, "sm_100a"), ("i", "COMP", GOOD, "sm_100a")]
-    import tools.sass as S
-
-    monkeypatch.setattr(S, "inspect", lambda comp, kernels: (comp, kernels))
-    c = compiled()
-    assert E._inspect(c, GOOD, "sm_90a") == (c, ["gemm_simt"])
 
 
 def test_the_cache_hands_out_deep_copies_and_marks_the_compile_for_nsight(monkeypatch):
