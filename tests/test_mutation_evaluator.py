@@ -1200,3 +1200,109 @@ def test_detect_gpus_asks_nvidia_smi_for_index_and_uuid_with_a_timeout(monkeypat
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     monkeypatch.setattr(E.subprocess, "run", lambda *a, **k: _Proc("", "e" * 300, 1))
     assert E.detect_gpus() == ([], f"nvidia-smi lists no GPU ({'e' * 200})")
+
+
+def test_one_worker_per_gpu_made_but_not_started(tmp_path, monkeypatch):
+    cache = tmp_path / "deep" / "cache"
+    ev = Evaluator(gpus=[0, "2"], cache_dir=cache, worker_cmd=["python", "-m", "x"], startup_timeout_s=12.0)
+    assert [w.device for w in ev._workers] == ["0", "2"] and ev.no_gpu_reason is None and ev.has_gpu
+    w = ev._workers[1]
+    assert (w.cmd, w.startup_timeout_s, w.log_path, w.proc) == (["python", "-m", "x"], 12.0,
+                                                                cache.resolve() / "worker-gpu2.log", None)
+    assert cache.is_dir()  # made (with its parents) where a worker will write its log
+    Evaluator(gpus=["1"], cache_dir=cache)  # made again: fine
+    assert {ev._free.get_nowait().device, ev._free.get_nowait().device} == {"0", "2"}
+    import secrets as S
+
+    assert isinstance(Evaluator(gpus=[])._rng, S.SystemRandom) and not isinstance(evaluator(tmp_path)._rng, S.SystemRandom)
+    monkeypatch.chdir(tmp_path)
+    none = Evaluator(gpus=[])
+    assert none.cache_dir == (tmp_path / "runs" / ".cache").resolve() and not none.cache_dir.exists()
+    monkeypatch.setattr(E, "detect_gpus", lambda: (["5"], None))
+    assert [w.device for w in Evaluator()._workers] == ["5"]
+    monkeypatch.setattr(E, "detect_gpus", lambda: ([], "nvidia-smi not found"))
+    assert Evaluator().no_gpu_reason == "nvidia-smi not found"
+
+
+class _Judged:
+    """Stands in for Evaluator._judge: records what evaluate() handed it, calls module_sass."""
+
+    def __init__(self, before=None):
+        self.seen, self.before = {}, before
+
+    def __call__(self, res, solution, task, arch, workloads, sanitize, time, counting, module_sass):
+        if self.before:
+            self.before()
+        self.seen.update(inspect_then=res.inspect, workloads=workloads, sanitize=sanitize, time=time,
+                         early=module_sass(wait=False), late=module_sass(), default=module_sass)
+
+
+def test_the_inspection_overlaps_the_runs_and_is_waited_for_only_when_needed(tmp_path, monkeypatch):
+    import threading
+
+    go = threading.Event()
+    seen = []
+    monkeypatch.setattr(E, "_compile", lambda sol, arch: seen.append(("c", sol, arch)) or compiled(arch=arch))
+    monkeypatch.setattr(E, "_inspect", lambda comp, sol, arch: (go.wait(5), seen.append(("i", comp.arch, sol, arch)),
+                                                                sass("HGMMA"))[2])
+    ev = evaluator(tmp_path)
+    judged = _Judged()
+    monkeypatch.setattr(ev, "_judge", judged)
+    real = judged.__call__
+
+    def judge(*a):
+        res = a[0]
+        module_sass = a[-1]
+        judged.seen["running"] = module_sass(wait=False)  # still running: None, never a guess
+        go.set()
+        judged.seen["waited"] = module_sass()  # waited for
+        real(*a)
+
+    monkeypatch.setattr(ev, "_judge", judge)
+    res = ev.evaluate(GOOD, small_gemm(), "sm_100a", workloads="held_out")
+    assert judged.seen["running"] is None and judged.seen["waited"].kernels["gemm_simt"].opcodes == {"HGMMA": 1}
+    assert (judged.seen["inspect_then"].status, judged.seen["inspect_then"].reason) == ("skipped", "inspection still running")
+    assert judged.seen["workloads"] == "held_out" and judged.seen["sanitize"] is False and judged.seen["time"] is True
+    assert seen == [("c", GOOD, "sm_100a"), ("i", "sm_100a", GOOD, "sm_100a")]
+    assert 0 <= res.phase_s["compile"] < 5 and 0 <= res.phase_s["inspect_wait"] < 5 and 0 < res.seconds < 10
+    assert res.inspect.kernels["gemm_simt"].opcodes == {"HGMMA": 1}
+
+
+def test_an_inspection_that_fails_is_said_where_the_runs_ask_for_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(E, "_compile", lambda sol, arch: compiled(arch=arch))
+
+    def boom(comp, sol, arch):
+        raise RuntimeError("cuobjdump " + "x" * 300)
+
+    monkeypatch.setattr(E, "_inspect", boom)
+    ev = evaluator(tmp_path)
+    judged = _Judged()
+    monkeypatch.setattr(ev, "_judge", judged)
+    ev.evaluate(GOOD, small_gemm(), "sm_100a", sanitize=True, time=False)
+    late = judged.seen["late"]
+    assert (late.status, late.arch) == ("skipped", "sm_100a") and late.reason == ("inspection failed: cuobjdump " + "x" * 300)[:200]
+    assert judged.seen["sanitize"] is True and judged.seen["time"] is False
+
+
+def test_a_harness_failure_is_cut_to_a_line_and_its_traceback_kept_short(tmp_path, monkeypatch):
+    ev = evaluator(tmp_path)
+
+    def boom(*a):
+        raise ValueError("y" * 3000)
+
+    monkeypatch.setattr(ev, "_judge", boom)
+    res = ev.evaluate(GOOD, small_gemm(), "sm_90a", compiled=(compiled(), sass()))
+    assert res.run_reason == "harness_error: ValueError: " + "y" * 300
+    assert len(res.workloads[0].detail) == 2000
+
+
+def test_the_ncu_process_gets_the_workers_environment_without_a_device(tmp_path, monkeypatch):
+    made = []
+    monkeypatch.setattr("tools.ncu.CreditProcess", lambda features, env, timeout, extra_metrics=(): made.append(env) or _Ncu())
+    w = Worker()
+    w.env_without_device = {"PATH": "/only"}
+    ev = evaluator(tmp_path, w)
+    ev.in_process_credit = False
+    monkeypatch.setattr(ev, "_judge", lambda *a: None)
+    ev.evaluate(GOOD, small_gemm(), "sm_90a", compiled=(compiled(), sass()), executed_check=True)
+    assert made == [{"PATH": "/only"}]
