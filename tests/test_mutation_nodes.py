@@ -733,3 +733,198 @@ def test_evolve_feedback_branches_from_turn_one_with_the_parents_reply(tmp_path)
     assert up["messages"][-1]["content"] == "" and up["context_sections"] == []
     assert up["feedback"] == fb.render_feedback(2, "repair", "cuda", parent, None, profile=False, max_turns=6,
                                                 next_turn=5, require=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Found by the first mutation run of the whole module (2026-12-03 evening)
+# ---------------------------------------------------------------------------------------
+def test_a_node_is_handed_the_state_and_its_seconds_are_recorded(tmp_path, monkeypatch):
+    import agent.nodes as N
+
+    first = [10.0]
+    monkeypatch.setattr(N, "time", NS(monotonic=lambda: first.pop() if first else 10.12345))  # the nodes' clock only
+    n = make(tmp_path)
+    got = []
+    n.repair = lambda state: got.append(state) or {}
+    state = {"turn": 1}
+    n.node("repair")(state)
+    assert got == [state]
+    end = events(n, "node")[-1]
+    assert (end["node"], end["seconds"]) == ("repair", 0.123)
+
+
+def test_the_none_arm_without_hints_never_asks_the_retriever(tmp_path):
+    n = make(tmp_path, context="none", retrieve=lambda **k: pytest.fail("asked"))
+    assert n.retrieve_context({"turn": 0}) == {"context": ""}
+
+
+def test_the_feedbacks_focus_is_recorded(tmp_path):
+    n = make(tmp_path, context="docs", retrieve=lambda **k: Retrieved([], focus="serialization"))
+    n.retrieve_context({"turn": 1, "feedback": "f"})
+    assert events(n, "retrieval")[0]["focus"] == "serialization"
+
+
+def test_a_state_without_docs_or_faults_sends_none(tmp_path):
+    from agent.nodes import turn1_messages
+
+    n = make(tmp_path, replies=[GOOD_REPLY])
+    up = n.draft({"turn": 0, "messages": [], "spent": Spent().model_dump()})
+    assert up["messages"] == turn1_messages(n.deps.config, "THE TASK", "") and up["faults"] == 0
+    n = make(tmp_path / "b", replies=[GOOD_REPLY])
+    chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "T"}, {"role": "assistant", "content": "A"}]
+    up = n.draft({"turn": 1, "messages": chat, "spent": Spent().model_dump(), "feedback": "FIX IT", "faults": 3})
+    assert up["messages"][-1]["content"] == "FIX IT\n" and up["faults"] == 3
+
+
+class Completing:
+    """A model stand-in: records complete()'s arguments, answers with a Completion; reports faults
+    through on_fault as a retrying model does."""
+
+    def __init__(self, raw=None, faults=(), window=None):
+        self.raw, self.faults, self.window, self.calls = raw, list(faults), window, []
+
+    def complete(self, messages, on_fault=None, grows=True, **kw):
+        from agent.models import Completion, Usage
+
+        self.calls.append({"messages": messages, "grows": grows, **kw})
+        for f in self.faults:
+            on_fault(f)
+        return Completion(text=GOOD_REPLY, model="served-model", usage=Usage(10, 5, 0.0), latency_s=1.23456,
+                          attempts=1 + len(self.faults), faults=list(self.faults), raw=self.raw)
+
+
+class Sized(Completing):
+    def context_size(self, messages):
+        from agent.models import ContextSize
+
+        return ContextSize(prompt_tokens=99, window=self.window, reserve=7, source="params")
+
+
+def test_each_call_is_recorded_with_the_runs_options_and_the_providers_answer(tmp_path):
+    from agent.models import Fault, call_options
+
+    n = make(tmp_path, temperature=0.7, seed=3, samples=2)
+    model = Sized(raw={"choices": [{"finish_reason": "length"}]}, faults=[Fault("rate_limit", 429, "slow down", 1)])
+    n.deps.model = model
+    up = n.draft(initial_state())
+    assert up["faults"] == 2  # one a call
+    assert [c["grows"] for c in model.calls] == [True, True]  # the full chat, linear: the cache grows
+    for s, c in enumerate(model.calls):
+        assert {k: v for k, v in c.items() if k not in ("messages", "grows")} == call_options(0.7, 3, 1, s)
+    req = events(n, "llm_request")[1]
+    assert (req["turn"], req["sample"], req["context"]) == (1, 1, {"prompt_tokens": 99, "window": None, "reserve": 7,
+                                                                   "source": "params"})
+    f = events(n, "fault")[1]
+    assert (f["turn"], f["sample"], f["retryable"], f["kind"], f["status"]) == (1, 1, True, "rate_limit", 429)
+    resp = events(n, "llm_response")[1]
+    assert (resp["turn"], resp["sample"], resp["model"], resp["latency_s"], resp["attempts"], resp["finish_reason"]) == (
+        1, 1, "served-model", 1.235, 2, "length")  # finish_reason from the provider's choices
+    assert [r["has_solution"] for r in up["replies"]] == [True, True]
+
+
+def test_a_model_without_a_window_check_is_sent_unchecked(tmp_path):
+    n = make(tmp_path)
+    n.deps.model = Completing(raw={"finish_reason": "stop"})
+    n.draft(initial_state())
+    assert events(n, "llm_request")[0]["context"] is None and events(n, "llm_response")[0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("history,strategy,grows", [("latest", "linear", False), ("full", "evolve", False),
+                                                     ("full", "best-of-n", True)])
+def test_the_prompt_cache_grows_only_with_the_full_chat_of_one_branch(tmp_path, history, strategy, grows):
+    from agent import prompts as P
+
+    n = make(tmp_path, history=history, strategy=strategy)
+    n.deps.model = model = Completing()
+    chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "T"}, {"role": "assistant", "content": "A1"},
+            {"role": "user", "content": "F1"}, {"role": "assistant", "content": "A2"}]
+    n.draft({**initial_state(), "turn": 2, "messages": chat, "feedback": "F2"})
+    assert model.calls[0]["grows"] is grows
+    assert model.calls[0]["messages"] == P.history_view(chat + [{"role": "user", "content": "F2\n"}], history)
+
+
+def test_a_prompt_past_the_window_is_recorded_with_its_figures(tmp_path):
+    n = make(tmp_path)
+    n.deps.model = Sized(window=50)
+    up = n.draft({**initial_state(), "faults": 4})
+    e = events(n, "context_exceeded")[0]
+    assert (e["turn"], e["prompt_tokens"], e["window"], e["reserve"], e["source"]) == (1, 99, 50, 7, "params")
+    assert (up["turn"], up["faults"], len(up["messages"])) == (1, 4, 2)
+
+
+def test_a_reply_is_kept_as_written_and_its_folder_made_again_on_a_resume(tmp_path):
+    import shutil
+
+    n = make(tmp_path, lang="ptx")
+    shutil.rmtree(n.deps.writer.run_dir / "candidates")
+    r = n._extract(1, 0, GOOD_REPLY)  # a CUDA kernel where PTX was asked: a format error
+    assert not r["has_solution"] and r["text"] == GOOD_REPLY
+    from tools.solution import SolutionError, extract_solution
+
+    with pytest.raises(SolutionError) as e:
+        extract_solution(GOOD_REPLY, "ptx")
+    assert r["format_error"] == str(e.value)
+    n = make(tmp_path / "b")
+    two = GOOD_REPLY + "\nSecond try:\n" + GOOD_REPLY.replace("1.f", "2.f")
+    r = n._extract(2, 1, two)
+    r2 = n._extract(2, 1, two)  # the same folder again (a resumed turn): no error
+    assert r == r2 and r["text"] == two and r["has_solution"]
+    assert r["note"] == extract_solution(two, "cuda").extraction.note and "2 source blocks" in r["note"]
+    e = events(n, "extraction")[0]
+    assert (e["turn"], e["sample"], e["language"], e["note"]) == (2, 1, "cuda", r["note"])
+    assert len(events(n, "extraction")) == 2
+
+
+def test_memcheck_runs_the_same_solution_on_the_runs_arch(tmp_path):
+    n = make(tmp_path, results=[crashed(), ev_result("wrong")])
+    put_solution(n, 1, 0)
+    n.evaluate({"turn": 1, "replies": [reply(0)]})
+    first, second = n.deps.evaluator.calls
+    assert second[0] == first[0] and second[0] is not None and second[1:3] == (GEMM, "sm_90a")
+
+
+def test_linear_feedback_in_the_runs_language_profile_and_require_settings(tmp_path):
+    from tools.profile import skipped as profile_skipped
+
+    n = make(tmp_path, samples=1, budget=Budget(max_turns=6), profile_feedback=True, lang="ptx", require="on",
+             history="latest")
+    chosen = rec(1, 0, "format_error")
+    chosen.error = "no code"
+    tr = TurnRecord(turn=1, candidates=[chosen], chosen=0, action="repair")
+    state = {"per_turn": [tr.model_dump()], "turn": 1}
+    up = n.repair(state)
+    want = fb.render_feedback(1, "repair", "ptx", chosen, None, [], 1, best=None, profile=True, max_turns=6, require=True)
+    assert up == {"feedback": want, "context_sections": []} and "```ptx" in want
+    ok = rec(1, 0, "unverified", verified=True)
+    ev = ev_result("correct")
+    ev.executed.profile = profile_skipped("no ncu")
+    cdir = n.deps.writer.candidate_dir(1, 0)
+    cdir.mkdir(parents=True, exist_ok=True)
+    (cdir / "eval.json").write_text(ev.model_dump_json())
+    tr = TurnRecord(turn=1, candidates=[ok], chosen=0, action="optimise")
+    up = n.optimise({"per_turn": [tr.model_dump()], "turn": 1})
+    want = fb.render_feedback(1, "optimise", "ptx", ok, ev, [], 1, best=None, profile=True, max_turns=6, require=True)
+    assert up["feedback"] == want
+    assert want != fb.render_feedback(1, "optimise", "ptx", ok, ev, [], 1, profile=False, max_turns=6, require=True)
+    assert want != fb.render_feedback(1, "optimise", "ptx", ok, ev, [], 1, profile=True, max_turns=6, require=False)
+    assert want != fb.render_feedback(1, "optimise", "ptx", ok, ev, [], 1, profile=True, max_turns=None, require=True)
+
+
+def test_evolve_feedback_in_the_runs_language_profile_and_require_settings(tmp_path):
+    n = make(tmp_path, strategy="evolve", budget=Budget(max_turns=6), require="on", profile_feedback=True, lang="ptx")
+    parent = rec(2, 0, "unverified", verified=True)
+    pdir = n.deps.writer.run_dir / parent.path
+    pdir.mkdir(parents=True)
+    ev = ev_result("correct")
+    (pdir / "eval.json").write_text(ev.model_dump_json())
+    state = {"turn": 4, "parent": parent.path, "attempts": [parent.model_dump()], "messages": [{}, {}]}
+    up = n.optimise(state)
+    want = fb.render_feedback(2, "optimise", "ptx", parent, ev, profile=True, max_turns=6, next_turn=5, require=True)
+    assert up["feedback"] == want and events(n, "feedback")[0]["text"] == want
+    assert want != fb.render_feedback(2, "optimise", "ptx", parent, ev, profile=False, max_turns=6, next_turn=5, require=True)
+    assert want != fb.render_feedback(2, "optimise", "ptx", parent, ev, profile=True, max_turns=6, next_turn=5, require=False)
+    fmt = rec(2, 0, "format_error")
+    fmt.error = "no code"
+    state = {"turn": 4, "parent": fmt.path, "attempts": [fmt.model_dump()], "messages": [{}, {}]}
+    (pdir / "eval.json").unlink()
+    assert "```ptx" in n.repair(state)["feedback"]
