@@ -1047,8 +1047,10 @@ def test_exact_counts_wait_for_the_overlapping_inspection(tmp_path, monkeypatch)
 
 def test_credit_seeds_are_62_bits(tmp_path):
     w = credit_worker({"op": "credits", "credits": {}})
+    ev = evaluator(tmp_path, w)
     for _ in range(10):
-        run(tmp_path, w, insp=sass("HGMMA"), executed_check=True)
+        ev.evaluate(GOOD, small_gemm(), "sm_90a", workloads="all", compiled=(compiled(), sass("HGMMA")),
+                    executed_check=True)
     seeds = [m["credit"]["seed"] for m in w.asked if "credit" in m]
     assert len(seeds) == 20 and all(0 <= s < 2**62 for s in seeds) and max(seeds) >= 2**58
 
@@ -1306,3 +1308,49 @@ def test_the_ncu_process_gets_the_workers_environment_without_a_device(tmp_path,
     monkeypatch.setattr(ev, "_judge", lambda *a: None)
     ev.evaluate(GOOD, small_gemm(), "sm_90a", compiled=(compiled(), sass()), executed_check=True)
     assert made == [{"PATH": "/only"}]
+
+
+def test_a_stop_skips_every_workload_after_it(tmp_path):
+    from tasks.schema import Workload
+
+    task = small_gemm()
+    task.workloads = [Workload(name=f"M{m}", axes={"M": m}) for m in (128, 64, 32)]
+
+    def answer(msg):
+        wl = msg["workload"]
+        return {"op": "result", "result": WorkloadResult(workload=wl["name"], split="visible", axes=wl["axes"],
+                                                         status="failed", reason="cuda_error").model_dump()}
+
+    res = evaluator(tmp_path, Worker(answer)).evaluate(GOOD, task, "sm_90a", compiled=(compiled(), sass()))
+    assert [(x.workload, x.status) for x in res.workloads] == [("M128", "failed"), ("M64", "skipped"), ("M32", "skipped")]
+
+
+def test_the_ncu_mode_counts_with_the_solution_on_the_workers_device(tmp_path, monkeypatch):
+    ncu = _Ncu()
+    monkeypatch.setattr("tools.ncu.CreditProcess", lambda features, env, timeout, extra_metrics=(): ncu)
+    ev = evaluator(tmp_path, Worker())
+    ev.in_process_credit = False
+    ev.evaluate(GOOD, small_gemm(), "sm_90a", workloads="all", compiled=(compiled(), sass("HGMMA")), executed_check=True)
+    ((requests, device, works, timed),) = ncu.finished
+    assert device == "3" and requests[0]["manifest"] == GOOD.manifest.model_dump(mode="json")
+
+
+def test_without_an_overlapping_inspection_the_check_reads_the_results_own(tmp_path):
+    task = small_gemm()
+    res = result(task, insp=sass("FFMA"))
+    evaluator(tmp_path, Worker())._run(res, GOOD, task, task.workloads, "sm_90a", False, True, Counting(mode="cupti"))
+    assert res.executed.reason == E.NO_REQUESTED_SASS
+
+
+def test_a_ptx_solutions_toolchain_failure_is_a_ptx_compile(tmp_path, monkeypatch):
+    def boom(*a):
+        raise OSError("ptxas missing")
+
+    monkeypatch.setattr(E, "_compile", boom)
+    ptx = GOOD.model_copy(update={"language": "ptx"})
+    assert evaluator(tmp_path).evaluate(ptx, small_gemm(), "sm_90a").compile.language == "ptx"
+
+
+def test_a_workers_start_up_may_take_5_minutes(tmp_path):
+    """The first start imports torch, makes the CUDA context and loads the library (cuBLAS, cuDNN)."""
+    assert Evaluator(gpus=["0"], cache_dir=tmp_path)._workers[0].startup_timeout_s == 300.0
