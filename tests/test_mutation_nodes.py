@@ -928,3 +928,131 @@ def test_evolve_feedback_in_the_runs_language_profile_and_require_settings(tmp_p
     state = {"turn": 4, "parent": fmt.path, "attempts": [fmt.model_dump()], "messages": [{}, {}]}
     (pdir / "eval.json").unlink()
     assert "```ptx" in n.repair(state)["feedback"]
+
+
+def test_answers_reused_after_a_crash_count_as_recorded(tmp_path):
+    n = make(tmp_path, samples=2)
+    w = n.deps.writer
+    w.event("llm_response", turn=1, sample=0, text="cut", usage={"prompt_tokens": 7, "cached_tokens": 2},
+            finish_reason="length")
+    w.event("llm_response", turn=1, sample=1, usage={"prompt_tokens": 5, "completion_tokens": 3, "cost_usd": 0.5})
+    w.event("fault", turn=1, sample=1, kind="rate_limit")
+    up = n.draft({**initial_state(), "faults": 2})
+    s = Spent(**up["spent"])
+    assert (s.llm_calls, s.prompt_tokens, s.completion_tokens, s.cached_tokens, s.cost_usd) == (2, 12, 3, 2, None)
+    assert up["faults"] == 3
+    r0, r1 = up["replies"]
+    assert r0["format_error"].endswith("cut off at the output-token limit, so keep the prose short")  # its finish reason
+    assert r1["text"] == "" and not r1["has_solution"]
+
+
+class Failing:
+    def complete(self, messages, on_fault=None, **kw):
+        from agent.models import Fault, ModelError
+
+        raise ModelError("auth", "", faults=[Fault("auth", 401, "bad key", 1)])
+
+
+def test_a_provider_failure_adds_its_faults_and_names_itself(tmp_path):
+    n = make(tmp_path)
+    n.deps.model = Failing()
+    up = n.draft({**initial_state(), "faults": 3})
+    assert up["faults"] == 4 and up["model_error"] == {"kind": "auth", "message": "auth", "retryable": False}
+
+
+def test_a_reply_cut_off_is_judged_with_its_finish_reason(tmp_path):
+    from tools.solution import SolutionError, extract_solution
+
+    n = make(tmp_path)
+    n.deps.model = m = Completing(raw={"finish_reason": "length"})
+    m.text = "prose only"
+
+    def complete(messages, on_fault=None, **kw):
+        from agent.models import Completion, Usage
+
+        return Completion(text="prose only", model="m", usage=Usage(1, 1, 0.0), latency_s=0.1, attempts=1,
+                          raw={"finish_reason": "length"})
+
+    m.complete = complete
+    up = n.draft(initial_state())
+    with pytest.raises(SolutionError) as e:
+        extract_solution("prose only", "cuda")
+    assert up["replies"][0]["format_error"] == (
+        str(e.value) + "; the reply was cut off at the output-token limit, so keep the prose short")
+
+
+def test_the_evaluation_events_name_their_turn_and_sample(tmp_path):
+    n = make(tmp_path, results=[ev_result("wrong")])
+    put_solution(n, 3, 2)
+    n.evaluate({"turn": 3, "replies": [reply(2)]})
+    for kind in ("compile", "inspect", "run"):
+        (e,) = events(n, kind)
+        assert (e["turn"], e["sample"]) == (3, 2), kind
+    assert events(n, "inspect")[0]["result"] == _json.loads(_json.dumps(ev_result("wrong").inspect.model_dump(mode="json")))
+
+
+def test_decide_keeps_the_earlier_turns_and_decisions(tmp_path):
+    n = make(tmp_path, budget=Budget(max_turns=9))
+    earlier = TurnRecord(turn=1, candidates=[rec(1, 0, "incorrect")], chosen=0, action="repair").model_dump()
+    best = rec(2, 0, "correct_with_arch", 1.5, True)
+    up = n.decide(decide_state([best], turn=2, per_turn=[earlier], decisions=["repair"]))
+    assert up["decisions"] == ["repair", "optimise"] and up["per_turn"][0] == earlier
+    t = TurnRecord(**up["per_turn"][1])
+    assert t.turn == 2 and [c.path for c in t.candidates] == [best.path] and t.best.path == best.path
+    assert events(n, "budget")[0]["turn"] == 2
+
+
+def test_under_require_on_the_requested_instructions_decide_the_choice_the_best_and_the_action(tmp_path):
+    fast_plain = rec(1, 0, "arch_missing", 3.0, True)
+    fast_plain.verdicts.correct = True
+    slow_arch = rec(1, 1, "correct_with_arch", 1.0, True)
+    n = make(tmp_path, samples=2)
+    up = n.decide(decide_state([fast_plain, slow_arch]))
+    assert TurnRecord(**up["per_turn"][0]).chosen == 1 and CandidateRecord(**up["best"]).sample == 1
+    n = make(tmp_path / "b")
+    up = n.decide(decide_state([fast_plain]))
+    assert up["action"] == "repair" and up["best"] is None  # correct without the instructions: not the goal
+    n = make(tmp_path / "c", require="off")
+    assert n.decide(decide_state([fast_plain]))["action"] == "optimise"
+
+
+def test_evolve_draws_by_the_turn_from_a_population_ranked_under_require(tmp_path):
+    plain = rec(1, 0, "arch_missing", 9.0, True)
+    plain.verdicts.correct = True
+    arch = [rec(t, 0, "correct_with_arch", 1.0 + t / 10, True) for t in (2, 3, 4)]
+    attempts = [plain] + arch
+    pop = fb.population(attempts, 3, True)
+    assert plain not in pop
+    turn = next(t for t in range(5, 60) if fb.draw_parent(pop, 11, t).path != fb.draw_parent(pop, 11, None).path)
+    n = make(tmp_path, strategy="evolve", population=3, seed=11, budget=Budget(max_turns=99))
+    up = n.decide(decide_state([arch[-1]], turn=turn, attempts=[a.model_dump() for a in attempts]))
+    assert up["parent"] == fb.draw_parent(pop, 11, turn).path
+    assert events(n, "decision")[0]["population"] == [c.path for c in pop]
+    # nothing to draw from yet: the turn's own best
+    n = make(tmp_path / "b", strategy="evolve", population=3, budget=Budget(max_turns=99))
+    up = n.decide(decide_state([arch[0]], turn=2, attempts=[]))
+    assert up["parent"] == arch[0].path and events(n, "decision")[0]["population"] is None
+
+
+def test_linear_feedback_under_require_off_says_nothing_of_the_instructions(tmp_path):
+    n = make(tmp_path, require="off", budget=Budget(max_turns=4))
+    ok = rec(1, 0, "arch_missing", verified=True)
+    ev = ev_result("correct")
+    cdir = n.deps.writer.candidate_dir(1, 0)
+    cdir.mkdir(parents=True)
+    (cdir / "eval.json").write_text(ev.model_dump_json())
+    tr = TurnRecord(turn=1, candidates=[ok], chosen=0, action="optimise")
+    text = n.optimise({"per_turn": [tr.model_dump()], "turn": 1})["feedback"]
+    assert text == fb.render_feedback(1, "optimise", "cuda", ok, ev, [], 1, max_turns=4, require=False)
+    assert text != fb.render_feedback(1, "optimise", "cuda", ok, ev, [], 1, max_turns=4, require=True)
+
+
+def test_turn_ones_chat_without_docs_and_under_require_on():
+    from agent.nodes import turn1_messages
+
+    cfg = _config(arch="sm_90a", budget=Budget(max_turns=3))
+    assert turn1_messages(cfg, "T") == turn1_messages(cfg, "T", "")
+    msgs = turn1_messages(cfg, "T")
+    assert msgs[0]["content"] == prompts.system_prompt("sm_90a", "cuda", "v1", True)
+    assert msgs[1]["content"] == prompts.task_prompt("T", "sm_90a", "", "v1", 3, True)
+    assert msgs[0]["content"] != prompts.system_prompt("sm_90a", "cuda", "v1", False)
