@@ -933,13 +933,13 @@ def test_evolve_feedback_in_the_runs_language_profile_and_require_settings(tmp_p
 def test_answers_reused_after_a_crash_count_as_recorded(tmp_path):
     n = make(tmp_path, samples=2)
     w = n.deps.writer
-    w.event("llm_response", turn=1, sample=0, text="cut", usage={"prompt_tokens": 7, "cached_tokens": 2},
+    w.event("llm_response", turn=1, sample=0, text="cut", usage={"completion_tokens": 4, "cached_tokens": 2},
             finish_reason="length")
     w.event("llm_response", turn=1, sample=1, usage={"prompt_tokens": 5, "completion_tokens": 3, "cost_usd": 0.5})
     w.event("fault", turn=1, sample=1, kind="rate_limit")
     up = n.draft({**initial_state(), "faults": 2})
     s = Spent(**up["spent"])
-    assert (s.llm_calls, s.prompt_tokens, s.completion_tokens, s.cached_tokens, s.cost_usd) == (2, 12, 3, 2, None)
+    assert (s.llm_calls, s.prompt_tokens, s.completion_tokens, s.cached_tokens, s.cost_usd) == (2, 5, 7, 2, None)
     assert up["faults"] == 3
     r0, r1 = up["replies"]
     assert r0["format_error"].endswith("cut off at the output-token limit, so keep the prose short")  # its finish reason
@@ -1056,3 +1056,18 @@ def test_turn_ones_chat_without_docs_and_under_require_on():
     assert msgs[0]["content"] == prompts.system_prompt("sm_90a", "cuda", "v1", True)
     assert msgs[1]["content"] == prompts.task_prompt("T", "sm_90a", "", "v1", 3, True)
     assert msgs[0]["content"] != prompts.system_prompt("sm_90a", "cuda", "v1", False)
+
+
+def test_under_require_off_the_fastest_correct_kernel_leads_with_or_without_the_instructions(tmp_path):
+    fast_plain = rec(1, 0, "arch_missing", 3.0, True)
+    fast_plain.verdicts.correct = True
+    slow_arch = rec(1, 1, "correct_with_arch", 1.0, True)
+    n = make(tmp_path, samples=2, require="off")
+    up = n.decide(decide_state([slow_arch, fast_plain]))
+    assert CandidateRecord(**up["best"]).sample == 0 and up["action"] == "optimise"
+    chosen_sample = TurnRecord(**up["per_turn"][0]).chosen
+    assert chosen_sample == max([slow_arch, fast_plain], key=lambda c: fb.rank(c, False)).sample
+    assert chosen_sample != max([slow_arch, fast_plain], key=lambda c: fb.rank(c, True)).sample
+    n = make(tmp_path / "b", strategy="evolve", population=1, require="off", budget=Budget(max_turns=9))
+    up = n.decide(decide_state([slow_arch], turn=2, attempts=[fast_plain.model_dump(), slow_arch.model_dump()]))
+    assert up["parent"] == fast_plain.path  # the population of one: the fastest correct kernel
