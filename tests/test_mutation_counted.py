@@ -498,3 +498,90 @@ def test_a_fatal_session_leaves_the_modules_loaded_context_alone():
     other.out["reason"] = None
     reply, fatal = counted.run_pending(_State([other, e]), count=False)
     assert fatal and mod.unloaded == 0  # the context may be dead: nothing is unloaded in it
+
+
+# ---------------------------------------------------------------------------------------
+# Found by the first mutation run (2026-12-03 night)
+# ---------------------------------------------------------------------------------------
+def test_the_credit_a_deferred_workload_starts_with():
+    state = _DeferState()
+    seen = []
+    state.counters = lambda metrics: seen.append(metrics) or _Profiler()
+    phase = object()
+    result = WorkloadResult(workload="M1", split="visible", axes={}, status="passed",
+                            timing=Timing(median_ms=1.5, iqr_ms=0, cv=0, runs=5))
+    req = {"credit": {"seed": 42, "metrics": ["m1", "m2"], "evaluation": "ev1"}, "workload": {"name": "M1"}, "time": True}
+    ws, bound, task = object(), object(), object()
+    assert counted.defer_counted(state, req, task, {"M": 1}, ws, bound, result, 2.0, True, phase=phase)
+    assert seen == [("m1", "m2")]
+    assert result.credit == {"status": "pending", "reason": "its counted runs wait for the evaluation's credit op",
+                             "runs": 6, "lead_runs": 0, "passes": 6, "counted_from": 1, "run_ms": [],
+                             "instrumented_ms": [], "profile_s": None, "launches": []}
+    (e,) = state.pending
+    assert (e.task, e.axes, e.ws, e.bound, e.judge, e.phase, e.result) == (task, {"M": 1}, ws, bound, True, phase, result)
+    assert e.out is result.credit and isinstance(e.profiler, _Profiler) and e.module is not None
+    # no phase: the result goes back with the workload now, not from the credit op
+    state = _DeferState()
+    kept, result = _defer(state, judge=False)
+    assert state.pending[0].result is None and state.pending[0].judge is False
+    kept, result = _defer(_DeferState(counters=False))
+    assert result.credit == {"status": "unavailable", "reason": "this worker has no hardware counters", "runs": 0,
+                             "lead_runs": 0, "passes": None, "counted_from": None, "run_ms": [], "instrumented_ms": [],
+                             "profile_s": None, "launches": []}
+
+
+def test_gaps_are_rounded_to_the_microsecond():
+    g = launch_gaps([0.0, 0.00123456, 0.00246912], [0.00370368])
+    assert g["timed_median"] == 1.235 and g["counted"] == [1.235]
+
+
+def test_the_cap_weighs_milliseconds_as_thousandths_of_a_second():
+    assert over_cap("w", 0, 10000.0, [], 20.0, False) is None  # 20 s + 10 s: at the cap
+    assert over_cap("w", 0, 10000.0, [], 20.005, False) is not None
+
+
+def test_more_passes_than_pairs_still_count_one_pair_each():
+    for total, n in ((3, 4), (2, 3), (4, 6)):
+        pairs, ends = counted_pairs(total, n, random.Random(1))
+        assert len(pairs) == n and all(1 <= p < total for p in pairs) and ends[-1] == total
+
+
+class _Boom(_Module):
+    def unload(self):
+        raise RuntimeError("context gone")
+
+
+def test_the_credit_op_counts_through_run_counted_and_its_cost_parts(monkeypatch):
+    seen = []
+
+    def run_counted(state, entries, sites):
+        seen.append((state, [e.workload for e in entries], sites))
+        return {**dict.fromkeys(counted.COST_PARTS, 0.0), "cupti": 1.5, "release": 5.0}
+
+    monkeypatch.setattr(counted, "run_counted", run_counted)
+    e = entry("A")
+    e.module = _Boom()  # a module that cannot unload: best effort, never an error
+    e.pad_s, e.pad_hidden_s = 0.123456, 0.0654321
+    e.out["padded_runs"] = 2
+    state = _State([e])
+    reply, fatal = counted.run_pending(state, {"k": {"16": "UTMALDG", "32": "UBLKCP"}})
+    assert seen == [(state, ["A"], {"k": {16: "UTMALDG", 32: "UBLKCP"}})] and not fatal
+    assert reply["op"] == "credits" and reply["cost_parts"]["cupti"] == 1.5
+    assert 5.0 <= reply["cost_parts"]["release"] < 5.5
+    assert e.out["padding_s"] == [0.1235, 0.0654]
+    reply, _ = counted.run_pending(_State([entry("B")]))
+    assert seen[-1][2] is None
+    monkeypatch.setattr(counted, "run_counted", lambda state, entries, sites: None)  # nothing spent reported
+    reply, _ = counted.run_pending(_State([entry("C")]))
+    assert reply["cost_parts"]["cupti"] == 0.0
+
+
+def test_a_session_ended_by_a_hang_nobody_owns_names_a_workload(monkeypatch):
+    from tools.timing import KernelTimeout
+
+    def run_counted(state, entries, sites):
+        raise KernelTimeout("the GPU did not finish")
+
+    monkeypatch.setattr(counted, "run_counted", run_counted)
+    reply, fatal = counted.run_pending(_State([entry("A")]))
+    assert fatal and reply["credits"]["A"]["reason"] == "not counted: a workload's run ended the session"
