@@ -210,7 +210,7 @@ def test_the_credit_ops_reply_names_failures_and_returns_the_timed_results(monke
     from tools.results import Mismatch
 
     m = Mismatch(output="C", passed=False, max_abs_err=1.0, max_rel_err=1.0, mismatch_frac=0.5)
-    wrong = entry("W", result=base_result("W"), failed=Failed("wrong_in_timed_run", "run 3", outputs=[m]), timed_s=2.0,
+    wrong = entry("W", result=base_result("W", speedup_ci=(0.9, 1.1)), failed=Failed("wrong_in_timed_run", "run 3", outputs=[m]), timed_s=2.0,
                   pad_s=0.25, finish_s=0.5)
     wrong.times = object()
     unfinished = entry("U", result=base_result("U"), timed_s=1.0)  # its phase never ran to its end
@@ -225,6 +225,8 @@ def test_the_credit_ops_reply_names_failures_and_returns_the_timed_results(monke
     w = WorkloadResult.model_validate(reply["results"]["W"])
     assert (w.status, w.reason, w.detail, w.outputs[0].mismatch_frac) == ("failed", "wrong_in_timed_run", "run 3", 0.5)
     assert w.credit == reply["credits"]["W"]
+    assert reply["results"]["W"] == wrong.result.model_dump(mode="json")  # JSON as the protocol sends it
+    assert isinstance(reply["results"]["W"]["speedup_ci"], list) and 0 <= reply["seconds"] < 5
     u = WorkloadResult.model_validate(reply["results"]["U"])
     assert (u.status, u.reason, u.detail) == ("failed", "harness_error",
                                               (
@@ -236,9 +238,9 @@ def test_the_credit_ops_reply_names_failures_and_returns_the_timed_results(monke
     assert reply["credits"]["N"]["status"] == "skipped"  # count=False: the SASS decided the check
 
 
-def test_a_context_that_cannot_be_restored_after_the_counted_runs_restarts_the_worker():
+def test_a_context_that_cannot_be_restored_after_the_counted_runs_restarts_the_worker(capsys):
     reply, fatal = counted.run_pending(_State([entry("A")], why="leaked 3 GiB"), count=False)
-    assert fatal
+    assert fatal and capsys.readouterr().err == "[worker] restarting after the counted runs: leaked 3 GiB\n"
     reply, fatal = counted.run_pending(_State([]), count=True)
     assert not fatal and reply["credits"] == {} and reply["timed_s"] == 0
 
