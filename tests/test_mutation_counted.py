@@ -587,3 +587,46 @@ def test_a_session_ended_by_a_hang_nobody_owns_names_a_workload(monkeypatch):
     monkeypatch.setattr(counted, "run_counted", run_counted)
     reply, fatal = counted.run_pending(_State([entry("A")]))
     assert fatal and reply["credits"]["A"]["reason"] == "not counted: a workload's run ended the session"
+
+
+def test_free_device_memory_is_read_on_the_gpu_only(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (5 << 30, 80 << 30))
+    gpu = _TState()
+    gpu.device = "cuda"
+    assert timed._free_bytes(gpu) == 5 << 30  # free, not total
+    assert timed._free_bytes(_TState()) == 0  # no device: a CPU stand-in
+
+
+def test_a_library_output_that_cannot_be_scrubbed_is_said(capsys):
+    import torch
+
+    inputs = {"A": torch.ones(4)}
+
+    class Lib:
+        prepare = staticmethod(lambda: None)
+
+        def run(self):
+            return {"C": object()}  # not a tensor: nothing to zero
+
+    side = timed.library_side("cublas", Lib(), inputs)
+    side.run()
+    side.finish()
+    err = capsys.readouterr().err
+    assert err.startswith("[worker] could not scrub the library's output: AttributeError: ")
+
+
+def test_throughput_only_where_the_work_and_the_time_are_known():
+    from types import SimpleNamespace as NS
+
+    p = phase("gemm_n7168_k5120", gpu="NVIDIA RTX 9999")  # no ceiling: the figures alone
+    for flops, want in ((0, None), (1, 1 / 2e-3 / 1e12)):
+        p.task = NS(name="t", flop_count=lambda axes, f=flops: f, min_bytes=lambda axes: 8e6,
+                    tolerance=None, op_type="gemm", inputs={}, outputs={})
+        p.result = WorkloadResult(workload="w", split="visible", axes={}, status="passed")
+        p.finish(_PTimes([2.0] * 3, [1.0] * 3))
+        assert p.result.tflops == want and p.result.gbps == 8e6 / 2e-3 / 1e9
+    p.result = WorkloadResult(workload="w", split="visible", axes={}, status="passed")
+    p.finish(_PTimes([0.0] * 3, []))  # a zero median (a timer's floor): no throughput, no division
+    assert p.result.tflops is None and p.result.gbps is None
