@@ -11,11 +11,12 @@
 # survived, had no test or timed out, the score (killed / all mutants, a mutant no test reaches
 # counting as a survivor), and the survivors' names. To read one:
 #   cd $MUTATION_DIR/<module> && mutmut show NAME
-# The scores and why each survivor lives: docs/BENCHMARKS.md, "Mutation scores" and "Mutation scores, pass 2".
+# The scores and why each survivor lives: docs/BENCHMARKS.md, "Mutation scores" and "Mutation scores, pass 2" (passes 3 and 4 in it).
 # Not run by CI (.ci/run runs `pytest -m "not gpu"` only): run it by hand after changing a module.
-# How long, on a 2-core machine shared with other work (one worker): 1-7 minutes a module,
-# agent/feedback.py 18, knowledge/retriever.py 14, tools/credit.py 21 (all of it, 1219 mutants);
-# measured 2026-12-03 with seven other jobs on the two cores, all 26 modules: about 2 hours.
+# How long, on a 2-core machine shared with other work (one worker): 1-9 minutes a module,
+# agent/feedback.py 18, knowledge/retriever.py 14, tools/credit.py 21 (all of it, 1219 mutants),
+# agent/nodes.py 20 (all of it, 1647); measured 2026-12-03 with six or seven other jobs on the two
+# cores, all 27 modules: about 2.5 hours (re-running a module's survivors after new tests: minutes).
 # Under such load a slow test can read as a "timeout" (counted as killed below): re-run those by
 # name (cd $MUTATION_DIR/<module> && mutmut run NAME ...) before trusting a score.
 # MUTATION_JOBS=N checks N mutants at a time where N cores are free.

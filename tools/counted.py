@@ -139,6 +139,33 @@ def launch_gaps(timed: list[float], counted: list[float]) -> dict:
             "counted_beyond_timed": sum(g > top for g in counted_gaps) if top is not None else None}
 
 
+def over_cap(workload: str, i: int, timed_ms: float | None, run_ms: list[float], spent_s: float,
+             instrumented: bool) -> str | None:
+    """Why the counted run of pass `i` (0-based) may not start: it could end past COUNTED_CAP_S, with
+    `spent_s` gone already and the run taking its workload's timed median (where not timed: the
+    slowest counted run so far), INSTRUMENTED_SLOWDOWN times that on a SASS-patched pass. None: it fits."""
+    plain_ms = timed_ms if timed_ms is not None else max(run_ms, default=0.0)
+    may_s = plain_ms / 1e3 * (INSTRUMENTED_SLOWDOWN if instrumented else 1.0)
+    if spent_s + may_s <= COUNTED_CAP_S:
+        return None
+    return (f"not counted: the counted runs would pass their {COUNTED_CAP_S:.0f} s cap ({spent_s:.1f} s "
+            f"spent; {workload}'s run of pass {i + 1} may take {may_s:.1f} s"
+            + (f", {INSTRUMENTED_SLOWDOWN:.0f}x its {plain_ms:.1f} ms, SASS-patched)" if instrumented else ")"))
+
+
+def counted_pairs(total: int, n: int, rng) -> tuple[list[int], list[int]]:
+    """The pair counted in each of `n` hardware passes, for a timed phase of `total` pairs: pairs
+    1 .. total-1 (pair 0 is never counted: the pause before it is the same for every evaluation)
+    split into n stretches as evenly as whole pairs allow, one pair drawn from `rng` (the secret
+    credit seed) in each. Returns (the counted pairs, each stretch's end: the first pair of the next)."""
+    span = total - 1
+    bounds = [1 + span * j // n for j in range(n + 1)]
+    # never a stretch's first pair after the first stretch: the pass boundary (CUPTI's stop
+    # and start, other workloads' stretches) is a longer pause before it than any other
+    lows = [bounds[0]] + [min(b + 1, max(b, nxt - 1)) for b, nxt in zip(bounds[1:-1], bounds[2:])]
+    return [rng.randrange(lo, max(lo + 1, hi)) for lo, hi in zip(lows, bounds[1:])], bounds[1:]
+
+
 class _NothingLeft(Exception):
     """Every workload of the counted runs has answered wrong: the passes stop."""
 
@@ -196,14 +223,9 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     def within_cap(e: Counted, i: int) -> None:
         """Raises _OverCap where e's run of pass i could end past COUNTED_CAP_S."""
-        plain_ms = e.timed_ms if e.timed_ms is not None else max(e.out["run_ms"], default=0.0)
-        may_s = plain_ms / 1e3 * (INSTRUMENTED_SLOWDOWN if i in instrumented else 1.0)
-        spent = clock() - began
-        if spent + may_s > COUNTED_CAP_S:
-            raise _OverCap(f"not counted: the counted runs would pass their {COUNTED_CAP_S:.0f} s cap ({spent:.1f} s "
-                           f"spent; {e.workload}'s run of pass {i + 1} may take {may_s:.1f} s"
-                           + (f", {INSTRUMENTED_SLOWDOWN:.0f}x its {plain_ms:.1f} ms, SASS-patched)" if i in instrumented
-                              else ")"))
+        why = over_cap(e.workload, i, e.timed_ms, e.out["run_ms"], clock() - began, i in instrumented)
+        if why:
+            raise _OverCap(why)
 
     for e in entries:  # uncounted runs first, where the workload was not timed and judged
         t0 = clock()
@@ -366,13 +388,7 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             advance(e)  # pair 0 is never counted: the pause before it is the same for every evaluation
             if e.at is None:
                 return False
-            span = e.at[1] - 1  # pairs 1 .. total-1, split evenly; one drawn in each stretch
-            bounds = [1 + span * j // n for j in range(n + 1)]
-            # never a stretch's first pair after the first stretch: the pass boundary (CUPTI's stop
-            # and start, other workloads' stretches) is a longer pause before it than any other
-            lows = [bounds[0]] + [min(b + 1, max(b, nxt - 1)) for b, nxt in zip(bounds[1:-1], bounds[2:])]
-            e.counted_pairs = [e.rng.randrange(lo, max(lo + 1, hi)) for lo, hi in zip(lows, bounds[1:])]
-            e.stretch_ends = bounds[1:]
+            e.counted_pairs, e.stretch_ends = counted_pairs(e.at[1], n, e.rng)
             # the stopping rule (a kernel far from the library) may not end the sequence before the
             # last counted pair: were it to, that pass would count a run after the timed ones, where
             # the pause before it sets it apart (a stop the kernel cannot foresee decides nothing else)
@@ -570,9 +586,15 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
     fatal = fatal or must_restart(state, "the counted runs")
     spent["release"] += time.perf_counter() - t1
     reply["seconds"] = time.perf_counter() - t0
-    spent["other"] = max(0.0, reply["seconds"] - reply["timed_s"] - sum(v for k, v in spent.items() if k != "other"))
-    reply["cost_parts"] = {k: round(v, 4) for k, v in spent.items()}
+    reply["cost_parts"] = cost_parts(spent, reply["seconds"], reply["timed_s"])
     return reply, fatal
+
+
+def cost_parts(spent: dict[str, float], seconds: float, timed_s: float) -> dict[str, float]:
+    """The credit op's `cost_parts`: each part's seconds (COST_PARTS), and as `other` what the op's
+    `seconds` hold beyond the timed phases' own `timed_s` and every named part (never below 0)."""
+    other = max(0.0, seconds - timed_s - sum(v for k, v in spent.items() if k != "other"))
+    return {k: round(v, 4) for k, v in {**spent, "other": other}.items()}
 
 
 def time_uncounted(state, entries: list[Counted]) -> None:
