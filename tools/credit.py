@@ -76,11 +76,15 @@ HFMA2_MMA_FLOPS = 128.0
 # - TMA and bulk reductions (cp.reduce.async.bulk{.tensor} .add: UTMAREDG, UBLKRED; the adds are done
 #   in L2 or in the destination's shared memory) by their bytes: at least 2 bytes an element (f16,
 #   bf16), so one add (2 FLOPs) per 2 bytes: FLOPs = bytes.
-# IDP4A/IDP2A (4 or 2 int8 products and their sum in one instruction) are the known exception:
-# METHODOLOGY's known limits.
+# One class does more per thread instruction than any counter can tell: IDP (dp4a, dp2a: 4 int8
+# products and their sum, 8 ops). No counter separates it, so where the module's SASS holds one (or the
+# SASS was not read: the side that refuses) EVERY thread instruction is charged IDP's 8 FLOPs. Honest
+# kernels hold none.
 THREAD_INST_METRIC = "smsp__thread_inst_executed_pred_on.sum"  # every pipe's thread instructions
 FP16_INST_METRIC = "sm__thread_inst_executed_pipe_fma_type_fp16_pred_on.sum"
 SIMT_FLOP_METRICS = {THREAD_INST_METRIC: 2.0, FP16_INST_METRIC: 4.0}
+WIDE_SIMT_OPCODES = ("IDP",)  # SASS base opcodes (IDP.4A.S8.S8, IDP.2A.LO ...)
+WIDE_SIMT_FLOPS = 8.0  # what each thread instruction is charged where the module holds one
 UNIFORM_INST_METRIC = "sm__inst_executed_pipe_uniform.sum"  # warp instructions of the uniform datapath
 UNIFORM_FLOPS_PER_INST = 2.0
 # Adds one lane of a warp instruction does at most, by class (PTX ISA 8.x, ptxas 13.0 on sm_90a):
@@ -101,7 +105,7 @@ TMA_REDUCTION_BYTES_METRICS = ("l1tex__m_l1tex2xbar_write_bytes_mem_global_op_tm
 TMA_REDUCTION_FLOPS_PER_BYTE = 1.0  # 2 bytes (one f16/bf16 element) per add, an add charged 2 FLOPs
 # The derived sums a workload's credit keeps (WorkloadCredit.work): what a reader needs to see how
 # near each limit an honest kernel stands (docs/METHODOLOGY.md's margins come from these).
-WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "uniform_flops", "reduction_flops", "other_flops",
+WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "wide_simt", "uniform_flops", "reduction_flops", "other_flops",
              "wgmma_of_all_math", "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads",
              "tma_exact_instructions", "exact_untied")
 TENSOR_INST_METRICS = (TENSOR_INST_METRIC, HMMA_INST_METRIC, HFMA2_MMA_INST_METRIC, IMMA_INST_METRIC, DMMA_INST_METRIC)
@@ -131,6 +135,7 @@ FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": (TMA_INST_METRIC,)}
 CUPTI_METRICS = tuple(dict.fromkeys((GMMA_METRIC, TMA_INST_METRIC, *WORK_METRICS)))
 # The module's SASS facts a row may carry (counter_rows): whether it holds a plain bulk copy.
 SASS_BULK_COPY = "sass:bulk_copy"
+SASS_WIDE_SIMT = "sass:wide_simt"  # and whether it holds an instruction of WIDE_SIMT_OPCODES
 BULK_COPY_OPCODES = ("UBLKCP",)  # cp.async.bulk without .tensor (loads UBLKCP.S.G, stores UBLKCP.G.S)
 # Exact counts (issue 42, item 4): the TMA load counters (instructions and bytes) count a tensor-map
 # load (UTMALDG) and a plain bulk copy from global memory (UBLKCP.S.G) alike, and no hardware counter
@@ -362,6 +367,19 @@ def _row_bulk_copy(row: dict[str, str]) -> bool | None:
     return None if flag is None else flag == "1"
 
 
+def _row_wide_simt(row: dict[str, str]) -> bool | None:
+    """Whether an instruction of WIDE_SIMT_OPCODES (IDP) may be among this launch's thread
+    instructions: from Nsight Compute's per-opcode counts of every opcode where the row has them (not
+    the worker's exact counts, which are of TMA sites only), else from the module's SASS
+    (counter_rows); None where neither is known."""
+    if OPCODE_METRIC in row and not row.get(EXACT_SOURCE):
+        ops = parse_instances(row[OPCODE_METRIC])
+        if ops or _number(row[OPCODE_METRIC]) == 0:
+            return any(k.split(".")[0] in WIDE_SIMT_OPCODES and v > 0 for k, v in ops.items())
+    flag = row.get(SASS_WIDE_SIMT)
+    return None if flag is None else flag == "1"
+
+
 def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
     """Totals over the profiled launches of the metrics behind the work shares, and the derived
     sums the verdict uses: wgmma_flops, other_tensor_flops, simt_flops, other_flops, tma_bytes,
@@ -388,7 +406,11 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
                                      + warp_mma * MMA_SYNC_MAX_FLOPS + hfma2 * HFMA2_MMA_FLOPS
                                      + (imma + unnamed) * IMMA_MAX_FLOPS)
     if have(SIMT_FLOP_METRICS):
-        out["simt_flops"] = sum(out[m] * w for m, w in SIMT_FLOP_METRICS.items())
+        weights = dict(SIMT_FLOP_METRICS)
+        if any(_row_wide_simt(r) is not False for r in rows):  # IDP ran or is in the module, or not known
+            weights[THREAD_INST_METRIC] = WIDE_SIMT_FLOPS
+            out["wide_simt"] = 1.0
+        out["simt_flops"] = sum(out[m] * w for m, w in weights.items())
     if have([UNIFORM_INST_METRIC]):
         out["uniform_flops"] = out[UNIFORM_INST_METRIC] * UNIFORM_FLOPS_PER_INST
     if have([*REDUCTION_ADDS_PER_LANE, *TMA_REDUCTION_BYTES_METRICS]):
@@ -552,7 +574,8 @@ def counter_rows(launches: list[dict], module_opcodes: set[str] | None = None) -
     verdict (counts_from_rows, work_metrics, per_kernel) serves both. `module_opcodes`: the SASS
     base opcodes of every kernel in the module (None: not read), for what counters lump together."""
     sass = {} if module_opcodes is None else {
-        SASS_BULK_COPY: "1" if any(op in BULK_COPY_OPCODES for op in module_opcodes) else "0"}
+        SASS_BULK_COPY: "1" if any(op in BULK_COPY_OPCODES for op in module_opcodes) else "0",
+        SASS_WIDE_SIMT: "1" if any(op in WIDE_SIMT_OPCODES for op in module_opcodes) else "0"}
     # a value CUPTI could not read (NaN, inf: a pass that was not collected; None once the worker's
     # result went through JSON) is left out, so it is "not measured" and never passes a share test
     # (NaN compares false both ways)
