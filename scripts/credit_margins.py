@@ -8,10 +8,12 @@ math, thread instructions, uniform datapath, reductions, each as a fraction of w
 `--old-pipes` also reads the per-pipe thread counters the rule charged before the bound (FMA, ALU,
 FP64 and XU pipes; a 5th and 6th pass) and prints the share that rule gave (`old`), so a fixture can
 be shown to pass the old rule and fail the new one from the same counted runs. `--fixtures` adds
-attack kernels of tests/credit_fixtures.py (each on its own task).
+attack kernels of tests/credit_fixtures.py (each on its own task). `--breakdown` also reads where the
+thread instructions ran (per pipe, thread and warp level; the LSU's by operation: 11 passes) and prints
+each pipe's part of the thread instructions the bound charges.
 
     python scripts/credit_margins.py [--tasks gemm_n7168_k5120,...] [--fixtures products_by_lookup]
-        [--old-pipes] [--time] [--budget-s 110] [--json OUT]
+        [--old-pipes] [--breakdown] [--time] [--budget-s 110] [--json OUT]
 """
 from __future__ import annotations
 
@@ -31,6 +33,30 @@ EXPERTS = ("gdn_prefill_qk4_v8_d128_k_last", "gemm_n7168_k5120", "mha_bwd_d128",
 # the thread counters the rule read per pipe before the bound (2026-12-03, evening)
 OLD_PIPES = {"sm__thread_inst_executed_pipe_fma_pred_on.sum": 2.0, "sm__thread_inst_executed_pipe_alu_pred_on.sum": 2.0,
              "sm__thread_inst_executed_pipe_fp64_pred_on.sum": 2.0, "sm__thread_inst_executed_pipe_xu_pred_on.sum": 2.0}
+
+BREAKDOWN = (*(f"sm__thread_inst_executed_pipe_{p}_pred_on.sum" for p in ("fma", "alu", "fp64", "xu", "lsu", "ipa")),
+             *(f"sm__inst_executed_pipe_{p}.sum" for p in ("lsu", "cbu", "adu", "uniform", "tma", "tensor", "fma", "alu",
+                                                           "xu", "fp64")),
+             *(f"smsp__inst_executed_op_{o}.sum" for o in ("shared_ld", "shared_st", "ldsm", "shared_stsm", "global_ld",
+                                                          "global_st")),
+             "smsp__inst_executed.sum", "smsp__thread_inst_executed.sum")
+
+
+def breakdown(raw: dict) -> str:
+    """Each pipe's thread instructions as a part of every thread instruction (the bound's charge), the
+    rest (no per-pipe thread counter: branches, tensor, TMA, uniform ...), and warp-level counts per pipe
+    and LSU operation, each x32 over the thread total (how many lanes' worth)."""
+    total = raw.get("smsp__thread_inst_executed_pred_on.sum")
+    if not total:
+        return ""
+    parts = {p: raw.get(f"sm__thread_inst_executed_pipe_{p}_pred_on.sum") for p in ("fma", "alu", "fp64", "xu", "lsu", "ipa")}
+    if any(v is None for v in parts.values()):
+        return ""
+    rest = total - sum(parts.values())
+    warp = {k.split("__")[1].replace("inst_executed_", "").replace(".sum", ""): v for k, v in raw.items()
+            if k in BREAKDOWN and not k.startswith("sm__thread")}
+    return ("thread: " + " ".join(f"{p} {v / total:.3f}" for p, v in parts.items()) + f" rest {rest / total:.3f} | warp x32: "
+            + " ".join(f"{k} {32 * v / total:.3f}" for k, v in sorted(warp.items())))
 
 
 def raw_totals(credit: dict | None) -> dict[str, float]:
@@ -73,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default=",".join(EXPERTS))
     ap.add_argument("--fixtures", default="", help="attack fixtures of tests/credit_fixtures.py, comma-separated")
     ap.add_argument("--old-pipes", action="store_true", help="also read the per-pipe counters of the old rule")
+    ap.add_argument("--breakdown", action="store_true", help="also read where the thread instructions ran")
     ap.add_argument("--time", action="store_true", help="time the workloads too (the counted runs are then timed runs)")
     ap.add_argument("--budget-s", type=float, default=110.0)
     ap.add_argument("--json", default=None)
@@ -91,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     from tools.solution import Solution
 
     require_gpu(f"scripts/{Path(__file__).name}")
-    if args.old_pipes:
-        evaluator_module.credit_metrics = lambda: tuple(dict.fromkeys((*credit_metrics(), *OLD_PIPES)))
+    extra = (*(OLD_PIPES if args.old_pipes else ()), *(BREAKDOWN if args.breakdown else ()))
+    if extra:
+        evaluator_module.credit_metrics = lambda: tuple(dict.fromkeys((*credit_metrics(), *extra)))
     start, rows = time.perf_counter(), []
     work_dir = Path("/tmp/ptxbench_credit_margins")
     plan = [(f, fx.TASKS.get(f, fx.TASK), lambda f=f: fx.FIXTURES[f](work_dir / f)) for f in fixtures]
@@ -114,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{x['old'] if x['old'] is None else round(x['old'], 4)!s:>7}  "
                       f"{f['other_tensor_flops']} / {f['simt_flops']} / {f['uniform_flops']} / {f['reduction_flops']}"
                       + (f"  {x['notes']}" if x["notes"] else ""), flush=True)
+                if args.breakdown and (b := breakdown(x["raw"])):
+                    print(f"{'':34} {x['workload']:>8} {b}", flush=True)
             print(f"{name}: correct={r.correct} correct_with_arch={r.correct_with_arch} "
                   f"({time.perf_counter() - t0:.1f} s) {r.executed.reason if r.executed else ''}", flush=True)
             if args.json:
