@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tools import credit
 from tasks import get_task
 from tools.compile import compile_source
 from tools.sass import disassemble, parse_sass
