@@ -105,9 +105,9 @@ TMA_REDUCTION_BYTES_METRICS = ("l1tex__m_l1tex2xbar_write_bytes_mem_global_op_tm
 TMA_REDUCTION_FLOPS_PER_BYTE = 1.0  # 2 bytes (one f16/bf16 element) per add, an add charged 2 FLOPs
 # The derived sums a workload's credit keeps (WorkloadCredit.work): what a reader needs to see how
 # near each limit an honest kernel stands (docs/METHODOLOGY.md's margins come from these).
-WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "wide_simt", "uniform_flops", "reduction_flops", "other_flops",
-             "wgmma_of_all_math", "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads",
-             "tma_exact_instructions", "exact_untied")
+WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "wide_simt", "uniform_flops", "reduction_flops",
+             "other_flops", "wgmma_of_all_math", "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown",
+             "tex_reads", "tma_exact_instructions", "exact_untied")
 TENSOR_INST_METRICS = (TENSOR_INST_METRIC, HMMA_INST_METRIC, HFMA2_MMA_INST_METRIC, IMMA_INST_METRIC, DMMA_INST_METRIC)
 # Bytes TMA loads brought into shared memory (tensor-map loads and plain bulk copies alike), and
 # bytes read from global memory any other way: LDG and generic loads (LSU), atomics that return
@@ -417,7 +417,8 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
         out["reduction_flops"] = (sum(out[m] * LANES * adds * 2.0 for m, adds in REDUCTION_ADDS_PER_LANE.items())
                                   + sum(out[m] for m in TMA_REDUCTION_BYTES_METRICS) * TMA_REDUCTION_FLOPS_PER_BYTE)
     if all(k in out for k in ("other_tensor_flops", "simt_flops", "uniform_flops", "reduction_flops")):
-        out["other_flops"] = out["other_tensor_flops"] + out["simt_flops"] + out["uniform_flops"] + out["reduction_flops"]
+        out["other_flops"] = sum(out[k] for k in ("other_tensor_flops", "simt_flops", "uniform_flops",
+                                                   "reduction_flops"))
         if "wgmma_flops" in out:
             out["wgmma_of_all_math"] = out["wgmma_flops"] / max(out["wgmma_flops"] + out["other_flops"], 1.0)
     exact = [_exact_tma_total(r) for r in rows if r.get(EXACT_SOURCE)]
