@@ -41,6 +41,11 @@ BREAKDOWN = (*(f"sm__thread_inst_executed_pipe_{p}_pred_on.sum" for p in ("fma",
                                                           "global_st")),
              "smsp__inst_executed.sum", "smsp__thread_inst_executed.sum")
 
+REDUCTION_COUNTERS = ("smsp__inst_executed_op_global_red.sum", "smsp__inst_executed_op_generic_atom_dot_alu.sum",
+                      "smsp__inst_executed_op_shared_atom_dot_alu.sum", "smsp__inst_executed_op_redas.sum",
+                      "l1tex__m_l1tex2xbar_write_bytes_mem_global_op_tma_red.sum",
+                      "l1tex__m_l1tex2xbar_write_bytes_mem_dshared_op_tma_red.sum", "sm__inst_executed_pipe_uniform.sum")
+
 
 def breakdown(raw: dict) -> str:
     """Each pipe's thread instructions as a part of every thread instruction (the bound's charge), the
@@ -90,7 +95,8 @@ def lines(task: str, r) -> list[dict]:
         out.append({"task": task, "workload": w.workload, "split": w.split, "status": w.status,
                     "correct": by[w.workload].status if w.workload in by else None,
                     "carries": w.carries, "notes": w.notes, "share": work.get("wgmma_of_all_math"),
-                    "old": old_share(work, raw), "of_wgmma": frac, "work": work, "raw": raw})
+                    "old": old_share(work, raw), "of_wgmma": frac, "work": work, "raw": raw,
+                    "launches": (by[w.workload].credit or {}).get("launches") if w.workload in by else None})
     return out
 
 
@@ -142,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{x['old'] if x['old'] is None else round(x['old'], 4)!s:>7}  "
                       f"{f['other_tensor_flops']} / {f['simt_flops']} / {f['uniform_flops']} / {f['reduction_flops']}"
                       + (f"  {x['notes']}" if x["notes"] else ""), flush=True)
+                for launch in (x["launches"] or []) if name in fixtures else []:  # what each reduction counter read
+                    red = {k.split("__")[1].replace(".sum", ""): v for k, v in launch.get("metrics", {}).items()
+                           if k in REDUCTION_COUNTERS and v}
+                    if red:
+                        print(f"{'':34} {x['workload']:>8} {launch.get('name')}: {red}", flush=True)
                 if args.breakdown and (b := breakdown(x["raw"])):
                     print(f"{'':34} {x['workload']:>8} {b}", flush=True)
             print(f"{name}: correct={r.correct} correct_with_arch={r.correct_with_arch} "

@@ -225,6 +225,43 @@ gemm_by_lookup(const unsigned* __restrict__ codeA, const unsigned* __restrict__ 
 }
 """
 
+PROBE = r"""
+// What each reduction counter counts (tools.credit.REDUCTION_ADDS_PER_LANE, TMA_REDUCTION_BYTES_METRICS):
+// one warp, `reps` times each: a generic red.add.f32 (SASS ATOM.E.ADD), red.global.add.noftz.v8.bf16 and
+// red.global.add.f32 (REDG), an integer shared atomic (ATOMS), red.shared::cluster.add.u32, a returning
+// global atomicAdd (ATOMG); then `reps` bulk reduce-adds of 4 KiB (UBLKRED).
+extern "C" __global__ void __launch_bounds__(32)
+reduce_probe(float* __restrict__ f, __nv_bfloat16* __restrict__ h, unsigned* __restrict__ u, int reps) {
+  __shared__ alignas(128) float sf[1024];
+  __shared__ unsigned su[32];
+  const int t = threadIdx.x;
+  for (int i = t; i < 1024; i += 32) sf[i] = 1.0f;
+  su[t] = 0;
+  __syncthreads();
+  for (int r = 0; r < reps; ++r) {
+    asm volatile("red.add.f32 [%0], %1;" :: "l"(f + t), "f"(1.0f) : "memory");
+    asm volatile("red.global.add.noftz.v8.bf16 [%0], {%1, %1, %1, %1, %1, %1, %1, %1};"
+                 :: "l"(h + 8 * t), "h"((unsigned short)0x3f80) : "memory");
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(f + 32 + t), "f"(1.0f) : "memory");
+    atomicAdd(su + t, 1u);
+    asm volatile("red.shared::cluster.add.u32 [%0], %1;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(su + t)), "r"(1u) : "memory");
+    if (atomicAdd(u + t, 1u) == 0xffffffffu) u[64] = 1;
+  }
+  __syncthreads();
+  if (t == 0) {
+    for (int r = 0; r < reps; ++r) {
+      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 4096;"
+                   :: "l"(f + 64), "r"((unsigned)__cvta_generic_to_shared(sf)) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+  }
+  u[32 + t] = su[t];
+}
+"""
+PROBE_REPS = 1000
+
 
 def _expert() -> tuple[str, dict]:
     return (EXPERT / "kernel.cu").read_text(), json.loads((EXPERT / "launch.json").read_text())
@@ -296,6 +333,19 @@ def products_by_lookup(folder: Path) -> Solution:
     return _write(folder, src + LUT, manifest)
 
 
+def reduction_counts(folder: Path) -> Solution:
+    """Not an attack: the honest expert beside one warp of reductions of known counts (PROBE), to read
+    what each reduction counter counts on the GPU (scripts/credit_margins.py prints each launch's)."""
+    src, manifest = _expert()
+    manifest.setdefault("buffers", []).extend([
+        {"name": "pf", "dtype": "float32", "shape": [2048], "zero": True},
+        {"name": "ph", "dtype": "bfloat16", "shape": [256], "zero": True},
+        {"name": "pu", "dtype": "int32", "shape": [128], "zero": True}])
+    manifest["launches"].append({"kernel": "reduce_probe", "grid": [1], "block": [32],
+                                 "args": ["pf", "ph", "pu", {"name": "reps", "type": "i32", "value": str(PROBE_REPS)}]})
+    return _write(folder, src + "\n#include <cuda_bf16.h>\n" + PROBE, manifest)
+
+
 def gap_sensing(folder: Path) -> Solution:
     expert, manifest = _expert()
     simple = (SIMPLE / "kernel.cu").read_text()
@@ -311,5 +361,5 @@ def gap_sensing(folder: Path) -> Solution:
 
 FIXTURES = {"math_on_dmma": math_on_dmma, "reads_through_atomics": reads_through_atomics,
             "bulk_copy_reads": bulk_copy_reads, "dead_bulk_copy": dead_bulk_copy, "gap_sensing": gap_sensing,
-            "products_by_lookup": products_by_lookup}
+            "products_by_lookup": products_by_lookup, "reduction_counts": reduction_counts}
 TASKS = {"products_by_lookup": LOOKUP_TASK}  # the task a fixture is for, where it is not TASK

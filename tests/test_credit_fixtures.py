@@ -21,6 +21,8 @@ WANT = {
     "gap_sensing": ("sense_gap", set(), set()),
     # products read from a table (LDS) and added by shared-memory integer atomics: no multiply, no FFMA
     "products_by_lookup": ("gemm_by_lookup", {"LDS", "ATOMS"}, {"FFMA", "HGMMA", "HMMA", "IMMA", "DMMA"}),
+    # a counter probe, not an attack: every reduction class the credit charges
+    "reduction_counts": ("reduce_probe", {"REDG", "ATOM", "ATOMG", "ATOMS", "UBLKRED"}, {"HGMMA"}),
 }
 EXPERT_KERNEL = "gemm_bf16_tn_sm90"
 
