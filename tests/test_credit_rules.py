@@ -288,3 +288,22 @@ def test_dp4a_products_beside_the_largest_decoy_are_refused_where_the_module_hol
     wc = credit(row, opcodes=NO_BULK | {"IDP"})
     assert wc.carries["wgmma"] is False and wc.work["wide_simt"] == 1.0, wc.work
     assert wc.work["wgmma_of_all_math"] == pytest.approx(2.5 / 3.5)
+
+
+def test_the_idp_opcode_is_what_ptxas_emits_for_dp4a_and_dp2a():
+    """WIDE_SIMT_OPCODES names SASS base opcodes: real NVRTC + ptxas for sm_90a turn __dp4a and
+    __dp2a_lo into IDP, which the evaluator's module opcodes (base names) then hold."""
+    from tools.compile import compile_source
+    from tools.sass import disassemble, parse_sass
+    from tools.toolchain import ToolchainError
+
+    src = ('extern "C" __global__ void k(const int* a, const int* b, int* c) {\n'
+           '  const int t = threadIdx.x;\n  c[t] = __dp4a(a[t], b[t], c[t]) + __dp2a_lo(a[t + 32], b[t + 32], 0);\n}\n')
+    comp = compile_source(src, "cuda", "sm_90a")
+    assert comp.ok, comp.error
+    try:
+        text, _tool = disassemble(comp.cubin)
+    except ToolchainError as exc:
+        pytest.skip(f"no SASS disassembler: {exc}")
+    opcodes = {i.opcode for insns in parse_sass(text).values() for i in insns}
+    assert set(rules.WIDE_SIMT_OPCODES) <= opcodes, sorted(opcodes)
