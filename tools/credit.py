@@ -10,9 +10,9 @@ classes together the rule takes the side that refuses credit:
   QMMA, IMMA, BMMA, IGMMA and any tensor instruction no counter names, bounded from above by the
   most ops such an instruction can do) and, by a bound that needs no list, every executed thread
   instruction of any pipe as a multiply-add (fp16 ones 4 FLOPs more; every one 8 where IDP may run),
-  every uniform-datapath warp
-  instruction as one, and every reduction done in memory (RED, ATOM/ATOMS .ALU, REDAS, TMA/bulk
-  reduce) as the most adds its widest form does (hardware counters, all read on timed runs);
+  every uniform-datapath warp instruction as one, and every reduction done in memory (RED, ATOM/ATOMS
+  .ALU, REDAS, TMA/bulk reduce) as the most adds its widest form does (hardware counters, all read on
+  timed runs);
 - reads: TMA's bytes count only where they are tensor-map loads. The TMA byte counter also counts
   plain bulk copies from global memory (cp.async.bulk, UBLKCP.S.G): where one executed on the counted
   run (exact per-opcode counts: CUPTI's SASS metrics in process, `exact_count_sites`; Nsight Compute's
