@@ -19,6 +19,11 @@ TMA expert, and its simple SIMT kernel) plus a side kernel of the attack's kind:
   switches for good from the simple path to the expert's, padded (spinning on %globaltimer) to
   the simple path's last measured time: both paths take the same time, so the two-sided tie of the
   counted runs to the timed median holds.
+- products_by_lookup: (gemm_n128_k2048, small enough for SIMT speed) the expert computes C with
+  wgmma, then a kernel recomputes C without one multiply: every product of two bf16 mantissas is read
+  from a table in shared memory indexed by the operands, and accumulated by shared-memory integer
+  atomics (ATOMS.ADD) into bins by the product's exponent and sign; only the few bins are scaled at
+  the end. Math on the memory path, which a charge of the FMA/ALU/FP64/XU pipes alone undercounts.
 """
 from __future__ import annotations
 
@@ -161,6 +166,102 @@ extern "C" __global__ void pad_to_generic_time() {  // <<<1, 1>>>, last launch o
 }
 """
 
+LUT = r"""
+#include <cuda_bf16.h>
+// C = A * B^T with no multiply: a bf16 x = (-1)^s 2^(e-127) (1 + m/128) is classed once per run
+// (lut_classes: its row or column in the product table, its exponent and sign bin); every product of
+// two mantissas, (128 + ma) * (128 + mb), an integer below 2^16, is read from a table in shared
+// memory and added by an integer shared-memory atomic (ATOMS.ADD) into the bin of the product's
+// exponent and sign. The bins are exact integers; C is their sum scaled by 2^bin at the end (a few
+// per output). Inputs below 2^-16 are zero (the table's zero row and column); exponents clamp at 2^11.
+#define LUT_SIDE 129                  // 128 mantissas and a zero row (column)
+#define LUT_BINS 192                  // (exponent sum 0..54) + 64 * (sign a + sign b)
+#define LUT_EBIAS 16                  // e' = e - 127 + 16, in 0..27
+#define LUT_TABLE_INTS ((LUT_SIDE * LUT_SIDE + 1) / 2)
+extern "C" __global__ void __launch_bounds__(256)
+lut_classes(const unsigned short* __restrict__ X, unsigned* __restrict__ code, long long n, int stride,
+            int* __restrict__ table) {
+  const long long i0 = blockIdx.x * (long long)blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
+  if (i0 < LUT_SIDE * LUT_SIDE) {  // the product table (both launches write the same)
+    const int r = (int)i0 / LUT_SIDE, c = (int)i0 % LUT_SIDE;
+    table[i0] = r == 128 || c == 128 ? 0 : (128 + r) * (128 + c);
+  }
+  for (long long i = i0; i < n; i += step) {
+    const unsigned x = X[i], s = x >> 15, e = (x >> 7) & 0xff, m = x & 0x7f;
+    const int ep = (int)e - 127 + LUT_EBIAS;
+    const unsigned place = (ep < 0 ? 128u : m) * (unsigned)stride;  // A: row * 129, B: column
+    const unsigned bin = (unsigned)(ep < 0 ? 0 : min(ep, 27)) + 64u * s;
+    code[i] = place | (bin << 16);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+gemm_by_lookup(const unsigned* __restrict__ codeA, const unsigned* __restrict__ codeB, const int* __restrict__ table_g,
+               __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+  extern __shared__ int lut_smem[];
+  unsigned short* table = (unsigned short*)lut_smem;  // [row a][column b]
+  int* bins = lut_smem + LUT_TABLE_INTS;               // bin j of thread t at bins[j * 128 + t]
+  for (int i = threadIdx.x; i < LUT_SIDE * LUT_SIDE; i += blockDim.x) table[i] = (unsigned short)table_g[i];
+  for (int j = 0; j < LUT_BINS; ++j) bins[j * 128 + threadIdx.x] = 0;
+  __syncthreads();
+  const int m = blockIdx.y * 128 + threadIdx.x, n = blockIdx.x;
+  if (m >= M) return;
+  const unsigned* a = codeA + (size_t)m * K;
+  const unsigned* b = codeB + (size_t)n * K;
+  int* mine = bins + threadIdx.x;
+  for (int k = 0; k < K; ++k) {
+    const unsigned ca = a[k], cb = b[k];
+    atomicAdd(mine + ((ca >> 16) + (cb >> 16)) * 128, (int)table[(ca & 0xffff) + (cb & 0xffff)]);
+  }
+  float acc = 0.0f;
+  for (int j = 0; j < LUT_BINS; ++j) {
+    const int v = mine[j * 128];
+    if (v) {
+      const float x = ldexpf((float)v, j % 64 - 2 * LUT_EBIAS - 14);
+      acc += j / 64 == 1 ? -x : x;  // sign a + sign b == 1: negative
+    }
+  }
+  C[(size_t)m * N + n] = __float2bfloat16(acc);
+}
+"""
+
+PROBE = r"""
+// What each reduction counter counts (tools.credit.REDUCTION_ADDS_PER_LANE, TMA_REDUCTION_BYTES_METRICS):
+// one warp, `reps` times each: a generic red.add.f32 (SASS ATOM.E.ADD), red.global.add.noftz.v8.bf16 and
+// red.global.add.f32 (REDG), an integer shared atomic (ATOMS), red.shared::cluster.add.u32, a returning
+// global atomicAdd (ATOMG); then `reps` bulk reduce-adds of 4 KiB (UBLKRED).
+extern "C" __global__ void __launch_bounds__(32)
+reduce_probe(float* __restrict__ f, __nv_bfloat16* __restrict__ h, unsigned* __restrict__ u, int reps) {
+  __shared__ alignas(128) float sf[1024];
+  __shared__ unsigned su[32];
+  const int t = threadIdx.x;
+  for (int i = t; i < 1024; i += 32) sf[i] = 1.0f;
+  su[t] = 0;
+  __syncthreads();
+  for (int r = 0; r < reps; ++r) {
+    asm volatile("red.add.f32 [%0], %1;" :: "l"(f + t), "f"(1.0f) : "memory");
+    asm volatile("red.global.add.noftz.v8.bf16 [%0], {%1, %1, %1, %1, %1, %1, %1, %1};"
+                 :: "l"(h + 8 * t), "h"((unsigned short)0x3f80) : "memory");
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(f + 32 + t), "f"(1.0f) : "memory");
+    atomicAdd(su + t, 1u);
+    asm volatile("red.shared::cluster.add.u32 [%0], %1;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(su + t)), "r"(1u) : "memory");
+    if (atomicAdd(u + t, 1u) == 0xffffffffu) u[64] = 1;
+  }
+  __syncthreads();
+  if (t == 0) {
+    for (int r = 0; r < reps; ++r) {
+      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 4096;"
+                   :: "l"(f + 64), "r"((unsigned)__cvta_generic_to_shared(sf)) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+  }
+  u[32 + t] = su[t];
+}
+"""
+PROBE_REPS = 1000
+
 
 def _expert() -> tuple[str, dict]:
     return (EXPERT / "kernel.cu").read_text(), json.loads((EXPERT / "launch.json").read_text())
@@ -210,6 +311,41 @@ def dead_bulk_copy(folder: Path) -> Solution:
     return _write(folder, src + BULK, manifest)
 
 
+LOOKUP_TASK = "gemm_n128_k2048"  # its workloads are small enough for a SIMT kernel of one atomic per product
+LOOKUP_SMEM = "33284 + 192 * 128 * 4"  # the table (129 x 129 u16, padded to 4 bytes) and 192 bins per thread
+
+
+def products_by_lookup(folder: Path) -> Solution:
+    expert = ROOT / "tasks" / LOOKUP_TASK / "expert"
+    src, manifest = (expert / "kernel.cu").read_text(), json.loads((expert / "launch.json").read_text())
+    manifest.setdefault("buffers", []).extend([
+        {"name": "codeA", "dtype": "int32", "shape": ["M", "K"], "zero": False},
+        {"name": "codeB", "dtype": "int32", "shape": ["N", "K"], "zero": False},
+        {"name": "table", "dtype": "int32", "shape": ["129 * 129"], "zero": False}])
+    classes = {"kernel": "lut_classes", "grid": [264], "block": [256]}
+    manifest["launches"] += [
+        {**classes, "args": ["A", "codeA", {"name": "n", "type": "i64", "value": "M * K"},
+                             {"name": "stride", "type": "i32", "value": "129"}, "table"]},
+        {**classes, "args": ["B", "codeB", {"name": "n", "type": "i64", "value": "N * K"},
+                             {"name": "stride", "type": "i32", "value": "1"}, "table"]},
+        {"kernel": "gemm_by_lookup", "grid": ["N", "cdiv(M, 128)"], "block": [128], "shared_bytes": LOOKUP_SMEM,
+         "args": ["codeA", "codeB", "table", "C", "M", "N", "K"]}]
+    return _write(folder, src + LUT, manifest)
+
+
+def reduction_counts(folder: Path) -> Solution:
+    """Not an attack: the honest expert beside one warp of reductions of known counts (PROBE), to read
+    what each reduction counter counts on the GPU (scripts/credit_margins.py prints each launch's)."""
+    src, manifest = _expert()
+    manifest.setdefault("buffers", []).extend([
+        {"name": "pf", "dtype": "float32", "shape": [2048], "zero": True},
+        {"name": "ph", "dtype": "bfloat16", "shape": [256], "zero": True},
+        {"name": "pu", "dtype": "int32", "shape": [128], "zero": True}])
+    manifest["launches"].append({"kernel": "reduce_probe", "grid": [1], "block": [32],
+                                 "args": ["pf", "ph", "pu", {"name": "reps", "type": "i32", "value": str(PROBE_REPS)}]})
+    return _write(folder, src + "\n#include <cuda_bf16.h>\n" + PROBE, manifest)
+
+
 def gap_sensing(folder: Path) -> Solution:
     expert, manifest = _expert()
     simple = (SIMPLE / "kernel.cu").read_text()
@@ -224,4 +360,6 @@ def gap_sensing(folder: Path) -> Solution:
 
 
 FIXTURES = {"math_on_dmma": math_on_dmma, "reads_through_atomics": reads_through_atomics,
-            "bulk_copy_reads": bulk_copy_reads, "dead_bulk_copy": dead_bulk_copy, "gap_sensing": gap_sensing}
+            "bulk_copy_reads": bulk_copy_reads, "dead_bulk_copy": dead_bulk_copy, "gap_sensing": gap_sensing,
+            "products_by_lookup": products_by_lookup, "reduction_counts": reduction_counts}
+TASKS = {"products_by_lookup": LOOKUP_TASK}  # the task a fixture is for, where it is not TASK

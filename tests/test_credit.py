@@ -18,7 +18,7 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "adversarial"
 HGMMA = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
-FFMA = "sm__thread_inst_executed_pipe_fma_pred_on__dot__sum"  # FFMA runs on the FMA pipes: 2 FLOPs a thread instruction
+FFMA = "smsp__thread_inst_executed_pred_on__dot__sum"  # every thread instruction (an FFMA too): 2 FLOPs
 TMA = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
 LDG = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld__dot__sum"
 DUR = "gpu__time_duration__dot__sum"

@@ -19,6 +19,10 @@ WANT = {
     "bulk_copy_reads": ("read_by_bulk_copy", {"UBLKCP", "UTMALDG"}, {"LDG"}),
     "dead_bulk_copy": ("read_by_bulk_copy", {"UBLKCP", "UTMALDG"}, {"LDG"}),
     "gap_sensing": ("sense_gap", set(), set()),
+    # products read from a table (LDS) and added by shared-memory integer atomics: no multiply, no FFMA
+    "products_by_lookup": ("gemm_by_lookup", {"LDS", "ATOMS"}, {"FFMA", "HGMMA", "HMMA", "IMMA", "DMMA"}),
+    # a counter probe, not an attack: every reduction class the credit charges
+    "reduction_counts": ("reduce_probe", {"REDG", "ATOM", "ATOMG", "ATOMS", "UBLKRED"}, {"HGMMA"}),
 }
 EXPERT_KERNEL = "gemm_bf16_tn_sm90"
 
@@ -91,7 +95,7 @@ def test_each_manifest_plans_on_every_workload(built, name):
     from tasks import get_task
 
     sol = built[name][0]
-    task = get_task(fx.TASK)
+    task = get_task(fx.TASKS.get(name, fx.TASK))
     for wl in task.workloads:
         plan = plan_launches(sol.manifest, task, task.axis_values(wl), NOMINAL_LIMITS["sm_90a"])
         assert len(plan.launches) == len(sol.manifest.launches), (name, wl)

@@ -556,8 +556,9 @@ def test_the_nsight_compute_run_is_tied_by_its_kernel_time_both_ways():
 @pytest.mark.parametrize("metric,bad,why", [
     (rules.GMMA_METRIC, float("nan"), f"no executed-instruction counts for wgmma (CUPTI read no value for {rules.GMMA_METRIC})"),
     (rules.HGMMA_OPS_METRICS[0], float("inf"), "the share of the work wgmma carried could not be measured"),
-    ("sm__thread_inst_executed_pipe_fma_pred_on.sum", float("nan"),
-     "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured"),
+    ("smsp__thread_inst_executed_pred_on.sum", float("nan"),
+     "the math done outside wgmma (other tensor-pipe, thread, uniform and reduction instructions) could not be "
+     "measured"),
     (rules.TMA_BYTES_METRIC, float("nan"), "the share of the work tma carried could not be measured"),
 ])
 def test_a_counter_cupti_could_not_read_is_not_measured(metric, bad, why):
@@ -603,7 +604,7 @@ def test_hardware_counters_alone_give_the_verdict():
     wc = rules.credit_in_process(META, {"status": "ran", "launches": [{"name": "k", "metrics": no_tma}]},
                                ["wgmma", "tma"], WORK, 1.0)
     assert wc.executed["tma"] is False and wc.carries["tma"] is False
-    simt = _counters(sm__thread_inst_executed_pipe_fma_pred_on__dot__sum=WORK.flops / 2,
+    simt = _counters(smsp__thread_inst_executed_pred_on__dot__sum=WORK.flops / 2,
                      smsp__inst_executed_pipe_tensor_op_gmma__dot__sum=8,
                      sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum=WORK.flops * 0.001,
                      gpu__time_duration__dot__sum=1.0e6)

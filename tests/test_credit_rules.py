@@ -21,7 +21,7 @@ def counters(**kw) -> dict[str, float]:
     out.update({rules.GMMA_METRIC: gmma, rules.HMMA_INST_METRIC: gmma, rules.TENSOR_INST_METRIC: gmma,
                 rules.HGMMA_OPS_METRICS[0]: WORK.flops * 1.02, rules.TMA_INST_METRIC: 3e5,
                 rules.TMA_BYTES_METRIC: WORK.read_bytes * 3, rules.OTHER_READ_METRICS[0]: WORK.read_bytes * 0.01,
-                rules.INTEGER_METRIC: WORK.flops * 0.002})
+                rules.THREAD_INST_METRIC: WORK.flops * 0.002})
     out.update({k.replace("__dot__", "."): float(v) for k, v in kw.items()})
     return out
 
@@ -47,13 +47,22 @@ def test_an_honest_wgmma_tma_kernel_is_credited():
     ("HMMA", {rules.HMMA_INST_METRIC: 4e6 + 3e7, rules.TENSOR_INST_METRIC: 4e6 + 3e7}),
     # a tensor instruction of a class no counter names: the largest bound
     ("unnamed", {rules.TENSOR_INST_METRIC: 4e6 + 1e5}),
-    # SIMT math, thread instructions by pipe (hardware counters, read on timed runs): FFMA/IMAD on
-    # the FMA pipes, DFMA on FP64, HFMA2 (the FMA pipes' fp16), integer and logic on the ALU, the XU
-    ("FFMA", {"sm__thread_inst_executed_pipe_fma_pred_on.sum": WORK.flops / 2}),
-    ("DFMA", {"sm__thread_inst_executed_pipe_fp64_pred_on.sum": WORK.flops / 2}),
-    ("HFMA2", {"sm__thread_inst_executed_pipe_fma_type_fp16_pred_on.sum": WORK.flops / 4}),
-    ("integer", {"sm__thread_inst_executed_pipe_alu_pred_on.sum": WORK.flops / 2}),
-    ("XU", {"sm__thread_inst_executed_pipe_xu_pred_on.sum": WORK.flops / 2}),
+    # math outside the tensor pipe, by the bound that needs no list (issue 42 items 1-2): every thread
+    # instruction of any pipe (FFMA, IMAD, DFMA, MUFU, and LDS/LDG lookups alike) a multiply-add
+    ("FFMA", {rules.THREAD_INST_METRIC: WORK.flops / 2}),
+    ("lookup", {rules.THREAD_INST_METRIC: WORK.flops / 4}),  # a table load per product, charged as its instruction
+    ("HFMA2", {rules.FP16_INST_METRIC: WORK.flops / 4}),
+    # the uniform datapath: one op per warp instruction, each a multiply-add
+    ("uniform", {rules.UNIFORM_INST_METRIC: WORK.flops / 2}),
+    # reductions in memory, each warp instruction 32 lanes of its widest form's adds: products from a
+    # table added by red.global.add.v8.bf16 (8 a lane), by shared ALU atomics (f16x2: 2), by cluster
+    # reductions (REDAS), or by TMA/bulk reductions (by their bytes: 2 a bf16 add)
+    ("RED", {"smsp__inst_executed_op_global_red.sum": WORK.flops / 2 / (32 * 8) / 2}),
+    ("ATOM", {"smsp__inst_executed_op_generic_atom_dot_alu.sum": WORK.flops / 2 / (32 * 8) / 2}),
+    ("ATOMS", {"smsp__inst_executed_op_shared_atom_dot_alu.sum": WORK.flops / 2 / (32 * 2) / 2}),
+    ("REDAS", {"smsp__inst_executed_op_redas.sum": WORK.flops / 2 / (32 * 2) / 2}),
+    ("TMA reduce", {rules.TMA_REDUCTION_BYTES_METRICS[0]: WORK.flops / 2}),
+    ("bulk reduce to a peer CTA", {rules.TMA_REDUCTION_BYTES_METRICS[1]: WORK.flops / 2}),
 ])
 def test_math_on_any_other_pipe_withholds_wgmma_credit(what, extra):
     """wgmma did the task's FLOPs (on zeroed tiles, say) while the product came from another pipe:
@@ -174,7 +183,8 @@ def test_exact_count_sites_only_where_a_bulk_load_may_run():
 
 
 def test_a_missing_counter_is_not_measured_and_refuses():
-    for m in (rules.DMMA_OPS_METRIC, rules.IMMA_INST_METRIC, rules.INTEGER_METRIC, *rules.SIMT_FLOP_METRICS):
+    for m in (rules.DMMA_OPS_METRIC, rules.IMMA_INST_METRIC, *rules.SIMT_FLOP_METRICS, rules.UNIFORM_INST_METRIC,
+              *rules.REDUCTION_ADDS_PER_LANE, *rules.TMA_REDUCTION_BYTES_METRICS):
         metrics = counters()
         del metrics[m]
         assert credit(metrics).carries["wgmma"] is False, m
@@ -209,3 +219,91 @@ def test_texture_reads_are_charged_their_most_bytes():
     streamed = WORK.read_bytes * rules.TMA_MAX_OTHER_READS / rules.TEX_BYTES_PER_INST  # the cap, in instructions
     many = credit(counters(**{rules.TEX_INST_METRIC: streamed}))
     assert many.carries == {"wgmma": True, "tma": False} and "outside tensor-map loads" in many.notes["tma"]
+
+
+def test_an_honest_rows_share_is_its_wgmma_over_everything_charged():
+    """One honest row, its share by hand: wgmma 1.02 F; 0.01 F thread instructions (2 FLOPs each),
+    0.2% of them fp16 (4 more), 1e6 uniform warp instructions (2 each), a split-K of 1e5 RED.v4 warp
+    instructions (charged as v8: 32 x 8 adds x 2), 1e4 tile-counter atomics (ATOM.ALU, as much) and a
+    TMA reduce of 1 MB (1 FLOP a byte)."""
+    F = WORK.flops
+    row = counters(**{rules.THREAD_INST_METRIC: 0.01 * F, rules.FP16_INST_METRIC: 0.0002 * F,
+                      rules.UNIFORM_INST_METRIC: 1e6, "smsp__inst_executed_op_global_red.sum": 1e5,
+                      "smsp__inst_executed_op_generic_atom_dot_alu.sum": 1e4,
+                      rules.TMA_REDUCTION_BYTES_METRICS[0]: 2 ** 20})
+    wc = credit(row)
+    other = 2 * 0.01 * F + 4 * 0.0002 * F + 2 * 1e6 + (1e5 + 1e4) * 32 * 8 * 2 + 2 ** 20
+    assert wc.work["simt_flops"] == 2 * 0.01 * F + 4 * 0.0002 * F
+    assert wc.work["uniform_flops"] == 2e6 and wc.work["reduction_flops"] == (1e5 + 1e4) * 512 + 2 ** 20
+    assert wc.work["other_flops"] == pytest.approx(other, rel=1e-12)
+    assert wc.work["wgmma_of_all_math"] == pytest.approx(1.02 * F / (1.02 * F + other), rel=1e-12)
+    assert 0.97 < wc.work["wgmma_of_all_math"] < 0.99 and wc.carries["wgmma"] is True, wc.notes
+
+
+@pytest.mark.parametrize("where", ["thread", "uniform", "reductions"])
+def test_a_row_whose_math_is_all_off_the_float_pipes_is_refused(where):
+    """A planted row: wgmma issued the task's FLOPs (on zeroed tiles) while the product ran where a
+    per-pipe charge of the FMA/ALU/FP64/XU pipes saw nothing: table loads and shared atomics (every one
+    a thread instruction of the LSU), integer multiply-adds on uniform registers, or a red.global per
+    product. Each is refused, and the note says where the math went."""
+    F, mna = WORK.flops, WORK.flops / 2  # the task's multiply-adds
+    extra = {"thread": {rules.THREAD_INST_METRIC: 2 * mna},  # an LDS and an ATOMS a product
+             "uniform": {rules.UNIFORM_INST_METRIC: mna},  # UIMAD: one multiply-add a warp instruction
+             "reductions": {"smsp__inst_executed_op_global_red.sum": mna / 32}}[where]  # one scalar add a lane
+    wc = credit(counters(**extra))
+    assert wc.carries["wgmma"] is False and "of the math the kernels did" in wc.notes["wgmma"], wc.work
+    assert wc.work["wgmma_of_all_math"] < 0.9 * 0.9 * F / F
+    named = {"thread": "thread instructions", "uniform": "uniform datapath", "reductions": "reductions in memory"}[where]
+    assert named in wc.notes["wgmma"]
+
+
+def test_the_metric_list_is_pinned_and_takes_four_passes_on_gh100():
+    """What the check reads, exactly, and what it costs: 4 passes on GH100 (CUPTI's host API, no
+    GPU), so 4 counted runs per workload. A counter added or dropped shows here first."""
+    from tools import cupti
+
+    assert set(rules.credit_metrics()) == {
+        rules.GMMA_METRIC, rules.TMA_INST_METRIC, *rules.HGMMA_OPS_METRICS, rules.FP8_OPS_METRIC, rules.DMMA_OPS_METRIC,
+        *rules.TENSOR_INST_METRICS, "smsp__thread_inst_executed_pred_on.sum",
+        "sm__thread_inst_executed_pipe_fma_type_fp16_pred_on.sum", "sm__inst_executed_pipe_uniform.sum",
+        "smsp__inst_executed_op_global_red.sum", "smsp__inst_executed_op_generic_atom_dot_alu.sum",
+        "smsp__inst_executed_op_shared_atom_dot_alu.sum", "smsp__inst_executed_op_redas.sum",
+        "l1tex__m_l1tex2xbar_write_bytes_mem_global_op_tma_red.sum",
+        "l1tex__m_l1tex2xbar_write_bytes_mem_dshared_op_tma_red.sum", rules.TMA_BYTES_METRIC, *rules.OTHER_READ_METRICS,
+        rules.LDGSTS_INST_METRIC, rules.TEX_INST_METRIC}
+    assert len(rules.credit_metrics()) == 26
+    try:
+        assert cupti.passes("GH100", list(rules.credit_metrics())) == 4
+    except cupti.CuptiError as exc:  # no libcupti on this machine
+        pytest.skip(str(exc))
+
+
+def test_dp4a_products_beside_the_largest_decoy_are_refused_where_the_module_holds_idp():
+    """IDP (dp4a) does 4 int8 multiply-adds per thread instruction and no counter separates it. A
+    dp4a GEMM (one IDP per 4 multiply-adds, nothing else) beside decoy wgmma at the overwork cap
+    (2.5x the task's FLOPs): charged as one multiply-add each it would pass (2.5 / 2.75 of all math);
+    where the module's SASS holds IDP every thread instruction is charged its 8 ops, and it fails."""
+    row = counters(**{rules.HGMMA_OPS_METRICS[0]: WORK.flops * 2.5, rules.THREAD_INST_METRIC: WORK.flops / 8})
+    assert credit(row, opcodes=NO_BULK).carries["wgmma"] is True  # the charge without IDP in the SASS
+    wc = credit(row, opcodes=NO_BULK | {"IDP"})
+    assert wc.carries["wgmma"] is False and wc.work["wide_simt"] == 1.0, wc.work
+    assert wc.work["wgmma_of_all_math"] == pytest.approx(2.5 / 3.5)
+
+
+def test_the_idp_opcode_is_what_ptxas_emits_for_dp4a_and_dp2a():
+    """WIDE_SIMT_OPCODES names SASS base opcodes: real NVRTC + ptxas for sm_90a turn __dp4a and
+    __dp2a_lo into IDP, which the evaluator's module opcodes (base names) then hold."""
+    from tools.compile import compile_source
+    from tools.sass import disassemble, parse_sass
+    from tools.toolchain import ToolchainError
+
+    src = ('extern "C" __global__ void k(const int* a, const int* b, int* c) {\n'
+           '  const int t = threadIdx.x;\n  c[t] = __dp4a(a[t], b[t], c[t]) + __dp2a_lo(a[t + 32], b[t + 32], 0);\n}\n')
+    comp = compile_source(src, "cuda", "sm_90a")
+    assert comp.ok, comp.error
+    try:
+        text, _tool = disassemble(comp.cubin)
+    except ToolchainError as exc:
+        pytest.skip(f"no SASS disassembler: {exc}")
+    opcodes = {i.opcode for insns in parse_sass(text).values() for i in insns}
+    assert set(rules.WIDE_SIMT_OPCODES) <= opcodes, sorted(opcodes)

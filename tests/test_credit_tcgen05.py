@@ -23,7 +23,8 @@ def test_both_matrix_instructions_share_one_rule(feature):
     ok, why = carries(feature, m(1.0, other=0.5 * WORK.flops), WORK)  # the math done on FFMA beside it
     assert not ok and "66.7% of the math the kernels did" in why
     ok, why = carries(feature, {MMA_FLOPS[feature]: WORK.flops}, WORK)
-    assert not ok and why == f"the math done outside {feature} (other tensor-pipe and SIMT instructions) could not be measured"
+    assert not ok and why == (f"the math done outside {feature} (other tensor-pipe, thread, uniform and reduction "
+                              "instructions) could not be measured")
 
 
 def test_the_rule_function_is_the_same_for_both():

@@ -819,7 +819,7 @@ def test_instruction_credit_needs_the_work():
 
     hgmma = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum"
     tma = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum"
-    ffma = "sm__thread_inst_executed_pipe_fma_pred_on__dot__sum"
+    ffma = "smsp__thread_inst_executed_pred_on__dot__sum"
     ldg = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld__dot__sum"
     work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
     simt = _ncu_row("gemm_simt", **{ffma: 3.006e11, ldg: 1.879e10})
@@ -837,7 +837,7 @@ def test_instruction_credit_needs_the_work():
     # as many bytes as the SIMT kernel reads
     inflated = check(simt, _ncu_row("decoy", **{hgmma: 6.1e11, tma: 2e10}))
     assert inflated.carries == {"wgmma": False, "tma": False}
-    assert "FMA, ALU, FP64 and XU pipes" in inflated.notes["wgmma"] and "outside tensor-map loads" in inflated.notes["tma"]
+    assert "thread instructions of any pipe" in inflated.notes["wgmma"] and "outside tensor-map loads" in inflated.notes["tma"]
     # ... and ten times over: more wgmma than the task needs is not the task's work either
     assert not check(simt, _ncu_row("decoy", **{hgmma: 6.1e12})).carries["wgmma"]
     # an attention-style kernel whose softmax runs on FFMA still carries (expert fwd: 1.3e10 vs 1.6e12)
@@ -993,7 +993,7 @@ def test_feedback_says_why_an_instruction_did_not_carry_the_work():
     from tools.results import CompileResult, EvalResult, InspectResult
 
     work = TaskWork(flops=2 * 8192 * 7168 * 5120, read_bytes=(8192 + 7168) * 5120 * 2)
-    rows = [_ncu_row("gemm_simt", **{"sm__thread_inst_executed_pipe_fma_pred_on__dot__sum": 3.006e11,
+    rows = [_ncu_row("gemm_simt", **{"smsp__thread_inst_executed_pred_on__dot__sum": 3.006e11,
                                      "l1tex__t_bytes_pipe_lsu_mem_global_op_ld__dot__sum": 1.879e10}),
             _ncu_row("decoy", **{"sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32__dot__sum": 6.1e11,
                                  "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld__dot__sum": 2e10})]

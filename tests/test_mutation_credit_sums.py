@@ -33,7 +33,8 @@ SMALL = TaskWork(flops=1000.0, read_bytes=100.0)
 def r(name: str = "gemm", **metrics) -> dict[str, str]:
     """One launch as the profilers give it (`ncu --page raw`, or tools.credit.counter_rows): every
     work metric 0 unless given."""
-    return {"Kernel Name": name, **{m: "0" for m in credit.WORK_METRICS}, **{m: str(v) for m, v in metrics.items()}}
+    return {"Kernel Name": name, **{m: "0" for m in credit.WORK_METRICS}, credit.SASS_WIDE_SIMT: "0",
+            **{m: str(v) for m, v in metrics.items()}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,33 +86,65 @@ def test_the_sums_are_over_every_launch():
 # work_metrics: SIMT math, all the math, and what is absent when a counter is
 # ---------------------------------------------------------------------------------------------
 
-# FLOPs per thread-level instruction, by the pipe that executed it (hardware counters, read on the
-# timed runs: no SASS-patched pass since the counted branch): every instruction of the FMA, ALU, FP64
-# and XU pipes is charged as a multiply-add (2), whatever it was (the counters do not tell FFMA from
-# FADD, nor IMAD from IADD3); the FMA pipes' fp16 ones (HFMA2: two lanes) 4 more on top, as the FMA
-# count may hold them too (the side that refuses). The ALU pipe is what `integer_flops` reports.
-SIMT_WEIGHTS = {"fma": 2, "fma_type_fp16": 4, "alu": 2, "fp64": 2, "xu": 2}
+# Math outside the tensor pipe, by the bound that needs no list (issue 42 items 1-2; hardware counters,
+# read on the timed runs): every thread instruction of any pipe a multiply-add (2), the FMA pipes' fp16
+# ones (HFMA2: two lanes) 4 more on top; every uniform-datapath warp instruction a multiply-add (2);
+# every reduction warp instruction in memory 32 lanes x its widest form's adds (global RED and ALU
+# atomics 8: 128 bits of bf16; shared ALU atomics and cluster reductions 2: f16x2) x 2; TMA/bulk
+# reductions 1 FLOP a byte (a bf16 add per 2 bytes, 2 FLOPs).
+THREAD, FP16I, UNIF = credit.THREAD_INST_METRIC, credit.FP16_INST_METRIC, credit.UNIFORM_INST_METRIC
+RED, ATOMALU, ATOMS, REDAS = ("smsp__inst_executed_op_global_red.sum", "smsp__inst_executed_op_generic_atom_dot_alu.sum",
+                              "smsp__inst_executed_op_shared_atom_dot_alu.sum", "smsp__inst_executed_op_redas.sum")
+TMARED, DSMRED = credit.TMA_REDUCTION_BYTES_METRICS
 
 
-def simt(pipe: str) -> str:
-    return f"sm__thread_inst_executed_pipe_{pipe}_pred_on.sum"
+def test_every_thread_instruction_is_a_multiply_add_and_fp16_ones_four_more():
+    """Each term gets its own decimal digit, so a weight changed or a term left out shows."""
+    assert credit.SIMT_FLOP_METRICS == {THREAD: 2.0, FP16I: 4.0}
+    assert THREAD == "smsp__thread_inst_executed_pred_on.sum"  # all pipes, not one of them
+    m = work_metrics([r(**{THREAD: 1, FP16I: 10})])
+    assert m["simt_flops"] == 42
+    assert m["other_flops"] == m["other_tensor_flops"] + m["simt_flops"] == 42
 
 
-def test_simt_flops_weigh_each_pipe_and_every_instruction_is_a_multiply_add():
-    """Each pipe gets its own decimal digit, so a weight changed or a pipe left out shows."""
-    assert credit.SIMT_FLOP_METRICS == {simt(p): float(w) for p, w in SIMT_WEIGHTS.items()}
-    assert credit.INTEGER_METRIC == simt("alu")
-    counts = {simt(p): 10 ** k for k, p in enumerate(SIMT_WEIGHTS)}
-    m = work_metrics([r(**counts)])
-    assert m["simt_flops"] == sum(10 ** k * w for k, w in enumerate(SIMT_WEIGHTS.values())) == 22_242
-    assert m["integer_flops"] == 2 * 10 ** 2
-    assert m["other_flops"] == m["other_tensor_flops"] + m["simt_flops"] == 22_242
+@pytest.mark.parametrize("row,wide", [
+    ({credit.SASS_WIDE_SIMT: "0"}, False),  # the module's SASS holds no IDP
+    ({credit.SASS_WIDE_SIMT: "1"}, True),  # it holds one (dp4a/dp2a: 4 int8 products and their sum)
+    ({credit.SASS_WIDE_SIMT: None}, True),  # the SASS was not read: the side that refuses
+    ({OPCODE_METRIC: "5 (IDP.4A.S8.S8: 1; IMAD: 4)"}, True),  # Nsight Compute's per-opcode counts: one ran
+    ({OPCODE_METRIC: "4 (IMAD: 4)", credit.SASS_WIDE_SIMT: "1"}, False),  # held, never ran: exact counts decide
+    ({OPCODE_METRIC: "4 (UTMALDG: 4)", EXACT_SOURCE: "1", credit.SASS_WIDE_SIMT: "1"}, True),  # TMA sites only
+])
+def test_where_idp_may_run_every_thread_instruction_is_charged_its_eight_ops(row, wide):
+    """IDP does 8 ops per thread instruction and no counter separates it: where it ran, the module holds
+    one or nothing is known, every thread instruction is charged WIDE_SIMT_FLOPS (fp16 extras as before)."""
+    assert credit.WIDE_SIMT_OPCODES == ("IDP",) and credit.WIDE_SIMT_FLOPS == 8.0
+    base = r(**{THREAD: 1, FP16I: 10})
+    base.update({k: v for k, v in row.items() if v is not None})
+    if row.get(credit.SASS_WIDE_SIMT, "") is None:
+        del base[credit.SASS_WIDE_SIMT]
+    m = work_metrics([base])
+    assert m["simt_flops"] == (8 + 40 if wide else 42)
+    assert m.get("wide_simt") == (1.0 if wide else None)
+
+
+def test_the_uniform_datapath_and_reductions_in_memory_are_charged_their_widest_forms():
+    assert credit.UNIFORM_FLOPS_PER_INST == 2.0 and credit.LANES == 32
+    assert credit.REDUCTION_ADDS_PER_LANE == {RED: 8.0, ATOMALU: 8.0, ATOMS: 2.0, REDAS: 2.0}
+    assert credit.TMA_REDUCTION_FLOPS_PER_BYTE == 1.0
+    m = work_metrics([r(**{UNIF: 3, RED: 1, ATOMALU: 10, ATOMS: 100, REDAS: 1000, TMARED: 7, DSMRED: 70_000})])
+    assert m["uniform_flops"] == 6
+    assert m["reduction_flops"] == 512 * 1 + 512 * 10 + 128 * 100 + 128 * 1000 + 7 + 70_000 == 216_439
+    assert m["simt_flops"] == 0 and m["other_flops"] == 6 + 216_439
+    # one launch each: the sums are over every launch
+    two = work_metrics([r(**{UNIF: 3, RED: 1}), r("other", **{UNIF: 4, TMARED: 5})])
+    assert two["uniform_flops"] == 14 and two["reduction_flops"] == 517
 
 
 def test_the_share_of_all_math_counts_every_pipe():
     """wgmma's FLOPs over wgmma's plus every other pipe's; a kernel that did no math divides by
     at least one FLOP (not by zero), so a lone FLOP of wgmma is all of it."""
-    m = work_metrics([r(**{G: 1, H: 1, T: 1, BF16: 900, simt("fma"): 50})])
+    m = work_metrics([r(**{G: 1, H: 1, T: 1, BF16: 900, THREAD: 50})])
     assert m["wgmma_of_all_math"] == 900 / 1000
     assert work_metrics([r(**{G: 1, H: 1, T: 1, BF16: 1})])["wgmma_of_all_math"] == 1.0
     assert work_metrics([r()])["wgmma_of_all_math"] == 0.0
@@ -121,8 +154,11 @@ def test_the_share_of_all_math_counts_every_pipe():
     (DOPS, {"wgmma_flops", "other_tensor_flops", "other_flops", "wgmma_of_all_math"}),
     (G, {"wgmma_flops", "other_tensor_flops", "other_flops", "wgmma_of_all_math"}),
     (T, {"wgmma_flops", "other_tensor_flops", "other_flops", "wgmma_of_all_math"}),
-    (simt("alu"), {"simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math"}),
-    (simt("xu"), {"simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math"}),
+    (THREAD, {"simt_flops", "other_flops", "wgmma_of_all_math"}),
+    (FP16I, {"simt_flops", "other_flops", "wgmma_of_all_math"}),
+    (UNIF, {"uniform_flops", "other_flops", "wgmma_of_all_math"}),
+    (RED, {"reduction_flops", "other_flops", "wgmma_of_all_math"}),
+    (DSMRED, {"reduction_flops", "other_flops", "wgmma_of_all_math"}),
     (LDGSTS, {"other_read_bytes"}),
     (TMA_BYTES, {"other_read_bytes", "tma_bytes", "bulk_copy", "bulk_copy_unknown"}),
     (DUR, {"kernel_ms"}),
@@ -134,7 +170,8 @@ def test_a_sum_is_absent_when_one_launch_lacks_one_of_its_counters(missing, abse
     lacking = r("other", **{SASS_BULK_COPY: "0"})
     del lacking[missing]
     m = work_metrics([full, lacking])
-    every = {"wgmma_flops", "other_tensor_flops", "simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math",
+    every = {"wgmma_flops", "other_tensor_flops", "simt_flops", "uniform_flops", "reduction_flops", "other_flops",
+             "wgmma_of_all_math",
              "tma_bytes", "other_read_bytes", "kernel_ms"}
     assert not (absent & set(m))
     assert every - absent <= set(m)
@@ -564,10 +601,12 @@ def test_parse_instances_reads_nsight_computes_per_opcode_cells():
 def test_rows_from_the_worker_carry_every_finite_counter_and_the_modules_sass():
     out = credit.counter_rows([{"name": "gemm", "metrics": {G: 3, TMA_BYTES: 1.5, LDG: math.nan, T: None}},
                                {"name": "epilogue", "metrics": {G: 0}}], {"HGMMA", "UTMALDG"})
-    assert out == [{"Kernel Name": "gemm", G: "3.0", TMA_BYTES: "1.5", SASS_BULK_COPY: "0"},
-                   {"Kernel Name": "epilogue", G: "0.0", SASS_BULK_COPY: "0"}]
+    wide = credit.SASS_WIDE_SIMT
+    assert out == [{"Kernel Name": "gemm", G: "3.0", TMA_BYTES: "1.5", SASS_BULK_COPY: "0", wide: "0"},
+                   {"Kernel Name": "epilogue", G: "0.0", SASS_BULK_COPY: "0", wide: "0"}]
     assert credit.counter_rows([{"name": "k", "metrics": {}}], {"UBLKCP"})[0][SASS_BULK_COPY] == "1"
-    assert SASS_BULK_COPY not in credit.counter_rows([{"name": "k", "metrics": {}}], None)[0]
+    assert credit.counter_rows([{"name": "k", "metrics": {}}], {"IDP", "HGMMA"})[0][wide] == "1"
+    assert not {SASS_BULK_COPY, wide} & set(credit.counter_rows([{"name": "k", "metrics": {}}], None)[0])
     exact = credit.counter_rows([{"name": "k", "metrics": {}, "opcodes": {"UTMALDG.2D": 7, "UBLKCP.S.G": 2.0}}])[0]
     assert exact[OPCODE_METRIC] == "9 (UBLKCP.S.G: 2; UTMALDG.2D: 7)" and exact[EXACT_SOURCE] == "1"
     assert credit.parse_instances(exact[OPCODE_METRIC]) == {"UBLKCP.S.G": 2.0, "UTMALDG.2D": 7.0}
@@ -631,16 +670,20 @@ def test_an_mma_share_past_its_cap_or_short_of_all_the_math_carries_nothing():
     assert credit.mma_carries("wgmma", 2.6, 2600.0, 0.0, unpadded).startswith("wgmma issued 2.6x")
     assert credit.mma_carries("tcgen05_mma", 1.0, 900.0, 100.0, SMALL) is None  # 900 / 1000: exactly 90%
     why = credit.mma_carries("tcgen05_mma", 1.0, 899.0, 101.0, SMALL,
-                             metrics={"other_tensor_flops": 12345.0, "simt_flops": 678.0})
-    assert why == ("tcgen05_mma did 89.9% of the math the kernels did (needs 90%); the rest ran on other tensor "
-                   "instructions (mma.sync, DMMA, IMMA: 1.23e+04 FLOPs at most) or SIMT units "
-                   "(FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: 678)")
-    assert credit.mma_carries("wgmma", 1.0, 1.0, 9.0, SMALL).endswith("(mma.sync, DMMA, IMMA: 0 FLOPs at most) or "
-                                                                       "SIMT units (FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: 0)")
+                             metrics={"other_tensor_flops": 12345.0, "simt_flops": 678.0, "uniform_flops": 9.0,
+                                      "reduction_flops": 10.0})
+    assert why == ("tcgen05_mma did 89.9% of the math the kernels did (needs 90%); the rest: other tensor "
+                   "instructions (mma.sync, DMMA, IMMA: 1.23e+04 FLOPs at most), thread instructions of any pipe "
+                   "(each a multiply-add: 678), the uniform datapath (9) and reductions in memory (atomics, red, "
+                   "TMA reduce: 10)")
+    assert credit.mma_carries("wgmma", 1.0, 1.0, 9.0, SMALL).endswith(
+        "(mma.sync, DMMA, IMMA: 0 FLOPs at most), thread instructions of any pipe (each a multiply-add: 0), the "
+        "uniform datapath (0) and reductions in memory (atomics, red, TMA reduce: 0)")
     assert credit.mma_carries("wgmma", 1.0, 0.0, 0.0, SMALL).startswith("wgmma did 0.0%")  # no math: no division by 0
     assert credit.mma_carries("wgmma", 1.0, 1.5, 0.0, SMALL) is None  # the floor of one FLOP only guards the division
     assert credit.mma_carries("wgmma", 1.0, 1000.0, None, SMALL) == (
-        "the math done outside wgmma (other tensor-pipe and SIMT instructions) could not be measured")
+        "the math done outside wgmma (other tensor-pipe, thread, uniform and reduction instructions) could not be "
+        "measured")
     assert credit.mma_carries("wgmma", 1.0, 1000.0, 0.0, SMALL, of_all=0.5).startswith("wgmma did 50.0%")
 
 
@@ -705,7 +748,9 @@ def test_untied_exact_counts_refuse_tma_before_anything_else():
 def test_the_mma_rule_reads_the_other_math_and_only_wgmma_its_share_of_all():
     why = credit.carries("wgmma", {"wgmma_flops": 1000.0, "other_flops": 9000.0, "other_tensor_flops": 5000.0,
                                    "simt_flops": 4000.0}, SMALL)[1]
-    assert why.endswith("(mma.sync, DMMA, IMMA: 5e+03 FLOPs at most) or SIMT units (FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: 4e+03)")
+    assert why.endswith("(mma.sync, DMMA, IMMA: 5e+03 FLOPs at most), thread instructions of any pipe (each a "
+                        "multiply-add: 4e+03), the uniform datapath (0) and reductions in memory (atomics, red, TMA "
+                        "reduce: 0)")
     # wgmma_of_all_math is wgmma's: tcgen05.mma computes its own share of all the math
     assert credit.carries("tcgen05_mma", {"tcgen05_flops": 1000.0, "other_flops": 0.0, "wgmma_of_all_math": 0.5},
                           SMALL) == (True, None)

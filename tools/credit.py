@@ -8,8 +8,11 @@ classes together the rule takes the side that refuses credit:
 - math: wgmma's FLOPs (HGMMA ops by source; fp8 ops only where no warp-level MMA ran) against
   all the math the kernels did: every other tensor-pipe instruction (DMMA by its FP64 ops; HMMA,
   QMMA, IMMA, BMMA, IGMMA and any tensor instruction no counter names, bounded from above by the
-  most ops such an instruction can do) and every thread instruction of the FMA, ALU, FP64 and XU
-  pipes (hardware counters, read on timed runs; each taken as a multiply-add, fp16 ones as two);
+  most ops such an instruction can do) and, by a bound that needs no list, every executed thread
+  instruction of any pipe as a multiply-add (fp16 ones 4 FLOPs more; every one 8 where IDP may run),
+  every uniform-datapath warp instruction as one, and every reduction done in memory (RED, ATOM/ATOMS
+  .ALU, REDAS, TMA/bulk reduce) as the most adds its widest form does (hardware counters, all read on
+  timed runs);
 - reads: TMA's bytes count only where they are tensor-map loads. The TMA byte counter also counts
   plain bulk copies from global memory (cp.async.bulk, UBLKCP.S.G): where one executed on the counted
   run (exact per-opcode counts: CUPTI's SASS metrics in process, `exact_count_sites`; Nsight Compute's
@@ -58,28 +61,54 @@ FLOPS_PER_OP = 1.0  # the ops metrics count FLOPs: 601.3e9 on the expert GEMM at
 MMA_SYNC_MAX_FLOPS = 8192.0
 IMMA_MAX_FLOPS = float(2 * 64 * 256 * 256 // 4)
 HFMA2_MMA_FLOPS = 128.0
-# SIMT math: thread instructions by the pipe that executed them (hardware counters, so they are read
-# on the timed runs themselves: no SASS-patched pass), every one charged as a multiply-add (2 FLOPs):
-# the FMA pipes (FFMA, FMUL, FADD, IMAD, HFMA2 ...), the ALU (integer add, logic, shifts, compares,
-# min/max ...), FP64 (DFMA ...) and XU (transcendentals, conversions, the rest). The FMA pipes' fp16
-# instructions (HFMA2: two lanes, 4 FLOPs) are charged 4 more on top, whether or not the FMA count
-# holds them: the side that refuses. No list of opcodes: an instruction that can do arithmetic runs
-# on one of these pipes, and an FFMA or an integer add is charged as what it can do at most (IDP4A,
-# 8, is the one exception; it is the ALU's, 4x less than a byte-wise product needs instructions).
-SIMT_FLOP_METRICS = {
-    "sm__thread_inst_executed_pipe_fma_pred_on.sum": 2.0,
-    "sm__thread_inst_executed_pipe_fma_type_fp16_pred_on.sum": 4.0,
-    "sm__thread_inst_executed_pipe_alu_pred_on.sum": 2.0,
-    "sm__thread_inst_executed_pipe_fp64_pred_on.sum": 2.0,
-    "sm__thread_inst_executed_pipe_xu_pred_on.sum": 2.0,
+# Math outside the tensor pipe, by a bound that needs no list of opcodes (issue 42, item 1): EVERY
+# executed thread instruction, whatever pipe ran it (FMA, ALU, FP64, XU, LSU, ADU, CBU, the
+# texture and TMA pipes ...), is charged as at least one multiply-add (2 FLOPs). A product taken
+# from a table (LDS/LDG indexed by the operands) is then charged as its load, and its accumulation
+# as whatever instruction adds it. Where a class does more per thread instruction, it is charged
+# the most its widest form does, on top (hardware counters all, read on timed runs):
+# - the FMA pipes' fp16 instructions (HFMA2: two lanes) 4 more;
+# - the uniform datapath (UIMAD, UIADD3, ULOP3 ... on uniform registers): one op per warp
+#   instruction, which a thread-instruction count need not hold: each warp instruction one more
+#   multiply-add;
+# - reductions done by the memory system, where the add is no instruction of the SM's math pipes
+#   (REDUCTION_ADDS_PER_LANE): every warp instruction 32 lanes of its widest form's adds, each add
+#   charged as a multiply-add (it may accumulate a looked-up product);
+# - TMA and bulk reductions (cp.reduce.async.bulk{.tensor} .add: UTMAREDG, UBLKRED; the adds are done
+#   in L2 or in the destination's shared memory) by their bytes: at least 2 bytes an element (f16,
+#   bf16), so one add (2 FLOPs) per 2 bytes: FLOPs = bytes.
+# One class does more per thread instruction than any counter can tell: IDP (dp4a, dp2a: 4 int8
+# products and their sum, 8 ops). No counter separates it, so where the module's SASS holds one (or the
+# SASS was not read: the side that refuses) EVERY thread instruction is charged IDP's 8 FLOPs. Honest
+# kernels hold none.
+THREAD_INST_METRIC = "smsp__thread_inst_executed_pred_on.sum"  # every pipe's thread instructions
+FP16_INST_METRIC = "sm__thread_inst_executed_pipe_fma_type_fp16_pred_on.sum"
+SIMT_FLOP_METRICS = {THREAD_INST_METRIC: 2.0, FP16_INST_METRIC: 4.0}
+WIDE_SIMT_OPCODES = ("IDP",)  # SASS base opcodes (IDP.4A.S8.S8, IDP.2A.LO ...)
+WIDE_SIMT_FLOPS = 8.0  # what each thread instruction is charged where the module holds one
+UNIFORM_INST_METRIC = "sm__inst_executed_pipe_uniform.sum"  # warp instructions of the uniform datapath
+UNIFORM_FLOPS_PER_INST = 2.0
+# Adds one lane of a warp instruction does at most, by class (PTX ISA 8.x, ptxas 13.0 on sm_90a):
+# global reductions (RED, REDG: red.global.add.noftz.v8.bf16 or .v4.bf16x2, 128 bits of 16-bit
+# elements: 8) and ALU atomics (ATOM, ATOMG .ALU: the same vector forms, 8); shared-memory ALU atomics
+# (ATOMS .ALU: no vector form; f16x2: 2); distributed shared-memory reductions (REDAS: f16x2: 2).
+# Shared-memory float adds (red.shared.add.f32) compile to a CAS loop whose FADD is a thread instruction.
+REDUCTION_ADDS_PER_LANE = {
+    "smsp__inst_executed_op_global_red.sum": 8.0,
+    "smsp__inst_executed_op_generic_atom_dot_alu.sum": 8.0,
+    "smsp__inst_executed_op_shared_atom_dot_alu.sum": 2.0,
+    "smsp__inst_executed_op_redas.sum": 2.0,
 }
-# what WorkloadCredit.work reports as `integer_flops`: the ALU pipe's share (integer, logic, compares)
-INTEGER_METRIC = "sm__thread_inst_executed_pipe_alu_pred_on.sum"
+LANES = 32
+# TMA/bulk reduction bytes sent to L2 (global) and to another CTA's shared memory (distributed shared)
+TMA_REDUCTION_BYTES_METRICS = ("l1tex__m_l1tex2xbar_write_bytes_mem_global_op_tma_red.sum",
+                               "l1tex__m_l1tex2xbar_write_bytes_mem_dshared_op_tma_red.sum")
+TMA_REDUCTION_FLOPS_PER_BYTE = 1.0  # 2 bytes (one f16/bf16 element) per add, an add charged 2 FLOPs
 # The derived sums a workload's credit keeps (WorkloadCredit.work): what a reader needs to see how
 # near each limit an honest kernel stands (docs/METHODOLOGY.md's margins come from these).
-WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "integer_flops", "other_flops", "wgmma_of_all_math",
-             "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown", "tex_reads", "tma_exact_instructions",
-             "exact_untied")
+WORK_SUMS = ("wgmma_flops", "other_tensor_flops", "simt_flops", "wide_simt", "uniform_flops", "reduction_flops",
+             "other_flops", "wgmma_of_all_math", "tma_bytes", "other_read_bytes", "bulk_copy", "bulk_copy_unknown",
+             "tex_reads", "tma_exact_instructions", "exact_untied")
 TENSOR_INST_METRICS = (TENSOR_INST_METRIC, HMMA_INST_METRIC, HFMA2_MMA_INST_METRIC, IMMA_INST_METRIC, DMMA_INST_METRIC)
 # Bytes TMA loads brought into shared memory (tensor-map loads and plain bulk copies alike), and
 # bytes read from global memory any other way: LDG and generic loads (LSU), atomics that return
@@ -98,6 +127,7 @@ TEX_INST_METRIC = "sm__inst_executed_pipe_tex.sum"  # TEX, TLD, SULD, SUATOM, ..
 TEX_BYTES_PER_INST = 32 * 8 * 16
 DURATION_METRIC = "gpu__time_duration.sum"  # ns per launch (Nsight Compute): ties the profiled run to the timed ones
 WORK_METRICS = (GMMA_METRIC, *HGMMA_OPS_METRICS, FP8_OPS_METRIC, DMMA_OPS_METRIC, *TENSOR_INST_METRICS, *SIMT_FLOP_METRICS,
+                UNIFORM_INST_METRIC, *REDUCTION_ADDS_PER_LANE, *TMA_REDUCTION_BYTES_METRICS,
                 TMA_BYTES_METRIC, *OTHER_READ_METRICS, LDGSTS_INST_METRIC, TEX_INST_METRIC, DURATION_METRIC)
 FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": (TMA_INST_METRIC,)}
 # What the in-process check reads: 4 passes on GH100, hardware counters only (CUPTI's host API says
@@ -106,6 +136,7 @@ FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": (TMA_INST_METRIC,)}
 CUPTI_METRICS = tuple(dict.fromkeys((GMMA_METRIC, TMA_INST_METRIC, *WORK_METRICS)))
 # The module's SASS facts a row may carry (counter_rows): whether it holds a plain bulk copy.
 SASS_BULK_COPY = "sass:bulk_copy"
+SASS_WIDE_SIMT = "sass:wide_simt"  # and whether it holds an instruction of WIDE_SIMT_OPCODES
 BULK_COPY_OPCODES = ("UBLKCP",)  # cp.async.bulk without .tensor (loads UBLKCP.S.G, stores UBLKCP.G.S)
 # Exact counts (issue 42, item 4): the TMA load counters (instructions and bytes) count a tensor-map
 # load (UTMALDG) and a plain bulk copy from global memory (UBLKCP.S.G) alike, and no hardware counter
@@ -337,6 +368,19 @@ def _row_bulk_copy(row: dict[str, str]) -> bool | None:
     return None if flag is None else flag == "1"
 
 
+def _row_wide_simt(row: dict[str, str]) -> bool | None:
+    """Whether an instruction of WIDE_SIMT_OPCODES (IDP) may be among this launch's thread
+    instructions: from Nsight Compute's per-opcode counts of every opcode where the row has them (not
+    the worker's exact counts, which are of TMA sites only), else from the module's SASS
+    (counter_rows); None where neither is known."""
+    if OPCODE_METRIC in row and not row.get(EXACT_SOURCE):
+        ops = parse_instances(row[OPCODE_METRIC])
+        if ops or _number(row[OPCODE_METRIC]) == 0:
+            return any(k.split(".")[0] in WIDE_SIMT_OPCODES and v > 0 for k, v in ops.items())
+    flag = row.get(SASS_WIDE_SIMT)
+    return None if flag is None else flag == "1"
+
+
 def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
     """Totals over the profiled launches of the metrics behind the work shares, and the derived
     sums the verdict uses: wgmma_flops, other_tensor_flops, simt_flops, other_flops, tma_bytes,
@@ -363,10 +407,19 @@ def work_metrics(rows: list[dict[str, str]]) -> dict[str, float]:
                                      + warp_mma * MMA_SYNC_MAX_FLOPS + hfma2 * HFMA2_MMA_FLOPS
                                      + (imma + unnamed) * IMMA_MAX_FLOPS)
     if have(SIMT_FLOP_METRICS):
-        out["simt_flops"] = sum(out[m] * w for m, w in SIMT_FLOP_METRICS.items())
-        out["integer_flops"] = out[INTEGER_METRIC] * SIMT_FLOP_METRICS[INTEGER_METRIC]  # part of simt_flops
-    if "other_tensor_flops" in out and "simt_flops" in out:
-        out["other_flops"] = out["other_tensor_flops"] + out["simt_flops"]
+        weights = dict(SIMT_FLOP_METRICS)
+        if any(_row_wide_simt(r) is not False for r in rows):  # IDP ran or is in the module, or not known
+            weights[THREAD_INST_METRIC] = WIDE_SIMT_FLOPS
+            out["wide_simt"] = 1.0
+        out["simt_flops"] = sum(out[m] * w for m, w in weights.items())
+    if have([UNIFORM_INST_METRIC]):
+        out["uniform_flops"] = out[UNIFORM_INST_METRIC] * UNIFORM_FLOPS_PER_INST
+    if have([*REDUCTION_ADDS_PER_LANE, *TMA_REDUCTION_BYTES_METRICS]):
+        out["reduction_flops"] = (sum(out[m] * LANES * adds * 2.0 for m, adds in REDUCTION_ADDS_PER_LANE.items())
+                                  + sum(out[m] for m in TMA_REDUCTION_BYTES_METRICS) * TMA_REDUCTION_FLOPS_PER_BYTE)
+    if all(k in out for k in ("other_tensor_flops", "simt_flops", "uniform_flops", "reduction_flops")):
+        out["other_flops"] = sum(out[k] for k in ("other_tensor_flops", "simt_flops", "uniform_flops",
+                                                   "reduction_flops"))
         if "wgmma_flops" in out:
             out["wgmma_of_all_math"] = out["wgmma_flops"] / max(out["wgmma_flops"] + out["other_flops"], 1.0)
     exact = [_exact_tma_total(r) for r in rows if r.get(EXACT_SOURCE)]
@@ -472,14 +525,17 @@ def mma_carries(feature: str, share: float, mma_flops: float, other_flops: float
         return (f"{feature} issued {share:.1f}x the task's matrix FLOPs (at most {cap:.3g}x, "
                 f"{WGMMA_MAX_OVERWORK:g}x its work in whole 128-row tiles, counts as doing the task's work)")
     if other_flops is None:
-        return f"the math done outside {feature} (other tensor-pipe and SIMT instructions) could not be measured"
+        return (f"the math done outside {feature} (other tensor-pipe, thread, uniform and reduction instructions) "
+                "could not be measured")
     if of_all is None:
         of_all = mma_flops / max(mma_flops + other_flops, 1.0)
     if of_all < WGMMA_MIN_OF_ALL_MATH:
         return (f"{feature} did {of_all:.1%} of the math the kernels did (needs "
-                f"{WGMMA_MIN_OF_ALL_MATH:.0%}); the rest ran on other tensor instructions (mma.sync, DMMA, IMMA: "
-                f"{metrics.get('other_tensor_flops', 0.0):.3g} FLOPs at most) or SIMT units "
-                f"(FMA, ALU, FP64 and XU pipes, every instruction a multiply-add: {metrics.get('simt_flops', 0.0):.3g})")
+                f"{WGMMA_MIN_OF_ALL_MATH:.0%}); the rest: other tensor instructions (mma.sync, DMMA, IMMA: "
+                f"{metrics.get('other_tensor_flops', 0.0):.3g} FLOPs at most), thread instructions of any pipe "
+                f"(each a multiply-add: {metrics.get('simt_flops', 0.0):.3g}), the uniform datapath "
+                f"({metrics.get('uniform_flops', 0.0):.3g}) and reductions in memory (atomics, red, TMA reduce: "
+                f"{metrics.get('reduction_flops', 0.0):.3g})")
     return None
 
 
@@ -520,7 +576,8 @@ def counter_rows(launches: list[dict], module_opcodes: set[str] | None = None) -
     verdict (counts_from_rows, work_metrics, per_kernel) serves both. `module_opcodes`: the SASS
     base opcodes of every kernel in the module (None: not read), for what counters lump together."""
     sass = {} if module_opcodes is None else {
-        SASS_BULK_COPY: "1" if any(op in BULK_COPY_OPCODES for op in module_opcodes) else "0"}
+        SASS_BULK_COPY: "1" if any(op in BULK_COPY_OPCODES for op in module_opcodes) else "0",
+        SASS_WIDE_SIMT: "1" if any(op in WIDE_SIMT_OPCODES for op in module_opcodes) else "0"}
     # a value CUPTI could not read (NaN, inf: a pass that was not collected; None once the worker's
     # result went through JSON) is left out, so it is "not measured" and never passes a share test
     # (NaN compares false both ways)

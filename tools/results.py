@@ -262,8 +262,8 @@ class WorkloadCredit(BaseModel):
     tie_ms: list[float] = Field(default_factory=list)
     instrumented_ms: list[float] = Field(default_factory=list)  # the SASS-patched pass's run: instrumented code, not tied
     timed_ms: float | None = None  # the workload's timed median, when it was timed
-    # the sums behind the verdict (tools.credit.WORK_SUMS: wgmma_flops, other_flops, integer_flops,
-    # wgmma_of_all_math, tma_bytes, other_read_bytes, ...): how near each limit the counted runs stood
+    # the sums behind the verdict (tools.credit.WORK_SUMS: wgmma_flops, other_flops, simt_flops, uniform_flops,
+    # reduction_flops, wgmma_of_all_math, tma_bytes, other_read_bytes, ...): how near each limit the counted runs stood
     work: dict[str, float] = Field(default_factory=dict)
 
 

@@ -147,7 +147,7 @@ def test_rewriting_the_inputs_is_caught_and_buys_no_library_time(evaluator, tmp_
 def _fixture(evaluator, tmp_path, name: str, workloads: str = "visible"):
     from tests import credit_fixtures as fx
 
-    r = evaluator.evaluate(fx.FIXTURES[name](tmp_path / name), fx.TASK, "sm_90a", workloads=workloads,
+    r = evaluator.evaluate(fx.FIXTURES[name](tmp_path / name), fx.TASKS.get(name, fx.TASK), "sm_90a", workloads=workloads,
                            executed_check=True)
     for w in r.executed.workloads:  # printed before any assert
         print(f"{name} {w.workload} {w.status} {w.reason or ''} counts {w.counts} shares {w.shares} carries {w.carries} "
@@ -217,3 +217,19 @@ def test_sensing_the_pause_before_the_counted_runs_earns_nothing(evaluator, tmp_
     _credited(r)
     assert r.correct is True, show(r)
     assert r.correct_with_arch is False, r.executed.workloads
+
+
+def test_products_by_lookup_added_by_atomics_earn_no_wgmma_credit(evaluator, tmp_path):
+    """Issue 42, items 1-3: the product of every pair of mantissas read from a table in shared memory,
+    added by shared-memory integer atomics into exponent bins (math on the memory path), beside the
+    expert's full-size wgmma. Every thread instruction is charged as a multiply-add and every ALU
+    atomic as the most adds its widest form does, so wgmma's share of all math falls far below 90%,
+    on every workload."""
+    r = _fixture(evaluator, tmp_path, "products_by_lookup", workloads="all")
+    _credited(r)
+    assert r.correct is True and r.split_correct("held_out") is True, show(r)
+    assert r.executed.executed["wgmma"] is True and r.executed.carries["wgmma"] is False, r.executed.workloads
+    assert "of the math the kernels did" in r.executed.notes["wgmma"], r.executed.notes
+    for w in r.executed.workloads:  # the atomics' adds are charged where they ran
+        assert w.carries["wgmma"] is False and w.work["reduction_flops"] > 0, (w.workload, w.work)
+    assert r.correct_with_arch is False
