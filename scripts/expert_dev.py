@@ -136,9 +136,11 @@ _FP8 = {
 # GDN decode. The shipped manifest launches gdn_decode_ring (a persistent grid, a ring of TMA stages);
 # `tile` and the variants built on it launch the first expert, gdn_decode_tma (one CTA per tile of 16 or
 # 32 rows), from the same kernel.cu.
-def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0, warps: int = 4) -> tuple[dict, dict]:
-    """The persistent kernel gdn_decode_ring: every input of a tile through TMA, a ring of `stages`
-    tiles in flight per CTA, `per_sm` CTAs per SM, the tiles split evenly over the grid."""
+def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0, warps: int = 4,
+              side: int = 0) -> tuple[dict, dict]:
+    """The persistent kernel gdn_decode_ring: the state rows through TMA, a ring of `stages` tiles in
+    flight per CTA, `per_sm` CTAs per SM, the tiles split evenly over the grid. `side`: how k, q, v and
+    the gates come (kernel.cu's RING_SIDE): 0 TMA, 1 cp.async on the state's barrier, 2 on their own."""
     tiles = f"(batch_size * num_v_heads * head_size // {rows})"
     per_cta = f"cdiv({tiles}, num_sms * {per_sm})"
     stage_bytes = rows * 512 + 256 + 256 + 5 * 128  # kernel.cu's ring::STAGE_BYTES
@@ -155,10 +157,11 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
         {"name": "tmAlog", "tensor": "A_log", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
         {"name": "tmDt", "tensor": "dt_bias", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
     ]
-    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps},
-            {"tensor_maps": maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"], "block": [32 * warps],
-             "shared_bytes": stages * stage_bytes + 128,
-             "args": ["tmState", "tmNewState", "tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt", "output",
+    side_args = ["q", "k", "v", "A_log", "a", "dt_bias", "b"] if side else ["tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt"]
+    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps, "RING_SIDE": side},
+            {"tensor_maps": maps[:2] if side else maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"],
+             "block": [32 * warps], "shared_bytes": stages * stage_bytes + 128,
+             "args": ["tmState", "tmNewState", *side_args, "output",
                       "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale"]})
 
 
@@ -193,6 +196,12 @@ _GDN_DECODE = {
     "ring_big_ts": _gdn_ring(16, 5, 4, tma_store=1),
     "ring_chunk": ({**_gdn_ring(16, 5, 4)[0], "RING_CHUNKED": 1}, _gdn_ring(16, 5, 4)[1]),  # contiguous runs of tiles
     "ring_small": _gdn_ring(16, 2, 3),  # 48 KiB in flight per SM
+    # k, q, v and the gates by cp.async (2 LDGSTS per warp-0 lane per tile, not 8 TMA loads): one TMA load a tile
+    "rc": _gdn_ring(16, 5, 4, side=1),
+    "rcs": _gdn_ring(16, 5, 4, side=2),  # ... on a barrier of their own: gates and k.q while the state lands
+    "rcs32": _gdn_ring(32, 3, 4, side=2),  # R=32, 3 stages, 4 CTAs per SM: 192 KiB in flight per SM
+    "rcs8": _gdn_ring(8, 4, 6, side=2, warps=2),  # R=8, 2 warps, 4 stages, 6 CTAs per SM
+    "rcs_s8": _gdn_ring(16, 8, 3, side=2),  # R=16, 8 stages, 3 CTAs per SM: 192 KiB
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
     # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
     "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),

@@ -224,6 +224,9 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #ifndef RING_CHUNKED
 #define RING_CHUNKED 0   // 1: CTA b takes a contiguous run of tiles (b*n .. b*n+n-1), not b, b+G, b+2G, ...
 #endif
+#ifndef RING_SIDE
+#define RING_SIDE 0       // the side inputs (k, q, v, gates): 0 TMA loads on the state's barrier; 1 cp.async by warp 0
+#endif                    // on the state's barrier; 2 cp.async on a barrier of their own (gates computed in the state's flight)
 #ifndef RING_STORE_HINT
 #define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
 #endif
@@ -234,16 +237,21 @@ enum : int {
     // A stage: the state rows, then the side data, each at a 128-byte aligned offset (TMA destinations).
     OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
     OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
-    TX_BYTES = TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's loads deliver
+    TX_BYTES = RING_SIDE ? TILE_BYTES : TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's TMA loads deliver
+    V_CHUNKS = R * 2 / 16,  // v[r0 .. r0+R-1] in 16-byte cp.async chunks (RING_SIDE)
     WARPS_R = RING_WARPS, TILES_PER_HEAD = HEAD / R, STEPS = R / (4 * WARPS_R),  // a warp updates 4 rows per step
 };
 static_assert(R % (4 * WARPS_R) == 0 && HEAD % R == 0 && R >= 8 && R <= 64, "RING_ROWS: 8..64, a multiple of 4 * RING_WARPS");
 static_assert(ST >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
+static_assert(!(RING_SIDE && RING_STORE_TMA), "RING_SIDE refills without RING_STORE_TMA's deferral");
 }  // namespace ring
 
 __device__ __forceinline__ float4 bf16x4_to_float4(uint2 w) {  // element 0 is the low half of w.x
     return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
                        __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {  // 16 bytes global -> shared, cached in L2 only
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ptxbench::smem_u32(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ float bf16_at(const unsigned char* p) {
     return __uint_as_float((unsigned)*reinterpret_cast<const unsigned short*>(p) << 16);
@@ -253,15 +261,25 @@ __device__ __forceinline__ float bf16_at(const unsigned char* p) {
 // dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
 extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
 gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+#if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
+                const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                const __nv_bfloat16* __restrict__ v, const float* __restrict__ A_log,
+                const __nv_bfloat16* __restrict__ a, const float* __restrict__ dt_bias,
+                const __nv_bfloat16* __restrict__ b,
+#else
                 const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                 const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
                 const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmAlog,
                 const __grid_constant__ CUtensorMap tmDt,
+#endif
                 __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
                 int num_q_heads, int num_v_heads, int num_tiles, float scale) {
     using namespace ring;
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) unsigned long long full[ST];
+#if RING_SIDE == 2
+    __shared__ __align__(8) unsigned long long side[ST];  // the side inputs' own barriers: 32 cp.async arrivals each
+#endif
     unsigned char* base = smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c8 = lane % 8;
     const int G = gridDim.x;
@@ -282,6 +300,41 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 #endif
 #endif
 
+#if RING_SIDE
+    // Thread 0: the state rows of `tile` into stage s by TMA, on that stage's barrier.
+    auto issue_state = [&](int tile, int s) {
+        ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
+        load_tile(base + s * STAGE_BYTES, &tmState, &full[s], 0, tile * R);
+    };
+    // Warp 0: the side inputs of `tile` into stage s, 16-byte cp.async chunks (LDGSTS: no TMA-unit work per tile,
+    // ~0.07x the state's bytes), each lane's chunks arriving on the barrier when they land (.noinc: the barrier's
+    // count holds these 32 arrivals). Lane l: chunk l of k (l < 16) or q; lanes 0 .. V_CHUNKS+3 also one of v's
+    // chunks or the 16-byte row holding a[bh], b[bh], A_log[h] or dt_bias[h].
+    auto issue_side = [&](int tile, int s, unsigned long long* bar) {
+        unsigned char* st = base + s * STAGE_BYTES;
+        const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
+        const int h = bh % num_v_heads, n = bh / num_v_heads;
+        const size_t qk = (size_t)n * num_q_heads + h / (num_v_heads / num_q_heads);
+        const __nv_bfloat16* kq_src = (lane < 16 ? k : q) + qk * HEAD + 8 * (lane % 16);
+        cp_async16(st + (lane < 16 ? OFF_K : OFF_Q) + 16 * (lane % 16), kq_src);
+        if (lane < V_CHUNKS + 4) {
+            const void* src;
+            int off;
+            if (lane < V_CHUNKS) { src = v + (size_t)bh * HEAD + r0 + 8 * lane; off = OFF_V + 16 * lane; }
+            else if (lane == V_CHUNKS) { src = a + (size_t)(bh / 8) * 8; off = OFF_A; }
+            else if (lane == V_CHUNKS + 1) { src = b + (size_t)(bh / 8) * 8; off = OFF_B; }
+            else if (lane == V_CHUNKS + 2) { src = A_log + (h / 4) * 4; off = OFF_ALOG; }
+            else { src = dt_bias + (h / 4) * 4; off = OFF_DT; }
+            cp_async16(st + off, src);
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(ptxbench::smem_u32(bar)) : "memory");
+    };
+#if RING_SIDE == 2
+#define RING_SIDE_BAR(s) (&side[s])
+#else
+#define RING_SIDE_BAR(s) (&full[s])
+#endif
+#else
     // Thread 0: every load of `tile` into stage s, on that stage's barrier.
     auto issue = [&](int tile, int s) {
         unsigned char* st = base + s * STAGE_BYTES;
@@ -299,7 +352,25 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         ptxbench::tma_load_2d(st + OFF_ALOG, &tmAlog, &full[s], 0, h / 4);
         ptxbench::tma_load_2d(st + OFF_DT, &tmDt, &full[s], 0, h / 4);
     };
+#endif
 
+#if RING_SIDE
+    if (warp == 0) {
+        if (lane == 0) {
+            for (int s = 0; s < ST; ++s) {
+                ptxbench::mbarrier_init(&full[s], RING_SIDE == 1 ? 33 : 1);
+#if RING_SIDE == 2
+                ptxbench::mbarrier_init(&side[s], 32);
+#endif
+            }
+            ptxbench::mbarrier_init_fence();
+            issue_state(blockIdx.x, 0);  // no kernel argument is read before the first load
+            for (int s = 1; s < ST && s < mine; ++s) issue_state(tile_of(s), s);
+        }
+        __syncwarp();  // the barriers are initialised (for this warp's cp.async arrivals)
+        for (int s = 0; s < ST && s < mine; ++s) issue_side(tile_of(s), s, RING_SIDE_BAR(s));
+    }
+#else
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; ++s) ptxbench::mbarrier_init(&full[s], 1);
         ptxbench::mbarrier_init_fence();
@@ -310,13 +381,18 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 #endif
         for (int s = 1; s < ST && s < mine; ++s) issue(tile_of(s), s);
     }
+#endif
     __syncthreads();  // the barriers are initialised
 
     for (int it = 0; it < mine; ++it) {
         const int tile = tile_of(it);
         const int s = it % ST;
         unsigned char* st = base + s * STAGE_BYTES;
+#if RING_SIDE == 2
+        ptxbench::mbarrier_wait(&side[s], (it / ST) & 1);  // the gates and k.q while the state rows land
+#else
         ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
+#endif
         const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
 
         float4 kk[4], qq[4];
@@ -332,6 +408,9 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         float kq = dot4(kk[0], qq[0]) + dot4(kk[1], qq[1]) + dot4(kk[2], qq[2]) + dot4(kk[3], qq[3]);
 #pragma unroll
         for (int o = 4; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);  // over the row's 8 lanes
+#if RING_SIDE == 2
+        ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
+#endif
 
 #pragma unroll
         for (int step = 0; step < STEPS; ++step) {
@@ -385,7 +464,14 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         }
 #else
         __syncthreads();  // every thread is done with stage s
+#if RING_SIDE
+        if (warp == 0 && it + ST < mine) {
+            if (lane == 0) issue_state(tile_of(it + ST), s);
+            issue_side(tile_of(it + ST), s, RING_SIDE_BAR(s));
+        }
+#else
         if (threadIdx.x == 0 && it + ST < mine) issue(tile_of(it + ST), s);
+#endif
 #endif
     }
 #if RING_STORE_TMA
