@@ -162,7 +162,26 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
             {"tensor_maps": maps[:2] if side else maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"],
              "block": [32 * warps], "shared_bytes": stages * stage_bytes + 128,
              "args": ["tmState", "tmNewState", *side_args, "output",
-                      "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale"]})
+                      "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale",
+                      {"type": "i32", "value": str(rows)}]})
+
+
+def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, per_sm: int = 4, small_per_sm: int = 6,
+             side: int = 2) -> tuple[dict, dict]:
+    """gdn_decode_ring with two tile heights in one module, chosen per workload by the manifest: `small_rows`
+    (2 warps, `small_per_sm` CTAs per SM) where the expression `small` holds, else `rows` (4 warps); side inputs
+    by cp.async (`side` as _gdn_ring's); as many stages as a CTA has tiles, at most `stages`."""
+    r = f"({small_rows} if {small} else {rows})"
+    tiles = f"(batch_size * num_v_heads * head_size // {r})"
+    per_cta = f"cdiv({tiles}, num_sms * ({small_per_sm} if {small} else {per_sm}))"
+    defines, over = _gdn_ring(rows, stages, per_sm, warps=4, side=side)
+    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": 2})
+    for tm in over["tensor_maps"]:
+        tm["box"] = [r, "head_size"]
+    over.update({"grid": [f"cdiv({tiles}, {per_cta})"], "block": [f"32 * (2 if {small} else 4)"],
+                 "shared_bytes": f"min({stages}, {per_cta}) * ({r} * 512 + 1152) + 128"})
+    over["args"] = over["args"][:-3] + [{"type": "i32", "value": tiles}, "scale", {"type": "i32", "value": r}]
+    return defines, over
 
 
 _TILE_ROWS = "(32 if batch_size * num_v_heads >= 256 else 16)"
@@ -202,6 +221,8 @@ _GDN_DECODE = {
     "rcs32": _gdn_ring(32, 3, 4, side=2),  # R=32, 3 stages, 4 CTAs per SM: 192 KiB in flight per SM
     "rcs8": _gdn_ring(8, 4, 6, side=2, warps=2),  # R=8, 2 warps, 4 stages, 6 CTAs per SM
     "rcs_s8": _gdn_ring(16, 8, 3, side=2),  # R=16, 8 stages, 3 CTAs per SM: 192 KiB
+    # rcs with 8-row tiles (2 warps, 6 CTAs per SM) up to 64 heads (qk4 B <= 8, qk8 B <= 4), 16-row tiles above
+    "rcs_mix": _gdn_mix("batch_size * num_v_heads <= 64"),
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
     # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
     "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),

@@ -216,7 +216,8 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #define RING_WARPS 4     // warps per CTA (the manifest's block is 32 * RING_WARPS)
 #endif
 #ifndef RING_STAGES
-#define RING_STAGES 5    // tiles in flight per CTA (launch.json: 4 CTAs per SM, 5 x 9 KiB stages each)
+#define RING_STAGES 5    // the most tiles in flight per CTA; the stages used are as many as the dynamic shared
+                         // memory holds (launch.json: 4 CTAs per SM, 5 x 9 KiB stages each)
 #endif
 #ifndef RING_STORE_TMA
 #define RING_STORE_TMA 0 // 1: the updated tile is written back in place and sent by one TMA store
@@ -231,20 +232,29 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
 #endif
 
-namespace ring {  // (enumerators, not constexpr variables: NVRTC would emit those as module globals)
-enum : int {
-    R = RING_ROWS, ST = RING_STAGES, TILE_BYTES = R * HEAD * 4,
-    // A stage: the state rows, then the side data, each at a 128-byte aligned offset (TMA destinations).
-    OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
-    OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
-    TX_BYTES = RING_SIDE ? TILE_BYTES : TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's TMA loads deliver
-    V_CHUNKS = R * 2 / 16,  // v[r0 .. r0+R-1] in 16-byte cp.async chunks (RING_SIDE)
-    WARPS_R = RING_WARPS, TILES_PER_HEAD = HEAD / R, STEPS = R / (4 * WARPS_R),  // a warp updates 4 rows per step
+#ifndef RING_ROWS_SMALL
+#define RING_ROWS_SMALL 0  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
+#endif
+#ifndef RING_WARPS_SMALL
+#define RING_WARPS_SMALL 2
+#endif
+
+// A tile height R (rows of the state) worked by W warps, and a stage's layout.
+// (Enumerators, not constexpr variables: NVRTC would emit those as module globals.)
+template <int R_, int W_> struct RingShape {
+    enum : int {
+        R = R_, ST_MAX = RING_STAGES, TILE_BYTES = R * HEAD * 4,
+        // A stage: the state rows, then the side data, each at a 128-byte aligned offset (TMA destinations).
+        OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
+        OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
+        TX_BYTES = RING_SIDE ? TILE_BYTES : TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's TMA loads deliver
+        V_CHUNKS = R * 2 / 16,  // v[r0 .. r0+R-1] in 16-byte cp.async chunks (RING_SIDE)
+        WARPS_R = W_, TILES_PER_HEAD = HEAD / R, STEPS = R / (4 * WARPS_R),  // a warp updates 4 rows per step
+    };
+    static_assert(R % (4 * WARPS_R) == 0 && HEAD % R == 0 && R >= 8 && R <= 64, "R: 8..64, a multiple of 4 * warps");
+    static_assert(ST_MAX >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
+    static_assert(!(RING_SIDE && RING_STORE_TMA), "RING_SIDE refills without RING_STORE_TMA's deferral");
 };
-static_assert(R % (4 * WARPS_R) == 0 && HEAD % R == 0 && R >= 8 && R <= 64, "RING_ROWS: 8..64, a multiple of 4 * RING_WARPS");
-static_assert(ST >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
-static_assert(!(RING_SIDE && RING_STORE_TMA), "RING_SIDE refills without RING_STORE_TMA's deferral");
-}  // namespace ring
 
 __device__ __forceinline__ float4 bf16x4_to_float4(uint2 w) {  // element 0 is the low half of w.x
     return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
@@ -259,28 +269,38 @@ __device__ __forceinline__ float bf16_at(const unsigned char* p) {
 
 // Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 32 * RING_WARPS threads;
 // dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
-extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
-gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+template <int R_, int W_>
+__device__ __forceinline__ void ring_tiles(const CUtensorMap* tmState, const CUtensorMap* tmNewState,
 #if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
                 const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                 const __nv_bfloat16* __restrict__ v, const float* __restrict__ A_log,
                 const __nv_bfloat16* __restrict__ a, const float* __restrict__ dt_bias,
                 const __nv_bfloat16* __restrict__ b,
 #else
-                const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
-                const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmAlog,
-                const __grid_constant__ CUtensorMap tmDt,
+                const CUtensorMap* tmQ, const CUtensorMap* tmK,
+                const CUtensorMap* tmV, const CUtensorMap* tmA,
+                const CUtensorMap* tmB, const CUtensorMap* tmAlog,
+                const CUtensorMap* tmDt,
 #endif
                 __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
                 int num_q_heads, int num_v_heads, int num_tiles, float scale) {
-    using namespace ring;
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) unsigned long long full[ST];
+    using C = RingShape<R_, W_>;
+    enum : int {
+        R = C::R, ST_MAX = C::ST_MAX, TILE_BYTES = C::TILE_BYTES, OFF_K = C::OFF_K, OFF_Q = C::OFF_Q, OFF_V = C::OFF_V,
+        OFF_A = C::OFF_A, OFF_B = C::OFF_B, OFF_ALOG = C::OFF_ALOG, OFF_DT = C::OFF_DT, STAGE_BYTES = C::STAGE_BYTES,
+        TX_BYTES = C::TX_BYTES, V_CHUNKS = C::V_CHUNKS, WARPS_R = C::WARPS_R, TILES_PER_HEAD = C::TILES_PER_HEAD, STEPS = C::STEPS,
+    };
+    extern __shared__ unsigned char ring_smem[];  // (its own name: the tile kernel's has another type's linkage)
+    __shared__ __align__(8) unsigned long long full[ST_MAX];
 #if RING_SIDE == 2
-    __shared__ __align__(8) unsigned long long side[ST];  // the side inputs' own barriers: 32 cp.async arrivals each
+    __shared__ __align__(8) unsigned long long side[ST_MAX];  // the side inputs' own barriers: 32 cp.async arrivals each
 #endif
-    unsigned char* base = smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127);
+    unsigned char* base = ring_smem + ((128 - (ptxbench::smem_u32(ring_smem) & 127)) & 127);
+    // The stages: as many as the launch's dynamic shared memory holds (a manifest expression may choose them per
+    // workload), at most RING_STAGES. (The slack: 128 bytes, for the 128-byte alignment of TMA destinations.)
+    unsigned dyn_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
+    const int ST = min((int)ST_MAX, (int)((dyn_bytes - 128) / STAGE_BYTES));
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c8 = lane % 8;
     const int G = gridDim.x;
 #if RING_CHUNKED
@@ -304,7 +324,7 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
     // Thread 0: the state rows of `tile` into stage s by TMA, on that stage's barrier.
     auto issue_state = [&](int tile, int s) {
         ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
-        load_tile(base + s * STAGE_BYTES, &tmState, &full[s], 0, tile * R);
+        load_tile(base + s * STAGE_BYTES, tmState, &full[s], 0, tile * R);
     };
     // Warp 0: the side inputs of `tile` into stage s, 16-byte cp.async chunks (LDGSTS: no TMA-unit work per tile,
     // ~0.07x the state's bytes), each lane's chunks arriving on the barrier when they land (.noinc: the barrier's
@@ -342,15 +362,15 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         const int h = bh % num_v_heads, n = bh / num_v_heads;
         const int qk = n * num_q_heads + h / (num_v_heads / num_q_heads);  // the q/k row this value head reads
         ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
-        load_tile(st, &tmState, &full[s], 0, tile * R);  // the state first: it needs no kernel argument
-        ptxbench::tma_load_2d(st + OFF_K, &tmK, &full[s], 0, qk);
-        ptxbench::tma_load_2d(st + OFF_Q, &tmQ, &full[s], 0, qk);
-        ptxbench::tma_load_2d(st + OFF_V, &tmV, &full[s], r0, bh);
+        load_tile(st, tmState, &full[s], 0, tile * R);  // the state first: it needs no kernel argument
+        ptxbench::tma_load_2d(st + OFF_K, tmK, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_Q, tmQ, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_V, tmV, &full[s], r0, bh);
         // the gate inputs as rows of 16 bytes (a, b: [.., 8] bf16; A_log, dt_bias: [.., 4] fp32): the row holding each
-        ptxbench::tma_load_2d(st + OFF_A, &tmA, &full[s], 0, bh / 8);
-        ptxbench::tma_load_2d(st + OFF_B, &tmB, &full[s], 0, bh / 8);
-        ptxbench::tma_load_2d(st + OFF_ALOG, &tmAlog, &full[s], 0, h / 4);
-        ptxbench::tma_load_2d(st + OFF_DT, &tmDt, &full[s], 0, h / 4);
+        ptxbench::tma_load_2d(st + OFF_A, tmA, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_B, tmB, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_ALOG, tmAlog, &full[s], 0, h / 4);
+        ptxbench::tma_load_2d(st + OFF_DT, tmDt, &full[s], 0, h / 4);
     };
 #endif
 
@@ -384,14 +404,15 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 #endif
     __syncthreads();  // the barriers are initialised
 
+    int s = 0;            // the stage of tile it: it % ST
+    unsigned parity = 0;  // the phase of its barriers: (it / ST) & 1
     for (int it = 0; it < mine; ++it) {
         const int tile = tile_of(it);
-        const int s = it % ST;
         unsigned char* st = base + s * STAGE_BYTES;
 #if RING_SIDE == 2
-        ptxbench::mbarrier_wait(&side[s], (it / ST) & 1);  // the gates and k.q while the state rows land
+        ptxbench::mbarrier_wait(&side[s], parity);  // the gates and k.q while the state rows land
 #else
-        ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
+        ptxbench::mbarrier_wait(&full[s], parity);
 #endif
         const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
 
@@ -409,7 +430,7 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 #pragma unroll
         for (int o = 4; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);  // over the row's 8 lanes
 #if RING_SIDE == 2
-        ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
+        ptxbench::mbarrier_wait(&full[s], parity);
 #endif
 
 #pragma unroll
@@ -455,7 +476,7 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         ptxbench::fence_proxy_async_smem();  // this thread's in-place writes, visible to the TMA unit
         __syncthreads();
         if (threadIdx.x == 0) {
-            ptxbench::tma_store_2d(&tmNewState, st, 0, tile * R);
+            ptxbench::tma_store_2d(tmNewState, st, 0, tile * R);
             ptxbench::tma_store_commit();
             if (it > 0) {  // refill the previous stage once its store has read it (this one's may still run)
                 ptxbench::tma_store_wait<1>();
@@ -473,8 +494,41 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         if (threadIdx.x == 0 && it + ST < mine) issue(tile_of(it + ST), s);
 #endif
 #endif
+        if (++s == ST) { s = 0; parity ^= 1; }
     }
 #if RING_STORE_TMA
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // stores done before exit
 #endif
+}
+
+// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / rows); block 32 x the warps of that tile
+// height; dynamic shared memory stages x the stage's bytes + 128 (alignment slack). `rows`: the tile height, the
+// tensor maps' box height (RING_ROWS, or RING_ROWS_SMALL when the module has a second one).
+#if RING_SIDE  // (the tensor maps by address: TMA reads them where the launch put them, never from a local copy)
+#define RING_ARGS &tmState, &tmNewState, q, k, v, A_log, a, dt_bias, b, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
+#else
+#define RING_ARGS &tmState, &tmNewState, &tmQ, &tmK, &tmV, &tmA, &tmB, &tmAlog, &tmDt, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
+#endif
+extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
+gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+#if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
+                const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                const __nv_bfloat16* __restrict__ v, const float* __restrict__ A_log,
+                const __nv_bfloat16* __restrict__ a, const float* __restrict__ dt_bias,
+                const __nv_bfloat16* __restrict__ b,
+#else
+                const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
+                const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmAlog,
+                const __grid_constant__ CUtensorMap tmDt,
+#endif
+                __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
+                int num_q_heads, int num_v_heads, int num_tiles, float scale, int rows) {
+#if RING_ROWS_SMALL
+    if (rows == RING_ROWS_SMALL) {
+        ring_tiles<RING_ROWS_SMALL, RING_WARPS_SMALL>(RING_ARGS);
+        return;
+    }
+#endif
+    ring_tiles<RING_ROWS, RING_WARPS>(RING_ARGS);
 }
