@@ -167,18 +167,18 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
 
 
 def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, per_sm: int = 4, small_per_sm: int = 6,
-             side: int = 2) -> tuple[dict, dict]:
+             side: int = 2, small_warps: int = 2) -> tuple[dict, dict]:
     """gdn_decode_ring with two tile heights in one module, chosen per workload by the manifest: `small_rows`
-    (2 warps, `small_per_sm` CTAs per SM) where the expression `small` holds, else `rows` (4 warps); side inputs
-    by cp.async (`side` as _gdn_ring's); as many stages as a CTA has tiles, at most `stages`."""
+    (`small_warps` warps, `small_per_sm` CTAs per SM) where the expression `small` holds, else `rows` (4 warps);
+    side inputs by cp.async (`side` as _gdn_ring's); as many stages as a CTA has tiles, at most `stages`."""
     r = f"({small_rows} if {small} else {rows})"
     tiles = f"(batch_size * num_v_heads * head_size // {r})"
     per_cta = f"cdiv({tiles}, num_sms * ({small_per_sm} if {small} else {per_sm}))"
     defines, over = _gdn_ring(rows, stages, per_sm, warps=4, side=side)
-    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": 2})
+    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps})
     for tm in over["tensor_maps"]:
         tm["box"] = [r, "head_size"]
-    over.update({"grid": [f"cdiv({tiles}, {per_cta})"], "block": [f"32 * (2 if {small} else 4)"],
+    over.update({"grid": [f"cdiv({tiles}, {per_cta})"], "block": [f"32 * ({small_warps} if {small} else 4)"],
                  "shared_bytes": f"min({stages}, {per_cta}) * ({r} * 512 + 1152) + 128"})
     over["args"] = over["args"][:-3] + [{"type": "i32", "value": tiles}, "scale", {"type": "i32", "value": r}]
     return defines, over
@@ -223,6 +223,8 @@ _GDN_DECODE = {
     "rcs_s8": _gdn_ring(16, 8, 3, side=2),  # R=16, 8 stages, 3 CTAs per SM: 192 KiB
     # rcs with 8-row tiles (2 warps, 6 CTAs per SM) up to 64 heads (qk4 B <= 8, qk8 B <= 4), 16-row tiles above
     "rcs_mix": _gdn_mix("batch_size * num_v_heads <= 64"),
+    "rcs_mix1t": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=8),  # one 8-row tile per CTA at 64 heads
+    "rcs_mixw1": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=16, small_warps=1),  # fla's shape: 1 warp, 8 rows
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
     # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
     "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),
