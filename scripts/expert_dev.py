@@ -158,7 +158,8 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
         {"name": "tmDt", "tensor": "dt_bias", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
     ]
     side_args = ["q", "k", "v", "A_log", "a", "dt_bias", "b"] if side else ["tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt"]
-    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps, "RING_SIDE": side},
+    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps, "RING_SIDE": side,
+             "RING_ROWS_SMALL": 0},
             {"tensor_maps": maps[:2] if side else maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"],
              "block": [32 * warps], "shared_bytes": stages * stage_bytes + 128,
              "args": ["tmState", "tmNewState", *side_args, "output",
@@ -167,19 +168,24 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
 
 
 def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, per_sm: int = 4, small_per_sm: int = 6,
-             side: int = 2, small_warps: int = 2) -> tuple[dict, dict]:
+             side: int = 2, small_warps: int = 2, small_stages: int | None = None, warps: int = 4) -> tuple[dict, dict]:
     """gdn_decode_ring with two tile heights in one module, chosen per workload by the manifest: `small_rows`
-    (`small_warps` warps, `small_per_sm` CTAs per SM) where the expression `small` holds, else `rows` (4 warps);
-    side inputs by cp.async (`side` as _gdn_ring's); as many stages as a CTA has tiles, at most `stages`."""
+    (`small_warps` warps, `small_per_sm` CTAs per SM, at most `small_stages` stages) where the expression `small`
+    holds, else `rows` (`warps` warps, `per_sm`, `stages`); side inputs as _gdn_ring's `side`; never more stages
+    than a CTA has tiles."""
+    small_stages = stages if small_stages is None else small_stages
     r = f"({small_rows} if {small} else {rows})"
     tiles = f"(batch_size * num_v_heads * head_size // {r})"
     per_cta = f"cdiv({tiles}, num_sms * ({small_per_sm} if {small} else {per_sm}))"
-    defines, over = _gdn_ring(rows, stages, per_sm, warps=4, side=side)
+    defines, over = _gdn_ring(rows, max(stages, small_stages), per_sm, warps=warps, side=side)
     defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps})
     for tm in over["tensor_maps"]:
-        tm["box"] = [r, "head_size"]
-    over.update({"grid": [f"cdiv({tiles}, {per_cta})"], "block": [f"32 * ({small_warps} if {small} else 4)"],
-                 "shared_bytes": f"min({stages}, {per_cta}) * ({r} * 512 + 1152) + 128"})
+        if tm["name"] in ("tmState", "tmNewState"):
+            tm["box"] = [r, "head_size"]
+        elif tm["name"] == "tmV":
+            tm["box"] = [1, r]
+    over.update({"grid": [f"cdiv({tiles}, {per_cta})"], "block": [f"32 * ({small_warps} if {small} else {warps})"],
+                 "shared_bytes": f"min({small_stages} if {small} else {stages}, {per_cta}) * ({r} * 512 + 1152) + 128"})
     over["args"] = over["args"][:-3] + [{"type": "i32", "value": tiles}, "scale", {"type": "i32", "value": r}]
     return defines, over
 
@@ -225,6 +231,14 @@ _GDN_DECODE = {
     "rcs_mix": _gdn_mix("batch_size * num_v_heads <= 64"),
     "rcs_mix1t": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=8),  # one 8-row tile per CTA at 64 heads
     "rcs_mixw1": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=16, small_warps=1),  # fla's shape: 1 warp, 8 rows
+    # rc (k, q, v, gates by cp.async on the state's barrier) with 32-row tiles (3 stages) from 256 heads up, 16-row
+    # tiles (5 stages) below; 4 warps and 4 CTAs per SM in both: the shipped configuration since 2026-12-03 (gdn6)
+    "rc_mix32": _gdn_mix("batch_size * num_v_heads < 256", rows=32, stages=3, small_rows=16, small_stages=5,
+                         small_per_sm=4, small_warps=4, side=1),
+    # the same with 64-row tiles (2 CTAs per SM, 3 stages: 204 KiB) from 256 heads up
+    "rc_mix64": _gdn_mix("batch_size * num_v_heads < 256", rows=64, stages=3, per_sm=2, small_rows=16, small_stages=5,
+                         small_per_sm=4, small_warps=4, side=1),
+    "ring_prev": _gdn_ring(16, 5, 4),  # the kernel shipped before rc_mix32 (every input by TMA): ring_big
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
     # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
     "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),

@@ -210,7 +210,7 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 // shuffles per 4 rows instead of 40. Shared-memory reads stay conflict-free (each quarter-warp reads
 // 128 contiguous bytes of one row).
 #ifndef RING_ROWS
-#define RING_ROWS 16     // tile height R: 8 to 64, a multiple of 4 * RING_WARPS (the manifest's boxes and tile count match it)
+#define RING_ROWS 32     // tile height R: 8 to 64, a multiple of 4 * RING_WARPS (the manifest's boxes and tile count match it)
 #endif
 #ifndef RING_WARPS
 #define RING_WARPS 4     // warps per CTA (the manifest's block is 32 * RING_WARPS)
@@ -226,17 +226,17 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #define RING_CHUNKED 0   // 1: CTA b takes a contiguous run of tiles (b*n .. b*n+n-1), not b, b+G, b+2G, ...
 #endif
 #ifndef RING_SIDE
-#define RING_SIDE 0       // the side inputs (k, q, v, gates): 0 TMA loads on the state's barrier; 1 cp.async by warp 0
+#define RING_SIDE 1       // the side inputs (k, q, v, gates): 0 TMA loads on the state's barrier; 1 cp.async by warp 0
 #endif                    // on the state's barrier; 2 cp.async on a barrier of their own (gates computed in the state's flight)
 #ifndef RING_STORE_HINT
 #define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
 #endif
 
 #ifndef RING_ROWS_SMALL
-#define RING_ROWS_SMALL 0  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
+#define RING_ROWS_SMALL 16  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
 #endif
 #ifndef RING_WARPS_SMALL
-#define RING_WARPS_SMALL 2
+#define RING_WARPS_SMALL 4
 #endif
 
 // A tile height R (rows of the state) worked by W warps, and a stage's layout.
@@ -270,7 +270,7 @@ __device__ __forceinline__ float bf16_at(const unsigned char* p) {
 // Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 32 * RING_WARPS threads;
 // dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
 template <int R_, int W_>
-__device__ __forceinline__ void ring_tiles(const CUtensorMap* tmState, const CUtensorMap* tmNewState,
+__device__ __noinline__ void ring_tiles(const CUtensorMap* tmState, const CUtensorMap* tmNewState,
 #if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
                 const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                 const __nv_bfloat16* __restrict__ v, const float* __restrict__ A_log,
