@@ -1,8 +1,8 @@
 // Expert sm_90a Gated DeltaNet decode, head size 128, k-last fp32 state [batch, value head, V, K].
 // One module serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
 // Two kernels: gdn_decode_ring (below the first; the one launch.json launches: a persistent grid with a
-// ring of TMA stages) and gdn_decode_tma (the first expert, one CTA per tile; kept for comparison as the
-// `tile` variant of scripts/expert_dev.py). NOTES.md has the numbers of both.
+// ring of TMA stages, the tile height chosen per workload) and gdn_decode_tma (the first expert, one CTA per
+// tile; kept for comparison as the `tile` variant of scripts/expert_dev.py). NOTES.md has the numbers of both.
 //
 // The op is memory-bound: per (sequence, value head) it reads a 64 KiB fp32 state and writes 64 KiB
 // back; everything else (q, k, v, gates, output) is < 1% of the traffic. So the kernel is one pass
@@ -202,9 +202,15 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 // through a ring of RING_STAGES shared-memory stages, so a CTA always has the next tiles' loads in
 // flight while it updates one (no per-tile CTA launch, barrier set-up or descriptor fetch, and no
 // partial last wave: the manifest sizes the grid so every CTA gets the same number of tiles).
-// Everything a tile needs arrives by TMA on the stage's one mbarrier: the R x 128 state rows, the
-// head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs (a, b, A_log, dt_bias, viewed
-// as rows of 16 bytes: the row holding the one needed), so a tile never waits on a plain load.
+// Everything a tile needs lands on the stage's one mbarrier: the R x 128 state rows by one TMA load, and
+// (as shipped, RING_SIDE 1) the head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs
+// (a, b, A_log, dt_bias: the 16-byte row holding the one needed) by 16-byte cp.async copies of warp 0, each
+// lane's arriving on the barrier when its copies land; so a tile never waits on a plain load. (RING_SIDE 0:
+// those by eight more TMA loads a tile, the kernel shipped until 2026-12-03: the TMA unit then handles 9
+// loads per tile instead of 1, and the ring with 16-row tiles ran 1-2% behind; NOTES.md.)
+// The tile height is a template parameter: the manifest passes R (its last argument) and the kernel runs the
+// instantiation for it, RING_ROWS or RING_ROWS_SMALL (as shipped 32 rows from 256 heads up, 16 below: big tiles
+// halve the per-tile work where there are many, small ones spread a small batch over more SMs).
 // Layout: 8 lanes per row, lane c8 holding float4 columns c8, c8+8, c8+16, c8+24 of its row, so a
 // warp updates 4 rows at once and each dot product is reduced in 3 shuffle steps (not 5 per row): 6
 // shuffles per 4 rows instead of 40. Shared-memory reads stay conflict-free (each quarter-warp reads
@@ -267,8 +273,9 @@ __device__ __forceinline__ float bf16_at(const unsigned char* p) {
     return __uint_as_float((unsigned)*reinterpret_cast<const unsigned short*>(p) << 16);
 }
 
-// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 32 * RING_WARPS threads;
-// dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
+// One instantiation's work: tiles of R_ rows, W_ warps. Not inlined: with two heights inlined into one entry
+// point ptxas spilled (80 registers); apart, each gets its own allocation (94 at most, no spill). The tensor maps
+// come by address (the kernel's __grid_constant__ parameters: TMA reads them there, never from a local copy).
 template <int R_, int W_>
 __device__ __noinline__ void ring_tiles(const CUtensorMap* tmState, const CUtensorMap* tmNewState,
 #if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
@@ -504,7 +511,7 @@ __device__ __noinline__ void ring_tiles(const CUtensorMap* tmState, const CUtens
 // Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / rows); block 32 x the warps of that tile
 // height; dynamic shared memory stages x the stage's bytes + 128 (alignment slack). `rows`: the tile height, the
 // tensor maps' box height (RING_ROWS, or RING_ROWS_SMALL when the module has a second one).
-#if RING_SIDE  // (the tensor maps by address: TMA reads them where the launch put them, never from a local copy)
+#if RING_SIDE
 #define RING_ARGS &tmState, &tmNewState, q, k, v, A_log, a, dt_bias, b, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
 #else
 #define RING_ARGS &tmState, &tmNewState, &tmQ, &tmK, &tmV, &tmA, &tmB, &tmAlog, &tmDt, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
