@@ -1,11 +1,11 @@
 """The expert GDN decode kernel (tasks/gdn_decode_*/expert, gdn_decode_ring) without a GPU: it compiles with the
-real NVRTC + ptxas for sm_90a with only tensor-map loads reading global memory (no LDG), the stages read with LDS, and
-no spills; its manifest plans every workload (held-out included) with the tile count passed to the kernel covering
-every row of the state exactly once in tiles of the tensor maps' box height, and the shared memory kernel.cu's ring
-needs; and the algebra it computes (both
-dot products from the state before the update, o = scale (g S q + delta k.q)) matches the task's
-reference within the task's own tolerance on every workload. The GPU side: tests/gpu/test_gdn_gpu.py
-(test_expert_decode_at_fla_speed_with_tma_credit)."""
+real NVRTC + ptxas for sm_90a with the state read by tensor-map loads and the side inputs by tensor-map loads or
+cp.async (never LDG), the stages read with LDS, and no spills; its manifest plans every workload (held-out
+included) with the tile height it passes the kernel one the module has, the tensor maps' box that high, the tile
+count covering every row of the state exactly once, the block the warps of that height, and shared memory for at
+least one stage and at most RING_STAGES; and the algebra it computes (both dot products from the state before the
+update, o = scale (g S q + delta k.q)) matches the task's reference within the task's own tolerance on every
+workload. The GPU side: tests/gpu/test_gdn_gpu.py (test_expert_decode_at_fla_speed_with_tma_credit)."""
 from __future__ import annotations
 
 import math
