@@ -208,7 +208,7 @@ def _gdn_tile(rows: int | str = _TILE_ROWS, warps: int = 4, load_box: int | str 
 
 
 _GDN_DECODE = {
-    "shipped": ({}, {}),  # gdn_decode_ring, kernel.cu's defaults: R=16, 5 stages; 4 CTAs per SM (launch.json)
+    "shipped": ({}, {}),  # the folder as is: rc_mix32 (kernel.cu's defaults and launch.json)
     "ring": _gdn_ring(),  # R=16, 4 stages, 3 CTAs per SM: 3 x 4 x 8 KiB in flight per SM
     "ring_ts": _gdn_ring(tma_store=1),  # the same, new_state through TMA stores
     "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
@@ -217,7 +217,7 @@ _GDN_DECODE = {
     "ring_s6": _gdn_ring(16, 6, 2),  # R=16, 6 stages, 2 CTAs per SM
     "ring_s2": _gdn_ring(16, 2, 6),  # R=16, 2 stages, 6 CTAs per SM
     "ring8": _gdn_ring(8, 4, 6, warps=2),  # fla's tile height (4 KiB tiles), 2 warps: 128 CTAs at B=1 (qk4)
-    "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM: the shipped configuration, spelled out
+    "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM (= ring_prev, shipped until rc_mix32)
     "ring_big_ts": _gdn_ring(16, 5, 4, tma_store=1),
     "ring_chunk": ({**_gdn_ring(16, 5, 4)[0], "RING_CHUNKED": 1}, _gdn_ring(16, 5, 4)[1]),  # contiguous runs of tiles
     "ring_small": _gdn_ring(16, 2, 3),  # 48 KiB in flight per SM
