@@ -136,9 +136,11 @@ _FP8 = {
 # GDN decode. The shipped manifest launches gdn_decode_ring (a persistent grid, a ring of TMA stages);
 # `tile` and the variants built on it launch the first expert, gdn_decode_tma (one CTA per tile of 16 or
 # 32 rows), from the same kernel.cu.
-def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0, warps: int = 4) -> tuple[dict, dict]:
-    """The persistent kernel gdn_decode_ring: every input of a tile through TMA, a ring of `stages`
-    tiles in flight per CTA, `per_sm` CTAs per SM, the tiles split evenly over the grid."""
+def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0, warps: int = 4,
+              side: int = 0) -> tuple[dict, dict]:
+    """The persistent kernel gdn_decode_ring: the state rows through TMA, a ring of `stages` tiles in
+    flight per CTA, `per_sm` CTAs per SM, the tiles split evenly over the grid. `side`: how k, q, v and
+    the gates come (kernel.cu's RING_SIDE): 0 TMA, 1 cp.async on the state's barrier, 2 on their own."""
     tiles = f"(batch_size * num_v_heads * head_size // {rows})"
     per_cta = f"cdiv({tiles}, num_sms * {per_sm})"
     stage_bytes = rows * 512 + 256 + 256 + 5 * 128  # kernel.cu's ring::STAGE_BYTES
@@ -155,11 +157,37 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
         {"name": "tmAlog", "tensor": "A_log", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
         {"name": "tmDt", "tensor": "dt_bias", "view": ["num_v_heads // 4", 4], "box": [1, 4]},
     ]
-    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps},
-            {"tensor_maps": maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"], "block": [32 * warps],
-             "shared_bytes": stages * stage_bytes + 128,
-             "args": ["tmState", "tmNewState", "tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt", "output",
-                      "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale"]})
+    side_args = ["q", "k", "v", "A_log", "a", "dt_bias", "b"] if side else ["tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt"]
+    return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps, "RING_SIDE": side,
+             "RING_ROWS_SMALL": 0},
+            {"tensor_maps": maps[:2] if side else maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"],
+             "block": [32 * warps], "shared_bytes": stages * stage_bytes + 128,
+             "args": ["tmState", "tmNewState", *side_args, "output",
+                      "new_state", "num_q_heads", "num_v_heads", {"type": "i32", "value": tiles}, "scale",
+                      {"type": "i32", "value": str(rows)}]})
+
+
+def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, per_sm: int = 4, small_per_sm: int = 6,
+             side: int = 2, small_warps: int = 2, small_stages: int | None = None, warps: int = 4) -> tuple[dict, dict]:
+    """gdn_decode_ring with two tile heights in one module, chosen per workload by the manifest: `small_rows`
+    (`small_warps` warps, `small_per_sm` CTAs per SM, at most `small_stages` stages) where the expression `small`
+    holds, else `rows` (`warps` warps, `per_sm`, `stages`); side inputs as _gdn_ring's `side`; never more stages
+    than a CTA has tiles."""
+    small_stages = stages if small_stages is None else small_stages
+    r = f"({small_rows} if {small} else {rows})"
+    tiles = f"(batch_size * num_v_heads * head_size // {r})"
+    per_cta = f"cdiv({tiles}, num_sms * ({small_per_sm} if {small} else {per_sm}))"
+    defines, over = _gdn_ring(rows, max(stages, small_stages), per_sm, warps=warps, side=side)
+    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps})
+    for tm in over["tensor_maps"]:
+        if tm["name"] in ("tmState", "tmNewState"):
+            tm["box"] = [r, "head_size"]
+        elif tm["name"] == "tmV":
+            tm["box"] = [1, r]
+    over.update({"grid": [f"cdiv({tiles}, {per_cta})"], "block": [f"32 * ({small_warps} if {small} else {warps})"],
+                 "shared_bytes": f"min({small_stages} if {small} else {stages}, {per_cta}) * ({r} * 512 + 1152) + 128"})
+    over["args"] = over["args"][:-3] + [{"type": "i32", "value": tiles}, "scale", {"type": "i32", "value": r}]
+    return defines, over
 
 
 _TILE_ROWS = "(32 if batch_size * num_v_heads >= 256 else 16)"
@@ -180,7 +208,7 @@ def _gdn_tile(rows: int | str = _TILE_ROWS, warps: int = 4, load_box: int | str 
 
 
 _GDN_DECODE = {
-    "shipped": ({}, {}),  # gdn_decode_ring, kernel.cu's defaults: R=16, 5 stages; 4 CTAs per SM (launch.json)
+    "shipped": ({}, {}),  # the folder as is: rc_mix32 (kernel.cu's defaults and launch.json)
     "ring": _gdn_ring(),  # R=16, 4 stages, 3 CTAs per SM: 3 x 4 x 8 KiB in flight per SM
     "ring_ts": _gdn_ring(tma_store=1),  # the same, new_state through TMA stores
     "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
@@ -189,10 +217,28 @@ _GDN_DECODE = {
     "ring_s6": _gdn_ring(16, 6, 2),  # R=16, 6 stages, 2 CTAs per SM
     "ring_s2": _gdn_ring(16, 2, 6),  # R=16, 2 stages, 6 CTAs per SM
     "ring8": _gdn_ring(8, 4, 6, warps=2),  # fla's tile height (4 KiB tiles), 2 warps: 128 CTAs at B=1 (qk4)
-    "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM: the shipped configuration, spelled out
+    "ring_big": _gdn_ring(16, 5, 4),  # 160 KiB in flight per SM (= ring_prev, shipped until rc_mix32)
     "ring_big_ts": _gdn_ring(16, 5, 4, tma_store=1),
     "ring_chunk": ({**_gdn_ring(16, 5, 4)[0], "RING_CHUNKED": 1}, _gdn_ring(16, 5, 4)[1]),  # contiguous runs of tiles
     "ring_small": _gdn_ring(16, 2, 3),  # 48 KiB in flight per SM
+    # k, q, v and the gates by cp.async (2 LDGSTS per warp-0 lane per tile, not 8 TMA loads): one TMA load a tile
+    "rc": _gdn_ring(16, 5, 4, side=1),
+    "rcs": _gdn_ring(16, 5, 4, side=2),  # ... on a barrier of their own: gates and k.q while the state lands
+    "rcs32": _gdn_ring(32, 3, 4, side=2),  # R=32, 3 stages, 4 CTAs per SM: 192 KiB in flight per SM
+    "rcs8": _gdn_ring(8, 4, 6, side=2, warps=2),  # R=8, 2 warps, 4 stages, 6 CTAs per SM
+    "rcs_s8": _gdn_ring(16, 8, 3, side=2),  # R=16, 8 stages, 3 CTAs per SM: 192 KiB
+    # rcs with 8-row tiles (2 warps, 6 CTAs per SM) up to 64 heads (qk4 B <= 8, qk8 B <= 4), 16-row tiles above
+    "rcs_mix": _gdn_mix("batch_size * num_v_heads <= 64"),
+    "rcs_mix1t": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=8),  # one 8-row tile per CTA at 64 heads
+    "rcs_mixw1": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=16, small_warps=1),  # fla's shape: 1 warp, 8 rows
+    # rc (k, q, v, gates by cp.async on the state's barrier) with 32-row tiles (3 stages) from 256 heads up, 16-row
+    # tiles (5 stages) below; 4 warps and 4 CTAs per SM in both: the shipped configuration since 2026-12-03 (gdn6)
+    "rc_mix32": _gdn_mix("batch_size * num_v_heads < 256", rows=32, stages=3, small_rows=16, small_stages=5,
+                         small_per_sm=4, small_warps=4, side=1),
+    # the same with 64-row tiles (2 CTAs per SM, 3 stages: 204 KiB) from 256 heads up
+    "rc_mix64": _gdn_mix("batch_size * num_v_heads < 256", rows=64, stages=3, per_sm=2, small_rows=16, small_stages=5,
+                         small_per_sm=4, small_warps=4, side=1),
+    "ring_prev": _gdn_ring(16, 5, 4),  # the kernel shipped before rc_mix32 (every input by TMA): ring_big
     "flat16": _gdn_ring(16, 1, 1000),  # one tile per CTA (the grid is the tile count): the layout alone
     # L2 policies: state loads evict-first (read once), new_state stores evict-last or evict-first
     "ring_ef": ({**_gdn_ring()[0], "LOAD_EVICT_FIRST": 1}, _gdn_ring()[1]),

@@ -1,11 +1,11 @@
 """The expert GDN decode kernel (tasks/gdn_decode_*/expert, gdn_decode_ring) without a GPU: it compiles with the
-real NVRTC + ptxas for sm_90a with only tensor-map loads reading global memory (no LDG), the stages read with LDS, and
-no spills; its manifest plans every workload (held-out included) with the tile count passed to the kernel covering
-every row of the state exactly once in tiles of the tensor maps' box height, and the shared memory kernel.cu's ring
-needs; and the algebra it computes (both
-dot products from the state before the update, o = scale (g S q + delta k.q)) matches the task's
-reference within the task's own tolerance on every workload. The GPU side: tests/gpu/test_gdn_gpu.py
-(test_expert_decode_at_fla_speed_with_tma_credit)."""
+real NVRTC + ptxas for sm_90a with the state read by tensor-map loads and the side inputs by tensor-map loads or
+cp.async (never LDG), the stages read with LDS, and no spills; its manifest plans every workload (held-out
+included) with the tile height it passes the kernel one the module has, the tensor maps' box that high, the tile
+count covering every row of the state exactly once, the block the warps of that height, and shared memory for at
+least one stage and at most RING_STAGES; and the algebra it computes (both dot products from the state before the
+update, o = scale (g S q + delta k.q)) matches the task's reference within the task's own tolerance on every
+workload. The GPU side: tests/gpu/test_gdn_gpu.py (test_expert_decode_at_fla_speed_with_tma_credit)."""
 from __future__ import annotations
 
 import math
@@ -27,8 +27,13 @@ DECODE = ["gdn_decode_qk4_v8_d128_k_last", "gdn_decode_qk8_v16_d128_k_last"]
 
 
 def _ring_defaults(source: str) -> dict[str, int]:
-    """kernel.cu's compile-time ring knobs (RING_ROWS, RING_STAGES, RING_WARPS) as shipped."""
-    return {k: int(re.search(rf"#define {k} (\d+)", source).group(1)) for k in ("RING_ROWS", "RING_STAGES", "RING_WARPS")}
+    """kernel.cu's compile-time ring knobs as shipped (the first #define of each: the #ifndef defaults)."""
+    knobs = ("RING_ROWS", "RING_STAGES", "RING_WARPS", "RING_SIDE", "RING_ROWS_SMALL", "RING_WARPS_SMALL")
+    return {k: int(re.search(rf"#define {k} (\d+)", source).group(1)) for k in knobs}
+
+
+def _stage_bytes(rows: int) -> int:
+    return rows * 512 + 1152  # kernel.cu's RingShape::STAGE_BYTES: the rows, then k, q, v and the gates
 
 
 @pytest.mark.parametrize("name", DECODE)
@@ -39,17 +44,25 @@ def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
     task = get_task(name)
     sol = Solution.from_dir(ROOT / "tasks" / name / "expert")
     knobs = _ring_defaults(sol.source)
-    rows, stage_bytes = knobs["RING_ROWS"], knobs["RING_ROWS"] * 512 + 1152  # kernel.cu's ring::STAGE_BYTES
+    warps_of = {knobs["RING_ROWS"]: knobs["RING_WARPS"]}  # the module's tile heights and their warps
+    if knobs["RING_ROWS_SMALL"]:
+        warps_of[knobs["RING_ROWS_SMALL"]] = knobs["RING_WARPS_SMALL"]
+    side_by_tma = knobs["RING_SIDE"] == 0
     comp, insp = Evaluator.compile_and_inspect(sol, "sm_90a")
     assert comp.ok, comp.error
     k = comp.kernels["gdn_decode_ring"]
     assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_frame == 0, k
     if insp.status == "ok":  # cuobjdump present (the CPU setup installs it)
         assert insp.feature_present("tma"), insp.features
-        # Every input reaches the kernel through tensor-map loads (no LDG, no generic LD, no plain bulk copy);
-        # the stage is read with LDS and the new rows leave as 16-byte STGs.
+        # The state comes by tensor-map loads, k, q, v and the gates by tensor-map loads too or by cp.async
+        # (LDGSTS, ~7% of the state's bytes); never LDG, a generic LD or a plain bulk copy. The stage is read
+        # with LDS and the new rows leave as 16-byte STGs.
         ops = insp.kernels["gdn_decode_ring"].opcodes
-        assert ops.get("UTMALDG", 0) >= 9 and not {"LDG", "LD", "UBLKCP"} & set(ops), ops
+        assert not {"LDG", "LD", "UBLKCP"} & set(ops), ops
+        if side_by_tma:
+            assert ops.get("UTMALDG", 0) >= 9, ops
+        else:
+            assert ops.get("UTMALDG", 0) >= 1 and ops.get("LDGSTS", 0) >= 1, ops
         assert ops.get("LDS", 0) >= 4 and ops.get("STG", 0) >= 4, ops
     limits = NOMINAL_LIMITS["sm_90a"]
     for w in task.workloads:
@@ -57,17 +70,23 @@ def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
         assert static_check(sol, comp, task, axes, limits) is None, w.name
         plan = plan_launches(sol.manifest, task, axes, limits)
         (launch,) = plan.launches
-        tiles = next(a.value for a in launch.args if a.kind == "i32" and a.name not in axes)
+        scalars = [a.value for a in launch.args if a.kind == "i32" and a.name not in axes]
+        tiles, rows = scalars  # the tile count and the tile height the kernel is told
+        assert rows in warps_of, (w.name, rows)
         heads = axes["batch_size"] * axes["num_v_heads"]
         maps = {tm.tensor: tm for tm in plan.tensor_maps}
-        assert set(maps) == {"state", "new_state", "q", "k", "v", "a", "b", "A_log", "dt_bias"}, set(maps)
-        for t in ("state", "new_state"):  # one tile: R rows of the [heads * 128, 128] view
+        side = {"q", "k", "v", "a", "b", "A_log", "dt_bias"} if side_by_tma else set()
+        assert set(maps) == {"state", "new_state"} | side, set(maps)
+        for t in ("state", "new_state"):  # one tile: `rows` rows of the [heads * 128, 128] view
             assert maps[t].view == (heads * 128, 128) and maps[t].box == (rows, 128), (w.name, maps[t])
-        assert maps["v"].box == (1, rows) and maps["q"].box == maps["k"].box == (1, 128), w.name
+        if side_by_tma:
+            assert maps["v"].box == (1, rows) and maps["q"].box == maps["k"].box == (1, 128), w.name
         assert tiles * rows == heads * 128, (w.name, tiles)  # the tile count covers every row once
         # a strided walk (blockIdx.x, + gridDim.x, ...) visits every tile once for any grid up to the tile count
-        assert 1 <= launch.grid[0] <= tiles and launch.block == (32 * knobs["RING_WARPS"], 1, 1), launch
-        assert launch.shared_bytes == knobs["RING_STAGES"] * stage_bytes + 128, launch
+        assert 1 <= launch.grid[0] <= tiles and launch.block == (32 * warps_of[rows], 1, 1), (w.name, launch)
+        # the kernel uses as many stages as the dynamic shared memory holds: at least one, at most RING_STAGES
+        stages = (launch.shared_bytes - 128) // _stage_bytes(rows)
+        assert 1 <= stages and launch.shared_bytes <= knobs["RING_STAGES"] * _stage_bytes(rows) + 128, (w.name, launch)
 
 
 def _kernel_algebra(x: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:

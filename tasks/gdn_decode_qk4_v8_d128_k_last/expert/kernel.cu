@@ -1,8 +1,8 @@
 // Expert sm_90a Gated DeltaNet decode, head size 128, k-last fp32 state [batch, value head, V, K].
 // One module serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
 // Two kernels: gdn_decode_ring (below the first; the one launch.json launches: a persistent grid with a
-// ring of TMA stages) and gdn_decode_tma (the first expert, one CTA per tile; kept for comparison as the
-// `tile` variant of scripts/expert_dev.py). NOTES.md has the numbers of both.
+// ring of TMA stages, the tile height chosen per workload) and gdn_decode_tma (the first expert, one CTA per
+// tile; kept for comparison as the `tile` variant of scripts/expert_dev.py). NOTES.md has the numbers of both.
 //
 // The op is memory-bound: per (sequence, value head) it reads a 64 KiB fp32 state and writes 64 KiB
 // back; everything else (q, k, v, gates, output) is < 1% of the traffic. So the kernel is one pass
@@ -202,21 +202,28 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 // through a ring of RING_STAGES shared-memory stages, so a CTA always has the next tiles' loads in
 // flight while it updates one (no per-tile CTA launch, barrier set-up or descriptor fetch, and no
 // partial last wave: the manifest sizes the grid so every CTA gets the same number of tiles).
-// Everything a tile needs arrives by TMA on the stage's one mbarrier: the R x 128 state rows, the
-// head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs (a, b, A_log, dt_bias, viewed
-// as rows of 16 bytes: the row holding the one needed), so a tile never waits on a plain load.
+// Everything a tile needs lands on the stage's one mbarrier: the R x 128 state rows by one TMA load, and
+// (as shipped, RING_SIDE 1) the head's k and q rows, the R values v[r0 .. r0+R-1] and the four gate inputs
+// (a, b, A_log, dt_bias: the 16-byte row holding the one needed) by 16-byte cp.async copies of warp 0, each
+// lane's arriving on the barrier when its copies land; so a tile never waits on a plain load. (RING_SIDE 0:
+// those by eight more TMA loads a tile, the kernel shipped until 2026-12-03: the TMA unit then handles 9
+// loads per tile instead of 1, and the ring with 16-row tiles ran 1-2% behind; NOTES.md.)
+// The tile height is a template parameter: the manifest passes R (its last argument) and the kernel runs the
+// instantiation for it, RING_ROWS or RING_ROWS_SMALL (as shipped 32 rows from 256 heads up, 16 below: big tiles
+// halve the per-tile work where there are many, small ones spread a small batch over more SMs).
 // Layout: 8 lanes per row, lane c8 holding float4 columns c8, c8+8, c8+16, c8+24 of its row, so a
 // warp updates 4 rows at once and each dot product is reduced in 3 shuffle steps (not 5 per row): 6
 // shuffles per 4 rows instead of 40. Shared-memory reads stay conflict-free (each quarter-warp reads
 // 128 contiguous bytes of one row).
 #ifndef RING_ROWS
-#define RING_ROWS 16     // tile height R: 8 to 64, a multiple of 4 * RING_WARPS (the manifest's boxes and tile count match it)
+#define RING_ROWS 32     // tile height R: 8 to 64, a multiple of 4 * RING_WARPS (the manifest's boxes and tile count match it)
 #endif
 #ifndef RING_WARPS
 #define RING_WARPS 4     // warps per CTA (the manifest's block is 32 * RING_WARPS)
 #endif
 #ifndef RING_STAGES
-#define RING_STAGES 5    // tiles in flight per CTA (launch.json: 4 CTAs per SM, 5 x 9 KiB stages each)
+#define RING_STAGES 5    // the most tiles in flight per CTA; the stages used are as many as the dynamic shared
+                         // memory holds (launch.json: 4 CTAs per SM, 5 x 9 KiB stages each)
 #endif
 #ifndef RING_STORE_TMA
 #define RING_STORE_TMA 0 // 1: the updated tile is written back in place and sent by one TMA store
@@ -224,45 +231,83 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #ifndef RING_CHUNKED
 #define RING_CHUNKED 0   // 1: CTA b takes a contiguous run of tiles (b*n .. b*n+n-1), not b, b+G, b+2G, ...
 #endif
+#ifndef RING_SIDE
+#define RING_SIDE 1       // the side inputs (k, q, v, gates): 0 TMA loads on the state's barrier; 1 cp.async by warp 0
+#endif                    // on the state's barrier; 2 cp.async on a barrier of their own (gates computed in the state's flight)
 #ifndef RING_STORE_HINT
 #define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
 #endif
 
-namespace ring {  // (enumerators, not constexpr variables: NVRTC would emit those as module globals)
-enum : int {
-    R = RING_ROWS, ST = RING_STAGES, TILE_BYTES = R * HEAD * 4,
-    // A stage: the state rows, then the side data, each at a 128-byte aligned offset (TMA destinations).
-    OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
-    OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
-    TX_BYTES = TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's loads deliver
-    WARPS_R = RING_WARPS, TILES_PER_HEAD = HEAD / R, STEPS = R / (4 * WARPS_R),  // a warp updates 4 rows per step
+#ifndef RING_ROWS_SMALL
+#define RING_ROWS_SMALL 16  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
+#endif
+#ifndef RING_WARPS_SMALL
+#define RING_WARPS_SMALL 4
+#endif
+
+// A tile height R (rows of the state) worked by W warps, and a stage's layout.
+// (Enumerators, not constexpr variables: NVRTC would emit those as module globals.)
+template <int R_, int W_> struct RingShape {
+    enum : int {
+        R = R_, ST_MAX = RING_STAGES, TILE_BYTES = R * HEAD * 4,
+        // A stage: the state rows, then the side data, each at a 128-byte aligned offset (TMA destinations).
+        OFF_K = TILE_BYTES, OFF_Q = OFF_K + 256, OFF_V = OFF_Q + 256, OFF_A = OFF_V + 128, OFF_B = OFF_A + 128,
+        OFF_ALOG = OFF_B + 128, OFF_DT = OFF_ALOG + 128, STAGE_BYTES = OFF_DT + 128,
+        TX_BYTES = RING_SIDE ? TILE_BYTES : TILE_BYTES + 256 + 256 + R * 2 + 4 * 16,  // what one stage's TMA loads deliver
+        V_CHUNKS = R * 2 / 16,  // v[r0 .. r0+R-1] in 16-byte cp.async chunks (RING_SIDE)
+        WARPS_R = W_, TILES_PER_HEAD = HEAD / R, STEPS = R / (4 * WARPS_R),  // a warp updates 4 rows per step
+    };
+    static_assert(R % (4 * WARPS_R) == 0 && HEAD % R == 0 && R >= 8 && R <= 64, "R: 8..64, a multiple of 4 * warps");
+    static_assert(ST_MAX >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
+    static_assert(!(RING_SIDE && RING_STORE_TMA), "RING_SIDE refills without RING_STORE_TMA's deferral");
 };
-static_assert(R % (4 * WARPS_R) == 0 && HEAD % R == 0 && R >= 8 && R <= 64, "RING_ROWS: 8..64, a multiple of 4 * RING_WARPS");
-static_assert(ST >= (RING_STORE_TMA ? 2 : 1), "a stage is refilled one tile late with RING_STORE_TMA");
-}  // namespace ring
 
 __device__ __forceinline__ float4 bf16x4_to_float4(uint2 w) {  // element 0 is the low half of w.x
     return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
                        __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
 }
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {  // 16 bytes global -> shared, cached in L2 only
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ptxbench::smem_u32(dst)), "l"(src) : "memory");
+}
 __device__ __forceinline__ float bf16_at(const unsigned char* p) {
     return __uint_as_float((unsigned)*reinterpret_cast<const unsigned short*>(p) << 16);
 }
 
-// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / R); block 32 * RING_WARPS threads;
-// dynamic shared memory RING_STAGES * ring::STAGE_BYTES + 128 (alignment slack).
-extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
-gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
-                const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
-                const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmAlog,
-                const __grid_constant__ CUtensorMap tmDt,
+// One instantiation's work: tiles of R_ rows, W_ warps. Not inlined: with two heights inlined into one entry
+// point ptxas spilled (80 registers); apart, each gets its own allocation (94 at most, no spill). The tensor maps
+// come by address (the kernel's __grid_constant__ parameters: TMA reads them there, never from a local copy).
+template <int R_, int W_>
+__device__ __noinline__ void ring_tiles(const CUtensorMap* tmState, const CUtensorMap* tmNewState,
+#if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
+                const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                const __nv_bfloat16* __restrict__ v, const float* __restrict__ A_log,
+                const __nv_bfloat16* __restrict__ a, const float* __restrict__ dt_bias,
+                const __nv_bfloat16* __restrict__ b,
+#else
+                const CUtensorMap* tmQ, const CUtensorMap* tmK,
+                const CUtensorMap* tmV, const CUtensorMap* tmA,
+                const CUtensorMap* tmB, const CUtensorMap* tmAlog,
+                const CUtensorMap* tmDt,
+#endif
                 __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
                 int num_q_heads, int num_v_heads, int num_tiles, float scale) {
-    using namespace ring;
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) unsigned long long full[ST];
-    unsigned char* base = smem_raw + ((128 - (ptxbench::smem_u32(smem_raw) & 127)) & 127);
+    using C = RingShape<R_, W_>;
+    enum : int {
+        R = C::R, ST_MAX = C::ST_MAX, TILE_BYTES = C::TILE_BYTES, OFF_K = C::OFF_K, OFF_Q = C::OFF_Q, OFF_V = C::OFF_V,
+        OFF_A = C::OFF_A, OFF_B = C::OFF_B, OFF_ALOG = C::OFF_ALOG, OFF_DT = C::OFF_DT, STAGE_BYTES = C::STAGE_BYTES,
+        TX_BYTES = C::TX_BYTES, V_CHUNKS = C::V_CHUNKS, WARPS_R = C::WARPS_R, TILES_PER_HEAD = C::TILES_PER_HEAD, STEPS = C::STEPS,
+    };
+    extern __shared__ unsigned char ring_smem[];  // (its own name: the tile kernel's has another type's linkage)
+    __shared__ __align__(8) unsigned long long full[ST_MAX];
+#if RING_SIDE == 2
+    __shared__ __align__(8) unsigned long long side[ST_MAX];  // the side inputs' own barriers: 32 cp.async arrivals each
+#endif
+    unsigned char* base = ring_smem + ((128 - (ptxbench::smem_u32(ring_smem) & 127)) & 127);
+    // The stages: as many as the launch's dynamic shared memory holds (a manifest expression may choose them per
+    // workload), at most RING_STAGES. (The slack: 128 bytes, for the 128-byte alignment of TMA destinations.)
+    unsigned dyn_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
+    const int ST = min((int)ST_MAX, (int)((dyn_bytes - 128) / STAGE_BYTES));
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c8 = lane % 8;
     const int G = gridDim.x;
 #if RING_CHUNKED
@@ -282,6 +327,41 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 #endif
 #endif
 
+#if RING_SIDE
+    // Thread 0: the state rows of `tile` into stage s by TMA, on that stage's barrier.
+    auto issue_state = [&](int tile, int s) {
+        ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
+        load_tile(base + s * STAGE_BYTES, tmState, &full[s], 0, tile * R);
+    };
+    // Warp 0: the side inputs of `tile` into stage s, 16-byte cp.async chunks (LDGSTS: no TMA-unit work per tile,
+    // ~0.07x the state's bytes), each lane's chunks arriving on the barrier when they land (.noinc: the barrier's
+    // count holds these 32 arrivals). Lane l: chunk l of k (l < 16) or q; lanes 0 .. V_CHUNKS+3 also one of v's
+    // chunks or the 16-byte row holding a[bh], b[bh], A_log[h] or dt_bias[h].
+    auto issue_side = [&](int tile, int s, unsigned long long* bar) {
+        unsigned char* st = base + s * STAGE_BYTES;
+        const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
+        const int h = bh % num_v_heads, n = bh / num_v_heads;
+        const size_t qk = (size_t)n * num_q_heads + h / (num_v_heads / num_q_heads);
+        const __nv_bfloat16* kq_src = (lane < 16 ? k : q) + qk * HEAD + 8 * (lane % 16);
+        cp_async16(st + (lane < 16 ? OFF_K : OFF_Q) + 16 * (lane % 16), kq_src);
+        if (lane < V_CHUNKS + 4) {
+            const void* src;
+            int off;
+            if (lane < V_CHUNKS) { src = v + (size_t)bh * HEAD + r0 + 8 * lane; off = OFF_V + 16 * lane; }
+            else if (lane == V_CHUNKS) { src = a + (size_t)(bh / 8) * 8; off = OFF_A; }
+            else if (lane == V_CHUNKS + 1) { src = b + (size_t)(bh / 8) * 8; off = OFF_B; }
+            else if (lane == V_CHUNKS + 2) { src = A_log + (h / 4) * 4; off = OFF_ALOG; }
+            else { src = dt_bias + (h / 4) * 4; off = OFF_DT; }
+            cp_async16(st + off, src);
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(ptxbench::smem_u32(bar)) : "memory");
+    };
+#if RING_SIDE == 2
+#define RING_SIDE_BAR(s) (&side[s])
+#else
+#define RING_SIDE_BAR(s) (&full[s])
+#endif
+#else
     // Thread 0: every load of `tile` into stage s, on that stage's barrier.
     auto issue = [&](int tile, int s) {
         unsigned char* st = base + s * STAGE_BYTES;
@@ -289,17 +369,35 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         const int h = bh % num_v_heads, n = bh / num_v_heads;
         const int qk = n * num_q_heads + h / (num_v_heads / num_q_heads);  // the q/k row this value head reads
         ptxbench::mbarrier_arrive_expect_tx(&full[s], TX_BYTES);
-        load_tile(st, &tmState, &full[s], 0, tile * R);  // the state first: it needs no kernel argument
-        ptxbench::tma_load_2d(st + OFF_K, &tmK, &full[s], 0, qk);
-        ptxbench::tma_load_2d(st + OFF_Q, &tmQ, &full[s], 0, qk);
-        ptxbench::tma_load_2d(st + OFF_V, &tmV, &full[s], r0, bh);
+        load_tile(st, tmState, &full[s], 0, tile * R);  // the state first: it needs no kernel argument
+        ptxbench::tma_load_2d(st + OFF_K, tmK, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_Q, tmQ, &full[s], 0, qk);
+        ptxbench::tma_load_2d(st + OFF_V, tmV, &full[s], r0, bh);
         // the gate inputs as rows of 16 bytes (a, b: [.., 8] bf16; A_log, dt_bias: [.., 4] fp32): the row holding each
-        ptxbench::tma_load_2d(st + OFF_A, &tmA, &full[s], 0, bh / 8);
-        ptxbench::tma_load_2d(st + OFF_B, &tmB, &full[s], 0, bh / 8);
-        ptxbench::tma_load_2d(st + OFF_ALOG, &tmAlog, &full[s], 0, h / 4);
-        ptxbench::tma_load_2d(st + OFF_DT, &tmDt, &full[s], 0, h / 4);
+        ptxbench::tma_load_2d(st + OFF_A, tmA, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_B, tmB, &full[s], 0, bh / 8);
+        ptxbench::tma_load_2d(st + OFF_ALOG, tmAlog, &full[s], 0, h / 4);
+        ptxbench::tma_load_2d(st + OFF_DT, tmDt, &full[s], 0, h / 4);
     };
+#endif
 
+#if RING_SIDE
+    if (warp == 0) {
+        if (lane == 0) {
+            for (int s = 0; s < ST; ++s) {
+                ptxbench::mbarrier_init(&full[s], RING_SIDE == 1 ? 33 : 1);
+#if RING_SIDE == 2
+                ptxbench::mbarrier_init(&side[s], 32);
+#endif
+            }
+            ptxbench::mbarrier_init_fence();
+            issue_state(blockIdx.x, 0);  // no kernel argument is read before the first load
+            for (int s = 1; s < ST && s < mine; ++s) issue_state(tile_of(s), s);
+        }
+        __syncwarp();  // the barriers are initialised (for this warp's cp.async arrivals)
+        for (int s = 0; s < ST && s < mine; ++s) issue_side(tile_of(s), s, RING_SIDE_BAR(s));
+    }
+#else
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; ++s) ptxbench::mbarrier_init(&full[s], 1);
         ptxbench::mbarrier_init_fence();
@@ -310,13 +408,19 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 #endif
         for (int s = 1; s < ST && s < mine; ++s) issue(tile_of(s), s);
     }
+#endif
     __syncthreads();  // the barriers are initialised
 
+    int s = 0;            // the stage of tile it: it % ST
+    unsigned parity = 0;  // the phase of its barriers: (it / ST) & 1
     for (int it = 0; it < mine; ++it) {
         const int tile = tile_of(it);
-        const int s = it % ST;
         unsigned char* st = base + s * STAGE_BYTES;
-        ptxbench::mbarrier_wait(&full[s], (it / ST) & 1);
+#if RING_SIDE == 2
+        ptxbench::mbarrier_wait(&side[s], parity);  // the gates and k.q while the state rows land
+#else
+        ptxbench::mbarrier_wait(&full[s], parity);
+#endif
         const int bh = tile / TILES_PER_HEAD, r0 = (tile % TILES_PER_HEAD) * R;
 
         float4 kk[4], qq[4];
@@ -332,6 +436,9 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         float kq = dot4(kk[0], qq[0]) + dot4(kk[1], qq[1]) + dot4(kk[2], qq[2]) + dot4(kk[3], qq[3]);
 #pragma unroll
         for (int o = 4; o > 0; o /= 2) kq += __shfl_xor_sync(0xffffffffu, kq, o);  // over the row's 8 lanes
+#if RING_SIDE == 2
+        ptxbench::mbarrier_wait(&full[s], parity);
+#endif
 
 #pragma unroll
         for (int step = 0; step < STEPS; ++step) {
@@ -376,7 +483,7 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         ptxbench::fence_proxy_async_smem();  // this thread's in-place writes, visible to the TMA unit
         __syncthreads();
         if (threadIdx.x == 0) {
-            ptxbench::tma_store_2d(&tmNewState, st, 0, tile * R);
+            ptxbench::tma_store_2d(tmNewState, st, 0, tile * R);
             ptxbench::tma_store_commit();
             if (it > 0) {  // refill the previous stage once its store has read it (this one's may still run)
                 ptxbench::tma_store_wait<1>();
@@ -385,10 +492,50 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
         }
 #else
         __syncthreads();  // every thread is done with stage s
+#if RING_SIDE
+        if (warp == 0 && it + ST < mine) {
+            if (lane == 0) issue_state(tile_of(it + ST), s);
+            issue_side(tile_of(it + ST), s, RING_SIDE_BAR(s));
+        }
+#else
         if (threadIdx.x == 0 && it + ST < mine) issue(tile_of(it + ST), s);
 #endif
+#endif
+        if (++s == ST) { s = 0; parity ^= 1; }
     }
 #if RING_STORE_TMA
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // stores done before exit
 #endif
+}
+
+// Grid: any number of CTAs up to num_tiles (= batch * num_v_heads * 128 / rows); block 32 x the warps of that tile
+// height; dynamic shared memory stages x the stage's bytes + 128 (alignment slack). `rows`: the tile height, the
+// tensor maps' box height (RING_ROWS, or RING_ROWS_SMALL when the module has a second one).
+#if RING_SIDE
+#define RING_ARGS &tmState, &tmNewState, q, k, v, A_log, a, dt_bias, b, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
+#else
+#define RING_ARGS &tmState, &tmNewState, &tmQ, &tmK, &tmV, &tmA, &tmB, &tmAlog, &tmDt, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
+#endif
+extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
+gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+#if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
+                const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                const __nv_bfloat16* __restrict__ v, const float* __restrict__ A_log,
+                const __nv_bfloat16* __restrict__ a, const float* __restrict__ dt_bias,
+                const __nv_bfloat16* __restrict__ b,
+#else
+                const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmA,
+                const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmAlog,
+                const __grid_constant__ CUtensorMap tmDt,
+#endif
+                __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
+                int num_q_heads, int num_v_heads, int num_tiles, float scale, int rows) {
+#if RING_ROWS_SMALL
+    if (rows == RING_ROWS_SMALL) {
+        ring_tiles<RING_ROWS_SMALL, RING_WARPS_SMALL>(RING_ARGS);
+        return;
+    }
+#endif
+    ring_tiles<RING_ROWS, RING_WARPS>(RING_ARGS);
 }
