@@ -1,4 +1,4 @@
-"""How near the "wgmma does >= 90% of all math" rule (tools.credit.WGMMA_MIN_OF_ALL_MATH) the shipped
+"""How near the "wgmma does >= 85% of all math" rule (tools.credit.WGMMA_MIN_OF_ALL_MATH) the shipped
 experts' SASS puts them under the bound that needs no list (tools.credit: every thread instruction of any
 pipe a multiply-add, fp16 ones 4 FLOPs more, each uniform-datapath warp instruction one more, each
 global reduction or ALU atomic 32 lanes x 8 adds; issue 42 items 1-2), estimated without a GPU. The

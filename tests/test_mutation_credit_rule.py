@@ -88,10 +88,11 @@ def test_an_unmeasured_read_path_withholds_credit():
 def test_the_credit_constants_and_why():
     """WORK_SHARE: wgmma must issue >= 90% of the task's matrix FLOPs (tuned kernels measure
     1.00-1.05) and TMA bring >= half its input bytes; wgmma at most 2.5x the FLOPs (a causal kernel
-    that computes every tile and masks does 2x) and >= 90% of all the math (tuned: >= 99%). Reads
+    that computes every tile and masks does 2x) and >= 85% of all the math, every thread instruction
+    charged (the cheapest uncounted-math attack reaches 0.833, the shipped experts 0.89-0.99). Reads
     outside TMA: 2x beside an MMA, 0.5x without (docstring above)."""
     assert ncu.WORK_SHARE == {"wgmma": 0.9, "tcgen05_mma": 0.9, "tma": 0.5}  # one rule for both MMAs (issue 41)
-    assert (ncu.WGMMA_MAX_OVERWORK, ncu.WGMMA_MIN_OF_ALL_MATH) == (2.5, 0.9)
+    assert (ncu.WGMMA_MAX_OVERWORK, ncu.WGMMA_MIN_OF_ALL_MATH) == (2.5, 0.85)
     assert (ncu.TMA_MAX_OTHER_READS, ncu.TMA_MAX_OTHER_READS_NO_MMA) == (2.0, 0.5)
 
 
@@ -114,7 +115,7 @@ def test_each_share_holds_at_its_bound_and_fails_just_under():
 
 def test_wgmma_must_also_be_most_of_the_math_the_kernels_did():
     ok, why = ncu.carries("wgmma", {"wgmma_flops": 1000.0, "other_flops": 0.0, "wgmma_of_all_math": 0.5}, SMALL)
-    assert not ok and why.startswith("wgmma did 50.0% of the math the kernels did (needs 90%)")
+    assert not ok and why.startswith("wgmma did 50.0% of the math the kernels did (needs 85%)")
     assert ncu.carries("wgmma", {"wgmma_flops": 1000.0, "other_flops": 0.0, "wgmma_of_all_math": 1.0}, SMALL) == (True, None)
 
 

@@ -658,7 +658,7 @@ def test_kernel_metrics_sum_counters_and_take_the_rest_from_the_longest_launch()
 
 
 def test_an_mma_share_past_its_cap_or_short_of_all_the_math_carries_nothing():
-    """At most 2.5x the task's FLOPs in whole 128-row tiles (equality passes); at least 90% of all
+    """At most 2.5x the task's FLOPs in whole 128-row tiles (equality passes); at least 85% of all
     the math (equality passes); the other math unmeasured: no credit."""
     work = TaskWork(flops=1000.0, read_bytes=1.0, padded_flops=2000.0)
     assert credit.mma_carries("wgmma", 5.0, 5000.0, 0.0, work) is None  # 2.5 x 2 (padded) = 5
@@ -668,11 +668,11 @@ def test_an_mma_share_past_its_cap_or_short_of_all_the_math_carries_nothing():
     unpadded = TaskWork(flops=1000.0, read_bytes=1.0, padded_flops=500.0)  # padding never lowers the cap
     assert credit.mma_carries("wgmma", 2.5, 2500.0, 0.0, unpadded) is None
     assert credit.mma_carries("wgmma", 2.6, 2600.0, 0.0, unpadded).startswith("wgmma issued 2.6x")
-    assert credit.mma_carries("tcgen05_mma", 1.0, 900.0, 100.0, SMALL) is None  # 900 / 1000: exactly 90%
-    why = credit.mma_carries("tcgen05_mma", 1.0, 899.0, 101.0, SMALL,
+    assert credit.mma_carries("tcgen05_mma", 1.0, 850.0, 150.0, SMALL) is None  # 850 / 1000: exactly 85%
+    why = credit.mma_carries("tcgen05_mma", 1.0, 849.0, 151.0, SMALL,
                              metrics={"other_tensor_flops": 12345.0, "simt_flops": 678.0, "uniform_flops": 9.0,
                                       "reduction_flops": 10.0})
-    assert why == ("tcgen05_mma did 89.9% of the math the kernels did (needs 90%); the rest: other tensor "
+    assert why == ("tcgen05_mma did 84.9% of the math the kernels did (needs 85%); the rest: other tensor "
                    "instructions (mma.sync, DMMA, IMMA: 1.23e+04 FLOPs at most), thread instructions of any pipe "
                    "(each a multiply-add: 678), the uniform datapath (9) and reductions in memory (atomics, red, "
                    "TMA reduce: 10)")

@@ -185,8 +185,8 @@ def credit_metrics() -> tuple[str, ...]:
 # When a feature carries the work (docs/METHODOLOGY.md, "Instruction credit"):
 #   wgmma: its FLOPs are >= 90% of the task's matrix FLOPs, <= 2.5x them (tuned kernels measure
 #          1.00-1.05; a causal kernel that computes every tile and masks does 2x: honest, slow;
-#          the cap leaves no room for garbage wgmma beside the real math), and >= 90% of all the
-#          math the candidate did, every pipe counted (tuned kernels: >= 99%);
+#          the cap leaves no room for garbage wgmma beside the real math), and >= 85% of all the
+#          math the candidate did, every pipe counted (WGMMA_MIN_OF_ALL_MATH, below);
 #   TMA:   its tensor-map loads brought >= half the task's input bytes, and other global reads stay
 #          <= 2x the input bytes (a tiled GEMM or attention that streams its operands by LDG re-reads
 #          them tens of times; the expert kernels' side passes read 1.2x); for a task that asks for
@@ -198,7 +198,19 @@ def credit_metrics() -> tuple[str, ...]:
 WORK_SHARE = {"wgmma": 0.9, "tcgen05_mma": 0.9, "tma": 0.5}
 MMA_FLOPS = {"wgmma": "wgmma_flops", "tcgen05_mma": "tcgen05_flops"}  # the derived FLOP sum of each MMA feature
 WGMMA_MAX_OVERWORK = 2.5
-WGMMA_MIN_OF_ALL_MATH = 0.9
+# wgmma's share of ALL the math, every thread instruction charged as a multiply-add (loads, stores,
+# barriers, branches and address arithmetic included). The threshold sits between two bounds:
+# - a kernel that does the task's F FLOPs anywhere but the tensor pipe pays at least one charged
+#   FLOP per multiply-add it does (a thread instruction does at most two multiply-adds outside
+#   IDP, which is charged 8 wherever it may run, and fp16x2's extra 4; every add of a product also
+#   needs an instruction or a reduction, both charged), so >= F/2; beside the largest decoy wgmma
+#   the overwork cap allows (2.5 F) its share is at most 2.5 / 3.0 = 0.833;
+# - honest kernels (H200, 2026-12-03, scripts/credit_margins.py): GEMM 0.981-0.992, FP8 GEMM
+#   0.977-0.985, attention fwd 0.941-0.969, bwd 0.931-0.963, GDN prefill 0.892-0.901 (its data
+#   movement and gating are SIMT: loads, stores and uniform-datapath instructions, each charged as
+#   a multiply-add, are a fifth of its charge).
+# 0.85: above what the cheapest uncounted-math attack can reach, below every shipped expert.
+WGMMA_MIN_OF_ALL_MATH = 0.85
 TMA_MAX_OTHER_READS = 2.0
 TMA_MAX_OTHER_READS_NO_MMA = 0.5
 MMA_FEATURES = ("wgmma", "tcgen05_mma")
