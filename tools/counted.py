@@ -118,25 +118,60 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
     return True
 
 
-def launch_gaps(timed: list[float], counted: list[float]) -> dict:
+def launch_gaps(timed: list[float], counted: list[float], boundary: list[float] = ()) -> dict:
     """The spacing a kernel sees between its launches (host seconds at which each run was let go,
-    tools.timing.Side.released), timed runs against counted ones, in ms: the timed runs' gaps
-    (median, max), the gap before each counted run (from the run before it, timed or counted), and
-    how many of those exceed every timed gap (`counted_beyond_timed`: a kernel that switches path
-    after a longer pause than any timed run has sees exactly those runs). Empty lists where a side
+    tools.timing.Side.released), timed runs against counted ones, in ms.
+
+    `boundary`: the timed runs that follow a pass boundary (the first pair of each later stretch:
+    CUPTI's Stop and Start and the other workloads' stretches lie before them). No counted run sits
+    there by construction (run_counted's timed_stretch), so their gaps are reported apart and left
+    out of the pool a counted gap is compared with: the `ordinary` timed gaps, the gaps of the places
+    a counted pair is drawn from. At S=8192 a phase has 10-14 pairs and three boundaries, so the
+    median of every timed gap (`timed_median`) sits among the long ones (2026-12-03: 485 ms against
+    counted gaps of 141-199 ms); the ordinary median is the one to compare.
+
+    Returns: `timed_median`, `timed_max` (every timed gap), `ordinary_median`, `boundary` (those
+    gaps), `counted` (the gap before each counted run, from the run before it, timed or counted),
+    `counted_rank` (each counted gap's mid-rank among the ordinary gaps, in [0, 1]: a counted pair
+    drawn as the ordinary ones are has a rank uniform on [0, 1] over evaluations; ranks piled at one
+    end mean counted runs get a pause of their own, tests/test_counted_spacing.py) and
+    `counted_beyond_timed` (counted gaps longer than every timed gap: the runs a kernel that
+    switches path after an unusually long pause would single out). Empty lists (None) where a side
     has no runs (untimed evaluations: no timed gaps)."""
     import statistics
 
-    counted_set = set(counted)
+    counted_set, boundary_set = set(counted), set(boundary)
     runs = sorted(set(timed) | counted_set)  # counted runs may sit among the timed ones, or after them
     gap_before = {b: (b - a) * 1e3 for a, b in zip(runs, runs[1:])}
     timed_gaps = [g for t, g in gap_before.items() if t not in counted_set]
+    ordinary = sorted(g for t, g in gap_before.items() if t not in counted_set and t not in boundary_set)
     counted_gaps = [gap_before[c] for c in sorted(counted_set) if c in gap_before]
     top = max(timed_gaps, default=None)
+
+    def rank(g: float) -> float | None:
+        if not ordinary:
+            return None
+        below = sum(x < g for x in ordinary)
+        return round((below + 0.5 * sum(x == g for x in ordinary)) / len(ordinary), 4)
+
     return {"timed_median": round(statistics.median(timed_gaps), 3) if timed_gaps else None,
             "timed_max": round(top, 3) if top is not None else None,
+            "ordinary_median": round(statistics.median(ordinary), 3) if ordinary else None,
+            "ordinary_runs": len(ordinary),
+            "boundary": [round(gap_before[t], 3) for t in sorted(boundary_set) if t in gap_before and t not in counted_set],
             "counted": [round(g, 3) for g in counted_gaps],
+            "counted_rank": [rank(g) for g in counted_gaps],
             "counted_beyond_timed": sum(g > top for g in counted_gaps) if top is not None else None}
+
+
+def stretch_boundaries(e: "Counted") -> list[float]:
+    """The release times of e's timed runs that follow a pass boundary (see launch_gaps): the first
+    pair of each stretch after the first (the candidate side makes one run a pair, so a pair's
+    index is its run's index in `released`)."""
+    if e.phase is None or not e.stretch_ends:
+        return []
+    released = e.phase.candidate.released
+    return [released[j] for j in e.stretch_ends[:-1] if j < len(released)]
 
 
 class _NothingLeft(Exception):
@@ -446,7 +481,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
                          pass_start_stop_s=[[round(a, 4), round(b, 4)] for a, b in bounds],
                          own_s=round(e.seconds, 4),
-                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else [], e.released))
+                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else [], e.released,
+                                             stretch_boundaries(e)))
     for e in entries:
         finish(e)
         got = launches.get(e.label)
