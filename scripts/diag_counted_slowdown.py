@@ -230,16 +230,22 @@ def block_a(d: Diag, bwd: Case, pairs: int) -> None:
 
 
 def block_b(d: Diag, bwd: Case) -> None:
+    """A trivial set, then the check's set by counter unit (L1TEX's, then the SM's), then each L1TEX
+    metric alone (the reads and atomics the backward's dQ reduce-adds go through), then the rest."""
     from tools.credit import DURATION_METRIC, credit_metrics
 
+    every = list(credit_metrics())
+    l1 = [m for m in every if m.startswith("l1tex__")]
+    sm = [m for m in every if m not in l1]
+    sets = [("trivial", [DURATION_METRIC]), ("l1tex set", l1), ("sm set", sm)] + [(m, [m]) for m in l1 + sm]
     rows = []
-    for m in [DURATION_METRIC, *credit_metrics()]:
+    for name, metrics in sets:
         if d.left() < 25:
-            print(f"block B: stopped before {m} (slice)", flush=True)
+            print(f"block B: stopped before {name} (slice)", flush=True)
             break
-        rows += d.session(bwd, [m], "B", m, pairs_per_pass=2, counted_at=1, judge=False, library=True)
-        rows += [d.pair(bwd, 0, "B", f"plain after {m}", judge=False)]
-    summary("B: bwd S8192, one metric per session (in_range=1: the ranged run)", rows)
+        rows += d.session(bwd, metrics, "B", name, pairs_per_pass=2, counted_at=1, judge=False, library=True)
+        rows += [d.pair(bwd, 0, "B", f"plain after {name}", judge=False)]
+    summary("B: bwd S8192, metric sets (in_range=1: the ranged run)", rows)
 
 
 def block_c(d: Diag, cases: list[Case], pairs: int) -> None:
