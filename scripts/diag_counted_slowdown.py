@@ -225,7 +225,11 @@ def block_a(d: Diag, bwd: Case, pairs: int) -> None:
     rows = [d.pair(bwd, i, "A", "plain") for i in range(pairs)]
     for s in range(2):
         rows += d.session(bwd, list(credit_metrics()), "A", f"check set #{s}")
-    rows += [d.pair(bwd, i, "A", "plain after") for i in range(max(4, pairs // 2))]
+    # plain again, every other pair's run judged whole (the fp32 reference of the whole output: 0.5 s
+    # of GPU work at S8192): does a run right after one slow down, as counted runs after one did?
+    bwd.judge.full_at = {0, 2, 4, 6}
+    rows += [d.pair(bwd, i, "A", "plain after whole check" if i % 2 else "plain after") for i in range(6)]
+    bwd.judge.full_at = set()
     summary("A: bwd S8192, plain vs the check's session (pass, inside the range)", rows)
 
 
@@ -275,6 +279,8 @@ def block_d(out: Path) -> None:
                                     "timing_cv": w.timing.cv if w.timing else None,
                                     "run_ms": c.get("run_ms"), "pair_library_ms": c.get("pair_library_ms"),
                                     "counted_pairs": c.get("counted_pairs"), "gaps_ms": c.get("gaps_ms"),
+                                    "stretch_ends": c.get("stretch_ends"), "pair_ms": c.get("pair_ms"),
+                                    "tie_ms": c.get("tie_ms"), "push_pop_ms": c.get("push_pop_ms"),
                                     "gpu_state": w.gpu_state}
             notes = {x.workload: x.notes for x in (res.executed.workloads if res.executed else []) if x.notes}
             (out / f"eval_{k}.json").write_text(json.dumps({"wall_s": wall, "correct_with_arch": res.correct_with_arch,
@@ -284,6 +290,8 @@ def block_d(out: Path) -> None:
                 g = r["gaps_ms"] or {}
                 print(f"  {name:>6} timed {r['timed_ms']} runs {r['run_ms']} lib {r['pair_library_ms']} "
                       f"pairs {r['counted_pairs']} gaps {json.dumps(g)[:400]}", flush=True)
+            s8192 = rows.get("S8192") or {}
+            print(f"  S8192 pair_ms {s8192.get('pair_ms')} stretch_ends {s8192.get('stretch_ends')}")
             for name, n in notes.items():
                 print(f"  notes {name}: {json.dumps(n)[:300]}")
 

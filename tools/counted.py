@@ -375,12 +375,22 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             if all(x.failed is not None for x in entries):
                 raise _NothingLeft
 
+    def ran_pair(e: Counted) -> None:
+        """Each pair's candidate and library times (ms), in pair order (`pair_ms`; warm-up pairs
+        included): what a counted run is tied to, and the spread it sits in, per stretch."""
+        def ms(events):
+            return round(events[0].elapsed_time(events[1]), 5) if events else None
+        library = e.phase.baseline
+        e.out.setdefault("pair_ms", []).append([ms(e.phase.candidate.last), ms(library.last) if library else None])
+
     def advance(e: Counted) -> None:
         """Run the pair the phase holds at, then hold at the next (None once the phase is over)."""
         try:
             e.at = next(e.steps)
+            ran_pair(e)
         except StopIteration as done:
             e.times, e.at = done.value, None
+            ran_pair(e)
         except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
             why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
             e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
@@ -413,6 +423,7 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             # the pause before it sets it apart (a stop the kernel cannot foresee decides nothing else)
             e.phase.run_through = max(e.counted_pairs)
             e.out["counted_pairs"] = list(e.counted_pairs)
+            e.out["stretch_ends"] = list(e.stretch_ends)
         at = e.counted_pairs[k]
         while e.at is not None and e.at[0] < at:
             advance(e)
