@@ -13,6 +13,7 @@ between runs that the harness does). Blocks, most decisive first (a slice may be
   C  controls: GEMM expert M8192 and attention-forward expert S8192, plain pairs and one session
   D  a real evaluation (tools.evaluator, credit on, every workload): each workload's counted and
      timed runs and the gaps before them by kind (tools.counted.launch_gaps)
+  E  (only when asked) CUPTI's own push and pop time by range capacity and metric set (GEMM M70)
 
 Every run goes to OUT/runs.jsonl as it is made (with the SM clock, temperature and power read by
 NVML just before it); `nvidia-smi -lms 50` logs the same to OUT/nvsmi.csv in the background. A
@@ -262,6 +263,58 @@ def block_c(d: Diag, cases: list[Case], pairs: int) -> None:
     summary("C: controls", rows)
 
 
+def block_e(d: Diag, case: Case) -> None:
+    """CUPTI's own part of a range push and pop (after the drain: what every padded run waits), by the
+    profiler's range capacity (tools.cupti.MAX_RANGES: 64, or 8, the most ranges a pass pushes is one
+    per workload) and metric set: what the GEMM's padding (1.45 ms a run, 350 runs) could shed."""
+    from tools import cupti
+    from tools.credit import DURATION_METRIC, credit_metrics
+    from tools.timing import Side, gated_run
+
+    clock = time.perf_counter
+    print("\n== E: CUPTI push / pop own ms (after the drain), per configuration", flush=True)
+    keep = cupti.MAX_RANGES
+    try:
+        for cap, name, metrics in ((64, "check set", list(credit_metrics())), (8, "check set", list(credit_metrics())),
+                                   (64, "trivial", [DURATION_METRIC]), (8, "trivial", [DURATION_METRIC])):
+            cupti.MAX_RANGES = cap
+            prof = cupti.RangeProfiler(metrics, replay="user")
+            costs: list[tuple[float, float]] = []
+
+            def run_pass(p, ranged):
+                for _ in range(5):
+                    case.judge.before_pair(0, 99)
+                    side = Side("candidate", lambda: (case.ws.zero_scratch(), case.bound.launch()))
+                    case.ws.prepare()
+                    d.state.flusher.flush()
+                    d.drain()
+                    t0 = clock()
+                    cm = ranged("e")
+                    cm.__enter__()
+                    push = clock() - t0
+                    gated_run(side, d.state)
+                    d.drain()
+                    t1 = clock()
+                    cm.__exit__(None, None, None)
+                    costs.append((push * 1e3, (clock() - t1) * 1e3))
+                    case.judge._generated = None
+
+            t0 = clock()
+            try:
+                prof.profile_passes(run_pass, "e")
+            finally:
+                prof.close()
+            pushes, pops = [c[0] for c in costs], [c[1] for c in costs]
+            row = {"block": "E", "cap": cap, "set": name, "passes": prof.passes, "push_ms": pushes, "pop_ms": pops,
+                   "session_s": round(clock() - t0, 3), "start_stop_s": prof.last_pass_s}
+            d.record(**row)
+            print(f"  ranges {cap:2d} {name:9s} passes {prof.passes}: push med {statistics.median(pushes):.3f} ms, "
+                  f"pop med {statistics.median(pops):.3f} ms; first Start {prof.last_pass_s[0][0]:.3f} s, "
+                  f"session {clock() - t0:.2f} s", flush=True)
+    finally:
+        cupti.MAX_RANGES = keep
+
+
 def block_d(out: Path) -> None:
     from tools.evaluator import Evaluator
     from tools.solution import Solution
@@ -322,6 +375,8 @@ def main() -> int:
                     max(6, args.pairs // 2))
         if "B" in blocks:
             block_b(d, bwd)
+        if "E" in blocks:
+            block_e(d, Case(d.state, "gemm_n7168_k5120", "M70"))
         d.runs.close()
         del d, bwd
         import torch
