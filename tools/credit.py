@@ -186,6 +186,19 @@ SAME_RUN_SLACK_MS = 0.01
 # correction is bounded (a library run 25% off its median is a spike that says nothing of the
 # candidate's path), so a counted run never gains more than that.
 PAIR_CORRECTION_MAX = 1.25
+# Each counted run is tied to the timed runs made at the same place of their pairs as it (first, or
+# second right after the library's run: tools.timing.paired_steps flips the order every pair), not
+# to all of them: at S=8192 the attention backward's runs (29-33 ms) draw the H200 to its power
+# limit (684 W, clocks event reason "SW power cap" in half the samples), and whichever side runs
+# second in a pair runs 7-13% slower, the library (27 -> 29 ms) as the candidate (29 -> 33 ms;
+# 2026-12-03 night, scripts/diag_counted_slowdown.py). A counted pair is drawn at either place; its
+# run held to the median of all timed runs was refused whenever it was second. Same-place medians
+# need MIN_SAME_PLACE_RUNS timed pairs at that place (else the whole median). What a kernel could buy:
+# it can tell the two places apart (the pause before a run differs), but both hold counted runs at
+# random, so a kernel that takes the credited path at one place only is credited where every
+# counted pair of every workload falls at that place: 1/16 a workload (four passes), as a kernel
+# whose two paths take the same time is today (METHODOLOGY, known limits).
+MIN_SAME_PLACE_RUNS = 3
 
 
 @dataclass
@@ -502,6 +515,7 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
     wc = WorkloadCredit(workload=r["workload"], split=r.get("split", "visible"), status="ok", runs=r.get("runs", 0),
                         profiled_at=r.get("profiled_at"), counted_from=r.get("counted_from"), counts=counts,
                         kernel_ms=kernel_ms, run_ms=list(run_ms or []), tie_ms=list(r.get("tie_ms") or []),
+                        tie_ref_ms=list(r.get("tie_ref_ms") or []),
                         instrumented_ms=list(r.get("instrumented_ms") or []), timed_ms=timed_ms)
     if uncounted:
         unread = sorted(set(r.get("unread") or []))
@@ -573,7 +587,7 @@ def credit_in_process(meta: dict, credit: dict | None, features: list[str], work
               if not (isinstance(v, (int, float)) and math.isfinite(v))]
     r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at"), "unread": unread,
          "counted_from": credit.get("counted_from"), "instrumented_ms": credit.get("instrumented_ms"),
-         "tie_ms": credit.get("tie_ms")}
+         "tie_ms": credit.get("tie_ms"), "tie_ref_ms": credit.get("tie_ref_ms")}
     return _credit(r, counter_rows(credit.get("launches") or [], module_opcodes), features, work, timed_ms,
                    credit.get("run_ms") or None)
 
@@ -650,13 +664,38 @@ def verdict(features: list[str], counts: dict[str, int], kernels: dict[str, dict
                          notes=notes, metrics=metrics)
 
 
-def pair_corrected(run_ms: list[float], library_ms: list[float | None], library_median_ms: float) -> list[float]:
-    """Each counted run's time as the tie reads it: times library_median_ms / its pair's library
-    run (bounded by PAIR_CORRECTION_MAX both ways); as measured where no library run was beside it."""
+def same_place_medians(pair_ms: list, warmup: int, run_pairs: list[int | None],
+                       least: int = MIN_SAME_PLACE_RUNS) -> tuple[list[float | None], list[float | None]]:
+    """For each counted run (`run_pairs`: its pair's index, None for a run outside the timed pairs),
+    the median of the timed candidate runs made at the same place of their pairs as it, and of the
+    library runs made at the same place as its pair's library run (`pair_ms`: [candidate ms,
+    library ms] of every pair in order, warm-up pairs first; tools.timing.paired_steps runs the
+    candidate second in odd pairs). None where fewer than `least` timed pairs share the place, or
+    where no library ran (then no place differs from another)."""
+    import statistics
+
+    timed = [(i, c, lib) for i, (c, lib) in enumerate(pair_ms) if i >= warmup and c is not None]
+    cand, libs = [], []
+    for p in run_pairs:
+        same = [(c, lib) for i, c, lib in timed if p is not None and i % 2 == p % 2]
+        ok = len(same) >= least and all(lib is not None for _, lib in same)
+        cand.append(round(statistics.median(c for c, _ in same), 5) if ok else None)
+        libs.append(round(statistics.median(lib for _, lib in same), 5) if ok else None)
+    return cand, libs
+
+
+def pair_corrected(run_ms: list[float], library_ms: list[float | None],
+                   library_median_ms: float | list[float | None]) -> list[float]:
+    """Each counted run's time as the tie reads it: times the library's median (one for every run,
+    or each run's own: the median of the library runs made at the same place of their pairs,
+    same_place_medians) over its pair's library run, bounded by PAIR_CORRECTION_MAX both ways; as
+    measured where no library run was beside it."""
+    medians = library_median_ms if isinstance(library_median_ms, list) else [library_median_ms] * len(run_ms)
     out = []
-    for ms, lib in zip(run_ms, list(library_ms) + [None] * (len(run_ms) - len(library_ms))):
-        if lib and lib > 0 and library_median_ms > 0:
-            f = min(PAIR_CORRECTION_MAX, max(1 / PAIR_CORRECTION_MAX, library_median_ms / lib))
+    for ms, lib, med in zip(run_ms, list(library_ms) + [None] * (len(run_ms) - len(library_ms)),
+                            list(medians) + [None] * (len(run_ms) - len(medians))):
+        if lib and lib > 0 and med and med > 0:
+            f = min(PAIR_CORRECTION_MAX, max(1 / PAIR_CORRECTION_MAX, med / lib))
             ms = ms * f
         out.append(round(ms, 5))
     return out
@@ -664,27 +703,33 @@ def pair_corrected(run_ms: list[float], library_ms: list[float | None], library_
 
 def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
     """Withdraw the credit of counted runs that were not the timed kernel, in place: each one's
-    kernel time (every counted run of the in-process check, `run_ms`; else the one profiled run,
-    `kernel_ms`) must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS) of the timed median of its
-    workload, both ways. Slower: the credited path is not the timed one (the timed path is faster
-    and generic). Faster: the timed runs took a slower path than the one whose instructions were
-    counted. `timed_ms` None: the workload was not timed, so no speed is claimed and nothing is tied."""
+    kernel time (every counted run of the in-process check, `run_ms`, as `tie_ms` reads it; else the
+    one profiled run, `kernel_ms`) must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS) of the timed
+    runs made under its conditions, both ways: the timed runs at the same place of their pairs
+    (`tie_ref_ms`, same_place_medians) where the worker measured them, else the workload's timed
+    median. Slower: the credited path is not the timed one (the timed path is faster and generic).
+    Faster: the timed runs took a slower path than the one whose instructions were counted.
+    `timed_ms` None: the workload was not timed, so no speed is claimed and nothing is tied."""
     if credit.status != "ok" or timed_ms is None:
         return
     credit.timed_ms = timed_ms
     tied = credit.tie_ms if len(credit.tie_ms) == len(credit.run_ms) else credit.run_ms
-    runs = [(f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms)
-            for k, ms in enumerate(tied)] or [("the profiled run", credit.kernel_ms)]
+    refs = credit.tie_ref_ms if len(credit.tie_ref_ms) == len(tied) else [None] * len(tied)
+    runs = [(f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms, ref)
+            for k, (ms, ref) in enumerate(zip(tied, refs))] or [("the profiled run", credit.kernel_ms, None)]
     why = None
     adjusted = " (after its pair's library run)" if tied is credit.tie_ms and tied else ""
-    for what, ms in runs:
+    for what, ms, ref in runs:
+        against = (f"the timed runs at the same place of their pairs {ref:.4g} ms (median)" if ref is not None
+                   else f"the timed runs {timed_ms:.4g} ms (median)")
+        ref = ref if ref is not None else timed_ms
         if ms is None:
             why = f"{what}'s kernel time was not measured, so it cannot be tied to the timed runs"
-        elif ms > SAME_RUN_RATIO * timed_ms + SAME_RUN_SLACK_MS:
-            why = (f"{what}'s kernels took {ms:.4g} ms{adjusted}, the timed runs {timed_ms:.4g} ms (median): "
+        elif ms > SAME_RUN_RATIO * ref + SAME_RUN_SLACK_MS:
+            why = (f"{what}'s kernels took {ms:.4g} ms{adjusted}, {against}: "
                    "the kernel that was timed is not the one whose instructions were counted")
-        elif ms < timed_ms / SAME_RUN_RATIO - SAME_RUN_SLACK_MS:
-            why = (f"{what}'s kernels took {ms:.4g} ms{adjusted}, the timed runs {timed_ms:.4g} ms (median): "
+        elif ms < ref / SAME_RUN_RATIO - SAME_RUN_SLACK_MS:
+            why = (f"{what}'s kernels took {ms:.4g} ms{adjusted}, {against}: "
                    "the timed runs took a slower path than the one whose instructions were counted")
         if why:
             break
@@ -694,5 +739,3 @@ def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
         if carried:
             credit.carries[f] = False
             credit.notes[f] = why
-
-

@@ -260,6 +260,9 @@ class WorkloadCredit(BaseModel):
     run_ms: list[float] = Field(default_factory=list)  # each counted run of a hardware pass, timed as timed runs are: all tied
     # run_ms as the tie reads them: corrected by the library run of each one's own pair (tools.credit.pair_corrected)
     tie_ms: list[float] = Field(default_factory=list)
+    # what each tie_ms is held to: the median of the timed runs made at the same place of their pairs
+    # (tools.credit.same_place_medians; None: the timed median)
+    tie_ref_ms: list[float | None] = Field(default_factory=list)
     instrumented_ms: list[float] = Field(default_factory=list)  # the SASS-patched pass's run: instrumented code, not tied
     timed_ms: float | None = None  # the workload's timed median, when it was timed
     # the sums behind the verdict (tools.credit.WORK_SUMS: wgmma_flops, other_flops, integer_flops,
