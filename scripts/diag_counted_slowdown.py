@@ -15,7 +15,7 @@ between runs that the harness does). Blocks, most decisive first (a slice may be
      timed runs and the gaps before them by kind (tools.counted.launch_gaps)
   E  (only when asked) CUPTI's own push and pop time by range capacity and metric set (GEMM M70)
 
-Every run goes to OUT/runs.jsonl as it is made (with the SM clock, temperature and power read by
+Every run goes to OUT/runs.jsonl.txt (JSON lines) as it is made (with the SM clock, temperature and power read by
 NVML just before it); `nvidia-smi -lms 50` logs the same to OUT/nvsmi.csv in the background. A
 summary per block is printed as each block ends.
 
@@ -107,7 +107,7 @@ class Diag:
         self.nvml = _nvml_handle()
         self.nvml_state = _nvml_state
         self.out = out
-        self.runs = open(out / "runs.jsonl", "a")
+        self.runs = open(out / "runs.jsonl.txt", "a")  # (.txt: what the device hands back)
         self.deadline = deadline
         self.released: list[float] = []
 
@@ -364,10 +364,12 @@ def main() -> int:
     t0 = time.perf_counter()
     try:
         d = Diag(out, deadline)
-        bwd = Case(d.state, "mha_bwd_d128", "S8192")
-        print(f"set-up {time.perf_counter() - t0:.1f} s (library {bwd.backend})", flush=True)
-        for i in range(2):  # warm both sides (first calls), not recorded
-            d.pair(bwd, i, "warm", "warm")
+        bwd = None
+        if blocks & {"A", "B"}:
+            bwd = Case(d.state, "mha_bwd_d128", "S8192")
+            print(f"set-up {time.perf_counter() - t0:.1f} s (library {bwd.backend})", flush=True)
+            for i in range(2):  # warm both sides (first calls), not recorded
+                d.pair(bwd, i, "warm", "warm")
         if "A" in blocks:
             block_a(d, bwd, args.pairs)
         if "C" in blocks:
