@@ -333,7 +333,7 @@ def block_d(out: Path) -> None:
                                     "run_ms": c.get("run_ms"), "pair_library_ms": c.get("pair_library_ms"),
                                     "counted_pairs": c.get("counted_pairs"), "gaps_ms": c.get("gaps_ms"),
                                     "stretch_ends": c.get("stretch_ends"), "pair_ms": c.get("pair_ms"),
-                                    "tie_ms": c.get("tie_ms"), "push_pop_ms": c.get("push_pop_ms"),
+                                    "tie_band_ms": c.get("tie_band_ms"), "run_pairs": c.get("run_pairs"), "push_pop_ms": c.get("push_pop_ms"),
                                     "gpu_state": w.gpu_state}
             notes = {x.workload: x.notes for x in (res.executed.workloads if res.executed else []) if x.notes}
             (out / f"eval_{k}.json").write_text(json.dumps({"wall_s": wall, "correct_with_arch": res.correct_with_arch,

@@ -9,7 +9,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from tools.credit import pair_corrected, same_place_medians
+from tools.credit import timed_band
 from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
@@ -435,8 +435,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         advance(e)  # the counted pair, judged by the timed phase's judge as every pair is
         start, end = e.phase.candidate.last
         e.out["run_ms"].append(round(start.elapsed_time(end), 5))
-        e.out.setdefault("run_pairs", []).append(at)  # its pair: the place in the pair it is tied at (credit)
-        library = e.phase.baseline  # the same pair's library run: what the GPU's state did to both sides
+        e.out.setdefault("run_pairs", []).append(at)  # its pair: left out of the band it is tied to (credit)
+        library = e.phase.baseline  # the same pair's library run (recorded: the second run of a pair is the slower)
         e.out.setdefault("pair_library_ms", []).append(
             round(library.last[0].elapsed_time(library.last[1]), 5) if library is not None and library.last else None)
         e.released.append(e.phase.candidate.released[-1])
@@ -595,15 +595,10 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
                 e.out["padding_s"] = [round(e.pad_s, 4), round(e.pad_hidden_s, 4)]  # waited for, hidden
         spent["release"] += time.perf_counter() - t1
     for e in entries:
-        base = e.result.baseline if e.result is not None else None
-        if e.out.get("pair_library_ms") and base is not None and base.median_ms:
-            # each counted run tied to the timed runs at the same place of their pairs, corrected by its
-            # pair's library run against the library's runs at that place (tools.credit.MIN_SAME_PLACE_RUNS)
-            cand, libs = same_place_medians(e.out.get("pair_ms") or [], e.times.warmup if e.times else 0,
-                                            e.out.get("run_pairs") or [None] * len(e.out["run_ms"]))
-            e.out["tie_ms"] = pair_corrected(e.out["run_ms"], e.out["pair_library_ms"],
-                                             [lib if lib is not None else base.median_ms for lib in libs])
-            e.out["tie_ref_ms"] = cand
+        if e.out.get("pair_ms") and e.times is not None:  # the band every counted run is tied to (tools.credit)
+            band = timed_band(e.out["pair_ms"], e.times.warmup, e.out.get("run_pairs") or [])
+            if band is not None:
+                e.out["tie_band_ms"] = band
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
             reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [
