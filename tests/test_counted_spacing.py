@@ -154,3 +154,34 @@ def test_launch_gaps_rank_each_counted_gap_among_the_ordinary_ones():
     assert g["counted_rank"] == pytest.approx([1.0, 1.0]) and g["counted_beyond_timed"] == 0
     assert counted.launch_gaps(timed, [0.010], boundary=[0.530])["counted_rank"] == pytest.approx([0.5])  # 8 9 | 11 12
     assert counted.launch_gaps([], [1.0, 1.01])["counted_rank"] == [None]
+
+
+def test_whole_output_checks_are_drawn_over_the_pairs_the_counted_ones_are_drawn_from(monkeypatch):
+    """With counted runs, the runs judged whole are drawn over pairs 1..the last counted pair
+    (TimedPhase.hold_through), not among the first two: a whole check's long pause then precedes a
+    counted pair as often as any pair (on the H200 the first stretch's counted gap followed one in 3
+    of 10 workloads). Every draw lies in that range, at least one falls beyond pair 2 over 16
+    evaluations, and every drawn pair was judged whole."""
+    from tools import workspace
+
+    judged_whole: list[int] = []
+    after_pair = workspace.TimedJudge.after_pair
+
+    def recording(judge, i, total):
+        after_pair(judge, i, total)
+        if i in (judge.full_at or ()):
+            judged_whole.append(i)
+    monkeypatch.setattr(workspace.TimedJudge, "after_pair", recording)
+    beyond = 0
+    for seed in range(16):
+        judged_whole.clear()
+        state = JitteredState(seed)
+        state.whole_at = judged_whole
+        result, fatal = with_counted_runs(state, request(seed, timing_seed=seed))
+        assert result["status"] == "passed" and not fatal, result
+        last = max(result["credit"]["counted_pairs"])
+        whole = result["full_checks"]
+        assert 1 <= whole <= 2, result
+        beyond += any(p > 2 for p in state.whole_at)
+        assert state.whole_at and all(1 <= p <= last for p in state.whole_at), (state.whole_at, last)
+    assert beyond >= 4, beyond

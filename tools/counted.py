@@ -422,7 +422,7 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             # the stopping rule (a kernel far from the library) may not end the sequence before the
             # last counted pair: were it to, that pass would count a run after the timed ones, where
             # the pause before it sets it apart (a stop the kernel cannot foresee decides nothing else)
-            e.phase.run_through = max(e.counted_pairs)
+            e.phase.hold_through(max(e.counted_pairs))  # (and its whole-output checks drawn up to there)
             e.out["counted_pairs"] = list(e.counted_pairs)
             e.out["stretch_ends"] = list(e.stretch_ends)
         at = e.counted_pairs[k]
