@@ -15,7 +15,6 @@ import pytest
 
 from tools import counted, timed
 from tools.counted import Counted, counted_pairs, cost_parts, launch_gaps, over_cap
-from tools.credit import pair_corrected
 from tools.results import Timing, WorkloadResult
 from tools.workspace import Failed
 
@@ -182,28 +181,37 @@ def base_result(name, **kw):
     return WorkloadResult(workload=name, split="visible", axes={}, status="passed", **kw)
 
 
-def test_each_counted_run_is_tied_after_its_pairs_library_correction():
-    t = Timing(median_ms=2.0, iqr_ms=0.1, cv=0.01, runs=9)
-    out = {"status": "pending", "run_ms": [1.0, 1.1, 1.2], "pair_library_ms": [2.2, None, 4.0]}
-    e = entry("M1", out=out, result=base_result("M1", baseline=t))
-    e.times = object()
+def test_each_counted_run_is_tied_to_the_band_of_the_other_timed_runs():
+    """run_pending gives every counted workload the quartile band of its timed candidate runs, the
+    warm-up pairs and the counted pairs left out (tools.credit.timed_band): what the tie holds each
+    counted run to."""
+    from types import SimpleNamespace
+
+    from tools.credit import timed_band
+
+    pair_ms = [[9.0, 1.0], [1.0, 1.0], [1.1, 1.0], [5.0, 1.0], [1.2, 1.0], [1.3, 1.0], [1.4, 1.0]]
+    out = {"status": "pending", "run_ms": [5.0], "pair_ms": pair_ms, "run_pairs": [3]}
+    e = entry("M1", out=out, result=base_result("M1"))
+    e.times = SimpleNamespace(warmup=1)
     reply, fatal = counted.run_pending(_State([e]), count=False)
-    assert out["tie_ms"] == pair_corrected([1.0, 1.1, 1.2], [2.2, None, 4.0], 2.0) == [round(1.0 * 2 / 2.2, 5), 1.1, 0.96]
+    # pair 0 (warm-up, 9 ms) and pair 3 (counted, 5 ms) are not in the band: 1.0-1.4 ms remain
+    assert out["tie_band_ms"] == timed_band(pair_ms, 1, [3]) == [1.1, 1.3]
     assert reply["credits"]["M1"] is out and not fatal
 
 
-@pytest.mark.parametrize("out,baseline", [
-    ({"status": "pending", "run_ms": [1.0]}, 2.0),  # no library runs beside: nothing to correct
-    ({"status": "pending", "run_ms": [1.0], "pair_library_ms": []}, 2.0),
-    ({"status": "pending", "run_ms": [1.0], "pair_library_ms": [1.0]}, None),  # untimed: no library median
-    ({"status": "pending", "run_ms": [1.0], "pair_library_ms": [1.0]}, 0.0),
+@pytest.mark.parametrize("out,times", [
+    ({"status": "pending", "run_ms": [1.0]}, "timed"),  # no pairs recorded: no band
+    ({"status": "pending", "run_ms": [1.0], "pair_ms": []}, "timed"),
+    ({"status": "pending", "run_ms": [1.0], "pair_ms": [[1.0, 1.0]] * 9}, None),  # the phase never finished
+    ({"status": "pending", "run_ms": [1.0], "pair_ms": [[1.0, 1.0]] * 3}, "timed"),  # too few runs for a band
 ])
-def test_no_correction_without_a_library_run_or_median(out, baseline):
-    t = Timing(median_ms=baseline, iqr_ms=0.0, cv=0.0, runs=1) if baseline is not None else None
-    e = entry("M1", out=out, result=base_result("M1", baseline=t))
-    e.times = object()
+def test_no_band_without_enough_timed_runs(out, times):
+    from types import SimpleNamespace
+
+    e = entry("M1", out=out, result=base_result("M1"))
+    e.times = SimpleNamespace(warmup=0) if times else None
     counted.run_pending(_State([e]), count=False)
-    assert "tie_ms" not in out
+    assert "tie_band_ms" not in out
 
 
 def test_the_credit_ops_reply_names_failures_and_returns_the_timed_results(monkeypatch):

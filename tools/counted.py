@@ -9,7 +9,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from tools.credit import pair_corrected
+from tools.credit import timed_band
 from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
@@ -118,24 +118,49 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
     return True
 
 
-def launch_gaps(timed: list[float], counted: list[float]) -> dict:
+def launch_gaps(timed: list[float], counted: list[float], boundary: list[float] = ()) -> dict:
     """The spacing a kernel sees between its launches (host seconds at which each run was let go,
-    tools.timing.Side.released), timed runs against counted ones, in ms: the timed runs' gaps
-    (median, max), the gap before each counted run (from the run before it, timed or counted), and
-    how many of those exceed every timed gap (`counted_beyond_timed`: a kernel that switches path
-    after a longer pause than any timed run has sees exactly those runs). Empty lists where a side
+    tools.timing.Side.released), timed runs against counted ones, in ms.
+
+    `boundary`: the timed runs that follow a pass boundary (the first pair of each later stretch:
+    CUPTI's Stop and Start and the other workloads' stretches lie before them). No counted run sits
+    there by construction (run_counted's timed_stretch), so their gaps are reported apart and left
+    out of the pool a counted gap is compared with: the `ordinary` timed gaps, the gaps of the places
+    a counted pair is drawn from. At S=8192 a phase has 10-14 pairs and three boundaries, so the
+    median of every timed gap (`timed_median`) sits among the long ones (2026-12-03: 485 ms against
+    counted gaps of 141-199 ms); the ordinary median is the one to compare.
+
+    Returns: `timed_median`, `timed_max` (every timed gap), `ordinary_median`, `boundary` (those
+    gaps), `counted` (the gap before each counted run, from the run before it, timed or counted),
+    `counted_rank` (each counted gap's mid-rank among the ordinary gaps, in [0, 1]: a counted pair
+    drawn as the ordinary ones are has a rank uniform on [0, 1] over evaluations; ranks piled at one
+    end mean counted runs get a pause of their own, tests/test_counted_spacing.py) and
+    `counted_beyond_timed` (counted gaps longer than every timed gap: the runs a kernel that
+    switches path after an unusually long pause would single out). Empty lists (None) where a side
     has no runs (untimed evaluations: no timed gaps)."""
     import statistics
 
-    counted_set = set(counted)
+    counted_set, boundary_set = set(counted), set(boundary)
     runs = sorted(set(timed) | counted_set)  # counted runs may sit among the timed ones, or after them
     gap_before = {b: (b - a) * 1e3 for a, b in zip(runs, runs[1:])}
     timed_gaps = [g for t, g in gap_before.items() if t not in counted_set]
+    ordinary = sorted(g for t, g in gap_before.items() if t not in counted_set and t not in boundary_set)
     counted_gaps = [gap_before[c] for c in sorted(counted_set) if c in gap_before]
     top = max(timed_gaps, default=None)
+
+    def rank(g: float) -> float | None:
+        if not ordinary:
+            return None
+        below = sum(x < g for x in ordinary)
+        return round((below + 0.5 * sum(x == g for x in ordinary)) / len(ordinary), 4)
+
     return {"timed_median": round(statistics.median(timed_gaps), 3) if timed_gaps else None,
             "timed_max": round(top, 3) if top is not None else None,
+            "ordinary_median": round(statistics.median(ordinary), 3) if ordinary else None,
+            "ordinary_runs": len(ordinary),
+            "boundary": [round(gap_before[t], 3) for t in sorted(boundary_set) if t in gap_before and t not in counted_set],
             "counted": [round(g, 3) for g in counted_gaps],
+            "counted_rank": [rank(g) for g in counted_gaps],
             "counted_beyond_timed": sum(g > top for g in counted_gaps) if top is not None else None}
 
 
@@ -164,6 +189,16 @@ def counted_pairs(total: int, n: int, rng) -> tuple[list[int], list[int]]:
     # and start, other workloads' stretches) is a longer pause before it than any other
     lows = [bounds[0]] + [min(b + 1, max(b, nxt - 1)) for b, nxt in zip(bounds[1:-1], bounds[2:])]
     return [rng.randrange(lo, max(lo + 1, hi)) for lo, hi in zip(lows, bounds[1:])], bounds[1:]
+
+
+def stretch_boundaries(e: "Counted") -> list[float]:
+    """The release times of e's timed runs that follow a pass boundary (see launch_gaps): the first
+    pair of each stretch after the first (the candidate side makes one run a pair, so a pair's
+    index is its run's index in `released`)."""
+    if e.phase is None or not e.stretch_ends:
+        return []
+    released = e.phase.candidate.released
+    return [released[j] for j in e.stretch_ends[:-1] if j < len(released)]
 
 
 class _NothingLeft(Exception):
@@ -326,6 +361,7 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         (e.out["instrumented_ms"] if patched else e.out["run_ms"]).append(round(start.elapsed_time(end), 5))
         if not patched:
             e.out.setdefault("pair_library_ms", []).append(None)  # a run outside the timed pairs: no library beside it
+            e.out.setdefault("run_pairs", []).append(None)
         if e.judge and e.failed is None:
             rows = max(SAMPLED_ROWS, rows_for(e.task))
             try:
@@ -362,12 +398,22 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             if all(x.failed is not None for x in entries):
                 raise _NothingLeft
 
+    def ran_pair(e: Counted) -> None:
+        """Each pair's candidate and library times (ms), in pair order (`pair_ms`; warm-up pairs
+        included): what a counted run is tied to, and the spread it sits in, per stretch."""
+        def ms(events):
+            return round(events[0].elapsed_time(events[1]), 5) if events else None
+        library = e.phase.baseline
+        e.out.setdefault("pair_ms", []).append([ms(e.phase.candidate.last), ms(library.last) if library else None])
+
     def advance(e: Counted) -> None:
         """Run the pair the phase holds at, then hold at the next (None once the phase is over)."""
         try:
             e.at = next(e.steps)
+            ran_pair(e)
         except StopIteration as done:
             e.times, e.at = done.value, None
+            ran_pair(e)
         except (KernelTimeout, CudaError) as exc:  # fatal: the workload whose run it was is named
             why = f"{exc.name} ({exc.what})" if isinstance(exc, CudaError) else str(exc)
             e.failed = Failed("timeout" if isinstance(exc, KernelTimeout) else "cuda_error",
@@ -392,8 +438,9 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             # the stopping rule (a kernel far from the library) may not end the sequence before the
             # last counted pair: were it to, that pass would count a run after the timed ones, where
             # the pause before it sets it apart (a stop the kernel cannot foresee decides nothing else)
-            e.phase.run_through = max(e.counted_pairs)
+            e.phase.hold_through(max(e.counted_pairs))  # (and its whole-output checks drawn up to there)
             e.out["counted_pairs"] = list(e.counted_pairs)
+            e.out["stretch_ends"] = list(e.stretch_ends)
         at = e.counted_pairs[k]
         while e.at is not None and e.at[0] < at:
             advance(e)
@@ -404,7 +451,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         advance(e)  # the counted pair, judged by the timed phase's judge as every pair is
         start, end = e.phase.candidate.last
         e.out["run_ms"].append(round(start.elapsed_time(end), 5))
-        library = e.phase.baseline  # the same pair's library run: what the GPU's state did to both sides
+        e.out.setdefault("run_pairs", []).append(at)  # its pair: left out of the band it is tied to (credit)
+        library = e.phase.baseline  # the same pair's library run (recorded: the second run of a pair is the slower)
         e.out.setdefault("pair_library_ms", []).append(
             round(library.last[0].elapsed_time(library.last[1]), 5) if library is not None and library.last else None)
         e.released.append(e.phase.candidate.released[-1])
@@ -462,7 +510,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             e.out.update(profile_s=total, profile_phase_s=parts, stops=stops, workloads_counted=len(entries),
                          pass_start_stop_s=[[round(a, 4), round(b, 4)] for a, b in bounds],
                          own_s=round(e.seconds, 4),
-                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else [], e.released))
+                         gaps_ms=launch_gaps(e.phase.candidate.released if e.phase else [], e.released,
+                                             stretch_boundaries(e)))
     for e in entries:
         finish(e)
         got = launches.get(e.label)
@@ -562,9 +611,10 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
                 e.out["padding_s"] = [round(e.pad_s, 4), round(e.pad_hidden_s, 4)]  # waited for, hidden
         spent["release"] += time.perf_counter() - t1
     for e in entries:
-        base = e.result.baseline if e.result is not None else None
-        if e.out.get("pair_library_ms") and base is not None and base.median_ms:
-            e.out["tie_ms"] = pair_corrected(e.out["run_ms"], e.out["pair_library_ms"], base.median_ms)
+        if e.out.get("pair_ms") and e.times is not None:  # the band every counted run is tied to (tools.credit)
+            band = timed_band(e.out["pair_ms"], e.times.warmup, e.out.get("run_pairs") or [])
+            if band is not None:
+                e.out["tie_band_ms"] = band
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
             reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [

@@ -258,8 +258,9 @@ class WorkloadCredit(BaseModel):
     notes: dict[str, str] = Field(default_factory=dict)
     kernel_ms: float | None = None  # the counted runs' median (in process) or the profiled run's kernels (Nsight Compute)
     run_ms: list[float] = Field(default_factory=list)  # each counted run of a hardware pass, timed as timed runs are: all tied
-    # run_ms as the tie reads them: corrected by the library run of each one's own pair (tools.credit.pair_corrected)
-    tie_ms: list[float] = Field(default_factory=list)
+    # what every run_ms is tied to: [lower, upper] quartile of the workload's other timed runs
+    # (tools.credit.timed_band; empty: the timed median)
+    tie_band_ms: list[float] = Field(default_factory=list)
     instrumented_ms: list[float] = Field(default_factory=list)  # the SASS-patched pass's run: instrumented code, not tied
     timed_ms: float | None = None  # the workload's timed median, when it was timed
     # the sums behind the verdict (tools.credit.WORK_SUMS: wgmma_flops, other_flops, simt_flops, uniform_flops,

@@ -56,6 +56,20 @@ class TimedPhase:
         # sequence early only after the last of them (tools.counted)
         self.run_through = -1
 
+    def hold_through(self, pair: int) -> None:
+        """The executed check counts runs up to `pair` (tools.counted): the sequence runs at least
+        that far, and the runs judged whole are drawn over pairs 1..pair, uniformly, before pair 1 is
+        judged. Left to the judge, the first whole check falls on pair 1 or 2 (so a phase that stops
+        early still has one), and the first stretch's counted pair, drawn among its first few pairs,
+        followed a whole check's long pause far more often than a timed run did (H200, 2026-12-03
+        night: the first counted gap the longest of its workload in 3 of 10). Drawn over the pairs
+        the counted ones are drawn from, a counted pair follows one as often as any pair does."""
+        self.run_through = pair
+        judge = self.judge
+        if judge.full_at is None and pair >= 1:
+            k = min(pair, judge.rng.randint(1, 2))
+            judge.full_at = set(judge.rng.sample(range(1, pair + 1), k=k))
+
     def steps(self):
         """The pairs, one at a time: yields (i, total) before pair i (tools.timing.paired_steps),
         returns the PairedTimes."""

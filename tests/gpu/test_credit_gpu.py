@@ -67,7 +67,8 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
                            workloads="all", executed_check=True)
     for w in r.executed.workloads:  # printed before any assert: a failure shows every workload's reason
         print(f"{task} {w.workload:>6} {w.split:>8} {w.status} {w.reason or ''} counted runs {w.counted_from}-{w.runs} "
-              f"{w.run_ms} ms (instrumented {w.instrumented_ms}) timed {w.timed_ms} ms shares {w.shares} "
+              f"{w.run_ms} ms (tied to the other timed runs {w.tie_band_ms}; instrumented {w.instrumented_ms}) timed {w.timed_ms} ms "
+              f"shares {w.shares} "
               f"carries {w.carries} {w.notes}")
     _credited(r)
     for w in r.executed.workloads:  # how near each limit the honest kernel stands (METHODOLOGY's margins)
