@@ -106,6 +106,8 @@ _BWD = {
     "fuse": ({"DQ_WARP": 1, "DQ_FUSE": 1}, _BWD_FUSE),
     "stag": ({"QSTAGGER": 1}, {}),  # non-causal: key blocks start their query sweep at staggered blocks
     "stm": ({"DS_STMATRIX": 1}, {}),  # dS^T stored by stmatrix
+    "carry": ({"DK_CARRY": 1}, {}),  # a step's dK left in flight: the next S^T and dP^T queue behind it
+    "carry3": ({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

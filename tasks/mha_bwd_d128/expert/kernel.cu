@@ -81,6 +81,12 @@
 #ifndef CAUSAL_GROUP
 #define CAUSAL_GROUP 8  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
 #endif
+#ifndef DK_CARRY
+#define DK_CARRY 0  // 1 (with DQ_DEFER): a step does not wait for its dK; the next step's S^T and dP^T queue behind it
+#endif
+#if DK_CARRY && (!DQ_DEFER || DV_LATE || AREG)
+#error "DK_CARRY needs DQ_DEFER and neither DV_LATE nor AREG"
+#endif
 #ifndef AREG_KK
 #define AREG_KK 8  // with AREG: the first AREG_KK of the 8 head-dim k-steps come from registers (4 registers each)
 #endif
@@ -178,6 +184,23 @@ static __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 da, u64 
       : ACC32(d, 0)
       : "l"(da), "l"(db), "n"(SCALE_D), "n"(TA), "n"(TB));
 }
+// The same with d = A * B written, not read (scale-d 0): the old accumulator values are not live into it
+// (DK_CARRY needs the registers this frees).
+#define ACC8W(d, i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
+#define ACC32W(d, i) ACC8W(d, i), ACC8W(d, i + 8), ACC8W(d, i + 16), ACC8W(d, i + 24)
+template <int TA, int TB>
+static __device__ __forceinline__ void wgmma_ss_n64_first(float (&d)[32], u64 da, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " REGS32 ", %32, %33, p, 1, 1, %34, %35;\n}\n"
+      : ACC32W(d, 0)
+      : "l"(da), "l"(db), "n"(TA), "n"(TB));
+}
+#if DK_CARRY
+#define SS_N64_FIRST(TA, TB, d, da, db) wgmma_ss_n64_first<TA, TB>(d, da, db)
+#else
+#define SS_N64_FIRST(TA, TB, d, da, db) wgmma_ss_n64<0, TA, TB>(d, da, db)
+#endif
 // d (64x128 fp32) += A (registers, 64x16 bf16) * B (smem, N-major 16x128)
 static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
   asm volatile(
@@ -185,6 +208,15 @@ static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
       : ACC32(d, 0), ACC32(d, 32)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
+}
+// The same, d = A * B where acc == 0 (a run-time scale-d): DK_CARRY starts dK this way, because a zeroing
+// mov of an accumulator that is in flight across the loop's back-edge makes ptxas serialize every wgmma (C7515).
+static __device__ __forceinline__ void wgmma_rs_n128_acc(float (&d)[64], u32 a0, u32 a1, u32 a2, u32 a3, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : ACC32(d, 0), ACC32(d, 32)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
 }
 // d (64x64 fp32) (+)= A (registers, 64x16 bf16) * B (smem, K-major 16x64)
 template <int SCALE_D>
@@ -504,8 +536,16 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     };
 
     float dv[64], dk[64], dq[32];
+#if DK_CARRY
+    // dS^T packed: the A operand of a dK wgmma that is still in flight at the next step's start, so the
+    // array outlives the step (rewritten only after the wait that retires that dK).
+    u32 ds[16];
+#endif
 #pragma unroll
-    for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
+    for (int i = 0; i < 64; ++i) {
+      dv[i] = 0.f;
+      if (!DK_CARRY) dk[i] = 0.f;  // DK_CARRY: the first dK wgmma does not accumulate (see wgmma_rs_n128_acc)
+    }
 
     mbar_wait(kv_full, 0);
 #if AREG
@@ -554,7 +594,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         }
 #endif
         if (kk == 0)
-          wgmma_ss_n64<0, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
+          SS_N64_FIRST(0, 0, st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
         else
           wgmma_ss_n64<1, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
       }
@@ -573,12 +613,16 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         }
 #endif
         if (kk == 0)
-          wgmma_ss_n64<0, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
+          SS_N64_FIRST(0, 0, dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
         else
           wgmma_ss_n64<1, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
       }
       wgmma_commit();
-      wgmma_wait<1>();  // S^T done
+      wgmma_wait<1>();  // S^T done (DK_CARRY: and the previous step's dK)
+#if DK_CARRY
+      // That dK has read its Q stage: hand the stage back to the producer.
+      if (i > 0 && t128 == 0) mbar_arrive(EMPTY((i - 1) % STAGES));
+#endif
 
       // P^T = exp2(S^T * scale*log2e - LSE*log2e); columns are queries mq + 8j + q2 + e.
       const bool mask_q = mq + BM > S;  // padded queries: their LSE/Delta entries are not data
@@ -635,7 +679,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         dp[4 * j + 2] = st[4 * j + 2] * (dp[4 * j + 2] - d0);
         dp[4 * j + 3] = st[4 * j + 3] * (dp[4 * j + 3] - d1);
       }
+#if !DK_CARRY
       u32 ds[16];
+#endif
 #pragma unroll
       for (int k = 0; k < 16; ++k) ds[k] = pack_bf16x2(dp[2 * k], dp[2 * k + 1]);
 #if DV_LATE
@@ -706,7 +752,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         const u64 da = desc_sw128(ds_buf + kk * 2048, DS_BYTES);
         const u64 db = desc_sw128(sK + cw * KV_HALF + kk * 2048, KV_HALF);
         if (kk == 0)
-          wgmma_ss_n64<0, 1, 1>(dq, da, db);
+          SS_N64_FIRST(1, 1, dq, da, db);
         else
           wgmma_ss_n64<1, 1, 1>(dq, da, db);
 #if DQ_COMP
@@ -719,12 +765,18 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       // dK += dS^T Q
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
+#if DK_CARRY
+        wgmma_rs_n128_acc(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF), kk | i);
+#else
         wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
+#endif
       wgmma_commit();
       wgmma_wait<1>();  // dV and dQ done, dK may still run
       dq_out(dq, mq, true, i);
+#if !DK_CARRY
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
+#endif
 #else
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
@@ -732,6 +784,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
     }
 
+#if DK_CARRY
+    wgmma_wait<0>();  // the last step's dK (its Q stage is not reloaded: no EMPTY arrival needed)
+#endif
     // ---------------------------------------------------------- epilogue: dK, dV via TMA stores
     asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups are done reading K and V
     const u32 kb = sK + cw * (64 * 128), vb = sV + cw * (64 * 128);
