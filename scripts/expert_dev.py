@@ -72,6 +72,9 @@ def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
 # DQ_FUSE: the main kernel takes dQ and one zeroed int32 counter per (head, query block); no dQ launch.
 _BWD_FUSE = {"buffers_add": [{"name": "dQcnt", "dtype": "int32", "shape": ["B * H", "cdiv(S, 64)"], "zero": True}],
              "args_add": ["dQ", "dQcnt"], "drop_launches": ["attn_bwd_dq_sm90"]}
+# DQ_HEADCONV: the main kernel takes dQ and one zeroed int32 counter per head; no dQ launch.
+_BWD_HCONV = {"buffers_add": [{"name": "dQcnt", "dtype": "int32", "shape": ["B * H"], "zero": True}],
+              "args_add": ["dQ", "dQcnt"], "drop_launches": ["attn_bwd_dq_sm90"]}
 _FWD_ST2 = {"shared_bytes": 1024 + 32768 * 5 + 256}
 _FWD = {
     "shipped": ({}, {}),  # kernel.cu defaults: PINGPONG=1, STAGES=3
@@ -108,6 +111,8 @@ _BWD = {
     "stm": ({"DS_STMATRIX": 1}, {}),  # dS^T stored by stmatrix
     "carry": ({"DK_CARRY": 1}, {}),  # a step's dK left in flight: the next S^T and dP^T queue behind it
     "carry3": ({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
+    "hconv": ({"DQ_HEADCONV": 1}, _BWD_HCONV),  # the last CTA of a head converts its dQ (no dQ launch)
+    "carryh": ({"DK_CARRY": 1, "DQ_HEADCONV": 1}, _BWD_HCONV),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

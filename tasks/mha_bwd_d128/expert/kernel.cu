@@ -65,7 +65,14 @@
 #if DQ_FUSE && !DQ_WARP
 #error "DQ_FUSE needs DQ_WARP"
 #endif
-#if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one int32 counter per (head, query block), zeroed
+#ifndef DQ_HEADCONV
+#define DQ_HEADCONV 0  // 1 (with DQ_WARP): no dQ launch; the last CTA of a head to finish converts that head's dQacc
+#endif
+#if DQ_HEADCONV && (!DQ_WARP || DQ_FUSE)
+#error "DQ_HEADCONV needs DQ_WARP and excludes DQ_FUSE"
+#endif
+#if DQ_FUSE || DQ_HEADCONV  // the main kernel also takes the bf16 dQ output and zeroed int32 counters (per (head,
+                            // query block) for DQ_FUSE, per head for DQ_HEADCONV)
 #define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt
 #define FUSE_ARGS , dQ, dQcnt
 #else
@@ -209,6 +216,7 @@ static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32
       : ACC32(d, 0), ACC32(d, 32)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
+#if DK_CARRY
 // The same, d = A * B where acc == 0 (a run-time scale-d): DK_CARRY starts dK this way, because a zeroing
 // mov of an accumulator that is in flight across the loop's back-edge makes ptxas serialize every wgmma (C7515).
 static __device__ __forceinline__ void wgmma_rs_n128_acc(float (&d)[64], u32 a0, u32 a1, u32 a2, u32 a3, u64 db, int acc) {
@@ -218,6 +226,7 @@ static __device__ __forceinline__ void wgmma_rs_n128_acc(float (&d)[64], u32 a0,
       : ACC32(d, 0), ACC32(d, 32)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
 }
+#endif
 // d (64x64 fp32) (+)= A (registers, 64x16 bf16) * B (smem, K-major 16x64)
 template <int SCALE_D>
 static __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
@@ -441,6 +450,18 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
       }
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#if DQ_HEADCONV
+      {
+        // This CTA's reduce-adds are complete; count it in its head (async-proxy writes, then a release).
+        // The CTA that completes the count converts the head (consumers, after their epilogue).
+        int old;
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(dQcnt + bh) : "memory");
+        const int last = old == (int)gridDim.x - 1;
+        if (last) dQcnt[bh] = 0;  // every count of this launch is in: the next launch starts from 0
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(MAILBOX(0)), "r"(last) : "memory");
+      }
+#endif
 #if DQ_FUSE
       count_block(qblk(n_iter - 1));
       post(-1);  // no more blocks: the converters stop
@@ -474,6 +495,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       }
     }
 #endif
+#endif
+#if DQ_HEADCONV
+    if (tid >= 32 && tid < 64) {  // warp 1 (the reducer and its idle lanes) tells the consumers its verdict
+      __syncwarp();
+      asm volatile("bar.sync 4, 288;" ::: "memory");
+    }
 #endif
   } else {
     // ------------------------------------------------------------ consumers
@@ -802,6 +829,35 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     }
+#if DQ_HEADCONV
+    asm volatile("bar.sync 4, 288;" ::: "memory");  // the reducer has counted this CTA
+    u32 last;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(last) : "r"(MAILBOX(0)) : "memory");
+    if (last) {
+      // Every CTA of this head has added its part: dQ = bf16(sm_scale * dQacc) for the head, from L2 (the
+      // head's dQacc was written moments ago), eight 16-byte loads in flight per thread.
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      const float* src = dQacc + (size_t)bh * S * 128;
+      unsigned short* dst = dQ + (size_t)bh * S * 128;
+      const int n4 = S * 32, t = tid - 128;
+      for (int b = t; b < n4; b += 256 * 8) {
+        float4 a[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          if (b + 256 * u < n4)
+            asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a[u].x), "=f"(a[u].y), "=f"(a[u].z), "=f"(a[u].w)
+                         : "l"(src + 4 * (b + 256 * u)) : "memory");
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          if (b + 256 * u < n4) {
+            uint2 r;
+            r.x = pack_bf16x2(a[u].x * sm_scale, a[u].y * sm_scale);
+            r.y = pack_bf16x2(a[u].z * sm_scale, a[u].w * sm_scale);
+            *reinterpret_cast<uint2*>(dst + 4 * (b + 256 * u)) = r;
+          }
+      }
+    }
+#endif
   }
 }
 
