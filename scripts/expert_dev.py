@@ -113,6 +113,7 @@ _BWD = {
     "carry3": ({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
     "hconv": ({"DQ_HEADCONV": 1}, _BWD_HCONV),  # the last CTA of a head converts its dQ (no dQ launch)
     "carryh": ({"DK_CARRY": 1, "DQ_HEADCONV": 1}, _BWD_HCONV),
+    "carryh3": ({"DK_CARRY": 1, "DQ_HEADCONV": 1, "STAGES": 3}, {**_BWD_HCONV, "shared_bytes": _bwd_smem(stages=3)}),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"

@@ -27,7 +27,8 @@ def test_the_variant_table_is_well_formed():
 def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
     """The backward's variants (knobs plus manifest overrides) make solution folders whose manifests
     parse, for the causal task too (its folder shares the kernel and has its own manifest); the
-    fused-dQ variant launches the pre and main kernels only, main taking dQ and the block counters."""
+    fused-dQ variants launch the pre and main kernels only, main taking dQ and the block (DQ_FUSE) or
+    head (DQ_HEADCONV) counters."""
     from tools.solution import Solution
 
     spec = importlib.util.spec_from_file_location("expert_dev", ROOT / "scripts" / "expert_dev.py")
@@ -42,6 +43,11 @@ def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
             "attn_bwd_pre_sm90", "attn_bwd_main_causal_sm90" if task.endswith("causal") else "attn_bwd_main_sm90"]
         assert fused.launches[1].args[-2:] == ["dQ", "dQcnt"]
         assert "dQcnt" in [b.name for b in fused.buffers]
+        # DQ_HEADCONV: the same two launches, one zeroed counter per head (not per query block)
+        headconv = dev.variant(task, "hconv", tmp_path / f"{task}-hconv").manifest
+        assert [launch.kernel for launch in headconv.launches] == [launch.kernel for launch in fused.launches]
+        assert headconv.launches[1].args[-2:] == ["dQ", "dQcnt"]
+        assert [(b.shape, b.zero) for b in headconv.buffers if b.name == "dQcnt"] == [(["B * H"], True)]
 
 
 def test_an_argument_list_override_replaces_the_main_launchs_arguments(tmp_path):
