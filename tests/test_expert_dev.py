@@ -64,3 +64,20 @@ def test_an_argument_list_override_replaces_the_main_launchs_arguments(tmp_path)
             written = json.loads((tmp_path / name / "launch.json").read_text())["launches"]
             main = max(written, key=lambda launch: launch.get("shared_bytes", 0) if isinstance(launch.get("shared_bytes", 0), int) else 0)
             assert main["args"] == over["args"], name
+
+
+def test_the_shipped_attention_backward_expert_compiles_without_serialized_wgmma_or_spills():
+    """Real ptxas on the shipped backward expert (both main kernels): every wgmma asynchronous (no
+    C7515/C7512 serialization), no spills. The kernel's schedule depends on ptxas accepting it: a
+    zeroing mov of an accumulator that is in flight across the loop's back-edge (DK_CARRY) or one
+    more live array makes ptxas serialize every wgmma, which only a GPU timing would otherwise show."""
+    from tools.evaluator import Evaluator
+    from tools.solution import Solution
+
+    comp, insp = Evaluator.compile_and_inspect(Solution.from_dir(ROOT / "tasks" / "mha_bwd_d128" / "expert"), "sm_90a")
+    assert comp.status == "ok", comp.error
+    for kernel in ("attn_bwd_main_sm90", "attn_bwd_main_causal_sm90"):
+        k = comp.kernels[kernel]
+        assert (k.spill_stores, k.spill_loads) == (0, 0), (kernel, k)
+    assert not [d.message for d in comp.diagnostics if d.code in ("C7515", "C7512", "C7514", "C7508")]
+    assert insp.status == "ok" and not insp.flags.get("wgmma_serialized"), insp.flags
