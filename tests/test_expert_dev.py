@@ -27,8 +27,7 @@ def test_the_variant_table_is_well_formed():
 def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
     """The backward's variants (knobs plus manifest overrides) make solution folders whose manifests
     parse, for the causal task too (its folder shares the kernel and has its own manifest); the
-    fused-dQ variants launch the pre and main kernels only, main taking dQ and the block (DQ_FUSE) or
-    head (DQ_HEADCONV) counters."""
+    fused-dQ variant launches the pre and main kernels only, main taking dQ and the block counters."""
     from tools.solution import Solution
 
     spec = importlib.util.spec_from_file_location("expert_dev", ROOT / "scripts" / "expert_dev.py")
@@ -43,11 +42,15 @@ def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
             "attn_bwd_pre_sm90", "attn_bwd_main_causal_sm90" if task.endswith("causal") else "attn_bwd_main_sm90"]
         assert fused.launches[1].args[-2:] == ["dQ", "dQcnt"]
         assert "dQcnt" in [b.name for b in fused.buffers]
-        # DQ_HEADCONV: the same two launches, one zeroed counter per head (not per query block)
-        headconv = dev.variant(task, "hconv", tmp_path / f"{task}-hconv").manifest
-        assert [launch.kernel for launch in headconv.launches] == [launch.kernel for launch in fused.launches]
-        assert headconv.launches[1].args[-2:] == ["dQ", "dQcnt"]
-        assert [(b.shape, b.zero) for b in headconv.buffers if b.name == "dQcnt"] == [(["B * H"], True)]
+        # v5 (DQ_HEADCONV, shipped): main takes dQ, one zeroed counter per head and `conv`; the dQ launch
+        # stays for heads of one key block. v4 (and every variant measured on it): neither.
+        shipped = dev.variant(task, "shipped", tmp_path / f"{task}-shipped").manifest
+        assert [launch.kernel for launch in shipped.launches][-1] == "attn_bwd_dq_sm90"
+        assert shipped.launches[1].args[-3:-1] == ["dQ", "dQcnt"] and shipped.launches[1].args[-1].name == "conv"
+        assert [(b.shape, b.zero) for b in shipped.buffers if b.name == "dQcnt"] == [(["B * H"], True)]
+        v4 = dev.variant(task, "v4", tmp_path / f"{task}-v4").manifest
+        assert "dQcnt" not in [b.name for b in v4.buffers] and v4.launches[1].args[-1] == "sm_scale"
+        assert v4.launches[2].grid == ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)"]
 
 
 def test_an_argument_list_override_replaces_the_main_launchs_arguments(tmp_path):

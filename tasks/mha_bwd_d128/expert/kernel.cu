@@ -23,8 +23,11 @@
 //                               before dK, so the drain overlaps dK)
 //      dK, dV are scaled by sm_scale, rounded to bf16 and stored by TMA (which clips keys >= S).
 //      Causal: CAUSAL_GROUP renumbers the CTAs so the longest key blocks (the first ones) start first.
-//   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc).
-// The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX) are measured
+//      DQ_HEADCONV (v5), where a head has more than one key block (conv): each CTA counts itself done in
+//      its head once its reduce-adds are complete; the CTA that completes the count converts the head's
+//      dQ = bf16(sm_scale * dQacc) while dQacc is still in L2.
+//   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc) where the main kernel did not (one key block per head).
+// The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX, DK_CARRY) are measured
 // alternatives, off by default: NOTES.md, v4, says what each one did.
 // Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
 // queries >= S and keys >= S (and for keys after the query when causal), and stores are clipped.
@@ -66,15 +69,18 @@
 #error "DQ_FUSE needs DQ_WARP"
 #endif
 #ifndef DQ_HEADCONV
-#define DQ_HEADCONV 0  // 1 (with DQ_WARP): no dQ launch; the last CTA of a head to finish converts that head's dQacc
+#define DQ_HEADCONV 1  // 1 (with DQ_WARP): where the launch asks (conv), the last CTA of a head to finish converts
+                       // that head's dQacc, from L2, and the dQ launch has nothing left to do. v5: +1.3% / +2%
 #endif
 #if DQ_HEADCONV && (!DQ_WARP || DQ_FUSE)
 #error "DQ_HEADCONV needs DQ_WARP and excludes DQ_FUSE"
 #endif
-#if DQ_FUSE || DQ_HEADCONV  // the main kernel also takes the bf16 dQ output and zeroed int32 counters (per (head,
-                            // query block) for DQ_FUSE, per head for DQ_HEADCONV)
+#if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one zeroed int32 counter per (head, query block)
 #define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt
 #define FUSE_ARGS , dQ, dQcnt
+#elif DQ_HEADCONV  // ... dQ, one zeroed int32 counter per head, and whether to convert here (0: the dQ launch does)
+#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt, int conv
+#define FUSE_ARGS , dQ, dQcnt, conv
 #else
 #define FUSE_PARAMS
 #define FUSE_ARGS
@@ -93,6 +99,9 @@
 #endif
 #if DK_CARRY && (!DQ_DEFER || DV_LATE || AREG)
 #error "DK_CARRY needs DQ_DEFER and neither DV_LATE nor AREG"
+#endif
+#ifndef HC_UNROLL
+#define HC_UNROLL 16  // DQ_HEADCONV: 16-byte dQacc loads in flight per converting thread (16: 64 KiB per SM)
 #endif
 #ifndef AREG_KK
 #define AREG_KK 8  // with AREG: the first AREG_KK of the 8 head-dim k-steps come from registers (4 registers each)
@@ -451,7 +460,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       }
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #if DQ_HEADCONV
-      {
+      if (conv) {
         // This CTA's reduce-adds are complete; count it in its head (async-proxy writes, then a release).
         // The CTA that completes the count converts the head (consumers, after their epilogue).
         int old;
@@ -497,7 +506,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
 #endif
 #if DQ_HEADCONV
-    if (tid >= 32 && tid < 64) {  // warp 1 (the reducer and its idle lanes) tells the consumers its verdict
+    if (conv && tid >= 32 && tid < 64) {  // warp 1 (the reducer and its idle lanes) tells the consumers its verdict
       __syncwarp();
       asm volatile("bar.sync 4, 288;" ::: "memory");
     }
@@ -830,25 +839,27 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     }
 #if DQ_HEADCONV
-    asm volatile("bar.sync 4, 288;" ::: "memory");  // the reducer has counted this CTA
-    u32 last;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(last) : "r"(MAILBOX(0)) : "memory");
+    u32 last = 0;
+    if (conv) {
+      asm volatile("bar.sync 4, 288;" ::: "memory");  // the reducer has counted this CTA
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(last) : "r"(MAILBOX(0)) : "memory");
+    }
     if (last) {
       // Every CTA of this head has added its part: dQ = bf16(sm_scale * dQacc) for the head, from L2 (the
-      // head's dQacc was written moments ago), eight 16-byte loads in flight per thread.
+      // head's dQacc was written moments ago), HC_UNROLL 16-byte loads in flight per thread.
       asm volatile("fence.acq_rel.gpu;" ::: "memory");
       const float* src = dQacc + (size_t)bh * S * 128;
       unsigned short* dst = dQ + (size_t)bh * S * 128;
       const int n4 = S * 32, t = tid - 128;
-      for (int b = t; b < n4; b += 256 * 8) {
-        float4 a[8];
+      for (int b = t; b < n4; b += 256 * HC_UNROLL) {
+        float4 a[HC_UNROLL];
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
+        for (int u = 0; u < HC_UNROLL; ++u)
           if (b + 256 * u < n4)
             asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a[u].x), "=f"(a[u].y), "=f"(a[u].z), "=f"(a[u].w)
                          : "l"(src + 4 * (b + 256 * u)) : "memory");
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
+        for (int u = 0; u < HC_UNROLL; ++u)
           if (b + 256 * u < n4) {
             uint2 r;
             r.x = pack_bf16x2(a[u].x * sm_scale, a[u].y * sm_scale);
