@@ -74,7 +74,10 @@ def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
 _BWD_V4 = {"args": ["tmQ", "tmK", "tmV", "tmdO", "tmLSE2", "tmDelta", "tmdK", "tmdV", "tmdQacc", "dQacc", "S",
                     {"name": "scale_log2", "type": "f32", "value": "sm_scale * 1.4426950408889634"}, "sm_scale"],
            "buffers_drop": ["dQcnt"],
-           "launch_over": {"attn_bwd_dq_sm90": {
+           "launch_over": {"attn_bwd_pre_sm90": {"args": [
+                               "O", "dO", "LSE", "Delta", "LSE2", "dQacc", {"name": "rows", "type": "i32", "value": "B * H * S"},
+                               "S", {"name": "Spad", "type": "i32", "value": "cdiv(S, 64) * 64"}]},
+                           "attn_bwd_dq_sm90": {
                "grid": ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)"],
                "args": ["dQacc", "dQ", {"name": "n4", "type": "i32", "value": "B * H * S * D // 4"}, "sm_scale"]}}}
 

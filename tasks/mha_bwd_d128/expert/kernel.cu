@@ -466,8 +466,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         int old;
         asm volatile("fence.proxy.async.global;" ::: "memory");
         asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(dQcnt + bh) : "memory");
-        const int last = old == (int)gridDim.x - 1;
-        if (last) dQcnt[bh] = 0;  // every count of this launch is in: the next launch starts from 0
+        const int last = old == (int)gridDim.x - 1;  // (the pre kernel zeroed the count)
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(MAILBOX(0)), "r"(last) : "memory");
       }
 #endif
@@ -892,10 +891,16 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
 
 // Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
 // written to padded [B*H, Spad] scratch (Spad = S rounded up to 64, so TMA can read 64-row boxes),
-// and dQacc[row, :] = 0.
+// and dQacc[row, :] = 0; DQ_HEADCONV: dQcnt[head] = 0.
+#if DQ_HEADCONV  // and the main kernel's per-head counters (a scratch buffer the harness zeroing would cost a launch)
+#define PRE_PARAMS , int *__restrict__ dQcnt
+#else
+#define PRE_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(256)
 attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __restrict__ dO, const float* __restrict__ LSE,
-                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S, int Spad) {
+                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S,
+                  int Spad PRE_PARAMS) {
   const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= rows) return;
   const uint2 o = *reinterpret_cast<const uint2*>(O + (size_t)row * 128 + lane * 4);
@@ -911,6 +916,9 @@ attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __
     const int bh = row / S, s = row - bh * S;
     Delta[(size_t)bh * Spad + s] = acc;
     LSE2[(size_t)bh * Spad + s] = LSE[row] * 1.4426950408889634f;
+#if DQ_HEADCONV
+    if (s == 0) dQcnt[bh] = 0;
+#endif
   }
   *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + lane * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
 }
