@@ -64,9 +64,27 @@ _BN_AUTO = "(128 if N <= 128 else (128 if 2 * cdiv(M, 128) * cdiv(N, 256) <= num
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     """The backward's main kernel: 1 KiB alignment slack, K, V, STAGES x (Q, dO, LSE/Delta), dS
     (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers (the ring's, DQ_WARP's and DQ_FUSE's)
-    and DQ_FUSE's mailbox; rounded up to 128 bytes."""
+    and DQ_FUSE's mailbox (DQ_HEADCONV's flag); rounded up to 128 bytes."""
     raw = 1024 + 65536 + stages * 33280 + 32768 * (1 + comp) + 32768 * tma + 8 * (1 + 2 * stages + 8) + 8
     return -(-raw // 128) * 128
+
+
+# v4's manifest (before DQ_HEADCONV): the main launch without dQ, dQcnt and conv; the dQ launch converts every
+# head. Every variant measured before v5 is spelled on it (v4_base), so it measures what it did then.
+_BWD_V4 = {"args": ["tmQ", "tmK", "tmV", "tmdO", "tmLSE2", "tmDelta", "tmdK", "tmdV", "tmdQacc", "dQacc", "S",
+                    {"name": "scale_log2", "type": "f32", "value": "sm_scale * 1.4426950408889634"}, "sm_scale"],
+           "buffers_drop": ["dQcnt"],
+           "launch_over": {"attn_bwd_pre_sm90": {"args": [
+                               "O", "dO", "LSE", "Delta", "LSE2", "dQacc", {"name": "rows", "type": "i32", "value": "B * H * S"},
+                               "S", {"name": "Spad", "type": "i32", "value": "cdiv(S, 64) * 64"}]},
+                           "attn_bwd_dq_sm90": {
+               "grid": ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)"],
+               "args": ["dQacc", "dQ", {"name": "n4", "type": "i32", "value": "B * H * S * D // 4"}, "sm_scale"]}}}
+
+
+def _v4(knobs: dict | None = None, over: dict | None = None) -> tuple[dict, dict]:
+    """A backward variant on v4 (DQ_HEADCONV off, v4's manifest) with these knobs and overrides."""
+    return {"DQ_HEADCONV": 0, **(knobs or {})}, {**_BWD_V4, **(over or {})}
 
 
 # DQ_FUSE: the main kernel takes dQ and one zeroed int32 counter per (head, query block); no dQ launch.
@@ -80,32 +98,40 @@ _FWD = {
     "split": ({"PINGPONG": 0, "STAGES": 2, "PV_SPLIT": 1}, _FWD_ST2),  # P V as two n64 wgmmas
 }
 _BWD = {
-    "shipped": ({}, {}),  # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2, DQ_WARP=1, CAUSAL_GROUP=8 (v4)
-    "v3": ({"DQ_WARP": 0, "CAUSAL_GROUP": 0}, {}),  # the kernel shipped before v4
-    "st3": ({"STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
-    "tma": ({"DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem()}),  # TMA reduce-add of a staged dQ tile
-    "defer": ({"DQ_TMA": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),  # per-thread reds, drained later
-    "v2": ({"DQ_TMA": 0, "DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),
-    "comp": ({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
-    "kreg": ({"AREG": 1}, {}),  # K's A fragments in registers: S^T = K Q^T as an RS wgmma
-    "vreg": ({"AREG": 2}, {}),  # V's A fragments in registers: dP^T = V dO^T as an RS wgmma
-    "kreg4": ({"AREG": 1, "AREG_KK": 4}, {}),  # half of K's head dim from registers (16 registers)
-    "kreg2": ({"AREG": 1, "AREG_KK": 2}, {}),
-    "vreg4": ({"AREG": 2, "AREG_KK": 4}, {}),
-    "late": ({"DV_LATE": 1}, {}),
-    "latek": ({"DV_LATE": 1, "AREG": 1}, {}),
-    "latek4": ({"DV_LATE": 1, "AREG": 1, "AREG_KK": 4}, {}),
-    "latev": ({"DV_LATE": 1, "AREG": 2}, {}),
-    "poly2": ({"EXP_POLY": 2}, {}),  # a quarter of P^T's exp2 on the FMA pipe
-    "poly4": ({"EXP_POLY": 4}, {}),  # half
-    "g4": ({"CAUSAL_GROUP": 4}, {}),  # causal: longest key blocks first within groups of 4 heads
-    "g8": ({"CAUSAL_GROUP": 8}, {}),
-    "g16": ({"CAUSAL_GROUP": 16}, {}),
-    "dqw": ({"DQ_WARP": 1, "CAUSAL_GROUP": 0}, {}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
+    # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2, DQ_WARP=1, CAUSAL_GROUP=8 (v4), DQ_HEADCONV=1 (v5)
+    "shipped": ({}, {}),
+    "v4": _v4(),  # the kernel shipped before v5
+    "v3": _v4({"DQ_WARP": 0, "CAUSAL_GROUP": 0}),  # the kernel shipped before v4
+    "st3": _v4({"STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
+    "tma": _v4({"DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem()}),  # TMA reduce-add of a staged dQ tile
+    "defer": _v4({"DQ_TMA": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),  # per-thread reds, drained later
+    "v2": _v4({"DQ_TMA": 0, "DQ_DEFER": 0, "STAGES": 2}, {"shared_bytes": _bwd_smem(tma=0)}),
+    "comp": _v4({"DQ_COMP": 1, "STAGES": 2}, {"shared_bytes": _bwd_smem(comp=1)}),  # dQ from dS = hi + lo
+    "kreg": _v4({"AREG": 1}),  # K's A fragments in registers: S^T = K Q^T as an RS wgmma
+    "vreg": _v4({"AREG": 2}),  # V's A fragments in registers: dP^T = V dO^T as an RS wgmma
+    "kreg4": _v4({"AREG": 1, "AREG_KK": 4}),  # half of K's head dim from registers (16 registers)
+    "kreg2": _v4({"AREG": 1, "AREG_KK": 2}),
+    "vreg4": _v4({"AREG": 2, "AREG_KK": 4}),
+    "late": _v4({"DV_LATE": 1}),
+    "latek": _v4({"DV_LATE": 1, "AREG": 1}),
+    "latek4": _v4({"DV_LATE": 1, "AREG": 1, "AREG_KK": 4}),
+    "latev": _v4({"DV_LATE": 1, "AREG": 2}),
+    "poly2": _v4({"EXP_POLY": 2}),  # a quarter of P^T's exp2 on the FMA pipe
+    "poly4": _v4({"EXP_POLY": 4}),  # half
+    "g4": _v4({"CAUSAL_GROUP": 4}),  # causal: longest key blocks first within groups of 4 heads
+    "g8": _v4({"CAUSAL_GROUP": 8}),
+    "g16": _v4({"CAUSAL_GROUP": 16}),
+    "dqw": _v4({"DQ_WARP": 1, "CAUSAL_GROUP": 0}),  # a producer warp issues the dQ reduce-adds (mbarrier hand-over)
     # dqw, and the CTA whose reduce-add completes a query block converts it to bf16 (no dQ launch)
-    "fuse": ({"DQ_WARP": 1, "DQ_FUSE": 1}, _BWD_FUSE),
-    "stag": ({"QSTAGGER": 1}, {}),  # non-causal: key blocks start their query sweep at staggered blocks
-    "stm": ({"DS_STMATRIX": 1}, {}),  # dS^T stored by stmatrix
+    "fuse": _v4({"DQ_WARP": 1, "DQ_FUSE": 1}, _BWD_FUSE),
+    "stag": _v4({"QSTAGGER": 1}),  # non-causal: key blocks start their query sweep at staggered blocks
+    "stm": _v4({"DS_STMATRIX": 1}),  # dS^T stored by stmatrix
+    "carry": _v4({"DK_CARRY": 1}),  # a step's dK left in flight: the next S^T and dP^T queue behind it
+    "carry3": _v4({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
+    # v5 (DQ_HEADCONV) variants, on the shipped manifest
+    "hc8": ({"HC_UNROLL": 8}, {}),  # 8 loads in flight per converting thread (W1's hconv), not 16
+    "carryh": ({"DK_CARRY": 1}, {}),
+    "carryh3": ({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"
@@ -326,6 +352,11 @@ def variant(task: str, name: str, into: Path) -> Solution:
             main["args"] = main["args"] + value
         elif key == "buffers_add":
             manifest["buffers"] = manifest.get("buffers", []) + value
+        elif key == "buffers_drop":  # scratch buffers this variant does not use
+            manifest["buffers"] = [b for b in manifest.get("buffers", []) if b["name"] not in value]
+        elif key == "launch_over":  # fields of other launches than the main one, by kernel name
+            for launch in manifest["launches"]:
+                launch.update(value.get(launch["kernel"], {}))
         elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
             for b in manifest.get("buffers", []):
                 if b["name"] in value:

@@ -42,6 +42,17 @@ def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
             "attn_bwd_pre_sm90", "attn_bwd_main_causal_sm90" if task.endswith("causal") else "attn_bwd_main_sm90"]
         assert fused.launches[1].args[-2:] == ["dQ", "dQcnt"]
         assert "dQcnt" in [b.name for b in fused.buffers]
+        # v5 (DQ_HEADCONV, shipped): main takes dQ, one zeroed counter per head and `conv`; the dQ launch
+        # stays for heads of one key block. v4 (and every variant measured on it): neither.
+        shipped = dev.variant(task, "shipped", tmp_path / f"{task}-shipped").manifest
+        v4 = dev.variant(task, "v4", tmp_path / f"{task}-v4").manifest
+        assert [launch.kernel for launch in shipped.launches][-1] == "attn_bwd_dq_sm90"
+        assert shipped.launches[1].args[-3:-1] == ["dQ", "dQcnt"] and shipped.launches[1].args[-1].name == "conv"
+        # the counters are zeroed by the pre kernel (a zeroed scratch buffer costs the timed runs a memset)
+        assert [(b.shape, b.zero) for b in shipped.buffers if b.name == "dQcnt"] == [(["B * H"], False)]
+        assert shipped.launches[0].args[-1] == "dQcnt" and v4.launches[0].args[-1].name == "Spad"
+        assert "dQcnt" not in [b.name for b in v4.buffers] and v4.launches[1].args[-1] == "sm_scale"
+        assert v4.launches[2].grid == ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)"]
 
 
 def test_an_argument_list_override_replaces_the_main_launchs_arguments(tmp_path):
@@ -58,3 +69,20 @@ def test_an_argument_list_override_replaces_the_main_launchs_arguments(tmp_path)
             written = json.loads((tmp_path / name / "launch.json").read_text())["launches"]
             main = max(written, key=lambda launch: launch.get("shared_bytes", 0) if isinstance(launch.get("shared_bytes", 0), int) else 0)
             assert main["args"] == over["args"], name
+
+
+def test_the_shipped_attention_backward_expert_compiles_without_serialized_wgmma_or_spills():
+    """Real ptxas on the shipped backward expert (both main kernels): every wgmma asynchronous (no
+    C7515/C7512 serialization), no spills. The kernel's schedule depends on ptxas accepting it: a
+    zeroing mov of an accumulator that is in flight across the loop's back-edge (DK_CARRY) or one
+    more live array makes ptxas serialize every wgmma, which only a GPU timing would otherwise show."""
+    from tools.evaluator import Evaluator
+    from tools.solution import Solution
+
+    comp, insp = Evaluator.compile_and_inspect(Solution.from_dir(ROOT / "tasks" / "mha_bwd_d128" / "expert"), "sm_90a")
+    assert comp.status == "ok", comp.error
+    for kernel in ("attn_bwd_main_sm90", "attn_bwd_main_causal_sm90"):
+        k = comp.kernels[kernel]
+        assert (k.spill_stores, k.spill_loads) == (0, 0), (kernel, k)
+    assert not [d.message for d in comp.diagnostics if d.code in ("C7515", "C7512", "C7514", "C7508")]
+    assert insp.status == "ok" and not insp.flags.get("wgmma_serialized"), insp.flags

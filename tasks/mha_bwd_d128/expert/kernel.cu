@@ -23,8 +23,11 @@
 //                               before dK, so the drain overlaps dK)
 //      dK, dV are scaled by sm_scale, rounded to bf16 and stored by TMA (which clips keys >= S).
 //      Causal: CAUSAL_GROUP renumbers the CTAs so the longest key blocks (the first ones) start first.
-//   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc).
-// The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX) are measured
+//      DQ_HEADCONV (v5), where a head has more than one key block (conv): each CTA counts itself done in
+//      its head once its reduce-adds are complete; the CTA that completes the count converts the head's
+//      dQ = bf16(sm_scale * dQacc) while dQacc is still in L2.
+//   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc) where the main kernel did not (one key block per head).
+// The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX, DK_CARRY) are measured
 // alternatives, off by default: NOTES.md, v4, says what each one did.
 // Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
 // queries >= S and keys >= S (and for keys after the query when causal), and stores are clipped.
@@ -65,9 +68,19 @@
 #if DQ_FUSE && !DQ_WARP
 #error "DQ_FUSE needs DQ_WARP"
 #endif
-#if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one int32 counter per (head, query block), zeroed
+#ifndef DQ_HEADCONV
+#define DQ_HEADCONV 1  // 1 (with DQ_WARP): where the launch asks (conv), the last CTA of a head to finish converts
+                       // that head's dQacc, from L2, and the dQ launch has nothing left to do. v5: +1.3% / +2%
+#endif
+#if DQ_HEADCONV && (!DQ_WARP || DQ_FUSE)
+#error "DQ_HEADCONV needs DQ_WARP and excludes DQ_FUSE"
+#endif
+#if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one zeroed int32 counter per (head, query block)
 #define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt
 #define FUSE_ARGS , dQ, dQcnt
+#elif DQ_HEADCONV  // ... dQ, one zeroed int32 counter per head, and whether to convert here (0: the dQ launch does)
+#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt, int conv
+#define FUSE_ARGS , dQ, dQcnt, conv
 #else
 #define FUSE_PARAMS
 #define FUSE_ARGS
@@ -80,6 +93,15 @@
 #endif
 #ifndef CAUSAL_GROUP
 #define CAUSAL_GROUP 8  // causal: CTAs renumbered longest first within groups of this many heads (0: head by head)
+#endif
+#ifndef DK_CARRY
+#define DK_CARRY 0  // 1 (with DQ_DEFER): a step does not wait for its dK; the next step's S^T and dP^T queue behind it
+#endif
+#if DK_CARRY && (!DQ_DEFER || DV_LATE || AREG)
+#error "DK_CARRY needs DQ_DEFER and neither DV_LATE nor AREG"
+#endif
+#ifndef HC_UNROLL
+#define HC_UNROLL 16  // DQ_HEADCONV: 16-byte dQacc loads in flight per converting thread (16: 64 KiB per SM)
 #endif
 #ifndef AREG_KK
 #define AREG_KK 8  // with AREG: the first AREG_KK of the 8 head-dim k-steps come from registers (4 registers each)
@@ -178,6 +200,23 @@ static __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 da, u64 
       : ACC32(d, 0)
       : "l"(da), "l"(db), "n"(SCALE_D), "n"(TA), "n"(TB));
 }
+// The same with d = A * B written, not read (scale-d 0): the old accumulator values are not live into it
+// (DK_CARRY needs the registers this frees).
+#define ACC8W(d, i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
+#define ACC32W(d, i) ACC8W(d, i), ACC8W(d, i + 8), ACC8W(d, i + 16), ACC8W(d, i + 24)
+template <int TA, int TB>
+static __device__ __forceinline__ void wgmma_ss_n64_first(float (&d)[32], u64 da, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " REGS32 ", %32, %33, p, 1, 1, %34, %35;\n}\n"
+      : ACC32W(d, 0)
+      : "l"(da), "l"(db), "n"(TA), "n"(TB));
+}
+#if DK_CARRY
+#define SS_N64_FIRST(TA, TB, d, da, db) wgmma_ss_n64_first<TA, TB>(d, da, db)
+#else
+#define SS_N64_FIRST(TA, TB, d, da, db) wgmma_ss_n64<0, TA, TB>(d, da, db)
+#endif
 // d (64x128 fp32) += A (registers, 64x16 bf16) * B (smem, N-major 16x128)
 static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
   asm volatile(
@@ -186,6 +225,17 @@ static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], u32 a0, u32
       : ACC32(d, 0), ACC32(d, 32)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
+#if DK_CARRY
+// The same, d = A * B where acc == 0 (a run-time scale-d): DK_CARRY starts dK this way, because a zeroing
+// mov of an accumulator that is in flight across the loop's back-edge makes ptxas serialize every wgmma (C7515).
+static __device__ __forceinline__ void wgmma_rs_n128_acc(float (&d)[64], u32 a0, u32 a1, u32 a2, u32 a3, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : ACC32(d, 0), ACC32(d, 32)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+}
+#endif
 // d (64x64 fp32) (+)= A (registers, 64x16 bf16) * B (smem, K-major 16x64)
 template <int SCALE_D>
 static __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], u32 a0, u32 a1, u32 a2, u32 a3, u64 db) {
@@ -409,6 +459,17 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
       }
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#if DQ_HEADCONV
+      if (conv) {
+        // This CTA's reduce-adds are complete; count it in its head (async-proxy writes, then a release).
+        // The CTA that completes the count converts the head (consumers, after their epilogue).
+        int old;
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(dQcnt + bh) : "memory");
+        const int last = old == (int)gridDim.x - 1;  // (the pre kernel zeroed the count)
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(MAILBOX(0)), "r"(last) : "memory");
+      }
+#endif
 #if DQ_FUSE
       count_block(qblk(n_iter - 1));
       post(-1);  // no more blocks: the converters stop
@@ -442,6 +503,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       }
     }
 #endif
+#endif
+#if DQ_HEADCONV
+    if (conv && tid >= 32 && tid < 64) {  // warp 1 (the reducer and its idle lanes) tells the consumers its verdict
+      __syncwarp();
+      asm volatile("bar.sync 4, 288;" ::: "memory");
+    }
 #endif
   } else {
     // ------------------------------------------------------------ consumers
@@ -504,8 +571,16 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
     };
 
     float dv[64], dk[64], dq[32];
+#if DK_CARRY
+    // dS^T packed: the A operand of a dK wgmma that is still in flight at the next step's start, so the
+    // array outlives the step (rewritten only after the wait that retires that dK).
+    u32 ds[16];
+#endif
 #pragma unroll
-    for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
+    for (int i = 0; i < 64; ++i) {
+      dv[i] = 0.f;
+      if (!DK_CARRY) dk[i] = 0.f;  // DK_CARRY: the first dK wgmma does not accumulate (see wgmma_rs_n128_acc)
+    }
 
     mbar_wait(kv_full, 0);
 #if AREG
@@ -554,7 +629,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         }
 #endif
         if (kk == 0)
-          wgmma_ss_n64<0, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
+          SS_N64_FIRST(0, 0, st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
         else
           wgmma_ss_n64<1, 0, 0>(st, desc_sw128(sK + off_a, 16), desc_sw128(q_s + off_b, 16));
       }
@@ -573,12 +648,16 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         }
 #endif
         if (kk == 0)
-          wgmma_ss_n64<0, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
+          SS_N64_FIRST(0, 0, dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
         else
           wgmma_ss_n64<1, 0, 0>(dp, desc_sw128(sV + off_a, 16), desc_sw128(do_s + off_b, 16));
       }
       wgmma_commit();
-      wgmma_wait<1>();  // S^T done
+      wgmma_wait<1>();  // S^T done (DK_CARRY: and the previous step's dK)
+#if DK_CARRY
+      // That dK has read its Q stage: hand the stage back to the producer.
+      if (i > 0 && t128 == 0) mbar_arrive(EMPTY((i - 1) % STAGES));
+#endif
 
       // P^T = exp2(S^T * scale*log2e - LSE*log2e); columns are queries mq + 8j + q2 + e.
       const bool mask_q = mq + BM > S;  // padded queries: their LSE/Delta entries are not data
@@ -635,7 +714,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         dp[4 * j + 2] = st[4 * j + 2] * (dp[4 * j + 2] - d0);
         dp[4 * j + 3] = st[4 * j + 3] * (dp[4 * j + 3] - d1);
       }
+#if !DK_CARRY
       u32 ds[16];
+#endif
 #pragma unroll
       for (int k = 0; k < 16; ++k) ds[k] = pack_bf16x2(dp[2 * k], dp[2 * k + 1]);
 #if DV_LATE
@@ -706,7 +787,7 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         const u64 da = desc_sw128(ds_buf + kk * 2048, DS_BYTES);
         const u64 db = desc_sw128(sK + cw * KV_HALF + kk * 2048, KV_HALF);
         if (kk == 0)
-          wgmma_ss_n64<0, 1, 1>(dq, da, db);
+          SS_N64_FIRST(1, 1, dq, da, db);
         else
           wgmma_ss_n64<1, 1, 1>(dq, da, db);
 #if DQ_COMP
@@ -719,12 +800,18 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       // dK += dS^T Q
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
+#if DK_CARRY
+        wgmma_rs_n128_acc(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF), kk | i);
+#else
         wgmma_rs_n128(dk, ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3], desc_sw128(q_s + kk * 2048, QO_HALF));
+#endif
       wgmma_commit();
       wgmma_wait<1>();  // dV and dQ done, dK may still run
       dq_out(dq, mq, true, i);
+#if !DK_CARRY
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
+#endif
 #else
       wgmma_wait<0>();
       if (t128 == 0) mbar_arrive(EMPTY(s));
@@ -732,6 +819,9 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
     }
 
+#if DK_CARRY
+    wgmma_wait<0>();  // the last step's dK (its Q stage is not reloaded: no EMPTY arrival needed)
+#endif
     // ---------------------------------------------------------- epilogue: dK, dV via TMA stores
     asm volatile("bar.sync 1, 256;" ::: "memory");  // both warpgroups are done reading K and V
     const u32 kb = sK + cw * (64 * 128), vb = sV + cw * (64 * 128);
@@ -747,6 +837,37 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     }
+#if DQ_HEADCONV
+    u32 last = 0;
+    if (conv) {
+      asm volatile("bar.sync 4, 288;" ::: "memory");  // the reducer has counted this CTA
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(last) : "r"(MAILBOX(0)) : "memory");
+    }
+    if (last) {
+      // Every CTA of this head has added its part: dQ = bf16(sm_scale * dQacc) for the head, from L2 (the
+      // head's dQacc was written moments ago), HC_UNROLL 16-byte loads in flight per thread.
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      const float* src = dQacc + (size_t)bh * S * 128;
+      unsigned short* dst = dQ + (size_t)bh * S * 128;
+      const int n4 = S * 32, t = tid - 128;
+      for (int b = t; b < n4; b += 256 * HC_UNROLL) {
+        float4 a[HC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < HC_UNROLL; ++u)
+          if (b + 256 * u < n4)
+            asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a[u].x), "=f"(a[u].y), "=f"(a[u].z), "=f"(a[u].w)
+                         : "l"(src + 4 * (b + 256 * u)) : "memory");
+#pragma unroll
+        for (int u = 0; u < HC_UNROLL; ++u)
+          if (b + 256 * u < n4) {
+            uint2 r;
+            r.x = pack_bf16x2(a[u].x * sm_scale, a[u].y * sm_scale);
+            r.y = pack_bf16x2(a[u].z * sm_scale, a[u].w * sm_scale);
+            *reinterpret_cast<uint2*>(dst + 4 * (b + 256 * u)) = r;
+          }
+      }
+    }
+#endif
   }
 }
 
@@ -770,10 +891,16 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
 
 // Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
 // written to padded [B*H, Spad] scratch (Spad = S rounded up to 64, so TMA can read 64-row boxes),
-// and dQacc[row, :] = 0.
+// and dQacc[row, :] = 0; DQ_HEADCONV: dQcnt[head] = 0.
+#if DQ_HEADCONV  // and the main kernel's per-head counters (a scratch buffer the harness zeroing would cost a launch)
+#define PRE_PARAMS , int *__restrict__ dQcnt
+#else
+#define PRE_PARAMS
+#endif
 extern "C" __global__ void __launch_bounds__(256)
 attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __restrict__ dO, const float* __restrict__ LSE,
-                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S, int Spad) {
+                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S,
+                  int Spad PRE_PARAMS) {
   const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= rows) return;
   const uint2 o = *reinterpret_cast<const uint2*>(O + (size_t)row * 128 + lane * 4);
@@ -789,6 +916,9 @@ attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __
     const int bh = row / S, s = row - bh * S;
     Delta[(size_t)bh * Spad + s] = acc;
     LSE2[(size_t)bh * Spad + s] = LSE[row] * 1.4426950408889634f;
+#if DQ_HEADCONV
+    if (s == 0) dQcnt[bh] = 0;
+#endif
   }
   *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + lane * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
 }
