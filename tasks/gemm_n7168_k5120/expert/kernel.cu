@@ -66,11 +66,9 @@ typedef unsigned long long u64;
 #define RING_BYTES (STAGES * (A_STAGE_BYTES + B_STAGE_BYTES))
 #define MAX_STAGES (STAGES > STAGES128 ? STAGES : STAGES128)
 static_assert(STAGES128 * (A_STAGE_BYTES + 128 * BK * 2) <= RING_BYTES, "STAGES128 stages of 128x128 tiles overflow the ring");
-template <int TN>
-struct Ring {
-  static constexpr int stages = TN == 256 ? STAGES : STAGES128;
-  static constexpr u32 b_bytes = TN * BK * 2;  // one B tile: TN rows of 128 bytes
-};
+// (macros, not static constexpr members: those become module-scope .global variables)
+#define RING_STAGES(TN) ((TN) == 256 ? STAGES : STAGES128)
+#define B_TILE_BYTES(TN) ((TN) * BK * 2)  // one B tile: TN rows of 128 bytes
 
 
 static __device__ __forceinline__ __attribute__((unused)) u32 smem_addr(const void* p) {
@@ -258,8 +256,8 @@ struct WorkMeta {
 // by a counter (stage s, phase ph), never a division: this code runs once per K slice.
 static __device__ __forceinline__ void producer(const CUtensorMap* tmA, const CUtensorMap* tmB, const Schedule& sch,
                                                 u32 bars, u32 ring, u32 meta, int bn) {
-  const int nst = bn == 256 ? Ring<256>::stages : Ring<128>::stages;
-  const u32 b_bytes = bn * (BK * 2);
+  const int nst = RING_STAGES(bn);
+  const u32 b_bytes = B_TILE_BYTES(bn);
   const u32 sA = ring, sB = ring + nst * A_STAGE_BYTES;
   int s = 0, t, kb0, kb1, slot;
   u32 ph = 0;
@@ -298,7 +296,7 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
                                                 float* __restrict__ ws, int* __restrict__ counters, int M, int N,
                                                 const Schedule& sch, u32 bars, u32 ring, u32 sC, u32 meta,
                                                 u32 flag_slot, int tid, int wg) {
-  constexpr int NST = Ring<TN>::stages;
+  constexpr int NST = RING_STAGES(TN);
   const u32 sA = ring, sB = ring + NST * A_STAGE_BYTES;
   const int cw = wg - 1;          // consumer warpgroup: rows cw*64 .. cw*64+63 of the tile
   const int t128 = tid & 127;     // thread within the warpgroup
@@ -334,7 +332,7 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
       for (int i = g0; i < g1; ++i) {
         if (i > 0) mbar_wait(bars + 8 * s, ph);  // slice 0's stage: waited for with the work item
         const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
-        const u64 db = desc_sw128(sB + s * Ring<TN>::b_bytes);
+        const u64 db = desc_sw128(sB + s * B_TILE_BYTES(TN));
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
@@ -471,7 +469,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                   int* __restrict__ counters, int M, int N, int K, int sk_tiles, int bn) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 128B swizzle wants 1024-aligned tiles
-  const u32 ring = base;  // RING_BYTES: the A tiles of every stage, then the B tiles (Ring<TN>)
+  const u32 ring = base;  // RING_BYTES: the A tiles of every stage, then the B tiles (RING_STAGES, B_TILE_BYTES)
   const u32 sC = ring + RING_BYTES;
   const u32 bars = sC + EPI_BYTES;
   const u32 flag_slot = bars + 8 * 2 * MAX_STAGES;  // stream-K: "this CTA finishes the tile"
