@@ -85,7 +85,8 @@ def test_manifest_schedule_covers_every_tile_once(task_name):
 
 # expert_dev's variants that choose another tile width or schedule: each must plan a correct
 # schedule on every task too before it can be measured (and shipped)
-SCHEDULE_VARIANTS = ["bn128", "bn128_red", "bn_auto", "bn128_lt", "bn128_p4", "bn256", "bn_even", "sk16", "red16", "sk_k32", "sk_even"]
+SCHEDULE_VARIANTS = ["bn128", "bn128_red", "bn_auto", "bn128_lt", "bn128_p4", "bn256", "bn_even", "sk16", "red16", "sk_k32",
+                     "sk_even", "v4", "bn_even4", "sk_wave"]
 
 
 @pytest.mark.parametrize("name", SCHEDULE_VARIANTS)
@@ -126,6 +127,25 @@ def check_schedule(task, sol) -> None:
             all_slots = [s for wrote in written.values() for s in wrote]
             assert len(all_slots) == len(set(all_slots))
         assert tiles >= 1
+
+
+def test_manifest_gives_the_kernel_its_shared_memory():
+    """kernel.cu's shared-memory layout (1 KiB alignment slack, the ring of STAGES 128x256 stages, the
+    epilogue's staging, a full and an empty mbarrier per stage of the deeper of its two rings, the
+    fix-up flag, a work item per stage) fits the manifest's dynamic shared memory, and the 128-wide
+    ring (STAGES128 stages of 32 KiB) fits the 256-wide one's bytes."""
+    import re
+
+    src = (ROOT / "tasks" / "gemm_n7168_k5120" / "expert" / "kernel.cu").read_text()
+    knob = lambda name: int(re.search(rf"#define {name} (\d+)", src).group(1))  # noqa: E731
+    stages, stages128 = knob("STAGES"), knob("STAGES128")
+    ring = stages * (128 * 64 * 2 + 256 * 64 * 2)
+    assert stages128 * (128 * 64 * 2 + 128 * 64 * 2) <= ring
+    deepest = max(stages, stages128)
+    need = 1024 + ring + 4 * 64 * 64 * 2 + 8 * 2 * deepest + 16 + 32 * deepest
+    manifest = Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert").manifest
+    (launch,) = manifest.launches
+    assert need <= launch.shared_bytes <= 232448, (need, launch.shared_bytes)
 
 
 @pytest.mark.parametrize("ctas", [1, 3, 28, 132])

@@ -89,7 +89,9 @@ def test_data_parallel_path_is_deterministic(task_name, m, device, tmp_path):
 RAGGED = [(136, 512, 8192), (136, 512, 70), (576, 1024, 8192), (576, 1024, 1000), (200, 4096, 300), (7168, 5120, 70)]
 
 
-@pytest.mark.parametrize("variant_name", ["shipped", "bn256", "bn128", "bn128_p4", "bn_even"])
+# shipped: v5 (6-deep ring at 128 wide, equal stream-K splits); v4: a 4-deep ring and balanced ranges;
+# sk_wave: stream-K over the last partial wave at large M (576 x 1024 x 8192: 60 of 192 tiles)
+@pytest.mark.parametrize("variant_name", ["shipped", "v4", "sk_wave", "bn256", "bn128", "bn128_p4"])
 def test_every_tile_width_is_correct_on_ragged_shapes(variant_name, device, tmp_path):
     from tasks.families.gemm import gemm_task
 
