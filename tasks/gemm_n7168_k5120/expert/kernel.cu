@@ -1,9 +1,10 @@
 // Expert sm_90a GEMM (every gemm_n*_k* task): C[M,N] = A[M,K] * B[N,K]^T, bf16 in/out, fp32 accumulate.
 //
 // Design (see NOTES.md for the measurements behind each choice):
-//  - 128x256 output tile per CTA, K sliced by 64 (one 128-byte swizzled row per operand row).
-//  - STAGES-deep shared-memory ring filled by TMA (cp.async.bulk.tensor), a full and an
-//    empty mbarrier per stage.
+//  - 128x256 output tile per CTA (128x128 where the manifest passes bn = 128), K sliced by 64
+//    (one 128-byte swizzled row per operand row).
+//  - A 192 KiB shared-memory ring filled by TMA (cp.async.bulk.tensor): STAGES stages of
+//    128x256 tiles or STAGES128 of 128x128 ones, a full and an empty mbarrier per stage.
 //  - Warp specialisation, 384 threads: warpgroup 0 is the producer (one thread issues TMA;
 //    setmaxnreg.dec frees its registers), warpgroups 1 and 2 are consumers (setmaxnreg.inc),
 //    each owning 64 rows x 256 columns: one wgmma m64n256k16 per 16-wide K step, 128 fp32
@@ -13,7 +14,8 @@
 //  - Stream-K for the last `sk_tiles` tiles (the launch manifest picks how many: all of them
 //    when the tiles are too few to fill the SMs, i.e. small M): their K iterations, laid end
 //    to end, are cut into gridDim.x equal ranges, one per CTA, so every SM streams the same
-//    share of B whatever M is. A CTA whose range covers only part of a tile writes its fp32
+//    share of B whatever M is (the manifest makes gridDim.x a multiple of sk_tiles there, so each
+//    range is one equal split of one tile). A CTA whose range covers only part of a tile writes its fp32
 //    partial to `ws` (slot 0: the first tile of its range, slot 1: the last); the CTA that
 //    arrives last at the tile's counter adds the others' partials and stores the tile.
 //    The tiles before those are data-parallel: tile t on CTA t mod gridDim.x, whole K.
