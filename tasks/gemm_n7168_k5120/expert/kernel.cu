@@ -15,7 +15,7 @@
 //    when the tiles are too few to fill the SMs, i.e. small M): their K iterations, laid end
 //    to end, are cut into gridDim.x equal ranges, one per CTA, so every SM streams the same
 //    share of B whatever M is (the manifest makes gridDim.x a multiple of sk_tiles there, so each
-//    range is one equal split of one tile). A CTA whose range covers only part of a tile writes its fp32
+//    range is one of equal splits of one tile, give or take one K slice). A CTA whose range covers only part of a tile writes its fp32
 //    partial to `ws` (slot 0: the first tile of its range, slot 1: the last); the CTA that
 //    arrives last at the tile's counter adds the others' partials and stores the tile.
 //    The tiles before those are data-parallel: tile t on CTA t mod gridDim.x, whole K.
