@@ -241,6 +241,7 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "nowave": ({}, _gemm_wave("0")),  # v5 without stream-K over the last wave
         "sk_wave": ({}, _gemm_wave()),  # stream-K over every partial last wave, however full
         "b_l2_none": ({}, {"l2_promotion": {"tmB": "none"}}),  # B streamed without L2 promotion
+        "unordered": ({"FIXUP_ORDERED": 0}, {}),  # stream-K partials summed in arrival order (v4's fix-up)
         "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K

@@ -161,3 +161,40 @@ def test_schedule_is_exact_for_any_split(ctas):
                 assert ranges[0][0] == 0 and ranges[-1][1] == num_k, (M, N, K, sk, t, ranges)
                 assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), (M, N, K, sk, t, ranges)
             assert read == written, (M, N, K, sk)
+
+
+def fixup_sum(partials: list, me: int, first: int):
+    """kernel.cu's stream-K fix-up (FIXUP_ORDERED) run by contributor `me` of a tile whose contributors
+    are first .. first + len(partials) - 1: its own partial in hand, the others read from ws."""
+    last = first + len(partials) - 1
+    restart = me >= first + 2
+    res = partials[0] if restart else partials[me - first]
+    for c in range(first + restart, last + 1):
+        if c == me and not restart:
+            continue
+        res = res + partials[c - first]
+    return res
+
+
+@pytest.mark.parametrize("contributors", [2, 3, 4, 34])
+def test_the_fixup_sums_in_one_order_whoever_arrives_last(contributors):
+    """Whichever contributor arrives last and sums a stream-K tile, the fp32 sum has the same bits
+    (float32 addition, values spread over many magnitudes so any change of order shows)."""
+    import numpy as np
+
+    rng = np.random.default_rng(contributors)
+    partials = list((rng.standard_normal((contributors, 4096)) * 10.0 ** rng.integers(-3, 4, (contributors, 1)))
+                    .astype(np.float32))
+    first = 5
+    sums = [fixup_sum(partials, me, first) for me in range(first, first + contributors)]
+    for s in sums[1:]:
+        assert np.array_equal(s.view(np.int32), sums[0].view(np.int32))
+    in_order = partials[0]
+    for p in partials[1:]:
+        in_order = in_order + p
+    assert np.array_equal(sums[0].view(np.int32), in_order.view(np.int32))
+    if contributors >= 3:  # an arrival-order sum would differ: the test can tell
+        arrival = partials[-1]
+        for p in partials[:-1]:
+            arrival = arrival + p
+        assert not np.array_equal(arrival.view(np.int32), in_order.view(np.int32))

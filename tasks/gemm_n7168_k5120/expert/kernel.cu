@@ -44,6 +44,9 @@ typedef unsigned long long u64;
 #ifndef FIXUP_RED
 #define FIXUP_RED 0  // 1: stream-K partials summed in L2 by red.add (ws: one zeroed tile per stream-K tile)
 #endif
+#ifndef FIXUP_ORDERED
+#define FIXUP_ORDERED 1  // stream-K partials summed in contributor order whoever arrives last (same bits every run)
+#endif
 #ifndef PROMOTE
 #define PROMOTE 0  // > 0: 128-wide tiles add their wgmma accumulator into an fp32 sum (IEEE adds) every PROMOTE K slices
 #endif
@@ -407,11 +410,28 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
       }
 #else
       if (row_ok) {
-        for (int c = w.c_first; c <= w.c_last; ++c) {
-          if (c == (int)blockIdx.x) continue;
-          // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
+        // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
+        auto partial = [&](int c) {
           const int c_slot = sch.sk_start(c) >= w.lo ? 0 : 1;
-          const float4* p = reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
+          return reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
+        };
+        // The tile's sum in one order whichever contributor arrives last: ((P[c_first] + P[c_first+1])
+        // + ...) + P[c_last], so every run gives the same bits. This CTA's own partial (in res, and in
+        // ws bit for bit) can start that sum if it is P[c_first], or P[c_first+1] (a + b == b + a);
+        // from the third contributor on, the sum starts again from P[c_first] and reads its own back.
+        const int me = blockIdx.x;
+        const bool restart = FIXUP_ORDERED && me >= w.c_first + 2;
+        if (restart) {
+          const float4* p = partial(w.c_first);
+#pragma unroll
+          for (int j = 0; j < TN / 8; ++j) {
+            const float4 a = __ldcg(p + j * 256);
+            res[4 * j] = a.x, res[4 * j + 1] = a.y, res[4 * j + 2] = a.z, res[4 * j + 3] = a.w;
+          }
+        }
+        for (int c = w.c_first + restart; c <= w.c_last; ++c) {
+          if (c == me && !restart) continue;
+          const float4* p = partial(c);
 #pragma unroll
           for (int j = 0; j < TN / 8; ++j) {
             const float4 a = __ldcg(p + j * 256);
