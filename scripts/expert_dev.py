@@ -232,7 +232,7 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "gemm": {  # every gemm_n*_k* task (one kernel and manifest: scripts/gemm_experts.py)
         # v5: 128-wide tiles for N <= 128 or small M (a 6-deep ring), stream-K when the tiles fill at most
         # half the SMs with each stream-K tile cut into equal splits, and over the last wave's tiles where
-        # that wave is 1/3 to 7/8 full
+        # that wave is 1/3 to 3/5 full
         "shipped": ({}, {}),
         "v4": ({"STAGES128": 4}, _gemm_bn(_BN_AUTO)[1]),  # v4: 4-deep ring at 128 wide, balanced stream-K ranges
         "bn_even4": ({"STAGES128": 4}, {}),  # v5 with v4's 4-deep ring at 128 wide
@@ -241,7 +241,8 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "nowave": ({}, _gemm_wave("0")),  # v5 without stream-K over the last wave
         "sk_wave": ({}, _gemm_wave()),  # stream-K over every partial last wave, however full
         "b_l2_none": ({}, {"l2_promotion": {"tmB": "none"}}),  # B streamed without L2 promotion
-        "unordered": ({"FIXUP_ORDERED": 0}, {}),  # stream-K partials summed in arrival order (v4's fix-up)
+        "ordered": ({"FIXUP_ORDERED": 1}, {}),  # stream-K partials summed in contributor order (same bits every run)
+        "sk_wave_ordered": ({"FIXUP_ORDERED": 1}, _gemm_wave()),
         "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K

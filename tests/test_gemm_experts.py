@@ -164,7 +164,7 @@ def test_schedule_is_exact_for_any_split(ctas):
 
 
 def fixup_sum(partials: list, me: int, first: int):
-    """kernel.cu's stream-K fix-up (FIXUP_ORDERED) run by contributor `me` of a tile whose contributors
+    """kernel.cu's stream-K fix-up with FIXUP_ORDERED run by contributor `me` of a tile whose contributors
     are first .. first + len(partials) - 1: its own partial in hand, the others read from ws."""
     last = first + len(partials) - 1
     restart = me >= first + 2

@@ -4,7 +4,8 @@ in-process through the project's own manifest planning and launch code:
 - every path sums in a fixed order, so two runs on the same inputs must agree bit for bit (a race
   in the ring, the staging buffers or the work handoff would show here): the data-parallel path at
   the seed shape and at gemm_n5376_k21504 (the shape it was withheld from), and stream-K with 2,
-  2-3 and ~34 contributors a tile (its fix-up sums partials in contributor order, not arrival order);
+  2-3 and ~34 contributors a tile (with FIXUP_ORDERED the fix-up sums partials in contributor order,
+  not arrival order; shipped off, where 2 contributors, as at M = 70, are order-free anyway);
 - every tile width and schedule the manifest (or expert_dev's variants) can pick is correct on
   ragged shapes: N not a multiple of 64 or 256 (an odd number of 64-column chunks in the last
   column tile: the epilogue's staging buffers alternate across tiles), M below one tile, stream-K
@@ -73,12 +74,13 @@ def _run(task, m: int, variant_name: str, limits, tmp_path, seed: int = 1, runs:
     return outs, reason, detail
 
 
-# nowave: the data-parallel path alone (every tile one CTA's); shipped at M = 8192: stream-K over the
-# last wave (2-3 contributors a tile), at M = 70: equal splits (2); sk_wave at gemm_n34816_k5120 M = 70:
-# 4 tiles over 132 CTAs (~34 contributors: the fix-up that restarts from the first partial)
+# nowave: the data-parallel path alone (every tile one CTA's); FIXUP_ORDERED (`ordered`) at M = 8192:
+# stream-K over the last wave (2-3 contributors a tile); shipped at M = 70: equal splits (2 contributors,
+# order-free); sk_wave_ordered at gemm_n34816_k5120 M = 70: 4 tiles over 132 CTAs (~34 contributors:
+# the fix-up that restarts from the first partial)
 @pytest.mark.parametrize("task_name,m,variant_name", [
-    ("gemm_n7168_k5120", 8192, "nowave"), ("gemm_n5376_k21504", 8828, "nowave"), ("gemm_n7168_k5120", 8192, "shipped"),
-    ("gemm_n7168_k5120", 70, "shipped"), ("gemm_n34816_k5120", 70, "sk_wave")])
+    ("gemm_n7168_k5120", 8192, "nowave"), ("gemm_n5376_k21504", 8828, "nowave"), ("gemm_n7168_k5120", 8192, "ordered"),
+    ("gemm_n7168_k5120", 70, "shipped"), ("gemm_n34816_k5120", 70, "sk_wave_ordered")])
 def test_every_path_is_deterministic(task_name, m, variant_name, device, tmp_path):
     """The same bits on every run: a race in the ring, the staging buffers or the work handoff would
     show here, and so would a stream-K sum whose order followed whichever contributor came last."""
