@@ -61,6 +61,17 @@ def _gemm_bn(bn: str, red: bool = False, sk: str = "2 * {t} <= num_sms",
 _BN_AUTO = "(128 if N <= 128 else (128 if 2 * cdiv(M, 128) * cdiv(N, 256) <= num_sms else 256))"
 
 
+def _gemm_wave(wave: str = "({t} > num_sms) * ({t} % num_sms > 0)") -> dict:
+    """The shipped schedule at small M, and where `wave` holds (by default: the tiles fill more than
+    one wave, the last one partly), stream-K over that last wave's tiles (on every CTA: each streams a
+    share of their K iterations after its whole tiles), so no SM idles through the last wave."""
+    t = f"(cdiv(M, 128) * cdiv(N, {_BN_AUTO}))"
+    small, wave = f"2 * {t} <= num_sms", wave.format(t=t)
+    return {"grid": [f"{t} * max(1, min(num_sms // {t}, cdiv(K, 64) // 8)) if {small} else min(num_sms, {t})"],
+            "args": {"sk_tiles": f"{t} if {small} else ({t} % num_sms if {wave} else 0)"},
+            "buffers": {"ws": [f"2 * num_sms if {small} else (2 * num_sms if {wave} else 1)", 32768]}}
+
+
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     """The backward's main kernel: 1 KiB alignment slack, K, V, STAGES x (Q, dO, LSE/Delta), dS
     (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers (the ring's, DQ_WARP's and DQ_FUSE's)
@@ -291,7 +302,19 @@ _GDN_DECODE = {
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,
     "gemm": {  # every gemm_n*_k* task (one kernel and manifest: scripts/gemm_experts.py)
-        "shipped": ({}, {}),  # 128-wide tiles for N <= 128 or small M, stream-K when the tiles fill at most half the SMs
+        # v5: 128-wide tiles for N <= 128 or small M (a 6-deep ring), stream-K when the tiles fill at most
+        # half the SMs with each stream-K tile cut into equal splits, and over the last wave's tiles where
+        # that wave is 1/3 to 3/5 full
+        "shipped": ({}, {}),
+        "v4": ({"STAGES128": 4}, _gemm_bn(_BN_AUTO)[1]),  # v4: 4-deep ring at 128 wide, balanced stream-K ranges
+        "bn_even4": ({"STAGES128": 4}, {}),  # v5 with v4's 4-deep ring at 128 wide
+        "st128_5": ({"STAGES128": 5}, {}),
+        "bal6": ({}, _gemm_bn(_BN_AUTO)[1]),  # v4's balanced stream-K ranges (every SM) with the 6-deep ring
+        "nowave": ({}, _gemm_wave("0")),  # v5 without stream-K over the last wave
+        "sk_wave": ({}, _gemm_wave()),  # stream-K over every partial last wave, however full
+        "b_l2_none": ({}, {"l2_promotion": {"tmB": "none"}}),  # B streamed without L2 promotion
+        "ordered": ({"FIXUP_ORDERED": 1}, {}),  # stream-K partials summed in contributor order (same bits every run)
+        "sk_wave_ordered": ({"FIXUP_ORDERED": 1}, _gemm_wave()),
         "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K

@@ -85,7 +85,8 @@ def test_manifest_schedule_covers_every_tile_once(task_name):
 
 # expert_dev's variants that choose another tile width or schedule: each must plan a correct
 # schedule on every task too before it can be measured (and shipped)
-SCHEDULE_VARIANTS = ["bn128", "bn128_red", "bn_auto", "bn128_lt", "bn128_p4", "bn256", "bn_even", "sk16", "red16", "sk_k32", "sk_even"]
+SCHEDULE_VARIANTS = ["bn128", "bn128_red", "bn_auto", "bn128_lt", "bn128_p4", "bn256", "bn_even", "sk16", "red16", "sk_k32",
+                     "sk_even", "v4", "bn_even4", "sk_wave", "nowave", "bal6"]
 
 
 @pytest.mark.parametrize("name", SCHEDULE_VARIANTS)
@@ -128,6 +129,25 @@ def check_schedule(task, sol) -> None:
         assert tiles >= 1
 
 
+def test_manifest_gives_the_kernel_its_shared_memory():
+    """kernel.cu's shared-memory layout (1 KiB alignment slack, the ring of STAGES 128x256 stages, the
+    epilogue's staging, a full and an empty mbarrier per stage of the deeper of its two rings, the
+    fix-up flag, a work item per stage) fits the manifest's dynamic shared memory, and the 128-wide
+    ring (STAGES128 stages of 32 KiB) fits the 256-wide one's bytes."""
+    import re
+
+    src = (ROOT / "tasks" / "gemm_n7168_k5120" / "expert" / "kernel.cu").read_text()
+    knob = lambda name: int(re.search(rf"#define {name} (\d+)", src).group(1))  # noqa: E731
+    stages, stages128 = knob("STAGES"), knob("STAGES128")
+    ring = stages * (128 * 64 * 2 + 256 * 64 * 2)
+    assert stages128 * (128 * 64 * 2 + 128 * 64 * 2) <= ring
+    deepest = max(stages, stages128)
+    need = 1024 + ring + 4 * 64 * 64 * 2 + 8 * 2 * deepest + 16 + 32 * deepest
+    manifest = Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert").manifest
+    (launch,) = manifest.launches
+    assert need <= launch.shared_bytes <= 232448, (need, launch.shared_bytes)
+
+
 @pytest.mark.parametrize("ctas", [1, 3, 28, 132])
 def test_schedule_is_exact_for_any_split(ctas):
     """Any grid and any stream-K tile count, including more CTAs than K iterations (empty CTAs)
@@ -141,3 +161,40 @@ def test_schedule_is_exact_for_any_split(ctas):
                 assert ranges[0][0] == 0 and ranges[-1][1] == num_k, (M, N, K, sk, t, ranges)
                 assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), (M, N, K, sk, t, ranges)
             assert read == written, (M, N, K, sk)
+
+
+def fixup_sum(partials: list, me: int, first: int):
+    """kernel.cu's stream-K fix-up with FIXUP_ORDERED run by contributor `me` of a tile whose contributors
+    are first .. first + len(partials) - 1: its own partial in hand, the others read from ws."""
+    last = first + len(partials) - 1
+    restart = me >= first + 2
+    res = partials[0] if restart else partials[me - first]
+    for c in range(first + restart, last + 1):
+        if c == me and not restart:
+            continue
+        res = res + partials[c - first]
+    return res
+
+
+@pytest.mark.parametrize("contributors", [2, 3, 4, 34])
+def test_the_fixup_sums_in_one_order_whoever_arrives_last(contributors):
+    """Whichever contributor arrives last and sums a stream-K tile, the fp32 sum has the same bits
+    (float32 addition, values spread over many magnitudes so any change of order shows)."""
+    import numpy as np
+
+    rng = np.random.default_rng(contributors)
+    partials = list((rng.standard_normal((contributors, 4096)) * 10.0 ** rng.integers(-3, 4, (contributors, 1)))
+                    .astype(np.float32))
+    first = 5
+    sums = [fixup_sum(partials, me, first) for me in range(first, first + contributors)]
+    for s in sums[1:]:
+        assert np.array_equal(s.view(np.int32), sums[0].view(np.int32))
+    in_order = partials[0]
+    for p in partials[1:]:
+        in_order = in_order + p
+    assert np.array_equal(sums[0].view(np.int32), in_order.view(np.int32))
+    if contributors >= 3:  # an arrival-order sum would differ: the test can tell
+        arrival = partials[-1]
+        for p in partials[:-1]:
+            arrival = arrival + p
+        assert not np.array_equal(arrival.view(np.int32), in_order.view(np.int32))

@@ -1,9 +1,10 @@
 // Expert sm_90a GEMM (every gemm_n*_k* task): C[M,N] = A[M,K] * B[N,K]^T, bf16 in/out, fp32 accumulate.
 //
 // Design (see NOTES.md for the measurements behind each choice):
-//  - 128x256 output tile per CTA, K sliced by 64 (one 128-byte swizzled row per operand row).
-//  - STAGES-deep shared-memory ring filled by TMA (cp.async.bulk.tensor), a full and an
-//    empty mbarrier per stage.
+//  - 128x256 output tile per CTA (128x128 where the manifest passes bn = 128), K sliced by 64
+//    (one 128-byte swizzled row per operand row).
+//  - A 192 KiB shared-memory ring filled by TMA (cp.async.bulk.tensor): STAGES stages of
+//    128x256 tiles or STAGES128 of 128x128 ones, a full and an empty mbarrier per stage.
 //  - Warp specialisation, 384 threads: warpgroup 0 is the producer (one thread issues TMA;
 //    setmaxnreg.dec frees its registers), warpgroups 1 and 2 are consumers (setmaxnreg.inc),
 //    each owning 64 rows x 256 columns: one wgmma m64n256k16 per 16-wide K step, 128 fp32
@@ -13,7 +14,8 @@
 //  - Stream-K for the last `sk_tiles` tiles (the launch manifest picks how many: all of them
 //    when the tiles are too few to fill the SMs, i.e. small M): their K iterations, laid end
 //    to end, are cut into gridDim.x equal ranges, one per CTA, so every SM streams the same
-//    share of B whatever M is. A CTA whose range covers only part of a tile writes its fp32
+//    share of B whatever M is (the manifest makes gridDim.x a multiple of sk_tiles there, so each
+//    range is one of equal splits of one tile, give or take one K slice). A CTA whose range covers only part of a tile writes its fp32
 //    partial to `ws` (slot 0: the first tile of its range, slot 1: the last); the CTA that
 //    arrives last at the tile's counter adds the others' partials and stores the tile.
 //    The tiles before those are data-parallel: tile t on CTA t mod gridDim.x, whole K.
@@ -24,8 +26,14 @@
 // loads zero-fill rows past M or N, stores clip. K: a multiple of 8, the tail past a multiple
 // of 64 zero-filled.
 
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
 #ifndef STAGES
-#define STAGES 4
+#define STAGES 4  // ring depth of 128x256 tiles (48 KiB a stage)
+#endif
+#ifndef STAGES128
+#define STAGES128 6  // ring depth of 128x128 tiles: the same ring bytes, 32 KiB a stage
 #endif
 #ifndef EPI_TMA
 #define EPI_TMA 1
@@ -35,6 +43,11 @@
 #endif
 #ifndef FIXUP_RED
 #define FIXUP_RED 0  // 1: stream-K partials summed in L2 by red.add (ws: one zeroed tile per stream-K tile)
+#endif
+#ifndef FIXUP_ORDERED
+#define FIXUP_ORDERED 0  // 1: stream-K partials summed in contributor order whoever arrives last (same bits every
+                         // run; 2 contributors are order-free anyway). Off: measured 0.826 against 0.854 at M = 70
+                         // (H200, 2026-12-03 W2; the ordered run with credit on, not yet re-timed apart)
 #endif
 #ifndef PROMOTE
 #define PROMOTE 0  // > 0: 128-wide tiles add their wgmma accumulator into an fp32 sum (IEEE adds) every PROMOTE K slices
@@ -53,9 +66,17 @@
 #define CONSUMER_REGS 232
 #define PRODUCER_REGS 40
 #define PARTIAL_FLOATS (BM * BN)      // one fp32 partial tile in `ws`: 128 KiB
+// The ring: STAGES stages of 128x256 tiles, or (as many bytes) STAGES128 stages of 128x128 ones:
+// every A tile of the ring first, then every B tile. A 128-wide tile streams the same B bytes per
+// K slice as half a 256-wide one, so at small M (where those tiles are chosen and B's HBM stream is
+// the whole cost) the deeper ring keeps ~1.5x the bytes in flight per SM.
+#define RING_BYTES (STAGES * (A_STAGE_BYTES + B_STAGE_BYTES))
+#define MAX_STAGES (STAGES > STAGES128 ? STAGES : STAGES128)
+static_assert(STAGES128 * (A_STAGE_BYTES + 128 * BK * 2) <= RING_BYTES, "STAGES128 stages of 128x128 tiles overflow the ring");
+// (macros, not static constexpr members: those become module-scope .global variables)
+#define RING_STAGES(TN) ((TN) == 256 ? STAGES : STAGES128)
+#define B_TILE_BYTES(TN) ((TN) * BK * 2)  // one B tile: TN rows of 128 bytes
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
 
 static __device__ __forceinline__ __attribute__((unused)) u32 smem_addr(const void* p) {
   u32 a;
@@ -237,14 +258,53 @@ struct WorkMeta {
   }
 };
 
+// The producer thread: walks this CTA's work list, fills the ring by TMA (tiles bn wide), and hands
+// each work item to the consumers with the stage of its first K slice. The ring position advances
+// by a counter (stage s, phase ph), never a division: this code runs once per K slice.
+static __device__ __forceinline__ void producer(const CUtensorMap* tmA, const CUtensorMap* tmB, const Schedule& sch,
+                                                u32 bars, u32 ring, u32 meta, int bn) {
+  const int nst = RING_STAGES(bn);
+  const u32 b_bytes = B_TILE_BYTES(bn);
+  const u32 sA = ring, sB = ring + nst * A_STAGE_BYTES;
+  int s = 0, t, kb0, kb1, slot;
+  u32 ph = 0;
+  for (Cursor cur(sch); cur.next(sch, t, kb0, kb1, slot);) {
+    WorkMeta w{};
+    int mt, nt;
+    tile_coords(t, sch.num_m, sch.num_n, mt, nt);
+    w.m0 = mt * BM, w.n0 = nt * bn, w.slices = kb1 - kb0, w.slot = -1;
+    if (slot >= 0 && w.slices < sch.num_k) {  // part of a stream-K tile: the fix-up's facts
+      w.slot = slot, w.u = t - sch.dp_tiles;
+      w.lo = w.u * sch.num_k;
+      w.c_first = sch.sk_owner(w.lo), w.c_last = sch.sk_owner(w.lo + sch.num_k - 1);
+    }
+    for (int kb = kb0; kb < kb1; ++kb) {
+      const u32 full = bars + 8 * s;
+      mbar_wait(bars + 8 * (MAX_STAGES + s), ph ^ 1);  // both consumers released the slot
+      if (kb == kb0) w.store(meta + s * sizeof(WorkMeta));
+      mbar_expect_tx(full, A_STAGE_BYTES + b_bytes);
+      tma_load_2d(sA + s * A_STAGE_BYTES, tmA, full, kb * BK, w.m0);
+      tma_load_2d(sB + s * b_bytes, tmB, full, kb * BK, w.n0);
+      if (++s == nst) s = 0, ph ^= 1;
+    }
+  }
+  // The end: a stage with no data whose work item has no slices.
+  mbar_wait(bars + 8 * (MAX_STAGES + s), ph ^ 1);
+  WorkMeta end{};  // slices 0
+  end.store(meta + s * sizeof(WorkMeta));
+  mbar_arrive(bars + 8 * s);
+}
+
 // The consumer warpgroups' side (warpgroups 1 and 2) with tiles TN wide: per work item the main
 // loop (wgmma m64nTNk16 into d, one wgmma group kept in flight, each slot released to the producer
 // as soon as the group that read it retired), the stream-K fix-up, the epilogue.
 template <int TN>
 static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned short* __restrict__ C,
                                                 float* __restrict__ ws, int* __restrict__ counters, int M, int N,
-                                                const Schedule& sch, u32 bars, u32 sA, u32 sB, u32 sC, u32 meta,
+                                                const Schedule& sch, u32 bars, u32 ring, u32 sC, u32 meta,
                                                 u32 flag_slot, int tid, int wg) {
+  constexpr int NST = RING_STAGES(TN);
+  const u32 sA = ring, sB = ring + NST * A_STAGE_BYTES;
   const int cw = wg - 1;          // consumer warpgroup: rows cw*64 .. cw*64+63 of the tile
   const int t128 = tid & 127;     // thread within the warpgroup
   const int warp = t128 >> 5, lane = tid & 31;
@@ -263,10 +323,12 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
   // the next tile's first chunk the buffer whose store is still the one in flight.
   u32 epi_buf = 0;
 #endif
-  for (int it = 0;;) {
-    mbar_wait(bars + 8 * (it % STAGES), (it / STAGES) & 1);
+  int s = 0;  // the ring position of the next K slice: stage s, phase ph (the producer's count)
+  u32 ph = 0;
+  for (;;) {
+    mbar_wait(bars + 8 * s, ph);
     WorkMeta w{};
-    w.load(meta + (it % STAGES) * sizeof(WorkMeta));
+    w.load(meta + s * sizeof(WorkMeta));
     if (w.slices == 0) break;
     const int m0 = w.m0, n0 = w.n0;
     // K slices in groups of `group` (all of them unless promoting), each group into a fresh accumulator
@@ -274,11 +336,10 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
     for (int g0 = 0; g0 < w.slices; g0 += group) {
       const int g1 = min(w.slices, g0 + group);
       int prev_s = -1;
-      for (int i = g0; i < g1; ++i, ++it) {
-        const int s = it % STAGES;
-        if (i > 0) mbar_wait(bars + 8 * s, (it / STAGES) & 1);  // slice 0's stage: waited for with the work item
+      for (int i = g0; i < g1; ++i) {
+        if (i > 0) mbar_wait(bars + 8 * s, ph);  // slice 0's stage: waited for with the work item
         const u64 da = desc_sw128(sA + s * A_STAGE_BYTES + cw * (64 * 128));
-        const u64 db = desc_sw128(sB + s * B_STAGE_BYTES);
+        const u64 db = desc_sw128(sB + s * B_TILE_BYTES(TN));
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
@@ -286,11 +347,12 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
+        if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (MAX_STAGES + prev_s));
         prev_s = s;
+        if (++s == NST) s = 0, ph ^= 1;
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (t128 == 0) mbar_arrive(bars + 8 * (STAGES + prev_s));
+      if (t128 == 0) mbar_arrive(bars + 8 * (MAX_STAGES + prev_s));
       if (promote) {
         // The group's sum joins the fp32 total with round-to-nearest adds: the tensor core's own
         // accumulation is less exact (NOTES.md, "Why gemm_n5376_k21504 failed once").
@@ -350,11 +412,28 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
       }
 #else
       if (row_ok) {
-        for (int c = w.c_first; c <= w.c_last; ++c) {
-          if (c == (int)blockIdx.x) continue;
-          // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
+        // c's segment of this tile is its first (slot 0) if c's range starts inside the tile.
+        auto partial = [&](int c) {
           const int c_slot = sch.sk_start(c) >= w.lo ? 0 : 1;
-          const float4* p = reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
+          return reinterpret_cast<const float4*>(ws + ((size_t)c * 2 + c_slot) * PARTIAL_FLOATS) + ct;
+        };
+        // The tile's sum in one order whichever contributor arrives last: ((P[c_first] + P[c_first+1])
+        // + ...) + P[c_last], so every run gives the same bits. This CTA's own partial (in res, and in
+        // ws bit for bit) can start that sum if it is P[c_first], or P[c_first+1] (a + b == b + a);
+        // from the third contributor on, the sum starts again from P[c_first] and reads its own back.
+        const int me = blockIdx.x;
+        const bool restart = FIXUP_ORDERED && me >= w.c_first + 2;
+        if (restart) {
+          const float4* p = partial(w.c_first);
+#pragma unroll
+          for (int j = 0; j < TN / 8; ++j) {
+            const float4 a = __ldcg(p + j * 256);
+            res[4 * j] = a.x, res[4 * j + 1] = a.y, res[4 * j + 2] = a.z, res[4 * j + 3] = a.w;
+          }
+        }
+        for (int c = w.c_first + restart; c <= w.c_last; ++c) {
+          if (c == me && !restart) continue;
+          const float4* p = partial(c);
 #pragma unroll
           for (int j = 0; j < TN / 8; ++j) {
             const float4 a = __ldcg(p + j * 256);
@@ -414,12 +493,11 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                   int* __restrict__ counters, int M, int N, int K, int sk_tiles, int bn) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // 128B swizzle wants 1024-aligned tiles
-  const u32 sA = base;
-  const u32 sB = sA + STAGES * A_STAGE_BYTES;
-  const u32 sC = sB + STAGES * B_STAGE_BYTES;
+  const u32 ring = base;  // RING_BYTES: the A tiles of every stage, then the B tiles (RING_STAGES, B_TILE_BYTES)
+  const u32 sC = ring + RING_BYTES;
   const u32 bars = sC + EPI_BYTES;
-  const u32 flag_slot = bars + 8 * 2 * STAGES;  // stream-K: "this CTA finishes the tile"
-  // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s). Work items (WorkMeta) ride with the
+  const u32 flag_slot = bars + 8 * 2 * MAX_STAGES;  // stream-K: "this CTA finishes the tile"
+  // full[s] at bars + 8s, empty[s] at bars + 8(MAX_STAGES + s). Work items (WorkMeta) ride with the
   // stage that holds their first K slice: the producer alone walks the schedule, so its integer
   // divisions exist once in the code, and the consumers hold no copy of it.
   const u32 meta = flag_slot + 16;
@@ -431,9 +509,9 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
   bn = bn == 128 ? 128 : 256;
 
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);               // producer's expect_tx arrival
-      mbar_init(bars + 8 * (STAGES + s), 2);    // one arrival per consumer warpgroup
+    for (int s = 0; s < MAX_STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);                 // producer's expect_tx arrival
+      mbar_init(bars + 8 * (MAX_STAGES + s), 2);  // one arrival per consumer warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -459,40 +537,14 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmA) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tmB) : "memory");
-      int it = 0, t, kb0, kb1, slot;
-      for (Cursor cur(sch); cur.next(sch, t, kb0, kb1, slot);) {
-        WorkMeta w{};
-        int mt, nt;
-        tile_coords(t, sch.num_m, sch.num_n, mt, nt);
-        w.m0 = mt * BM, w.n0 = nt * bn, w.slices = kb1 - kb0, w.slot = -1;
-        if (slot >= 0 && w.slices < sch.num_k) {  // part of a stream-K tile: the fix-up's facts
-          w.slot = slot, w.u = t - sch.dp_tiles;
-          w.lo = w.u * sch.num_k;
-          w.c_first = sch.sk_owner(w.lo), w.c_last = sch.sk_owner(w.lo + sch.num_k - 1);
-        }
-        for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          const int s = it % STAGES;
-          const u32 full = bars + 8 * s;
-          mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);  // both consumers released the slot
-          if (kb == kb0) w.store(meta + s * sizeof(WorkMeta));
-          mbar_expect_tx(full, A_STAGE_BYTES + bn * (BK * 2));
-          tma_load_2d(sA + s * A_STAGE_BYTES, &tmA, full, kb * BK, w.m0);
-          tma_load_2d(sB + s * B_STAGE_BYTES, &tmB, full, kb * BK, w.n0);
-        }
-      }
-      // The end: a stage with no data whose work item has no slices.
-      const int s = it % STAGES;
-      mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
-      WorkMeta end{};  // slices 0
-      end.store(meta + s * sizeof(WorkMeta));
-      mbar_arrive(bars + 8 * s);
+      producer(&tmA, &tmB, sch, bars, ring, meta, bn);
     }
   } else {
     // ------------------------------------------------------------ consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
     // One instantiation per tile width: each holds a single wgmma shape and its own accumulators
     // (a branch between two shapes on one accumulator array makes ptxas serialize the wgmmas, C7515).
-    if (bn == 256) consumer<256>(&tmC, C, ws, counters, M, N, sch, bars, sA, sB, sC, meta, flag_slot, tid, wg);
-    else consumer<128>(&tmC, C, ws, counters, M, N, sch, bars, sA, sB, sC, meta, flag_slot, tid, wg);
+    if (bn == 256) consumer<256>(&tmC, C, ws, counters, M, N, sch, bars, ring, sC, meta, flag_slot, tid, wg);
+    else consumer<128>(&tmC, C, ws, counters, M, N, sch, bars, ring, sC, meta, flag_slot, tid, wg);
   }
 }
