@@ -98,3 +98,28 @@ def test_term_margins_at_k21504():
                      f"rel-L2 {m.rel_l2:.2e} ({m.rel_l2 / tol.rel_l2['C']:.3f} of 5e-3); the accumulation alone: "
                      f"max |err| {float(exact_err.max()):.3g}, {acc_terms:.4f} of the term bound, {acc_ref:.3f} of |ref|'s")
     print("\n" + "\n".join(lines))
+
+
+@pytest.mark.parametrize("factor,passes", [(0.5, True), (2.0, False)])
+def test_whole_and_sampled_judges_hold_an_element_to_the_same_term_bound(factor, passes):
+    """The judge of the correctness checks (whole output) and the judge of every timed run (sampled
+    rows, tasks.sampled) apply one rule: the element nearest zero moved by `factor` x its term-scale
+    allowance (atol + rtol * rss: ~100x what |ref|'s allowed) passes both or fails both. No cheaper
+    path judges a timed run against |ref| alone."""
+    from tasks.sampled import rows_at
+
+    task, axes = reduced_at_full_k(5376, 21504)
+    judge = Judge(task, _inputs(task, axes), "cpu")
+    ref, rss, tol = judge.expected["C"], judge.scales["C"], task.tolerance
+    at = int(ref.abs().argmin())
+    row, col = divmod(at, ref.shape[1])
+    assert float(rss[row, col]) > 50 * abs(float(ref[row, col])) + 1  # it cancels: the term scale is what binds
+    out = ref.clone()
+    # (the allowance less the bf16 rounding the written value may add; exactly representable after it)
+    target = float(ref[row, col]) + factor * (tol.atol + tol.rtol * float(rss[row, col]))
+    out[row, col] = torch.tensor(target).bfloat16().float()
+    whole_ok, why, _ = judge.verdict({"C": out})
+    samples = rows_at(task, judge.x, {"C": torch.tensor([row, (row + 1) % ref.shape[0]])})
+    assert samples["C"].scale is not None
+    sampled_ok, why_s, _ = judge.verdict({"C": out}, samples)
+    assert whole_ok is passes and sampled_ok is passes, (why, why_s)
