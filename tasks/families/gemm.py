@@ -108,12 +108,12 @@ def gemm_task(n: int = 7168, k: int = 5120) -> Task:
         #   the bf16 rounding of C (up to 2^-8 of |C|: 0.39 of the bound); a kernel that leaves out one
         #   K column errs ~rss/sqrt(K) on every element, past the bound somewhere in a full-size C.
         # - atol 1e-2: the seed's; it binds only where rss itself is below ~1 (K of a few terms), never
-        #   on the benchmark's shapes (rss ~ sqrt(1.2 K) >= 50 on stress inputs).
-        # - rel_l2 5e-3 (reads no scale, so unchanged): honest kernels measure 1.1-1.7e-3 (the bf16
-        #   rounding of C); one K slice of 16 left out is 2.7e-2 at K=21504, 5.6e-2 at K=5120.
+        #   on the benchmark's shapes (rss ~ sqrt(1.2 K), about 50 or more, on stress inputs).
+        # - rel_l2 5e-3 (reads no scale, so unchanged): honest kernels (cuBLAS, the expert, fp32)
+        #   measure 1.66e-3, the bf16 rounding of C; one K slice of 16 left out 3.2e-2 at K=21504.
         # - rows: 1e-2 of the row's norm of max(|ref|, rss) (~1.15x its norm of |ref| on stress inputs,
-        #   where |ref| and rss are alike in size), floored at 0.3 of a typical row's: honest rows ~0.1
-        #   of it; a zeroed, stale or copied row, or a few elements off by the row's scale, fail.
+        #   where |ref| and rss are alike in size), floored at 0.3 of a typical row's: honest rows 0.14
+        #   of it; a zeroed, stale or copied row fails by 80x or more, on every row of a full-size C.
         # Margins measured (CPU emulation and H200): docs/METHODOLOGY.md, "The judge's power".
         tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={"C": 5e-3}, rows={"C": ROW_BOUND}),
         flops="2*M*N*K",
