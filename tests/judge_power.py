@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -737,13 +737,14 @@ def library_verdicts(task: Task, judge: Judge, verdicts: Verdicts) -> None:
     judge.ws.load_inputs(judge.x)
 
 
-def judge_task(task: Task, device: str, workloads: list[tuple[str, dict[str, int]]], catalogue_at: str,
-               library: bool = True, seed: int = 7) -> list[Verdicts]:
-    """For each workload: the library backends and every honest variant; at `catalogue_at` also
-    every wrong variant (the whole catalogue)."""
+def judge_task(task: Task, device: str, workloads: list[tuple[str, dict[str, int]]],
+               catalogue_at: str | Collection[str], library: bool = True, seed: int = 7) -> list[Verdicts]:
+    """For each workload: the library backends and every honest variant; at `catalogue_at` (a
+    workload name, or several) also every wrong variant (the whole catalogue)."""
+    at = {catalogue_at} if isinstance(catalogue_at, str) else set(catalogue_at)
     out = []
     for name, axes in workloads:
-        full = name == catalogue_at
+        full = name in at
         v = run_catalogue(task, axes, device, seed=seed, workload=name, wrong=full,
                           library_hook=library_verdicts if library else None)
         out.append(v)
