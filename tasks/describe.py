@@ -216,6 +216,9 @@ def _judging(task: Task) -> str:
                 f"of the products summed into that element ({example})."
                 " It only forgives "
                 + ("the tensor cores' reduced-precision fp8 accumulation" if task.op_type == "fp8_gemm"
+                   else "the rounding of an fp32 tensor-core accumulation (which grows with the terms summed, not with "
+                   "the result)"
+                   if task.op_type == "gemm"
                    else f"{'e4m3' if task.op_type.startswith('fp8') else 'bf16'} rounding of those factors")
                 + " where a sum cancels"
                 + (f"; for {', '.join(plain)}, rss = |ref|" if plain else ""))

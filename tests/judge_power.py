@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -66,12 +66,49 @@ def as_written(task: Task, out: Outputs) -> Outputs:
 # ---------------------------------------------------------------------------------------------
 # GEMM and FP8 GEMM
 
-def gemm(x: dict, operand: Callable = lambda t: t, k_keep: int | None = None, split_k: int = 1) -> Outputs:
+def gemm(x: dict, operand: Callable = lambda t: t, k_keep: int | None = None, split_k: int = 1,
+         k_drop: tuple[int, int] | None = None, bf16_running_sum: int = 0) -> Outputs:
+    """C = A Bᵀ in fp32 over the first `k_keep` K (all), in `split_k` partial sums; `k_drop`: a K
+    range [start, end) left out; `bf16_running_sum`: K steps of that width whose running sum is
+    kept in bf16 between steps (a kernel that accumulates in bf16 instead of fp32)."""
     a, b = operand(x["A"].float()), operand(x["B"].float())
+    if k_drop is not None:
+        keep = torch.ones(a.shape[1], dtype=torch.bool, device=a.device)
+        keep[k_drop[0]:k_drop[1]] = False
+        a, b = a[:, keep], b[:, keep]
     K = a.shape[1] if k_keep is None else k_keep
+    if bf16_running_sum:
+        c = torch.zeros(a.shape[0], b.shape[0], device=a.device)
+        for k0 in range(0, K, bf16_running_sum):
+            c = bf16(c + a[:, k0:min(K, k0 + bf16_running_sum)] @ b[:, k0:min(K, k0 + bf16_running_sum)].T)
+        return {"C": c}
     step = -(-K // split_k)
     c = sum(a[:, k0:min(K, k0 + step)] @ b[:, k0:min(K, k0 + step)].T for k0 in range(0, K, step))
     return {"C": c}
+
+
+def gemm_truncating(x: dict, step: int = 16, bits: int = 24) -> Outputs:
+    """An emulated tensor core's fp32 accumulation (an honest kernel, the least precise one): per
+    K step of `step` (one bf16 wgmma's K), the running sum and the step's exact products are
+    aligned to the largest of them and cut to `bits` bits below its leading bit (truncation, not
+    rounding: published measurements of NVIDIA tensor cores), summed, and the sum cut to fp32's
+    24 bits toward zero. Its error grows with the terms, not with |C|: what the GEMM tasks' term
+    scale is for. fp64 [M, N, step] per step: for CPU sizes (tests/test_judge_power_gemm.py runs it
+    at every shape's full K); at full size on the GPU the library (cuBLAS) is the real one."""
+    a, b = x["A"].double(), x["B"].double()
+    c = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64, device=a.device)
+
+    def ulp(m: torch.Tensor, keep: int) -> torch.Tensor:
+        """2^(e - keep) with 2^(e-1) <= m < 2^e: the weight of the last of `keep` bits below m's leading bit."""
+        return torch.exp2(torch.floor(torch.log2(m.clamp_min(1e-300))) + 1 - keep)
+
+    for k0 in range(0, a.shape[1], step):
+        terms = torch.cat([c[..., None], a[:, None, k0:k0 + step] * b[None, :, k0:k0 + step]], dim=-1)
+        u = ulp(terms.abs().amax(-1, keepdim=True), bits)
+        total = (torch.trunc(terms / u) * u).sum(-1)
+        u = ulp(total.abs(), 24)
+        c = torch.trunc(total / u) * u
+    return {"C": c.float()}
 
 
 def _per_tensor_e4m3(t: torch.Tensor) -> torch.Tensor:
@@ -341,9 +378,15 @@ def computed_faults(task: Task, x: dict) -> dict[str, Callable[[], Outputs]]:
     """Kernels that compute the wrong thing: ignored input, mask, scale, precision."""
     op, causal = task.op_type, "causal" in task.tags
     if op == "gemm":
-        return {"ignored_input:last_64_of_K": lambda: gemm(x, k_keep=x["A"].shape[1] - 64),
+        K = x["A"].shape[1]
+        mid = K // 2 // 16 * 16
+        # (the term scale loosens near-zero elements: a K slice of 16 left out errs ~sqrt(16/K) of
+        # rss everywhere, 2.7% at K=21504; bf16 kept between K tiles instead of fp32)
+        return {"ignored_input:last_64_of_K": lambda: gemm(x, k_keep=K - 64),
+                "ignored_input:one_K_slice_of_16": lambda: gemm(x, k_drop=(mid, mid + 16)),
                 "wrong_scale:x1.02": lambda: {"C": gemm(x)["C"] * 1.02},
-                "low_precision:operands_e4m3": lambda: gemm(x, operand=_per_tensor_e4m3)}
+                "low_precision:operands_e4m3": lambda: gemm(x, operand=_per_tensor_e4m3),
+                "low_precision:bf16_running_sum_per_K64": lambda: gemm(x, bf16_running_sum=64)}
     if op == "fp8_gemm":
         return {"ignored_input:SF_A": lambda: fp8_gemm(x, sf_a="ignored"),
                 "ignored_input:last_k_block": lambda: fp8_gemm(x, drop_last_block=True),
@@ -446,6 +489,14 @@ def corrupted(task: Task, good: Outputs, stale: Outputs, gen: torch.Generator) -
                 f = flat.clone()
                 f[where] = value
                 yield f"{name}:{count}_elements_{kind}", {**good, name: f.reshape(t.shape)}
+        if task.op_type == "gemm":
+            # The element nearest zero, given a typical value of another position: judged on the scale of
+            # its terms (scale "terms"), a near-zero element's bound is ~1% of rss, not atol; a value
+            # of the output's typical size is still ~100x that.
+            near_zero = int(mag.argmin())
+            f = flat.clone()
+            f[near_zero] = flat[large[0]]
+            yield f"{name}:1_near_zero_element_from_another_position", {**good, name: f.reshape(t.shape)}
 
 
 def sparse_resolution(task: Task, expected: Outputs, good: Outputs, stale: Outputs,
@@ -686,13 +737,14 @@ def library_verdicts(task: Task, judge: Judge, verdicts: Verdicts) -> None:
     judge.ws.load_inputs(judge.x)
 
 
-def judge_task(task: Task, device: str, workloads: list[tuple[str, dict[str, int]]], catalogue_at: str,
-               library: bool = True, seed: int = 7) -> list[Verdicts]:
-    """For each workload: the library backends and every honest variant; at `catalogue_at` also
-    every wrong variant (the whole catalogue)."""
+def judge_task(task: Task, device: str, workloads: list[tuple[str, dict[str, int]]],
+               catalogue_at: str | Collection[str], library: bool = True, seed: int = 7) -> list[Verdicts]:
+    """For each workload: the library backends and every honest variant; at `catalogue_at` (a
+    workload name, or several) also every wrong variant (the whole catalogue)."""
+    at = {catalogue_at} if isinstance(catalogue_at, str) else set(catalogue_at)
     out = []
     for name, axes in workloads:
-        full = name == catalogue_at
+        full = name in at
         v = run_catalogue(task, axes, device, seed=seed, workload=name, wrong=full,
                           library_hook=library_verdicts if library else None)
         out.append(v)

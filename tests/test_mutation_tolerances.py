@@ -81,13 +81,14 @@ def test_attention_tolerances_and_why():
 
 
 def test_gemm_tolerances_and_why():
-    """bf16 GEMMs: the seed paper's 1e-2/1e-2 against |ref| (no cancellation terms: every product
-    is summed in fp32), aggregate 5e-3, each row of C within 1e-2 of its own norm (floor 0.3).
-    FP8 block-scaled: the same numbers against max(|ref|, rss) (dequantisation rounding cancels)."""
+    """bf16 GEMMs: the seed paper's 1e-2/1e-2 against max(|ref|, rss) (a tensor core's fp32
+    accumulation errs with the size of the terms summed, not of C: at K=21504 an output near zero
+    failed |ref|'s bound by chance, cuBLAS's own at 0.947 of it), aggregate 5e-3, each row of C
+    within 1e-2 of its own norm (floor 0.3). FP8 block-scaled: the same numbers, the same scale."""
     for task in TASKS.values():
         tol = task.tolerance
         if task.op_type == "gemm":
-            assert (tol.rtol, tol.atol, tol.scale, tol.rel_l2) == (1e-2, 1e-2, "ref", {"C": 5e-3}), task.name
+            assert (tol.rtol, tol.atol, tol.scale, tol.rel_l2) == (1e-2, 1e-2, "terms", {"C": 5e-3}), task.name
             assert (tol.rows["C"].rtol, tol.rows["C"].floor) == (1e-2, 0.3)
         if task.op_type == "fp8_gemm":
             assert (tol.rtol, tol.atol, tol.scale, tol.rel_l2) == (1e-2, 1e-2, "terms", {"D": 5e-3}), task.name

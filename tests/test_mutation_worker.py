@@ -270,17 +270,21 @@ def test_a_task_without_a_sampler_is_judged_whole_on_every_run(monkeypatch):
 
 
 def test_term_scaled_tasks_are_judged_against_their_term_scales(monkeypatch):
-    """tolerance.scale "terms" (attention: max(|ref|, the rss of the summed products), tasks.reference.term_scales)
-    gets the reference's term scales; "ref" (GEMM), or a tolerance without a scale, none."""
+    """tolerance.scale "terms" (attention, GEMM: max(|ref|, the rss of the summed products),
+    tasks.reference.term_scales) gets the reference's term scales; "ref", or a tolerance without a scale, none."""
     import tasks.reference as R
 
-    attn = get_task("mha_fwd_d128")
-    assert attn.tolerance.scale == "terms" and small_gemm().tolerance.scale == "ref"
+    attn, gemm = get_task("mha_fwd_d128"), small_gemm()
+    assert attn.tolerance.scale == "terms" and gemm.tolerance.scale == "terms"
+    on_ref = gemm.model_copy(deep=True)
+    on_ref.tolerance.scale = "ref"
     seen = []
     monkeypatch.setattr(R, "term_scales", lambda task, fresh: seen.append((task, fresh)) or "the scales")
     fresh = {"Q": 1}
     assert workspace.term_scales(attn, fresh) == "the scales" and seen == [(attn, fresh)]
-    assert workspace.term_scales(small_gemm(), fresh) is None
+    assert workspace.term_scales(gemm, fresh) == "the scales" and seen[1] == (gemm, fresh)
+    seen.pop()
+    assert workspace.term_scales(on_ref, fresh) is None
     assert workspace.term_scales(type("T", (), {"tolerance": object()})(), fresh) is None and len(seen) == 1
 
 

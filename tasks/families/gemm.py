@@ -97,11 +97,25 @@ def gemm_task(n: int = 7168, k: int = 5120) -> Task:
         outputs={"C": TensorSpec(shape=["M", "N"], dtype="bfloat16", description="row-major, N contiguous")},
         reference=GEMM_REFERENCE,
         workloads=_gemm_workloads(n, k),
-        # The seed paper's tolerance. bf16 output rounding is 2^-9 relative; fp32 accumulation in any
-        # order over K=5120 stays far below 1e-2 of the result's scale.
-        # rel-L2: the SIMT and expert kernels measure 1.7e-3 (bf16 rounding of C) on the H200.
-        # Per row (docs/METHODOLOGY.md, "The judge's power"): honest kernels ~2e-3 of the row's scale.
-        tolerance=Tolerance(rtol=1e-2, atol=1e-2, rel_l2={"C": 5e-3}, rows={"C": ROW_BOUND}),
+        # Judged on the scale of the terms summed (scale="terms", as FP8 GEMM is): an element passes if
+        # |C - ref| <= atol + rtol * max(|ref|, rss), rss = sqrt(sum_k (A[m,k] B[n,k])^2)
+        # (tasks.reference.term_scales). Why: a tensor core accumulates in fp32 but aligns each step's
+        # terms to the largest and drops the bits below, so an honest kernel's error grows with the
+        # terms (~sqrt(K) on stress inputs), not with |C|. With the seed's fixed atol an output that
+        # cancels near zero failed by chance at K=21504: cuBLAS's own worst element sat at 0.947 of
+        # |ref|'s bound, the expert once at 1.001 (tasks/gemm_n7168_k5120/expert/NOTES.md).
+        # - rtol 1e-2: the seed paper's. On the term scale an honest kernel's worst element is set by
+        #   the bf16 rounding of C (up to 2^-8 of |C|: 0.39 of the bound); a kernel that leaves out one
+        #   K column errs ~rss/sqrt(K) on every element, past the bound somewhere in a full-size C.
+        # - atol 1e-2: the seed's; it binds only where rss itself is below ~1 (K of a few terms), never
+        #   on the benchmark's shapes (rss ~ sqrt(1.2 K), about 50 or more, on stress inputs).
+        # - rel_l2 5e-3 (reads no scale, so unchanged): honest kernels (cuBLAS, the expert, fp32)
+        #   measure 1.66e-3, the bf16 rounding of C; one K slice of 16 left out 3.2e-2 at K=21504.
+        # - rows: 1e-2 of the row's norm of max(|ref|, rss) (~1.15x its norm of |ref| on stress inputs,
+        #   where |ref| and rss are alike in size), floored at 0.3 of a typical row's: honest rows 0.14
+        #   of it; a zeroed, stale or copied row fails by 80x or more, on every row of a full-size C.
+        # Margins measured (CPU emulation and H200): docs/METHODOLOGY.md, "The judge's power".
+        tolerance=Tolerance(rtol=1e-2, atol=1e-2, scale="terms", rel_l2={"C": 5e-3}, rows={"C": ROW_BOUND}),
         flops="2*M*N*K",
         requested_features=REQUESTED_FEATURES,
         baseline="cublas",

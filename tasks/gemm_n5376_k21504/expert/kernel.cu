@@ -1,0 +1,1 @@
+../../gemm_n7168_k5120/expert/kernel.cu
