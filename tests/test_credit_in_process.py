@@ -957,4 +957,4 @@ def test_the_worker_ties_each_counted_run_to_the_band_of_the_other_timed_runs():
         wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
         assert wc.tie_band_ms == [1.0, 1.0] and wc.carries["wgmma"] is carried, wc.notes
         if not carried:
-            assert "the other timed runs 1-1 ms (quartiles)" in wc.notes["wgmma"]
+            assert "the other timed runs 1-1 ms (their range)" in wc.notes["wgmma"]

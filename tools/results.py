@@ -258,7 +258,7 @@ class WorkloadCredit(BaseModel):
     notes: dict[str, str] = Field(default_factory=dict)
     kernel_ms: float | None = None  # the counted runs' median (in process) or the profiled run's kernels (Nsight Compute)
     run_ms: list[float] = Field(default_factory=list)  # each counted run of a hardware pass, timed as timed runs are: all tied
-    # what every run_ms is tied to: [lower, upper] quartile of the workload's other timed runs
+    # what every run_ms is tied to: [fastest, slowest] of the workload's other timed runs
     # (tools.credit.timed_band; empty: the timed median)
     tie_band_ms: list[float] = Field(default_factory=list)
     instrumented_ms: list[float] = Field(default_factory=list)  # the SASS-patched pass's run: instrumented code, not tied
