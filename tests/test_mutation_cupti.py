@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes as C
 
 import pytest
-from test_cupti_user_replay import (CONFIGURE, DATA_INIT, DATA_INFO, DECODE_FN, DISABLE, ENABLE, METRICS, RANGE_INFO,
+from test_cupti_user_replay import (CONFIGURE, DATA_INIT, DATA_INFO, DECODE_FN, DISABLE, ENABLE, RANGE_INFO,
                                     SET_CONFIG, START, STOP, one_range, setup, values)
 
 from tools import credit, cupti

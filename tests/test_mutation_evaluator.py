@@ -1252,7 +1252,7 @@ def test_the_inspection_overlaps_the_runs_and_is_waited_for_only_when_needed(tmp
     real = judged.__call__
 
     def judge(*a):
-        res = a[0]
+        a[0]  # the result, unused here
         module_sass = a[-1]
         judged.seen["running"] = module_sass(wait=False)  # still running: None, never a guess
         go.set()

@@ -156,7 +156,6 @@ def test_the_run_event_keeps_visible_workloads_whole_and_counts_held_out_ones():
 # (each test well under a second; tests/test_graph.py runs the same nodes through LangGraph with
 # real compiles, seconds a test).
 # ---------------------------------------------------------------------------------------
-import dataclasses as _dc
 import json as _json
 from types import SimpleNamespace as NS
 

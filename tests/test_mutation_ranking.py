@@ -16,7 +16,6 @@ scored too without the minutes of compiles tests/test_knowledge.py spends per te
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
