@@ -110,8 +110,9 @@ def credit_rules(arch: str) -> str:
     if "wgmma" in known and "wgmma" in rules.WORK_SHARE:
         work.append(f"  - wgmma: its FLOPs are at least {rules.WORK_SHARE['wgmma']:.0%} of the task's matrix FLOPs "
                     f"(and at most {rules.WGMMA_MAX_OVERWORK:g}x them), and at least {rules.WGMMA_MIN_OF_ALL_MATH:.0%} "
-                    "of all the math your kernels do (every tensor instruction, FP64 and integer ones included, and every "
-                    "SIMT floating-point and integer instruction);")
+                    "of all the math your kernels do (every tensor instruction, FP64 and integer ones included; every "
+                    "other executed thread instruction, loads, stores and branches included, counts as a multiply-add, "
+                    "and reductions in memory as their adds);")
     if "tma" in known and "tma" in rules.WORK_SHARE:
         work.append(f"  - TMA: its tensor-map loads (cp.async.bulk.tensor; a plain cp.async.bulk is not TMA) bring in at "
                     f"least {rules.WORK_SHARE['tma']:.0%} of the task's input bytes, "
