@@ -19,7 +19,8 @@ classes together the rule takes the side that refuses credit:
   per-opcode counts), or where the module holds one and no exact count says otherwise (its SASS), TMA's
   bytes are other reads and TMA carries nothing.
   Other reads: LDG (any width, generic or global), atomics that return data, cp.async (LDGSTS);
-  texture and surface reads have no byte counter here, so any executed one refuses TMA credit.
+  texture and surface reads have no byte counter here, so each executed warp instruction is charged
+  the most it can read (TEX_BYTES_PER_INST).
 
     counting = Counting(mode="cupti")          # how an evaluation counts: the one object passed down
     wc = credit_in_process(meta, credit, features, work, timed_ms, module_opcodes)
