@@ -32,6 +32,28 @@ def test_each_counted_runs_gap_against_the_timed_runs_gaps():
     assert g["counted_beyond_timed"] == 1  # 60 ms: longer than every timed gap
 
 
+def test_launch_gaps_every_key_with_pass_boundaries():
+    """Every key at once, exact: timed runs let go at 0, 10, 20, 1020, 1030, 1040.0004 ms (1020 follows a
+    pass boundary), counted runs at 25 and 1035 ms. The boundary's gap (995 ms, from the counted run
+    at 25) is reported apart and left out of the ordinary pool (10, 10, 10, 5.0004 ms: gaps into timed
+    runs that neither follow a boundary nor are counted); each counted gap's mid-rank in that pool."""
+    timed = [0.0, 0.010, 0.020, 1.020, 1.030, 1.0400004]
+    g = launch_gaps(timed, [0.025, 1.035], boundary=[1.020])
+    assert g == {"timed_median": 10.0, "timed_max": 995.0, "ordinary_median": 10.0, "ordinary_runs": 4,
+                 "boundary": [995.0], "counted": [5.0, 5.0], "counted_rank": [0.0, 0.0],
+                 "counted_beyond_timed": 0}
+    # a counted gap between the pool's values ranks by how many lie below it, ties counting half
+    g = launch_gaps([0.0, 0.002, 0.006, 0.012, 0.020], [0.024, 0.034, 0.045], boundary=[])
+    assert g["ordinary_runs"] == 4 and g["ordinary_median"] == 5.0  # gaps 2, 4, 6, 8
+    assert g["counted"] == [4.0, 10.0, 11.0] and g["counted_rank"] == [0.375, 1.0, 1.0]
+    assert g["counted_beyond_timed"] == 2 and g["timed_max"] == 8.0
+    # a boundary run that was counted (never drawn so, but recorded apart) is not a boundary gap
+    assert launch_gaps([0.0, 0.01, 0.02], [0.05], boundary=[0.05, 0.02])["boundary"] == [10.0]
+    # no ordinary gap: no rank, no median
+    g = launch_gaps([0.0, 1.0], [1.5], boundary=[1.0])
+    assert g["ordinary_runs"] == 0 and g["ordinary_median"] is None and g["counted_rank"] == [None]
+
+
 def test_launch_gaps_rounding_and_ties():
     g = launch_gaps([0.0, 0.5, 1.0], [1.5])
     assert g["counted"] == [500.0] and g["timed_max"] == 500.0 and g["timed_median"] == 500.0
