@@ -116,3 +116,13 @@ def test_runs_outside_the_pairs_are_tied_to_the_same_band():
     short = pairs(5)
     wc = tied(short, [2, 3, 4], timed_ms=29.0)
     assert wc.tie_band_ms == [] and wc.carries["wgmma"] is False and "29 ms (median)" in wc.notes["wgmma"]
+
+
+def test_the_band_needs_its_least_runs_and_keeps_five_places():
+    """Exactly TIE_BAND_RUNS other timed runs make a band (fewer: none); `least` below 2 still needs
+    two; the band's ends keep five decimal places (ms to 10 ns), never fewer, never more."""
+    four = [[1.234567, 0.0], [2.0, 0.0], [3.0, 0.0], [4.7654321, 0.0]]
+    assert rules.timed_band(four, 0, []) == [1.23457, 4.76543]
+    assert rules.timed_band(four[:3], 0, []) is None
+    assert rules.timed_band(four[:2], 0, [], least=2) == [1.23457, 2.0]
+    assert rules.timed_band(four[:1], 0, [], least=1) is None
