@@ -93,6 +93,34 @@ def test_every_limit_is_reached_at_equality():
     assert exhausted(Budget(max_turns=3), Spent(turns=2, prompt_tokens=10**9, cost_usd=1e9, wall_s=1e9)) is None
 
 
+def test_a_call_without_a_price_makes_the_cost_unknown_for_good():
+    """A self-hosted model litellm has no price for: its call's cost is unknown, so the run's is too,
+    from then on (never $0, which would read as free under a cost cap); priced calls add up."""
+    s = Spent()
+    s.add_cost(0.25)
+    s.add_cost(0.5)
+    assert s.cost_usd == 0.75  # summed, not subtracted or replaced
+    s.add_cost(None)
+    assert s.cost_usd is None
+    s.add_cost(0.1)
+    assert s.cost_usd is None  # a later priced call does not make it known again
+    s = Spent(cost_usd=None)
+    s.add_cost(None)
+    assert s.cost_usd is None
+
+
+def test_an_unknown_cost_ends_a_run_under_a_cost_cap_and_no_other():
+    """Under a cost cap, a run whose cost became unknown stops with max_cost and says why (it cannot
+    go on under a cap nobody can check); without a cap an unknown cost stops nothing."""
+    b = Budget(max_turns=8, max_cost=0.5)
+    reason, detail = exhausted(b, Spent(turns=1, cost_usd=None))
+    assert reason == "max_cost" and detail == "cost unknown (a call had no price), limit $0.5000"
+    # turns and tokens are still checked first
+    assert exhausted(b, Spent(turns=8, cost_usd=None))[0] == "max_turns"
+    assert exhausted(Budget(max_turns=8), Spent(turns=1, cost_usd=None)) is None
+    assert exhausted(Budget(max_turns=8, max_time_s=60), Spent(turns=1, cost_usd=None, wall_s=60))[0] == "max_time"
+
+
 def test_the_clock_adds_this_segment_to_what_earlier_segments_used():
     c = Clock(offset=30.0)  # a resumed run that had used 30 s
     first = c.elapsed()
