@@ -305,6 +305,75 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     assert models_to_run(plan(cfg)) == {"prose"}
 
 
+def test_the_sweep_counts_what_failed_then_and_now_and_its_cost(tmp_path):
+    """A run that failed in an earlier invocation and is skipped now still counts as failed (as
+    `succeeded` counts runs done before); the result carries the GPU cost of every run it lists."""
+    from agent.cost import sweep_cost
+
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    first = run_sweep(cfg)
+    [run_id] = [o.run_id for o in first.outcomes]
+    assert first.cost == sweep_cost(tmp_path / "runs", [run_id]).model_dump() and first.cost is not None
+    run_dir = tmp_path / "runs" / run_id
+    s = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**s, "status": "failed", "stop_reason": "error"}))
+    again = run_sweep(cfg)
+    assert again.outcomes[0].status == "skipped" and (again.failed, again.succeeded) == (1, 0)
+
+
+def test_a_partial_run_asked_with_other_prompts_stops_the_sweep_before_anything_runs(tmp_path):
+    """Only runs to be resumed are held to their recorded prompts (a new run starts with this
+    checkout's): one whose templates changed is named, and nothing runs."""
+    from agent.sweep import SweepError
+
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    [run_id] = [o.run_id for o in run_sweep(cfg).outcomes]
+    run_dir = tmp_path / "runs" / run_id
+    (run_dir / "summary.json").unlink()  # killed before its summary: partial, to be resumed
+    conf = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**conf, "template_hash": "0" * 64}))
+    why = f"1 unfinished run would go on with other prompts or docs than it started with: {run_id}: run .* was asked"
+    with pytest.raises(SweepError, match=why):
+        run_sweep(cfg)
+    with pytest.raises(SweepError, match=why):  # and `agent sweep --plan` says so before a sweep is started
+        plan(cfg)
+
+
+def test_a_runs_dir_that_is_a_file_stops_the_sweep_naming_the_flag(tmp_path):
+    from agent.sweep import SweepError
+
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    (tmp_path / "runs").write_text("a file")
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    with pytest.raises(SweepError, match=r"^runs_dir .*runs"):
+        run_sweep(cfg)
+
+
+@pytest.mark.parametrize("models,replicas,warning", [
+    ('[{spec = "scripted:prose.json", name = "prose"}]', 2,
+     "prose sends the same replies in every replica: `agent report` counts its 2 replicas of a cell as one sample"),
+    ('[{spec = "scripted:prose.json", name = "prose"}, {spec = "scripted:prose.json", name = "echo"}]', 3,
+     "prose, echo send the same replies in every replica: `agent report` counts their 3 replicas of a cell as one "
+     "sample"),
+    ('[{spec = "scripted:prose.json", name = "prose"}]', 1, None),
+])
+def test_replicas_of_a_model_that_answers_alike_are_one_sample_and_the_sweep_says_so(tmp_path, models, replicas,
+                                                                                      warning):
+    """A scripted or replayed model sends the same replies in every replica: its replicas are not
+    independent samples, and the sweep warns (singular and plural spelt out); one replica, nothing to say."""
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    toml = SWEEP.replace('models = [{spec = "scripted:prose.json", name = "prose"}]', f"models = {models}")
+    (tmp_path / "sweep.toml").write_text(toml.replace("replicas = 1", f"replicas = {replicas}"))
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    result = run_sweep(cfg)
+    assert result.warnings == ([warning] if warning else [])
+
+
 class _EvaluatorWithoutEvaluate:
     """An executor whose evaluator is broken: the run that reaches an evaluation crashes (a ptxbench bug)."""
 
