@@ -102,7 +102,7 @@ def test_each_workload_gets_one_instrumented_run_and_its_counts_per_opcode():
     summed over the sites of every function, every site's opcode present (0 where it never ran)."""
     counter = Counter([[rec("gemm", 0x100, 40), rec("gemm", 0x200, 0), rec("reduce", 0x40, 2)],
                        [rec("gemm", 0x100, 7), rec("gemm", 0x200, 3), rec("reduce", 0x40, 0)]])
-    a, b = entry("M128", runs=3, exact_runs=0), entry("M70")
+    a, b = entry("M128", runs=3, exact_runs=1), entry("M70")
     a.seconds, b.seconds = 1.0, 2.0
     log: list = []
     counted.exact_counts(State(counter), [a, b], SITES, runner(counter, log, seconds=0.123456), 3)
@@ -112,7 +112,7 @@ def test_each_workload_gets_one_instrumented_run_and_its_counts_per_opcode():
     assert b.out["launches"][0]["opcodes"] == {"UTMALDG.2D": 7, "UBLKCP.S.G": 3}
     assert "opcodes_missing" not in a.out["launches"][0] and "opcodes_missing" not in b.out["launches"][0]
     # one more run of each, counted in `runs` beside the passes' (exact_runs from none or from what was there)
-    assert (a.out["exact_runs"], a.out["runs"]) == (1, 4)
+    assert (a.out["exact_runs"], a.out["runs"]) == (2, 4)
     assert (b.out["exact_runs"], b.out["runs"]) == (1, 1)
     # its share of the counted runs, this run included, to 4 places (the record's precision elsewhere)
     assert a.out["own_s"] == 1.1235 and b.out["own_s"] == 2.1235
@@ -215,6 +215,10 @@ class Recorded(CpuState):
 
     def wait(self, limit_s):
         self.waits.append(limit_s)
+
+    def bind(self, plan, cubin, symbols, ws):
+        self.bound_with = (plan, cubin, symbols, ws)
+        return super().bind(plan, cubin, symbols, ws)
 
     def restore(self):
         self.restored += 1
@@ -338,7 +342,37 @@ def test_prepared_runs_make_the_counted_one_through_the_profiler_and_zero_scratc
     counted._prepared_runs(state, task, axes, ws, bound, [11, 12, 13], 9.0, 1, profiled)
     loads = [x for x in log if isinstance(x, tuple) and x[0] == "load"]
     assert len(loads) == 3 and len({x[1] for x in loads}) == 3  # three seeds, three inputs
+    # each seed's inputs from the fast generator, as the seeded checks and timed runs draw theirs
+    from tasks.generators import generate_inputs
+    assert [x[1] for x in loads] == [
+        int(generate_inputs(task, axes, s, device="cpu", fast=True)["A"].flatten()[0].float().item() * 1e6)
+        for s in (11, 12, 13)]
     steps = [x if not isinstance(x, tuple) or x[0] != "load" else "load" for x in log]
     one = ["load", "prepare", "flush", "zero"]
     assert steps == (one + ["launch", ("wait", 9.0)] + one + ["window", "launch", ("wait", 9.0), "closed"]
                      + one + ["launch", ("wait", 9.0)])
+
+
+def test_the_module_is_bound_to_the_requests_cubin_symbols_and_plan():
+    """The credit process loads the cubin the evaluation compiled, resolves its kernels through the
+    request's symbols (a C++ kernel's mangled name), and launches them as the manifest's plan says, on
+    the workspace the runs are prepared in."""
+    from tools.launch import plan_launches
+
+    req = request(3, cubin=b"\x7fELF cubin", symbols={"gemm_simt": "_Z9gemm_simtPK13__nv_bfloat16"})
+    state = Recorded()
+    out = counted.run_credit(state, req)
+    assert out["status"] == "ran", out
+    plan, cubin, symbols, ws = state.bound_with
+    task = small_gemm()
+    want = plan_launches(Solution.from_dir(FIXTURES / "good").manifest, task, task.axis_values(task.workloads[1]),
+                         CpuState.limits)
+    assert plan == want and cubin == b"\x7fELF cubin" and symbols == req["symbols"]
+    assert ws.task.name == task.name and set(ws.inputs) == set(task.inputs)
+
+
+def test_a_worker_without_a_profiler_window_still_makes_every_run():
+    """Outside Nsight Compute (no profiler range to open) the runs are made all the same."""
+    state = CpuState(gemm)
+    out = counted.run_credit(state, request(3))
+    assert out["status"] == "ran" and out["profiled_at"] == drawn(3)[1] + 1, out
