@@ -296,6 +296,8 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     assert (retried.ran, retried.skipped, retried.resumed, retried.failed, retried.succeeded) == (1, 0, 1, 0, 1)
     assert retried.outcomes[0].status == "finished" and retried.outcomes[0].state_before == "partial"
     assert read_summary(run_dir).status == "finished"
+    # A finished run is not redone by --retry-failed, so its model needs no check (read from the sweep's runs_dir)
+    assert models_to_run(plan(cfg), retry_failed=True) == set()
     # A finished run is not redone by --retry-failed; the caller's model check is passed through.
     done = run_sweep(cfg, retry_failed=True, models_checked=["prose: slow to answer"])
     assert done.ran == 0 and done.warnings == ["prose: slow to answer"]
