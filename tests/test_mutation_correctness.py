@@ -454,3 +454,38 @@ def test_a_scan_of_nothing_is_empty_and_each_check_lands_on_its_own_name():
                  {"C": out, "I": torch.zeros(2, dtype=torch.int32)})
     # (the float poison is itself a NaN pattern: the unwritten elements count among the NaNs too)
     assert got == C.Scan({}, {"A": False, "B": True}, {"C": 2, "I": 0}, {"C": 3, "I": 0})
+
+
+def test_failing_rows_judged_on_their_own_scale_never_pass_what_the_whole_scale_fails():
+    """judge_outputs' middle step: the rows that failed against |ref| get their own term scale
+    (row_scales), taken ROW_SCALE_MARGIN low, so that scale is at most the whole computation's even
+    where the two computations round differently. Here the rows' computation reads 1.0 and the whole
+    one 1 - margin/2 (as far apart as their rounding may put them): an error between the two bounds
+    fails the rows' check and then the whole one, never passing on the rows' higher figure."""
+    m = C.ROW_SCALE_MARGIN
+    assert m == 1e-3
+    tol = Tolerance(rtol=0.01, atol=0.0, scale="terms")
+    expected = {"C": torch.zeros(4, 8)}
+    got = {"C": torch.zeros(4, 8)}
+    got["C"][1, 3] = got["C"][2, 5] = 0.01 * (1 - m / 4)  # above 0.01 x the whole scale, below 0.01 x 1.0
+    asked = []
+
+    def row_scales(rows):
+        asked.append({n: r.tolist() for n, r in rows.items()})
+        return {"C": torch.ones(len(rows["C"]), 8)}
+
+    whole = {"C": torch.full((4, 8), 1 - m / 2)}
+    out = C.judge_outputs(got, expected, tol, term_scales=lambda: whole, row_scales=row_scales)
+    assert asked == [{"C": [1, 2]}]  # the two failing rows, asked together
+    assert not out[0].passed and out[0].judged_against == "terms"  # the whole scales' verdict
+    # and where the error is within the rows' own (margin-low) bound, that pass is the verdict
+    got["C"][1, 3] = got["C"][2, 5] = 0.01 * (1 - 2 * m)
+    out = C.judge_outputs(got, expected, tol, term_scales=lambda: whole, row_scales=row_scales)
+    assert out[0].passed and out[0].judged_against == "terms_rows"
+
+
+def test_a_shape_mismatch_says_which_scale_it_was_judged_against():
+    tol = Tolerance()
+    m = compare("C", torch.zeros(2, 2), torch.zeros(3), tol, scale=torch.ones(3))
+    assert not m.passed and m.judged_against == "terms" and m.max_abs_err == math.inf
+    assert compare("C", torch.zeros(2, 2), torch.zeros(3), tol).judged_against == "ref"
