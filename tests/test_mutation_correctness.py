@@ -392,6 +392,10 @@ def test_a_spread_row_is_held_to_its_own_rounding_and_never_past_atol():
     s = torch.ones(3)
     c = torch.tensor([0.01, 0.2, 1.0])
     assert C.element_atol(LSE_ROWS, s) == 0.12
+    # rtol's floor adds to either bound (rtol x floor x rms(s)): 0.1 x 2 x 1 here
+    withr = LSE_ROWS.model_copy(update={"rtol": 0.1, "floor": 2.0})
+    torch.testing.assert_close(C.element_atol(withr, s, torch.tensor([0.01, 1.0])), torch.tensor([0.2075, 0.32]))
+    assert C.element_atol(withr, s) == pytest.approx(0.32)
     torch.testing.assert_close(C.element_atol(LSE_ROWS, s, c), torch.tensor([0.0075, 0.055, 0.12]))
     diff = torch.tensor([0.01, 0.05, 0.1])
     # ratios: err / allowance, row by row (rtol 0: the allowance is the absolute part alone)
@@ -456,7 +460,8 @@ def test_a_scan_of_nothing_is_empty_and_each_check_lands_on_its_own_name():
     assert got == C.Scan({}, {"A": False, "B": True}, {"C": 2, "I": 0}, {"C": 3, "I": 0})
 
 
-def test_failing_rows_judged_on_their_own_scale_never_pass_what_the_whole_scale_fails():
+@pytest.mark.parametrize("shape,at", [((4, 8), [(1, 3), (2, 5)]), ((2, 3, 4), [(0, 1, 2), (1, 0, 3)])])
+def test_failing_rows_judged_on_their_own_scale_never_pass_what_the_whole_scale_fails(shape, at):
     """judge_outputs' middle step: the rows that failed against |ref| get their own term scale
     (row_scales), taken ROW_SCALE_MARGIN low, so that scale is at most the whole computation's even
     where the two computations round differently. Here the rows' computation reads 1.0 and the whole
@@ -465,21 +470,26 @@ def test_failing_rows_judged_on_their_own_scale_never_pass_what_the_whole_scale_
     m = C.ROW_SCALE_MARGIN
     assert m == 1e-3
     tol = Tolerance(rtol=0.01, atol=0.0, scale="terms")
-    expected = {"C": torch.zeros(4, 8)}
-    got = {"C": torch.zeros(4, 8)}
-    got["C"][1, 3] = got["C"][2, 5] = 0.01 * (1 - m / 4)  # above 0.01 x the whole scale, below 0.01 x 1.0
+    # (a 3-D output's rows are single elements, as tasks.sampled.view_rows reads LSE [B, H, S])
+    row_len = 1 if len(shape) == 3 else shape[-1]
+    expected = {"C": torch.zeros(shape)}
+    got = {"C": torch.zeros(shape)}
+    for i in at:
+        got["C"][i] = 0.01 * (1 - m / 4)  # above 0.01 x the whole scale, below 0.01 x 1.0
     asked = []
 
     def row_scales(rows):
         asked.append({n: r.tolist() for n, r in rows.items()})
-        return {"C": torch.ones(len(rows["C"]), 8)}
+        return {"C": torch.ones(len(rows["C"]), row_len)}
 
-    whole = {"C": torch.full((4, 8), 1 - m / 2)}
+    whole = {"C": torch.full(shape, 1 - m / 2)}
     out = C.judge_outputs(got, expected, tol, term_scales=lambda: whole, row_scales=row_scales)
-    assert asked == [{"C": [1, 2]}]  # the two failing rows, asked together
+    flat_rows = sorted(int(torch.tensor(i) @ torch.tensor(torch.zeros(shape).stride())) // row_len for i in at)
+    assert asked == [{"C": flat_rows}]  # the two failing rows, asked together
     assert not out[0].passed and out[0].judged_against == "terms"  # the whole scales' verdict
     # and where the error is within the rows' own (margin-low) bound, that pass is the verdict
-    got["C"][1, 3] = got["C"][2, 5] = 0.01 * (1 - 2 * m)
+    for i in at:
+        got["C"][i] = 0.01 * (1 - 2 * m)
     out = C.judge_outputs(got, expected, tol, term_scales=lambda: whole, row_scales=row_scales)
     assert out[0].passed and out[0].judged_against == "terms_rows"
 
