@@ -317,7 +317,7 @@ def test_each_pass_records_the_host_seconds_of_its_start_and_its_stop(monkeypatc
     prof.profile_passes(one_range([]), "gemm")
     assert len(prof.last_pass_s) == 3
     for start, stop in prof.last_pass_s:
-        assert 0.02 <= start < 0.5 and 0.02 <= stop < 0.5, prof.last_pass_s
+        assert 0.02 <= start < 5.0 and 0.02 <= stop < 5.0, prof.last_pass_s  # (a loaded host: far below an uptime)
 
 
 # ---------------------------------------------------------------- errors
