@@ -10,6 +10,7 @@ real host half (GH100). What the counters read on a GPU is tests/gpu/test_cupti_
 from __future__ import annotations
 
 import ctypes as C
+import time
 from collections import Counter
 
 import pytest
@@ -307,6 +308,18 @@ def test_the_profiler_is_enabled_per_call(monkeypatch):
         assert all(fake.count[fn] == k for fn in [ENABLE, DISABLE, *CONFIGURE])
 
 
+def test_each_pass_records_the_host_seconds_of_its_start_and_its_stop(monkeypatch):
+    """Each pass's Start and Stop (`last_pass_s`, [start, stop] seconds per pass, in order): the
+    boundaries between stretches of counted runs, charged as the check's `pass_boundaries` cost
+    (tools.counted). Here CUPTI takes 20 ms for each; nothing else is inside either figure."""
+    slow = {START: 0.02, STOP: 0.02}
+    prof, fake = setup(monkeypatch, fail=lambda fn, params: time.sleep(slow.get(fn, 0.0)) or False)
+    prof.profile_passes(one_range([]), "gemm")
+    assert len(prof.last_pass_s) == 3
+    for start, stop in prof.last_pass_s:
+        assert 0.02 <= start < 5.0 and 0.02 <= stop < 5.0, prof.last_pass_s  # (a loaded host: far below an uptime)
+
+
 # ---------------------------------------------------------------- errors
 
 @pytest.mark.parametrize("where", ["inside", "after"])
@@ -332,6 +345,8 @@ def test_the_runs_error_propagates_and_the_profiler_is_disabled(monkeypatch, whe
     assert fake.calls == [ENABLE, *CONFIGURE, *PER_PASS, *PER_PASS, DISABLE]
     assert prof._obj is None and fake.enabled is None and prof.last_stops == [[1, 1, 0]]  # pass 0's only
     assert prof.host.evaluated == [] and "total" in prof.last_phase_s
+    # the failed pass's Start is timed, its Stop (CUPTI's clean-up after the error) is not a boundary
+    assert len(prof.last_pass_s) == 2 and prof.last_pass_s[1][1] == 0.0 and prof.last_pass_s[0][1] >= 0.0
 
 
 def test_a_run_error_with_cupti_working_is_not_wrapped(monkeypatch):

@@ -101,8 +101,10 @@ def test_sampled_rows_match_the_full_reference():
     for out, smp in samples.items():
         assert len(set(smp.rows.tolist())) == 9
         torch.testing.assert_close(smp.expected, view_rows(full[out])[smp.rows], rtol=2e-5, atol=2e-5)
-        if out == "O":
-            torch.testing.assert_close(smp.scale, view_rows(scales["O"])[smp.rows], rtol=2e-5, atol=2e-5)
+        # O's term scale and LSE's (FP8 attention judges its LSE on one too: sqrt of the sum of p^2 over
+        # the row, tasks.reference.term_scales), each on exactly the sampled rows
+        assert set(scales) == {"O", "LSE"}
+        torch.testing.assert_close(smp.scale, view_rows(scales[out])[smp.rows], rtol=2e-5, atol=2e-5)
 
 
 def test_workspace_carries_e4m3_inputs():

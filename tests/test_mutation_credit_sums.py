@@ -114,6 +114,14 @@ def test_every_thread_instruction_is_a_multiply_add_and_fp16_ones_four_more():
     ({OPCODE_METRIC: "5 (IDP.4A.S8.S8: 1; IMAD: 4)"}, True),  # Nsight Compute's per-opcode counts: one ran
     ({OPCODE_METRIC: "4 (IMAD: 4)", credit.SASS_WIDE_SIMT: "1"}, False),  # held, never ran: exact counts decide
     ({OPCODE_METRIC: "4 (UTMALDG: 4)", EXACT_SOURCE: "1", credit.SASS_WIDE_SIMT: "1"}, True),  # TMA sites only
+    # (pass 5) Nsight Compute counted no instruction at all on this launch: nothing ran, so no IDP did,
+    # whatever the module holds
+    ({OPCODE_METRIC: "0", credit.SASS_WIDE_SIMT: "1"}, False),
+    # an opcode listed with no executions did not run: the counts decide, not the SASS
+    ({OPCODE_METRIC: "4 (IDP.4A.S8.S8: 0; IMAD: 4)", credit.SASS_WIDE_SIMT: "1"}, False),
+    # a cell that reads as no count is not a count of zero: the module's SASS decides, both ways
+    ({OPCODE_METRIC: "n/a", credit.SASS_WIDE_SIMT: "1"}, True),
+    ({OPCODE_METRIC: "n/a", credit.SASS_WIDE_SIMT: "0"}, False),
 ])
 def test_where_idp_may_run_every_thread_instruction_is_charged_its_eight_ops(row, wide):
     """IDP does 8 ops per thread instruction and no counter separates it: where it ran, the module holds
@@ -793,3 +801,14 @@ def test_every_uncounted_feature_and_unread_counter_is_named():
                            SMALL, 1.0, {"HGMMA"})
     assert wc.reason == (f"no executed-instruction counts for wgmma, tma (CUPTI read no value for "
                          f"{TMA_INST}, {G})")
+
+
+def test_the_band_reads_each_end_at_its_own_quantile():
+    """timed_band's ends are the p-th of 100 inclusive quantiles of the other timed runs, for any p
+    (TIE_BAND's ends are the extremes; a narrower band is a one-argument change): a lower end past
+    the median reads its own quantile, not the next one. Of the runs 10..14 the p-th quantile is
+    10 + 4p exactly, so a neighbouring quantile (0.04 ms off) shows."""
+    pm = [[float(x), 1.0] for x in (10, 11, 12, 13, 14)]
+    for lo, hi in ((0.25, 0.75), (0.6, 0.9), (0.75, 1.0), (0.99, 1.0)):
+        got = credit.timed_band(pm, 0, [], band=(lo, hi))
+        assert got == [pytest.approx(10 + 4 * lo, abs=1e-9), pytest.approx(10 + 4 * hi, abs=1e-9)], (lo, hi, got)

@@ -216,6 +216,22 @@ def test_opcode_counts_and_resources():
     assert k.registers == b["result"].kernels["tma_pos"].registers > 0
     bare = sass.kernel_sass(insns)
     assert bare.opcodes == k.opcodes and bare.registers == KernelResources().registers
+    # the TMA-pipe sites (pc offset -> full opcode): what the exact counts count one by one
+    # (tools.credit.exact_count_sites); the real kernel's one tensor-map load is among them
+    assert k.tma_sites == {i.offset: i.full_opcode for i in insns if i.opcode.startswith(("UTMA", "UBLK"))}
+    assert list(k.tma_sites.values()).count(next(i.full_opcode for i in insns if i.opcode == "UTMALDG")) >= 1
+
+
+def test_tma_sites_are_every_tma_pipe_instruction_and_nothing_else():
+    """Tensor-map loads and stores (UTMA*), plain bulk copies (UBLK*: the loads no hardware counter
+    tells apart from tensor-map ones) and their control instructions, each at its pc offset with its
+    modifiers; no other instruction (a uniform move, a warpgroup MMA) is a site."""
+    insns = [_insn(0x10, "UTMALDG", modifiers=("2D",)), _insn(0x20, "UBLKCP", modifiers=("S", "G")),
+             _insn(0x30, "UTMACMDFLUSH"), _insn(0x40, "UMOV"), _insn(0x50, "HGMMA", modifiers=("64x128x16",)),
+             _insn(0x60, "UBLKPF", modifiers=("L2",)), _insn(0x70, "LDG", modifiers=("E",))]
+    assert sass.kernel_sass(insns).tma_sites == {0x10: "UTMALDG.2D", 0x20: "UBLKCP.S.G", 0x30: "UTMACMDFLUSH",
+                                                 0x60: "UBLKPF.L2"}
+    assert sass.kernel_sass(insns[3:5]).tma_sites == {}
 
 
 def test_inspect_counts_only_the_launched_kernels(inspect_built):

@@ -93,6 +93,34 @@ def test_every_limit_is_reached_at_equality():
     assert exhausted(Budget(max_turns=3), Spent(turns=2, prompt_tokens=10**9, cost_usd=1e9, wall_s=1e9)) is None
 
 
+def test_a_call_without_a_price_makes_the_cost_unknown_for_good():
+    """A self-hosted model litellm has no price for: its call's cost is unknown, so the run's is too,
+    from then on (never $0, which would read as free under a cost cap); priced calls add up."""
+    s = Spent()
+    s.add_cost(0.25)
+    s.add_cost(0.5)
+    assert s.cost_usd == 0.75  # summed, not subtracted or replaced
+    s.add_cost(None)
+    assert s.cost_usd is None
+    s.add_cost(0.1)
+    assert s.cost_usd is None  # a later priced call does not make it known again
+    s = Spent(cost_usd=None)
+    s.add_cost(None)
+    assert s.cost_usd is None
+
+
+def test_an_unknown_cost_ends_a_run_under_a_cost_cap_and_no_other():
+    """Under a cost cap, a run whose cost became unknown stops with max_cost and says why (it cannot
+    go on under a cap nobody can check); without a cap an unknown cost stops nothing."""
+    b = Budget(max_turns=8, max_cost=0.5)
+    reason, detail = exhausted(b, Spent(turns=1, cost_usd=None))
+    assert reason == "max_cost" and detail == "cost unknown (a call had no price), limit $0.5000"
+    # turns and tokens are still checked first
+    assert exhausted(b, Spent(turns=8, cost_usd=None))[0] == "max_turns"
+    assert exhausted(Budget(max_turns=8), Spent(turns=1, cost_usd=None)) is None
+    assert exhausted(Budget(max_turns=8, max_time_s=60), Spent(turns=1, cost_usd=None, wall_s=60))[0] == "max_time"
+
+
 def test_the_clock_adds_this_segment_to_what_earlier_segments_used():
     c = Clock(offset=30.0)  # a resumed run that had used 30 s
     first = c.elapsed()
@@ -268,6 +296,8 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     assert (retried.ran, retried.skipped, retried.resumed, retried.failed, retried.succeeded) == (1, 0, 1, 0, 1)
     assert retried.outcomes[0].status == "finished" and retried.outcomes[0].state_before == "partial"
     assert read_summary(run_dir).status == "finished"
+    # A finished run is not redone by --retry-failed, so its model needs no check (read from the sweep's runs_dir)
+    assert models_to_run(plan(cfg), retry_failed=True) == set()
     # A finished run is not redone by --retry-failed; the caller's model check is passed through.
     done = run_sweep(cfg, retry_failed=True, models_checked=["prose: slow to answer"])
     assert done.ran == 0 and done.warnings == ["prose: slow to answer"]
@@ -275,6 +305,75 @@ def test_retry_failed_reruns_a_failed_run_and_only_then(tmp_path):
     (run_dir / "summary.json").unlink()
     assert run_state(run_dir) == "partial" and run_state(tmp_path / "runs" / "nothing") == "new"
     assert models_to_run(plan(cfg)) == {"prose"}
+
+
+def test_the_sweep_counts_what_failed_then_and_now_and_its_cost(tmp_path):
+    """A run that failed in an earlier invocation and is skipped now still counts as failed (as
+    `succeeded` counts runs done before); the result carries the GPU cost of every run it lists."""
+    from agent.cost import sweep_cost
+
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    first = run_sweep(cfg)
+    [run_id] = [o.run_id for o in first.outcomes]
+    assert first.cost == sweep_cost(tmp_path / "runs", [run_id]).model_dump() and first.cost is not None
+    run_dir = tmp_path / "runs" / run_id
+    s = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**s, "status": "failed", "stop_reason": "error"}))
+    again = run_sweep(cfg)
+    assert again.outcomes[0].status == "skipped" and (again.failed, again.succeeded) == (1, 0)
+
+
+def test_a_partial_run_asked_with_other_prompts_stops_the_sweep_before_anything_runs(tmp_path):
+    """Only runs to be resumed are held to their recorded prompts (a new run starts with this
+    checkout's): one whose templates changed is named, and nothing runs."""
+    from agent.sweep import SweepError
+
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    [run_id] = [o.run_id for o in run_sweep(cfg).outcomes]
+    run_dir = tmp_path / "runs" / run_id
+    (run_dir / "summary.json").unlink()  # killed before its summary: partial, to be resumed
+    conf = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**conf, "template_hash": "0" * 64}))
+    why = f"1 unfinished run would go on with other prompts or docs than it started with: {run_id}: run .* was asked"
+    with pytest.raises(SweepError, match=why):
+        run_sweep(cfg)
+    with pytest.raises(SweepError, match=why):  # and `agent sweep --plan` says so before a sweep is started
+        plan(cfg)
+
+
+def test_a_runs_dir_that_is_a_file_stops_the_sweep_naming_the_flag(tmp_path):
+    from agent.sweep import SweepError
+
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    (tmp_path / "runs").write_text("a file")
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    with pytest.raises(SweepError, match=r"^runs_dir .*runs"):
+        run_sweep(cfg)
+
+
+@pytest.mark.parametrize("models,replicas,warning", [
+    ('[{spec = "scripted:prose.json", name = "prose"}]', 2,
+     "prose sends the same replies in every replica: `agent report` counts its 2 replicas of a cell as one sample"),
+    ('[{spec = "scripted:prose.json", name = "prose"}, {spec = "scripted:prose.json", name = "echo"}]', 3,
+     "prose, echo send the same replies in every replica: `agent report` counts their 3 replicas of a cell as one "
+     "sample"),
+    ('[{spec = "scripted:prose.json", name = "prose"}]', 1, None),
+])
+def test_replicas_of_a_model_that_answers_alike_are_one_sample_and_the_sweep_says_so(tmp_path, models, replicas,
+                                                                                      warning):
+    """A scripted or replayed model sends the same replies in every replica: its replicas are not
+    independent samples, and the sweep warns (singular and plural spelt out); one replica, nothing to say."""
+    (tmp_path / "prose.json").write_text(json.dumps({"replies": [NO_CODE]}))
+    toml = SWEEP.replace('models = [{spec = "scripted:prose.json", name = "prose"}]', f"models = {models}")
+    (tmp_path / "sweep.toml").write_text(toml.replace("replicas = 1", f"replicas = {replicas}"))
+    cfg = load_sweep_config(tmp_path / "sweep.toml", runs_dir=str(tmp_path / "runs"))
+    result = run_sweep(cfg)
+    assert result.warnings == ([warning] if warning else [])
 
 
 class _EvaluatorWithoutEvaluate:

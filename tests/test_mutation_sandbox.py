@@ -102,6 +102,23 @@ def test_signal_errors_name_the_limit():
         "nvrtc crashed (SIGABRT); it may have exceeded the memory limit (4 GiB)")
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_tool_killed_from_outside_far_below_the_memory_limit_is_not_the_kernels_doing(sig):
+    """A kill from outside (the OOM killer of the host, a person) while the tool used less than half
+    the memory limit says so with the figures: the kernel was not judged (tools.sandbox marks it infra).
+    At half the limit or more the source may have driven it there: a crash near the limit, the source's."""
+    lim = Limits(cpu_s=7, memory_bytes=3 << 29)
+    name = signal.Signals(sig).name
+    assert S._signal_error("ptxas", sig, lim, 100 << 20) == (
+        f"ptxas was killed by {name} with 100.0 MB in use, far below the memory limit (1.5 GiB): "
+        "something outside stopped it, the kernel was not judged")
+    assert S._signal_error("ptxas", sig, lim, (3 << 29) // 2 - 1).startswith(f"ptxas was killed by {name} with 768.0 MB")
+    assert S._signal_error("ptxas", sig, lim, (3 << 29) // 2) == (
+        f"ptxas crashed ({name}); it may have exceeded the memory limit (1.5 GiB)")
+    # a crash the tool raised itself (SIGSEGV, SIGABRT) is the source's at any size
+    assert "crashed (SIGSEGV)" in S._signal_error("ptxas", signal.SIGSEGV, lim, 1 << 20)
+
+
 def test_sizes_in_words():
     assert S._gib(4 << 30) == "4 GiB" and S._gib(3 << 29) == "1.5 GiB"
     assert S._mib(1 << 20) == "1.0 MB" and S._mib(1468006) == "1.4 MB" and S._mib(0) == "0.0 MB"
