@@ -205,15 +205,19 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
 
 
 def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, per_sm: int = 4, small_per_sm: int = 6,
-             side: int = 2, small_warps: int = 2, small_stages: int | None = None, warps: int = 4) -> tuple[dict, dict]:
+             side: int = 2, small_warps: int = 2, small_stages: int | None = None, warps: int = 4,
+             big_per_cta: int | None = None) -> tuple[dict, dict]:
     """gdn_decode_ring with two tile heights in one module, chosen per workload by the manifest: `small_rows`
     (`small_warps` warps, `small_per_sm` CTAs per SM, at most `small_stages` stages) where the expression `small`
     holds, else `rows` (`warps` warps, `per_sm`, `stages`); side inputs as _gdn_ring's `side`; never more stages
-    than a CTA has tiles."""
+    than a CTA has tiles. `big_per_cta`: with `rows`, at most that many tiles per CTA (a grid of several waves,
+    which the hardware balances over the SMs as CTAs retire), not the persistent share."""
     small_stages = stages if small_stages is None else small_stages
     r = f"({small_rows} if {small} else {rows})"
     tiles = f"(batch_size * num_v_heads * head_size // {r})"
     per_cta = f"cdiv({tiles}, num_sms * ({small_per_sm} if {small} else {per_sm}))"
+    if big_per_cta:
+        per_cta = f"({per_cta} if {small} else min({big_per_cta}, {per_cta}))"
     defines, over = _gdn_ring(rows, max(stages, small_stages), per_sm, warps=warps, side=side)
     defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps})
     for tm in over["tensor_maps"]:
@@ -244,6 +248,10 @@ def _gdn_tile(rows: int | str = _TILE_ROWS, warps: int = 4, load_box: int | str 
                      "num_q_heads", "num_v_heads", {"type": "i32", "value": str(rows)}, "scale"]}
 
 
+_RC32_ARGS = ("batch_size * num_v_heads < 256",)
+_RC32_KW = dict(rows=32, stages=3, small_rows=16, small_stages=5, small_per_sm=4, small_warps=4, side=1)
+_RC32 = _gdn_mix(*_RC32_ARGS, **_RC32_KW)  # rc_mix32, the shipped configuration
+
 _GDN_DECODE = {
     "shipped": ({}, {}),  # the folder as is: rc_mix32 (kernel.cu's defaults and launch.json)
     "ring": _gdn_ring(),  # R=16, 4 stages, 3 CTAs per SM: 3 x 4 x 8 KiB in flight per SM
@@ -272,6 +280,12 @@ _GDN_DECODE = {
     # tiles (5 stages) below; 4 warps and 4 CTAs per SM in both: the shipped configuration since 2026-12-03 (gdn6)
     "rc_mix32": _gdn_mix("batch_size * num_v_heads < 256", rows=32, stages=3, small_rows=16, small_stages=5,
                          small_per_sm=4, small_warps=4, side=1),
+    # rc_mix32 with at most N 32-row tiles per CTA (a grid of waves the hardware balances as CTAs retire, not a
+    # persistent share per CTA: the slowest SM no longer sets the end), RING_MIN_BLOCKS CTAs per SM for the registers
+    "rc_t1": ({**_RC32[0], "RING_MIN_BLOCKS": 8}, _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 1})[1]),
+    "rc_t2": ({**_RC32[0], "RING_MIN_BLOCKS": 6}, _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 2})[1]),
+    "rc_t3": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 3}),
+    "rc_t4": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 4}),
     # the same with 64-row tiles (2 CTAs per SM, 3 stages: 204 KiB) from 256 heads up
     "rc_mix64": _gdn_mix("batch_size * num_v_heads < 256", rows=64, stages=3, per_sm=2, small_rows=16, small_stages=5,
                          small_per_sm=4, small_warps=4, side=1),

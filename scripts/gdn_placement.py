@@ -36,7 +36,7 @@ def _pct(xs: list[float], p: float) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cases", nargs="+", help="qk4:B or qk8:B (batch size)")
+    ap.add_argument("cases", nargs="+", help="qk4:B or qk8:B (batch size), optionally :V1,V2 (variants for this case only)")
     ap.add_argument("--reps", type=int, default=30, help="timed pairs per placement")
     ap.add_argument("--variants", default="", help="scripts/expert_dev.py variants timed too (comma-separated)")
     ap.add_argument("--fresh", type=int, default=4, help="fresh guarded allocations per case")
@@ -76,11 +76,12 @@ def main() -> int:
         return a, b
 
     for case in args.cases:
-        cfg, _, bs = case.partition(":")
+        cfg, bs, *more = case.split(":")
         task = get_task(TASKS[cfg])
         axes = task.axis_values({"batch_size": int(bs)})
+        case_names = names + [v for v in (more[0].split(",") if more else []) if v and v not in names]
         sols = {n: (Solution.from_dir(ROOT / "tasks" / task.name / "expert") if n == "shipped"
-                    else variant(task.name, n, tmp)) for n in names}
+                    else variant(task.name, n, tmp)) for n in case_names}
         mods = {}
         for n, sol in sols.items():
             if sol.source not in built:  # both head configurations run one module
@@ -134,6 +135,14 @@ def main() -> int:
             sides = list(runs.items()) + [("fla", lib.run), ("copy", lambda st=st, ns=ns: ns.copy_(st))]
             for _, fn in sides:  # warm
                 fn()
+            ref = lib.run()  # fla's answer on this placement: each of ours is checked against it
+            err = {}
+            for n, fn in runs.items():
+                others["output"].zero_()
+                ns.zero_()
+                fn()
+                err[n] = max(float((ns - ref["new_state"]).norm() / ref["new_state"].norm()),
+                             float((others["output"].float() - ref["output"].float()).norm() / ref["output"].float().norm()))
             times: dict[str, list[float]] = {n: [] for n, _ in sides}
             for rep in range(args.reps):
                 order = sides if rep % 2 == 0 else sides[::-1]
@@ -141,7 +150,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 for n, (a, b) in evs:
                     times[n].append(a.elapsed_time(b) * 1000)
-            row = {"case": case, "placement": label, "state_mod_2M": st.data_ptr() % (2 * MIB),
+            row = {"case": case, "placement": label, "err": err, "state_mod_2M": st.data_ptr() % (2 * MIB),
                    "new_minus_state": ns.data_ptr() - st.data_ptr(), "us": times}
             out.append(row)
             f = times["fla"]
@@ -151,7 +160,8 @@ def main() -> int:
                 fast = _pct(t, 0.1)
                 slow = sum(1 for v in t if v > fast + max(0.3, 0.03 * fast)) / len(t)
                 ratio = statistics.median(fv / tv for fv, tv in zip(f, t))
-                parts.append(f"{n} {statistics.median(t):6.2f} [{fast:6.2f},{_pct(t, 0.9):6.2f}] x{ratio:.3f} slow {slow:.2f}")
+                parts.append(f"{n} {statistics.median(t):6.2f} [{fast:6.2f},{_pct(t, 0.9):6.2f}] x{ratio:.3f} slow {slow:.2f}"
+                             + (f" ERR {err[n]:.1e}" if not err[n] < 1e-2 else ""))
             c = times["copy"]
             print(f"{case:<7} {label:<24} s%2M {row['state_mod_2M'] // 1024:>5}K d {row['new_minus_state'] / MIB:+9.3f}M | "
                   + " | ".join(parts) + f" | fla {statistics.median(f):6.2f} [{_pct(f, 0.1):6.2f},{_pct(f, 0.9):6.2f}]"

@@ -516,7 +516,11 @@ __device__ __noinline__ void ring_tiles(const CUtensorMap* tmState, const CUtens
 #else
 #define RING_ARGS &tmState, &tmNewState, &tmQ, &tmK, &tmV, &tmA, &tmB, &tmAlog, &tmDt, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
 #endif
+#ifdef RING_MIN_BLOCKS  // a resident-CTA floor for ptxas's register budget (variants only)
+extern "C" __global__ void __launch_bounds__(32 * RING_WARPS, RING_MIN_BLOCKS)
+#else
 extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
+#endif
 gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
 #if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
                 const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
