@@ -285,6 +285,9 @@ _GDN_DECODE = {
     "rc_t1": ({**_RC32[0], "RING_MIN_BLOCKS": 8}, _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 1})[1]),
     "rc_t2": ({**_RC32[0], "RING_MIN_BLOCKS": 6}, _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 2})[1]),
     "rc_t3": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 3}),
+    # rc_mix32 with at least 48 KiB of shared memory per CTA, so at most 4 CTAs fit on an SM (the registers allow
+    # 5): the grid (<= 4 num_sms CTAs) then lands as evenly as it can, never 5 CTAs' tiles on one SM
+    "rc_cap4": (_RC32[0], {**_RC32[1], "shared_bytes": f"max({_RC32[1]['shared_bytes']}, 49152)"}),
     "rc_t4": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 4}),
     # the same with 64-row tiles (2 CTAs per SM, 3 stages: 204 KiB) from 256 heads up
     "rc_mix64": _gdn_mix("batch_size * num_v_heads < 256", rows=64, stages=3, per_sm=2, small_rows=16, small_stages=5,
