@@ -5,7 +5,7 @@ fla's were not. This times the expert (and any scripts/expert_dev.py variants) a
 fused_recurrent on the same state buffer, placed at chosen offsets inside one pool (state and new_state
 apart by a multiple of 2 MiB, or off it by 256 B .. 1 MiB; the state off a 2 MiB boundary) and in fresh
 allocations laid out as the evaluator's guarded tensors are (64 KiB guard, 256 B aligned). Every run cold
-(L2 flushed by a 256 MiB memset, then the stream held ~100 us so the host's issue time is not timed),
+(L2 flushed by a 256 MiB memset, then the stream held ~1 ms so the host's issue time is not timed),
 the two kernels alternating run by run, the order flipped per pair.
 
     python3 scripts/gdn_placement.py qk8:8 qk4:64 --reps 30 --variants tile --json out.json
@@ -68,7 +68,7 @@ def main() -> int:
 
     def cold(fn) -> tuple:
         flush.zero_()
-        torch.cuda._sleep(200_000)  # ~100 us: the host issues fn's launches before the start event fires
+        torch.cuda._sleep(2_000_000)  # ~1 ms: the host issues fn's launches (fla's Python wrapper too) before the start event
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
