@@ -1,6 +1,7 @@
 """The expert GDN decode kernel (tasks/gdn_decode_*/expert, gdn_decode_ring) without a GPU: it compiles with the
 real NVRTC + ptxas for sm_90a with the state read by tensor-map loads and the side inputs by tensor-map loads or
-cp.async (never LDG), the stages read with LDS, and no spills; its manifest plans every workload (held-out
+cp.async (LDG only in the one-tile body, RING_TILE_BODY), the stages read with LDS, and no spills; its manifest
+plans every workload (a CTA per tile below 256 heads, all resident at once; the ring above), held-out
 included) with the tile height it passes the kernel one the module has, the tensor maps' box that high, the tile
 count covering every row of the state exactly once, the block the warps of that height, and shared memory for at
 least one stage and at most RING_STAGES; and the algebra it computes (both dot products from the state before the
