@@ -206,7 +206,7 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
 
 def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, per_sm: int = 4, small_per_sm: int = 6,
              side: int = 2, small_warps: int = 2, small_stages: int | None = None, warps: int = 4,
-             big_per_cta: int | None = None, tile_body: bool = False) -> tuple[dict, dict]:
+             big_per_cta: int | None = None, tile_body: bool | str = False) -> tuple[dict, dict]:
     """gdn_decode_ring with two tile heights in one module, chosen per workload by the manifest: `small_rows`
     (`small_warps` warps, `small_per_sm` CTAs per SM, at most `small_stages` stages) where the expression `small`
     holds, else `rows` (`warps` warps, `per_sm`, `stages`); side inputs as _gdn_ring's `side`; never more stages
@@ -218,10 +218,12 @@ def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, p
     per_cta = f"cdiv({tiles}, num_sms * ({small_per_sm} if {small} else {per_sm}))"
     if big_per_cta:
         per_cta = f"({per_cta} if {small} else min({big_per_cta}, {per_cta}))"
-    if tile_body:  # where `small` holds, a CTA per tile: the kernel then runs gdn_decode_tma's body (RING_TILE_BODY)
-        per_cta = f"(1 if {small} else {per_cta})"
+    if tile_body is True:  # where `small` holds, a CTA per tile: the kernel then runs gdn_decode_tma's body
+        per_cta = f"(1 if {small} else {per_cta})"  # (RING_TILE_BODY)
+    elif tile_body:  # the same where `small` and the expression `tile_body` hold (expressions have no `and`)
+        per_cta = f"((1 if {tile_body} else {per_cta}) if {small} else {per_cta})"
     defines, over = _gdn_ring(rows, max(stages, small_stages), per_sm, warps=warps, side=side)
-    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps, "RING_TILE_BODY": int(tile_body)})
+    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps, "RING_TILE_BODY": int(bool(tile_body))})
     for tm in over["tensor_maps"]:
         if tm["name"] in ("tmState", "tmNewState"):
             tm["box"] = [r, "head_size"]
@@ -255,7 +257,7 @@ _RC32_KW = dict(rows=32, stages=3, small_rows=16, small_stages=5, small_per_sm=4
 _RC32 = _gdn_mix(*_RC32_ARGS, **_RC32_KW)  # rc_mix32, the shipped configuration
 
 _GDN_DECODE = {
-    "shipped": ({}, {}),  # the folder as is: rc_tb8 (kernel.cu's defaults and launch.json)
+    "shipped": ({}, {}),  # the folder as is: rc_mix32 (kernel.cu's defaults and launch.json)
     "ring": _gdn_ring(),  # R=16, 4 stages, 3 CTAs per SM: 3 x 4 x 8 KiB in flight per SM
     "ring_ts": _gdn_ring(tma_store=1),  # the same, new_state through TMA stores
     "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
@@ -288,9 +290,14 @@ _GDN_DECODE = {
     "rc_t2": ({**_RC32[0], "RING_MIN_BLOCKS": 6}, _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 2})[1]),
     "rc_t3": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 3}),
     # rc_mix32, and below 256 heads a CTA per 16-row tile running the first expert's body (gates and k.q computed
-    # while the state lands); rc_tb8 (64 registers) is the folder since 2026-12-04 (gdn7)
+    # while the state lands (gdn7, 2026-12-04; W2: 3% faster at qk4 B8, 10% slower at qk8 B8 where its 1024 CTAs
+    # need two waves at 5 per SM)
     "rc_tb": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": True}),  # 94 registers: 5 CTAs per SM
-    # rc_tb with 64 registers (8 CTAs per SM: qk8 B8's 1024 one-tile CTAs in one wave; 94 registers allow 5 per SM)
+    # rc_tb only where its one-tile CTAs fit the SMs at once (5 per SM at 94 registers: qk4 B8's 512, not qk8 B8's
+    # 1024, which keeps the ring)
+    "rc_tbf": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": "batch_size * num_v_heads * 8 <= 5 * num_sms"}),
+    # rc_tb with 64 registers (8 CTAs per SM: qk8 B8's 1024 one-tile CTAs in one wave; 94 registers allow 5 per SM).
+    # W2: 7% / 3% faster than rc_mix32 at qk8 / qk4 B8, 13% slower at B64 (the ring at 64 registers)
     "rc_tb8": ({**_gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": True})[0], "RING_MIN_BLOCKS": 8},
                _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": True})[1]),
     # rc_mix32 with at least 48 KiB of shared memory per CTA, so at most 4 CTAs fit on an SM (the registers allow

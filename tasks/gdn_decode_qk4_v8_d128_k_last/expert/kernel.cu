@@ -262,11 +262,11 @@ __device__ __noinline__ void tile_body_call(const CUtensorMap* tmState, const CU
 #endif
 
 #ifndef RING_MIN_BLOCKS
-#define RING_MIN_BLOCKS 8   // > 0: ptxas keeps the registers within 64 so 8 CTAs fit an SM (94 without: 5), and a
-#endif                      // CTA-per-tile grid (RING_TILE_BODY) of up to 8 num_sms CTAs runs in one wave
+#define RING_MIN_BLOCKS 0   // > 0: a resident-CTA floor for ptxas's register budget (8: 64 registers, 8 CTAs per SM
+#endif                      // instead of 5; W2 2026-12-04: the ring then ran 13% slower at B64, NOTES.md)
 #ifndef RING_TILE_BODY
-#define RING_TILE_BODY 1    // 1: where the grid gives every CTA one tile, gdn_decode_ring runs gdn_decode_tma's body
-#endif
+#define RING_TILE_BODY 0    // 1: where the grid gives every CTA one tile, gdn_decode_ring runs gdn_decode_tma's body
+#endif                      // (variants rc_tb*: faster at B8 where the CTAs fit an SM, NOTES.md; not shipped yet)
 #ifndef RING_ROWS_SMALL
 #define RING_ROWS_SMALL 16  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
 #endif
@@ -545,7 +545,7 @@ __device__ __noinline__ void ring_tiles(const CUtensorMap* tmState, const CUtens
 #else
 #define RING_ARGS &tmState, &tmNewState, &tmQ, &tmK, &tmV, &tmA, &tmB, &tmAlog, &tmDt, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
 #endif
-#if RING_MIN_BLOCKS > 0  // a resident-CTA floor for ptxas's register budget
+#if RING_MIN_BLOCKS > 0  // a resident-CTA floor for ptxas's register budget (variants)
 extern "C" __global__ void __launch_bounds__(32 * RING_WARPS, RING_MIN_BLOCKS)
 #else
 extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
