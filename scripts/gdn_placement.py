@@ -43,6 +43,20 @@ def main() -> int:
     ap.add_argument("--no-pool", action="store_true", help="fresh allocations only")
     ap.add_argument("--json", default="", help="write every run's times here")
     args = ap.parse_args()
+    bad = [c for c in args.cases if c.split(":")[0] not in TASKS or len(c.split(":")) < 2 or not c.split(":")[1].isdigit()]
+    if bad:
+        ap.error(f"cases are qk4:B or qk8:B (optionally :VARIANTS), not {', '.join(bad)}")  # exit 2
+    from scripts.expert_dev import VARIANTS
+
+    known = VARIANTS["gdn_decode_qk4_v8_d128_k_last"]
+    asked = args.variants.split(",") + [v for c in args.cases for v in (c.split(":")[2].split(",") if c.count(":") > 1 else [])]
+    unknown = sorted({v for v in asked if v and v not in known})
+    if unknown:
+        ap.error(f"unknown variant(s) {', '.join(unknown)} (scripts/expert_dev.py's GDN decode variants: {', '.join(known)})")
+
+    from tools.evaluator import require_gpu
+
+    require_gpu("scripts/gdn_placement.py")
 
     import tempfile
 
