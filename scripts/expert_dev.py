@@ -196,7 +196,7 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
     ]
     side_args = ["q", "k", "v", "A_log", "a", "dt_bias", "b"] if side else ["tmQ", "tmK", "tmV", "tmA", "tmB", "tmAlog", "tmDt"]
     return ({"RING_ROWS": rows, "RING_STAGES": stages, "RING_STORE_TMA": tma_store, "RING_WARPS": warps, "RING_SIDE": side,
-             "RING_ROWS_SMALL": 0},
+             "RING_ROWS_SMALL": 0, "RING_TILE_BODY": 0, "RING_MIN_BLOCKS": 0},
             {"tensor_maps": maps[:2] if side else maps, "kernel": "gdn_decode_ring", "grid": [f"cdiv({tiles}, {per_cta})"],
              "block": [32 * warps], "shared_bytes": stages * stage_bytes + 128,
              "args": ["tmState", "tmNewState", *side_args, "output",
@@ -205,17 +205,25 @@ def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int =
 
 
 def _gdn_mix(small: str, rows: int = 16, small_rows: int = 8, stages: int = 5, per_sm: int = 4, small_per_sm: int = 6,
-             side: int = 2, small_warps: int = 2, small_stages: int | None = None, warps: int = 4) -> tuple[dict, dict]:
+             side: int = 2, small_warps: int = 2, small_stages: int | None = None, warps: int = 4,
+             big_per_cta: int | None = None, tile_body: bool | str = False) -> tuple[dict, dict]:
     """gdn_decode_ring with two tile heights in one module, chosen per workload by the manifest: `small_rows`
     (`small_warps` warps, `small_per_sm` CTAs per SM, at most `small_stages` stages) where the expression `small`
     holds, else `rows` (`warps` warps, `per_sm`, `stages`); side inputs as _gdn_ring's `side`; never more stages
-    than a CTA has tiles."""
+    than a CTA has tiles. `big_per_cta`: with `rows`, at most that many tiles per CTA (a grid of several waves,
+    which the hardware balances over the SMs as CTAs retire), not the persistent share."""
     small_stages = stages if small_stages is None else small_stages
     r = f"({small_rows} if {small} else {rows})"
     tiles = f"(batch_size * num_v_heads * head_size // {r})"
     per_cta = f"cdiv({tiles}, num_sms * ({small_per_sm} if {small} else {per_sm}))"
+    if big_per_cta:
+        per_cta = f"({per_cta} if {small} else min({big_per_cta}, {per_cta}))"
+    if tile_body is True:  # where `small` holds, a CTA per tile: the kernel then runs gdn_decode_tma's body
+        per_cta = f"(1 if {small} else {per_cta})"  # (RING_TILE_BODY)
+    elif tile_body:  # the same where `small` and the expression `tile_body` hold (expressions have no `and`)
+        per_cta = f"((1 if {tile_body} else {per_cta}) if {small} else {per_cta})"
     defines, over = _gdn_ring(rows, max(stages, small_stages), per_sm, warps=warps, side=side)
-    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps})
+    defines.update({"RING_ROWS_SMALL": small_rows, "RING_WARPS_SMALL": small_warps, "RING_TILE_BODY": int(bool(tile_body))})
     for tm in over["tensor_maps"]:
         if tm["name"] in ("tmState", "tmNewState"):
             tm["box"] = [r, "head_size"]
@@ -243,6 +251,10 @@ def _gdn_tile(rows: int | str = _TILE_ROWS, warps: int = 4, load_box: int | str 
             "args": ["tmState", "tmNewState", "q", "k", "v", "A_log", "a", "dt_bias", "b", "output", "new_state",
                      "num_q_heads", "num_v_heads", {"type": "i32", "value": str(rows)}, "scale"]}
 
+
+_RC32_ARGS = ("batch_size * num_v_heads < 256",)
+_RC32_KW = dict(rows=32, stages=3, small_rows=16, small_stages=5, small_per_sm=4, small_warps=4, side=1)
+_RC32 = _gdn_mix(*_RC32_ARGS, **_RC32_KW)  # rc_mix32, the shipped configuration
 
 _GDN_DECODE = {
     "shipped": ({}, {}),  # the folder as is: rc_mix32 (kernel.cu's defaults and launch.json)
@@ -272,6 +284,26 @@ _GDN_DECODE = {
     # tiles (5 stages) below; 4 warps and 4 CTAs per SM in both: the shipped configuration since 2026-12-03 (gdn6)
     "rc_mix32": _gdn_mix("batch_size * num_v_heads < 256", rows=32, stages=3, small_rows=16, small_stages=5,
                          small_per_sm=4, small_warps=4, side=1),
+    # rc_mix32 with at most N 32-row tiles per CTA (a grid of waves the hardware balances as CTAs retire, not a
+    # persistent share per CTA: the slowest SM no longer sets the end), RING_MIN_BLOCKS CTAs per SM for the registers
+    "rc_t1": ({**_RC32[0], "RING_MIN_BLOCKS": 8}, _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 1})[1]),
+    "rc_t2": ({**_RC32[0], "RING_MIN_BLOCKS": 6}, _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 2})[1]),
+    "rc_t3": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 3}),
+    # rc_mix32, and below 256 heads a CTA per 16-row tile running the first expert's body (gates and k.q computed
+    # while the state lands (gdn7, 2026-12-04; W2: 3% faster at qk4 B8, 10% slower at qk8 B8 where its 1024 CTAs
+    # need two waves at 5 per SM)
+    "rc_tb": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": True}),  # 94 registers: 5 CTAs per SM
+    # rc_tb only where its one-tile CTAs fit the SMs at once (5 per SM at 94 registers: qk4 B8's 512, not qk8 B8's
+    # 1024, which keeps the ring)
+    "rc_tbf": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": "batch_size * num_v_heads * 8 <= 5 * num_sms"}),
+    # rc_tb with 64 registers (8 CTAs per SM: qk8 B8's 1024 one-tile CTAs in one wave; 94 registers allow 5 per SM).
+    # W2: 7% / 3% faster than rc_mix32 at qk8 / qk4 B8, 13% slower at B64 (the ring at 64 registers)
+    "rc_tb8": ({**_gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": True})[0], "RING_MIN_BLOCKS": 8},
+               _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "tile_body": True})[1]),
+    # rc_mix32 with at least 48 KiB of shared memory per CTA, so at most 4 CTAs fit on an SM (the registers allow
+    # 5): the grid (<= 4 num_sms CTAs) then lands as evenly as it can, never 5 CTAs' tiles on one SM
+    "rc_cap4": (_RC32[0], {**_RC32[1], "shared_bytes": f"max({_RC32[1]['shared_bytes']}, 49152)"}),
+    "rc_t4": _gdn_mix(*_RC32_ARGS, **{**_RC32_KW, "big_per_cta": 4}),
     # the same with 64-row tiles (2 CTAs per SM, 3 stages: 204 KiB) from 256 heads up
     "rc_mix64": _gdn_mix("batch_size * num_v_heads < 256", rows=64, stages=3, per_sm=2, small_rows=16, small_stages=5,
                          small_per_sm=4, small_warps=4, side=1),

@@ -1,6 +1,7 @@
 """The expert GDN decode kernel (tasks/gdn_decode_*/expert, gdn_decode_ring) without a GPU: it compiles with the
 real NVRTC + ptxas for sm_90a with the state read by tensor-map loads and the side inputs by tensor-map loads or
-cp.async (never LDG), the stages read with LDS, and no spills; its manifest plans every workload (held-out
+cp.async (LDG only in the one-tile body, RING_TILE_BODY), the stages read with LDS, and no spills; its manifest
+plans every workload (where the grid is a CTA per tile and the one-tile body runs, all resident at once), held-out
 included) with the tile height it passes the kernel one the module has, the tensor maps' box that high, the tile
 count covering every row of the state exactly once, the block the warps of that height, and shared memory for at
 least one stage and at most RING_STAGES; and the algebra it computes (both dot products from the state before the
@@ -28,7 +29,8 @@ DECODE = ["gdn_decode_qk4_v8_d128_k_last", "gdn_decode_qk8_v16_d128_k_last"]
 
 def _ring_defaults(source: str) -> dict[str, int]:
     """kernel.cu's compile-time ring knobs as shipped (the first #define of each: the #ifndef defaults)."""
-    knobs = ("RING_ROWS", "RING_STAGES", "RING_WARPS", "RING_SIDE", "RING_ROWS_SMALL", "RING_WARPS_SMALL")
+    knobs = ("RING_ROWS", "RING_STAGES", "RING_WARPS", "RING_SIDE", "RING_ROWS_SMALL", "RING_WARPS_SMALL",
+             "RING_TILE_BODY", "RING_MIN_BLOCKS")
     return {k: int(re.search(rf"#define {k} (\d+)", source).group(1)) for k in knobs}
 
 
@@ -51,14 +53,20 @@ def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
     comp, insp = Evaluator.compile_and_inspect(sol, "sm_90a")
     assert comp.ok, comp.error
     k = comp.kernels["gdn_decode_ring"]
-    assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_frame == 0, k
+    # No spills. With RING_MIN_BLOCKS (64 registers) the entry saves a few registers around its calls of the
+    # not-inlined bodies (a stack frame of ~56 B, once per CTA), nothing inside their loops.
+    assert k.spill_stores == 0 and k.spill_loads == 0, k
+    assert k.stack_frame <= (64 if knobs["RING_MIN_BLOCKS"] else 0), k
+    if knobs["RING_MIN_BLOCKS"]:
+        assert k.registers <= 65536 // (128 * knobs["RING_MIN_BLOCKS"]), k
     if insp.status == "ok":  # cuobjdump present (the CPU setup installs it)
         assert insp.feature_present("tma"), insp.features
         # The state comes by tensor-map loads, k, q, v and the gates by tensor-map loads too or by cp.async
         # (LDGSTS, ~7% of the state's bytes); never LDG, a generic LD or a plain bulk copy. The stage is read
         # with LDS and the new rows leave as 16-byte STGs.
         ops = insp.kernels["gdn_decode_ring"].opcodes
-        assert not {"LDG", "LD", "UBLKCP"} & set(ops), ops
+        # (the one-tile body, RING_TILE_BODY, reads k, q, v and the gates with LDG: ~7% of the state's bytes)
+        assert not ({"LD", "UBLKCP"} | (set() if knobs["RING_TILE_BODY"] else {"LDG"})) & set(ops), ops
         if side_by_tma:
             assert ops.get("UTMALDG", 0) >= 9, ops
         else:
@@ -82,6 +90,9 @@ def test_expert_compiles_with_tma_in_the_sass_and_plans_every_workload(name):
         if side_by_tma:
             assert maps["v"].box == (1, rows) and maps["q"].box == maps["k"].box == (1, 128), w.name
         assert tiles * rows == heads * 128, (w.name, tiles)  # the tile count covers every row once
+        if knobs["RING_TILE_BODY"] and launch.grid[0] == tiles:  # the entry takes the one-tile body: its CTAs
+            per_sm = 65536 // (128 * -(-k.registers // 8) * 8)  # all resident at once (one wave), by the registers
+            assert tiles <= per_sm * limits.num_sms, (w.name, launch, k.registers)
         # a strided walk (blockIdx.x, + gridDim.x, ...) visits every tile once for any grid up to the tile count
         assert 1 <= launch.grid[0] <= tiles and launch.block == (32 * warps_of[rows], 1, 1), (w.name, launch)
         # the kernel uses as many stages as the dynamic shared memory holds: at least one, at most RING_STAGES

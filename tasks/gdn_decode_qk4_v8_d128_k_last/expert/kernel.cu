@@ -72,12 +72,9 @@ __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a
 // rows: the tile height, the same expression as the tensor maps' box[0]; a multiple of WARPS * GROUP
 // that divides HEAD (16, 32, 64 or 128). Grid: batch * num_v_heads * (HEAD / rows) CTAs.
 // tmNewState (new_state, same view and box) is used only with STORE_TMA.
-#ifdef MIN_BLOCKS  // a resident-CTA floor for ptxas's register budget (variants only)
-extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
-#else
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
-#endif
-gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+// The body, apart from its entry point: gdn_decode_ring runs it too (RING_TILE_BODY) where every CTA has one tile.
+// The tensor maps come by address (the entry's __grid_constant__ parameters: TMA reads them there).
+__device__ __forceinline__ void tile_body(const CUtensorMap* tmState, const CUtensorMap* tmNewState,
                const __nv_bfloat16* __restrict__ q,
                const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
@@ -110,13 +107,13 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #pragma unroll 1
         for (int w = 0; w < WARPS; ++w) {
             ptxbench::mbarrier_arrive_expect_tx(&bar[w], (unsigned)part * HEAD * 4);
-            load_tile(tile + (size_t)w * part * (HEAD / 4), &tmState, &bar[w], 0, t * rows + w * part);
+            load_tile(tile + (size_t)w * part * (HEAD / 4), tmState, &bar[w], 0, t * rows + w * part);
         }
 #else
         ptxbench::mbarrier_init(&bar[0], 1);
         ptxbench::mbarrier_init_fence();
         ptxbench::mbarrier_arrive_expect_tx(&bar[0], (unsigned)rows * HEAD * 4);
-        load_tile(tile, &tmState, &bar[0], 0, t * rows);
+        load_tile(tile, tmState, &bar[0], 0, t * rows);
 #endif
     }
     if (threadIdx.x < 64) {  // k (threads 0-31) and q (32-63), four bf16 each, as fp32 in shared memory
@@ -190,11 +187,37 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
     ptxbench::fence_proxy_async_smem();  // this thread's tile writes, visible to the TMA unit
     __syncthreads();
     if (threadIdx.x == 0) {
-        ptxbench::tma_store_2d(&tmNewState, tile, 0, t * rows);
+        ptxbench::tma_store_2d(tmNewState, tile, 0, t * rows);
         ptxbench::tma_store_commit();
         ptxbench::tma_store_wait<0>();  // the tile must outlive the store's reads of it
     }
 #endif
+}
+
+#ifdef MIN_BLOCKS  // a resident-CTA floor for ptxas's register budget (variants only)
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+#else
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+#endif
+gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
+               const __nv_bfloat16* __restrict__ q,
+               const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+               const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
+               const float* __restrict__ dt_bias, const __nv_bfloat16* __restrict__ b,
+               __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
+               int num_q_heads, int num_v_heads, int rows, float scale) {
+    tile_body(&tmState, &tmNewState, q, k, v, A_log, a, dt_bias, b, output, new_state, num_q_heads, num_v_heads, rows, scale);
+}
+
+// The same, not inlined: the ring's entry calls it (its own register allocation, as ring_tiles' instantiations).
+__device__ __noinline__ void tile_body_call(const CUtensorMap* tmState, const CUtensorMap* tmNewState,
+               const __nv_bfloat16* __restrict__ q,
+               const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+               const float* __restrict__ A_log, const __nv_bfloat16* __restrict__ a,
+               const float* __restrict__ dt_bias, const __nv_bfloat16* __restrict__ b,
+               __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
+               int num_q_heads, int num_v_heads, int rows, float scale) {
+    tile_body(tmState, tmNewState, q, k, v, A_log, a, dt_bias, b, output, new_state, num_q_heads, num_v_heads, rows, scale);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -238,6 +261,12 @@ gdn_decode_tma(const __grid_constant__ CUtensorMap tmState, const __grid_constan
 #define RING_STORE_HINT 0 // direct stores' L2 policy: 0 none, 1 evict_last (keep the written lines), 2 evict_first
 #endif
 
+#ifndef RING_MIN_BLOCKS
+#define RING_MIN_BLOCKS 0   // > 0: a resident-CTA floor for ptxas's register budget (8: 64 registers, 8 CTAs per SM
+#endif                      // instead of 5; W2 2026-12-04: the ring then ran 13% slower at B64, NOTES.md)
+#ifndef RING_TILE_BODY
+#define RING_TILE_BODY 0    // 1: where the grid gives every CTA one tile, gdn_decode_ring runs gdn_decode_tma's body
+#endif                      // (variants rc_tb*: faster at B8 where the CTAs fit an SM, NOTES.md; not shipped yet)
 #ifndef RING_ROWS_SMALL
 #define RING_ROWS_SMALL 16  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
 #endif
@@ -516,7 +545,11 @@ __device__ __noinline__ void ring_tiles(const CUtensorMap* tmState, const CUtens
 #else
 #define RING_ARGS &tmState, &tmNewState, &tmQ, &tmK, &tmV, &tmA, &tmB, &tmAlog, &tmDt, output, new_state, num_q_heads, num_v_heads, num_tiles, scale
 #endif
+#if RING_MIN_BLOCKS > 0  // a resident-CTA floor for ptxas's register budget (variants)
+extern "C" __global__ void __launch_bounds__(32 * RING_WARPS, RING_MIN_BLOCKS)
+#else
 extern "C" __global__ void __launch_bounds__(32 * RING_WARPS)
+#endif
 gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_constant__ CUtensorMap tmNewState,
 #if RING_SIDE  // the side inputs by cp.async: plain pointers (the tile kernel's order)
                 const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
@@ -531,6 +564,15 @@ gdn_decode_ring(const __grid_constant__ CUtensorMap tmState, const __grid_consta
 #endif
                 __nv_bfloat16* __restrict__ output, float* __restrict__ new_state,
                 int num_q_heads, int num_v_heads, int num_tiles, float scale, int rows) {
+#if RING_TILE_BODY && RING_SIDE
+    // A CTA per tile (the manifest's grid at small batches): no ring to fill, so the first expert's body, which
+    // computes the gates and k.q while the state rows land (the ring waits for the stage first).
+    if ((int)gridDim.x == num_tiles) {
+        tile_body_call(&tmState, &tmNewState, q, k, v, A_log, a, dt_bias, b, output, new_state, num_q_heads,
+                       num_v_heads, rows, scale);
+        return;
+    }
+#endif
 #if RING_ROWS_SMALL
     if (rows == RING_ROWS_SMALL) {
         ring_tiles<RING_ROWS_SMALL, RING_WARPS_SMALL>(RING_ARGS);
