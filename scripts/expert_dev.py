@@ -326,6 +326,9 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         # wave (M = 70 at N = 7168: 112 CTAs, whole K each, no fix-up), else as shipped
         "bn64": ({}, _gemm_bn64()),
         "bn64_34": ({}, _gemm_bn64("4 * {t} >= 3 * num_sms")),  # only where they fill >= 3/4 of the SMs
+        # 128x64 tiles everywhere, data-parallel (the GPU tests' ragged shapes: CTAs with several 64-wide tiles)
+        "bn64_all": ({}, {"grid": ["min(num_sms, cdiv(M, 128) * cdiv(N, 64))"], "args": {"sk_tiles": "0", "bn": "64"},
+                          "box": {"tmB": [64, 64]}}),
         "v4": ({"STAGES128": 4}, _gemm_bn(_BN_AUTO)[1]),  # v4: 4-deep ring at 128 wide, balanced stream-K ranges
         "bn_even4": ({"STAGES128": 4}, {}),  # v5 with v4's 4-deep ring at 128 wide
         "st128_5": ({"STAGES128": 5}, {}),

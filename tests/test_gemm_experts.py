@@ -86,7 +86,7 @@ def test_manifest_schedule_covers_every_tile_once(task_name):
 # expert_dev's variants that choose another tile width or schedule: each must plan a correct
 # schedule on every task too before it can be measured (and shipped)
 SCHEDULE_VARIANTS = ["bn128", "bn128_red", "bn_auto", "bn128_lt", "bn128_p4", "bn256", "bn_even", "sk16", "red16", "sk_k32",
-                     "sk_even", "v4", "bn_even4", "sk_wave", "nowave", "bal6", "bn64", "bn64_34"]
+                     "sk_even", "v4", "bn_even4", "sk_wave", "nowave", "bal6", "bn64", "bn64_34", "bn64_all"]
 
 
 @pytest.mark.parametrize("name", SCHEDULE_VARIANTS)
