@@ -338,7 +338,8 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "b_l2_none": ({}, {"l2_promotion": {"tmB": "none"}}),  # B streamed without L2 promotion
         "ordered": ({"FIXUP_ORDERED": 1}, {}),  # stream-K partials summed in contributor order (same bits every run)
         "sk_wave_ordered": ({"FIXUP_ORDERED": 1}, _gemm_wave()),
-        "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
+        "direct": ({"EPI_TMA": 0}, {}),
+        "defer": ({"EPI_DEFER": 1}, {}),  # a tile's shared stores and TMA store while the next tile's first wgmmas run  # C stored from registers, not through a TMA store
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K
         "sk_lt": ({}, _gemm_sk(f"{_T} < num_sms", _T)),  # stream-K whenever the tiles are fewer than the SMs
