@@ -57,7 +57,10 @@ def _row(job: str, task: str, variant: str, credit: bool, res, wall: float) -> d
         rows.append(row)
     executed = None
     if res.executed:
-        executed = {x.workload: {"notes": x.notes} for x in res.executed.workloads}
+        executed = {x.workload: {"status": x.status, "reason": x.reason, "shares": x.shares, "carries": x.carries,
+                                 "notes": x.notes, "kernel_ms": x.kernel_ms, "run_ms": x.run_ms, "timed_ms": x.timed_ms,
+                                 "tie_band_ms": x.tie_band_ms, "work": x.work}
+                    for x in res.executed.workloads}
     return {"job": job, "task": task, "variant": variant, "credit": credit, "wall_s": round(wall, 2),
             "correct": res.correct, "correct_with_arch": res.correct_with_arch if credit else None,
             "run_status": res.run_status, "run_reason": res.run_reason, "compile_error": res.compile.error,
@@ -72,7 +75,10 @@ def _print(r: dict) -> None:
         sp = f"{w['speedup']:.4f}" if w["speedup"] else "-"
         ms = f"{w['ms']:.5g}" if w["ms"] else "-"
         lib = f"{w['lib_ms']:.5g}" if w["lib_ms"] else "-"
-        cwa = f" cwa {r['correct_with_arch']}" if r["credit"] else ""
+        x = (r["executed"] or {}).get(w["workload"]) or {}
+        share = (x.get("work") or {}).get("wgmma_of_all_math")
+        cwa = (f" cwa {r['correct_with_arch']} wgmma/all {share:.4f}" if share is not None else
+               f" cwa {r['correct_with_arch']} {x.get('reason') or ''}") if r["credit"] else ""
         print(f"{tag} {w['workload']:<6} {w['status']:<7} x {sp:<7} ms {ms:<9} lib {lib:<9}{cwa} "
               f"{w['reason'] or ''} {w['detail'][:120]}", flush=True)
 
