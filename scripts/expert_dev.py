@@ -72,22 +72,6 @@ def _gemm_wave(wave: str = "({t} > num_sms) * ({t} % num_sms > 0)") -> dict:
             "buffers": {"ws": [f"2 * num_sms if {small} else (2 * num_sms if {wave} else 1)", 32768]}}
 
 
-def _gemm_bn64(share: str = "2 * {t} > num_sms") -> dict:
-    """128x64 tiles (an 8-deep ring), data-parallel, wherever they make at most one wave and `share`
-    holds (default: they fill more than half the SMs, so never stream-K at 64 wide): every tile one
-    CTA's whole K, no fix-up, no partials (M = 70 at N = 7168: 112 CTAs). Elsewhere the shipped
-    manifest's own expressions (spliced in from launch.json: its ws and counters serve both)."""
-    shipped = json.loads(strip_jsonc((ROOT / "tasks" / "gemm_n7168_k5120" / "expert" / "launch.json").read_text()))
-    (main,) = shipped["launches"]
-    arg = {a["name"]: a["value"] for a in main["args"] if isinstance(a, dict)}
-    t = "(cdiv(M, 128) * cdiv(N, 64))"
-    c64 = f"(N > 128) * ({t} <= num_sms) * ({share.format(t=t)})"
-    bn = f"(64 if {c64} else {arg['bn']})"
-    return {"grid": [f"{t} if {c64} else {main['grid'][0]}"],
-            "args": {"sk_tiles": f"0 if {c64} else {arg['sk_tiles']}", "bn": bn},
-            "box": {"tmB": [bn, 64]}}
-
-
 def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     """The backward's main kernel: 1 KiB alignment slack, K, V, STAGES x (Q, dO, LSE/Delta), dS
     (twice with DQ_COMP), the dQ staging tile (DQ_TMA), barriers (the ring's, DQ_WARP's and DQ_FUSE's)
@@ -322,13 +306,6 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         # half the SMs with each stream-K tile cut into equal splits, and over the last wave's tiles where
         # that wave is 1/3 to 3/5 full
         "shipped": ({}, {}),
-        # 128x64 tiles (8-deep ring), data-parallel, where they fill more than half the SMs and at most one
-        # wave (M = 70 at N = 7168: 112 CTAs, whole K each, no fix-up), else as shipped
-        "bn64": ({}, _gemm_bn64()),
-        "bn64_34": ({}, _gemm_bn64("4 * {t} >= 3 * num_sms")),  # only where they fill >= 3/4 of the SMs
-        # 128x64 tiles everywhere, data-parallel (the GPU tests' ragged shapes: CTAs with several 64-wide tiles)
-        "bn64_all": ({}, {"grid": ["min(num_sms, cdiv(M, 128) * cdiv(N, 64))"], "args": {"sk_tiles": "0", "bn": "64"},
-                          "box": {"tmB": [64, 64]}}),
         "v4": ({"STAGES128": 4}, _gemm_bn(_BN_AUTO)[1]),  # v4: 4-deep ring at 128 wide, balanced stream-K ranges
         "bn_even4": ({"STAGES128": 4}, {}),  # v5 with v4's 4-deep ring at 128 wide
         "st128_5": ({"STAGES128": 5}, {}),
@@ -338,8 +315,8 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "b_l2_none": ({}, {"l2_promotion": {"tmB": "none"}}),  # B streamed without L2 promotion
         "ordered": ({"FIXUP_ORDERED": 1}, {}),  # stream-K partials summed in contributor order (same bits every run)
         "sk_wave_ordered": ({"FIXUP_ORDERED": 1}, _gemm_wave()),
-        "direct": ({"EPI_TMA": 0}, {}),
-        "defer": ({"EPI_DEFER": 1}, {}),  # a tile's shared stores and TMA store while the next tile's first wgmmas run  # C stored from registers, not through a TMA store
+        "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
+        "nodefer": ({"EPI_DEFER": 0}, {}),  # v5's epilogue: a tile staged and stored before the next tile's wgmmas
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K
         "sk_lt": ({}, _gemm_sk(f"{_T} < num_sms", _T)),  # stream-K whenever the tiles are fewer than the SMs

@@ -44,10 +44,10 @@ def cdiv(a: int, b: int) -> int:
 def schedule(M: int, N: int, K: int, ctas: int, sk_tiles: int, bn: int = 256):
     """kernel.cu's work list: {tile: [(kb0, kb1), ...]}, the partial slots written per tile, and
     for each stream-K tile the contributors the fix-up counts and reads (tiles 128 x bn)."""
-    bn = bn if bn in (64, 128) else 256  # the kernel's reading of its `bn` argument
+    bn = 128 if bn == 128 else 256  # the kernel's reading of its `bn` argument
     num_m, num_n, num_k = cdiv(M, 128), cdiv(N, bn), cdiv(K, 64)
     tiles = num_m * num_n
-    sk_tiles = 0 if bn == 64 else min(max(sk_tiles, 0), tiles)  # 64-wide tiles: data-parallel only
+    sk_tiles = min(max(sk_tiles, 0), tiles)
     dp = tiles - sk_tiles
     total = sk_tiles * num_k
     quot, rem = divmod(total, ctas)
@@ -86,7 +86,7 @@ def test_manifest_schedule_covers_every_tile_once(task_name):
 # expert_dev's variants that choose another tile width or schedule: each must plan a correct
 # schedule on every task too before it can be measured (and shipped)
 SCHEDULE_VARIANTS = ["bn128", "bn128_red", "bn_auto", "bn128_lt", "bn128_p4", "bn256", "bn_even", "sk16", "red16", "sk_k32",
-                     "sk_even", "v4", "bn_even4", "sk_wave", "nowave", "bal6", "bn64", "bn64_34", "bn64_all"]
+                     "sk_even", "v4", "bn_even4", "sk_wave", "nowave", "bal6"]
 
 
 @pytest.mark.parametrize("name", SCHEDULE_VARIANTS)
@@ -107,7 +107,7 @@ def check_schedule(task, sol) -> None:
         ctas = lp.grid[0]
         sk_tiles = next(a.value for a in lp.args if a.name == "sk_tiles")
         bn = next(a.value for a in lp.args if a.name == "bn")
-        assert bn in (64, 128, 256), (w.name, bn)
+        assert bn in (128, 256), (w.name, bn)
         (tm_b,) = [tm for tm in plan.tensor_maps if tm.name == "tmB"]
         assert tm_b.box == (bn, 64), (w.name, "tmB's box must be [bn, 64]: the kernel expects that many bytes")
         assert 1 <= ctas <= limits.num_sms, (w.name, ctas)
@@ -138,11 +138,10 @@ def test_manifest_gives_the_kernel_its_shared_memory():
 
     src = (ROOT / "tasks" / "gemm_n7168_k5120" / "expert" / "kernel.cu").read_text()
     knob = lambda name: int(re.search(rf"#define {name} (\d+)", src).group(1))  # noqa: E731
-    stages, stages128, stages64 = knob("STAGES"), knob("STAGES128"), knob("STAGES64")
+    stages, stages128 = knob("STAGES"), knob("STAGES128")
     ring = stages * (128 * 64 * 2 + 256 * 64 * 2)
     assert stages128 * (128 * 64 * 2 + 128 * 64 * 2) <= ring
-    assert stages64 * (128 * 64 * 2 + 64 * 64 * 2) <= ring
-    deepest = max(stages, stages128, stages64)
+    deepest = max(stages, stages128)
     need = 1024 + ring + 4 * 64 * 64 * 2 + 8 * 2 * deepest + 16 + 32 * deepest
     manifest = Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert").manifest
     (launch,) = manifest.launches

@@ -35,14 +35,11 @@ typedef unsigned long long u64;
 #ifndef STAGES128
 #define STAGES128 6  // ring depth of 128x128 tiles: the same ring bytes, 32 KiB a stage
 #endif
-#ifndef STAGES64
-#define STAGES64 8  // ring depth of 128x64 tiles: the same ring bytes, 24 KiB a stage
-#endif
 #ifndef EPI_TMA
 #define EPI_TMA 1
 #endif
 #ifndef EPI_DEFER
-#define EPI_DEFER 0  // 1 (with EPI_TMA): a tile's bf16 values wait in registers and are staged and stored while the
+#define EPI_DEFER 1  // 1 (with EPI_TMA): a tile's bf16 values wait in registers and are staged and stored while the
                      // next tile's first wgmmas run, so the tensor pipe does not idle through the shared stores
 #endif
 #ifndef GROUP_M
@@ -78,12 +75,10 @@ typedef unsigned long long u64;
 // K slice as half a 256-wide one, so at small M (where those tiles are chosen and B's HBM stream is
 // the whole cost) the deeper ring keeps ~1.5x the bytes in flight per SM.
 #define RING_BYTES (STAGES * (A_STAGE_BYTES + B_STAGE_BYTES))
-#define MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define MAX_STAGES MAX2(STAGES, MAX2(STAGES128, STAGES64))
+#define MAX_STAGES (STAGES > STAGES128 ? STAGES : STAGES128)
 static_assert(STAGES128 * (A_STAGE_BYTES + 128 * BK * 2) <= RING_BYTES, "STAGES128 stages of 128x128 tiles overflow the ring");
-static_assert(STAGES64 * (A_STAGE_BYTES + 64 * BK * 2) <= RING_BYTES, "STAGES64 stages of 128x64 tiles overflow the ring");
 // (macros, not static constexpr members: those become module-scope .global variables)
-#define RING_STAGES(TN) ((TN) == 256 ? STAGES : (TN) == 128 ? STAGES128 : STAGES64)
+#define RING_STAGES(TN) ((TN) == 256 ? STAGES : STAGES128)
 #define B_TILE_BYTES(TN) ((TN) * BK * 2)  // one B tile: TN rows of 128 bytes
 
 
@@ -185,30 +180,12 @@ static __device__ __forceinline__ __attribute__((unused)) void wgmma_m64n128k16(
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// The same for a 64-wide tile (bn = 64): 32 accumulators a thread.
-static __device__ __forceinline__ __attribute__((unused)) void wgmma_m64n64k16(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
 // One K16 step of a warpgroup's 64 x TN tile, the shape picked by the accumulator array's size.
 static __device__ __forceinline__ void wgmma_tile(float (&d)[128], u64 da, u64 db, int scale_d) {
   wgmma_m64n256k16(d, da, db, scale_d);
 }
 static __device__ __forceinline__ void wgmma_tile(float (&d)[64], u64 da, u64 db, int scale_d) {
   wgmma_m64n128k16(d, da, db, scale_d);
-}
-static __device__ __forceinline__ void wgmma_tile(float (&d)[32], u64 da, u64 db, int scale_d) {
-  wgmma_m64n64k16(d, da, db, scale_d);
 }
 
 static __device__ __forceinline__ __attribute__((unused)) u32 pack_bf16x2(float lo, float hi) {
@@ -430,7 +407,7 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
 
     // ---------------------------------------------------------- stream-K fix-up
     if (DIAG && w.slot >= 0) continue;
-    if (TN != 64 && w.slot >= 0) {  // (64-wide tiles are data-parallel only: no fix-up compiled for them)
+    if (w.slot >= 0) {
       // This CTA holds part of the tile's K range. Partials are written in the accumulator's
       // own order (float4 j of consumer thread ct at [j * 256 + ct]), so every store and load
       // is a 512-byte run per warp; warps whose rows are all past M skip both sides.
@@ -555,7 +532,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
   const int wg = tid / 128;
   // Tile width: 256, or 128 (the manifest's choice where 256-wide tiles would be half empty or too
   // few). tmB's box must be [bn, 64]: the full barrier expects exactly that many bytes.
-  bn = bn == 64 ? 64 : bn == 128 ? 128 : 256;
+  bn = bn == 128 ? 128 : 256;
 
   if (tid == 0) {
     for (int s = 0; s < MAX_STAGES; ++s) {
@@ -571,7 +548,7 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
   sch.num_n = (N + bn - 1) / bn;
   sch.num_k = (K + BK - 1) / BK;
   sch.num_tiles = sch.num_m * sch.num_n;
-  sk_tiles = bn == 64 ? 0 : min(max(sk_tiles, 0), sch.num_tiles);  // 64 wide: data-parallel only
+  sk_tiles = min(max(sk_tiles, 0), sch.num_tiles);
   if ((long long)sk_tiles * sch.num_k > 0x7fffffff) sk_tiles = 0;  // iteration indices are 32-bit
   sch.dp_tiles = sch.num_tiles - sk_tiles;
   sch.ctas = gridDim.x;
@@ -594,7 +571,6 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     // One instantiation per tile width: each holds a single wgmma shape and its own accumulators
     // (a branch between two shapes on one accumulator array makes ptxas serialize the wgmmas, C7515).
     if (bn == 256) consumer<256>(&tmC, C, ws, counters, M, N, sch, bars, ring, sC, meta, flag_slot, tid, wg);
-    else if (bn == 128) consumer<128>(&tmC, C, ws, counters, M, N, sch, bars, ring, sC, meta, flag_slot, tid, wg);
-    else consumer<64>(&tmC, C, ws, counters, M, N, sch, bars, ring, sC, meta, flag_slot, tid, wg);
+    else consumer<128>(&tmC, C, ws, counters, M, N, sch, bars, ring, sC, meta, flag_slot, tid, wg);
   }
 }
