@@ -112,7 +112,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "results.jsonl.txt", "a")
-    with tempfile.TemporaryDirectory(prefix="gemm-window-") as tmp, Evaluator(timeout_s=300, kernel_timeout_s=8) as ev:  # a hung variant costs 8 s, not 30
+    # an 8 s watchdog: a variant that hangs must not eat the window (the largest visible workload runs 2.6 ms)
+    with tempfile.TemporaryDirectory(prefix="gemm-window-") as tmp, Evaluator(timeout_s=300, kernel_timeout_s=8) as ev:
         for kind, task_name, variants, workloads, extra in jobs:
             task, split = _task(task_name, workloads)
             # ab: off, on; then on, off (the order flipped each round)
