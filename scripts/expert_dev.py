@@ -61,12 +61,6 @@ def _gemm_bn(bn: str, red: bool = False, sk: str = "2 * {t} <= num_sms",
 _BN_AUTO = "(128 if N <= 128 else (128 if 2 * cdiv(M, 128) * cdiv(N, 256) <= num_sms else 256))"
 
 
-_T_AUTO = f"(cdiv(M, 128) * cdiv(N, {_BN_AUTO}))"
-# clusters of 2 where the shipped schedule cuts every tile into exactly two equal halves (kernel.cu's FIXUP_DSMEM)
-_DSMEM_CLUSTER = (f"2 if (2 * {_T_AUTO} <= num_sms) * (max(1, min(num_sms // {_T_AUTO}, cdiv(K, 64) // 8)) == 2)"
-                  " * (cdiv(K, 64) % 2 == 0) else 1")
-
-
 def _gemm_wave(wave: str = "({t} > num_sms) * ({t} % num_sms > 0)") -> dict:
     """The shipped schedule at small M, and where `wave` holds (by default: the tiles fill more than
     one wave, the last one partly), stream-K over that last wave's tiles (on every CTA: each streams a
@@ -323,9 +317,6 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "sk_wave_ordered": ({"FIXUP_ORDERED": 1}, _gemm_wave()),
         "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
         "nodefer": ({"EPI_DEFER": 0}, {}),  # v5's epilogue: a tile staged and stored before the next tile's wgmmas
-        # stream-K tiles split in two halves (M = 70): each tile's two CTAs one cluster, the second half's partial
-        # added through distributed shared memory (no ws traffic, no counter)
-        "dsmem": ({"FIXUP_DSMEM": 1}, {"cluster": [_DSMEM_CLUSTER]}),
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K
         "sk_lt": ({}, _gemm_sk(f"{_T} < num_sms", _T)),  # stream-K whenever the tiles are fewer than the SMs
