@@ -348,6 +348,7 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "ordered": ({"FIXUP_ORDERED": 1}, {}),  # stream-K partials summed in contributor order (same bits every run)
         "sk_wave_ordered": ({"FIXUP_ORDERED": 1}, _gemm_wave()),
         "direct": ({"EPI_TMA": 0}, {}),  # C stored from registers, not through a TMA store
+        "nodefer": ({"EPI_DEFER": 0}, {}),  # v5's epilogue: a tile staged and stored before the next tile's wgmmas
         "g8": ({"GROUP_M": 8}, {}),  # tiles visited in groups of 8 rows of tiles (L2 reuse)
         "dp": ({}, _gemm_sk("False", "0")),  # never stream-K
         "sk_lt": ({}, _gemm_sk(f"{_T} < num_sms", _T)),  # stream-K whenever the tiles are fewer than the SMs

@@ -78,7 +78,8 @@ def _run(task, m: int, variant_name: str, limits, tmp_path, seed: int = 1, runs:
 # nowave: the data-parallel path alone (every tile one CTA's); FIXUP_ORDERED (`ordered`) at M = 8192:
 # stream-K over the last wave (2-3 contributors a tile); shipped at M = 70: equal splits (2 contributors,
 # order-free); sk_wave_ordered at gemm_n34816_k5120 M = 70: 4 tiles over 132 CTAs (~34 contributors:
-# the fix-up that restarts from the first partial)
+# the fix-up that restarts from the first partial). Every one with the shipped deferred epilogue (EPI_DEFER:
+# a tile's stores run beside the next tile's first wgmmas).
 @pytest.mark.parametrize("task_name,m,variant_name", [
     ("gemm_n7168_k5120", 8192, "nowave"), ("gemm_n5376_k21504", 8828, "nowave"), ("gemm_n7168_k5120", 8192, "ordered"),
     ("gemm_n7168_k5120", 70, "shipped"), ("gemm_n34816_k5120", 70, "sk_wave_ordered")])
@@ -104,7 +105,8 @@ RAGGED = [(136, 512, 8192), (136, 512, 70), (576, 1024, 8192), (576, 1024, 1000)
 
 # shipped: v5 (6-deep ring at 128 wide, equal stream-K splits); v4: a 4-deep ring and balanced ranges;
 # sk_wave: stream-K over the last partial wave at large M (576 x 1024 x 8192: 60 of 192 tiles)
-@pytest.mark.parametrize("variant_name", ["shipped", "v4", "sk_wave", "bn256", "bn128", "bn128_p4"])
+# nodefer: v5's epilogue (each tile stored before the next tile's wgmmas; shipped since v6: stored while they run)
+@pytest.mark.parametrize("variant_name", ["shipped", "v4", "sk_wave", "bn256", "bn128", "bn128_p4", "nodefer"])
 def test_every_tile_width_is_correct_on_ragged_shapes(variant_name, device, tmp_path):
     from tasks.families.gemm import gemm_task
 

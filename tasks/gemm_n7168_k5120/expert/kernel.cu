@@ -19,9 +19,11 @@
 //    partial to `ws` (slot 0: the first tile of its range, slot 1: the last); the CTA that
 //    arrives last at the tile's counter adds the others' partials and stores the tile.
 //    The tiles before those are data-parallel: tile t on CTA t mod gridDim.x, whole K.
-//  - Epilogue (EPI_TMA=1): accumulators -> bf16 -> swizzled shared staging (conflict-free)
-//    -> TMA store, which clips rows >= M and columns >= N; double-buffered so the store
-//    engine drains while the warpgroup goes on. EPI_TMA=0: bounds-checked global stores.
+//  - Epilogue (EPI_TMA=1): accumulators -> bf16 pairs in registers -> swizzled shared staging
+//    (conflict-free) -> TMA store, which clips rows >= M and columns >= N; double-buffered so the
+//    store engine drains while the warpgroup goes on. With EPI_DEFER (shipped) the staging and
+//    the store of a tile wait until the next tile's first wgmmas are issued, so the tensor pipe
+//    works through them. EPI_TMA=0: bounds-checked global stores.
 // M and N may be any positive values with N a multiple of 8 (TMA wants 16-byte row strides):
 // loads zero-fill rows past M or N, stores clip. K: a multiple of 8, the tail past a multiple
 // of 64 zero-filled.
@@ -37,6 +39,10 @@ typedef unsigned long long u64;
 #endif
 #ifndef EPI_TMA
 #define EPI_TMA 1
+#endif
+#ifndef EPI_DEFER
+#define EPI_DEFER 1  // 1 (with EPI_TMA): a tile's bf16 values wait in registers and are staged and stored while the
+                     // next tile's first wgmmas run, so the tensor pipe does not idle through the shared stores
 #endif
 #ifndef GROUP_M
 #define GROUP_M 16  // row tiles per raster group
@@ -322,6 +328,38 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
   // hold an odd number of chunks (N % 256 of 1..64 or 129..192), so `chunk & 1` alone would hand
   // the next tile's first chunk the buffer whose store is still the one in flight.
   u32 epi_buf = 0;
+  // A tile's output as bf16 pairs (float4 j of the accumulator -> packed[2j], packed[2j + 1]: rows row
+  // and row + 8), and where it goes; with EPI_DEFER it waits here until the next tile's first wgmmas
+  // are issued (pend_m0 >= 0: a tile is waiting).
+  u32 packed[TN / 4];
+  int pend_m0 = -1, pend_n0 = 0;
+  // Stage the packed tile through the two 64x64 buffers and store it by TMA, a 64-column chunk at a time.
+  auto store_packed = [&](int sm0, int sn0) {
+    const u32 cbuf = sC + cw * (2 * C_BUF_BYTES);
+#pragma unroll
+    for (int chunk = 0; chunk < TN / 64; ++chunk) {
+      if (sn0 + chunk * 64 >= N) break;  // past the last column (N not a multiple of the tile width)
+      const u32 buf = cbuf + epi_buf * C_BUF_BYTES;
+      epi_buf ^= 1;
+      // The store issued two chunks ago (same buffer) must have finished reading it.
+      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int j = chunk * 8 + jj;
+        // 128B swizzle: 16-byte unit jj of row r lives at unit jj ^ (r & 7); rows r and r+8 share it.
+        const u32 a0 = buf + row * 128 + ((jj ^ (row & 7)) << 4) + q * 4;
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0), "r"(packed[2 * j]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0 + 8 * 128), "r"(packed[2 * j + 1]) : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make st.shared visible to the TMA engine
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
+      if (t128 == 0) {
+        tma_store_2d(tmC, buf, sn0 + chunk * 64, sm0 + cw * 64);
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+    }
+  };
 #endif
   int s = 0;  // the ring position of the next K slice: stage s, phase ph (the producer's count)
   u32 ph = 0;
@@ -345,6 +383,12 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
         for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along the swizzled row = +2 in the descriptor
           if (DIAG < 2) wgmma_tile(d, da + 2 * kk, db + 2 * kk, (i > g0 || kk > 0) ? 1 : 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#if EPI_TMA && EPI_DEFER
+        if (pend_m0 >= 0) {  // the previous tile's stores, while this tile's first wgmmas run
+          store_packed(pend_m0, pend_n0);
+          pend_m0 = -1;
+        }
+#endif
         // Keep one group in flight; the previous slice's wgmmas are done reading its slot.
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         if (prev_s >= 0 && t128 == 0) mbar_arrive(bars + 8 * (MAX_STAGES + prev_s));
@@ -446,30 +490,13 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
 
     // ---------------------------------------------------------- epilogue
 #if EPI_TMA
-    const u32 cbuf = sC + cw * (2 * C_BUF_BYTES);
 #pragma unroll
-    for (int chunk = 0; chunk < TN / 64; ++chunk) {
-      if (n0 + chunk * 64 >= N) break;  // past the last column (N not a multiple of the tile width)
-      const u32 buf = cbuf + epi_buf * C_BUF_BYTES;
-      epi_buf ^= 1;
-      // The store issued two chunks ago (same buffer) must have finished reading it.
-      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int j = chunk * 8 + jj;
-        // 128B swizzle: 16-byte unit jj of row r lives at unit jj ^ (r & 7); rows r and r+8 share it.
-        const u32 a0 = buf + row * 128 + ((jj ^ (row & 7)) << 4) + q * 4;
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0), "r"(pack_bf16x2(res[4 * j], res[4 * j + 1])) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a0 + 8 * 128), "r"(pack_bf16x2(res[4 * j + 2], res[4 * j + 3])) : "memory");
-      }
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make st.shared visible to the TMA engine
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
-      if (t128 == 0) {
-        tma_store_2d(tmC, buf, n0 + chunk * 64, m0 + cw * 64);
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-      }
+    for (int j = 0; j < TN / 8; ++j) {
+      packed[2 * j] = pack_bf16x2(res[4 * j], res[4 * j + 1]);
+      packed[2 * j + 1] = pack_bf16x2(res[4 * j + 2], res[4 * j + 3]);
     }
+    if (EPI_DEFER) pend_m0 = m0, pend_n0 = n0;
+    else store_packed(m0, n0);
 #else
     const int r0 = m0 + cw * 64 + row;
     unsigned short* p0 = C + (size_t)r0 * N + n0 + q * 2;
@@ -483,6 +510,7 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
 #endif
   }
 #if EPI_TMA
+  if (pend_m0 >= 0) store_packed(pend_m0, pend_n0);  // EPI_DEFER: the last tile
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
 }
