@@ -112,7 +112,8 @@ class Workspace:
 
         `scales`: the outputs' term scales (a dict), or a function that computes them, called only
         where the verdict needs them, with `row_scales` for just the failing rows
-        (tools.correctness.judge_outputs; lazy_term_scales makes both).
+        (tools.correctness.judge_outputs; lazy_term_scales makes both, and lazy_sample_scales for
+        `samples` drawn without their scales: then both work on the sampled rows).
 
         `inputs`: the run's inputs generated again from its seed after the run. "Unchanged" is
         judged against them, never against a device copy: nothing the candidate could reach
@@ -138,7 +139,10 @@ class Workspace:
                                             f"never written (still the poison NaN)"), []
             if found.nans[name]:
                 return "nan_output", f"output {name!r} has {found.nans[name]} NaN elements", []
-        if samples is not None:
+        if samples is not None and callable(scales):  # term scales of the sampled rows only where needed
+            mismatches = judge_outputs({n: view_rows(self.outputs[n])[smp.rows] for n, smp in samples.items()},
+                                       {n: smp.expected for n, smp in samples.items()}, tol, scales, row_scales)
+        elif samples is not None:
             mismatches = [compare(n, view_rows(self.outputs[n])[smp.rows], smp.expected, tol, smp.scale)
                           for n, smp in samples.items()]
         elif callable(scales):
@@ -290,13 +294,19 @@ def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows
     else:
         import torch
 
-        from tasks.sampled import sample
+        from tasks.sampled import draw_rows, rows_at
 
         gen = torch.Generator(device=device)
         gen.manual_seed(rng.getrandbits(63))
-        samples = sample(task, fresh, gen, rows)
+        drawn = draw_rows(task, fresh, gen, rows)
+        # the rows' reference without their term scales: those cost as much again (attention) or a
+        # second GEMM of the rows (the GEMMs), and the verdict needs them only on rows that fail
+        # against |ref| (lazy_sample_scales; the same verdict, tools.correctness.judge_outputs)
+        samples = rows_at(task, fresh, drawn, terms=False)
         mark("reference_rows")
-        reason, detail, mism = ws.verdict(None, task.tolerance, inputs=fresh, samples=samples)
+        whole, rows_of = lazy_sample_scales(task, fresh, drawn)
+        reason, detail, mism = ws.verdict(None, task.tolerance, whole, inputs=fresh, samples=samples,
+                                          row_scales=rows_of)
     mark("verdict")
     if reason is None:
         return
@@ -329,6 +339,27 @@ def lazy_term_scales(task, fresh: dict):
         return {n: smp.scale for n, smp in rows_at(task, fresh, wanted).items()}
 
     return (lambda: term_scales(task, fresh)), (rows if has_sampler(task) else None)
+
+
+def lazy_sample_scales(task, fresh: dict, drawn: dict):
+    """lazy_term_scales for a sampled verdict: (all, some) functions that compute the term scales of
+    every sampled row (`drawn`: tasks.sampled.draw_rows' indices, per output), or of the sampled rows
+    at given positions of the sample, only when called; (None, None) for tasks judged against |ref|.
+    What the verdict needs them for, it gets from the same computation as a sample drawn with its
+    scales (tasks.sampled.rows_at), so the verdict is that sample's (tools.correctness.judge_outputs)."""
+    if getattr(task.tolerance, "scale", "ref") != "terms":
+        return None, None
+    from tasks.sampled import rows_at
+
+    def every() -> dict:
+        return {n: smp.scale for n, smp in rows_at(task, fresh, drawn, terms=True).items()}
+
+    def some(wanted: dict) -> dict:
+        return {n: smp.scale for n, smp in rows_at(task, fresh, {n: drawn[n][pos.to(drawn[n].device)]
+                                                                 for n, pos in wanted.items()}, terms=True).items()
+                if n in wanted}
+
+    return every, some
 
 
 def verify(state, req: dict, task, axes: dict, ws: Workspace, bound, result, limit: float) -> None:
