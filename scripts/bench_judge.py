@@ -135,8 +135,11 @@ def timed_run(task_name: str, wl_name: str, reps: int, device: str = "cuda") -> 
     ws = Workspace(task, SimpleNamespace(tensors={n: (specs[n].dtype, tuple(task.shape(n, axes))) for n in specs},
                                          buffers=[]), device)
     ws.load_inputs(x)
-    answer = (make_baseline(task, {n: t.clone() for n, t in x.items()}, list_backends(task)[0]).run()
-              if device == "cuda" else {})
+    answer = {}
+    if device == "cuda":
+        lib = make_baseline(task, {n: t.clone() for n, t in x.items()}, list_backends(task)[0])
+        lib.prepare()
+        answer = lib.run()
     missing = [n for n in task.outputs if n not in answer]
     ref = run_reference(task, x) if missing else {}
     for n, t in ws.outputs.items():
