@@ -74,3 +74,31 @@ def test_lazy_scales_judge_the_catalogue_as_the_eager_ones(name):
         cheap += old[0] is None and not calls.get("every")
     if terms:
         assert cheap, "no honest variant passed without computing every scale: the cheap path never ran"
+
+
+def test_rows_moved_for_the_host_compare_keep_their_values_and_verdicts():
+    """tools.workspace.rows_to_judge (attention's small samples are compared on the host on a GPU):
+    each output's rows, expected values and scales come back whole, in place, as fp32 with the same
+    bits, and compare() says the same of them."""
+    from tasks.sampled import Sample
+    from tools.correctness import compare
+    from tools.workspace import rows_to_judge
+
+    gen = torch.Generator().manual_seed(0)
+    got = {"dQ": torch.randn(5, 8, generator=gen).bfloat16(), "LSE": torch.randn(5, 1, generator=gen)}
+    samples = {"dQ": Sample(torch.arange(5), got["dQ"].float() + 1e-3, torch.rand(5, 8, generator=gen)),
+               "LSE": Sample(torch.arange(5), got["LSE"] * 1.5, None)}
+    moved, want, given, on = rows_to_judge(got, samples, host=True)
+    assert set(given) == {"dQ"} and list(moved) == list(got)
+    for n in got:
+        assert moved[n].dtype == torch.float32 and torch.equal(moved[n], got[n].float())
+        assert torch.equal(want[n], samples[n].expected)
+    assert torch.equal(given["dQ"], samples["dQ"].scale)
+    assert on({"dQ": samples["dQ"].scale, "LSE": None})["LSE"] is None
+    task = get_task("mha_bwd_d128")
+    for n in got:
+        a = compare(n, got[n], samples[n].expected, task.tolerance, samples[n].scale)
+        b = compare(n, moved[n], want[n], task.tolerance, given.get(n))
+        assert a.model_dump() == b.model_dump()
+    same = rows_to_judge(got, samples)  # on the CPU nothing moves
+    assert same[0] is got
