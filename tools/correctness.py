@@ -92,11 +92,24 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
 
 
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bits as a flat tensor: 8-byte words where its size and address allow (an eighth of
+    the elements to compare and flag: the inputs are checked twice per judged run, gigabytes at long
+    sequences), else bytes."""
+    flat = t.reshape(-1).view(torch.uint8)
+    if flat.numel() % 8 == 0 and flat.data_ptr() % 8 == 0:
+        return flat.view(torch.int64)
+    return flat
+
+
 def _bits_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A 0-d bool tensor: whether a and b differ in any bit (same_bits, without reading it back)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return torch.ones((), dtype=torch.bool, device=a.device)
-    return (a.reshape(-1).view(torch.uint8) != b.reshape(-1).view(torch.uint8)).any()
+    wa, wb = _words(a), _words(b)
+    if wa.dtype != wb.dtype:  # one of them not 8-byte aligned: bytes both
+        wa, wb = a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    return (wa != wb).any()
 
 
 def changed(tensors: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor]) -> list[str]:
