@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     skipped: list[str] = []
     gpu = None
     # (task, mode) -> the longest evaluation of that kind so far: the next one's estimate (a warm one
-    # before any warm: 0.7 x the cold)
+    # before any warm: 0.7 x the cold; a task's first row: the longest row so far, so that a later task
+    # does not start past the budget)
     last: dict[tuple[str, str], float] = {}
 
     def save() -> None:
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes:
                 label = f"{task}/{kind}/{mode}"
                 left = args.budget_s - (time.perf_counter() - start)
-                guess = last.get((task, mode), 0.7 * last.get((task, "cold"), 0.0))
+                guess = last.get((task, mode), 0.7 * last.get((task, "cold"), 0.0)) or max(last.values(), default=0.0)
                 if left < guess * 1.2 or left <= 0:
                     skipped.append(label)
                     continue

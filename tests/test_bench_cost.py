@@ -67,3 +67,22 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert bench_cost.main(["--tasks", "no_such_task", "--out", str(tmp_path)]) == 2
     assert bench_cost.main(["--modes", "hot", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "bench_cost.json").exists()
+
+
+def test_a_later_task_does_not_start_past_the_budget(fake, tmp_path, monkeypatch):
+    """Each row "takes" 10 s of a 25 s budget: the first task's two rows run; the next task's first row
+    is estimated from the longest so far and left out, not started blind."""
+    now = [0.0]
+    monkeypatch.setattr(bench_cost.time, "perf_counter", lambda: now[0])
+    evaluate = FakeEvaluator.evaluate
+
+    def slow(self, *a, **k):
+        now[0] += 10.0
+        return evaluate(self, *a, **k)
+
+    monkeypatch.setattr(FakeEvaluator, "evaluate", slow)
+    assert bench_cost.main(["--tasks", "gemm_n7168_k5120,mha_fwd_d128", "--solutions", "expert", "--modes",
+                            "cold,warm", "--budget-s", "25", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench_cost.json").read_text())
+    assert [(r["task"], r["mode"]) for r in data["rows"]] == [("gemm_n7168_k5120", "cold"), ("gemm_n7168_k5120", "warm")]
+    assert data["not_run"] == ["mha_fwd_d128/expert/cold", "mha_fwd_d128/expert/warm"]
