@@ -140,8 +140,8 @@ class Workspace:
             if found.nans[name]:
                 return "nan_output", f"output {name!r} has {found.nans[name]} NaN elements", []
         if samples is not None:
-            rows = {n: view_rows(self.outputs[n])[smp.rows] for n, smp in samples.items()}
-            got, want, given, on = rows_to_judge(rows, samples)
+            written = {n: view_rows(self.outputs[n])[smp.rows] for n, smp in samples.items()}
+            got, want, given, on = rows_to_judge(written, samples)
             if callable(scales):  # term scales of the sampled rows only where needed
                 mismatches = judge_outputs(got, want, tol, lambda: on(scales()),
                                            None if row_scales is None else lambda rows: on(row_scales(rows)))
