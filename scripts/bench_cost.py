@@ -3,7 +3,8 @@ task, cold (a new Evaluator: its worker starts, the library backend is chosen wh
 none) then warm (the same Evaluator again), credit on, all workloads, on this machine's GPU.
 
     python scripts/bench_cost.py [--tasks gemm_n7168_k5120,mha_fwd_d128] [--solutions simple,expert]
-                                 [--modes cold,warm] [--share-worker] [--budget-s 200] [--out DIR] [--json]
+                                 [--modes cold,warm] [--share-worker | --one-worker] [--budget-s 200] [--out DIR]
+                                 [--json]
 
 Phases (agent/cost.py): compile, inspect_wait, queue_wait, worker_start, seeded_checks,
 library_setup, timed_pairs, judging, counted_runs (the credit op; by pass in the JSON, and by part: where
@@ -118,9 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--share-worker", action="store_true",
                     help="one Evaluator per task across solutions: a later solution's cold row starts with the worker up "
                          "and the library chosen (its mode reads 'cold, worker up')")
+    ap.add_argument("--one-worker", action="store_true",
+                    help="one Evaluator for the whole bench (implies --share-worker): only the first row starts the "
+                         "worker; every later task's first row reads 'cold, worker up' (more rows in one device call)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
+    args.share_worker = args.share_worker or args.one_worker
     from tasks import UnknownTask, get_task
 
     tasks = [t for t in args.tasks.split(",") if t]
@@ -147,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     skipped: list[str] = []
     gpu = None
     # (task, mode) -> the longest evaluation of that kind so far: the next one's estimate (a warm one
-    # before any warm: 0.7 x the cold)
+    # before any warm: 0.7 x the cold; a task's first row: the longest row so far, so that a later task
+    # does not start past the budget)
     last: dict[tuple[str, str], float] = {}
 
     def save() -> None:
@@ -157,14 +163,14 @@ def main(argv: list[str] | None = None) -> int:
                 {"gpu": gpu, "budget_s": args.budget_s, "seconds": round(time.perf_counter() - start, 1),
                  "rows": rows, "not_run": skipped}, indent=1, default=str) + "\n")
 
+    ev_ctx, seen = None, set()  # seen: the (task, solution)s this Evaluator has evaluated (compiled, first calls made)
     for task in tasks:
-        ev_ctx, seen = None, set()  # seen: the solutions this Evaluator has evaluated (compiled, first calls made)
         for kind in kinds:
             sol = Solution.from_dir(ROOT / "tasks" / task / kind)
             for mode in modes:
                 label = f"{task}/{kind}/{mode}"
                 left = args.budget_s - (time.perf_counter() - start)
-                guess = last.get((task, mode), 0.7 * last.get((task, "cold"), 0.0))
+                guess = last.get((task, mode), 0.7 * last.get((task, "cold"), 0.0)) or max(last.values(), default=0.0)
                 if left < guess * 1.2 or left <= 0:
                     skipped.append(label)
                     continue
@@ -175,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                     ev_ctx, seen = Evaluator(cache_dir=cache), set()
                 # what the row really was: "warm" only once this Evaluator has evaluated the solution
                 # (a skipped cold row leaves the next one a first evaluation)
-                ran_as = "warm" if kind in seen else ("cold, worker up" if shared else "cold")
-                seen.add(kind)
+                ran_as = "warm" if (task, kind) in seen else ("cold, worker up" if shared else "cold")
+                seen.add((task, kind))
                 t0 = time.perf_counter()
                 ev = ev_ctx.evaluate(sol, task, "sm_90a", workloads="all", executed_check=True)
                 wall = time.perf_counter() - t0
@@ -193,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
             if ev_ctx is not None and not args.share_worker:
                 ev_ctx.close()
                 ev_ctx, seen = None, set()
-        if ev_ctx is not None:
+        if ev_ctx is not None and not args.one_worker:
             ev_ctx.close()
-            ev_ctx = None
+            ev_ctx, seen = None, set()
+    if ev_ctx is not None:
+        ev_ctx.close()
     report = {"gpu": gpu, "budget_s": args.budget_s, "seconds": round(time.perf_counter() - start, 1),
               "rows": rows, "not_run": skipped}
     text = markdown(rows, skipped, gpu)

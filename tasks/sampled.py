@@ -69,9 +69,11 @@ def view_rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1])
 
 
-def sample(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, rows: int) -> dict[str, Sample]:
-    """Expected values of `rows` random rows of every output (see the module docstring)."""
-    return rows_at(task, inputs, draw_rows(task, inputs, gen, rows))
+def sample(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, rows: int,
+           terms: bool | None = None) -> dict[str, Sample]:
+    """Expected values of `rows` random rows of every output (see the module docstring).
+    `terms`: as rows_at."""
+    return rows_at(task, inputs, draw_rows(task, inputs, gen, rows), terms)
 
 
 def draw_rows(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator, rows: int
@@ -92,17 +94,31 @@ def draw_rows(task: Task, inputs: dict[str, torch.Tensor], gen: torch.Generator,
     return {"dQ": fq, "dK": fk, "dV": fk}
 
 
-def rows_at(task: Task, inputs: dict[str, torch.Tensor], rows: dict[str, torch.Tensor]) -> dict[str, Sample]:
+def rows_at(task: Task, inputs: dict[str, torch.Tensor], rows: dict[str, torch.Tensor],
+            terms: bool | None = None) -> dict[str, Sample]:
     """The fp32 reference (and, for tolerance.scale == "terms", the term scale) of the given rows of
     the named outputs: rows[name] are indices into view_rows(output). Outputs computed together
     (O and LSE; dK and dV) are computed once where they share one index tensor. What
-    tools.correctness.judge_outputs asks for the rows that failed against |ref| alone."""
+    tools.correctness.judge_outputs asks for the rows that failed against |ref| alone.
+
+    `terms`: False leaves the term scales out (Sample.scale None) where the caller computes them
+    only for the rows whose verdict needs them (tools.workspace.lazy_sample_scales); the expected
+    rows are the very same (the scales are computed after them, from the same gathered rows).
+    None: the task's own (tolerance.scale == "terms")."""
     if task.op_type not in SAMPLED_OP_TYPES:
         raise ValueError(f"no sampled reference for op type {task.op_type!r} (task {task.name})")
     # attention gathers its rows' heads from the inputs as they are and widens only those (exactly):
-    # widening every input whole first cost a copy of each at full size for every judged run
-    x = dict(inputs) if task.op_type in ("mha_fwd", "mha_bwd") else {name: _widen(inputs[name]) for name in task.inputs}
-    terms = task.tolerance.scale == "terms"
+    # widening every input whole first cost a copy of each at full size for every judged run. A GEMM
+    # widens B whole (every row of C reads all of it) and only the drawn rows of A (_gemm).
+    if task.op_type in ("mha_fwd", "mha_bwd"):
+        x = dict(inputs)
+    elif task.op_type == "gemm":
+        x = {"A": inputs["A"], "B": _widen(inputs["B"])}
+    else:
+        x = {name: _widen(inputs[name]) for name in task.inputs}
+    if terms is None:
+        terms = task.tolerance.scale == "terms"
+    terms = bool(terms) and task.tolerance.scale == "terms"
     out: dict[str, Sample] = {}
     with torch.no_grad(), _ieee_fp32():
         for name, idx in rows.items():
@@ -136,9 +152,9 @@ def _pick(n: int, k: int, gen: torch.Generator, device) -> torch.Tensor:
 
 
 def _gemm(x, m, terms) -> dict[str, Sample]:
-    a, b = x["A"], x["B"]
-    c = a[m] @ b.T
-    scale = (a[m].square() @ b.square().T).sqrt_() if terms else None
+    a, b = _widen(x["A"][m]), x["B"]  # the drawn rows of A, widened (exactly) after the gather
+    c = a @ b.T
+    scale = (a.square() @ b.square().T).sqrt_() if terms else None
     return {"C": Sample(m, c, scale)}
 
 

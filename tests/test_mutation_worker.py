@@ -175,19 +175,21 @@ def test_backends_that_refuse_or_fail_are_said_and_the_others_still_chosen(monke
 
 
 def test_every_timed_run_of_a_gemm_is_judged_on_1024_rows(monkeypatch):
-    """The rows each sampled check draws, seen where they are drawn (tasks.sampled.sample), on a
-    GEMM with 2048 rows so that 1024 is a real draw and not the whole output."""
+    """The rows each sampled check draws, seen where their reference is computed (tasks.sampled.rows_at,
+    without their term scales: those only for rows that fail against |ref|), on a GEMM with 2048 rows so
+    that 1024 is a real draw and not the whole output."""
     import tasks.sampled as S
 
     drawn: list[int] = []
-    real = S.sample
+    real = S.rows_at
 
-    def spy(task, inputs, gen, rows):
-        out = real(task, inputs, gen, rows)
-        drawn.extend(len(s.rows) for s in out.values())
+    def spy(task, inputs, rows, terms=None):
+        out = real(task, inputs, rows, terms)
+        if terms is False:
+            drawn.extend(len(s.rows) for s in out.values())
         return out
 
-    monkeypatch.setattr(S, "sample", spy)
+    monkeypatch.setattr(S, "rows_at", spy)
     task = small_gemm()
     task.workloads = [Workload(name="M2048", axes={"M": 2048})]
     result, _ = worker.run_workload(CpuState(gemm), _request(task))
@@ -336,7 +338,13 @@ def test_a_timed_runs_verdict_regenerates_its_inputs_and_names_the_run(monkeypat
     task = get_task("mha_fwd_d128")  # judged against term scales
     monkeypatch.setattr(R, "run_reference", lambda task, fresh: {"O": ("reference", fresh["seed"])})
     monkeypatch.setattr(R, "term_scales", lambda task, fresh: {"O": ("rss", fresh["seed"])})
-    monkeypatch.setattr(S, "sample", lambda task, fresh, gen, rows: ("rows", rows, fresh))
+    monkeypatch.setattr(S, "draw_rows", lambda task, fresh, gen, rows: {"O": ("drawn", rows)})
+    def rows_at(task, fresh, drawn, terms=None):
+        if terms:  # the term scales, asked for by the verdict
+            return {n: type("Sample", (), {"scale": ("rss", d, fresh["seed"])}) for n, d in drawn.items()}
+        return ("rows", drawn, terms, fresh)
+
+    monkeypatch.setattr(S, "rows_at", rows_at)
     ws = _Ws()
     workspace.judge_run(task, {}, ws, 77, random.Random(1), "cpu", 256, True, "timed-phase run 2 of 9")
     assert generated == [(77, "cpu", True)]
@@ -347,8 +355,11 @@ def test_a_timed_runs_verdict_regenerates_its_inputs_and_names_the_run(monkeypat
     assert callable(scales) and scales() == {"O": ("rss", 77)}
     assert v == {"expected": {"O": ("reference", 77)}, "tol": task.tolerance, "samples": None, "inputs": {"seed": 77}}
     workspace.judge_run(task, {}, ws, 78, random.Random(1), "cpu", 256, False, "timed-phase run 3 of 9")
-    assert ws.verdicts[-1] == {"expected": None, "tol": task.tolerance, "scales": None,
-                               "samples": ("rows", 256, {"seed": 78}), "inputs": {"seed": 78}}
+    v = dict(ws.verdicts[-1])
+    every = v.pop("scales")  # the sampled rows' term scales: of the regenerated inputs, only when needed
+    assert v == {"expected": None, "tol": task.tolerance,
+                 "samples": ("rows", {"O": ("drawn", 256)}, False, {"seed": 78}), "inputs": {"seed": 78}}
+    assert callable(every) and every() == {"O": ("rss", ("drawn", 256), 78)}
     # wrong numbers on fresh inputs: wrong_in_timed_run, the failing outputs kept
     for reason in ("incorrect", "unwritten_output", "nan_output"):
         with pytest.raises(workspace.Failed) as failed:

@@ -550,8 +550,11 @@ def test_judge_run_marks_each_part_and_passes_the_row_scales(monkeypatch):
 
     monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cpu", fast=False: {"seed": seed})
     monkeypatch.setattr(R, "run_reference", lambda task, fresh: "ref")
-    monkeypatch.setattr(S, "sample", lambda task, fresh, gen, rows: "rows")
+    monkeypatch.setattr(S, "draw_rows", lambda task, fresh, gen, rows: "drawn")
+    sampled = []
+    monkeypatch.setattr(S, "rows_at", lambda task, fresh, drawn, terms=None: sampled.append((drawn, terms)) or "rows")
     monkeypatch.setattr(workspace, "lazy_term_scales", lambda task, fresh: ("whole", "rows_of"))
+    monkeypatch.setattr(workspace, "lazy_sample_scales", lambda task, fresh, drawn: (f"every {drawn}", f"some {drawn}"))
     marked = []
     ws = _RecWs([(None, None, []), (None, None, [])])
     import random
@@ -560,6 +563,9 @@ def test_judge_run_marks_each_part_and_passes_the_row_scales(monkeypatch):
     workspace.judge_run(small_gemm(), AXES, ws, 2, random.Random(1), "cpu", 8, False, "r", mark=marked.append)
     assert marked == ["regenerate", "reference_whole", "verdict", "regenerate", "reference_rows", "verdict"]
     assert ws.log[0][3:] == ("whole", {"seed": 1}, "rows_of")
+    # a sampled run: its rows drawn without their term scales, which the verdict gets lazily, of those rows
+    assert sampled == [("drawn", False)]
+    assert ws.log[1][3:] == ("every drawn", {"seed": 2}, "some drawn")
 
 
 def test_the_row_scales_are_of_the_task_at_hand(monkeypatch):
