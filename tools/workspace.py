@@ -344,6 +344,22 @@ def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows
         whole, rows_of = lazy_sample_scales(task, fresh, drawn)
         reason, detail, mism = ws.verdict(None, task.tolerance, whole, inputs=fresh, samples=samples,
                                           row_scales=rows_of)
+        if reason == "incorrect" and aggregate_only(mism):
+            # The aggregate bound (Tolerance.rel_l2) is a rule on the whole output; on a few hundred
+            # sampled rows its estimate is noisy, so a sample may exceed it where the whole does not
+            # (the attention-backward expert's dK: 0.00509 on the rows of one draw at S=8192, H200,
+            # 2026-12-04). Where every element and every row passed and only the sampled aggregate
+            # failed, the whole output decides: the sample never fails what the rule passes, and an
+            # output whose whole exceeds the bound fails as before.
+            from tasks.reference import run_reference
+
+            mark("verdict")
+            whole, rows_of = lazy_term_scales(task, fresh)
+            expected = run_reference(task, fresh)
+            mark("reference_whole")
+            reason, detail, mism = ws.verdict(expected, task.tolerance, whole, inputs=fresh, row_scales=rows_of)
+            if reason is not None:
+                detail += " (the whole output, judged after its sampled rows exceeded the aggregate bound)"
     mark("verdict")
     if reason is None:
         return
@@ -351,6 +367,15 @@ def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows
         raise Failed("wrong_in_timed_run", f"{what} (fresh inputs, right in the checks before): {detail}",
                      outputs=mism)
     raise Failed(reason, f"{what}: {detail}", outputs=mism)
+
+
+def aggregate_only(mismatches: list) -> bool:
+    """Whether every failing output failed the aggregate bound alone: each of its elements and
+    rows within tolerance, only ||out - ref|| / ||ref|| over the compared rows above rel_l2."""
+    failing = [m for m in mismatches if not m.passed]
+    return bool(failing) and all(
+        m.first_mismatch is None and not m.bad_rows and not m.nan_count and m.rel_l2_bound is not None
+        and m.rel_l2 is not None and m.rel_l2 > m.rel_l2_bound for m in failing)
 
 
 def term_scales(task, fresh: dict) -> dict | None:
