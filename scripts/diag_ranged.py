@@ -223,7 +223,8 @@ def block_n(d: Diag, gemm: Case) -> None:
         d.state.wait(60)
         gemm.judge._generated = None
 
-    for name, counts, same in (("same name x3", None, True), ("counts 3/2/3/3", [3, 2, 3, 3], False)):
+    for name, counts, same in (("same name x3", None, True), ("counts 3/2/3/3", [3, 2, 3, 3], False),
+                               ("names per pass", None, "pass")):
         prof = cupti.RangeProfiler(list(credit_metrics()), replay="user")
         raw: list = []
         orig = prof._ranges
@@ -237,7 +238,7 @@ def block_n(d: Diag, gemm: Case) -> None:
         def run_pass(p, ranged, counts=counts, same=same):
             k = 3 if counts is None else counts[p % len(counts)]
             for j in range(k):
-                run(d.ranged(ranged, "same" if same else f"c{j}", []))
+                run(d.ranged(ranged, f"p{p}c{j}" if same == "pass" else "same" if same else f"c{j}", []))
         err = None
         try:
             prof.profile_passes(run_pass, "n")
