@@ -61,7 +61,7 @@ class TimedCupti(FakeProfiler):
 
     own_s = CUPTI_OWN_S
 
-    def profile_passes(self, run_pass, name):
+    def profile_passes(self, run_pass, name, max_ranges=None):
         def slow_pass(i, ranged):
             if i:
                 sleep(BOUNDARY_S)
@@ -73,7 +73,7 @@ class TimedCupti(FakeProfiler):
                     yield
                 sleep(self.own_s)
             run_pass(i, timed_range)
-        return super().profile_passes(slow_pass, name)
+        return super().profile_passes(slow_pass, name, max_ranges)
 
 
 class JitteredState(CountedState):

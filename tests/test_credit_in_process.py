@@ -56,9 +56,10 @@ class FakeProfiler:
         self.names: list[str] = []  # the default range name of each profile_passes call
         self.ranges: list[tuple[int, str]] = []  # (pass, range name) of every range pushed
 
-    def profile_passes(self, run_pass, name: str) -> list[Launch]:
+    def profile_passes(self, run_pass, name: str, max_ranges: int | None = None) -> list[Launch]:
         state = self.state
         self.names.append(name)
+        self.max_ranges = max_ranges
 
         @contextlib.contextmanager
         def ranged(label=None):

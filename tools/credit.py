@@ -583,7 +583,9 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
     wc = WorkloadCredit(workload=r["workload"], split=r.get("split", "visible"), status="ok", runs=r.get("runs", 0),
                         profiled_at=r.get("profiled_at"), counted_from=r.get("counted_from"), counts=counts,
                         kernel_ms=kernel_ms, run_ms=list(run_ms or []), tie_band_ms=list(r.get("tie_band_ms") or []),
-                        instrumented_ms=list(r.get("instrumented_ms") or []), timed_ms=timed_ms)
+                        instrumented_ms=list(r.get("instrumented_ms") or []), timed_ms=timed_ms,
+                        pass_ms=[round(statistics.median(x), 5) if x else math.nan for x in r.get("pass_ms") or []],
+                        pass_band_ms=[list(b) for b in r.get("pass_band_ms") or []])
     if uncounted:
         unread = sorted(set(r.get("unread") or []))
         wc.status, wc.reason = "skipped", (f"no executed-instruction counts for {', '.join(uncounted)}"
@@ -655,7 +657,8 @@ def credit_in_process(meta: dict, credit: dict | None, features: list[str], work
               if not (isinstance(v, (int, float)) and math.isfinite(v))]
     r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at"), "unread": unread,
          "counted_from": credit.get("counted_from"), "instrumented_ms": credit.get("instrumented_ms"),
-         "tie_band_ms": credit.get("tie_band_ms")}
+         "tie_band_ms": credit.get("tie_band_ms"), "pass_ms": credit.get("pass_ms"),
+         "pass_band_ms": credit.get("pass_band_ms")}
     return _credit(r, counter_rows(credit.get("launches") or [], module_opcodes), features, work, timed_ms,
                    credit.get("run_ms") or None)
 
@@ -761,17 +764,23 @@ def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
     if credit.status != "ok" or timed_ms is None:
         return
     credit.timed_ms = timed_ms
-    runs = [(f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms)
-            for k, ms in enumerate(credit.run_ms)] or [("the profiled run", credit.kernel_ms)]
-    if len(credit.tie_band_ms) == 2:
-        lo, hi = credit.tie_band_ms
-        against = f"the other timed runs {lo:.4g}-{hi:.4g} ms (their range)"
+    if credit.pass_ms:  # every timed run counted: each pass's runs (their median) against the other passes' runs
+        bands = credit.pass_band_ms if len(credit.pass_band_ms) == len(credit.pass_ms) else [[]] * len(credit.pass_ms)
+        runs = [(f"hardware pass {k + 1}'s timed runs (their median)", ms, band)
+                for k, (ms, band) in enumerate(zip(credit.pass_ms, bands))]
     else:
-        lo = hi = timed_ms
-        against = f"the timed runs {timed_ms:.4g} ms (median)"
+        runs = [(f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms,
+                 credit.tie_band_ms) for k, ms in enumerate(credit.run_ms)] or [
+            ("the profiled run", credit.kernel_ms, credit.tie_band_ms)]
     why = None
-    for what, ms in runs:
-        if ms is None:
+    for what, ms, band in runs:
+        if len(band) == 2:
+            lo, hi = band
+            against = f"the other {'passes' if credit.pass_ms else 'timed'} runs {lo:.4g}-{hi:.4g} ms (their range)"
+        else:
+            lo = hi = timed_ms
+            against = f"the timed runs {timed_ms:.4g} ms (median)"
+        if ms is None or (isinstance(ms, float) and math.isnan(ms)):
             why = f"{what}'s kernel time was not measured, so it cannot be tied to the timed runs"
         elif ms > SAME_RUN_RATIO * hi + SAME_RUN_SLACK_MS:
             why = (f"{what}'s kernels took {ms:.4g} ms, {against}: "

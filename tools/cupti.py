@@ -282,18 +282,18 @@ class RangeProfiler:
         profiles (the first start after enabling is most of a profile's fixed cost: 0.25 of 0.3 s on
         the H200), but then every later launch, the timed ones included, runs under an enabled
         profiler; the worker does not (docs/BENCHMARKS.md)."""
-        if self._obj is not None and self._data_ranges != self._capacity:
+        cap = getattr(self, "_capacity", MAX_RANGES)
+        if self._obj is not None and getattr(self, "_data_ranges", cap) != cap:
             self._disable()  # (kept enabled with another capacity: the image is sized anew)
         if self._obj is None:
             enable = Enable(ctx=self.ctx)
             _call("cuptiRangeProfilerEnable", enable)
             self._obj = enable.pRangeProfilerObject
             size = CounterDataSize(pRangeProfilerObject=self._obj, pMetricNames=self.host._names,
-                                   numMetrics=len(self.metrics), maxNumOfRanges=self._capacity,
-                                   maxNumRangeTreeNodes=self._capacity)
+                                   numMetrics=len(self.metrics), maxNumOfRanges=cap, maxNumRangeTreeNodes=cap)
             _call("cuptiRangeProfilerGetCounterDataSize", size)
             self._data = (C.c_uint8 * size.counterDataSize)()
-            self._data_ranges = self._capacity
+            self._data_ranges = cap
         return self._obj, self._data
 
     def _disable(self) -> None:
@@ -310,7 +310,7 @@ class RangeProfiler:
         _call("cuptiRangeProfilerSetConfig", SetConfig(
             pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
             counterDataImageSize=len(data), pCounterDataImage=data, range=range_mode, replayMode=replay_mode,
-            maxRangesPerPass=self._capacity, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
+            maxRangesPerPass=getattr(self, "_capacity", MAX_RANGES), numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
         return obj, data
 
     def _ranges(self, obj, data: C.Array) -> list[tuple[str, dict[str, float]]]:
@@ -318,7 +318,7 @@ class RangeProfiler:
         decode = Decode(pRangeProfilerObject=obj)
         _call("cuptiRangeProfilerDecodeData", decode)
         if decode.numOfRangeDropped:
-            raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {self._capacity}?)")
+            raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {getattr(self, '_capacity', MAX_RANGES)}?)")
         info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
         _call("cuptiRangeProfilerGetCounterDataInfo", info)
         out = []
