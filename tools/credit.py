@@ -754,39 +754,46 @@ def timed_band(pair_ms: list, warmup: int, counted_pairs: list[int | None],
 
 
 def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
-    """Withdraw the credit of counted runs that were not the timed kernel, in place: each one's
-    kernel time (every counted run of the in-process check, `run_ms`; else the one profiled run,
-    `kernel_ms`) must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS), both ways, of the band of the
-    workload's other timed runs (`tie_band_ms`, timed_band: their range) where the worker measured
-    it, else of the timed median. Slower: the credited path is not the timed one (the timed path is
-    faster and generic). Faster: the timed runs took a slower path than the one whose instructions
-    were counted. `timed_ms` None: the workload was not timed, so no speed is claimed and nothing is tied."""
+    """Withdraw the credit of counted runs that were not the timed kernel, in place. In process with
+    every timed run counted (tools.counted, `pass_ms`): the counts are the timed runs', so what is
+    left to tie is each hardware pass against the others: the median of a pass's runs must lie
+    within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS), both ways, of the range of the other passes' runs
+    (`pass_band_ms`; of the timed median where they are too few). A kernel that took another path in
+    one pass (each pass reads other counters) must take it at the other path's speed. Otherwise each
+    counted run's kernel time (the in-process check's runs made after the timed ones, `run_ms`; else
+    the one profiled run, `kernel_ms`) is held so to the workload's other timed runs (`tie_band_ms`,
+    timed_band: their range) where the worker measured it, else to the timed median. Slower: the
+    credited path is not the timed one. Faster: the timed runs took a slower path than the one whose
+    instructions were counted. `timed_ms` None: the workload was not timed, so no speed is claimed
+    and nothing is tied."""
     if credit.status != "ok" or timed_ms is None:
         return
     credit.timed_ms = timed_ms
-    if credit.pass_ms:  # every timed run counted: each pass's runs (their median) against the other passes' runs
+    if credit.pass_ms:
         bands = credit.pass_band_ms if len(credit.pass_band_ms) == len(credit.pass_ms) else [[]] * len(credit.pass_ms)
-        runs = [(f"hardware pass {k + 1}'s timed runs (their median)", ms, band)
-                for k, (ms, band) in enumerate(zip(credit.pass_ms, bands))]
+        runs = [(f"hardware pass {k + 1}", f"hardware pass {k + 1}'s timed runs took (median)", "the other passes' runs",
+                 ms, band) for k, (ms, band) in enumerate(zip(credit.pass_ms, bands))]
     else:
-        runs = [(f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms,
-                 credit.tie_band_ms) for k, ms in enumerate(credit.run_ms)] or [
-            ("the profiled run", credit.kernel_ms, credit.tie_band_ms)]
+        runs = [(who, f"{who}'s kernels took", "the other timed runs", ms, credit.tie_band_ms) for who, ms in (
+            (f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms)
+            for k, ms in enumerate(credit.run_ms))]
+        runs = runs or [("the profiled run", "the profiled run's kernels took", "the other timed runs", credit.kernel_ms,
+                         credit.tie_band_ms)]
     why = None
-    for what, ms, band in runs:
+    for who, what, others, ms, band in runs:
         if len(band) == 2:
             lo, hi = band
-            against = f"the other {'passes' if credit.pass_ms else 'timed'} runs {lo:.4g}-{hi:.4g} ms (their range)"
+            against = f"{others} {lo:.4g}-{hi:.4g} ms (their range)"
         else:
             lo = hi = timed_ms
             against = f"the timed runs {timed_ms:.4g} ms (median)"
         if ms is None or (isinstance(ms, float) and math.isnan(ms)):
-            why = f"{what}'s kernel time was not measured, so it cannot be tied to the timed runs"
+            why = f"{who}'s kernel time was not measured, so it cannot be tied to the timed runs"
         elif ms > SAME_RUN_RATIO * hi + SAME_RUN_SLACK_MS:
-            why = (f"{what}'s kernels took {ms:.4g} ms, {against}: "
+            why = (f"{what} {ms:.4g} ms, {against}: "
                    "the kernel that was timed is not the one whose instructions were counted")
         elif ms < lo / SAME_RUN_RATIO - SAME_RUN_SLACK_MS:
-            why = (f"{what}'s kernels took {ms:.4g} ms, {against}: "
+            why = (f"{what} {ms:.4g} ms, {against}: "
                    "the timed runs took a slower path than the one whose instructions were counted")
         if why:
             break
