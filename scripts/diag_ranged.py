@@ -105,8 +105,13 @@ class Diag:
         self.state.wait(60)
         c, lib = ev["candidate"], ev[case.library.name]
         cm, lm = c[0].elapsed_time(c[1]), lib[0].elapsed_time(lib[1])
-        case.judge.after_pair(i, 99)
-        row = {"block": block, "case": case.name, "cond": cond, "i": i, "cand_first": i % 2 == 0,
+        judged = "ok"
+        try:
+            case.judge.after_pair(i, 99)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic: a judge's verdict is recorded, the pairs go on
+            judged = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"  judge on {case.name} pair {i} ({cond}): {judged}", flush=True)
+        row = {"judged": judged, "block": block, "case": case.name, "cond": cond, "i": i, "cand_first": i % 2 == 0,
                "cand_ms": round(cm, 5), "lib_ms": round(lm, 5), "ratio": round(lm / cm, 5) if cm > 0 else None,
                "pair_s": round(time.perf_counter() - t0, 4), **nv, **tags}
         self.record(**row)
