@@ -1,8 +1,8 @@
 """The counted runs: the executed-instruction check's side of the worker. In process
-(tools.cupti), after the timed runs of the same module instance (defer_counted, then
-run_pending's run_counted at the evaluation's credit op); or, where CUPTI cannot run, in a
-process of its own under Nsight Compute with --profile-from-start off (run_credit). The rules
-that turn the counts into credit are tools.credit's."""
+(tools.cupti): every timed run of the same module instance, each in a CUPTI range of its
+stretch's pass (defer_counted, then run_pending's run_counted at the evaluation's credit op); or,
+where CUPTI cannot run, in a process of its own under Nsight Compute with --profile-from-start off
+(run_credit). The rules that turn the counts into credit are tools.credit's."""
 from __future__ import annotations
 
 import contextlib
@@ -128,21 +128,19 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
 
 def launch_gaps(timed: list[float], counted: list[float], boundary: list[float] = ()) -> dict:
     """The spacing a kernel sees between its launches (host seconds at which each run was let go,
-    tools.timing.Side.released), timed runs against counted ones, in ms.
+    tools.timing.Side.released), timed runs against runs counted outside the timed sequence, in ms.
+    Every timed run of a counted phase is itself counted (run_counted), so `counted` holds the runs
+    after the timed ones only (an exact-count run, a SASS-patched pass's, an untimed workload's).
 
     `boundary`: the timed runs that follow a pass boundary (the first pair of each later stretch:
-    CUPTI's Stop and Start and the other workloads' stretches lie before them). No counted run sits
-    there by construction (run_counted's timed_stretch), so their gaps are reported apart and left
-    out of the pool a counted gap is compared with: the `ordinary` timed gaps, the gaps of the places
-    a counted pair is drawn from. At S=8192 a phase has 10-14 pairs and three boundaries, so the
-    median of every timed gap (`timed_median`) sits among the long ones (2026-12-03: 485 ms against
-    counted gaps of 141-199 ms); the ordinary median is the one to compare.
+    CUPTI's Stop and Start and the other workloads' stretches lie before them): their gaps are
+    reported apart and left out of the `ordinary` pool a counted gap is compared with. At S=8192 a
+    phase has 10-14 pairs and three boundaries, so the median of every timed gap (`timed_median`)
+    sits among the long ones; the ordinary median is the one to compare.
 
     Returns: `timed_median`, `timed_max` (every timed gap), `ordinary_median`, `boundary` (those
     gaps), `counted` (the gap before each counted run, from the run before it, timed or counted),
-    `counted_rank` (each counted gap's mid-rank among the ordinary gaps, in [0, 1]: a counted pair
-    drawn as the ordinary ones are has a rank uniform on [0, 1] over evaluations; ranks piled at one
-    end mean counted runs get a pause of their own, tests/test_counted_spacing.py) and
+    `counted_rank` (each counted gap's mid-rank among the ordinary gaps, in [0, 1]) and
     `counted_beyond_timed` (counted gaps longer than every timed gap: the runs a kernel that
     switches path after an unusually long pause would single out). Empty lists (None) where a side
     has no runs (untimed evaluations: no timed gaps)."""

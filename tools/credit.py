@@ -132,7 +132,7 @@ WORK_METRICS = (GMMA_METRIC, *HGMMA_OPS_METRICS, FP8_OPS_METRIC, DMMA_OPS_METRIC
                 TMA_BYTES_METRIC, *OTHER_READ_METRICS, LDGSTS_INST_METRIC, TEX_INST_METRIC, DURATION_METRIC)
 FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": (TMA_INST_METRIC,)}
 # What the in-process check reads: 4 passes on GH100, hardware counters only (CUPTI's host API says
-# so without a GPU, tests/test_cupti_user_replay.py), one counted run each, every one a timed run:
+# so without a GPU, tests/test_cupti_user_replay.py), each pass counting every timed run of its stretch:
 # no pass runs SASS-patched code (which a kernel could sense, 2.6-49x slower, after the timed runs).
 CUPTI_METRICS = tuple(dict.fromkeys((GMMA_METRIC, TMA_INST_METRIC, *WORK_METRICS)))
 # The module's SASS facts a row may carry (counter_rows): whether it holds a plain bulk copy.
@@ -177,7 +177,7 @@ def exact_count_sites(insp) -> dict[str, dict[int, str]] | None:
 
 
 def credit_metrics() -> tuple[str, ...]:
-    """What the in-process check (CUPTI user replay, one counted run per pass) collects: all of
+    """What the in-process check (CUPTI user replay, every timed run counted) collects: all of
     CUPTI_METRICS but the kernel time (a user range's gpu__time_duration spans the range, the
     stream gate included, so each counted run is timed with events, as a timed run is)."""
     return tuple(m for m in CUPTI_METRICS if m != DURATION_METRIC)
@@ -215,31 +215,22 @@ WGMMA_MIN_OF_ALL_MATH = 0.85
 TMA_MAX_OTHER_READS = 2.0
 TMA_MAX_OTHER_READS_NO_MMA = 0.5
 MMA_FEATURES = ("wgmma", "tcgen05_mma")
-# The counted run must be the kernel that was timed: its kernel time within SAME_RUN_RATIO (plus
-# SAME_RUN_SLACK_MS for launch gaps) of the timed median of the same workload, both ways
-# (tie_to_timed_run).
+# The counted runs must be the kernel that was timed (tie_to_timed_run), within SAME_RUN_RATIO (plus
+# SAME_RUN_SLACK_MS for launch gaps), both ways. In process every timed run is counted (tools.counted):
+# the counts are the timed runs' own, so what is tied is each hardware pass's median to the range of
+# the other passes' runs (a kernel that told the passes apart by their boundaries and took another
+# path in one must take it at the timed path's speed). Elsewhere (Nsight Compute, a workload counted
+# after its runs) each counted run is tied to the range of the workload's timed runs.
 SAME_RUN_RATIO = 1.10  # the five expert kernels on the H200: 0.983-1.001 (docs/BENCHMARKS.md)
 SAME_RUN_SLACK_MS = 0.01
-# Each counted run inside the timed pairs is tied to the spread of the other timed runs of its
-# workload, not to their median: it must lie within SAME_RUN_RATIO of their range (timed_band: the
-# fastest and the slowest of them; below TIE_BAND_RUNS other timed runs, of their median). On the
-# H200 the attention-backward expert at S=8192 draws the card to its power limit (684 W, clocks
-# event reason "SW power cap" in half of the samples, the SM clock down to 1710 MHz from 1965):
-# whichever side runs second in a pair runs up to 15% slower, the library (27 -> 29 ms) as the
-# candidate (29 -> 33 ms), most of the time, not always (2026-12-03 night,
-# scripts/diag_counted_slowdown.py). How many of its timed runs fall in the slow mode changes from
-# one evaluation to the next: held to the median of all it was refused whenever a counted run came
-# from the slow mode (4 of 12 counted runs); held to the quartiles, whenever fewer than a quarter of
-# the other timed runs were slow (the merged tree's H200 run: 32.58 ms against quartiles of
-# 28.46-29.22). The range holds every mode an honest kernel showed at least once. What it gives an
-# attacker: a path the counted runs take must also run on at least one other timed run, and all
-# four counted runs of every workload must fall on it (their places are secret), so a kernel that
-# takes it on a share p of its runs is credited with probability p^4 per workload (p^20 over five
-# workloads) while its reported median stays the other path's only for p < 1/2. The band leaves out
-# the counted runs themselves, so a kernel that guessed right on them does not move it. The
-# correction by the pair's library run (before this night) assumed both runs of a pair share the
-# GPU's state; on the H200 the second run is slowed by the first, so the library's run beside a
-# slow counted run was the fast one: it is gone.
+# A range (timed_band: the fastest and the slowest; below TIE_BAND_RUNS runs, the median), not the
+# median: on the H200 the attention-backward expert at S=8192 draws the card to its power limit
+# (684 W, "SW power cap", the SM clock down to 1620-1740 MHz from 1980), and whichever side runs
+# second in a pair runs up to 15% slower, most of the time, not always (2026-12-03 night,
+# scripts/diag_counted_slowdown.py; 2026-12-04, scripts/diag_ranged.py: in a CUPTI range or not alike).
+# How many runs fall in the slow mode changes from one evaluation (and one pass) to the next; the range
+# holds every mode an honest kernel showed at least once. A pass holds runs of both places in the pair,
+# so its median lies between the modes.
 TIE_BAND = (0.0, 1.0)
 TIE_BAND_RUNS = 4
 

@@ -346,7 +346,7 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
     PairedTimes), so a caller can hold the sequence between two pairs and make other runs meanwhile
     (tools.counted: each workload's counted runs inside its timed sequence); time held is not the
     phase's own (the cap). `may_stop(i)`: whether the sequence may end early before pair i (the
-    executed check holds it until its counted pairs have run). `pairs_multiple`: the drawn count
+    executed check, counting every run, holds it to its end). `pairs_multiple`: the drawn count
     (warm-ups included) is rounded up to a multiple of it (tools.counted: one equal stretch of pairs
     per hardware pass). Otherwise as follows.
 
