@@ -9,7 +9,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from tools.credit import timed_band
+from tools.credit import pass_tie_runs, timed_band
 from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
@@ -213,7 +213,8 @@ def mean_counts(ranges: list) -> dict[str, float]:
 
 def pass_bands(pass_ms: list[list[float]]) -> list[list[float]]:
     """For each hardware pass, the band its runs are tied to (tools.credit.tie_to_timed_run): the
-    range of the other passes' runs (tools.credit.timed_band), [] where they are too few."""
+    range of the other passes' runs (tools.credit.timed_band), [] where they are too few. Given the
+    runs the tie uses (tools.credit.pass_tie_runs: those first in their pair)."""
     flat = [[ms, None] for runs in pass_ms for ms in runs]
     out, start = [], 0
     for runs in pass_ms:
@@ -459,6 +460,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         if e.pass_ranged is not None and cand is not None:
             e.out["pass_ms"][e.stretch].append(cand)
             e.out["run_ms"].append(cand)
+            if (len(e.out["pair_ms"]) - 1) % 2 == 0:  # the candidate ran first in this pair (paired_steps' order)
+                e.out["pass_first_ms"][e.stretch].append(cand)
 
     def advance(e: Counted) -> None:
         """Run the pair the phase holds at, then hold at the next (None once the phase is over)."""
@@ -485,7 +488,7 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         so every pass holds the same ranges (the workload fails; its counts are never read)."""
         e.pass_ranged, e.slot, e.stretch, e.phase_ran = ranged, 0, k, True
         if e.steps is None:
-            e.out["pass_ms"] = [[] for _ in range(n)]
+            e.out["pass_ms"], e.out["pass_first_ms"] = [[] for _ in range(n)], [[] for _ in range(n)]
             e.phase.count_every_pair(n)
             e.phase.candidate.pad = ranged_run(e)
             if e.phase.baseline is not None:
@@ -668,7 +671,7 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
         spent["release"] += time.perf_counter() - t1
     for e in entries:
         if e.out.get("pass_ms") and e.times is not None:  # each pass's runs, tied to the other passes' (tools.credit)
-            e.out["pass_band_ms"] = pass_bands(e.out["pass_ms"])
+            e.out["pass_band_ms"] = pass_bands(pass_tie_runs(e.out["pass_ms"], e.out.get("pass_first_ms")))
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
             reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [
