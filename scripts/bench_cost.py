@@ -37,7 +37,7 @@ SHORT = {"compile": "comp", "inspect_wait": "insp", "queue_wait": "queue", "work
 
 
 # what each workload's counted runs record of their cost (tools.counted: the session, its padding)
-CREDIT_KEYS = ("status", "reason", "profile_s", "profile_phase_s", "own_s", "padded_runs", "counted_pairs")
+CREDIT_KEYS = ("status", "reason", "profile_s", "profile_phase_s", "own_s", "padded_runs", "ranged_runs")
 
 
 def counted_by_pass(ev) -> list[float]:

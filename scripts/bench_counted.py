@@ -3,8 +3,9 @@ evaluations of the shipped expert of each task, all workloads, credit on, in one
 
 Arms (each a warm evaluation; the first evaluation of each task, cold, is recorded as `cold`):
   base   the check as it is
-  nopad  the timed runs not padded by CUPTI's push and pop (the worker skips tools.timing.Side.pad):
-         what the padding really costs in wall time, against what `counted_runs.padding` charges
+  nopad  the library's runs without the pause matched to CUPTI's push and pop (the worker skips the
+         library side's tools.timing.Side.pad; the candidate's runs stay ranged, every one): what the
+         matched pause costs in wall time, against what `counted_runs.padding` charges
   hw     the check's metrics plus any of the hardware counters of every math pipe by thread (alu,
          fma, fp16, fp64, xu) and cp.async (LDGSTS) instructions and bytes it lacks (on the tree of
          W1, 2026-12-03: what the experts read there, beside the SASS-patched counts the check then
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,13 +38,13 @@ HW_EXTRA = ("sm__thread_inst_executed_pipe_alu_pred_on.sum", "sm__thread_inst_ex
 
 
 def worker() -> int:
-    """tools.worker, with the padding skipped while NOPAD_FLAG exists (the nopad arm)."""
+    """tools.worker, with the library's matched pause skipped while NOPAD_FLAG exists (the nopad arm)."""
     from tools import timing, worker as w
 
     cold_run = timing._cold_run
 
     def maybe_unpadded(side, state):
-        if NOPAD_FLAG.exists():
+        if NOPAD_FLAG.exists() and side.name != "candidate":  # the library's matched pause only
             side.pad = None
         return cold_run(side, state)
 
@@ -61,7 +63,8 @@ def row(task: str, arm: str, ev, wall: float) -> dict:
             "status": x.status, "speedup": x.speedup, "timed_runs": x.timed_runs, "warmup": x.warmup_runs,
             "timed_s": round(x.phase_s.get("timed", 0.0), 4), "judge_s": round(x.phase_s.get("judge", 0.0), 4),
             "median_ms": x.timing.median_ms if x.timing else None, "cv": x.timing.cv if x.timing else None,
-            "iqr_ms": x.timing.iqr_ms if x.timing else None, "counted_pairs": c.get("counted_pairs"),
+            "iqr_ms": x.timing.iqr_ms if x.timing else None, "ranged_runs": c.get("ranged_runs"),
+            "pass_ms": c.get("pass_ms"), "pass_band_ms": c.get("pass_band_ms"),
             "tie_notes": None, "padded_runs": c.get("padded_runs", 0),
             "padding_s": c.get("padding_s"),
             "push_pop_ms": c.get("push_pop_ms"), "pass_s": c.get("pass_s"), "own_s": c.get("own_s"),
@@ -140,12 +143,15 @@ def main(argv: list[str] | None = None) -> int:
             x = rows[-1]
             pads = sum(w["padded_runs"] for w in x["workloads"].values())
             pp = [p for w in x["workloads"].values() for p in (w["push_pop_ms"] or [])]
+            pp = [round(statistics.median(p[k] for p in pp), 3) for k in (0, 1)] if pp else []  # push, pop: medians
+            ranged = sum(len(w["run_ms"] or []) for w in x["workloads"].values())
+            speedups = {k: round(w["speedup"], 4) for k, w in x["workloads"].items() if w["speedup"]}
             hid = sum((w["padding_s"] or [0, 0])[1] for w in x["workloads"].values())
             shares = {k: (v or {}).get("wgmma_of_all_math") for k, v in x["work"].items()}
             print(f"[counted] {task}/{arm}: wall {wall:.2f} s cwa={x['correct_with_arch']} counted "
                   f"{x['phases']['counted_runs']:.3f} s timed {x['phases']['timed_pairs']:.2f} judge "
-                  f"{x['phases']['judging']:.2f} padded {pads} (hidden {hid:.3f} s) wgmma of all math {shares} "
-                  f"push/pop ms {pp} | " +
+                  f"{x['phases']['judging']:.2f} ranged {ranged} padded {pads} (hidden {hid:.3f} s) wgmma of all math "
+                  f"{shares} push/pop ms (median) {pp} speedups {speedups} | " +
                   " ".join(f"{k}={x['counted_parts'].get(k, 0.0):.3f}" for k in COST_PARTS), flush=True)
             save()
     save()

@@ -9,8 +9,23 @@ import pytest
 import test_credit_in_process
 from test_credit_in_process import CountedState, _through_the_evaluator, request
 
-from tools import counted, worker
+from tools import counted, timed, worker
+from tools.timing import Side
 from test_evaluator_cpu import gemm
+
+
+def with_library(monkeypatch, lib_ms: float = 1.0) -> list:
+    """The timed phases get a library side (the CPU stand-in has none): a run that advances the
+    stand-in's clock by `lib_ms`; returns the list its runs are logged in (whether a pause was around)."""
+    runs: list = []
+
+    def library_baseline(state, req, task, wl, inputs, limit):
+        def run():
+            runs.append(state.pass_index)
+            state.clock_ms += lib_ms
+        return Side("baseline:fake", run), "fake", None
+    monkeypatch.setattr(timed, "library_baseline", library_baseline)
+    return runs
 
 
 def _op(state, time: bool = True, seed: int = 3) -> tuple[dict, dict]:
@@ -35,17 +50,20 @@ def test_the_credit_op_takes_its_own_time_apart(monkeypatch):
     assert sum(parts.values()) == pytest.approx(reply["seconds"] - reply["timed_s"], abs=2e-3), (parts, reply)
     # with the figures a real profiler records (tests/test_credit_in_process.PHASES: 0.25 s set-up ...)
     monkeypatch.undo()
+    with_library(monkeypatch)
     state = CountedState(gemm)
     state.profiler.last_pass_s = [[0.01, 0.02], [0.01, 0.02], [0.01, 0.02]]
     _, reply = _op(state)
     parts, credit = reply["cost_parts"], next(iter(reply["credits"].values()))
     assert parts["cupti"] == pytest.approx(0.253)
-    assert credit["padded_runs"] > 0 and parts["padding"] >= credit["padded_runs"] * 2 * 1e-6
+    # every library run of the session paused to match (one per ranged candidate run), both charged
+    assert credit["padded_runs"] == len(credit["run_ms"]) > 0 and parts["padding"] >= credit["padded_runs"] * 2 * 1e-6
     assert parts["pass_boundaries"] == pytest.approx(0.09) and credit["pass_start_stop_s"] == [[0.01, 0.02]] * 3
     assert parts["untimed_runs"] == 0.0 and parts["instrumented_run"] > 0  # the hardware passes' runs were timed runs
     assert parts["exact_count_run"] == 0.0  # no sites asked
-    # CUPTI's push and pop around each hardware pass's counted run (ms): what every other run is padded by
-    assert len(credit["push_pop_ms"]) == 2 and all(len(x) == 2 and min(x) >= 0 for x in credit["push_pop_ms"])
+    # CUPTI's push and pop around every ranged (timed) run (ms): what the library's run beside it waits
+    assert len(credit["push_pop_ms"]) == len(credit["run_ms"]) and all(len(x) == 2 and min(x) >= 0
+                                                                        for x in credit["push_pop_ms"])
 
 
 def test_untimed_the_counted_runs_are_their_own_cost_and_nothing_is_padded(monkeypatch):
@@ -70,11 +88,12 @@ def test_the_evaluation_reports_where_its_counted_runs_went(tmp_path, monkeypatc
         assert phases["counted_runs.other"] >= 0 and "counted_runs" in phases
 
 
-def test_every_run_waits_for_the_gpu_and_the_padding_after_it_is_charged():
+def test_every_run_waits_for_the_gpu_and_the_padding_after_it_is_charged(monkeypatch):
     """CUPTI's push and pop wait for the GPU to run what is queued before their own work, so every
-    candidate run of the session first drains the stream (polled: a host query), counted or not;
-    the padding after a drain matches CUPTI's own part, and the GPU sits idle through it: the
-    check's cost (`padding_s` = [waited for, hidden])."""
+    run of the session first drains the stream (polled: a host query), the candidate's (ranged) and
+    the library's (paused to match); the library's pause after a drain matches CUPTI's own part, and
+    the GPU sits idle through it: the check's cost (`padding_s` = [waited for, hidden])."""
+    with_library(monkeypatch)
     state = CountedState(gemm)
     polls = {"n": 0}
 
@@ -102,17 +121,19 @@ def test_a_gpu_that_never_drains_is_a_timeout_not_a_silent_wait():
 
 def test_with_hardware_counters_only_every_pass_counts_a_timed_run():
     """The check's metrics are hardware counters only (4 passes on GH100, none SASS-patched): each pass
-    counts a run of the timed sequence in its own stretch, no run follows the timed ones, nothing is
-    instrumented, and no counted run is the check's own cost (only CUPTI's and the padding)."""
+    counts every run of its own stretch of the timed sequence, no run follows the timed ones, nothing
+    is instrumented, and no counted run is the check's own cost (only CUPTI's and the pauses)."""
     from tools import credit as rules, cupti
 
     assert not [m for m in rules.credit_metrics() if cupti.is_sass_patched(m)]
     state = CountedState(gemm, passes=4, instrumented=())
     result, reply = _op(state)
     credit = next(iter(reply["credits"].values()))
-    assert credit["status"] == "ran" and credit["passes"] == 4 and len(credit["counted_pairs"]) == 4, credit
-    assert len(credit["run_ms"]) == 4 and credit["instrumented_ms"] == [] and len(credit["push_pop_ms"]) == 4
-    assert sorted(credit["counted_pairs"]) == credit["counted_pairs"] and len(set(credit["counted_pairs"])) == 4
-    assert state.passes_counted() == [0, 1, 2, 3]  # (the spacing itself is the H200's to measure: gaps_ms)
+    m = credit["ranged_runs"]
+    assert credit["status"] == "ran" and credit["passes"] == 4 and m >= 1 and credit["stretch_ends"][-1] == 4 * m, credit
+    assert len(credit["run_ms"]) == 4 * m and credit["instrumented_ms"] == [] and len(credit["push_pop_ms"]) == 4 * m
+    timed = next(iter(reply["results"].values()))
+    assert timed["warmup_runs"] + timed["timed_runs"] == 4 * m  # every pair's candidate run counted
+    assert state.passes_counted() == [p for p in range(4) for _ in range(m)]
     parts = reply["cost_parts"]
     assert parts["instrumented_run"] == 0.0 and parts["untimed_runs"] == 0.0

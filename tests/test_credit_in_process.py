@@ -56,9 +56,10 @@ class FakeProfiler:
         self.names: list[str] = []  # the default range name of each profile_passes call
         self.ranges: list[tuple[int, str]] = []  # (pass, range name) of every range pushed
 
-    def profile_passes(self, run_pass, name: str) -> list[Launch]:
+    def profile_passes(self, run_pass, name: str, max_ranges: int | None = None) -> list[Launch]:
         state = self.state
         self.names.append(name)
+        self.max_ranges = max_ranges
 
         @contextlib.contextmanager
         def ranged(label=None):
@@ -169,38 +170,40 @@ def with_counted_runs(state, req: dict) -> tuple[dict, bool]:
 
 # ---------------------------------------------------------------- where the counted runs are
 
-def test_the_hardware_passes_count_timed_runs_at_secret_places():
-    """Timed (issue 42 item 3): each hardware pass counts one run of the timed sequence itself, a
-    pair drawn from the secret credit seed in its own stretch of the pairs after the first (pass 0
-    in the first half, pass 1 in the second): a run prepared, spaced, timed and judged as its
-    neighbours are. Only the SASS-patched pass's run follows the timed runs. In pass order, inside
-    the workload's range, under a name of ours."""
-    places = set()
-    for seed in range(10):
+def test_every_timed_run_is_counted_in_its_stretchs_pass():
+    """Issue 42 item 3, by construction: every candidate run of the timed sequence is counted. The
+    pairs (the drawn count rounded up to a multiple of the hardware passes) split into one equal
+    stretch per hardware pass, and every candidate run of stretch k is made inside a range of pass
+    k, named for its place in the stretch (the same names each pass); the counts are the mean over
+    a pass's ranges. Only the SASS-patched pass's run follows the timed runs, in the workload's
+    range. Under names of ours."""
+    totals = set()
+    for seed in range(6):
         state = CountedState(gemm)
         req = request(seed, timing_seed=seed)
         result, fatal = with_counted_runs(state, req)
         assert result["status"] == "passed" and not fatal, result
         credit = result["credit"]
         assert credit["status"] == "ran" and credit["reason"] is None, credit
-        assert credit["lead_runs"] == 0 and credit["counted_from"] == 1 and credit["runs"] == credit["passes"] == 3
         pairs = result["warmup_runs"] + result["timed_runs"]
-        p0, p1 = credit["counted_pairs"]
-        half = 1 + (pairs - 1) // 2
-        assert 1 <= p0 < half <= p1 < pairs, (p0, p1, pairs)
-        # the checks' 2 launches, then one candidate launch per pair; the instrumented run after the last pair
-        assert [c["launch"] for c in state.counted] == [2 + p0 + 1, 2 + p1 + 1, 2 + pairs + 1]
-        assert state.launches == 2 + pairs + 1 and state.passes_counted() == [0, 1, 2]
-        assert credit["run_ms"] == [1.0, 1.0] and len(credit["instrumented_ms"]) == 1
-        before = p0
+        m = pairs // 2
+        assert pairs == 2 * m and credit["ranged_runs"] == m and credit["stretch_ends"] == [m, 2 * m], credit
+        assert credit["lead_runs"] == 0 and credit["counted_from"] == 1 and credit["runs"] == pairs + 1
+        # the checks' 2 launches, then one candidate launch per pair, every one counted; the instrumented run last
+        assert [c["launch"] for c in state.counted] == list(range(3, 3 + pairs)) + [3 + pairs]
+        assert state.launches == 2 + pairs + 1 and state.passes_counted() == [0] * m + [1] * m + [2]
+        assert credit["run_ms"] == [1.0] * pairs and credit["pass_ms"] == [[1.0] * m] * 2
+        assert len(credit["instrumented_ms"]) == 1
         name = f"{counted.COUNTED_RANGE}_0"  # ours, never a name the candidate chose
-        assert state.profiler.names == [name] and state.profiler.ranges == [(0, name), (1, name), (2, name)]
-        assert credit["launches"] == [{"name": name, "metrics": {m: 0.0 for m in rules.credit_metrics()}}]
+        assert state.profiler.names == [name]
+        assert state.profiler.ranges == [(p, f"{name}{counted.RUN_SEP}{j}") for p in (0, 1) for j in range(m)] + [(2, name)]
+        assert credit["launches"] == [{"name": name, "metrics": {m_: 0.0 for m_ in rules.credit_metrics()}}]
         assert state.asked == [tuple(req["credit"]["metrics"])]
         assert credit["profile_phase_s"] == PHASES and credit["profile_s"] >= 0 and credit["own_s"] >= 0
         assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]  # CUPTI's pass bookkeeping, recorded
-        places.add(before + 1)
-    assert len(places) >= 3, places
+        assert state.profiler.max_ranges >= m  # the counter data image holds every range of a pass
+        totals.add(pairs)
+    assert len(totals) >= 2, totals
 
 
 def test_launch_gaps_summarise_the_spacing_a_kernel_sees():
@@ -219,13 +222,14 @@ def test_launch_gaps_summarise_the_spacing_a_kernel_sees():
 
 def test_every_counted_run_records_the_gap_before_it():
     """The worker measures what it creates: each workload's credit carries `gaps_ms` from the host
-    times at which its timed and counted runs were let go (tools.timing.Side.released)."""
+    times at which its timed runs (every one counted) and its runs after them (here the SASS-patched
+    pass's) were let go (tools.timing.Side.released)."""
     state = CountedState(gemm)
     result, _ = with_counted_runs(state, request(3))
     gaps = result["credit"]["gaps_ms"]
     assert result["status"] == "passed" and result["credit"]["status"] == "ran", result
-    assert len(gaps["counted"]) == 3 and all(g > 0 for g in gaps["counted"])  # one per pass
-    assert gaps["timed_median"] > 0 and gaps["timed_max"] >= gaps["timed_median"]
+    assert len(gaps["counted"]) == 1 and all(g > 0 for g in gaps["counted"])  # the one run after the timed ones
+    assert gaps["timed_median"] > 0 and gaps["timed_max"] >= gaps["timed_median"] and len(gaps["boundary"]) == 1
     assert isinstance(gaps["counted_beyond_timed"], int)
 
 
@@ -259,28 +263,22 @@ class LoggingState(CountedState):
         return super().wait(limit_s)
 
 
-def test_a_counted_run_is_made_of_what_its_timed_neighbours_are_made_of():
-    """Issue 42 item 3, by construction: between a kernel's previous launch and a hardware pass's
-    counted launch, the worker does exactly what it does before some timed launch (inputs, flush,
-    events, the library's run, the wait and the judge), the range's push and pop aside; so the
-    pause before a counted run is a timed run's pause. Checked for every credit seed of ten."""
-    for seed in range(10):
+def test_every_timed_launch_is_inside_a_range():
+    """Issue 42 item 3, by construction: every candidate launch of the timed sequence is made inside
+    a range (pushed before it, popped after it), so no timed run differs from a counted one; the
+    only counted launch outside the timed sequence is the SASS-patched pass's, last. Checked for
+    every credit seed of six."""
+    for seed in range(6):
         state = LoggingState()
         result, _ = with_counted_runs(state, request(seed, timing_seed=seed))
         assert result["status"] == "passed" and result["credit"]["status"] == "ran", result
-        gaps, current = [], []
-        for op in state.ops:
-            if op.startswith("launch"):
-                gaps.append((op, tuple(o for o in current if o not in ("push", "pop"))))
-                current = []
-            else:
-                current.append(op)
+        launches = [op for op in state.ops if op.startswith("launch")]
         checks, pairs = 2, result["warmup_runs"] + result["timed_runs"]
-        timed = gaps[checks:checks + pairs]
-        assert [op for op, _ in gaps].count("launch*") == 3 and gaps[-1][0] == "launch*"  # the instrumented one last
-        counted_hw = [g for op, g in timed if op == "launch*"]
-        neighbours = {g for op, g in timed[2:] if op == "launch"}  # pairs 2.. (pair 1 follows pair 0's first pause)
-        assert len(counted_hw) == 2 and all(g in neighbours for g in counted_hw), (seed, counted_hw, neighbours)
+        assert launches[:checks] == ["launch"] * checks  # the seeded checks: before the session
+        assert launches[checks:] == ["launch*"] * (pairs + 1), (seed, launches)
+        ranged = "".join("(" if op == "push" else ")" if op == "pop" else "L" if op.startswith("launch") else ""
+                         for op in state.ops)
+        assert ranged.count("(L)") == pairs + 1, ranged
 
 
 def test_untimed_the_counted_runs_follow_one_to_four_uncounted_runs():
@@ -303,20 +301,22 @@ def test_untimed_the_counted_runs_follow_one_to_four_uncounted_runs():
 
 
 def test_each_counted_run_is_prepared_fresh_and_timed_in_its_own_list():
-    """Each counted run gets inputs of its own (the hardware passes' runs are timed runs: the timed
-    sequence's fresh inputs; the SASS-patched pass's from the secret credit seed) and poisoned
-    outputs, as a timed run does. The hardware passes' times go to run_ms, the SASS-patched
-    pass's to instrumented_ms; that pass may take INSTRUMENTED_SLOWDOWN times the slowest plain
-    run beyond the kernel time limit."""
+    """Each counted run gets inputs of its own (the hardware passes' runs are the timed runs: the
+    timed sequence's fresh inputs; the SASS-patched pass's from the secret credit seed) and poisoned
+    outputs, as a timed run does. The hardware passes' times go to run_ms (and by pass to pass_ms),
+    the SASS-patched pass's to instrumented_ms; that pass may take INSTRUMENTED_SLOWDOWN times the
+    slowest plain run beyond the kernel time limit."""
     ms = {0: 1.0, 1: 3.0, 2: 40.0}
     state = CountedState(gemm, ms_of=ms.__getitem__)
     result, _ = with_counted_runs(state, request(21))
     credit = result["credit"]
     assert result["status"] == "passed" and credit["status"] == "ran", result
-    assert credit["run_ms"] == [1.0, 3.0] and credit["instrumented_ms"] == [40.0]
+    m = credit["ranged_runs"]
+    assert credit["run_ms"] == [1.0] * m + [3.0] * m and credit["instrumented_ms"] == [40.0]
+    assert credit["pass_ms"] == [[1.0] * m, [3.0] * m]
     assert all(c["poisoned"] for c in state.counted)
     a = [c["A"] for c in state.counted]
-    assert len(a) == 3 and not any(torch.equal(a[i], a[j]) for i in range(3) for j in range(i + 1, 3))
+    assert len(a) == 2 * m + 1 and not any(torch.equal(a[i], a[j]) for i in range(len(a)) for j in range(i + 1, len(a)))
     waits = {p: limit for p, limit in state.waits if p is not None}
     assert waits[0] == waits[1] == LIMIT_S
     assert waits[2] == pytest.approx(LIMIT_S + counted.INSTRUMENTED_SLOWDOWN * 3.0 / 1e3)
@@ -369,21 +369,24 @@ def test_the_instrumented_pass_runs_ungated():
 
 @pytest.mark.parametrize("k,time", [(0, True), (1, True), (2, True), (1, False)])
 def test_every_counted_run_is_judged(k, time):
-    """A kernel that answers wrong only on the k-th counted run (the instrumented one included)
+    """A kernel that answers wrong only inside a range of pass k (the instrumented one included)
     fails the workload as a wrong timed run would, and the detail names that run (timed: the
-    hardware passes' runs are timed runs, named by their place in the timed sequence); no
-    counted run comes after it."""
+    hardware passes' runs are the timed runs, named by their place in the timed sequence: the first
+    of pass k's stretch); no run is counted after it."""
     state = CountedState(lambda ws, n: ws.outputs["C"].zero_() if state.inside and state.pass_index == k
                          else gemm(ws, n))
     result, fatal = with_counted_runs(state, request(3, time=time))
     assert result["status"] == "failed" and result["reason"] == "wrong_in_timed_run" and not fatal, result
-    n = result["credit"]["lead_runs"] + k + 1
+    credit = result["credit"]
     if time and k < 2:
-        pair = result["credit"]["counted_pairs"][k]
-        assert result["detail"].startswith(f"timed-phase run {pair + 1} of "), result["detail"]
+        first = 0 if k == 0 else credit["stretch_ends"][k - 1]
+        assert result["detail"].startswith(f"timed-phase run {first + 1} "), result["detail"]
+        assert state.passes_counted() == [p for p in range(k) for _ in range(credit["ranged_runs"])] + [k]
     else:
+        n = credit["lead_runs"] + k + 1
         assert f"the executed check's counted run {n} (after the timed runs)" in result["detail"], result["detail"]
-    assert state.passes_counted() == list(range(k + 1)) and result["credit"]["status"] != "ran"
+        assert state.passes_counted()[-1] == k and state.passes_counted().count(k) == 1
+    assert credit["status"] != "ran"
 
 
 def test_a_counted_run_that_writes_out_of_bounds_fails_with_that_reason():
@@ -395,9 +398,9 @@ def test_a_counted_run_that_writes_out_of_bounds_fails_with_that_reason():
 
 
 def test_the_counted_runs_are_judged_as_timed_runs_are(monkeypatch):
-    """judge_run, the timed runs' verdict, on each counted run: the hardware passes' runs are timed
-    runs, judged as every timed run is (by the timed phase's judge, named as timed-phase runs); the
-    SASS-patched pass's run, after the timed runs, on the seed its inputs came from, sampled rows
+    """judge_run, the timed runs' verdict, on each counted run: the hardware passes' runs are the
+    timed runs, judged as every timed run is (by the timed phase's judge, named as timed-phase runs);
+    the SASS-patched pass's run, after the timed runs, on the seed its inputs came from, sampled rows
     (the task has a sampler), named by its place after the timed runs."""
     judged = []
     real = counted.judge_run
@@ -417,8 +420,7 @@ def test_the_counted_runs_are_judged_as_timed_runs_are(monkeypatch):
     assert all(not full and rows == 1024 for _, full, rows, _ in in_counted)
     timed = [j for j in judged if j[0].startswith("timed-phase run")]
     assert len(timed) == result["warmup_runs"] + result["timed_runs"] and len(judged) == len(timed) + 1
-    p0, p1 = result["credit"]["counted_pairs"]  # judged among them, as the runs they are
-    assert timed[p0][0].startswith(f"timed-phase run {p0 + 1} ") and timed[p1][0].startswith(f"timed-phase run {p1 + 1} ")
+    assert len(timed) == len(result["credit"]["run_ms"])  # every timed run judged, every one counted
 
 
 def test_a_wrong_kernel_is_still_counted_and_not_judged_again(monkeypatch):
@@ -457,7 +459,9 @@ def test_a_profiler_error_is_recorded_and_the_workload_still_passes(when):
     assert result["status"] == "passed" and not fatal, result
     credit = result["credit"]
     assert credit["status"] == "failed" and "CUPTI error 7" in credit["reason"] and credit["launches"] == []
-    assert len(state.counted) == (3 if when == "after" else 0) and credit["profile_s"] is not None
+    # after: every timed run counted, then the SASS-patched pass's run
+    assert len(state.counted) == (len(credit["run_ms"]) + 1 if when == "after" else 0) and credit["profile_s"] is not None
+    assert when == "before" or len(credit["run_ms"]) == result["warmup_runs"] + result["timed_runs"]
     wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, 1.0)
     assert wc.status == "skipped" and "CUPTI error 7" in wc.reason
 
@@ -470,8 +474,9 @@ def test_a_hang_in_a_counted_run_is_a_timeout(hang_at):
     result, fatal = with_counted_runs(state, request(7))
     assert result["reason"] == "timeout" and fatal, result
     assert result["credit"]["status"] != "ran" and state.restored == 1  # after the checks; not after the hang
-    # a hang in a hardware pass hits its stretch's first timed pair, before that pass's counted run
-    assert state.passes_counted() == list(range(hang_at + 1 if hang_at == 2 else hang_at))
+    # a hang in a hardware pass hits its stretch's first timed run (counted, as every timed run is)
+    counted_passes = state.passes_counted()
+    assert counted_passes[-1] == hang_at and counted_passes.count(hang_at) == 1 and sorted(counted_passes) == counted_passes
 
 
 # ---------------------------------------------------------------- the tie to the timed median
@@ -534,16 +539,24 @@ def test_the_withheld_credit_names_the_counted_runs():
 
 
 def test_the_worker_reports_what_the_tie_needs():
-    """End to end: the counted runs' times as the worker measured them reach the tie; one slow
-    hardware-pass run withdraws the credit, whatever the instrumented one took."""
+    """End to end: the timed (counted) runs' times as the worker measured them, by pass, reach the
+    tie; one hardware pass whose runs are 30% slower than the other's withdraws the credit, whatever
+    the instrumented run took."""
     honest = {m: v for m, v in HONEST.items() if m in rules.credit_metrics()}
     for ms, carried in (({0: 1.0, 1: 1.0, 2: 30.0}, True), ({0: 1.0, 1: 1.3, 2: 1.0}, False)):
         state = CountedState(gemm, metrics_of=lambda counted: honest, ms_of=ms.__getitem__)
         result, _ = with_counted_runs(state, request(8))
-        wc = rules.credit_in_process(META, result["credit"], ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
+        credit = result["credit"]
+        # the other pass's runs made first in their pair: too few here for a band (then the timed median)
+        assert credit["pass_band_ms"] == counted.pass_bands(rules.pass_tie_runs(credit["pass_ms"], credit["pass_first_ms"]))
+        firsts = [c for i, (c, _) in enumerate(credit["pair_ms"]) if i % 2 == 0]  # the even pairs: candidate first
+        assert [x for p in credit["pass_first_ms"] for x in p] == firsts
+        wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
         assert wc.status == "ok" and wc.carries["wgmma"] is carried, wc
+        assert wc.pass_ms == [ms[0], ms[1]] and wc.pass_band_ms == credit["pass_band_ms"]
         if not carried:
-            assert wc.notes["wgmma"].startswith("counted run 2's kernels took 1.3 ms")
+            assert wc.notes["wgmma"].startswith("hardware pass 2's timed runs took (median) 1.3 ms, the timed runs 1 ms"), \
+                wc.notes
 
 
 def test_the_nsight_compute_run_is_tied_by_its_kernel_time_both_ways():
@@ -721,10 +734,10 @@ def _deferred(state, time: bool = True, evaluation: str = "e1") -> tuple[list[di
 
 def test_deferred_workloads_are_counted_in_one_session_after_the_last_timed_run():
     """Deferred: each workload is judged (the seeded checks) and its module and workspace kept
-    ("pending"); the credit op then times every workload with its counted runs inside, in one
-    profiler session (one profile_passes call: CUPTI's start and its SASS patching paid once),
-    each pass one counted run of each workload in order, each in a range of its own. Each workload
-    gets its own counts, run times and its whole result (timing) back."""
+    ("pending"); the credit op then times every workload, every timed run counted, in one profiler
+    session (one profile_passes call: CUPTI's start and its SASS patching paid once), each pass one
+    stretch of each workload in order, each run in a range of its own workload's. Each workload gets
+    its own counts (the mean over its ranges), run times and its whole result (timing) back."""
     state = CountedState(gemm, metrics_of=lambda counted: {"n": float(len(counted)), "M": float(counted[0]["M"])})
     results, after = _deferred(state)
     assert [r["credit"]["status"] for r in results] == ["pending", "pending"] and not state.counted
@@ -732,15 +745,18 @@ def test_deferred_workloads_are_counted_in_one_session_after_the_last_timed_run(
     reply, fatal = counted.run_pending(state)
     assert not fatal and reply["op"] == "credits" and not reply["failed"] and state.pending == []
     assert state.profiler.names and len(state.profiler.names) == 1  # one session for the evaluation
-    labels = [e for _, e in state.profiler.ranges]
-    assert labels == [f"{counted.COUNTED_RANGE}_0", f"{counted.COUNTED_RANGE}_1"] * 3  # per pass: each workload once
-    assert [c["M"] for c in state.counted] == [128, 70] * 3 and min(c["launch"] for c in state.counted) > after[-1]
+    m0, m1 = (reply["credits"][w]["ranged_runs"] for w in ("M128", "M70"))
+    a, b = f"{counted.COUNTED_RANGE}_0", f"{counted.COUNTED_RANGE}_1"
+    per_pass = [f"{a}#{j}" for j in range(m0)] + [f"{b}#{j}" for j in range(m1)]
+    assert [e for _, e in state.profiler.ranges] == per_pass * 2 + [a, b]  # per pass: each workload's stretch in turn
+    assert [c["M"] for c in state.counted] == ([128] * m0 + [70] * m1) * 2 + [128, 70]
+    assert min(c["launch"] for c in state.counted) > after[-1]
     for name, m in (("M128", 128.0), ("M70", 70.0)):
         credit = reply["credits"][name]
         assert credit["status"] == "ran" and credit["reason"] is None and credit["workloads_counted"] == 2
-        assert credit["launches"][0]["metrics"] == {"n": 3.0, "M": m}  # its own range, its own counts
-        assert len(credit["run_ms"]) == 2 and len(credit["instrumented_ms"]) == 1 and credit["own_s"] >= 0
-        assert len(credit["pass_s"]) == 3 and all(len(p) == 3 and min(p) >= 0 for p in credit["pass_s"])
+        assert credit["launches"][0]["metrics"] == {"n": 2.0, "M": m}  # its own ranges (a run each pass), its counts
+        assert len(credit["run_ms"]) == 2 * credit["ranged_runs"] and len(credit["instrumented_ms"]) == 1
+        assert credit["own_s"] >= 0 and len(credit["pass_s"]) == 1 and min(credit["pass_s"][0]) >= 0  # (the patched run)
         assert credit["stops"] == [[1, 1, 0], [2, 1, 0], [0, 1, 1]]
     assert state.restored == 3  # after each workload, and after the counted runs
     assert state.unloaded == 2  # the kept module instances go once their counted runs are made
@@ -909,7 +925,7 @@ def test_counted_runs_that_could_pass_their_cap_are_skipped_never_credited(monke
     monkeypatch.setattr(counted, "INSTRUMENTED_SLOWDOWN", 1e9)  # any timed median: hours
     reply, fatal = counted.run_pending(state)
     assert not fatal and not reply["failed"]
-    assert state.passes_counted() == [0, 0, 1, 1]  # both hardware passes ran; the patched one never started
+    assert set(state.passes_counted()) == {0, 1}  # both hardware passes ran; the patched one never started
     for credit in reply["credits"].values():
         assert credit["status"] == "skipped"
         assert credit["reason"].startswith("not counted: the counted runs would pass their 30 s cap")
@@ -932,7 +948,7 @@ def test_the_cap_counts_what_the_counted_runs_already_took(monkeypatch, timed):
     assert not fatal and not reply["failed"]
     assert {c["status"] for c in reply["credits"].values()} == {"skipped"}
     if timed:
-        assert state.passes_counted() == [0, 0, 1, 1]  # the hardware passes' timed pairs; pass 3 never started
+        assert set(state.passes_counted()) == {0, 1}  # the hardware passes' timed pairs; pass 3 never started
         assert all(r["timing"] for r in reply["results"].values())
     else:
         assert state.counted == []
@@ -940,21 +956,23 @@ def test_the_cap_counts_what_the_counted_runs_already_took(monkeypatch, timed):
 
 # ---------------------------------------------------------------- the tie to the other timed runs' band
 
-def test_the_worker_ties_each_counted_run_to_the_band_of_the_other_timed_runs():
+def test_the_worker_ties_each_pass_to_the_band_of_the_other_passes_runs():
     """End to end through the timed pairs (tests/test_credit_tie.py has the rule): every pair's
-    candidate time (`pair_ms`, warm-up pairs included), each counted run's pair (`run_pairs`), its
-    pair's library run (None here: this CPU stand-in has no library) and the quartiles of the timed
-    runs that were not counted (`tie_band_ms`) reach the credit; a counted run 20% off them loses it."""
+    candidate time (`pair_ms`, warm-up pairs included), every ranged run's by pass (`pass_ms`) and
+    each pass's band (`pass_band_ms`: the range of the other passes' runs) reach the credit; all
+    runs slower alike are the timed kernel (credited), one pass 20% off the others loses it."""
     honest = {m: v for m, v in HONEST.items() if m in rules.credit_metrics()}
-    for ms, carried in ((1.0, True), (1.2, False)):
-        state = CountedState(gemm, metrics_of=lambda counted: honest, ms_of=lambda i: ms, passes=4, instrumented=())
+    for ms_of, carried in ((lambda i: 1.2, True), (lambda i: 1.2 if i == 2 else 1.0, False)):
+        state = CountedState(gemm, metrics_of=lambda counted: honest, ms_of=ms_of, passes=4, instrumented=())
         result, _ = with_counted_runs(state, request(8, timing_seed=8))
         credit = result["credit"]
-        assert credit["pair_library_ms"] == [None] * 4 and len(credit["run_pairs"]) == 4
-        assert credit["run_pairs"] == credit["counted_pairs"] and credit["tie_band_ms"] == [1.0, 1.0]
-        assert len(credit["pair_ms"]) == result["warmup_runs"] + result["timed_runs"]
-        assert [credit["pair_ms"][p][0] for p in credit["run_pairs"]] == credit["run_ms"] == [ms] * 4
-        wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, 1.0, module_opcodes=NO_BULK)
-        assert wc.tie_band_ms == [1.0, 1.0] and wc.carries["wgmma"] is carried, wc.notes
+        m = credit["ranged_runs"]
+        assert len(credit["pair_ms"]) == result["warmup_runs"] + result["timed_runs"] == 4 * m
+        assert [p[0] for p in credit["pair_ms"]] == credit["run_ms"] == [x for runs in credit["pass_ms"] for x in runs]
+        assert credit["pass_ms"] == [[ms_of(k)] * m for k in range(4)]
+        assert "tie_band_ms" not in credit and "counted_pairs" not in credit  # no run is chosen
+        wc = rules.credit_in_process(META, credit, ["wgmma"], WORK, result["timing"]["median_ms"], module_opcodes=NO_BULK)
+        assert wc.carries["wgmma"] is carried, wc.notes
         if not carried:
-            assert "the other timed runs 1-1 ms (their range)" in wc.notes["wgmma"]
+            assert wc.notes["wgmma"].startswith("hardware pass 3's timed runs took (median) 1.2 ms, the other passes' "
+                                                "runs 1-1 ms (their range)"), wc.notes

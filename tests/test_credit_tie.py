@@ -126,3 +126,65 @@ def test_the_band_needs_its_least_runs_and_keeps_five_places():
     assert rules.timed_band(four[:3], 0, []) is None
     assert rules.timed_band(four[:2], 0, [], least=2) == [1.23457, 2.0]
     assert rules.timed_band(four[:1], 0, [], least=1) is None
+
+
+# ---------------------------------------------------------------------------------------
+# every timed run counted (2026-12-04): each hardware pass's median tied to the other passes' range
+# ---------------------------------------------------------------------------------------
+def per_pass(pass_ms: list[list[float]], timed_ms: float | None = None, first: list[list[float]] | None = None):
+    """The credit as the worker reports a phase whose every run was counted (pass_ms, pass_first_ms: the
+    runs first in their pair, pass_band_ms)."""
+    from tools.counted import pass_bands
+
+    flat = [x for p in pass_ms for x in p]
+    credit = {**_counted(flat, instrumented_ms=()), "pass_ms": pass_ms, "pass_first_ms": first,
+              "pass_band_ms": pass_bands(rules.pass_tie_runs(pass_ms, first))}
+    return rules.credit_in_process(META, credit, ["wgmma"], WORK, timed_ms or statistics.median(flat),
+                                   module_opcodes=NO_BULK)
+
+
+def test_every_draw_of_the_power_caps_two_modes_keeps_the_honest_kernel_credited():
+    """The S=8192 expert on the H200 (2026-12-04, diag_ranged): 28.7-30.4 ms first in its pair,
+    30.0-35.2 ms second, alternating; split into 4 passes of 3-4 pairs, whichever runs of the second
+    place are slow, every pass's median lies in the other passes' range: credited."""
+    draw = random.Random(7)
+    for _ in range(300):
+        n = draw.choice([3, 4])
+        runs = [draw.uniform(28.7, 30.4) if i % 2 == 0 else
+                (draw.uniform(30.0, 35.2) if draw.random() < 0.8 else draw.uniform(28.7, 30.4)) for i in range(4 * n)]
+        passes = [list(range(k * n, (k + 1) * n)) for k in range(4)]
+        wc = per_pass([[runs[i] for i in p] for p in passes], first=[[runs[i] for i in p if i % 2 == 0] for p in passes])
+        assert wc.carries["wgmma"] is True, (runs, wc.notes)
+
+
+def test_tied_by_every_run_the_power_caps_second_place_can_refuse_the_honest_kernel():
+    """Why only the first places: with every run of a pass tied, a pass whose second-place runs were
+    slow while no other pass's were (the card reaching its cap late in the session) is refused."""
+    passes = [[29.0, 30.0, 29.2], [30.1, 29.1, 30.2], [29.3, 30.0, 29.4], [34.0, 29.2, 34.5]]  # S F S at pass 3
+    assert per_pass(passes).carries["wgmma"] is False
+    first = [[29.0, 29.2], [29.1], [29.3, 29.4], [29.2]]  # pass 0: pairs 0, 2; pass 1: pair 4 ...
+    assert per_pass(passes, first=first).carries["wgmma"] is True
+
+
+@pytest.mark.parametrize("factor,why", [(1.25, "the kernel that was timed is not the one"),
+                                        (0.8, "the timed runs took a slower path")])
+def test_a_pass_on_another_path_is_refused_both_ways(factor, why):
+    """A kernel that told pass 3 apart (its boundary pauses) and took another path there, 25% slower
+    or 20% faster: that pass's median lies outside the other passes' range by more than 10%."""
+    passes = [[1.0, 1.01, 0.99, 1.0] for _ in range(4)]
+    passes[2] = [x * factor for x in passes[2]]
+    wc = per_pass(passes, timed_ms=1.0)
+    assert wc.carries["wgmma"] is False and wc.notes["wgmma"].startswith("hardware pass 3's timed runs took"), wc.notes
+    assert why in wc.notes["wgmma"]
+    assert per_pass([[1.0, 1.01, 0.99, 1.0]] * 4, timed_ms=1.0).carries["wgmma"] is True
+
+
+def test_a_pass_without_a_time_is_not_tied_so_not_credited():
+    import math
+
+    from tools.results import WorkloadCredit
+
+    wc = WorkloadCredit(workload="M1", status="ok", carries={"wgmma": True}, pass_ms=[1.0, math.nan],
+                        pass_band_ms=[[1.0, 1.0], [1.0, 1.0]])
+    rules.tie_to_timed_run(wc, 1.0)
+    assert wc.carries["wgmma"] is False and "hardware pass 2's kernel time was not measured" in wc.notes["wgmma"]

@@ -8,13 +8,15 @@ tests/test_credit_in_process.py's (a stand-in profiler, 1 s a test) and the GPU 
 """
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
 import pytest
 
 from tools import counted, timed
-from tools.counted import Counted, counted_pairs, cost_parts, launch_gaps, over_cap
+from tools.counted import Counted, cost_parts, launch_gaps, mean_counts, over_cap, pass_bands, workload_ranges
+from tools.cupti import Launch
 from tools.results import Timing, WorkloadResult
 from tools.workspace import Failed
 
@@ -109,49 +111,41 @@ def test_the_cap_is_read_when_the_run_is_weighed(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------
-# counted_pairs: one counted pair drawn in each hardware pass's stretch
+# every timed run counted: a workload's ranges, their mean, each pass's band
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("total,n", [(12, 3), (10, 5), (61, 4), (4, 3), (7, 1), (2, 1), (90, 6)])
-def test_each_stretch_holds_its_counted_pair_never_pair_0_nor_a_later_stretchs_first(total, n):
-    for seed in range(200):
-        pairs, ends = counted_pairs(total, n, random.Random(seed))
-        assert len(pairs) == len(ends) == n and ends[-1] == total
-        starts = [1] + ends[:-1]
-        for k, (p, lo, hi) in enumerate(zip(pairs, starts, ends)):
-            assert 1 <= p < total and p >= lo
-            assert p < hi or hi == lo  # inside its stretch (an empty stretch keeps its low end)
-            if k > 0 and hi - lo >= 2:
-                assert p != lo  # the first pair after a pass boundary is never counted
+def test_a_workloads_ranges_are_its_timed_runs_or_its_counted_ones_never_anothers():
+    got = [Launch("counted_run_1#0", {}), Launch("counted_run_1#1", {}), Launch("counted_run_1", {}),
+           Launch("counted_run_10#0", {}), Launch("counted_run_0#0", {})]
+    assert [x.name for x in workload_ranges(got, "counted_run_1", True)] == ["counted_run_1#0", "counted_run_1#1"]
+    assert [x.name for x in workload_ranges(got, "counted_run_1", False)] == ["counted_run_1"]
+    assert workload_ranges(got, "counted_run_2", True) == []
 
 
-def test_the_stretches_split_the_pairs_evenly():
-    _, ends = counted_pairs(13, 3, random.Random(0))
-    assert ends == [5, 9, 13]  # pairs 1-4, 5-8, 9-12
-    _, ends = counted_pairs(11, 3, random.Random(0))
-    assert ends == [4, 7, 11]  # 10 pairs: 3, 3, 4
+def test_the_counts_are_the_mean_over_every_ranged_run():
+    """Each metric is read in one pass, on every run of that pass's stretch: the sum over the ranges
+    divided by their number is the average timed run's count. A run on another path (0 wgmma, all
+    SIMT) moves the mean by its share: it is never left out."""
+    runs = [Launch(f"k#{j}", {"gmma": g, "simt": t}) for j, (g, t) in enumerate([(10.0, 0.0)] * 3 + [(0.0, 40.0)])]
+    assert mean_counts(runs) == {"gmma": 7.5, "simt": 10.0}
+    assert mean_counts(runs[:1]) == {"gmma": 10.0, "simt": 0.0}
 
 
-def test_the_draw_is_the_seeds_and_every_pair_of_a_stretch_can_be_drawn():
-    assert counted_pairs(12, 3, random.Random(5)) == counted_pairs(12, 3, random.Random(5))
-    drawn = [set() for _ in range(3)]
-    for seed in range(300):
-        pairs, _ = counted_pairs(13, 3, random.Random(seed))
-        for k, p in enumerate(pairs):
-            drawn[k].add(p)
-    assert drawn == [{1, 2, 3, 4}, {6, 7, 8}, {10, 11, 12}]
+@pytest.mark.parametrize("bad", [math.nan, math.inf, None, "n/a"])
+def test_a_metric_one_range_could_not_read_is_not_measured(bad):
+    runs = [Launch("k#0", {"gmma": 1.0, "tma": 2.0}), Launch("k#1", {"gmma": bad, "tma": 2.0})]
+    out = mean_counts(runs)
+    assert math.isnan(out["gmma"]) and out["tma"] == 2.0
+    runs = [Launch("k#0", {"gmma": 1.0}), Launch("k#1", {})]  # absent from one range: not measured either
+    assert math.isnan(mean_counts(runs)["gmma"])
 
 
-def test_a_stretch_of_two_pairs_counts_its_second():
-    """A later stretch of exactly two pairs: its first follows the pass boundary, so the second."""
-    for seed in range(30):
-        pairs, ends = counted_pairs(5, 2, random.Random(seed))
-        assert ends == [3, 5] and pairs[1] == 4
-
-
-def test_stretches_too_short_to_avoid_their_first_pair_still_count_one():
-    for seed in range(30):
-        pairs, ends = counted_pairs(4, 3, random.Random(seed))  # pairs 1, 2, 3: one a stretch
-        assert ends == [2, 3, 4] and pairs == [1, 2, 3]
+def test_each_pass_is_tied_to_the_range_of_the_other_passes_runs():
+    """pass_bands: for each pass, [fastest, slowest] of every run of the other passes
+    (tools.credit.timed_band); [] where they are fewer than TIE_BAND_RUNS."""
+    assert pass_bands([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]) == [[3.0, 6.0], [1.0, 6.0], [1.0, 4.0]]
+    assert pass_bands([[1.0], [2.0], [3.0]]) == [[], [], []]  # two other runs: too few for a band
+    assert pass_bands([[1.0, 1.1, 1.2, 1.3], [9.0, 9.0, 9.0, 9.0]]) == [[9.0, 9.0], [1.0, 1.3]]
+    assert pass_bands([]) == []
 
 
 # ---------------------------------------------------------------------------------------
@@ -203,37 +197,32 @@ def base_result(name, **kw):
     return WorkloadResult(workload=name, split="visible", axes={}, status="passed", **kw)
 
 
-def test_each_counted_run_is_tied_to_the_band_of_the_other_timed_runs():
-    """run_pending gives every counted workload the quartile band of its timed candidate runs, the
-    warm-up pairs and the counted pairs left out (tools.credit.timed_band: their range): what the tie holds each
-    counted run to."""
+def test_each_pass_of_a_counted_phase_gets_the_band_of_the_other_passes():
+    """run_pending gives every workload whose timed runs were counted the band of each pass (the
+    range of the other passes' runs, pass_bands): what the tie holds each pass's median to."""
     from types import SimpleNamespace
 
-    from tools.credit import timed_band
-
-    pair_ms = [[9.0, 1.0], [1.0, 1.0], [1.1, 1.0], [5.0, 1.0], [1.2, 1.0], [1.3, 1.0], [1.4, 1.0]]
-    out = {"status": "pending", "run_ms": [5.0], "pair_ms": pair_ms, "run_pairs": [3]}
+    pass_ms = [[9.0, 1.0, 1.1], [1.2, 1.3, 5.0], [1.4, 1.0, 1.0]]
+    out = {"status": "pending", "run_ms": [x for p in pass_ms for x in p], "pass_ms": pass_ms}
     e = entry("M1", out=out, result=base_result("M1"))
     e.times = SimpleNamespace(warmup=1)
     reply, fatal = counted.run_pending(_State([e]), count=False)
-    # pair 0 (warm-up, 9 ms) and pair 3 (counted, 5 ms) are not in the band: 1.0-1.4 ms remain
-    assert out["tie_band_ms"] == timed_band(pair_ms, 1, [3]) == [1.0, 1.4]
+    assert out["pass_band_ms"] == pass_bands(pass_ms) == [[1.0, 5.0], [1.0, 9.0], [1.0, 9.0]]
     assert reply["credits"]["M1"] is out and not fatal
 
 
 @pytest.mark.parametrize("out,times", [
-    ({"status": "pending", "run_ms": [1.0]}, "timed"),  # no pairs recorded: no band
-    ({"status": "pending", "run_ms": [1.0], "pair_ms": []}, "timed"),
-    ({"status": "pending", "run_ms": [1.0], "pair_ms": [[1.0, 1.0]] * 9}, None),  # the phase never finished
-    ({"status": "pending", "run_ms": [1.0], "pair_ms": [[1.0, 1.0]] * 3}, "timed"),  # too few runs for a band
+    ({"status": "pending", "run_ms": [1.0]}, "timed"),  # nothing ranged: no bands
+    ({"status": "pending", "run_ms": [1.0], "pass_ms": []}, "timed"),
+    ({"status": "pending", "run_ms": [1.0], "pass_ms": [[1.0] * 5] * 3}, None),  # the phase never finished
 ])
-def test_no_band_without_enough_timed_runs(out, times):
+def test_no_band_without_a_finished_counted_phase(out, times):
     from types import SimpleNamespace
 
     e = entry("M1", out=out, result=base_result("M1"))
     e.times = SimpleNamespace(warmup=0) if times else None
     counted.run_pending(_State([e]), count=False)
-    assert "tie_band_ms" not in out
+    assert "pass_band_ms" not in out and "tie_band_ms" not in out
 
 
 def test_the_credit_ops_reply_names_failures_and_returns_the_timed_results(monkeypatch):
@@ -570,12 +559,6 @@ def test_gaps_are_rounded_to_the_microsecond():
 def test_the_cap_weighs_milliseconds_as_thousandths_of_a_second():
     assert over_cap("w", 0, 10000.0, [], 20.0, False) is None  # 20 s + 10 s: at the cap
     assert over_cap("w", 0, 10000.0, [], 20.005, False) is not None
-
-
-def test_more_passes_than_pairs_still_count_one_pair_each():
-    for total, n in ((3, 4), (2, 3), (4, 6)):
-        pairs, ends = counted_pairs(total, n, random.Random(1))
-        assert len(pairs) == n and all(1 <= p < total for p in pairs) and ends[-1] == total
 
 
 class _Boom(_Module):

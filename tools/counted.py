@@ -1,20 +1,24 @@
 """The counted runs: the executed-instruction check's side of the worker. In process
-(tools.cupti), after the timed runs of the same module instance (defer_counted, then
-run_pending's run_counted at the evaluation's credit op); or, where CUPTI cannot run, in a
-process of its own under Nsight Compute with --profile-from-start off (run_credit). The rules
-that turn the counts into credit are tools.credit's."""
+(tools.cupti): every timed run of the same module instance, each in a CUPTI range of its
+stretch's pass (defer_counted, then run_pending's run_counted at the evaluation's credit op); or,
+where CUPTI cannot run, in a process of its own under Nsight Compute with --profile-from-start off
+(run_credit). The rules that turn the counts into credit are tools.credit's."""
 from __future__ import annotations
 
 import contextlib
 import time
 from dataclasses import dataclass, field
 
-from tools.credit import timed_band
+from tools.credit import pass_tie_runs, timed_band
 from tools.workspace import SAMPLED_ROWS, Failed, Workspace, judge_run, must_restart
 
 CREDIT_RUNS = (1, 8)  # Nsight Compute's process: runs after the seeded checks; one of them, drawn at random, is profiled
 CREDIT_LEAD_RUNS = (1, 4)  # in process, where nothing was timed: uncounted runs before the counted ones
 COUNTED_RANGE = "counted_run"  # each workload's counted runs are made in the user range counted_run_<k>
+RUN_SEP = "#"  # a timed run's range: counted_run_<k>#<its place in its pass's stretch>
+# The most pairs a timed phase runs (tools.timing: 1-3 warm-ups, plan_pairs' at most 60 plus up to half
+# again): a pass's ranges per workload are at most this over the passes (+2); the profiler is sized so
+TIMED_PAIRS_MAX = 3 + 60 + 30
 PUSH_POP_S = 0.0008  # CUPTI's own part of a range push, and of its pop, once the GPU has drained: host seconds (H200: 0.6-1.2 ms)
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 # The counted runs' wall-time bound per evaluation (issue 43). Before each counted run, the time they
@@ -59,16 +63,20 @@ class Counted:
     released: list = field(default_factory=list)  # host times its counted (and lead) runs were let go
     # Timed at the credit op, its counted runs inside (tools.timed.TimedPhase): the phase, its
     # result (tools.results.WorkloadResult, sent back whole), the paused pair sequence, the pair it
-    # holds at ((i, total), None once over), its PairedTimes, and the pair counted in each hardware pass
+    # holds at ((i, total), None once over) and its PairedTimes
     phase: object = None
     result: object = None
     steps: object = None
     at: tuple | None = None
     times: object = None
-    counted_pairs: list | None = None
     stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
+    per_pass: int = 0  # ranged runs (pairs) in each hardware pass's stretch: every pass holds as many
+    stretch: int = 0  # the hardware pass whose stretch runs now (its index among the hardware passes)
+    slot: int = 0  # the next ranged run's place in that stretch (its range is label#slot)
+    pass_ranged: object = None  # that pass's `ranged` while its stretch runs (None outside)
+    phase_ran: bool = False  # its phase ran in the session (its candidate runs ranged)
     timed_s: float = 0.0  # its timed phase's own seconds
-    pad_s: float = 0.0  # of which its runs' padding the GPU waited for (the check's cost, not the phase's)
+    pad_s: float = 0.0  # of which the pauses the check adds (ranges' push and pop, the library's match) the GPU waited for
     pad_hidden_s: float = 0.0  # and the padding it did not wait for: spent while it ran earlier work (no one's cost)
     finish_s: float = 0.0  # its phase's result computed at the op (TimedPhase.finish): the check's cost
 
@@ -120,21 +128,19 @@ def defer_counted(state, req: dict, task, axes: dict, ws: Workspace, bound, resu
 
 def launch_gaps(timed: list[float], counted: list[float], boundary: list[float] = ()) -> dict:
     """The spacing a kernel sees between its launches (host seconds at which each run was let go,
-    tools.timing.Side.released), timed runs against counted ones, in ms.
+    tools.timing.Side.released), timed runs against runs counted outside the timed sequence, in ms.
+    Every timed run of a counted phase is itself counted (run_counted), so `counted` holds the runs
+    after the timed ones only (an exact-count run, a SASS-patched pass's, an untimed workload's).
 
     `boundary`: the timed runs that follow a pass boundary (the first pair of each later stretch:
-    CUPTI's Stop and Start and the other workloads' stretches lie before them). No counted run sits
-    there by construction (run_counted's timed_stretch), so their gaps are reported apart and left
-    out of the pool a counted gap is compared with: the `ordinary` timed gaps, the gaps of the places
-    a counted pair is drawn from. At S=8192 a phase has 10-14 pairs and three boundaries, so the
-    median of every timed gap (`timed_median`) sits among the long ones (2026-12-03: 485 ms against
-    counted gaps of 141-199 ms); the ordinary median is the one to compare.
+    CUPTI's Stop and Start and the other workloads' stretches lie before them): their gaps are
+    reported apart and left out of the `ordinary` pool a counted gap is compared with. At S=8192 a
+    phase has 10-14 pairs and three boundaries, so the median of every timed gap (`timed_median`)
+    sits among the long ones; the ordinary median is the one to compare.
 
     Returns: `timed_median`, `timed_max` (every timed gap), `ordinary_median`, `boundary` (those
     gaps), `counted` (the gap before each counted run, from the run before it, timed or counted),
-    `counted_rank` (each counted gap's mid-rank among the ordinary gaps, in [0, 1]: a counted pair
-    drawn as the ordinary ones are has a rank uniform on [0, 1] over evaluations; ranks piled at one
-    end mean counted runs get a pause of their own, tests/test_counted_spacing.py) and
+    `counted_rank` (each counted gap's mid-rank among the ordinary gaps, in [0, 1]) and
     `counted_beyond_timed` (counted gaps longer than every timed gap: the runs a kernel that
     switches path after an unusually long pause would single out). Empty lists (None) where a side
     has no runs (untimed evaluations: no timed gaps)."""
@@ -178,17 +184,50 @@ def over_cap(workload: str, i: int, timed_ms: float | None, run_ms: list[float],
             + (f", {INSTRUMENTED_SLOWDOWN:.0f}x its {plain_ms:.1f} ms, SASS-patched)" if instrumented else ")"))
 
 
-def counted_pairs(total: int, n: int, rng) -> tuple[list[int], list[int]]:
-    """The pair counted in each of `n` hardware passes, for a timed phase of `total` pairs: pairs
-    1 .. total-1 (pair 0 is never counted: the pause before it is the same for every evaluation)
-    split into n stretches as evenly as whole pairs allow, one pair drawn from `rng` (the secret
-    credit seed) in each. Returns (the counted pairs, each stretch's end: the first pair of the next)."""
-    span = total - 1
-    bounds = [1 + span * j // n for j in range(n + 1)]
-    # never a stretch's first pair after the first stretch: the pass boundary (CUPTI's stop
-    # and start, other workloads' stretches) is a longer pause before it than any other
-    lows = [bounds[0]] + [min(b + 1, max(b, nxt - 1)) for b, nxt in zip(bounds[1:-1], bounds[2:])]
-    return [rng.randrange(lo, max(lo + 1, hi)) for lo, hi in zip(lows, bounds[1:])], bounds[1:]
+def workload_ranges(launches: list, label: str, timed: bool) -> list:
+    """The ranges CUPTI returned for one workload: its timed runs' `label#j` (one per place j in a
+    pass's stretch: `timed`), else its counted runs' range `label` (counted after its runs)."""
+    return [x for x in launches if (x.name.startswith(label + RUN_SEP) if timed else x.name == label)]
+
+
+def _finite(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def mean_counts(ranges: list) -> dict[str, float]:
+    """Each metric's mean over a workload's ranges: every pass holds the same ranges, one run each,
+    so a metric (read in one pass) is the sum over that pass's runs divided by their number: the
+    counts of the average timed run, every one of them in the sum. A metric some range has no
+    finite value for is NaN (not measured: it never passes a share test)."""
+    import math
+
+    out: dict[str, float] = {}
+    for m in dict.fromkeys(k for x in ranges for k in x.metrics):
+        vals = [x.metrics.get(m) for x in ranges]
+        ok = all(_finite(v) for v in vals)
+        out[m] = sum(vals) / len(vals) if ok else math.nan
+    return out
+
+
+def pass_bands(pass_ms: list[list[float]]) -> list[list[float]]:
+    """For each hardware pass, the band its runs are tied to (tools.credit.tie_to_timed_run): the
+    range of the other passes' runs (tools.credit.timed_band), [] where they are too few. Given the
+    runs the tie uses (tools.credit.pass_tie_runs: those first in their pair)."""
+    flat = [[ms, None] for runs in pass_ms for ms in runs]
+    out, start = [], 0
+    for runs in pass_ms:
+        band = timed_band(flat, 0, list(range(start, start + len(runs))))
+        out.append(band or [])
+        start += len(runs)
+    return out
+
+
+def cupti_ranges() -> int:
+    from tools.cupti import MAX_RANGES
+
+    return MAX_RANGES
 
 
 def stretch_boundaries(e: "Counted") -> list[float]:
@@ -210,26 +249,32 @@ class _OverCap(Exception):
 
 
 def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] | None = None) -> dict[str, float]:
-    """The counted runs of `entries`, all in one session of CUPTI's user replay: one run of each
-    workload per pass, in order, each inside its workload's own range. Each run is prepared and
-    timed as a timed run is (fresh inputs from the workload's secret credit seed, outputs
-    poisoned, L2 flushed, scratch zeroed and, in the hardware passes, the launches behind the
-    stream gate, events around them) and judged as a timed run is (`judge`; sampled rows, the
-    whole output scanned): credit is only taken on right answers, and a wrong one is the
-    workload's failure (`failed`). The hardware passes' times (`run_ms`) are tied to the timed
-    median, every one, both ways (tools.credit.tie_to_timed_run); the SASS-patched pass runs
-    instrumented code: its time is recorded (`instrumented_ms`), never tied. `sites`: instructions
-    whose executions are counted one by one after the passes (exact_counts). A hang or a dead
-    context raises (fatal); a CUPTI failure is every entry's `reason`; a counted run that could pass
-    COUNTED_CAP_S skips the check (never passed).
+    """The counted runs of `entries`, all in one session of CUPTI's user replay.
 
-    A workload that carries its timed phase (`phase`) is timed here, inside the session: its pairs
-    after the first are split into one stretch per hardware pass, and in each stretch one pair,
-    drawn from the secret credit seed, has its candidate run made inside the workload's range
-    (timed_stretch). That counted run is a timed run: prepared, spaced, timed and judged as its
-    neighbours are, so nothing a kernel can see of it (the pause before it, its place, the time
-    of day) sets it apart from the runs whose median is reported. Only the SASS-patched pass's run
-    comes after the timed runs, as before.
+    A workload that carries its timed phase (`phase`) is timed here, inside the session, and EVERY
+    candidate run of it is counted: its pairs are split into one equal stretch per hardware pass
+    (the pair count rounded up to a multiple of the passes; the stopping rule may not end it early),
+    and every candidate run of stretch k is made in a range of pass k's counter configuration, one
+    range per place in the stretch (`label#j`, the same names each pass). A metric is read in one
+    pass, so its count is the sum over that pass's runs; divided by their number (mean_counts) it is
+    the average timed run's. The counted runs are the timed runs: no run is chosen, padded or set
+    apart, and nothing a kernel sees (the pause before a run, its place, the time of day) can make
+    the counts describe other runs than those whose median is reported. The library's run of each
+    pair gets the same pause as a ranged run (matched_pause), so both sides of a pair see the same
+    host gap. Each pass's runs are then tied, by their median, to the range of the other passes'
+    runs (`pass_ms`, `pass_band_ms`; tools.credit.tie_to_timed_run): a kernel that took another path
+    in one pass (it can count the pass boundaries' long pauses) must take it at the other path's
+    speed. Only a SASS-patched pass (none in the check's metric set) runs after the timed runs.
+
+    A workload not timed here (`phase` None): one counted run per pass after its 1-4 lead runs, in
+    its range `label`, prepared, timed and judged as a timed run is (fresh inputs from the secret
+    credit seed, outputs poisoned, L2 flushed, scratch zeroed, behind the stream gate); the hardware
+    passes' times (`run_ms`) tied to the timed median where there is one; the SASS-patched pass's
+    recorded (`instrumented_ms`), never tied. Every run is judged (`judge`): credit is only taken on
+    right answers, and a wrong one is the workload's failure (`failed`). `sites`: instructions whose
+    executions are counted one by one after the passes (exact_counts). A hang or a dead context
+    raises (fatal); a CUPTI failure is every entry's `reason`; a counted run that could pass
+    COUNTED_CAP_S skips the check (never passed).
 
     Returns where the check's own time went (COST_PARTS, seconds; run_pending adds release and other)."""
     from tasks.generators import generate_inputs
@@ -271,13 +316,13 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         spent["untimed_runs"] += clock() - t0
 
     hardware = [i for i in range(profiler.passes) if i not in instrumented]
-    # CUPTI's range push and pop, before and after a counted run, each first wait for the GPU to
-    # run everything queued (H200, 2026-12-03: push 0.7-68 ms, pop 0.7-38 ms, growing with the
-    # inputs, the library's run and the kernel queued before them), then do CUPTI's own work (about
-    # 0.6-1 ms). So every run in the session, counted or not, first waits for the GPU (drain), and
-    # every other candidate run of a timed phase then waits as long as CUPTI's own part took on the
-    # last counted run (padded): the pause before a counted run is a timed run's pause, whatever was
-    # queued. Measured after the drain on each counted run; until the first, the H200's.
+    # CUPTI's range push and pop each first wait for the GPU to run everything queued (H200,
+    # 2026-12-03: push 0.7-68 ms, pop 0.7-38 ms, growing with what was queued before them), then do
+    # CUPTI's own work (0.6-1 ms with the check's metric set, 0.03 ms with one metric). Every
+    # candidate run of a counted timed phase is ranged (ranged_run); the library's run beside it
+    # waits as long (matched_pause: a drain, then CUPTI's own part as last measured on a ranged run,
+    # the H200's until the first), so both sides of every pair see the same pause before and after
+    # their run, and the speedup compares kernels, not a pause one side got alone.
     cost = {"push": PUSH_POP_S, "pop": PUSH_POP_S}
 
     def busy() -> bool:
@@ -305,21 +350,30 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             if clock() > end:
                 raise KernelTimeout(f"the GPU did not finish within {e.limit:.0f} s")
 
-    def counted_range(e: Counted, ranged):
+    def ranged_run(e: Counted):
+        """e's candidate side's context for every run of its timed phase in the session: the run in a
+        range of the current pass, named for its place in the pass's stretch (`#j`: the same names in
+        every pass, so CUPTI matches each range across the passes), the drain before push and pop."""
         @contextlib.contextmanager
-        def ranged_and_measured():
+        def ranged():
+            name = f"{e.label}{RUN_SEP}{e.slot}"
+            e.slot += 1
             drain(e)
             t0 = clock()
-            with ranged(e.label):
+            with e.pass_ranged(name):
                 cost["push"] = clock() - t0
                 yield
                 drain(e)
                 t1 = clock()
             cost["pop"] = clock() - t1
-            e.out.setdefault("push_pop_ms", []).append([round(cost["push"] * 1e3, 4), round(cost["pop"] * 1e3, 4)])
-        return ranged_and_measured
+            e.pad_s += cost["push"] + cost["pop"]  # the GPU sat idle through both: the check's cost
+            pp = e.out.setdefault("push_pop_ms", [])
+            pp.append([round(cost["push"] * 1e3, 4), round(cost["pop"] * 1e3, 4)])
+        return ranged
 
-    def padding(e: Counted):
+    def matched_pause(e: Counted):
+        """The library side's context for every run of e's phase in the session: the pause a ranged
+        candidate run gets (a drain, then CUPTI's own push; the run; a drain, CUPTI's own pop)."""
         @contextlib.contextmanager
         def padded():
             push, pop = cost["push"], cost["pop"]
@@ -359,9 +413,6 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         t2 = clock()
         start, end = times[0]
         (e.out["instrumented_ms"] if patched else e.out["run_ms"]).append(round(start.elapsed_time(end), 5))
-        if not patched:
-            e.out.setdefault("pair_library_ms", []).append(None)  # a run outside the timed pairs: no library beside it
-            e.out.setdefault("run_pairs", []).append(None)
         if e.judge and e.failed is None:
             rows = max(SAMPLED_ROWS, rows_for(e.task))
             try:
@@ -377,17 +428,16 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     def run_pass(i: int, ranged) -> None:
         for e in entries:
-            if e.phase is not None and i in hardware and e.failed is None:
+            if e.phase is not None and i in hardware:
                 t0, own = clock(), e.phase.seconds
-                in_phase = timed_stretch(e, hardware.index(i), len(hardware), ranged)
-                # the stretch's wall time outside its phase's own (the pairs, the padding included)
+                timed_stretch(e, hardware.index(i), len(hardware), ranged)
+                # the stretch's wall time outside its phase's own (the pairs, the pauses included)
                 spent["between_pairs"] += max(0.0, clock() - t0 - (e.phase.seconds - own))
-                if not in_phase:
-                    pass  # the phase ended before its counted pair: this pass counts a run after it
-                elif all(x.failed is not None for x in entries):
+                if all(x.failed is not None for x in entries):
                     raise _NothingLeft
-                else:
-                    continue
+                continue
+            if e.phase is not None and e.failed is not None:
+                continue  # (an instrumented pass after a failed phase: nothing to count)
             within_cap(e, i)
 
             def around(run, wait, e=e):
@@ -400,11 +450,18 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     def ran_pair(e: Counted) -> None:
         """Each pair's candidate and library times (ms), in pair order (`pair_ms`; warm-up pairs
-        included): what a counted run is tied to, and the spread it sits in, per stretch."""
+        included), and in the session each candidate run's time by pass (`pass_ms`): every one a
+        ranged run, tied pass by pass to the runs of the other passes (tools.credit)."""
         def ms(events):
             return round(events[0].elapsed_time(events[1]), 5) if events else None
         library = e.phase.baseline
-        e.out.setdefault("pair_ms", []).append([ms(e.phase.candidate.last), ms(library.last) if library else None])
+        cand = ms(e.phase.candidate.last)
+        e.out.setdefault("pair_ms", []).append([cand, ms(library.last) if library else None])
+        if e.pass_ranged is not None and cand is not None:
+            e.out["pass_ms"][e.stretch].append(cand)
+            e.out["run_ms"].append(cand)
+            if (len(e.out["pair_ms"]) - 1) % 2 == 0:  # the candidate ran first in this pair (paired_steps' order)
+                e.out["pass_first_ms"][e.stretch].append(cand)
 
     def advance(e: Counted) -> None:
         """Run the pair the phase holds at, then hold at the next (None once the phase is over)."""
@@ -420,54 +477,47 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
                               f"timed-phase run (in the executed check's session): {why}", fatal=True)
             e.at = None
             raise
-        except Failed as f:  # wrong in a timed run (or implausible): the workload fails, still counted
+        except Failed as f:  # wrong in a timed run (or implausible): the workload fails
             e.failed, e.at = f, None
 
-    def timed_stretch(e: Counted, k: int, n: int, ranged) -> bool:
-        """Stretch k of n of e's timed pairs, its counted pair's candidate run inside e's range.
-        False where the phase ended before its counted pair (stopped early, or failed): then
-        the pass counts a run after the timed ones, as an untimed workload's are."""
+    def timed_stretch(e: Counted, k: int, n: int, ranged) -> None:
+        """Stretch k of n of e's timed pairs, every candidate run in a range of this pass (the
+        stretches ARE the hardware passes): pair 0 starts stretch 0; once it has run, the pair count
+        (drawn, rounded up to a multiple of n: count_every_pair) sets each stretch's length. Where
+        the phase ended early (a wrong or failed run) the stretch's remaining ranges are pushed empty,
+        so every pass holds the same ranges (the workload fails; its counts are never read)."""
+        e.pass_ranged, e.slot, e.stretch, e.phase_ran = ranged, 0, k, True
         if e.steps is None:
-            e.phase.candidate.pad = padding(e)
+            e.out["pass_ms"], e.out["pass_first_ms"] = [[] for _ in range(n)], [[] for _ in range(n)]
+            e.phase.count_every_pair(n)
+            e.phase.candidate.pad = ranged_run(e)
+            if e.phase.baseline is not None:
+                e.phase.baseline.pad = matched_pause(e)
             e.steps = e.phase.steps()
             e.at = next(e.steps)  # (0, -1): held before pair 0, which follows the seeded checks
-            advance(e)  # pair 0 is never counted: the pause before it is the same for every evaluation
-            if e.at is None:
-                return False
-            e.counted_pairs, e.stretch_ends = counted_pairs(e.at[1], n, e.rng)
-            # the stopping rule (a kernel far from the library) may not end the sequence before the
-            # last counted pair: were it to, that pass would count a run after the timed ones, where
-            # the pause before it sets it apart (a stop the kernel cannot foresee decides nothing else)
-            e.phase.hold_through(max(e.counted_pairs))  # (and its whole-output checks drawn up to there)
-            e.out["counted_pairs"] = list(e.counted_pairs)
-            e.out["stretch_ends"] = list(e.stretch_ends)
-        at = e.counted_pairs[k]
-        while e.at is not None and e.at[0] < at:
             advance(e)
-        if e.at is None or e.at[0] != at:
-            return False
-        t0 = clock()
-        e.phase.candidate.around = counted_range(e, ranged)
-        advance(e)  # the counted pair, judged by the timed phase's judge as every pair is
-        start, end = e.phase.candidate.last
-        e.out["run_ms"].append(round(start.elapsed_time(end), 5))
-        e.out.setdefault("run_pairs", []).append(at)  # its pair: left out of the band it is tied to (credit)
-        library = e.phase.baseline  # the same pair's library run (recorded: the second run of a pair is the slower)
-        e.out.setdefault("pair_library_ms", []).append(
-            round(library.last[0].elapsed_time(library.last[1]), 5) if library is not None and library.last else None)
-        e.released.append(e.phase.candidate.released[-1])
-        e.out.setdefault("pass_s", []).append([0.0, round(clock() - t0, 4), 0.0])  # a timed pair's own time
-        # the stretch runs to its end (the last one: the phase's end), so the pass boundary after it
-        # falls at a place fixed by the count, never right after the counted run
-        while e.at is not None and (k == n - 1 or e.at[0] < e.stretch_ends[k]):
+            if e.at is not None:
+                e.per_pass = e.at[1] // n
+                e.stretch_ends = [e.per_pass * (j + 1) for j in range(n)]
+                e.out["stretch_ends"] = list(e.stretch_ends)
+            else:
+                e.per_pass = e.slot
+        while e.at is not None and e.at[0] < e.stretch_ends[k]:
             advance(e)
-        return e.failed is None or e.failed.reason not in ("timeout", "cuda_error")
+        while e.slot < e.per_pass:  # the phase ended early: the pass's other ranges, empty
+            with ranged(f"{e.label}{RUN_SEP}{e.slot}"):
+                pass
+            e.slot += 1
+        e.pass_ranged = None
+        e.out["ranged_runs"] = e.per_pass
 
     def finish(e: Counted) -> None:
         """The phase's pairs not run yet, uncounted (the session ended early), then its result."""
         if e.phase is None or e.failed is not None and e.failed.fatal:
             return
-        e.phase.candidate.pad = None  # the session is over: nothing to match
+        e.phase.candidate.pad = None  # the session is over: nothing ranged, nothing to match
+        if e.phase.baseline is not None:
+            e.phase.baseline.pad = None
         if e.steps is None:
             e.steps = e.phase.steps()
             e.at = next(e.steps)
@@ -483,7 +533,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     t0 = clock()
     try:
-        launches = {x.name: x for x in profiler.profile_passes(run_pass, entries[0].label)}
+        capacity = sum(1 if e.phase is None else TIMED_PAIRS_MAX // max(1, len(hardware)) + 2 for e in entries)
+        launches = profiler.profile_passes(run_pass, entries[0].label, max_ranges=max(cupti_ranges(), capacity))
     except CuptiError as exc:
         for e in entries:
             e.out["reason"] = str(exc)[:400]
@@ -514,12 +565,20 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
                                              stretch_boundaries(e)))
     for e in entries:
         finish(e)
-        got = launches.get(e.label)
-        if got is None:
-            e.out["reason"] = f"CUPTI returned no range {e.label!r} (it returned {sorted(launches)})"[:400]
+        runs = workload_ranges(launches, e.label, e.phase_ran)
+        want = e.per_pass if e.phase_ran else 1
+        if not runs or len(runs) != want:
+            e.out["reason"] = (f"CUPTI returned {len(runs)} ranges of {e.label!r} where {want} were pushed a pass "
+                               f"(it returned {sorted({x.name for x in launches})[:8]})")[:400]
             continue
         e.out["status"] = "ran"
-        e.out["launches"] = [{"name": got.name, "metrics": got.metrics}]
+        metrics = mean_counts(runs)
+        if e.phase_ran:  # a SASS-patched pass's metrics (its one run after the timed ones, range `label`)
+            for x in workload_ranges(launches, e.label, False):
+                metrics.update({m: v for m, v in x.metrics.items() if not _finite(metrics.get(m))})
+        e.out["launches"] = [{"name": e.label, "metrics": metrics}]
+        if e.phase_ran:  # every timed run counted: the runs are the ranged ones (and any SASS-patched one)
+            e.out["runs"] = len(e.out["run_ms"]) + len(e.out["instrumented_ms"])
     if sites:
         exact_counts(state, [e for e in entries if e.out["status"] == "ran" and e.failed is None], sites, counted_run,
                      int(getattr(profiler, "passes", 0)), spent)
@@ -611,10 +670,8 @@ def run_pending(state, sites: dict | None = None, count: bool = True) -> tuple[d
                 e.out["padding_s"] = [round(e.pad_s, 4), round(e.pad_hidden_s, 4)]  # waited for, hidden
         spent["release"] += time.perf_counter() - t1
     for e in entries:
-        if e.out.get("pair_ms") and e.times is not None:  # the band every counted run is tied to (tools.credit)
-            band = timed_band(e.out["pair_ms"], e.times.warmup, e.out.get("run_pairs") or [])
-            if band is not None:
-                e.out["tie_band_ms"] = band
+        if e.out.get("pass_ms") and e.times is not None:  # each pass's runs, tied to the other passes' (tools.credit)
+            e.out["pass_band_ms"] = pass_bands(pass_tie_runs(e.out["pass_ms"], e.out.get("pass_first_ms")))
         reply["credits"][e.workload] = e.out
         if e.failed is not None:
             reply["failed"][e.workload] = {"reason": e.failed.reason, "detail": e.failed.detail, "outputs": [

@@ -132,7 +132,7 @@ WORK_METRICS = (GMMA_METRIC, *HGMMA_OPS_METRICS, FP8_OPS_METRIC, DMMA_OPS_METRIC
                 TMA_BYTES_METRIC, *OTHER_READ_METRICS, LDGSTS_INST_METRIC, TEX_INST_METRIC, DURATION_METRIC)
 FEATURE_COUNTERS = {"wgmma": (GMMA_METRIC,), "tma": (TMA_INST_METRIC,)}
 # What the in-process check reads: 4 passes on GH100, hardware counters only (CUPTI's host API says
-# so without a GPU, tests/test_cupti_user_replay.py), one counted run each, every one a timed run:
+# so without a GPU, tests/test_cupti_user_replay.py), each pass counting every timed run of its stretch:
 # no pass runs SASS-patched code (which a kernel could sense, 2.6-49x slower, after the timed runs).
 CUPTI_METRICS = tuple(dict.fromkeys((GMMA_METRIC, TMA_INST_METRIC, *WORK_METRICS)))
 # The module's SASS facts a row may carry (counter_rows): whether it holds a plain bulk copy.
@@ -177,7 +177,7 @@ def exact_count_sites(insp) -> dict[str, dict[int, str]] | None:
 
 
 def credit_metrics() -> tuple[str, ...]:
-    """What the in-process check (CUPTI user replay, one counted run per pass) collects: all of
+    """What the in-process check (CUPTI user replay, every timed run counted) collects: all of
     CUPTI_METRICS but the kernel time (a user range's gpu__time_duration spans the range, the
     stream gate included, so each counted run is timed with events, as a timed run is)."""
     return tuple(m for m in CUPTI_METRICS if m != DURATION_METRIC)
@@ -215,31 +215,22 @@ WGMMA_MIN_OF_ALL_MATH = 0.85
 TMA_MAX_OTHER_READS = 2.0
 TMA_MAX_OTHER_READS_NO_MMA = 0.5
 MMA_FEATURES = ("wgmma", "tcgen05_mma")
-# The counted run must be the kernel that was timed: its kernel time within SAME_RUN_RATIO (plus
-# SAME_RUN_SLACK_MS for launch gaps) of the timed median of the same workload, both ways
-# (tie_to_timed_run).
+# The counted runs must be the kernel that was timed (tie_to_timed_run), within SAME_RUN_RATIO (plus
+# SAME_RUN_SLACK_MS for launch gaps), both ways. In process every timed run is counted (tools.counted):
+# the counts are the timed runs' own, so what is tied is each hardware pass's median to the range of
+# the other passes' runs (a kernel that told the passes apart by their boundaries and took another
+# path in one must take it at the timed path's speed). Elsewhere (Nsight Compute, a workload counted
+# after its runs) each counted run is tied to the range of the workload's timed runs.
 SAME_RUN_RATIO = 1.10  # the five expert kernels on the H200: 0.983-1.001 (docs/BENCHMARKS.md)
 SAME_RUN_SLACK_MS = 0.01
-# Each counted run inside the timed pairs is tied to the spread of the other timed runs of its
-# workload, not to their median: it must lie within SAME_RUN_RATIO of their range (timed_band: the
-# fastest and the slowest of them; below TIE_BAND_RUNS other timed runs, of their median). On the
-# H200 the attention-backward expert at S=8192 draws the card to its power limit (684 W, clocks
-# event reason "SW power cap" in half of the samples, the SM clock down to 1710 MHz from 1965):
-# whichever side runs second in a pair runs up to 15% slower, the library (27 -> 29 ms) as the
-# candidate (29 -> 33 ms), most of the time, not always (2026-12-03 night,
-# scripts/diag_counted_slowdown.py). How many of its timed runs fall in the slow mode changes from
-# one evaluation to the next: held to the median of all it was refused whenever a counted run came
-# from the slow mode (4 of 12 counted runs); held to the quartiles, whenever fewer than a quarter of
-# the other timed runs were slow (the merged tree's H200 run: 32.58 ms against quartiles of
-# 28.46-29.22). The range holds every mode an honest kernel showed at least once. What it gives an
-# attacker: a path the counted runs take must also run on at least one other timed run, and all
-# four counted runs of every workload must fall on it (their places are secret), so a kernel that
-# takes it on a share p of its runs is credited with probability p^4 per workload (p^20 over five
-# workloads) while its reported median stays the other path's only for p < 1/2. The band leaves out
-# the counted runs themselves, so a kernel that guessed right on them does not move it. The
-# correction by the pair's library run (before this night) assumed both runs of a pair share the
-# GPU's state; on the H200 the second run is slowed by the first, so the library's run beside a
-# slow counted run was the fast one: it is gone.
+# A range (timed_band: the fastest and the slowest; below TIE_BAND_RUNS runs, the median), not the
+# median: on the H200 the attention-backward expert at S=8192 draws the card to its power limit
+# (684 W, "SW power cap", the SM clock down to 1620-1740 MHz from 1980), and whichever side runs
+# second in a pair runs up to 15% slower, most of the time, not always (2026-12-03 night,
+# scripts/diag_counted_slowdown.py; 2026-12-04, scripts/diag_ranged.py: in a CUPTI range or not alike).
+# How many runs fall in the slow mode changes from one evaluation (and one pass) to the next; the range
+# holds every mode an honest kernel showed at least once. A pass holds runs of both places in the pair,
+# so its median lies between the modes.
 TIE_BAND = (0.0, 1.0)
 TIE_BAND_RUNS = 4
 
@@ -583,7 +574,10 @@ def _credit(r: dict, rows: list[dict[str, str]], features: list[str], work: Task
     wc = WorkloadCredit(workload=r["workload"], split=r.get("split", "visible"), status="ok", runs=r.get("runs", 0),
                         profiled_at=r.get("profiled_at"), counted_from=r.get("counted_from"), counts=counts,
                         kernel_ms=kernel_ms, run_ms=list(run_ms or []), tie_band_ms=list(r.get("tie_band_ms") or []),
-                        instrumented_ms=list(r.get("instrumented_ms") or []), timed_ms=timed_ms)
+                        instrumented_ms=list(r.get("instrumented_ms") or []), timed_ms=timed_ms,
+                        pass_ms=[round(statistics.median(x), 5) if x else math.nan
+                                 for x in pass_tie_runs(r.get("pass_ms") or [], r.get("pass_first_ms"))],
+                        pass_band_ms=[list(b) for b in r.get("pass_band_ms") or []])
     if uncounted:
         unread = sorted(set(r.get("unread") or []))
         wc.status, wc.reason = "skipped", (f"no executed-instruction counts for {', '.join(uncounted)}"
@@ -655,7 +649,8 @@ def credit_in_process(meta: dict, credit: dict | None, features: list[str], work
               if not (isinstance(v, (int, float)) and math.isfinite(v))]
     r = {**meta, "runs": credit.get("runs", 0), "profiled_at": credit.get("profiled_at"), "unread": unread,
          "counted_from": credit.get("counted_from"), "instrumented_ms": credit.get("instrumented_ms"),
-         "tie_band_ms": credit.get("tie_band_ms")}
+         "tie_band_ms": credit.get("tie_band_ms"), "pass_ms": credit.get("pass_ms"), "pass_first_ms": credit.get("pass_first_ms"),
+         "pass_band_ms": credit.get("pass_band_ms")}
     return _credit(r, counter_rows(credit.get("launches") or [], module_opcodes), features, work, timed_ms,
                    credit.get("run_ms") or None)
 
@@ -750,34 +745,59 @@ def timed_band(pair_ms: list, warmup: int, counted_pairs: list[int | None],
     return [round(lo, 5), round(hi, 5)]
 
 
+def pass_tie_runs(pass_ms: list[list[float]], pass_first_ms: list[list[float]] | None) -> list[list[float]]:
+    """The runs each hardware pass is tied by (tie_to_timed_run): its runs made first in their pair
+    (`pass_first_ms`), or all of its runs where it has none. The second run of a pair is slowed by
+    the first at the H200's power cap (the attention-backward expert at S=8192: 30-35 ms second
+    against 28.7-30.4 first, 2026-12-04), by how much depending on how hot the card is, which
+    changes from pass to pass as the session goes on; the first run is not (28.7-30.4 ms from 176 W
+    to 686 W). A kernel that takes another path in a pass takes it at both places (the counts sum
+    both), so tying the first places loses nothing."""
+    first = pass_first_ms or []
+    return [f if k < len(first) and (f := first[k]) else runs for k, runs in enumerate(pass_ms)]
+
+
 def tie_to_timed_run(credit: WorkloadCredit, timed_ms: float | None) -> None:
-    """Withdraw the credit of counted runs that were not the timed kernel, in place: each one's
-    kernel time (every counted run of the in-process check, `run_ms`; else the one profiled run,
-    `kernel_ms`) must be within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS), both ways, of the band of the
-    workload's other timed runs (`tie_band_ms`, timed_band: their range) where the worker measured
-    it, else of the timed median. Slower: the credited path is not the timed one (the timed path is
-    faster and generic). Faster: the timed runs took a slower path than the one whose instructions
-    were counted. `timed_ms` None: the workload was not timed, so no speed is claimed and nothing is tied."""
+    """Withdraw the credit of counted runs that were not the timed kernel, in place. In process with
+    every timed run counted (tools.counted, `pass_ms`): the counts are the timed runs', so what is
+    left to tie is each hardware pass against the others: the median of a pass's runs must lie
+    within SAME_RUN_RATIO (+ SAME_RUN_SLACK_MS), both ways, of the range of the other passes' runs
+    (`pass_band_ms`; of the timed median where they are too few). A kernel that took another path in
+    one pass (each pass reads other counters) must take it at the other path's speed. Otherwise each
+    counted run's kernel time (the in-process check's runs made after the timed ones, `run_ms`; else
+    the one profiled run, `kernel_ms`) is held so to the workload's other timed runs (`tie_band_ms`,
+    timed_band: their range) where the worker measured it, else to the timed median. Slower: the
+    credited path is not the timed one. Faster: the timed runs took a slower path than the one whose
+    instructions were counted. `timed_ms` None: the workload was not timed, so no speed is claimed
+    and nothing is tied."""
     if credit.status != "ok" or timed_ms is None:
         return
     credit.timed_ms = timed_ms
-    runs = [(f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms)
-            for k, ms in enumerate(credit.run_ms)] or [("the profiled run", credit.kernel_ms)]
-    if len(credit.tie_band_ms) == 2:
-        lo, hi = credit.tie_band_ms
-        against = f"the other timed runs {lo:.4g}-{hi:.4g} ms (their range)"
+    if credit.pass_ms:  # (each pass's runs first in their pair: pass_tie_runs)
+        bands = credit.pass_band_ms if len(credit.pass_band_ms) == len(credit.pass_ms) else [[]] * len(credit.pass_ms)
+        runs = [(f"hardware pass {k + 1}", f"hardware pass {k + 1}'s timed runs took (median)", "the other passes' runs",
+                 ms, band) for k, (ms, band) in enumerate(zip(credit.pass_ms, bands))]
     else:
-        lo = hi = timed_ms
-        against = f"the timed runs {timed_ms:.4g} ms (median)"
+        runs = [(who, f"{who}'s kernels took", "the other timed runs", ms, credit.tie_band_ms) for who, ms in (
+            (f"counted run {credit.counted_from + k}" if credit.counted_from is not None else "the counted run", ms)
+            for k, ms in enumerate(credit.run_ms))]
+        runs = runs or [("the profiled run", "the profiled run's kernels took", "the other timed runs", credit.kernel_ms,
+                         credit.tie_band_ms)]
     why = None
-    for what, ms in runs:
-        if ms is None:
-            why = f"{what}'s kernel time was not measured, so it cannot be tied to the timed runs"
+    for who, what, others, ms, band in runs:
+        if len(band) == 2:
+            lo, hi = band
+            against = f"{others} {lo:.4g}-{hi:.4g} ms (their range)"
+        else:
+            lo = hi = timed_ms
+            against = f"the timed runs {timed_ms:.4g} ms (median)"
+        if ms is None or (isinstance(ms, float) and math.isnan(ms)):
+            why = f"{who}'s kernel time was not measured, so it cannot be tied to the timed runs"
         elif ms > SAME_RUN_RATIO * hi + SAME_RUN_SLACK_MS:
-            why = (f"{what}'s kernels took {ms:.4g} ms, {against}: "
+            why = (f"{what} {ms:.4g} ms, {against}: "
                    "the kernel that was timed is not the one whose instructions were counted")
         elif ms < lo / SAME_RUN_RATIO - SAME_RUN_SLACK_MS:
-            why = (f"{what}'s kernels took {ms:.4g} ms, {against}: "
+            why = (f"{what} {ms:.4g} ms, {against}: "
                    "the timed runs took a slower path than the one whose instructions were counted")
         if why:
             break

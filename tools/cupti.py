@@ -43,7 +43,7 @@ AUTO_RANGE, USER_RANGE = 1, 2  # CUpti_ProfilerRange
 KERNEL_REPLAY, USER_REPLAY = 2, 3  # CUpti_ProfilerReplayMode
 MAX_PASSES = 32  # a configuration that asks for more is refused, never looped on
 RANGE_PROFILER = 0  # CUpti_ProfilerType
-MAX_RANGES = 64  # kernel launches one profiled run may make (a manifest has a handful)
+MAX_RANGES = 64  # kernel launches one profiled run may make (a manifest has a handful); profile_passes may ask for more
 
 
 class CuptiError(RuntimeError):
@@ -248,6 +248,7 @@ class RangeProfiler:
         self.keep_enabled, self.replay = keep_enabled, replay
         self._obj, self._data = None, None
         self._names: dict[str, bytes] = {}  # range names as CUPTI was given them (see _ranged)
+        self._capacity = MAX_RANGES  # ranges the counter data image holds (and a pass may push): set per profile
         _call("cuptiProfilerInitialize", Init())
         err, ctx = d.cuCtxGetCurrent()
         if int(err) != 0 or not int(ctx):
@@ -281,15 +282,18 @@ class RangeProfiler:
         profiles (the first start after enabling is most of a profile's fixed cost: 0.25 of 0.3 s on
         the H200), but then every later launch, the timed ones included, runs under an enabled
         profiler; the worker does not (docs/BENCHMARKS.md)."""
+        cap = getattr(self, "_capacity", MAX_RANGES)
+        if self._obj is not None and getattr(self, "_data_ranges", cap) != cap:
+            self._disable()  # (kept enabled with another capacity: the image is sized anew)
         if self._obj is None:
             enable = Enable(ctx=self.ctx)
             _call("cuptiRangeProfilerEnable", enable)
             self._obj = enable.pRangeProfilerObject
             size = CounterDataSize(pRangeProfilerObject=self._obj, pMetricNames=self.host._names,
-                                   numMetrics=len(self.metrics), maxNumOfRanges=MAX_RANGES,
-                                   maxNumRangeTreeNodes=MAX_RANGES)
+                                   numMetrics=len(self.metrics), maxNumOfRanges=cap, maxNumRangeTreeNodes=cap)
             _call("cuptiRangeProfilerGetCounterDataSize", size)
             self._data = (C.c_uint8 * size.counterDataSize)()
+            self._data_ranges = cap
         return self._obj, self._data
 
     def _disable(self) -> None:
@@ -306,7 +310,7 @@ class RangeProfiler:
         _call("cuptiRangeProfilerSetConfig", SetConfig(
             pRangeProfilerObject=obj, configSize=len(self.host.config), pConfig=self.host.config,
             counterDataImageSize=len(data), pCounterDataImage=data, range=range_mode, replayMode=replay_mode,
-            maxRangesPerPass=MAX_RANGES, numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
+            maxRangesPerPass=getattr(self, "_capacity", MAX_RANGES), numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
         return obj, data
 
     def _ranges(self, obj, data: C.Array) -> list[tuple[str, dict[str, float]]]:
@@ -314,7 +318,7 @@ class RangeProfiler:
         decode = Decode(pRangeProfilerObject=obj)
         _call("cuptiRangeProfilerDecodeData", decode)
         if decode.numOfRangeDropped:
-            raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {MAX_RANGES}?)")
+            raise CuptiError(f"{decode.numOfRangeDropped} ranges were dropped (more than {getattr(self, '_capacity', MAX_RANGES)}?)")
         info = CounterDataInfo(pCounterDataImage=data, counterDataImageSize=len(data))
         _call("cuptiRangeProfilerGetCounterDataInfo", info)
         out = []
@@ -380,14 +384,16 @@ class RangeProfiler:
                 with contextlib.suppress(CuptiError):
                     _call("cuptiRangeProfilerPopRange", RPObject(pRangeProfilerObject=obj))
 
-    def profile_passes(self, run_pass, name: str) -> list[Launch]:
+    def profile_passes(self, run_pass, name: str, max_ranges: int | None = None) -> list[Launch]:
         """User replay: call `run_pass(i, ranged)` once per pass (i = 0 .. passes-1;
         `instrumented_passes` run SASS-patched code). run_pass prepares its run (fresh inputs)
         outside the range, then makes the launches to count inside `with ranged():` (or
         `ranged(label)`: several ranges per pass are kept apart by name) and waits for them.
         Returns one Launch per range name, with every metric. The profiler is enabled for this
         call only. CUPTI must report every pass submitted after the last one (`last_stops`: what
-        each Stop returned), else CuptiError: no partial counts are ever evaluated."""
+        each Stop returned), else CuptiError: no partial counts are ever evaluated. `max_ranges`: the
+        most ranges a pass pushes (the counter data image holds that many; default MAX_RANGES): where
+        every timed run of a workload is a range of its own (tools.counted), a pass holds dozens."""
         if self.replay != "user":
             raise CuptiError("profile_passes needs a RangeProfiler built with replay='user'")
         clock = time.perf_counter
@@ -395,6 +401,7 @@ class RangeProfiler:
         phase: dict[str, float] = {}
         self.last_stops: list[list[int]] = []  # per pass: (pass index, nesting level, all passes submitted)
         self.last_pass_s: list[list[float]] = []  # per pass: host seconds of CUPTI's Start and of its Stop
+        self._capacity = max(1, int(max_ranges or MAX_RANGES))
         try:
             obj, data = self._configure(USER_RANGE, USER_REPLAY)
             t1 = clock()

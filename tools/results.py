@@ -261,6 +261,11 @@ class WorkloadCredit(BaseModel):
     # what every run_ms is tied to: [fastest, slowest] of the workload's other timed runs
     # (tools.credit.timed_band; empty: the timed median)
     tie_band_ms: list[float] = Field(default_factory=list)
+    # in process, every timed run counted (tools.counted): each hardware pass's median of its timed runs
+    # made first in their pair (tools.credit.pass_tie_runs), and the band each is tied to: [fastest,
+    # slowest] of the other passes' such runs (tools.counted.pass_bands)
+    pass_ms: list[float] = Field(default_factory=list)
+    pass_band_ms: list[list[float]] = Field(default_factory=list)
     instrumented_ms: list[float] = Field(default_factory=list)  # the SASS-patched pass's run: instrumented code, not tied
     timed_ms: float | None = None  # the workload's timed median, when it was timed
     # the sums behind the verdict (tools.credit.WORK_SUMS: wgmma_flops, other_flops, simt_flops, uniform_flops,

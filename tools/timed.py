@@ -22,8 +22,9 @@ class TimedPhase:
 
     Built (the library chosen, the judge and both sides made) before it runs; `steps()` runs it
     pair by pair (tools.timing.paired_steps), so the executed check can hold it between two pairs
-    and count one of its candidate runs (`candidate.around`, tools.counted); `finish(times)`
-    fills the result. `run()` does all of it at once."""
+    (a pass boundary) and count its candidate runs (`candidate.pad`: every run in a range of the
+    pass, tools.counted; `baseline.pad`: the library's matched pause); `finish(times)` fills the
+    result. `run()` does all of it at once."""
 
     def __init__(self, state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rng, result, limit: float):
         from tools.timing import Side
@@ -52,23 +53,17 @@ class TimedPhase:
             self.baseline.prepare = lambda: (judge.inputs_for_run(), library_prepare())
         self.candidate = Side("candidate", candidate_run, candidate_prepare)
         self.seconds = 0.0  # wall time of its own pairs (not counting time it was held)
-        # the executed check's counted pairs run whatever the stopping rule says: it may end the
-        # sequence early only after the last of them (tools.counted)
+        # with every run counted the sequence runs to its planned end (count_every_pair)
         self.run_through = -1
+        self.pairs_multiple = 1  # count_every_pair: the pair count a multiple of the hardware passes
 
-    def hold_through(self, pair: int) -> None:
-        """The executed check counts runs up to `pair` (tools.counted): the sequence runs at least
-        that far, and the runs judged whole are drawn over pairs 1..pair, uniformly, before pair 1 is
-        judged. Left to the judge, the first whole check falls on pair 1 or 2 (so a phase that stops
-        early still has one), and the first stretch's counted pair, drawn among its first few pairs,
-        followed a whole check's long pause far more often than a timed run did (H200, 2026-12-03
-        night: the first counted gap the longest of its workload in 3 of 10). Drawn over the pairs
-        the counted ones are drawn from, a counted pair follows one as often as any pair does."""
-        self.run_through = pair
-        judge = self.judge
-        if judge.full_at is None and pair >= 1:
-            k = min(pair, judge.rng.randint(1, 2))
-            judge.full_at = set(judge.rng.sample(range(1, pair + 1), k=k))
+    def count_every_pair(self, passes: int) -> None:
+        """The executed check counts every run of this phase (tools.counted: its pairs split into one
+        equal stretch per hardware pass, every candidate run in a range of that pass): the drawn
+        count is rounded up to a multiple of `passes`, and the sequence runs to its end (a stop the
+        stopping rule made would leave later passes without runs)."""
+        self.pairs_multiple = max(1, int(passes))
+        self.run_through = 1 << 30
 
     def steps(self):
         """The pairs, one at a time: yields (i, total) before pair i (tools.timing.paired_steps),
@@ -82,7 +77,7 @@ class TimedPhase:
                              self.judge.after_pair, limit_s=self.limit,
                              budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
                              cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)),
-                             may_stop=lambda i: i > self.run_through)
+                             may_stop=lambda i: i > self.run_through, pairs_multiple=self.pairs_multiple)
         while True:
             t0 = time.perf_counter()
             try:

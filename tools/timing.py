@@ -341,12 +341,14 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
 
 def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair: Callable[[int, int], None],
                  after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S,
-                 cap_s: float = TIMING_CAP_S, may_stop: Callable[[int], bool] = lambda i: True):
+                 cap_s: float = TIMING_CAP_S, may_stop: Callable[[int], bool] = lambda i: True, pairs_multiple: int = 1):
     """One pair at a time (a generator: it yields (i, total) before pair i runs, and returns the
     PairedTimes), so a caller can hold the sequence between two pairs and make other runs meanwhile
     (tools.counted: each workload's counted runs inside its timed sequence); time held is not the
     phase's own (the cap). `may_stop(i)`: whether the sequence may end early before pair i (the
-    executed check holds it until its counted pairs have run). Otherwise as follows.
+    executed check, counting every run, holds it to its end). `pairs_multiple`: the drawn count
+    (warm-ups included) is rounded up to a multiple of it (tools.counted: one equal stretch of pairs
+    per hardware pass). Otherwise as follows.
 
     Time candidate and baseline alternating run by run, each run cold, the order flipped
     every pair, so both sides see the same clocks and temperature (FACTS.md: the A/A noise
@@ -398,6 +400,7 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
         if total < 0:
             pair_s = time.perf_counter() - t0
             total = warmup + plan_pairs(pair_s, rng, budget_s)
+            total += -total % max(1, pairs_multiple)
             planned = total - warmup
         i += 1
         if baseline and i < total and may_stop(i):

@@ -67,7 +67,8 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
                            workloads="all", executed_check=True)
     for w in r.executed.workloads:  # printed before any assert: a failure shows every workload's reason
         print(f"{task} {w.workload:>6} {w.split:>8} {w.status} {w.reason or ''} counted runs {w.counted_from}-{w.runs} "
-              f"{w.run_ms} ms (tied to the other timed runs {w.tie_band_ms}; instrumented {w.instrumented_ms}) timed {w.timed_ms} ms "
+              f"(every timed run; by pass, median {w.pass_ms} ms, each tied to the other passes' {w.pass_band_ms}; "
+              f"instrumented {w.instrumented_ms}) timed {w.timed_ms} ms "
               f"shares {w.shares} "
               f"carries {w.carries} {w.notes}")
     _credited(r)
@@ -82,14 +83,19 @@ def test_honest_expert_keeps_credit_on_every_workload(evaluator, task):
           "per counted run [prepare, run, judge]:", {x.workload: (x.credit or {}).get("pass_s") for x in r.workloads},
           "stops:", [(x.credit or {}).get("stops") for x in r.workloads][:1])
     print(task, "gaps (ms):", {x.workload: (x.credit or {}).get("gaps_ms") for x in r.workloads})
+    print(task, "speedups:", {x.workload: x.speedup for x in r.workloads}, "ranged runs a pass:",
+          {x.workload: (x.credit or {}).get("ranged_runs") for x in r.workloads}, "library runs paused:",
+          {x.workload: (x.credit or {}).get("padded_runs") for x in r.workloads})
     assert r.correct is True and r.split_correct("held_out") is True, show(r)
     assert len(r.executed.workloads) == len(r.workloads) and all(w.status == "ok" for w in r.executed.workloads)
     requested = get_task(task).features_for("sm_90a")
     assert requested and all(w.carries == {f: True for f in requested} for w in r.executed.workloads), r.executed.notes
-    # in process: one counted run per pass, each a timed run tied to the timed median; no pass runs
+    # in process: every timed run counted (each pass's stretch ranged, tied pass by pass); no pass runs
     # SASS-patched code (the check reads hardware counters only)
-    assert all(w.counted_from is not None and len(w.run_ms) >= 2 and not w.instrumented_ms
+    assert all(w.counted_from is not None and len(w.pass_ms) >= 2 and not w.instrumented_ms
                for w in r.executed.workloads), r.executed.workloads
+    assert all(len(x.credit["run_ms"]) == x.timed_runs + x.warmup_runs for x in r.workloads), \
+        [(x.workload, len(x.credit["run_ms"]), x.timed_runs, x.warmup_runs) for x in r.workloads]
     assert r.correct_with_arch is True
     # one profiler session for the evaluation: every workload counted in it
     assert {(x.credit or {}).get("workloads_counted") for x in r.workloads} == {len(r.workloads)}
