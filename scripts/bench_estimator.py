@@ -35,22 +35,19 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 # name: (task, workload, kind, pairs); "aa": the library timed against a second instance of itself
 BLOCKS = {
-    "bwd8192": ("mha_bwd_d128", "S8192", "expert", 72),
-    "aa_bwd8192": ("mha_bwd_d128", "S8192", "aa", 40),
-    "bwd4096": ("mha_bwd_d128", "S4096", "expert", 48),
+    "bwd8192": ("mha_bwd_d128", "S8192", "expert", 64),
+    "aa_bwd8192": ("mha_bwd_d128", "S8192", "aa", 48),
     "gemm8192": ("gemm_n7168_k5120", "M8192", "expert", 48),
     "fwd4096": ("mha_fwd_d128", "S4096", "expert", 48),
-    "gemm70": ("gemm_n7168_k5120", "M70", "expert", 72),
+    "bwd4096": ("mha_bwd_d128", "S4096", "expert", 48),
+    "gemm70": ("gemm_n7168_k5120", "M70", "expert", 64),
     "aa_gemm8192": ("gemm_n7168_k5120", "M8192", "aa", 48),
     "aa_fwd4096": ("mha_fwd_d128", "S4096", "aa", 48),
 }
 
 
 def run_blocks(out: Path, names: list[str], budget_s: float) -> None:
-    from diag_counted_slowdown import Case, Diag
-    from tasks.families.baselines import make_baseline
-    from tools.timed import library_side
-    from tools.timing import _cold_run
+    from diag_counted_slowdown import Diag
 
     t0 = time.monotonic()
     deadline = t0 + budget_s
@@ -62,42 +59,61 @@ def run_blocks(out: Path, names: list[str], budget_s: float) -> None:
         if d.left() < 4:
             print(f"{name}: not started (deadline)", flush=True)
             continue
-        case = Case(d.state, task, workload)
-        if kind == "aa":  # a second instance of the same library, its inputs loaded as the library's are
-            lib = make_baseline(case.task, case.ws.inputs, case.backend)
-            prepare = lib.prepare
-            lib.prepare = lambda prepare=prepare: (case.judge.inputs_for_run(), prepare())
-            cand = library_side(case.backend, lib, case.ws.inputs)
-            cand.name = "candidate"
-        else:
-            cand = case.candidate(d.released)
-        n = 0
-        for i in range(-2, pairs):  # two warm pairs (first calls), not recorded
-            if d.left() < 2:
-                break
-            nv = d.nvml_state(d.nvml)
-            case.judge.before_pair(max(i, 0), 99)
-            sides = [cand, case.library]
-            if i % 2:
-                sides.reverse()
-            ev = {s.name: _cold_run(s, d.state) for s in sides}
-            d.state.wait(60)
-            c, b = ev["candidate"], ev[case.library.name]
-            if kind == "expert":
-                case.judge.after_pair(max(i, 0), 99)
-            else:
-                case.judge._generated = None
-            if i < 0:
-                continue
-            d.record(block=name, kind=kind, i=i, cand_first=i % 2 == 0, cand_ms=round(c[0].elapsed_time(c[1]), 5),
-                     lib_ms=round(b[0].elapsed_time(b[1]), 5), library=case.backend, **nv)
-            n += 1
-        print(f"{name}: {n} pairs at {time.monotonic() - t0:.1f} s", flush=True)
-        del case, cand
+        try:
+            run_block(d, name, task, workload, kind, pairs, t0)
+        except Exception as exc:  # noqa: BLE001 - one block's failure must not cost the others
+            print(f"{name}: stopped: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
         import torch
 
         torch.cuda.empty_cache()
     d.runs.close()
+
+
+def run_block(d, name: str, task: str, workload: str, kind: str, pairs: int, t0: float) -> int:
+    from diag_counted_slowdown import Case
+    from tasks.families.baselines import make_baseline
+    from tools.timed import library_side
+    from tools.timing import _cold_run
+    from tools.workspace import Failed
+
+    case = Case(d.state, task, workload)
+    if kind == "aa":  # a second instance of the same library, its inputs loaded as the library's are
+        lib = make_baseline(case.task, case.ws.inputs, case.backend)
+        prepare = lib.prepare
+        lib.prepare = lambda prepare=prepare: (case.judge.inputs_for_run(), prepare())
+        cand = library_side(case.backend, lib, case.ws.inputs)
+        cand.name = "candidate"
+    else:
+        cand = case.candidate(d.released)
+    n = 0
+    for i in range(-2, pairs):  # two warm pairs (first calls), not recorded
+        if d.left() < 2:
+            break
+        nv = d.nvml_state(d.nvml)
+        case.judge.before_pair(max(i, 0), 99)
+        sides = [cand, case.library]
+        if i % 2:
+            sides.reverse()
+        ev = {s.name: _cold_run(s, d.state) for s in sides}
+        d.state.wait(60)
+        c, b = ev["candidate"], ev[case.library.name]
+        failed = None
+        if kind == "expert":
+            try:
+                case.judge.after_pair(max(i, 0), 99)
+            except Failed as exc:  # a judge verdict is not this script's subject: record it, go on
+                failed = f"{exc.reason}: {exc.detail}"[:300]
+                case.judge._generated = None
+                print(f"{name} pair {i}: {failed}", flush=True)
+        else:
+            case.judge._generated = None
+        if i < 0:
+            continue
+        d.record(block=name, kind=kind, i=i, cand_first=i % 2 == 0, cand_ms=round(c[0].elapsed_time(c[1]), 5),
+                 lib_ms=round(b[0].elapsed_time(b[1]), 5), library=case.backend, failed=failed, **nv)
+        n += 1
+    print(f"{name}: {n} pairs at {time.monotonic() - t0:.1f} s", flush=True)
+    return n
 
 
 def old_estimate(ratios: list[float]) -> float:
@@ -138,7 +154,8 @@ def analyse(path: Path, phase: int) -> list[dict]:
         if "cand_ms" in r and r.get("block") in BLOCKS:
             by.setdefault(r["block"], []).append(r)
     out = []
-    print(f"phases of {phase} pairs, starting on either parity (candidate first / second in the phase's first pair)")
+    print(f"windows of {phase}-{phase + 5} pairs at every start (both parities): estimator mean, CV, range, "
+          f"median 95% interval width (log %)")
     print(f"{'block':>12} {'n':>4} {'r first':>8} {'r second':>8} {'all ABBA':>8} | {'k':>3} "
           f"{'old mean':>8} {'CV%':>5} {'rng%':>5} {'ci%':>5} | {'abba mean':>9} {'CV%':>5} {'rng%':>5} {'ci%':>5} | "
           f"{'split':>7} {'CV%':>5} {'rng%':>5}")
@@ -148,16 +165,17 @@ def analyse(path: Path, phase: int) -> list[dict]:
         first = [x for x, r in zip(ratios, rs) if r["cand_first"]]
         second = [x for x, r in zip(ratios, rs) if not r["cand_first"]]
         olds, abbas, splits, wo, wa = [], [], [], [], []
-        # about half-overlapping windows of phase-1 .. phase+2 pairs (odd counts too, as drawn counts
-        # are), the stride odd so that the windows' first pairs alternate in order
-        stride = phase // 2 + (phase // 2 + 1) % 2
-        for k, start in enumerate(range(0, len(ratios) - phase - 1, stride)):
-            seg = ratios[start:start + phase - 1 + k % 4]
-            olds.append(old_estimate(seg))
-            abbas.append(abba_estimate(seg))
-            splits.append(split_estimate(seg))
-            wo.append(_ci_width(seg))
-            wa.append(_ci_width([math.sqrt(seg[k] * seg[k + 1]) for k in range(0, len(seg) - 1, 2)]))
+        # every window of phase .. phase+5 pairs (an evaluation's drawn count at a 1 s budget: 10-15),
+        # at every start: both parities of the first pair, odd and even counts
+        for length in range(phase, phase + 6):
+            for start in range(0, len(ratios) - length + 1):
+                seg = ratios[start:start + length]
+                olds.append(old_estimate(seg))
+                abbas.append(abba_estimate(seg))
+                splits.append(split_estimate(seg))
+                if start % 3 == 0:  # the interval's width on a third of them (the bootstrap is the slow part)
+                    wo.append(_ci_width(seg))
+                    wa.append(_ci_width([math.sqrt(seg[k] * seg[k + 1]) for k in range(0, len(seg) - 1, 2)]))
         if not olds:
             continue
         om, ocv, orng = _spread(olds)
@@ -185,7 +203,7 @@ def main() -> int:
     ap.add_argument("--blocks", default=",".join(BLOCKS))
     ap.add_argument("--budget-s", type=float, default=70.0)
     ap.add_argument("--analyse", help="a pairs.jsonl.txt to analyse (no GPU)")
-    ap.add_argument("--phase", type=int, default=12, help="pairs per simulated evaluation")
+    ap.add_argument("--phase", type=int, default=10, help="the fewest pairs of a simulated evaluation (windows of it to it+5)")
     args = ap.parse_args()
     if args.analyse:
         for p in (args.phase, 2 * args.phase):
