@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 import time
@@ -148,6 +149,8 @@ def _ci_width(xs: list[float], resamples: int = 1000) -> float:
 
 
 def analyse(path: Path, phase: int) -> list[dict]:
+    from tools.timing import median_ci
+
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     by: dict[str, list[dict]] = {}
     for r in rows:
@@ -158,13 +161,14 @@ def analyse(path: Path, phase: int) -> list[dict]:
           f"median 95% interval width (log %)")
     print(f"{'block':>12} {'n':>4} {'r first':>8} {'r second':>8} {'all ABBA':>8} | {'k':>3} "
           f"{'old mean':>8} {'CV%':>5} {'rng%':>5} {'ci%':>5} | {'abba mean':>9} {'CV%':>5} {'rng%':>5} {'ci%':>5} | "
-          f"{'split':>7} {'CV%':>5} {'rng%':>5}")
+          f"{'split':>7} {'CV%':>5} {'rng%':>5} | cover old/abba")
     for name, rs in by.items():
         rs.sort(key=lambda r: r["i"])
         ratios = [r["lib_ms"] / r["cand_ms"] for r in rs]
         first = [x for x, r in zip(ratios, rs) if r["cand_first"]]
         second = [x for x, r in zip(ratios, rs) if not r["cand_first"]]
-        olds, abbas, splits, wo, wa = [], [], [], [], []
+        olds, abbas, splits, wo, wa, co, ca = [], [], [], [], [], [], []
+        old_all, abba_all = old_estimate(ratios), abba_estimate(ratios)
         # every window of phase .. phase+5 pairs (an evaluation's drawn count at a 1 s budget: 10-15),
         # at every start: both parities of the first pair, odd and even counts
         for length in range(phase, phase + 6):
@@ -173,9 +177,16 @@ def analyse(path: Path, phase: int) -> list[dict]:
                 olds.append(old_estimate(seg))
                 abbas.append(abba_estimate(seg))
                 splits.append(split_estimate(seg))
-                if start % 3 == 0:  # the interval's width on a third of them (the bootstrap is the slow part)
+                if start % 3 == 0:  # the interval on a third of them (the bootstrap is the slow part)
                     wo.append(_ci_width(seg))
                     wa.append(_ci_width([math.sqrt(seg[k] * seg[k + 1]) for k in range(0, len(seg) - 1, 2)]))
+                    # does the window's interval (the evaluator's: tools.timing.median_ci) hold the
+                    # estimator's value over the whole block (its long-run value)?
+                    lo, hi = median_ci(seg, random.Random(start))
+                    co.append(lo <= old_all <= hi)
+                    lo, hi = median_ci([math.sqrt(seg[k] * seg[k + 1]) for k in range(0, len(seg) - 1, 2)],
+                                       random.Random(start))
+                    ca.append(lo <= abba_all <= hi)
         if not olds:
             continue
         om, ocv, orng = _spread(olds)
@@ -184,8 +195,10 @@ def analyse(path: Path, phase: int) -> list[dict]:
         row = {"block": name, "pairs": len(ratios), "median_first": statistics.median(first) if first else None,
                "median_second": statistics.median(second) if second else None, "abba_all": abba_estimate(ratios),
                "phase": phase, "phases": len(olds), "old": {"mean": om, "cv": ocv, "range": orng, "values": olds,
-                                                             "ci_log_width": statistics.median(wo)},
-               "abba": {"mean": am, "cv": acv, "range": arng, "values": abbas, "ci_log_width": statistics.median(wa)},
+                                                             "ci_log_width": statistics.median(wo),
+                                                             "coverage": statistics.fmean(co)},
+               "abba": {"mean": am, "cv": acv, "range": arng, "values": abbas, "ci_log_width": statistics.median(wa),
+                        "coverage": statistics.fmean(ca)},
                "split": {"mean": sm, "cv": scv, "range": srng, "values": splits},
                "cand_ms": statistics.median(r["cand_ms"] for r in rs), "lib_ms": statistics.median(r["lib_ms"] for r in rs)}
         out.append(row)
@@ -193,7 +206,8 @@ def analyse(path: Path, phase: int) -> list[dict]:
         print(f"{name:>12} {len(ratios):4d} {f(row['median_first'])} {f(row['median_second'])} {f(row['abba_all'])} | "
               f"{len(olds):3d} {om:8.4f} {100 * ocv:5.2f} {100 * orng:5.2f} {100 * row['old']['ci_log_width']:5.2f} | "
               f"{am:9.4f} {100 * acv:5.2f} {100 * arng:5.2f} {100 * row['abba']['ci_log_width']:5.2f} | "
-              f"{sm:7.4f} {100 * scv:5.2f} {100 * srng:5.2f}", flush=True)
+              f"{sm:7.4f} {100 * scv:5.2f} {100 * srng:5.2f} | {statistics.fmean(co):.2f}/{statistics.fmean(ca):.2f}",
+              flush=True)
     return out
 
 
