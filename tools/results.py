@@ -207,7 +207,7 @@ class WorkloadResult(BaseModel):
     timing: Timing | None = None
     baseline: Timing | None = None
     baseline_name: str | None = None  # e.g. "cublas", "sdpa:cudnn"
-    speedup: float | None = None  # baseline/candidate, paired timing: median of order blocks (tools.timing.order_blocks)
+    speedup: float | None = None  # median of the per-pair ratios baseline/candidate (paired timing)
     speedup_ci: tuple[float, float] | None = None  # bootstrap 95% interval of that median
     tflops: float | None = None
     gbps: float | None = None  # the task's compulsory bytes / median time

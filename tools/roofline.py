@@ -11,7 +11,7 @@ The SOL score follows SOL-ExecBench (NVIDIA/SOL-ExecBench, src/sol_execbench/sol
 
 S = 1 at the speed of light, 0.5 at the library's time, towards 0 as T grows. Our T and
 T_lib come from paired timing: T_lib is the library's median and T = T_lib / speedup (the
-paired speedup, which cancels clock drift and pair order; docs/METHODOLOGY.md), so in terms of
+median of per-pair ratios, which cancels clock drift; docs/METHODOLOGY.md), so in terms of
 the speedup s and r = T_SOL / T_lib:  S = (1 - r) / (1 + 1/s - 2r).
 
 Edge cases, decided here once:

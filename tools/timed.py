@@ -17,8 +17,7 @@ def time_paired(state, req: dict, task, wl, axes: dict, ws: Workspace, bound, rn
 
 class TimedPhase:
     """One workload's timed phase: candidate and baseline alternate run by run on fresh inputs,
-    every candidate run judged; then the speedup (tools.timing.PairedTimes.speedup: median over
-    blocks of two adjacent pairs of opposite order, bootstrap interval),
+    every candidate run judged; then the speedup (median of per-pair ratios, bootstrap interval),
     the throughput against the physical ceilings, and the GPU's state before and after.
 
     Built (the library chosen, the judge and both sides made) before it runs; `steps()` runs it
@@ -106,8 +105,10 @@ class TimedPhase:
     def finish(self, times) -> None:
         """The result from the timed pairs (tools.timing.PairedTimes); raises Failed where the
         median is implausible."""
+        import statistics
+
         from tools.ceilings import ceiling_for, implausible
-        from tools.timing import summarize
+        from tools.timing import median_ci, summarize
 
         state, req, task, wl, axes, rng, result = (self.state, self.req, self.task, self.wl, self.axes, self.rng,
                                                    self.result)
@@ -140,8 +141,8 @@ class TimedPhase:
             result.detail = "; ".join(notes)
         if baseline is not None and times.baseline_ms:
             result.baseline, result.baseline_name = summarize(times.baseline_ms), base_name
-            est = times.speedup(rng)  # tools.timing.order_blocks: the order effect under the power cap cancels
-            result.speedup, result.speedup_ci = (est.value, est.ci) if est else (None, None)
+            result.speedup = statistics.median(times.ratios)
+            result.speedup_ci = median_ci(times.ratios, rng)
             if req.get("baseline_cache"):
                 from tools.baseline_cache import BaselineCache, cache_key
 

@@ -5,9 +5,8 @@ its whole job on data it has never seen), then L2 flushed by writing a buffer la
 twice the L2, then device events around the timed work only (for a candidate: the reset of
 its zero-initialised scratch, then its launches), issued while a gate kernel holds the
 stream, so what is timed is GPU work, never the host issuing it. Candidate and baseline alternate run by
-run (`paired`), the order flipped every pair, because clocks drift as the card heats (FACTS.md):
-the speedup is the median over blocks of two adjacent pairs (opposite order) of the geometric mean
-of their two ratios, with a bootstrap interval over blocks (`order_blocks`, `PairedTimes.speedup`).
+run (`paired`), because clocks drift as the card heats (FACTS.md): the speedup is the
+median of the per-pair ratios, with a bootstrap interval.
 """
 from __future__ import annotations
 
@@ -273,34 +272,6 @@ def measure(side: Side, state, n: int, limit_s: float) -> list[float]:
     return [s.elapsed_time(e) for s, e in events]
 
 
-def candidate_first(i: int) -> bool:
-    """The order of pair i (counting warm-up pairs): the candidate runs first in even pairs, second
-    in odd ones. The one place that says so: paired_steps orders the runs by it, order_blocks
-    builds the speedup's blocks by it."""
-    return i % 2 == 0
-
-
-def order_blocks(ratios: list[float], first: list[bool]) -> list[float]:
-    """The speedup's samples: each candidate-first pair's ratio with the next candidate-second
-    one's (the k-th of each order, in time order: adjacent pairs, as the order flips every pair),
-    as the geometric mean of the two. Why: under the power cap the side that runs second in a pair
-    runs slower (up to 15% for a 30 ms attention backward on the H200, docs/BENCHMARKS.md
-    2026-12-04), so per-pair ratios form two modes by order, r*s and r/s', and their median lands
-    on either mode or between them by chance; the block's geometric mean is r*sqrt(s/s') whatever
-    s, the same in every evaluation. A pair left without a partner (an odd count: the last one)
-    is dropped, never used alone: alone it would bring its order's mode back."""
-    firsts = [r for r, f in zip(ratios, first) if f]
-    seconds = [r for r, f in zip(ratios, first) if not f]
-    return [math.sqrt(a * b) for a, b in zip(firsts, seconds)]
-
-
-@dataclass(frozen=True)
-class Speedup:
-    value: float  # median of the order blocks
-    ci: tuple[float, float]  # bootstrap 95% interval of that median, over blocks
-    blocks: int  # how many blocks (timed pairs used: twice that)
-
-
 @dataclass
 class PairedTimes:
     candidate_ms: list[float]  # timed pairs only (warm-ups dropped)
@@ -319,21 +290,6 @@ class PairedTimes:
     def ratios(self) -> list[float]:
         return [b / c for c, b in zip(self.candidate_ms, self.baseline_ms) if c > 0]
 
-    @property
-    def blocks(self) -> list[float]:
-        """order_blocks of the timed pairs (timed pair j is pair warmup + j)."""
-        kept = [(b / c, candidate_first(self.warmup + j))
-                for j, (c, b) in enumerate(zip(self.candidate_ms, self.baseline_ms)) if c > 0]
-        return order_blocks([r for r, _ in kept], [f for _, f in kept])
-
-    def speedup(self, rng) -> Speedup | None:
-        """THE speedup of these pairs (every caller's: the timed phase, reports), or None with no
-        block (no baseline, or fewer than two timed pairs)."""
-        blocks = self.blocks
-        if not blocks:
-            return None
-        return Speedup(statistics.median(blocks), median_ci(blocks, rng), len(blocks))
-
 
 def plan_pairs(pair_wall_s: float, rng, budget_s: float = TIMING_BUDGET_S, lo: int = 10, hi: int = 60) -> int:
     """How many timed pairs: about `budget_s` of wall time, within [lo, hi], plus a random
@@ -347,18 +303,17 @@ def far_from_one(lo: float, hi: float, band: float = NEAR_BAND) -> bool:
     return hi < 1 / band or lo > band
 
 
-def stop_early(blocks: list[float], min_pairs: int, k: float = STOP_K, band: float = NEAR_BAND) -> bool:
+def stop_early(ratios: list[float], min_pairs: int, k: float = STOP_K, band: float = NEAR_BAND) -> bool:
     """Whether the timed pairs so far rank the kernel well enough to stop (the rule above
-    NEAR_BAND), on the speedup's own samples (order_blocks): at least `min_pairs` timed pairs
-    behind the blocks (two each, and two blocks at least), the interval outside the band, and its
-    log half-width at most k * |ln median|. The interval is bootstrapped with a fixed seed: what the
+    NEAR_BAND): at least `min_pairs` ratios, the interval outside the band, and its log
+    half-width at most k * |ln median|. The interval is bootstrapped with a fixed seed: what the
     rule decides must not depend on the secret draws, only on the times."""
-    if 2 * len(blocks) < max(4, min_pairs) or not far_from_one(*[statistics.median(blocks)] * 2, band):
+    if len(ratios) < max(2, min_pairs) or not far_from_one(*[statistics.median(ratios)] * 2, band):
         return False  # a median inside the band: so is part of its interval (and no bootstrap is paid)
-    lo, hi = median_ci(blocks, _STOP_RNG)
+    lo, hi = median_ci(ratios, _STOP_RNG)
     if not (lo > 0 and far_from_one(lo, hi, band)):
         return False
-    return (math.log(hi) - math.log(lo)) / 2 <= k * abs(math.log(statistics.median(blocks)))
+    return (math.log(hi) - math.log(lo)) / 2 <= k * abs(math.log(statistics.median(ratios)))
 
 
 class _FixedRandom:
@@ -424,7 +379,7 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
         t_runs = time.perf_counter()
         inputs_s += t_runs - t0
         sides = [candidate] + ([baseline] if baseline else [])
-        if not candidate_first(i):
+        if i % 2:
             sides.reverse()
         events = {s.name: _cold_run(s, state) for s in sides}
         state.wait(limit_s)
@@ -445,14 +400,13 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
             total = warmup + plan_pairs(pair_s, rng, budget_s)
             planned = total - warmup
         i += 1
-        # the rules look at whole blocks only (an even count of timed pairs): a stop never leaves a pair unused
-        if baseline and i < total and may_stop(i) and cand and len(cand) % 2 == 0:
-            blocks = PairedTimes(cand, base, warmup).blocks
-            if stop_early(blocks, min_stop):
+        if baseline and i < total and may_stop(i):
+            ratios = [b / c for c, b in zip(cand, base) if c > 0]
+            if stop_early(ratios, min_stop):
                 stop = "interval"
                 break
-            if (time.perf_counter() - start - paused >= cap_s and len(cand) >= MIN_CAP_PAIRS and len(blocks) >= 2
-                    and far_from_one(*[statistics.median(blocks)] * 2) and far_from_one(*median_ci(blocks, _STOP_RNG))):
+            if (time.perf_counter() - start - paused >= cap_s and len(ratios) >= MIN_CAP_PAIRS
+                    and far_from_one(*[statistics.median(ratios)] * 2) and far_from_one(*median_ci(ratios, _STOP_RNG))):
                 stop = "cap"
                 break
     ungated = tuple(sorted(s.name for s in (candidate, baseline) if s and s.name in gated and not s.gated))
@@ -461,7 +415,7 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
 
 
 def median_ci(ratios: list[float], rng, resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:
-    """Bootstrap interval of the median of `ratios` (the speedup's: its order blocks)."""
+    """Bootstrap interval of the median of the per-pair ratios."""
     import numpy as np
 
     x = np.asarray(ratios, dtype=np.float64)
