@@ -220,16 +220,22 @@ def main() -> int:
     ap.add_argument("--phase", type=int, default=10, help="the fewest pairs of a simulated evaluation (windows of it to it+5)")
     args = ap.parse_args()
     if args.analyse:
+        if not Path(args.analyse).is_file():
+            print(f"bench_estimator: no such file: {args.analyse}", file=sys.stderr)
+            return 2
         for p in (args.phase, 2 * args.phase):
             analyse(Path(args.analyse), p)
         return 0
-    if not args.out:
-        print("bench_estimator: --out or --analyse is required", file=sys.stderr)
-        return 2
     names = [b for b in args.blocks.split(",") if b]
     unknown = [b for b in names if b not in BLOCKS]
     if unknown:
         print(f"bench_estimator: unknown block(s) {unknown}; known: {list(BLOCKS)}", file=sys.stderr)
+        return 2
+    from tools.evaluator import require_gpu
+
+    require_gpu(f"scripts/{Path(__file__).name}")  # the measurement needs one (--analyse does not)
+    if not args.out:
+        print("bench_estimator: --out or --analyse is required", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
