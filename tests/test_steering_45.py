@@ -321,7 +321,7 @@ def test_a_closed_output_pipe_exits_quietly():
 
 
 GPU_SCRIPTS = ["bench_harness.py", "bench_baselines.py", "bench_credit.py", "timing_study.py", "calibrate_tolerance.py",
-               "probe_device.py", "probe_cupti.py", "probe_user_replay.py"]
+               "probe_device.py", "probe_cupti.py", "probe_user_replay.py", "bench_estimator.py"]
 
 
 @pytest.mark.parametrize("script", ["gpu_suite.sh", "ray_gpu_sweep.sh", *GPU_SCRIPTS])
