@@ -80,17 +80,31 @@ def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     return -(-raw // 128) * 128
 
 
+def _dq_launch(when: str = "True") -> dict:
+    """The dQ conversion launch of v5 and earlier (attn_bwd_dq_sm90): every head where `when` holds, else a launch
+    with nothing to do (v6 dropped it: the main kernel converts or stores dQ itself, DQ_DIRECT)."""
+    return {"kernel": "attn_bwd_dq_sm90", "block": [256],
+            "grid": ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)" if when == "True"
+                     else f"min(cdiv(B * H * S * D // 4, 256), num_sms * 16) if {when} else 1"],
+            "args": ["dQacc", "dQ", {"name": "n4", "type": "i32",
+                                     "value": "B * H * S * D // 4" if when == "True" else f"B * H * S * D // 4 if {when} else 0"},
+                     "sm_scale"]}
+
+
+_PRE_V5_ARGS = ["O", "dO", "LSE", "Delta", "LSE2", "dQacc", {"name": "rows", "type": "i32", "value": "B * H * S"},
+                "S", {"name": "Spad", "type": "i32", "value": "cdiv(S, 64) * 64"}]
+# Before v6 (DQ_DIRECT) the pre kernel left the padding of Delta and LSE2 unwritten: zeroed scratch (two timed memsets).
+_ZEROED_LD = {"buffers": {"Delta": {"zero": True}, "LSE2": {"zero": True}}}
+# v5's manifest (DQ_HEADCONV, before DQ_DIRECT): the pre kernel without `conv`, the dQ launch for heads of one key block.
+_BWD_V5 = {"launch_over": {"attn_bwd_pre_sm90": {"args": _PRE_V5_ARGS + ["dQcnt"]}},
+           "launches_add": [_dq_launch("cdiv(S, 128) == 1")], **_ZEROED_LD}
 # v4's manifest (before DQ_HEADCONV): the main launch without dQ, dQcnt and conv; the dQ launch converts every
 # head. Every variant measured before v5 is spelled on it (v4_base), so it measures what it did then.
 _BWD_V4 = {"args": ["tmQ", "tmK", "tmV", "tmdO", "tmLSE2", "tmDelta", "tmdK", "tmdV", "tmdQacc", "dQacc", "S",
                     {"name": "scale_log2", "type": "f32", "value": "sm_scale * 1.4426950408889634"}, "sm_scale"],
            "buffers_drop": ["dQcnt"],
-           "launch_over": {"attn_bwd_pre_sm90": {"args": [
-                               "O", "dO", "LSE", "Delta", "LSE2", "dQacc", {"name": "rows", "type": "i32", "value": "B * H * S"},
-                               "S", {"name": "Spad", "type": "i32", "value": "cdiv(S, 64) * 64"}]},
-                           "attn_bwd_dq_sm90": {
-               "grid": ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)"],
-               "args": ["dQacc", "dQ", {"name": "n4", "type": "i32", "value": "B * H * S * D // 4"}, "sm_scale"]}}}
+           "launch_over": {"attn_bwd_pre_sm90": {"args": _PRE_V5_ARGS}},
+           "launches_add": [_dq_launch()], **_ZEROED_LD}
 
 
 def _v4(knobs: dict | None = None, over: dict | None = None) -> tuple[dict, dict]:
@@ -111,6 +125,7 @@ _FWD = {
 _BWD = {
     # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2, DQ_WARP=1, CAUSAL_GROUP=8 (v4), DQ_HEADCONV=1 (v5)
     "shipped": ({}, {}),
+    "v5": ({"DQ_DIRECT": 0}, _BWD_V5),  # the kernel shipped before v6 (three launches, Delta/LSE2 zeroed scratch)
     "v4": _v4(),  # the kernel shipped before v5
     "v3": _v4({"DQ_WARP": 0, "CAUSAL_GROUP": 0}),  # the kernel shipped before v4
     "st3": _v4({"STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
@@ -139,10 +154,10 @@ _BWD = {
     "stm": _v4({"DS_STMATRIX": 1}),  # dS^T stored by stmatrix
     "carry": _v4({"DK_CARRY": 1}),  # a step's dK left in flight: the next S^T and dP^T queue behind it
     "carry3": _v4({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
-    # v5 (DQ_HEADCONV) variants, on the shipped manifest
-    "hc8": ({"HC_UNROLL": 8}, {}),  # 8 loads in flight per converting thread (W1's hconv), not 16
-    "carryh": ({"DK_CARRY": 1}, {}),
-    "carryh3": ({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
+    # v5 (DQ_HEADCONV) variants, on v5's manifest
+    "hc8": ({"HC_UNROLL": 8, "DQ_DIRECT": 0}, _BWD_V5),  # 8 loads in flight per converting thread (W1's hconv), not 16
+    "carryh": ({"DK_CARRY": 1, "DQ_DIRECT": 0}, _BWD_V5),
+    "carryh3": ({"DK_CARRY": 1, "STAGES": 3, "DQ_DIRECT": 0}, {"shared_bytes": _bwd_smem(stages=3), **_BWD_V5}),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"
@@ -380,6 +395,8 @@ def variant(task: str, name: str, into: Path) -> Solution:
         elif key == "launch_over":  # fields of other launches than the main one, by kernel name
             for launch in manifest["launches"]:
                 launch.update(value.get(launch["kernel"], {}))
+        elif key == "launches_add":  # whole launches appended after the shipped ones
+            manifest["launches"] = manifest["launches"] + [json.loads(json.dumps(launch)) for launch in value]
         elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
             for b in manifest.get("buffers", []):
                 if b["name"] in value:

@@ -42,15 +42,22 @@ def test_every_backward_variant_is_a_valid_solution_for_both_masks(tmp_path):
             "attn_bwd_pre_sm90", "attn_bwd_main_causal_sm90" if task.endswith("causal") else "attn_bwd_main_sm90"]
         assert fused.launches[1].args[-2:] == ["dQ", "dQcnt"]
         assert "dQcnt" in [b.name for b in fused.buffers]
-        # v5 (DQ_HEADCONV, shipped): main takes dQ, one zeroed counter per head and `conv`; the dQ launch
-        # stays for heads of one key block. v4 (and every variant measured on it): neither.
+        # v6 (DQ_HEADCONV + DQ_DIRECT, shipped): two launches; main takes dQ, one counter per head and `conv`
+        # (it converts dQ, or stores it directly where a head has one key block), and no scratch buffer is a
+        # zeroed one: a zeroed buffer costs every timed run a memset (the pre kernel writes Delta's and LSE2's
+        # padding and the counters). v5: the dQ launch for heads of one key block, Delta and LSE2 zeroed.
+        # v4 (and every variant measured on it): no counters, the dQ launch converts every head.
         shipped = dev.variant(task, "shipped", tmp_path / f"{task}-shipped").manifest
+        v5 = dev.variant(task, "v5", tmp_path / f"{task}-v5").manifest
         v4 = dev.variant(task, "v4", tmp_path / f"{task}-v4").manifest
-        assert [launch.kernel for launch in shipped.launches][-1] == "attn_bwd_dq_sm90"
+        assert [launch.kernel for launch in shipped.launches][0] == "attn_bwd_pre_sm90" and len(shipped.launches) == 2
         assert shipped.launches[1].args[-3:-1] == ["dQ", "dQcnt"] and shipped.launches[1].args[-1].name == "conv"
-        # the counters are zeroed by the pre kernel (a zeroed scratch buffer costs the timed runs a memset)
-        assert [(b.shape, b.zero) for b in shipped.buffers if b.name == "dQcnt"] == [(["B * H"], False)]
-        assert shipped.launches[0].args[-1] == "dQcnt" and v4.launches[0].args[-1].name == "Spad"
+        assert shipped.launches[0].args[-2] == "dQcnt" and shipped.launches[0].args[-1].name == "conv"
+        assert not [b.name for b in shipped.buffers if b.zero]
+        assert [launch.kernel for launch in v5.launches][-1] == "attn_bwd_dq_sm90" and v5.launches[0].args[-1] == "dQcnt"
+        assert sorted(b.name for b in v5.buffers if b.zero) == ["Delta", "LSE2"]
+        assert v5.launches[2].args[2].value == "B * H * S * D // 4 if cdiv(S, 128) == 1 else 0"
+        assert v4.launches[0].args[-1].name == "Spad"
         assert "dQcnt" not in [b.name for b in v4.buffers] and v4.launches[1].args[-1] == "sm_scale"
         assert v4.launches[2].grid == ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)"]
 

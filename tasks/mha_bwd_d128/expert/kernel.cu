@@ -1,5 +1,5 @@
 // Expert sm_90a attention backward, head dim 128. Given Q, K, V, O, dO ([B, H, S, 128] bf16, D contiguous)
-// and the forward's LSE ([B, H, S] fp32, natural log): dQ, dK, dV (bf16). Three launches:
+// and the forward's LSE ([B, H, S] fp32, natural log): dQ, dK, dV (bf16). Two launches (v6; v5 had a third):
 //   1. attn_bwd_pre_sm90:   Delta = rowsum(dO * O) (fp32) and dQacc = 0 (fp32 scratch), one warp per row.
 //   2. attn_bwd_main_sm90 / attn_bwd_main_causal_sm90: one CTA per (128-key block, batch*head), 384
 //      threads. Warpgroup 0 produces (setmaxnreg.dec; one thread issues the TMA loads and, DQ_WARP, one
@@ -25,8 +25,10 @@
 //      Causal: CAUSAL_GROUP renumbers the CTAs so the longest key blocks (the first ones) start first.
 //      DQ_HEADCONV (v5), where a head has more than one key block (conv): each CTA counts itself done in
 //      its head once its reduce-adds are complete; the CTA that completes the count converts the head's
-//      dQ = bf16(sm_scale * dQacc) while dQacc is still in L2.
-//   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc) where the main kernel did not (one key block per head).
+//      dQ = bf16(sm_scale * dQacc) while dQacc is still in L2. DQ_DIRECT (v6), where a head has one key block
+//      (S <= 128): the CTA sums all of the head's keys, so the consumers store dQ = bf16(sm_scale * dQ_blk)
+//      themselves, and the pre kernel leaves dQacc alone.
+//   (attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc) in a launch of its own; v5 and earlier, DQ_DIRECT 0.)
 // The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX, DK_CARRY) are measured
 // alternatives, off by default: NOTES.md, v4, says what each one did.
 // Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
@@ -99,6 +101,14 @@
 #endif
 #if DK_CARRY && (!DQ_DEFER || DV_LATE || AREG)
 #error "DK_CARRY needs DQ_DEFER and neither DV_LATE nor AREG"
+#endif
+#ifndef DQ_DIRECT
+#define DQ_DIRECT DQ_HEADCONV  // 1 (with DQ_HEADCONV): where a head has one key block (conv == 0) the CTA holds every key of the
+                     // head, so its dQ_blk is the whole dQ of its query block: stored as bf16 by the consumers (no
+                     // dQacc zeroing, reduce-adds or dQ launch). 0: the dQ launch converts those heads (v5)
+#endif
+#if DQ_DIRECT && !DQ_HEADCONV
+#error "DQ_DIRECT needs DQ_HEADCONV"
 #endif
 #ifndef HC_UNROLL
 #define HC_UNROLL 16  // DQ_HEADCONV: 16-byte dQacc loads in flight per converting thread (16: 64 KiB per SM)
@@ -439,7 +449,8 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
       // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
       // dQacc (two 64x32 boxes each); the staging is released as soon as the bulk copy has read it.
-      for (int i = 0; i < n_iter; ++i) {
+      // (DQ_DIRECT without conv: the consumers store dQ themselves, nothing to reduce.)
+      for (int i = 0; i < ((DQ_DIRECT && !conv) ? 0 : n_iter); ++i) {
         const int mq = qblk(i) * BM;
         for (int c = 0; c < 2; ++c) {
           mbar_wait(DQF(c), i & 1);
@@ -523,6 +534,20 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 
     // dQacc[query][64cw + col] += dq (accumulator rows are queries here).
     auto dq_out = [&](const float(&dq)[32], int mq, bool issue, int it) {
+#if DQ_DIRECT
+      if (!conv) {
+        // One key block per head: dq is dQ itself (all keys of the head summed). bf16(sm_scale * dq), rows >= S dropped.
+        const int qa = mq + r_in;
+        unsigned short* row_a = dQ + ((size_t)bh * S + qa) * 128 + cw * 64 + q2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (qa < S) *reinterpret_cast<u32*>(row_a + 8 * j) = pack_bf16x2(dq[4 * j] * sm_scale, dq[4 * j + 1] * sm_scale);
+          if (qa + 8 < S)
+            *reinterpret_cast<u32*>(row_a + 8 * 128 + 8 * j) = pack_bf16x2(dq[4 * j + 2] * sm_scale, dq[4 * j + 3] * sm_scale);
+        }
+        return;
+      }
+#endif
 #if DQ_TMA && DQ_WARP
       // Staging as below; the reducer's reduce-adds of step it-1 have read it once DQE(cw) completes.
       const u32 stg = sdQ + cw * DQ_STAGE;
@@ -891,8 +916,12 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
 
 // Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
 // written to padded [B*H, Spad] scratch (Spad = S rounded up to 64, so TMA can read 64-row boxes),
-// and dQacc[row, :] = 0; DQ_HEADCONV: dQcnt[head] = 0.
-#if DQ_HEADCONV  // and the main kernel's per-head counters (a scratch buffer the harness zeroing would cost a launch)
+// and dQacc[row, :] = 0; DQ_HEADCONV: dQcnt[head] = 0. DQ_DIRECT: the padding too (Delta 0, LSE2 +inf, so
+// a padded query's P = exp2(0 - inf) = 0 even unmasked: the scratch need not be zeroed by a timed memset),
+// and dQacc only where the main kernel reduces into it (conv: more than one key block per head).
+#if DQ_DIRECT
+#define PRE_PARAMS , int *__restrict__ dQcnt, int conv
+#elif DQ_HEADCONV  // and the main kernel's per-head counters (a scratch buffer the harness zeroing would cost a launch)
 #define PRE_PARAMS , int *__restrict__ dQcnt
 #else
 #define PRE_PARAMS
@@ -919,7 +948,16 @@ attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __
 #if DQ_HEADCONV
     if (s == 0) dQcnt[bh] = 0;
 #endif
+#if DQ_DIRECT
+    for (int p = S + s; p < Spad; p += S) {  // Spad - S < 64 entries per head, any S >= 1
+      Delta[(size_t)bh * Spad + p] = 0.f;
+      LSE2[(size_t)bh * Spad + p] = __int_as_float(0x7f800000);
+    }
+#endif
   }
+#if DQ_DIRECT
+  if (!conv) return;
+#endif
   *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + lane * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
