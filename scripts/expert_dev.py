@@ -80,6 +80,14 @@ def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     return -(-raw // 128) * 128
 
 
+def _bwd_ring(r: str) -> dict:
+    """DQ_RING's manifest: dQacc holds `r` heads (an expression), dQcnt one count per head and one generation per
+    slot, and both kernels take `ring`."""
+    ring = {"name": "ring", "type": "i32", "value": r}
+    return {"buffers": {"dQacc": [r, "S", "D"], "dQcnt": [f"B * H + {r}"]}, "args_add": [ring],
+            "launch_args_add": {"attn_bwd_pre_sm90": [ring]}, "view": {"tmdQacc": [r, "S", "D"]}}
+
+
 def _dq_launch(when: str = "True") -> dict:
     """The dQ conversion launch of v5 and earlier (attn_bwd_dq_sm90): every head where `when` holds, else a launch
     with nothing to do (v6 dropped it: the main kernel converts or stores dQ itself, DQ_DIRECT)."""
@@ -126,6 +134,11 @@ _BWD = {
     # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2, DQ_WARP=1, CAUSAL_GROUP=8 (v4), DQ_HEADCONV=1 (v5)
     "shipped": ({}, {}),
     "v5": ({"DQ_DIRECT": 0}, _BWD_V5),  # the kernel shipped before v6 (three launches, Delta/LSE2 zeroed scratch)
+    # dQacc as a ring of R head slots (R: twice the heads a wave holds, plus 8), re-zeroed by each head's converting
+    # CTA for the head R later: the pre kernel zeroes R heads' dQacc, not all of them
+    "ring": ({"DQ_RING": 1}, _bwd_ring("min(B * H, cdiv(2 * num_sms, cdiv(S, 128)) + 8)")),
+    # causal: a head's CTAs spread over more time (longest first in groups of 8 heads): more slots
+    "ring_c": ({"DQ_RING": 1}, _bwd_ring("min(B * H, cdiv(4 * num_sms, cdiv(S, 128)) + 24)")),
     "v4": _v4(),  # the kernel shipped before v5
     "v3": _v4({"DQ_WARP": 0, "CAUSAL_GROUP": 0}),  # the kernel shipped before v4
     "st3": _v4({"STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
@@ -378,7 +391,7 @@ def variant(task: str, name: str, into: Path) -> Solution:
     main = max(manifest["launches"], key=lambda launch: launch.get("shared_bytes", 0)
                if isinstance(launch.get("shared_bytes", 0), int) else 0)
     for key, value in over.items():
-        if key in ("box", "l2_promotion"):  # per tensor map
+        if key in ("box", "l2_promotion", "view"):  # per tensor map
             for tm in manifest.get("tensor_maps", []):
                 if tm["name"] in value:
                     tm[key] = value[tm["name"]]
@@ -395,6 +408,9 @@ def variant(task: str, name: str, into: Path) -> Solution:
         elif key == "launch_over":  # fields of other launches than the main one, by kernel name
             for launch in manifest["launches"]:
                 launch.update(value.get(launch["kernel"], {}))
+        elif key == "launch_args_add":  # arguments appended to other launches than the main one, by kernel name
+            for launch in manifest["launches"]:
+                launch["args"] = launch["args"] + value.get(launch["kernel"], [])
         elif key == "launches_add":  # whole launches appended after the shipped ones
             manifest["launches"] = manifest["launches"] + [json.loads(json.dumps(launch)) for launch in value]
         elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change

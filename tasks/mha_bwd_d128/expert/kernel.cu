@@ -77,12 +77,29 @@
 #if DQ_HEADCONV && (!DQ_WARP || DQ_FUSE)
 #error "DQ_HEADCONV needs DQ_WARP and excludes DQ_FUSE"
 #endif
+#ifndef DQ_RING
+#define DQ_RING 0  // 1 (with DQ_HEADCONV): dQacc is a ring of `ring` head slots (head bh in slot bh % ring), not one
+                   // per head: the pre kernel zeroes only the ring, the converting CTA re-zeroes its slot for head
+                   // bh + ring and releases it by a per-slot generation count (dQcnt[B*H + slot]); that head's
+                   // reducer acquires it before its first reduce-add. (Heads bh - ring start before bh: CTAs are
+                   // dispatched in launch order, and causal renumbering needs ring >= CAUSAL_GROUP.)
+#endif
+#if DQ_RING && !DQ_HEADCONV
+#error "DQ_RING needs DQ_HEADCONV"
+#endif
+#if DQ_RING
+#define RING_PARAM , int ring
+#define RING_ARG , ring
+#else
+#define RING_PARAM
+#define RING_ARG
+#endif
 #if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one zeroed int32 counter per (head, query block)
 #define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt
 #define FUSE_ARGS , dQ, dQcnt
 #elif DQ_HEADCONV  // ... dQ, one zeroed int32 counter per head, and whether to convert here (0: the dQ launch does)
-#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt, int conv
-#define FUSE_ARGS , dQ, dQcnt, conv
+#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt, int conv RING_PARAM
+#define FUSE_ARGS , dQ, dQcnt, conv RING_ARG
 #else
 #define FUSE_PARAMS
 #define FUSE_ARGS
@@ -109,6 +126,9 @@
 #endif
 #if DQ_DIRECT && !DQ_HEADCONV
 #error "DQ_DIRECT needs DQ_HEADCONV"
+#endif
+#if DQ_RING && !DQ_DIRECT
+#error "DQ_RING needs DQ_DIRECT (the pre kernel's ring argument)"
 #endif
 #ifndef HC_UNROLL
 #define HC_UNROLL 16  // DQ_HEADCONV: 16-byte dQacc loads in flight per converting thread (16: 64 KiB per SM)
@@ -362,6 +382,11 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
   }
 #endif
   const int n0 = nb * BN;
+#if DQ_RING
+  const int slot = bh % ring;  // this head's dQacc slot (the TMA map's outer coordinate, the conversion's source)
+#else
+  const int slot = bh;
+#endif
   const int num_m = (S + BM - 1) / BM;
   const int m_begin = CAUSAL ? n0 / BM : 0;  // earlier query blocks see none of these keys
   const int n_iter = num_m - m_begin;
@@ -450,12 +475,24 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
       // dQacc (two 64x32 boxes each); the staging is released as soon as the bulk copy has read it.
       // (DQ_DIRECT without conv: the consumers store dQ themselves, nothing to reduce.)
+#if DQ_RING
+      if (conv && bh >= ring) {
+        // The slot's previous head (bh - ring) is converted and the slot zeroed once its generation count
+        // reaches bh / ring: acquire it (generic-proxy stores of another SM), then order the async proxy after it.
+        const int* gen = dQcnt + gridDim.y + slot;
+        int g;
+        do {
+          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+        } while (g < bh / ring);
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+      }
+#endif
       for (int i = 0; i < ((DQ_DIRECT && !conv) ? 0 : n_iter); ++i) {
         const int mq = qblk(i) * BM;
         for (int c = 0; c < 2; ++c) {
           mbar_wait(DQF(c), i & 1);
-          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE, c * 64, mq, bh);
-          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE + DQ_STAGE / 2, c * 64 + 32, mq, bh);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE, c * 64, mq, slot);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE + DQ_STAGE / 2, c * 64 + 32, mq, slot);
           asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
         asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -872,9 +909,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       // Every CTA of this head has added its part: dQ = bf16(sm_scale * dQacc) for the head, from L2 (the
       // head's dQacc was written moments ago), HC_UNROLL 16-byte loads in flight per thread.
       asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      const float* src = dQacc + (size_t)bh * S * 128;
+      float* src = dQacc + (size_t)slot * S * 128;
       unsigned short* dst = dQ + (size_t)bh * S * 128;
       const int n4 = S * 32, t = tid - 128;
+#if DQ_RING
+      const bool rezero = bh + ring < (int)gridDim.y;  // a later head takes this slot: leave it zeroed
+#endif
       for (int b = t; b < n4; b += 256 * HC_UNROLL) {
         float4 a[HC_UNROLL];
 #pragma unroll
@@ -889,8 +929,21 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
             r.x = pack_bf16x2(a[u].x * sm_scale, a[u].y * sm_scale);
             r.y = pack_bf16x2(a[u].z * sm_scale, a[u].w * sm_scale);
             *reinterpret_cast<uint2*>(dst + 4 * (b + 256 * u)) = r;
+#if DQ_RING
+            if (rezero)  // the same thread read these addresses above: program order keeps the read first
+              asm volatile("st.global.cg.v4.f32 [%0], {%1, %1, %1, %1};" ::"l"(src + 4 * (b + 256 * u)), "f"(0.f) : "memory");
+#endif
           }
       }
+#if DQ_RING
+      if (rezero) {
+        // Every converting thread's zeros, then one release of the slot's next generation (the CTA barrier
+        // orders the other threads' stores before this thread's gpu-scope release: cumulativity).
+        asm volatile("bar.sync 5, 256;" ::: "memory");
+        if (tid == 128)
+          asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(dQcnt + gridDim.y + slot), "r"(bh / ring + 1) : "memory");
+      }
+#endif
     }
 #endif
   }
@@ -920,7 +973,7 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
 // a padded query's P = exp2(0 - inf) = 0 even unmasked: the scratch need not be zeroed by a timed memset),
 // and dQacc only where the main kernel reduces into it (conv: more than one key block per head).
 #if DQ_DIRECT
-#define PRE_PARAMS , int *__restrict__ dQcnt, int conv
+#define PRE_PARAMS , int *__restrict__ dQcnt, int conv RING_PARAM
 #elif DQ_HEADCONV  // and the main kernel's per-head counters (a scratch buffer the harness zeroing would cost a launch)
 #define PRE_PARAMS , int *__restrict__ dQcnt
 #else
@@ -948,6 +1001,9 @@ attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __
 #if DQ_HEADCONV
     if (s == 0) dQcnt[bh] = 0;
 #endif
+#if DQ_RING
+    if (s == 0 && bh < ring) dQcnt[rows / S + bh] = 0;  // the slot's generation count
+#endif
 #if DQ_DIRECT
     for (int p = S + s; p < Spad; p += S) {  // Spad - S < 64 entries per head, any S >= 1
       Delta[(size_t)bh * Spad + p] = 0.f;
@@ -957,6 +1013,9 @@ attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __
   }
 #if DQ_DIRECT
   if (!conv) return;
+#endif
+#if DQ_RING
+  if (row / S >= ring) return;  // dQacc holds `ring` heads; the converting CTAs re-zero the slots for later heads
 #endif
   *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + lane * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
 }
