@@ -137,6 +137,10 @@ _BWD = {
     # dQacc as a ring of R head slots (R: twice the heads a wave holds, plus 8), re-zeroed by each head's converting
     # CTA for the head R later: the pre kernel zeroes R heads' dQacc, not all of them
     "ring": ({"DQ_RING": 1}, _bwd_ring("min(B * H, cdiv(2 * num_sms, cdiv(S, 128)) + 8)")),
+    # the pre kernel with four rows a warp (16-byte loads, half a warp per row): more bytes in flight
+    "pre4": ({"PRE_ROWS": 4}, {"launch_over": {"attn_bwd_pre_sm90": {"grid": ["cdiv(B * H * S, 32)"]}}}),
+    "ring_pre4": ({"DQ_RING": 1, "PRE_ROWS": 4}, {**_bwd_ring("min(B * H, cdiv(2 * num_sms, cdiv(S, 128)) + 8)"),
+                                                   "launch_over": {"attn_bwd_pre_sm90": {"grid": ["cdiv(B * H * S, 32)"]}}}),
     # causal: a head's CTAs spread over more time (longest first in groups of 8 heads): more slots
     "ring_c": ({"DQ_RING": 1}, _bwd_ring("min(B * H, cdiv(4 * num_sms, cdiv(S, 128)) + 24)")),
     "v4": _v4(),  # the kernel shipped before v5

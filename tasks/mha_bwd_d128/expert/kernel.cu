@@ -979,22 +979,32 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
 #else
 #define PRE_PARAMS
 #endif
-extern "C" __global__ void __launch_bounds__(256)
-attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __restrict__ dO, const float* __restrict__ LSE,
-                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S,
-                  int Spad PRE_PARAMS) {
-  const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const uint2 o = *reinterpret_cast<const uint2*>(O + (size_t)row * 128 + lane * 4);
-  const uint2 g = *reinterpret_cast<const uint2*>(dO + (size_t)row * 128 + lane * 4);
-  // bf16 -> fp32 is a 16-bit shift.
-  float acc = __uint_as_float(o.x << 16) * __uint_as_float(g.x << 16) +
-              __uint_as_float(o.x & 0xffff0000u) * __uint_as_float(g.x & 0xffff0000u) +
-              __uint_as_float(o.y << 16) * __uint_as_float(g.y << 16) +
-              __uint_as_float(o.y & 0xffff0000u) * __uint_as_float(g.y & 0xffff0000u);
-#pragma unroll
-  for (int w = 16; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);
-  if (lane == 0) {
+#if DQ_DIRECT
+#define PRE_ARGS , dQcnt, conv RING_ARG
+#elif DQ_HEADCONV
+#define PRE_ARGS , dQcnt
+#else
+#define PRE_ARGS
+#endif
+#ifndef PRE_ROWS
+#define PRE_ROWS 1  // rows per warp: 1 (a lane loads 8 bytes of O and of dO) or 4 (16 bytes, half a warp per row, four
+                    // rows' loads in flight per warp: more bytes in flight for a kernel that only streams memory)
+#endif
+
+#if PRE_ROWS == 4
+// dO . O of one packed bf16 pair, in fp32; bf16 -> fp32 is a 16-bit shift.
+static __device__ __forceinline__ float dot_bf16x2(u32 o, u32 g) {
+  return __uint_as_float(o << 16) * __uint_as_float(g << 16) + __uint_as_float(o & 0xffff0000u) * __uint_as_float(g & 0xffff0000u);
+}
+#endif
+
+// What one row writes besides the sum: lane li (of the `lanes` that share the row) zeroes its part of dQacc[row]
+// where the main kernel reduces into it; lane 0 writes Delta, LSE2 and the row's share of the padding and counters.
+template <int LANES>
+static __device__ __forceinline__ void pre_row_out(int row, int li, float acc, const float* __restrict__ LSE,
+                                                   float* __restrict__ Delta, float* __restrict__ LSE2,
+                                                   float* __restrict__ dQacc, int rows, int S, int Spad PRE_PARAMS) {
+  if (li == 0) {
     const int bh = row / S, s = row - bh * S;
     Delta[(size_t)bh * Spad + s] = acc;
     LSE2[(size_t)bh * Spad + s] = LSE[row] * 1.4426950408889634f;
@@ -1017,7 +1027,53 @@ attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __
 #if DQ_RING
   if (row / S >= ring) return;  // dQacc holds `ring` heads; the converting CTAs re-zero the slots for later heads
 #endif
-  *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + lane * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int k = 0; k < 32 / LANES; ++k)
+    *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + (li * (32 / LANES) + k) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// grid: cdiv(rows, 8 * PRE_ROWS) blocks of 256 threads.
+extern "C" __global__ void __launch_bounds__(256)
+attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __restrict__ dO, const float* __restrict__ LSE,
+                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S,
+                  int Spad PRE_PARAMS) {
+  const int lane = threadIdx.x & 31;
+#if PRE_ROWS == 1
+  const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const uint2 o = *reinterpret_cast<const uint2*>(O + (size_t)row * 128 + lane * 4);
+  const uint2 g = *reinterpret_cast<const uint2*>(dO + (size_t)row * 128 + lane * 4);
+  float acc = __uint_as_float(o.x << 16) * __uint_as_float(g.x << 16) +
+              __uint_as_float(o.x & 0xffff0000u) * __uint_as_float(g.x & 0xffff0000u) +
+              __uint_as_float(o.y << 16) * __uint_as_float(g.y << 16) +
+              __uint_as_float(o.y & 0xffff0000u) * __uint_as_float(g.y & 0xffff0000u);
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);
+  pre_row_out<32>(row, lane, acc, LSE, Delta, LSE2, dQacc, rows, S, Spad PRE_ARGS);
+#elif PRE_ROWS == 4
+  // rows row0 + 2k + half, k = 0, 1: lanes 0-15 and 16-31 each take a row, 8 columns a lane; all four loads issued first
+  const int row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * 4, half = lane >> 4, li = lane & 15;
+  uint4 o[2], g[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int row = row0 + 2 * k + half;
+    o[k] = g[k] = make_uint4(0u, 0u, 0u, 0u);
+    if (row < rows) {
+      o[k] = *reinterpret_cast<const uint4*>(O + (size_t)row * 128 + li * 8);
+      g[k] = *reinterpret_cast<const uint4*>(dO + (size_t)row * 128 + li * 8);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    float acc = dot_bf16x2(o[k].x, g[k].x) + dot_bf16x2(o[k].y, g[k].y) + dot_bf16x2(o[k].z, g[k].z) + dot_bf16x2(o[k].w, g[k].w);
+#pragma unroll
+    for (int w = 8; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);  // within each half warp
+    const int row = row0 + 2 * k + half;
+    if (row < rows) pre_row_out<16>(row, li, acc, LSE, Delta, LSE2, dQacc, rows, S, Spad PRE_ARGS);
+  }
+#else
+#error "PRE_ROWS is 1 or 4"
+#endif
 }
 
 // dQ = bf16(sm_scale * dQacc), 4 elements per thread per step.
