@@ -66,7 +66,9 @@ def one(names, draws, task_name, S, seeds):
             if (task_name, name) not in _COMPILED:
                 _COMPILED[task_name, name] = _compile(sol, "sm_90a")
             comp = _COMPILED[task_name, name]
-            assert comp.cubin, comp.error
+            if not comp.cubin:  # one variant that does not build must not cost the others' figures
+                print(f"# {task_name} {name}: compile failed: {comp.error}", flush=True)
+                continue
             plan = plan_launches(sol.manifest, task, axes, NOMINAL_LIMITS["sm_90a"])
             ws = Workspace(task, plan, "cuda")
             bound = Bound(plan, Module(comp.cubin, getattr(comp, "symbols", None) or None), ws.pointers())

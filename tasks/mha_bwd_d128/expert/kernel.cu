@@ -487,7 +487,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
         asm volatile("fence.proxy.async.global;" ::: "memory");
       }
 #endif
-      for (int i = 0; i < ((DQ_DIRECT && !conv) ? 0 : n_iter); ++i) {
+#if DQ_DIRECT
+      const int n_reduce = conv ? n_iter : 0;
+#else
+      const int n_reduce = n_iter;
+#endif
+      for (int i = 0; i < n_reduce; ++i) {
         const int mq = qblk(i) * BM;
         for (int c = 0; c < 2; ++c) {
           mbar_wait(DQF(c), i & 1);
