@@ -80,17 +80,39 @@ def _bwd_smem(stages: int = 2, comp: int = 0, tma: int = 1) -> int:
     return -(-raw // 128) * 128
 
 
+def _bwd_ring(r: str) -> dict:
+    """DQ_RING's manifest: dQacc holds `r` heads (an expression), dQcnt one count per head and one generation per
+    slot, and both kernels take `ring`."""
+    ring = {"name": "ring", "type": "i32", "value": r}
+    return {"buffers": {"dQacc": [r, "S", "D"], "dQcnt": [f"B * H + {r}"]}, "args_add": [ring],
+            "launch_args_add": {"attn_bwd_pre_sm90": [ring]}, "view": {"tmdQacc": [r, "S", "D"]}}
+
+
+def _dq_launch(when: str = "True") -> dict:
+    """The dQ conversion launch of v5 and earlier (attn_bwd_dq_sm90): every head where `when` holds, else a launch
+    with nothing to do (v6 dropped it: the main kernel converts or stores dQ itself, DQ_DIRECT)."""
+    return {"kernel": "attn_bwd_dq_sm90", "block": [256],
+            "grid": ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)" if when == "True"
+                     else f"min(cdiv(B * H * S * D // 4, 256), num_sms * 16) if {when} else 1"],
+            "args": ["dQacc", "dQ", {"name": "n4", "type": "i32",
+                                     "value": "B * H * S * D // 4" if when == "True" else f"B * H * S * D // 4 if {when} else 0"},
+                     "sm_scale"]}
+
+
+_PRE_V5_ARGS = ["O", "dO", "LSE", "Delta", "LSE2", "dQacc", {"name": "rows", "type": "i32", "value": "B * H * S"},
+                "S", {"name": "Spad", "type": "i32", "value": "cdiv(S, 64) * 64"}]
+# Before v6 (DQ_DIRECT) the pre kernel left the padding of Delta and LSE2 unwritten: zeroed scratch (two timed memsets).
+_ZEROED_LD = {"buffers": {"Delta": {"zero": True}, "LSE2": {"zero": True}}}
+# v5's manifest (DQ_HEADCONV, before DQ_DIRECT): the pre kernel without `conv`, the dQ launch for heads of one key block.
+_BWD_V5 = {"launch_over": {"attn_bwd_pre_sm90": {"args": _PRE_V5_ARGS + ["dQcnt"]}},
+           "launches_add": [_dq_launch("cdiv(S, 128) == 1")], **_ZEROED_LD}
 # v4's manifest (before DQ_HEADCONV): the main launch without dQ, dQcnt and conv; the dQ launch converts every
 # head. Every variant measured before v5 is spelled on it (v4_base), so it measures what it did then.
 _BWD_V4 = {"args": ["tmQ", "tmK", "tmV", "tmdO", "tmLSE2", "tmDelta", "tmdK", "tmdV", "tmdQacc", "dQacc", "S",
                     {"name": "scale_log2", "type": "f32", "value": "sm_scale * 1.4426950408889634"}, "sm_scale"],
            "buffers_drop": ["dQcnt"],
-           "launch_over": {"attn_bwd_pre_sm90": {"args": [
-                               "O", "dO", "LSE", "Delta", "LSE2", "dQacc", {"name": "rows", "type": "i32", "value": "B * H * S"},
-                               "S", {"name": "Spad", "type": "i32", "value": "cdiv(S, 64) * 64"}]},
-                           "attn_bwd_dq_sm90": {
-               "grid": ["min(cdiv(B * H * S * D // 4, 256), num_sms * 16)"],
-               "args": ["dQacc", "dQ", {"name": "n4", "type": "i32", "value": "B * H * S * D // 4"}, "sm_scale"]}}}
+           "launch_over": {"attn_bwd_pre_sm90": {"args": _PRE_V5_ARGS}},
+           "launches_add": [_dq_launch()], **_ZEROED_LD}
 
 
 def _v4(knobs: dict | None = None, over: dict | None = None) -> tuple[dict, dict]:
@@ -111,6 +133,16 @@ _FWD = {
 _BWD = {
     # kernel.cu defaults: DQ_TMA=1, DQ_DEFER=1, STAGES=2, DQ_WARP=1, CAUSAL_GROUP=8 (v4), DQ_HEADCONV=1 (v5)
     "shipped": ({}, {}),
+    "v5": ({"DQ_DIRECT": 0}, _BWD_V5),  # the kernel shipped before v6 (three launches, Delta/LSE2 zeroed scratch)
+    # dQacc as a ring of R head slots (R: twice the heads a wave holds, plus 8), re-zeroed by each head's converting
+    # CTA for the head R later: the pre kernel zeroes R heads' dQacc, not all of them
+    "ring": ({"DQ_RING": 1}, _bwd_ring("min(B * H, cdiv(2 * num_sms, cdiv(S, 128)) + 8)")),
+    # the pre kernel with four rows a warp (16-byte loads, half a warp per row): more bytes in flight
+    "pre4": ({"PRE_ROWS": 4}, {"launch_over": {"attn_bwd_pre_sm90": {"grid": ["cdiv(B * H * S, 32)"]}}}),
+    "ring_pre4": ({"DQ_RING": 1, "PRE_ROWS": 4}, {**_bwd_ring("min(B * H, cdiv(2 * num_sms, cdiv(S, 128)) + 8)"),
+                                                   "launch_over": {"attn_bwd_pre_sm90": {"grid": ["cdiv(B * H * S, 32)"]}}}),
+    # causal: a head's CTAs spread over more time (longest first in groups of 8 heads): more slots
+    "ring_c": ({"DQ_RING": 1}, _bwd_ring("min(B * H, cdiv(4 * num_sms, cdiv(S, 128)) + 24)")),
     "v4": _v4(),  # the kernel shipped before v5
     "v3": _v4({"DQ_WARP": 0, "CAUSAL_GROUP": 0}),  # the kernel shipped before v4
     "st3": _v4({"STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
@@ -139,10 +171,10 @@ _BWD = {
     "stm": _v4({"DS_STMATRIX": 1}),  # dS^T stored by stmatrix
     "carry": _v4({"DK_CARRY": 1}),  # a step's dK left in flight: the next S^T and dP^T queue behind it
     "carry3": _v4({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
-    # v5 (DQ_HEADCONV) variants, on the shipped manifest
-    "hc8": ({"HC_UNROLL": 8}, {}),  # 8 loads in flight per converting thread (W1's hconv), not 16
-    "carryh": ({"DK_CARRY": 1}, {}),
-    "carryh3": ({"DK_CARRY": 1, "STAGES": 3}, {"shared_bytes": _bwd_smem(stages=3)}),
+    # v5 (DQ_HEADCONV) variants, on v5's manifest
+    "hc8": ({"HC_UNROLL": 8, "DQ_DIRECT": 0}, _BWD_V5),  # 8 loads in flight per converting thread (W1's hconv), not 16
+    "carryh": ({"DK_CARRY": 1, "DQ_DIRECT": 0}, _BWD_V5),
+    "carryh3": ({"DK_CARRY": 1, "STAGES": 3, "DQ_DIRECT": 0}, {"shared_bytes": _bwd_smem(stages=3), **_BWD_V5}),
 }
 _FP8_SPLITS_C2 = "max(1, min(8, num_sms // (2 * cdiv(m, 256) * (n // 256))))"
 _FP8_SPLITS_MAX4 = "max(1, min(4, num_sms // (cdiv(m, 128) * (n // 256))))"
@@ -396,7 +428,7 @@ def variant(task: str, name: str, into: Path) -> Solution:
     main = max(manifest["launches"], key=lambda launch: launch.get("shared_bytes", 0)
                if isinstance(launch.get("shared_bytes", 0), int) else 0)
     for key, value in over.items():
-        if key in ("box", "l2_promotion"):  # per tensor map
+        if key in ("box", "l2_promotion", "view"):  # per tensor map
             for tm in manifest.get("tensor_maps", []):
                 if tm["name"] in value:
                     tm[key] = value[tm["name"]]
@@ -413,6 +445,11 @@ def variant(task: str, name: str, into: Path) -> Solution:
         elif key == "launch_over":  # fields of other launches than the main one, by kernel name
             for launch in manifest["launches"]:
                 launch.update(value.get(launch["kernel"], {}))
+        elif key == "launch_args_add":  # arguments appended to other launches than the main one, by kernel name
+            for launch in manifest["launches"]:
+                launch["args"] = launch["args"] + value.get(launch["kernel"], [])
+        elif key == "launches_add":  # whole launches appended after the shipped ones
+            manifest["launches"] = manifest["launches"] + [json.loads(json.dumps(launch)) for launch in value]
         elif key == "buffers":  # by buffer name: a shape, or the buffer's fields to change
             for b in manifest.get("buffers", []):
                 if b["name"] in value:

@@ -35,7 +35,8 @@ UNIFORM_EXCEPT = ("UTMA", "UBLK")  # U-prefixed, but TMA-pipe instructions
 REDUCTIONS = ("RED", "ATOMG", "ATOM")  # global reductions, ALU atomics (ATOMS, shared: 32 x 2, not here)
 # The estimate of each expert kernel (2026-12-03, ptxas 13.0), less 0.01: a change that adds instructions
 # to a kernel fails here before the H200 sees it. Attention backward: 0.905 since v5 (the last CTA of a
-# head converts its dQ in the main kernel: SIMT work that was the separate launch's). GEMM: 0.845 since v6 (the
+# head converts its dQ in the main kernel: SIMT work that was the separate launch's), 0.902 since v6 (the
+# direct dQ stores where a head has one key block, counted here as if they ran every step). GEMM: 0.845 since v6 (the
 # deferred epilogue inlines a tile's staging code twice per tile width: beside the next tile's first wgmmas, and
 # after the last tile; the H200 counts wgmma at 0.98-0.99 of all math on every visible workload, NOTES.md v6).
 MIN_ESTIMATE_OF = {"fp8_gemm_nt_1d2d_n4096_k7168": 0.85, "gdn_prefill_qk4_v8_d128_k_last": 0.83,

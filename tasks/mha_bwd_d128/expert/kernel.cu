@@ -1,5 +1,5 @@
 // Expert sm_90a attention backward, head dim 128. Given Q, K, V, O, dO ([B, H, S, 128] bf16, D contiguous)
-// and the forward's LSE ([B, H, S] fp32, natural log): dQ, dK, dV (bf16). Three launches:
+// and the forward's LSE ([B, H, S] fp32, natural log): dQ, dK, dV (bf16). Two launches (v6; v5 had a third):
 //   1. attn_bwd_pre_sm90:   Delta = rowsum(dO * O) (fp32) and dQacc = 0 (fp32 scratch), one warp per row.
 //   2. attn_bwd_main_sm90 / attn_bwd_main_causal_sm90: one CTA per (128-key block, batch*head), 384
 //      threads. Warpgroup 0 produces (setmaxnreg.dec; one thread issues the TMA loads and, DQ_WARP, one
@@ -25,8 +25,10 @@
 //      Causal: CAUSAL_GROUP renumbers the CTAs so the longest key blocks (the first ones) start first.
 //      DQ_HEADCONV (v5), where a head has more than one key block (conv): each CTA counts itself done in
 //      its head once its reduce-adds are complete; the CTA that completes the count converts the head's
-//      dQ = bf16(sm_scale * dQacc) while dQacc is still in L2.
-//   3. attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc) where the main kernel did not (one key block per head).
+//      dQ = bf16(sm_scale * dQacc) while dQacc is still in L2. DQ_DIRECT (v6), where a head has one key block
+//      (S <= 128): the CTA sums all of the head's keys, so the consumers store dQ = bf16(sm_scale * dQ_blk)
+//      themselves, and the pre kernel leaves dQacc alone.
+//   (attn_bwd_dq_sm90: dQ = bf16(sm_scale * dQacc) in a launch of its own; v5 and earlier, DQ_DIRECT 0.)
 // The other knobs below (AREG, DV_LATE, EXP_POLY, DQ_FUSE, QSTAGGER, DS_STMATRIX, DK_CARRY) are measured
 // alternatives, off by default: NOTES.md, v4, says what each one did.
 // Any S >= 1: TMA zero-fills rows past S of a head on load (Q, dO, K, V); P is masked to 0 for
@@ -75,12 +77,29 @@
 #if DQ_HEADCONV && (!DQ_WARP || DQ_FUSE)
 #error "DQ_HEADCONV needs DQ_WARP and excludes DQ_FUSE"
 #endif
+#ifndef DQ_RING
+#define DQ_RING 0  // 1 (with DQ_HEADCONV): dQacc is a ring of `ring` head slots (head bh in slot bh % ring), not one
+                   // per head: the pre kernel zeroes only the ring, the converting CTA re-zeroes its slot for head
+                   // bh + ring and releases it by a per-slot generation count (dQcnt[B*H + slot]); that head's
+                   // reducer acquires it before its first reduce-add. (Heads bh - ring start before bh: CTAs are
+                   // dispatched in launch order, and causal renumbering needs ring >= CAUSAL_GROUP.)
+#endif
+#if DQ_RING && !DQ_HEADCONV
+#error "DQ_RING needs DQ_HEADCONV"
+#endif
+#if DQ_RING
+#define RING_PARAM , int ring
+#define RING_ARG , ring
+#else
+#define RING_PARAM
+#define RING_ARG
+#endif
 #if DQ_FUSE  // the main kernel also takes the bf16 dQ output and one zeroed int32 counter per (head, query block)
 #define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt
 #define FUSE_ARGS , dQ, dQcnt
 #elif DQ_HEADCONV  // ... dQ, one zeroed int32 counter per head, and whether to convert here (0: the dQ launch does)
-#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt, int conv
-#define FUSE_ARGS , dQ, dQcnt, conv
+#define FUSE_PARAMS , unsigned short *__restrict__ dQ, int *__restrict__ dQcnt, int conv RING_PARAM
+#define FUSE_ARGS , dQ, dQcnt, conv RING_ARG
 #else
 #define FUSE_PARAMS
 #define FUSE_ARGS
@@ -99,6 +118,17 @@
 #endif
 #if DK_CARRY && (!DQ_DEFER || DV_LATE || AREG)
 #error "DK_CARRY needs DQ_DEFER and neither DV_LATE nor AREG"
+#endif
+#ifndef DQ_DIRECT
+#define DQ_DIRECT DQ_HEADCONV  // 1 (with DQ_HEADCONV): where a head has one key block (conv == 0) the CTA holds every key of the
+                     // head, so its dQ_blk is the whole dQ of its query block: stored as bf16 by the consumers (no
+                     // dQacc zeroing, reduce-adds or dQ launch). 0: the dQ launch converts those heads (v5)
+#endif
+#if DQ_DIRECT && !DQ_HEADCONV
+#error "DQ_DIRECT needs DQ_HEADCONV"
+#endif
+#if DQ_RING && !DQ_DIRECT
+#error "DQ_RING needs DQ_DIRECT (the pre kernel's ring argument)"
 #endif
 #ifndef HC_UNROLL
 #define HC_UNROLL 16  // DQ_HEADCONV: 16-byte dQacc loads in flight per converting thread (16: 64 KiB per SM)
@@ -352,6 +382,11 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
   }
 #endif
   const int n0 = nb * BN;
+#if DQ_RING
+  const int slot = bh % ring;  // this head's dQacc slot (the TMA map's outer coordinate, the conversion's source)
+#else
+  const int slot = bh;
+#endif
   const int num_m = (S + BM - 1) / BM;
   const int m_begin = CAUSAL ? n0 / BM : 0;  // earlier query blocks see none of these keys
   const int n_iter = num_m - m_begin;
@@ -439,12 +474,30 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 #endif
       // dQ reducer: per query block, each consumer warpgroup's 64x64 fp32 dQ_blk from its staging tile into
       // dQacc (two 64x32 boxes each); the staging is released as soon as the bulk copy has read it.
-      for (int i = 0; i < n_iter; ++i) {
+      // (DQ_DIRECT without conv: the consumers store dQ themselves, nothing to reduce.)
+#if DQ_RING
+      if (conv && bh >= ring) {
+        // The slot's previous head (bh - ring) is converted and the slot zeroed once its generation count
+        // reaches bh / ring: acquire it (generic-proxy stores of another SM), then order the async proxy after it.
+        const int* gen = dQcnt + gridDim.y + slot;
+        int g;
+        do {
+          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+        } while (g < bh / ring);
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+      }
+#endif
+#if DQ_DIRECT
+      const int n_reduce = conv ? n_iter : 0;
+#else
+      const int n_reduce = n_iter;
+#endif
+      for (int i = 0; i < n_reduce; ++i) {
         const int mq = qblk(i) * BM;
         for (int c = 0; c < 2; ++c) {
           mbar_wait(DQF(c), i & 1);
-          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE, c * 64, mq, bh);
-          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE + DQ_STAGE / 2, c * 64 + 32, mq, bh);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE, c * 64, mq, slot);
+          tma_reduce_add_3d(tmdQacc, sdQ + c * DQ_STAGE + DQ_STAGE / 2, c * 64 + 32, mq, slot);
           asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
         asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -523,6 +576,20 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
 
     // dQacc[query][64cw + col] += dq (accumulator rows are queries here).
     auto dq_out = [&](const float(&dq)[32], int mq, bool issue, int it) {
+#if DQ_DIRECT
+      if (!conv) {
+        // One key block per head: dq is dQ itself (all keys of the head summed). bf16(sm_scale * dq), rows >= S dropped.
+        const int qa = mq + r_in;
+        unsigned short* row_a = dQ + ((size_t)bh * S + qa) * 128 + cw * 64 + q2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (qa < S) *reinterpret_cast<u32*>(row_a + 8 * j) = pack_bf16x2(dq[4 * j] * sm_scale, dq[4 * j + 1] * sm_scale);
+          if (qa + 8 < S)
+            *reinterpret_cast<u32*>(row_a + 8 * 128 + 8 * j) = pack_bf16x2(dq[4 * j + 2] * sm_scale, dq[4 * j + 3] * sm_scale);
+        }
+        return;
+      }
+#endif
 #if DQ_TMA && DQ_WARP
       // Staging as below; the reducer's reduce-adds of step it-1 have read it once DQE(cw) completes.
       const u32 stg = sdQ + cw * DQ_STAGE;
@@ -847,9 +914,12 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
       // Every CTA of this head has added its part: dQ = bf16(sm_scale * dQacc) for the head, from L2 (the
       // head's dQacc was written moments ago), HC_UNROLL 16-byte loads in flight per thread.
       asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      const float* src = dQacc + (size_t)bh * S * 128;
+      float* src = dQacc + (size_t)slot * S * 128;
       unsigned short* dst = dQ + (size_t)bh * S * 128;
       const int n4 = S * 32, t = tid - 128;
+#if DQ_RING
+      const bool rezero = bh + ring < (int)gridDim.y;  // a later head takes this slot: leave it zeroed
+#endif
       for (int b = t; b < n4; b += 256 * HC_UNROLL) {
         float4 a[HC_UNROLL];
 #pragma unroll
@@ -864,8 +934,21 @@ static __device__ __forceinline__ void attn_bwd_body(const CUtensorMap* tmQ, con
             r.x = pack_bf16x2(a[u].x * sm_scale, a[u].y * sm_scale);
             r.y = pack_bf16x2(a[u].z * sm_scale, a[u].w * sm_scale);
             *reinterpret_cast<uint2*>(dst + 4 * (b + 256 * u)) = r;
+#if DQ_RING
+            if (rezero)  // the same thread read these addresses above: program order keeps the read first
+              asm volatile("st.global.cg.v4.f32 [%0], {%1, %1, %1, %1};" ::"l"(src + 4 * (b + 256 * u)), "f"(0.f) : "memory");
+#endif
           }
       }
+#if DQ_RING
+      if (rezero) {
+        // Every converting thread's zeros, then one release of the slot's next generation (the CTA barrier
+        // orders the other threads' stores before this thread's gpu-scope release: cumulativity).
+        asm volatile("bar.sync 5, 256;" ::: "memory");
+        if (tid == 128)
+          asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(dQcnt + gridDim.y + slot), "r"(bh / ring + 1) : "memory");
+      }
+#endif
     }
 #endif
   }
@@ -891,36 +974,111 @@ attn_bwd_main_causal_sm90(const __grid_constant__ CUtensorMap tmQ, const __grid_
 
 // Per query row (one warp each, rows = B*H*S): Delta = sum_d dO * O (fp32) and LSE * log2(e), both
 // written to padded [B*H, Spad] scratch (Spad = S rounded up to 64, so TMA can read 64-row boxes),
-// and dQacc[row, :] = 0; DQ_HEADCONV: dQcnt[head] = 0.
-#if DQ_HEADCONV  // and the main kernel's per-head counters (a scratch buffer the harness zeroing would cost a launch)
+// and dQacc[row, :] = 0; DQ_HEADCONV: dQcnt[head] = 0. DQ_DIRECT: the padding too (Delta 0, LSE2 +inf, so
+// a padded query's P = exp2(0 - inf) = 0 even unmasked: the scratch need not be zeroed by a timed memset),
+// and dQacc only where the main kernel reduces into it (conv: more than one key block per head).
+#if DQ_DIRECT
+#define PRE_PARAMS , int *__restrict__ dQcnt, int conv RING_PARAM
+#elif DQ_HEADCONV  // and the main kernel's per-head counters (a scratch buffer the harness zeroing would cost a launch)
 #define PRE_PARAMS , int *__restrict__ dQcnt
 #else
 #define PRE_PARAMS
 #endif
-extern "C" __global__ void __launch_bounds__(256)
-attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __restrict__ dO, const float* __restrict__ LSE,
-                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S,
-                  int Spad PRE_PARAMS) {
-  const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const uint2 o = *reinterpret_cast<const uint2*>(O + (size_t)row * 128 + lane * 4);
-  const uint2 g = *reinterpret_cast<const uint2*>(dO + (size_t)row * 128 + lane * 4);
-  // bf16 -> fp32 is a 16-bit shift.
-  float acc = __uint_as_float(o.x << 16) * __uint_as_float(g.x << 16) +
-              __uint_as_float(o.x & 0xffff0000u) * __uint_as_float(g.x & 0xffff0000u) +
-              __uint_as_float(o.y << 16) * __uint_as_float(g.y << 16) +
-              __uint_as_float(o.y & 0xffff0000u) * __uint_as_float(g.y & 0xffff0000u);
-#pragma unroll
-  for (int w = 16; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);
-  if (lane == 0) {
+#if DQ_DIRECT
+#define PRE_ARGS , dQcnt, conv RING_ARG
+#elif DQ_HEADCONV
+#define PRE_ARGS , dQcnt
+#else
+#define PRE_ARGS
+#endif
+#ifndef PRE_ROWS
+#define PRE_ROWS 1  // rows per warp: 1 (a lane loads 8 bytes of O and of dO) or 4 (16 bytes, half a warp per row, four
+                    // rows' loads in flight per warp: more bytes in flight for a kernel that only streams memory)
+#endif
+
+#if PRE_ROWS == 4
+// dO . O of one packed bf16 pair, in fp32; bf16 -> fp32 is a 16-bit shift.
+static __device__ __forceinline__ float dot_bf16x2(u32 o, u32 g) {
+  return __uint_as_float(o << 16) * __uint_as_float(g << 16) + __uint_as_float(o & 0xffff0000u) * __uint_as_float(g & 0xffff0000u);
+}
+#endif
+
+// What one row writes besides the sum: lane li (of the `lanes` that share the row) zeroes its part of dQacc[row]
+// where the main kernel reduces into it; lane 0 writes Delta, LSE2 and the row's share of the padding and counters.
+template <int LANES>
+static __device__ __forceinline__ void pre_row_out(int row, int li, float acc, const float* __restrict__ LSE,
+                                                   float* __restrict__ Delta, float* __restrict__ LSE2,
+                                                   float* __restrict__ dQacc, int rows, int S, int Spad PRE_PARAMS) {
+  if (li == 0) {
     const int bh = row / S, s = row - bh * S;
     Delta[(size_t)bh * Spad + s] = acc;
     LSE2[(size_t)bh * Spad + s] = LSE[row] * 1.4426950408889634f;
 #if DQ_HEADCONV
     if (s == 0) dQcnt[bh] = 0;
 #endif
+#if DQ_RING
+    if (s == 0 && bh < ring) dQcnt[rows / S + bh] = 0;  // the slot's generation count
+#endif
+#if DQ_DIRECT
+    for (int p = S + s; p < Spad; p += S) {  // Spad - S < 64 entries per head, any S >= 1
+      Delta[(size_t)bh * Spad + p] = 0.f;
+      LSE2[(size_t)bh * Spad + p] = __int_as_float(0x7f800000);
+    }
+#endif
   }
-  *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + lane * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+#if DQ_DIRECT
+  if (!conv) return;
+#endif
+#if DQ_RING
+  if (row / S >= ring) return;  // dQacc holds `ring` heads; the converting CTAs re-zero the slots for later heads
+#endif
+#pragma unroll
+  for (int k = 0; k < 32 / LANES; ++k)
+    *reinterpret_cast<float4*>(dQacc + (size_t)row * 128 + (li * (32 / LANES) + k) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// grid: cdiv(rows, 8 * PRE_ROWS) blocks of 256 threads.
+extern "C" __global__ void __launch_bounds__(256)
+attn_bwd_pre_sm90(const unsigned short* __restrict__ O, const unsigned short* __restrict__ dO, const float* __restrict__ LSE,
+                  float* __restrict__ Delta, float* __restrict__ LSE2, float* __restrict__ dQacc, int rows, int S,
+                  int Spad PRE_PARAMS) {
+  const int lane = threadIdx.x & 31;
+#if PRE_ROWS == 1
+  const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const uint2 o = *reinterpret_cast<const uint2*>(O + (size_t)row * 128 + lane * 4);
+  const uint2 g = *reinterpret_cast<const uint2*>(dO + (size_t)row * 128 + lane * 4);
+  float acc = __uint_as_float(o.x << 16) * __uint_as_float(g.x << 16) +
+              __uint_as_float(o.x & 0xffff0000u) * __uint_as_float(g.x & 0xffff0000u) +
+              __uint_as_float(o.y << 16) * __uint_as_float(g.y << 16) +
+              __uint_as_float(o.y & 0xffff0000u) * __uint_as_float(g.y & 0xffff0000u);
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);
+  pre_row_out<32>(row, lane, acc, LSE, Delta, LSE2, dQacc, rows, S, Spad PRE_ARGS);
+#elif PRE_ROWS == 4
+  // rows row0 + 2k + half, k = 0, 1: lanes 0-15 and 16-31 each take a row, 8 columns a lane; all four loads issued first
+  const int row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * 4, half = lane >> 4, li = lane & 15;
+  uint4 o[2], g[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int row = row0 + 2 * k + half;
+    o[k] = g[k] = make_uint4(0u, 0u, 0u, 0u);
+    if (row < rows) {
+      o[k] = *reinterpret_cast<const uint4*>(O + (size_t)row * 128 + li * 8);
+      g[k] = *reinterpret_cast<const uint4*>(dO + (size_t)row * 128 + li * 8);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    float acc = dot_bf16x2(o[k].x, g[k].x) + dot_bf16x2(o[k].y, g[k].y) + dot_bf16x2(o[k].z, g[k].z) + dot_bf16x2(o[k].w, g[k].w);
+#pragma unroll
+    for (int w = 8; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);  // within each half warp
+    const int row = row0 + 2 * k + half;
+    if (row < rows) pre_row_out<16>(row, li, acc, LSE, Delta, LSE2, dQacc, rows, S, Spad PRE_ARGS);
+  }
+#else
+#error "PRE_ROWS is 1 or 4"
+#endif
 }
 
 // dQ = bf16(sm_scale * dQacc), 4 elements per thread per step.
