@@ -643,3 +643,23 @@ def test_throughput_only_where_the_work_and_the_time_are_known():
     p.result = WorkloadResult(workload="w", split="visible", axes={}, status="passed")
     p.finish(_PTimes([0.0] * 3, []))  # a zero median (a timer's floor): no throughput, no division
     assert p.result.tflops is None and p.result.gbps is None
+
+
+def test_stretch_boundaries_are_the_release_times_of_each_later_stretchs_first_pair():
+    """launch_gaps keeps the gap before each pass boundary apart from the ordinary ones (the passes'
+    Start and Stop sit there): the boundary runs are the first pairs of stretches 2..n, by index
+    into the candidate's release times; the first stretch's start and the end are no boundaries."""
+    from types import SimpleNamespace as NS
+
+    from tools.counted import stretch_boundaries
+
+    released = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0]
+    e = NS(phase=NS(candidate=NS(released=released)), stretch_ends=[2, 4, 6, 8])
+    assert stretch_boundaries(e) == [12.0, 14.0, 16.0]
+    e.stretch_ends = [2, 4, 20, 30]  # a phase that ended early: boundaries it never reached are absent
+    assert stretch_boundaries(e) == [12.0, 14.0]
+    e.stretch_ends = [2, 4, 8, 9]  # a boundary at the last run's end: no run follows it
+    assert stretch_boundaries(e) == [12.0, 14.0]
+    assert stretch_boundaries(NS(phase=None, stretch_ends=[2, 4])) == []
+    assert stretch_boundaries(NS(phase=e.phase, stretch_ends=None)) == []
+    assert stretch_boundaries(NS(phase=e.phase, stretch_ends=[])) == []
