@@ -46,6 +46,15 @@ def test_an_element_or_row_failure_is_never_aggregate_only():
     assert not m.passed and m.first_mismatch is not None
     assert not workspace.aggregate_only([m])
     assert not workspace.aggregate_only([])
+    # a failing row with every element in bounds, or an aggregate at (not over) its bound, is no
+    # aggregate-only failure: the row rule and whatever else failed decide
+    over = compare("dK", *_rows_with_error_on_some()[:2], TASK.tolerance)
+    assert not workspace.aggregate_only([over.model_copy(update={"passed": False, "bad_rows": 1,
+                                                                  "rel_l2": 2 * BOUND})])
+    assert not workspace.aggregate_only([over.model_copy(update={"passed": False, "rel_l2": BOUND})])
+    assert not workspace.aggregate_only([over.model_copy(update={"passed": False, "rel_l2": 2 * BOUND,
+                                                                  "nan_count": 1})])
+    assert workspace.aggregate_only([over, over.model_copy(update={"passed": False, "rel_l2": 2 * BOUND})])
 
 
 class _Answers:
@@ -56,6 +65,8 @@ class _Answers:
 
     def verdict(self, expected, tol, scales=None, samples=None, *, inputs=None, row_scales=None):
         self.asked.append("whole" if expected is not None else "sampled")
+        self.args = {"expected": expected, "tol": tol, "scales": scales, "samples": samples, "inputs": inputs,
+                     "row_scales": row_scales}
         return self.answers.pop(0)
 
 
@@ -66,7 +77,8 @@ def stand_ins(monkeypatch):
     import tasks.sampled as S
 
     monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cuda", fast=False: {"seed": seed})
-    monkeypatch.setattr(R, "run_reference", lambda task, fresh: {"dK": "reference"})
+    monkeypatch.setattr(R, "run_reference", lambda task, fresh: {"dK": ("reference", task.name, fresh["seed"])})
+    monkeypatch.setattr(R, "term_scales", lambda task, fresh: {"dK": ("rss", fresh["seed"])})
     monkeypatch.setattr(S, "draw_rows", lambda task, fresh, gen, rows: {"dK": rows})
     monkeypatch.setattr(S, "rows_at", lambda task, fresh, drawn, terms=None: {})
 
@@ -78,14 +90,23 @@ def _mismatch(aggregate_only: bool):
     return compare("dK", got[: 2 * noisy], ref[: 2 * noisy], TASK.tolerance)
 
 
-def _judge(ws):
-    workspace.judge_run(TASK, {}, ws, 7, random.Random(1), "cpu", 256, False, "timed-phase run 45 of 99")
+def _judge(ws, mark=lambda part: None):
+    workspace.judge_run(TASK, {}, ws, 7, random.Random(1), "cpu", 256, False, "timed-phase run 45 of 99", mark=mark)
 
 
 def test_a_sampled_aggregate_failure_is_settled_by_the_whole_output(stand_ins):
     ws = _Answers(("incorrect", "dK over the bound on its rows", [_mismatch(True)]), (None, None, []))
-    _judge(ws)  # the whole passes: so does the run
+    parts = []
+    _judge(ws, parts.append)  # the whole passes: so does the run
     assert ws.asked == ["sampled", "whole"]
+    # the whole verdict: the reference of the regenerated inputs, the task's tolerance, its term scales
+    # (lazily, of the same inputs), the inputs held to the regeneration, the row scales for failing rows
+    args = ws.args
+    assert args["expected"] == {"dK": ("reference", TASK.name, 7)} and args["tol"] is TASK.tolerance
+    assert args["samples"] is None and args["inputs"] == {"seed": 7}
+    assert callable(args["scales"]) and args["scales"]() == {"dK": ("rss", 7)} and callable(args["row_scales"])
+    # its cost is the whole reference's, apart from the rows' (scripts/bench_cost.py)
+    assert parts == ["regenerate", "reference_rows", "verdict", "reference_whole", "verdict"]
 
 
 def test_a_whole_output_over_the_bound_still_fails(stand_ins):
@@ -95,7 +116,9 @@ def test_a_whole_output_over_the_bound_still_fails(stand_ins):
         _judge(ws)
     assert ws.asked == ["sampled", "whole"]
     assert failed.value.reason == "wrong_in_timed_run" and failed.value.outputs == ["whole"]
-    assert "0.0061" in failed.value.detail and "judged after its sampled rows" in failed.value.detail
+    assert failed.value.detail == ("timed-phase run 45 of 99 (fresh inputs, right in the checks before): dK: relative "
+                                   "L2 error 0.0061 exceeds the bound (the whole output, judged after its sampled "
+                                   "rows exceeded the aggregate bound)")
 
 
 def test_an_element_failure_on_the_rows_fails_without_the_whole(stand_ins):
