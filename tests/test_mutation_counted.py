@@ -653,12 +653,12 @@ def test_stretch_boundaries_are_the_release_times_of_each_later_stretchs_first_p
 
     from tools.counted import stretch_boundaries
 
-    released = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0]
+    released = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0]  # a later run after the phase's last
     e = NS(phase=NS(candidate=NS(released=released)), stretch_ends=[2, 4, 6, 8])
-    assert stretch_boundaries(e) == [12.0, 14.0, 16.0]
+    assert stretch_boundaries(e) == [12.0, 14.0, 16.0]  # the last stretch's end is no boundary
     e.stretch_ends = [2, 4, 20, 30]  # a phase that ended early: boundaries it never reached are absent
     assert stretch_boundaries(e) == [12.0, 14.0]
-    e.stretch_ends = [2, 4, 8, 9]  # a boundary at the last run's end: no run follows it
+    e.stretch_ends = [2, 4, 9, 10]  # a boundary at the last run's end: no run follows it
     assert stretch_boundaries(e) == [12.0, 14.0]
     assert stretch_boundaries(NS(phase=None, stretch_ends=[2, 4])) == []
     assert stretch_boundaries(NS(phase=e.phase, stretch_ends=None)) == []

@@ -54,7 +54,7 @@ class TimedPhase:
         self.candidate = Side("candidate", candidate_run, candidate_prepare)
         self.seconds = 0.0  # wall time of its own pairs (not counting time it was held)
         # with every run counted the sequence runs to its planned end (count_every_pair)
-        self.run_through = -1
+        self.run_to_end = False
         self.pairs_multiple = 1  # count_every_pair: the pair count a multiple of the hardware passes
 
     def count_every_pair(self, passes: int) -> None:
@@ -63,7 +63,7 @@ class TimedPhase:
         count is rounded up to a multiple of `passes`, and the sequence runs to its end (a stop the
         stopping rule made would leave later passes without runs)."""
         self.pairs_multiple = max(1, int(passes))
-        self.run_through = 1 << 30
+        self.run_to_end = True
 
     def steps(self):
         """The pairs, one at a time: yields (i, total) before pair i (tools.timing.paired_steps),
@@ -77,7 +77,7 @@ class TimedPhase:
                              self.judge.after_pair, limit_s=self.limit,
                              budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
                              cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)),
-                             may_stop=lambda i: i > self.run_through, pairs_multiple=self.pairs_multiple)
+                             may_stop=lambda i: not self.run_to_end, pairs_multiple=self.pairs_multiple)
         while True:
             t0 = time.perf_counter()
             try:

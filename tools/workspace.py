@@ -321,13 +321,17 @@ def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows
     for name in changed(copies or {}, fresh)[:1]:
         raise Failed("input_modified", f"{what}: the harness's copy of input {name!r} (read by the pair's other "
                                        "side) changed during the pair (inputs are read-only)")
-    if full:
+
+    def judged_whole():
         from tasks.reference import run_reference
 
         whole, rows_of = lazy_term_scales(task, fresh)
         expected = run_reference(task, fresh)
         mark("reference_whole")
-        reason, detail, mism = ws.verdict(expected, task.tolerance, whole, inputs=fresh, row_scales=rows_of)
+        return ws.verdict(expected, task.tolerance, whole, inputs=fresh, row_scales=rows_of)
+
+    if full:
+        reason, detail, mism = judged_whole()
     else:
         import torch
 
@@ -351,13 +355,8 @@ def judge_run(task, axes: dict, ws: Workspace, seed: int, rng, device: str, rows
             # 2026-12-04). Where every element and every row passed and only the sampled aggregate
             # failed, the whole output decides: the sample never fails what the rule passes, and an
             # output whose whole exceeds the bound fails as before.
-            from tasks.reference import run_reference
-
             mark("verdict")
-            whole, rows_of = lazy_term_scales(task, fresh)
-            expected = run_reference(task, fresh)
-            mark("reference_whole")
-            reason, detail, mism = ws.verdict(expected, task.tolerance, whole, inputs=fresh, row_scales=rows_of)
+            reason, detail, mism = judged_whole()
             if reason is not None:
                 detail += " (the whole output, judged after its sampled rows exceeded the aggregate bound)"
     mark("verdict")
