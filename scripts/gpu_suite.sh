@@ -9,7 +9,7 @@
 # The tests take about 24 minutes on one H200 (2026-12-02, pytest's own totals: credit + tasks 346 s,
 # the evaluator group 499 s with profile, solve 250 s + replay 147 s, judge power + counters 190 s),
 # more than one 10-minute call. On one GPU run PART=1 to PART=4 (below), one device call each, each at
-# most about 430 s (the profile tests now run in PART=4); or any list with
+# most about 420 s; or any list with
 # GPU_TESTS="...". With two GPUs visible (the device tool's nvidia-h200-x2) and no PART or
 # GPU_TESTS the two halves run side by side, one per GPU. The bench gets what a call leaves
 # (SKIP_BENCH=1 skips it; or `python3 scripts/bench_harness.py` in a call of its own, `--solution
@@ -61,17 +61,17 @@ run_tests() {
       timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v -rP --durations=20 -p no:cacheprovider \
       --timeout "${GPU_TEST_EACH:-300}" "$@" > "$log" 2>&1 )
 }
-# One device call each on one H200 (per-file test times of 2026-12-02, docs/BENCHMARKS.md: PART=2
-# without the profile tests about 430 s, PART=4 with them about 260 s).
+# One device call each on one H200, each at most about 420 s of pytest (per-file test times of
+# 2026-12-02/04, docs/BENCHMARKS.md: the credit file grew to every shipped expert, 26, about 350 s).
 case "${PART:-}" in
-  1) GPU_TESTS="tests/gpu/test_credit_gpu.py tests/gpu/test_tasks_gpu.py" ;;
+  1) GPU_TESTS="tests/gpu/test_credit_gpu.py tests/gpu/test_sweep_cost_gpu.py" ;;
   2) GPU_TESTS="tests/gpu/test_evaluator_gpu.py tests/gpu/test_gdn_gpu.py tests/gpu/test_fp8_gemm_gpu.py
        tests/gpu/test_timing_gate_gpu.py tests/gpu/test_memcheck_feedback_gpu.py
-       tests/gpu/test_knowledge_examples_gpu.py tests/gpu/test_fp8_attention_gpu.py" ;;
-  3) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/test_replay.py tests/gpu/test_fp8_expert_gpu.py
-       tests/gpu/test_sass_counts_gpu.py tests/gpu/test_gemm_expert_gpu.py" ;;
-  4) GPU_TESTS="tests/gpu/test_judge_power_gpu.py tests/gpu/test_cupti_counters_gpu.py tests/gpu/test_profile_gpu.py
-       tests/gpu/test_sweep_cost_gpu.py" ;;
+       tests/gpu/test_knowledge_examples_gpu.py tests/gpu/test_fp8_attention_gpu.py
+       tests/gpu/test_gemm_expert_gpu.py tests/gpu/test_fp8_expert_gpu.py tests/gpu/test_sass_counts_gpu.py" ;;
+  3) GPU_TESTS="tests/gpu/test_judge_power_gpu.py tests/gpu/test_cupti_counters_gpu.py tests/gpu/test_profile_gpu.py
+       tests/test_replay.py" ;;
+  4) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/gpu/test_tasks_gpu.py" ;;
   "") ;;
   *) echo "PART must be 1, 2, 3 or 4" >&2; exit 2 ;;
 esac
