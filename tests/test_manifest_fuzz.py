@@ -86,7 +86,7 @@ def _dims(lo: int, hi: int):
 
 
 _arg = st.one_of(
-    st.sampled_from(["A", "B", "C", "M", "N", "K", "num_sms", "tmA", "buf", "nope"]),
+    st.sampled_from(["A", "B", "C", "M", "N", "K", "num_sms", "tmA", "buf", "nope", "bn", "tiles"]),
     st.fixed_dictionaries({"type": st.sampled_from(["i32", "u32", "i64", "u64", "f32", "f64"]), "value": _value}),
     _any_json,
 )
@@ -100,12 +100,17 @@ _tensor_map = st.fixed_dictionaries(
               "element_strides": st.lists(st.integers(-3, 12), max_size=4)})
 _launch = st.fixed_dictionaries(
     {"kernel": st.sampled_from(["k", "gemm", ""]), "grid": _dims(1, 3), "block": _dims(1, 3)},
-    optional={"cluster": _dims(1, 3), "shared_bytes": _value, "args": st.lists(_arg, max_size=5)})
+    optional={"cluster": _dims(1, 3), "shared_bytes": _value, "args": st.lists(_arg, max_size=5),
+              "when": st.one_of(_value, st.sampled_from(["M > 64", "M <= 64", "0", "bn > 128"]))})
+# named sizes: plausible ones (used by the benign expressions below), clashing ones, non-words, anything
+_let = st.dictionaries(st.sampled_from(["bn", "tiles", "M", "cdiv", "A", "buf", "x y", "", "bn2"]),
+                       st.one_of(_value, st.sampled_from(["128 if M <= 64 else 256", "cdiv(M, bn)", "bn2 + 1"])),
+                       max_size=3)
 _plausible = st.fixed_dictionaries({"launches": st.lists(_launch, min_size=1, max_size=2)},
                                    optional={"buffers": st.lists(_buffer, max_size=2),
-                                             "tensor_maps": st.lists(_tensor_map, max_size=2)})
+                                             "tensor_maps": st.lists(_tensor_map, max_size=2), "let": _let})
 manifests = st.one_of(_plausible, _plausible, _plausible, _any_json,
-                      st.dictionaries(st.sampled_from(["launches", "buffers", "tensor_maps", "x"]), _any_json))
+                      st.dictionaries(st.sampled_from(["launches", "buffers", "tensor_maps", "let", "x"]), _any_json))
 
 
 def _check(text: str) -> None:

@@ -129,7 +129,7 @@ MANIFEST = {"buffers": [{"name": "ws", "dtype": "float32", "shape": ["M", 4]}],
     (lambda m: m["launches"][0]["args"][1], "valu",
      "launches.0.args.1: unknown key 'valu' in a by-value argument (did you mean 'value'?)"),
     (lambda m: m, "comment",
-     "unknown key 'comment' in the manifest; the manifest takes: buffers, tensor_maps, launches"),
+     "unknown key 'comment' in the manifest; the manifest takes: let, buffers, tensor_maps, launches"),
 ])
 def test_unknown_keys_are_rejected_at_every_level(where, key, message):
     m = json.loads(json.dumps(MANIFEST))

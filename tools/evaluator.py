@@ -245,17 +245,18 @@ def static_check(solution, compile_result, task, axes: dict[str, int], limits) -
 
     symbols = getattr(compile_result, "symbols", {}) or {}
     if compile_result.kernels:  # ptxas -v listed the module's kernels
-        for lp in plan.launches:
+        planned = {lp.index: lp for lp in plan.launches}
+        for i, lc in enumerate(solution.manifest.launches):  # a launch this workload skips (`when`) too
             try:
-                entry = resolve_kernel(lp.kernel, set(compile_result.kernels), symbols)
+                entry = resolve_kernel(lc.kernel, set(compile_result.kernels), symbols)
             except AmbiguousKernel as exc:
-                return ManifestError(f"launches[{lp.index}].kernel: {exc}")
+                return ManifestError(f"launches[{i}].kernel: {exc}")
             if entry is None:
                 avail = ", ".join(sorted(symbols or compile_result.kernels))
-                return ManifestError(f"launches[{lp.index}].kernel: {lp.kernel!r} is not in the compiled module "
+                return ManifestError(f"launches[{i}].kernel: {lc.kernel!r} is not in the compiled module "
                                      f"(kernels: {avail}); declare it extern \"C\" or use the name it has")
             sizes = entry_param_sizes(compile_result.ptx or "").get(entry)
-            if sizes is not None:  # the launch checks again with the driver's figures
+            if (lp := planned.get(i)) is not None and sizes is not None:  # the launch checks again with the driver's figures
                 try:
                     check_param_sizes(lp, list(sizes), f"launches[{lp.index}] ({lp.kernel!r})")
                 except ManifestError as exc:

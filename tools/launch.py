@@ -179,6 +179,7 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
     plan = Plan()
     for name, spec in {**task.inputs, **task.outputs}.items():
         plan.tensors[name] = (spec.dtype, task.shape(name, axes))
+    lets = _lets(manifest, env, plan)
 
     for i, b in enumerate(manifest.buffers):
         where = f"buffers[{i}] ({b.name!r})"
@@ -227,6 +228,8 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
     maps = {t.name for t in plan.tensor_maps}
     for i, lc in enumerate(manifest.launches):
         where = f"launches[{i}] ({lc.kernel!r})"
+        if not _value(lc.when, env, f"{where}.when"):
+            continue  # not for this workload (its index stays the manifest's)
         grid = _dims3(lc.grid, env, f"{where}.grid")
         block = _dims3(lc.block, env, f"{where}.block")
         cluster = _dims3(lc.cluster, env, f"{where}.cluster") if lc.cluster else None
@@ -259,13 +262,32 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
                 args.append(ArgPlan("tensor_map", a))
             elif a in axes or a == "num_sms":
                 args.append(ArgPlan("i32", a, int(env[a])))
+            elif a in lets:  # an integer, as an axis is (else give it a type: {"type": "f32", "value": a})
+                args.append(_scalar(ScalarArg(name=a, type="i32", value=a), env, aw))
             elif a in scalars:
                 args.append(ArgPlan("f32", a, float(scalars[a])))
             else:
-                known = list(plan.tensors) + sorted(maps) + list(axes) + list(scalars) + ["num_sms"]
+                known = list(plan.tensors) + sorted(maps) + list(axes) + list(scalars) + ["num_sms"] + list(lets)
                 raise ManifestError(f"{aw}: unknown name {a!r} (known: {', '.join(known)})")
         plan.launches.append(LaunchPlan(i, lc.kernel, grid, block, cluster, smem, args))
+    if not plan.launches:
+        shape = ", ".join(f"{k}={v}" for k, v in axes.items())
+        raise ManifestError(f"launches: every launch's `when` is false for this workload ({shape}): nothing would run")
     return plan
+
+
+def _lets(manifest: LaunchManifest, env: dict, plan: Plan) -> dict[str, float | int]:
+    """The manifest's `let` values for this workload, in order, each added to `env` for the
+    expressions after it. A name that is already an axis, scalar, `num_sms`, function or tensor
+    would make an expression mean two things: refused."""
+    from tools.expressions import FUNCTIONS
+
+    lets: dict[str, float | int] = {}
+    for name, expr in manifest.let.items():
+        if name in env or name in FUNCTIONS or name in plan.tensors:
+            raise ManifestError(f"let.{name}: {name!r} is already an axis, scalar, function or tensor name")
+        lets[name] = env[name] = _value(expr, env, f"let.{name}")
+    return lets
 
 
 # ----------------------------------------------------------------------------------------

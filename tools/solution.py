@@ -126,12 +126,25 @@ class Launch(_Strict):
     cluster: list[Expr] | None = Field(default=None, min_length=1, max_length=3)
     shared_bytes: Expr = 0  # dynamic shared memory; the per-kernel limit is raised for you
     # By name: an input/output tensor or buffer (passed as a device pointer), a tensor map
-    # (passed by value), an axis (i32) or a task scalar (f32); or a ScalarArg.
+    # (passed by value), an axis (i32), a task scalar (f32) or an integer `let` name (i32); or a ScalarArg.
     args: list[Arg] = Field(default_factory=list)
+    # Whether the launch runs for a workload: an expression, 0 (false) skips it. One manifest can
+    # so pick its kernel per shape (a split-K kernel where M is small, one tile path per batch size),
+    # as libraries do by heuristics; every workload must run at least one launch.
+    when: Expr = 1
+
+
+# A `let` name: a word, at most MAX_LETS of them (each a bounded expression: tools/expressions.py).
+LET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_LETS = 32
 
 
 class LaunchManifest(_Strict):
     what: ClassVar[str] = "the manifest"
+    # Named sizes, evaluated in order per workload over the axes, scalars, num_sms and the names
+    # before them ("bn": "128 if N <= 128 else 256"), then usable in every expression below: a
+    # design's tile choice written once instead of copied into every grid, box and argument.
+    let: dict[str, Expr] = Field(default_factory=dict)
     buffers: list[Buffer] = Field(default_factory=list)
     tensor_maps: list[TensorMap] = Field(default_factory=list)
     launches: list[Launch] = Field(min_length=1)
@@ -143,6 +156,13 @@ class LaunchManifest(_Strict):
             if n in seen:
                 raise ValueError(f"name {n!r} is declared twice (buffers and tensor_maps share one namespace)")
             seen.add(n)
+        if len(self.let) > MAX_LETS:
+            raise ValueError(f"`let` names {len(self.let)} values; at most {MAX_LETS}")
+        for n in self.let:
+            if not LET_NAME.fullmatch(n):
+                raise ValueError(f"`let` name {n[:80]!r} is not a word (letters, digits, _; at most 64)")
+            if n in seen:
+                raise ValueError(f"`let` name {n!r} is also a buffer or tensor map")
         return self
 
 
