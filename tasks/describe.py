@@ -280,10 +280,15 @@ def _format(task: Task, arch: str, language: str, require: bool = True) -> str:
         "`cluster` (optional, `[x, y, z]`) launches the grid as thread-block clusters of that shape: each "
         "cluster dimension must divide the grid dimension, and a cluster has at most 16 blocks (8 is the portable "
         "size; above 8 the non-portable attribute is set for you). A kernel may instead declare "
-        "`__cluster_dims__`.",
+        "`__cluster_dims__`. `when` (optional, an expression, default 1) runs a launch only on the workloads "
+        "where it is true (a kernel per shape); at least one launch must run on every workload.",
+        "`let` (optional): named sizes `{\"name\": expression}`, evaluated in order per workload (each may use "
+        "the ones before it) and usable in every expression after them; passed by name in `args`, an integer "
+        "`let` goes as an axis does.",
         f"Sizes are numbers or expressions over the axes ({', '.join(task.axes)}), the scalars "
-        f"({', '.join(task.scalars) or 'none'}) and `num_sms` ({ARCH_SMS.get(arch, '?')} on this GPU), with "
-        "`+ - * / // %`, `cdiv(a, b)`, `round_up(a, b)`, `min`, `max`. `/` is true division (`7 / 2` is 3.5, and a "
+        f"({', '.join(task.scalars) or 'none'}), `num_sms` ({ARCH_SMS.get(arch, '?')} on this GPU) and the `let` "
+        "names, with "
+        "`+ - * / // %`, comparisons, `a if cond else b`, `cdiv(a, b)`, `round_up(a, b)`, `min`, `max`. `/` is true division (`7 / 2` is 3.5, and a "
         "size or integer argument that is not a whole number is an error): use `//`, `cdiv` or `round_up` for "
         "integers.",
         f"`args` by name, in the kernel's parameter order: a tensor or buffer is passed as {params[0]}; an axis as "
