@@ -16,11 +16,13 @@ the same ranges, as the check's passes do):
   judged   as `two`, with a judge-like reference (a 64-row GEMM, as the timed judge's sampled rows)
            and the flush between: the range then counts the harness's work as the candidate's
 
+for each metric set (one metric, six, the check's; and the check's with a counter data image for 512
+ranges, about four times what an evaluation of five workloads asks for: does a range cost more in a larger image?),
 plus each pass's CUPTI Start and Stop (the first Start after enabling is most of the pass
 boundaries' cost) and, last, whether a second configuration on the same enabled object makes the
 next first Start cheap (`restart`). Prints a table; --json writes every figure.
 
-    python3 scripts/probe_range_cost.py [--n 4096] [--runs 6] [--busy-ms 2] [--json OUT]
+    python3 scripts/probe_range_cost.py [--n 4096] [--runs 6] [--busy-ms 2] [--sets one,six,full,full@512] [--json OUT]
 """
 from __future__ import annotations
 
@@ -47,18 +49,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=4096, help="the bf16 GEMM's size (the counted run)")
     ap.add_argument("--runs", type=int, default=6, help="ranges of each case a pass")
     ap.add_argument("--busy-ms", type=float, default=2.0, help="GPU work queued before push and pop in `busy`")
-    ap.add_argument("--sets", default="one,full", help="metric sets: one (the wgmma instruction count), full (the check's)")
+    ap.add_argument("--sets", default="one,six,full,full@512",
+                    help="metric sets: one (the wgmma instruction count), six (the check's first six), full (the check's); "
+                         "NAME@K: its counter data image sized for K ranges (default: the ranges a pass makes)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.n < 64 or args.runs < 1 or not 0 < args.busy_ms <= 50:
         print("probe_range_cost: --n >= 64, --runs >= 1, 0 < --busy-ms <= 50", file=sys.stderr)
         return 2
+    from tools import credit
+
+    check = list(credit.credit_metrics())
+    sets: list[tuple[str, list[str], int]] = []  # (name, metrics, counter data image's ranges)
+    for which in [s for s in args.sets.split(",") if s]:
+        kind, _, cap = which.partition("@")
+        metrics = {"one": [credit.GMMA_METRIC], "six": check[:6], "full": check}.get(kind)
+        if metrics is None or (cap and not cap.isdigit()):
+            print(f"probe_range_cost: unknown set {which!r} (one, six, full, NAME@K)", file=sys.stderr)
+            return 2
+        sets.append((which, metrics, max(6 * args.runs, int(cap or 0))))
     from tools.evaluator import require_gpu
 
     require_gpu(f"scripts/{Path(__file__).name}")
     import torch
 
-    from tools import credit, cupti
+    from tools import cupti
 
     clock = time.perf_counter
     torch.zeros(1, device="cuda")
@@ -118,9 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         cm.__exit__(None, None, None)
         return push, clock() - t1
 
-    for which in [s for s in args.sets.split(",") if s]:
-        metrics = [credit.GMMA_METRIC] if which == "one" else list(credit.credit_metrics())
-        row: dict = {"metrics": len(metrics), "error": None}
+    for which, metrics, capacity in sets:
+        row: dict = {"metrics": len(metrics), "capacity": capacity, "error": None}
         out["sets"][which] = row
         try:
             t0 = clock()
@@ -162,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             t0 = clock()
-            launches = prof.profile_passes(run_pass, "idle#0", max_ranges=8 * args.runs)
+            launches = prof.profile_passes(run_pass, "idle#0", max_ranges=capacity)
             row["profile_s"] = round(clock() - t0, 4)
         except Exception as exc:  # noqa: BLE001
             row["error"] = f"profile: {type(exc).__name__}: {exc}"[:300]
@@ -198,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         row["judged_over_one"] = drift(judged)
         with contextlib.suppress(Exception):
             prof.close()
-        if which == "full":
-            row["restart"] = restart_probe(cupti, list(credit.credit_metrics()), gemm, sync, clock)
+        if which == "full":  # once
+            row["restart"] = restart_probe(cupti, check, gemm, sync, clock)
 
     table(out)
     if args.json:
@@ -242,7 +256,7 @@ def restart_probe(cupti, metrics: list[str], gemm, sync, clock) -> dict:
 def table(out: dict) -> None:
     print(f"{out['gpu']}: bf16 GEMM n={out['n']} {out['plain_gemm_ms']} ms plain; busy = {out['busy_ms']} ms queued")
     for which, row in out["sets"].items():
-        print(f"\n[{which}] {row['metrics']} metrics, passes {row.get('passes')}, instrumented {row.get('instrumented')}"
+        print(f"\n[{which}] {row['metrics']} metrics, image for {row.get('capacity')} ranges, passes {row.get('passes')}, instrumented {row.get('instrumented')}"
               + (f", ERROR {row['error']}" if row.get("error") else ""))
         if row.get("start_stop_s"):
             print(f"  Start/Stop s per pass: {row['start_stop_s']}  phases: {row.get('phase_s')}")
