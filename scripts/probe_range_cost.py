@@ -20,9 +20,10 @@ for each metric set (one metric, six, the check's; and the check's with a counte
 ranges, about four times what an evaluation of five workloads asks for: does a range cost more in a larger image?),
 plus each pass's CUPTI Start and Stop (the first Start after enabling is most of the pass
 boundaries' cost) and, last, whether a second configuration on the same enabled object makes the
-next first Start cheap (`restart`). Prints a table; --json writes every figure.
+next first Start cheap (`restart`); with --each, every metric of the check alone (which counters make
+a range cost what it does). Prints a table; --json writes every figure.
 
-    python3 scripts/probe_range_cost.py [--n 4096] [--runs 6] [--busy-ms 2] [--sets one,six,full,full@512] [--json OUT]
+    python3 scripts/probe_range_cost.py [--n 4096] [--runs 6] [--busy-ms 2] [--sets one,six,full,full@512] [--each] [--json OUT]
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sets", default="one,six,full,full@512",
                     help="metric sets: one (the wgmma instruction count), six (the check's first six), full (the check's); "
                          "NAME@K: its counter data image sized for K ranges (default: the ranges a pass makes)")
+    ap.add_argument("--each", action="store_true",
+                    help="then each of the check's metrics alone: its passes, push and pop (which counters cost)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.n < 64 or args.runs < 1 or not 0 < args.busy_ms <= 50:
@@ -215,10 +218,43 @@ def main(argv: list[str] | None = None) -> int:
         if which == "full":  # once
             row["restart"] = restart_probe(cupti, check, gemm, sync, clock)
 
+    if args.each:
+        out["each"] = each_metric(cupti, check, gemm, flush, sync, clock, in_range)
     table(out)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
+
+
+def each_metric(cupti, metrics: list[str], gemm, flush, sync, clock, in_range, runs: int = 4) -> dict:
+    """Each metric in a configuration of its own: its passes, the first Start, push and pop after a
+    drain (medians of `runs` ranges a pass): which counters make a range cost 0.6 ms."""
+    out: dict = {}
+    for m in metrics:
+        row: dict = {}
+        out[m] = row
+        pp: list[tuple[float, float]] = []
+        prof = None
+
+        def run_pass(i, ranged, pp=pp):
+            for j in range(runs):
+                flush()
+                sync()
+                pp.append(in_range(ranged, f"m#{j}", gemm, sync))
+        try:
+            prof = cupti.RangeProfiler([m], replay="user")
+            row["passes"] = prof.passes
+            prof.profile_passes(run_pass, "m#0", max_ranges=runs)
+            row["start_s"] = round(prof.last_pass_s[0][0], 4) if prof.last_pass_s else None
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        finally:
+            if prof is not None:
+                with contextlib.suppress(Exception):
+                    prof.close()
+        row["push_ms"] = _med([a * 1e3 for a, _ in pp])
+        row["pop_ms"] = _med([b * 1e3 for _, b in pp])
+    return out
 
 
 def restart_probe(cupti, metrics: list[str], gemm, sync, clock) -> dict:
@@ -262,7 +298,7 @@ def table(out: dict) -> None:
             print(f"  Start/Stop s per pass: {row['start_stop_s']}  phases: {row.get('phase_s')}")
         print(f"  {'case':8} {'push ms':>9} {'pop ms':>9} {'per run ms':>11}")
         for k, v in (row.get("cases") or {}).items():
-            note = {"busy": "  (push ~ busy + idle push: CUPTI waits for the stream)", "two": "  (a range over 2 runs, /2)",
+            note = {"busy": "  (push ~ busy_ms + idle push: CUPTI waits first; ~ busy_ms: its own part overlaps)", "two": "  (a range over 2 runs, /2)",
                     "judged": "  (2 runs + reference rows + flush, /2)"}.get(k, "")
             print(f"  {k:8} {v['push_ms']!s:>9} {v['pop_ms']!s:>9} {v['per_run_ms']!s:>11}{note}")
         for key, what in (("two_over_one", "a 2-run range (flush between) / one run"),
@@ -273,6 +309,11 @@ def table(out: dict) -> None:
                 print(f"  counts per run, {what}: " + ", ".join(f"{k.split('.')[0]} x{v}" for k, v in top))
         if row.get("restart"):
             print(f"  restart on the same enabled object: {row['restart']}")
+    if out.get("each"):
+        print(f"\neach metric alone:\n  {'metric':76} {'passes':>6} {'push ms':>8} {'pop ms':>8} {'Start s':>8}")
+        for m, r in out["each"].items():
+            print(f"  {m:76} {r.get('passes')!s:>6} {r.get('push_ms')!s:>8} {r.get('pop_ms')!s:>8} {r.get('start_s')!s:>8}"
+                  + (f"  ERROR {r['error']}" if r.get("error") else ""))
 
 
 if __name__ == "__main__":
