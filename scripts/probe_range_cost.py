@@ -23,7 +23,8 @@ boundaries' cost) and, last, whether a second configuration on the same enabled 
 next first Start cheap (`restart`); with --each, every metric of the check alone (which counters make
 a range cost what it does). Prints a table; --json writes every figure.
 
-    python3 scripts/probe_range_cost.py [--n 4096] [--runs 6] [--busy-ms 2] [--sets one,six,full,full@512] [--each] [--json OUT]
+    python3 scripts/probe_range_cost.py [--n 4096] [--runs 6] [--busy-ms 2] [--sets one,six,full,full@512]
+                                        [--each] [--json OUT]
 """
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=6, help="ranges of each case a pass")
     ap.add_argument("--busy-ms", type=float, default=2.0, help="GPU work queued before push and pop in `busy`")
     ap.add_argument("--sets", default="one,six,full,full@512",
-                    help="metric sets: one (the wgmma instruction count), six (the check's first six), full (the check's); "
-                         "NAME@K: its counter data image sized for K ranges (default: the ranges a pass makes)")
+                    help="metric sets: one (the wgmma instruction count), six (the check's first six), "
+                         "full (the check's); NAME@K: its counter data image sized for K ranges (default: the ranges a pass makes)")
     ap.add_argument("--each", action="store_true",
                     help="then each of the check's metrics alone: its passes, push and pop (which counters cost)")
     ap.add_argument("--json", default=None)
@@ -292,14 +293,14 @@ def restart_probe(cupti, metrics: list[str], gemm, sync, clock) -> dict:
 def table(out: dict) -> None:
     print(f"{out['gpu']}: bf16 GEMM n={out['n']} {out['plain_gemm_ms']} ms plain; busy = {out['busy_ms']} ms queued")
     for which, row in out["sets"].items():
-        print(f"\n[{which}] {row['metrics']} metrics, image for {row.get('capacity')} ranges, passes {row.get('passes')}, instrumented {row.get('instrumented')}"
-              + (f", ERROR {row['error']}" if row.get("error") else ""))
+        print(f"\n[{which}] {row['metrics']} metrics, image for {row.get('capacity')} ranges, passes {row.get('passes')}, "
+              f"instrumented {row.get('instrumented')}" + (f", ERROR {row['error']}" if row.get("error") else ""))
         if row.get("start_stop_s"):
             print(f"  Start/Stop s per pass: {row['start_stop_s']}  phases: {row.get('phase_s')}")
         print(f"  {'case':8} {'push ms':>9} {'pop ms':>9} {'per run ms':>11}")
         for k, v in (row.get("cases") or {}).items():
-            note = {"busy": "  (push ~ busy_ms + idle push: CUPTI waits first; ~ busy_ms: its own part overlaps)", "two": "  (a range over 2 runs, /2)",
-                    "judged": "  (2 runs + reference rows + flush, /2)"}.get(k, "")
+            note = {"busy": "  (~ busy_ms + idle push: CUPTI waits first; ~ busy_ms: its own part overlaps)",
+                    "two": "  (a range over 2 runs, /2)", "judged": "  (2 runs + reference rows + flush, /2)"}.get(k, "")
             print(f"  {k:8} {v['push_ms']!s:>9} {v['pop_ms']!s:>9} {v['per_run_ms']!s:>11}{note}")
         for key, what in (("two_over_one", "a 2-run range (flush between) / one run"),
                           ("judged_over_one", "a 2-run range (judge rows + flush between) / one run")):
@@ -312,8 +313,8 @@ def table(out: dict) -> None:
     if out.get("each"):
         print(f"\neach metric alone:\n  {'metric':76} {'passes':>6} {'push ms':>8} {'pop ms':>8} {'Start s':>8}")
         for m, r in out["each"].items():
-            print(f"  {m:76} {r.get('passes')!s:>6} {r.get('push_ms')!s:>8} {r.get('pop_ms')!s:>8} {r.get('start_s')!s:>8}"
-                  + (f"  ERROR {r['error']}" if r.get("error") else ""))
+            print(f"  {m:76} {r.get('passes')!s:>6} {r.get('push_ms')!s:>8} {r.get('pop_ms')!s:>8} "
+                  f"{r.get('start_s')!s:>8}" + (f"  ERROR {r['error']}" if r.get("error") else ""))
 
 
 if __name__ == "__main__":
