@@ -28,12 +28,17 @@ INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many tim
 # running its instrumented pass for minutes. The experts' counted runs take 0.5-1.3 s on the H200.
 COUNTED_CAP_S = 30.0
 # Where the counted runs' cost goes (run_pending's `cost_parts`, seconds per evaluation; the evaluation's
-# ExecutedCheck.phase_s and scripts/bench_cost.py report them): the padding of the timed runs (CUPTI's push
-# and pop matched on every other candidate run), CUPTI's set-up, decode and disable, its Start and Stop at
-# each pass boundary, counted runs made outside a timed phase (lead runs, a hardware pass whose phase ended
-# early), the SASS-patched pass's runs, the exact-count runs (SASS metrics, counter set-up included), the
-# timed phases' results computed at the op (TimedPhase.finish), the kept modules and workspaces let go
-# (unload, restore), the host work between a stretch's pairs outside the phases' own time, and the rest.
+# ExecutedCheck.phase_s and scripts/bench_cost.py report them): the padding of the timed runs (the GPU idle
+# through CUPTI's push and pop around every candidate run, one range a run, and through the library run's
+# matched pause: ~2.5 ms a pair with the check's metrics, 1.06 of the GEMM expert's 1.53 s on the H200),
+# CUPTI's set-up, decode and disable, its Start and Stop at each pass boundary (the session's first Start,
+# ~0.28 s, before the first pair, is most of it), counted runs made outside a timed phase (lead runs, a
+# hardware pass whose phase ended early), the SASS-patched pass's runs, the exact-count runs (SASS metrics,
+# counter set-up included), the timed phases' results computed at the op (TimedPhase.finish), the kept
+# modules and workspaces let go (unload, restore), the host work between a stretch's pairs outside the
+# phases' own time, and the rest. A range never spans two runs: the harness's work between them (the
+# judge's reference, fresh inputs, the flush) would be counted as the candidate's (docs/METHODOLOGY.md,
+# "What a range holds").
 COST_PARTS = ("padding", "cupti", "pass_boundaries", "untimed_runs", "instrumented_run", "exact_count_run",
               "phase_finish", "between_pairs", "release", "other")
 
