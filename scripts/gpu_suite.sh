@@ -70,6 +70,7 @@ case "${PART:-}" in
        tests/gpu/test_knowledge_examples_gpu.py tests/gpu/test_fp8_attention_gpu.py
        tests/gpu/test_gemm_expert_gpu.py tests/gpu/test_fp8_expert_gpu.py tests/gpu/test_sass_counts_gpu.py" ;;
   3) GPU_TESTS="tests/gpu/test_judge_power_gpu.py tests/gpu/test_cupti_counters_gpu.py tests/gpu/test_profile_gpu.py
+       tests/gpu/test_range_cost_gpu.py
        tests/test_replay.py" ;;
   4) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/gpu/test_tasks_gpu.py" ;;
   "") ;;
