@@ -23,7 +23,8 @@ PUSH_POP_S = 0.0008  # CUPTI's own part of a range push, and of its pop, once th
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 # The counted runs' wall-time bound per evaluation (issue 43). Before each counted run, the time they
 # have taken so far plus what that run may take (its workload's timed median; on a SASS-patched pass
-# INSTRUMENTED_SLOWDOWN times that) must stay within it; else no workload is counted, and the
+# INSTRUMENTED_SLOWDOWN times that), and before each later stretch of a timed phase the time its first
+# stretch took (stretch_over_cap), must stay within it; else no workload is counted, and the
 # executed check is skipped with the figures (never passed): a slow kernel's evaluation ends instead of
 # running its instrumented pass for minutes. The experts' counted runs take 0.5-1.3 s on the H200.
 COUNTED_CAP_S = 30.0
@@ -269,7 +270,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     A workload that carries its timed phase (`phase`) is timed here, inside the session, and EVERY
     candidate run of it is counted: its pairs are split into one equal stretch per hardware pass
-    (the pair count rounded up to a multiple of the passes; the stopping rule may not end it early),
+    (the pair count rounded up to a multiple of the passes; a stop is decided inside stretch 0, on its
+    pairs, and every later stretch then gets as many: timed_stretch),
     and every candidate run of stretch k is made in a range of pass k's counter configuration, one
     range per place in the stretch (`label#j`, the same names each pass). A metric is read in one
     pass, so its count is the sum over that pass's runs; divided by their number (mean_counts) it is
