@@ -129,10 +129,3 @@ def test_past_the_counted_cap_a_kernel_near_the_library_keeps_its_planned_pairs(
     assert result["credit"]["status"] == "skipped", result["credit"]
     assert result["timing_stop"] == "planned" and result["timed_runs"] == result["planned_runs"], result
 
-
-def test_the_stretch_cap_says_what_it_weighed():
-    assert counted.stretch_over_cap("M128", 1, 5, 2.0, counted.COUNTED_CAP_S - 2.0) is None
-    why = counted.stretch_over_cap("M128", 1, 5, 2.5, counted.COUNTED_CAP_S - 2.0)
-    assert why == (f"not counted: the counted runs would pass their {counted.COUNTED_CAP_S:.0f} s cap "
-                   f"({counted.COUNTED_CAP_S - 2.0:.1f} s spent; M128's 5 timed pairs of pass 2 may take 2.5 s, "
-                   "as its first pass's did)")
