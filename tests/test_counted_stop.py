@@ -129,3 +129,16 @@ def test_past_the_counted_cap_a_kernel_near_the_library_keeps_its_planned_pairs(
     assert result["credit"]["status"] == "skipped", result["credit"]
     assert result["timing_stop"] == "planned" and result["timed_runs"] == result["planned_runs"], result
 
+
+
+def test_with_one_hardware_pass_the_stop_ends_the_sequence_and_its_ranges(monkeypatch):
+    """One pass (a metric set read in one): the stop ends the sequence inside it, as an uncounted
+    phase's does, and the pass holds exactly the pairs that ran (no empty ranges pushed after them)."""
+    with_library(monkeypatch, lib_ms=0.05)
+    state = CountedState(gemm, metrics_of=lambda runs: dict(WGMMA_RUN), passes=1, instrumented=())
+    result, fatal = with_counted_runs(state, slow_request(0, timing_cap_s=600.0))
+    assert result["status"] == "passed" and not fatal, result
+    credit, pairs = result["credit"], result["warmup_runs"] + result["timed_runs"]
+    assert result["timing_stop"] == "interval" and result["timed_runs"] < result["planned_runs"], result
+    assert credit["status"] == "ran" and credit["ranged_runs"] == pairs and credit["stretch_ends"] == [pairs], credit
+    assert state.passes_counted() == [0] * pairs and len(state.profiler.ranges) == pairs
