@@ -663,3 +663,15 @@ def test_stretch_boundaries_are_the_release_times_of_each_later_stretchs_first_p
     assert stretch_boundaries(NS(phase=None, stretch_ends=[2, 4])) == []
     assert stretch_boundaries(NS(phase=e.phase, stretch_ends=None)) == []
     assert stretch_boundaries(NS(phase=e.phase, stretch_ends=[])) == []
+
+
+def test_a_later_stretch_may_start_where_it_fits_the_counted_cap():
+    """tools.counted.stretch_over_cap: the time spent plus what the first pass's stretch took, at most
+    COUNTED_CAP_S (at the bound it fits); past it, one line with the figures."""
+    cap = counted.COUNTED_CAP_S
+    assert counted.stretch_over_cap("M128", 1, 5, 2.0, cap - 2.0) is None
+    assert counted.stretch_over_cap("M128", 1, 5, 0.0, cap) is None
+    why = counted.stretch_over_cap("M128", 1, 5, 2.5, cap - 2.0)
+    assert why == (f"not counted: the counted runs would pass their {cap:.0f} s cap ({cap - 2.0:.1f} s spent; "
+                   "M128's 5 timed pairs of pass 2 may take 2.5 s, as its first pass's did)")
+    assert counted.stretch_over_cap("M70", 2, 3, 0.0, cap + 0.1).startswith("not counted:")

@@ -161,3 +161,104 @@ def test_a_slow_first_pair_is_timed(monkeypatch):
     assert {t.warmup for t in slow} == {0}
     assert all(len(t.candidate_ms) == len(t.baseline_ms) >= timing.MIN_CAP_PAIRS for t in slow)
     assert {_time(0.99, 0.002, seed, budget_s=0.01)[0].warmup for seed in range(40)} == {1, 2, 3}
+
+
+# ---------------------------------------------------------------- in stretches (every run counted)
+
+def _steps(speedup: float, noise: float, seed: int = 1, pair_s: float = 0.0, halt_at: int | None = None, **kw):
+    """paired_steps driven to its end, as tools.counted drives it: returns (PairedTimes, the totals it
+    yielded, in order). `halt_at`: the caller's cost bound is reached before that pair."""
+    gpu = _VirtualGpu()
+    cand, lib = _sides(gpu, speedup, noise, seed)
+    state = {"halt": False}
+
+    def before(i, total):
+        if pair_s:
+            time.sleep(pair_s)
+
+    steps = timing.paired_steps(cand, lib, gpu, random.Random(seed), before, lambda i, n: None,
+                                halted=lambda: state["halt"], **kw)
+    totals = []
+    while True:
+        try:
+            i, total = next(steps)
+        except StopIteration as done:
+            return done.value, totals
+        totals.append(total)
+        state["halt"] = halt_at is not None and i >= halt_at
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_in_stretches_the_stop_is_decided_in_the_first_and_every_stretch_runs_as_many(seed):
+    """0.05x with 4 stretches: the first stretch stops at the rule's fewest pairs, the count becomes 4
+    times what it ran (a multiple of 4), and the sequence runs on to that count (the later passes'
+    runs); the stop is reported as `interval`, the drawn count as planned."""
+    times, totals = _steps(0.05, 0.01, seed, budget_s=1.0, stretches=4)
+    pairs = times.warmup + len(times.candidate_ms)
+    m = pairs // 4
+    assert times.stop == "interval" and pairs == 4 * m, times
+    assert timing.MIN_STOP_PAIRS[0] <= m - times.warmup <= timing.MIN_STOP_PAIRS[1]
+    planned_total = totals[1]  # the drawn count, yielded before pair 1
+    assert planned_total % 4 == 0 and planned_total == times.warmup + times.planned and m < planned_total // 4
+    assert totals[m:] == [4 * m] * (3 * m)  # from the stop on, every yield says the new count
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_in_stretches_a_kernel_near_the_library_runs_its_planned_pairs(seed):
+    times, totals = _steps(0.99, 0.002, seed, budget_s=1.0, stretches=4)
+    assert times.stop == "planned" and len(times.candidate_ms) == times.planned >= 10
+    assert (times.warmup + times.planned) % 4 == 0 and set(totals[1:]) == {times.warmup + times.planned}
+
+
+def test_in_stretches_the_cap_is_the_first_stretchs_share():
+    """The cap, cap_s / stretches on the first stretch's own time: 4 stretches of as many pairs take
+    about cap_s together, as one uncounted phase at its cap."""
+    t0 = time.perf_counter()
+    times, _ = _steps(0.3, 0.4, seed=3, pair_s=0.02, budget_s=10.0, cap_s=0.6, stretches=4)
+    wall = time.perf_counter() - t0
+    m = (times.warmup + len(times.candidate_ms)) // 4
+    assert times.stop == "cap" and times.warmup + len(times.candidate_ms) == 4 * m
+    assert m - times.warmup >= timing.MIN_CAP_PAIRS and m * 0.02 >= 0.6 / 4 - 0.02
+    assert wall < 4 * (0.6 / 4 + 3 * 0.02) + 0.4  # about the cap, plus a pair or two a stretch
+
+
+def test_past_the_first_stretch_nothing_stops_early():
+    """A kernel that only gets far from 1 after the first stretch (1.0x, then 0.05x) runs the drawn
+    count: the stop is the first stretch's to decide, on its pairs."""
+    gpu = _VirtualGpu()
+    n = {"runs": 0}
+
+    def cand():
+        n["runs"] += 1
+        gpu.clock.now += (1.0 if n["runs"] <= 20 else 20.0) / 1e3
+
+    def lib():
+        gpu.clock.now += 1.0 / 1e3
+
+    steps = timing.paired(Side("candidate", cand), Side("baseline:lib", lib), gpu, random.Random(4), lambda i, t: None,
+                          lambda i, t: None, budget_s=1.0)
+    assert steps.stop == "interval"  # (one stretch: it stops once far from 1)
+    n["runs"] = 0
+    times = _drain_steps(timing.paired_steps(Side("candidate", cand), Side("baseline:lib", lib), gpu, random.Random(4),
+                                             lambda i, t: None, lambda i, t: None, budget_s=1.0, stretches=2))
+    assert times.stop == "planned" and len(times.candidate_ms) == times.planned > 40
+
+
+def _drain_steps(steps):
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def test_halted_ends_a_decided_or_far_sequence_and_never_one_near_the_library():
+    """`halted` (the executed check's COUNTED_CAP_S): a sequence whose stop was decided ends before
+    the next pair, keeping its stop's name; one far from 1 with MIN_CAP_PAIRS timed ends as `cap`;
+    one near the library runs on to its planned end."""
+    decided, _ = _steps(0.05, 0.01, seed=2, budget_s=1.0, stretches=4, halt_at=12)
+    assert decided.stop == "interval" and decided.warmup + len(decided.candidate_ms) == 12
+    far, _ = _steps(0.3, 0.4, seed=3, budget_s=1.0, stretches=4, halt_at=8)
+    assert far.stop == "cap" and far.warmup + len(far.candidate_ms) == 8
+    near, _ = _steps(0.99, 0.002, seed=2, budget_s=1.0, stretches=4, halt_at=8)
+    assert near.stop == "planned" and len(near.candidate_ms) == near.planned

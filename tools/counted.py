@@ -23,7 +23,8 @@ PUSH_POP_S = 0.0008  # CUPTI's own part of a range push, and of its pop, once th
 INSTRUMENTED_SLOWDOWN = 50.0  # a SASS-patched pass's run may take this many times a plain run (49x seen: bwd S77)
 # The counted runs' wall-time bound per evaluation (issue 43). Before each counted run, the time they
 # have taken so far plus what that run may take (its workload's timed median; on a SASS-patched pass
-# INSTRUMENTED_SLOWDOWN times that) must stay within it; else no workload is counted, and the
+# INSTRUMENTED_SLOWDOWN times that), and before each later stretch of a timed phase the time its first
+# stretch took (stretch_over_cap), must stay within it; else no workload is counted, and the
 # executed check is skipped with the figures (never passed): a slow kernel's evaluation ends instead of
 # running its instrumented pass for minutes. The experts' counted runs take 0.5-1.3 s on the H200.
 COUNTED_CAP_S = 30.0
@@ -76,6 +77,7 @@ class Counted:
     times: object = None
     stretch_ends: list | None = None  # the first pair of each next stretch (the pass boundary before it)
     per_pass: int = 0  # ranged runs (pairs) in each hardware pass's stretch: every pass holds as many
+    stretch_s: list = field(default_factory=list)  # wall seconds of each stretch it ran (pairs and pauses)
     stretch: int = 0  # the hardware pass whose stretch runs now (its index among the hardware passes)
     slot: int = 0  # the next ranged run's place in that stretch (its range is label#slot)
     pass_ranged: object = None  # that pass's `ranged` while its stretch runs (None outside)
@@ -189,6 +191,16 @@ def over_cap(workload: str, i: int, timed_ms: float | None, run_ms: list[float],
             + (f", {INSTRUMENTED_SLOWDOWN:.0f}x its {plain_ms:.1f} ms, SASS-patched)" if instrumented else ")"))
 
 
+def stretch_over_cap(workload: str, i: int, pairs: int, first_s: float, spent_s: float) -> str | None:
+    """Why the timed stretch of pass `i` (0-based, a later one) may not start: it could end past
+    COUNTED_CAP_S, with `spent_s` gone already and the stretch taking what the first pass's stretch of
+    as many `pairs` took (`first_s`). None: it fits."""
+    if spent_s + first_s <= COUNTED_CAP_S:
+        return None
+    return (f"not counted: the counted runs would pass their {COUNTED_CAP_S:.0f} s cap ({spent_s:.1f} s spent; "
+            f"{workload}'s {pairs} timed pairs of pass {i + 1} may take {first_s:.1f} s, as its first pass's did)")
+
+
 def workload_ranges(launches: list, label: str, timed: bool) -> list:
     """The ranges CUPTI returned for one workload: its timed runs' `label#j` (one per place j in a
     pass's stretch: `timed`), else its counted runs' range `label` (counted after its runs)."""
@@ -258,7 +270,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
 
     A workload that carries its timed phase (`phase`) is timed here, inside the session, and EVERY
     candidate run of it is counted: its pairs are split into one equal stretch per hardware pass
-    (the pair count rounded up to a multiple of the passes; the stopping rule may not end it early),
+    (the pair count rounded up to a multiple of the passes; a stop is decided inside stretch 0, on its
+    pairs, and every later stretch then gets as many: timed_stretch),
     and every candidate run of stretch k is made in a range of pass k's counter configuration, one
     range per place in the stretch (`label#j`, the same names each pass). A metric is read in one
     pass, so its count is the sum over that pass's runs; divided by their number (mean_counts) it is
@@ -434,8 +447,14 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
     def run_pass(i: int, ranged) -> None:
         for e in entries:
             if e.phase is not None and i in hardware:
+                k = hardware.index(i)
+                if k > 0 and e.stretch_s and e.at is not None:  # a later stretch: as long as the first one
+                    why = stretch_over_cap(e.workload, i, e.per_pass, e.stretch_s[0], clock() - began)
+                    if why:
+                        raise _OverCap(why)
                 t0, own = clock(), e.phase.seconds
-                timed_stretch(e, hardware.index(i), len(hardware), ranged)
+                timed_stretch(e, k, len(hardware), ranged)
+                e.stretch_s.append(clock() - t0)
                 # the stretch's wall time outside its phase's own (the pairs, the pauses included)
                 spent["between_pairs"] += max(0.0, clock() - t0 - (e.phase.seconds - own))
                 if all(x.failed is not None for x in entries):
@@ -459,6 +478,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         ranged run, tied pass by pass to the runs of the other passes (tools.credit)."""
         def ms(events):
             return round(events[0].elapsed_time(events[1]), 5) if events else None
+        if len(e.out.get("pair_ms", ())) >= len(e.phase.candidate.released):
+            return  # no pair ran since the last one recorded (a halted phase ends before its next pair)
         library = e.phase.baseline
         cand = ms(e.phase.candidate.last)
         e.out.setdefault("pair_ms", []).append([cand, ms(library.last) if library else None])
@@ -485,12 +506,21 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         except Failed as f:  # wrong in a timed run (or implausible): the workload fails
             e.failed, e.at = f, None
 
+    def plan_stretches(e: Counted, n: int) -> None:
+        """Each stretch's length from the pair count the phase holds at (e.at's total, a multiple of n)."""
+        e.per_pass = e.at[1] // n
+        e.stretch_ends = [e.per_pass * (j + 1) for j in range(n)]
+        e.out["stretch_ends"] = list(e.stretch_ends)
+
     def timed_stretch(e: Counted, k: int, n: int, ranged) -> None:
         """Stretch k of n of e's timed pairs, every candidate run in a range of this pass (the
         stretches ARE the hardware passes): pair 0 starts stretch 0; once it has run, the pair count
-        (drawn, rounded up to a multiple of n: count_every_pair) sets each stretch's length. Where
-        the phase ended early (a wrong or failed run) the stretch's remaining ranges are pushed empty,
-        so every pass holds the same ranges (the workload fails; its counts are never read)."""
+        (drawn, rounded up to a multiple of n: count_every_pair) sets each stretch's length. The stop
+        (interval or cap) is decided inside stretch 0, on its pairs: where it stops after m pairs, the
+        count becomes n * m, and every later stretch gets m pairs too (tools.timing.paired_steps'
+        `stretches`). Where the phase ended early (a wrong or failed run) the stretch's remaining
+        ranges are pushed empty, so every pass holds the same ranges (the workload fails; its counts
+        are never read)."""
         e.pass_ranged, e.slot, e.stretch, e.phase_ran = ranged, 0, k, True
         if e.steps is None:
             e.out["pass_ms"], e.out["pass_first_ms"] = [[] for _ in range(n)], [[] for _ in range(n)]
@@ -502,13 +532,16 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
             e.at = next(e.steps)  # (0, -1): held before pair 0, which follows the seeded checks
             advance(e)
             if e.at is not None:
-                e.per_pass = e.at[1] // n
-                e.stretch_ends = [e.per_pass * (j + 1) for j in range(n)]
-                e.out["stretch_ends"] = list(e.stretch_ends)
+                plan_stretches(e, n)
             else:
                 e.per_pass = e.slot
         while e.at is not None and e.at[0] < e.stretch_ends[k]:
             advance(e)
+            if k == 0 and e.at is not None and e.at[1] != e.per_pass * n:  # the stop, decided in this stretch
+                plan_stretches(e, n)
+        if n == 1 and e.times is not None:  # one pass: a stop ended the sequence inside it
+            e.per_pass, e.stretch_ends = e.slot, [e.slot]
+            e.out["stretch_ends"] = [e.slot]
         while e.slot < e.per_pass:  # the phase ended early: the pass's other ranges, empty
             with ranged(f"{e.label}{RUN_SEP}{e.slot}"):
                 pass
@@ -516,13 +549,18 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
         e.pass_ranged = None
         e.out["ranged_runs"] = e.per_pass
 
-    def finish(e: Counted) -> None:
-        """The phase's pairs not run yet, uncounted (the session ended early), then its result."""
+    def finish(e: Counted, halt: bool = False) -> None:
+        """The phase's pairs not run yet, uncounted (the session ended early), then its result.
+        `halt` (the session ended at COUNTED_CAP_S): a phase it had started ends before its next pair
+        where the cap may end it (TimedPhase.halt: its stop decided, or far from 1), so the bound
+        holds the timed pairs too; a kernel near the library runs on to its planned end."""
         if e.phase is None or e.failed is not None and e.failed.fatal:
             return
         e.phase.candidate.pad = None  # the session is over: nothing ranged, nothing to match
         if e.phase.baseline is not None:
             e.phase.baseline.pad = None
+        if halt and e.steps is not None:
+            e.phase.halt()
         if e.steps is None:
             e.steps = e.phase.steps()
             e.at = next(e.steps)
@@ -553,7 +591,7 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
     except _OverCap as exc:  # a cost bound, not the candidate's fault: skipped, never passed
         for e in entries:
             e.out["status"], e.out["reason"] = "skipped", str(exc)
-            finish(e)
+            finish(e, halt=True)
         return spent
     finally:
         total = round(clock() - t0, 4)

@@ -53,17 +53,22 @@ class TimedPhase:
             self.baseline.prepare = lambda: (judge.inputs_for_run(), library_prepare())
         self.candidate = Side("candidate", candidate_run, candidate_prepare)
         self.seconds = 0.0  # wall time of its own pairs (not counting time it was held)
-        # with every run counted the sequence runs to its planned end (count_every_pair)
-        self.run_to_end = False
-        self.pairs_multiple = 1  # count_every_pair: the pair count a multiple of the hardware passes
+        self.stretches = 1  # count_every_pair: one equal stretch of pairs per hardware pass
+        self.halted = False  # halt: an outside cost bound was reached (the executed check's COUNTED_CAP_S)
 
     def count_every_pair(self, passes: int) -> None:
         """The executed check counts every run of this phase (tools.counted: its pairs split into one
         equal stretch per hardware pass, every candidate run in a range of that pass): the drawn
-        count is rounded up to a multiple of `passes`, and the sequence runs to its end (a stop the
-        stopping rule made would leave later passes without runs)."""
-        self.pairs_multiple = max(1, int(passes))
-        self.run_to_end = True
+        count is rounded up to a multiple of `passes`, and the stop is decided inside the first
+        stretch, on its pairs; every later stretch then gets as many pairs as the first ran
+        (tools.timing.paired_steps' `stretches`), so every pass holds the same count."""
+        self.stretches = max(1, int(passes))
+
+    def halt(self) -> None:
+        """End the sequence before its next pair where the cap may end it (tools.timing.paired_steps'
+        `halted`): the executed check's session ended at its cost bound, and the pairs left were
+        there only to give later passes their runs. A kernel near the library runs on (uncounted)."""
+        self.halted = True
 
     def steps(self):
         """The pairs, one at a time: yields (i, total) before pair i (tools.timing.paired_steps),
@@ -77,7 +82,7 @@ class TimedPhase:
                              self.judge.after_pair, limit_s=self.limit,
                              budget_s=float(req.get("timing_budget_s", TIMING_BUDGET_S)),
                              cap_s=float(req.get("timing_cap_s", TIMING_CAP_S)),
-                             may_stop=lambda i: not self.run_to_end, pairs_multiple=self.pairs_multiple)
+                             stretches=self.stretches, halted=lambda: self.halted)
         while True:
             t0 = time.perf_counter()
             try:

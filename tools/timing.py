@@ -341,14 +341,24 @@ def paired(candidate: Side, baseline: Side | None, state, rng, before_pair: Call
 
 def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair: Callable[[int, int], None],
                  after_pair: Callable[[int, int], None], limit_s: float = 60.0, budget_s: float = TIMING_BUDGET_S,
-                 cap_s: float = TIMING_CAP_S, may_stop: Callable[[int], bool] = lambda i: True, pairs_multiple: int = 1):
+                 cap_s: float = TIMING_CAP_S, stretches: int = 1, halted: Callable[[], bool] = lambda: False):
     """One pair at a time (a generator: it yields (i, total) before pair i runs, and returns the
     PairedTimes), so a caller can hold the sequence between two pairs and make other runs meanwhile
     (tools.counted: each workload's counted runs inside its timed sequence); time held is not the
-    phase's own (the cap). `may_stop(i)`: whether the sequence may end early before pair i (the
-    executed check, counting every run, holds it to its end). `pairs_multiple`: the drawn count
-    (warm-ups included) is rounded up to a multiple of it (tools.counted: one equal stretch of pairs
-    per hardware pass). Otherwise as follows.
+    phase's own (the cap). Otherwise as follows.
+
+    `stretches` n (tools.counted: one equal stretch of pairs per hardware pass, every candidate run
+    counted in its stretch's pass): the drawn count (warm-ups included) is rounded up to a multiple of
+    n, and the stop is decided inside the first stretch only, by the same rule on its own pairs, with
+    the cap at cap_s / n (n stretches of as many pairs take about n times the first one's time). A
+    stop there after i pairs does not end the sequence: the count becomes n * i, so every stretch
+    holds as many pairs as the first ran (the yielded total says so); past the first stretch nothing
+    stops early. n = 1: the stop ends the sequence, as it always did.
+
+    `halted()`, asked before each pair: an outside cost bound was reached (tools.counted:
+    COUNTED_CAP_S). The sequence then ends there where the cap may end it (a stop already decided,
+    or at least MIN_CAP_PAIRS timed pairs far from 1: `cap`); a kernel near the library runs on to
+    its planned end, with its precision.
 
     Time candidate and baseline alternating run by run, each run cold, the order flipped
     every pair, so both sides see the same clocks and temperature (FACTS.md: the A/A noise
@@ -369,13 +379,17 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
     base: list[float] = []
     gated = {s.name for s in (candidate, baseline) if s and s.gated}
     stop, judge_s, inputs_s, runs_s = "planned", 0.0, 0.0, 0.0
+    stretches = max(1, int(stretches))
     start = time.perf_counter()
-    i = 0
+    i = planned = 0
     paused = 0.0  # seconds the caller held the sequence between two pairs: not this phase's time (the cap)
     while total < 0 or i < total:
         t_yield = time.perf_counter()
         yield i, total  # the pair about to run, and the count (-1 until pair 0 has run): the caller may pause here
         paused += time.perf_counter() - t_yield
+        if baseline and halted() and (stop != "planned" or _cap_may_stop(_ratios(cand, base))):
+            stop = "cap" if stop == "planned" else stop  # pairs 0..i-1 ran; a decided stop keeps its name
+            break
         t0 = time.perf_counter()
         before_pair(i, total)
         t_runs = time.perf_counter()
@@ -400,21 +414,31 @@ def paired_steps(candidate: Side, baseline: Side | None, state, rng, before_pair
         if total < 0:
             pair_s = time.perf_counter() - t0
             total = warmup + plan_pairs(pair_s, rng, budget_s)
-            total += -total % max(1, pairs_multiple)
+            total += -total % stretches
             planned = total - warmup
         i += 1
-        if baseline and i < total and may_stop(i):
-            ratios = [b / c for c, b in zip(cand, base) if c > 0]
+        if baseline and stop == "planned" and i < total // stretches:  # inside the first stretch, before its end
+            ratios = _ratios(cand, base)
             if stop_early(ratios, min_stop):
                 stop = "interval"
-                break
-            if (time.perf_counter() - start - paused >= cap_s and len(ratios) >= MIN_CAP_PAIRS
-                    and far_from_one(*[statistics.median(ratios)] * 2) and far_from_one(*median_ci(ratios, _STOP_RNG))):
+            elif time.perf_counter() - start - paused >= cap_s / stretches and _cap_may_stop(ratios):
                 stop = "cap"
-                break
+            if stop != "planned":
+                total = stretches * i  # n = 1: the sequence ends here; else every stretch as many pairs as this one
     ungated = tuple(sorted(s.name for s in (candidate, baseline) if s and s.name in gated and not s.gated))
     return PairedTimes(cand, base, warmup, ungated, stop=stop, planned=planned, judge_s=judge_s, inputs_s=inputs_s,
                        runs_s=runs_s)
+
+
+def _ratios(cand: list[float], base: list[float]) -> list[float]:
+    return [b / c for c, b in zip(cand, base) if c > 0]
+
+
+def _cap_may_stop(ratios: list[float]) -> bool:
+    """Whether a cap may end the timed pairs here: MIN_CAP_PAIRS of them at least, their median and
+    its interval outside NEAR_BAND (a kernel near the library is never cut short)."""
+    return (len(ratios) >= MIN_CAP_PAIRS and far_from_one(*[statistics.median(ratios)] * 2)
+            and far_from_one(*median_ci(ratios, _STOP_RNG)))
 
 
 def median_ci(ratios: list[float], rng, resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:

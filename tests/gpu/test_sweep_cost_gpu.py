@@ -1,7 +1,8 @@
 """Slow candidates cost little, on the GPU (issue 43): the simple (SIMT) GEMM, some 30 times slower
 than cuBLAS, stops timing on its interval and gets its executed-check verdict without counted runs
-(its SASS holds no wgmma or TMA); the expert GEMM, near cuBLAS, runs its drawn plan on the visible
-workload and is counted and credited. Both warm, credit on, all workloads; the warm times are
+(its SASS holds no wgmma or TMA); a kernel as slow that does run wgmma + TMA stops inside its first
+counted pass; the expert GEMM, near cuBLAS, runs its drawn plan on the visible workload and is
+counted and credited. Both warm, credit on, all workloads; the warm times are
 issue 43's GEMM target (<= 10 s)."""
 from __future__ import annotations
 
@@ -49,6 +50,44 @@ def test_the_expert_gemm_keeps_its_plan_and_its_credit(evaluator):
         assert w.timing_stop == "planned" and w.timed_runs == w.planned_runs >= 10, (w.workload, w.speedup)
     assert all((w.credit or {}).get("status") == "ran" for w in r.workloads)
     print(f"expert GEMM warm: {r.seconds:.2f} s, phases {r.phase_s}")
+    assert r.seconds <= 10.0
+
+
+def test_a_slow_kernel_that_runs_wgmma_and_tma_stops_early_with_every_pass_counted(evaluator, tmp_path):
+    """Issue 43 item 2 with every timed run counted: a correct kernel some 30 times slower than cuBLAS
+    that runs the expert's full-size wgmma + TMA on every launch (tests/credit_fixtures.math_on_dmma:
+    then C again on the FP64 tensor cores), so its SASS holds the requested instructions and every
+    timed run is counted. Its stop is decided inside the first pass's stretch (tools.timing.paired_steps'
+    `stretches`) and every later pass holds as many ranged pairs: `interval` or `cap` on each
+    workload, except where the first pass's planned share was no longer than the rule's fewest pairs
+    (then its drawn ~1 s of pairs, as before: `planned`). Warm, credit on, all workloads, within
+    issue 43's GEMM target (<= 10 s); the verdict is test_credit_gpu's (no wgmma credit)."""
+    from tests import credit_fixtures as fx
+    from tools.timing import MIN_STOP_PAIRS
+
+    sol = fx.math_on_dmma(tmp_path / "math_on_dmma")
+    evaluator.evaluate(sol, TASK, "sm_90a", workloads="all", executed_check=True)  # cold: worker, library, compile
+    r = evaluator.evaluate(sol, TASK, "sm_90a", workloads="all", executed_check=True)
+    passes = {(w.credit or {}).get("passes") for w in r.workloads}
+    for w in r.workloads:  # printed before any assert (-rP)
+        c = w.credit or {}
+        print(f"{w.workload}: speedup {w.speedup} ci {w.speedup_ci} stop {w.timing_stop} timed {w.timed_runs} "
+              f"warm-up {w.warmup_runs} planned {w.planned_runs} ranged a pass {c.get('ranged_runs')} "
+              f"stretch_ends {c.get('stretch_ends')} credit {c.get('status')} {c.get('reason') or ''}")
+    print(f"math_on_dmma warm: {r.seconds:.2f} s, phases {r.phase_s}")
+    assert r.correct is True and r.arch_ok, show(r)
+    assert r.executed.executed["wgmma"] is True and r.executed.carries["wgmma"] is False, r.executed.workloads
+    assert r.correct_with_arch is False
+    assert passes == {4}, passes  # GH100: the check's metrics in four hardware passes
+    for w in r.workloads:
+        c, pairs = w.credit, w.warmup_runs + w.timed_runs
+        assert c["status"] == "ran" and w.speedup < 0.5, (w.workload, c["status"], c.get("reason"), w.speedup)
+        assert c["stretch_ends"] == [c["ranged_runs"] * (k + 1) for k in range(4)] and pairs == 4 * c["ranged_runs"]
+        if w.timing_stop == "planned":  # the first pass's share was too short for the rule to stop inside it
+            assert (w.warmup_runs + w.planned_runs) // 4 <= w.warmup_runs + MIN_STOP_PAIRS[1], w.workload
+        else:
+            assert w.timing_stop in ("interval", "cap") and w.timed_runs < w.planned_runs, (w.workload, w.timing_stop)
+    assert sum(w.timing_stop != "planned" for w in r.workloads) >= 2  # the small workloads at least (M70, M1024)
     assert r.seconds <= 10.0
 
 
