@@ -61,10 +61,11 @@ run_tests() {
       timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v -rP --durations=20 -p no:cacheprovider \
       --timeout "${GPU_TEST_EACH:-300}" "$@" > "$log" 2>&1 )
 }
-# One device call each on one H200, each at most about 420 s of pytest (per-file test times of
-# 2026-12-02/04, docs/BENCHMARKS.md: the credit file grew to every shipped expert, 26, about 350 s).
+# One device call each on one H200, each about 400-450 s of pytest (per-file test times of 2026-12-02/04,
+# docs/BENCHMARKS.md: the credit file grew to every shipped expert, 26, about 350 s; with
+# PTXBENCH_GPU_GEMM_SHAPES=cover 7 of the 17 GEMM shapes, tests/gpu/test_credit_gpu.py says which and why).
 case "${PART:-}" in
-  1) GPU_TESTS="tests/gpu/test_credit_gpu.py tests/gpu/test_sweep_cost_gpu.py" ;;
+  1) GPU_TESTS="tests/gpu/test_credit_gpu.py tests/gpu/test_tasks_gpu.py" ;;
   2) GPU_TESTS="tests/gpu/test_evaluator_gpu.py tests/gpu/test_gdn_gpu.py tests/gpu/test_fp8_gemm_gpu.py
        tests/gpu/test_timing_gate_gpu.py tests/gpu/test_memcheck_feedback_gpu.py
        tests/gpu/test_knowledge_examples_gpu.py tests/gpu/test_fp8_attention_gpu.py
@@ -72,7 +73,7 @@ case "${PART:-}" in
   3) GPU_TESTS="tests/gpu/test_judge_power_gpu.py tests/gpu/test_cupti_counters_gpu.py tests/gpu/test_profile_gpu.py
        tests/gpu/test_range_cost_gpu.py
        tests/test_replay.py" ;;
-  4) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/gpu/test_tasks_gpu.py" ;;
+  4) GPU_TESTS="tests/gpu/test_solve_gpu.py tests/gpu/test_sweep_cost_gpu.py" ;;
   "") ;;
   *) echo "PART must be 1, 2, 3 or 4" >&2; exit 2 ;;
 esac
