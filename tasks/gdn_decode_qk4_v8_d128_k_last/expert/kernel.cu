@@ -5,7 +5,8 @@
 // 512 CTAs (64 to num_sms (sequence, value head) pairs: qk4 B8-B16, qk8 B4-B8), gdn_decode_ring (below the first:
 // a persistent grid with a ring of TMA stages, the tile height chosen per workload, 94 registers) everywhere
 // else. Separate entries because a register count is one per entry point: the one-tile body wants 8+ CTAs per
-// SM, the ring the registers of 5 (NOTES.md, gdn8). Both run the one tile_body / ring_tiles source.
+// SM, the ring the registers of 5 (NOTES.md, gdn8). One source for each body: tile_body (inlined here, called by
+// the ring's RING_TILE_BODY variants) and ring_tiles<R, W>.
 //
 // The op is memory-bound: per (sequence, value head) it reads a 64 KiB fp32 state and writes 64 KiB
 // back; everything else (q, k, v, gates, output) is < 1% of the traffic. So the kernel is one pass
@@ -278,7 +279,7 @@ __device__ __noinline__ void tile_body_call(const CUtensorMap* tmState, const CU
 #endif                      // instead of 5; W2 2026-12-04: the ring then ran 13% slower at B64, NOTES.md)
 #ifndef RING_TILE_BODY
 #define RING_TILE_BODY 0    // 1: where the grid gives every CTA one tile, gdn_decode_ring runs gdn_decode_tma's body
-#endif                      // (variants rc_tb*: faster at B8 where the CTAs fit an SM, NOTES.md; not shipped yet)
+#endif                      // (variants rc_tb*, NOTES.md; shipped instead: gdn_decode_tma's own entry)
 #ifndef RING_ROWS_SMALL
 #define RING_ROWS_SMALL 16  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
 #endif
