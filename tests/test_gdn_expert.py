@@ -139,7 +139,8 @@ def test_expert_compiles_with_tma_in_the_sass_of_both_entries_and_plans_every_wo
             assert 1 <= launch.grid[0] <= tiles and launch.block == (32 * warps_of[rows], 1, 1), (w.name, launch)
             # the kernel uses as many stages as the dynamic shared memory holds: at least one, at most RING_STAGES
             stages = (launch.shared_bytes - 128) // _stage_bytes(rows)
-            assert 1 <= stages and launch.shared_bytes <= knobs["RING_STAGES"] * _stage_bytes(rows) + 128, (w.name, launch)
+            most = knobs["RING_STAGES"] * _stage_bytes(rows) + 128
+            assert 1 <= stages and launch.shared_bytes <= most, (w.name, launch)
         for t in ("state", "new_state"):  # one tile: `rows` rows of the [heads * 128, 128] view
             assert maps[t].view == (heads * 128, 128) and maps[t].box == (rows, 128), (w.name, maps[t])
         assert tiles * rows == heads * 128, (w.name, tiles)  # the tile count covers every row once
@@ -163,8 +164,8 @@ def test_the_manifest_picks_the_one_tile_entry_from_64_to_num_sms_heads_and_the_
                 (launch,) = plan_launches(sol.manifest, task, axes, limits).launches
                 heads = batch * axes["num_v_heads"]
                 assert launch.kernel == (TILE if _one_tile(heads, num_sms) else RING), (name, num_sms, batch)
-        picked[name] = sorted(w.name for w in task.workloads
-                              if plan_launches(sol.manifest, task, task.axis_values(w), h200).launches[0].kernel == TILE)
+        picked[name] = sorted(w.name for w in task.workloads if TILE == plan_launches(
+            sol.manifest, task, task.axis_values(w), h200).launches[0].kernel)
     assert picked == {DECODE[0]: ["B16", "B8"], DECODE[1]: ["B4", "B8"]}, picked
     # the ring's launch is the one shipped before gdn8 (rc_mix32) wherever it runs: same grid, block, shared
     # memory and arguments (scripts/expert_dev.py's rc_mix32 spells that manifest out)
@@ -178,7 +179,8 @@ def test_the_manifest_picks_the_one_tile_entry_from_64_to_num_sms_heads_and_the_
         assert [launch.kernel for launch in ring.launches] == [RING] and ring.launches[0].when in (None, 1, "1")
         for batch in (1, 2, 16, 32, 64, 100, 128):
             axes = task.axis_values({"batch_size": batch})
-            (a,), (b,) = plan_launches(shipped, task, axes, h200).launches, plan_launches(ring, task, axes, h200).launches
+            (a,) = plan_launches(shipped, task, axes, h200).launches
+            (b,) = plan_launches(ring, task, axes, h200).launches
             assert (a.kernel, a.grid, a.block, a.shared_bytes) == (b.kernel, b.grid, b.block, b.shared_bytes), batch
             assert [x.value for x in a.args] == [x.value for x in b.args], batch
 
