@@ -202,9 +202,11 @@ _FP8 = {
 }
 
 
-# GDN decode. The shipped manifest launches gdn_decode_ring (a persistent grid, a ring of TMA stages);
-# `tile` and the variants built on it launch the first expert, gdn_decode_tma (one CTA per tile of 16 or
-# 32 rows), from the same kernel.cu.
+# GDN decode. The shipped manifest (gdn8) launches gdn_decode_tma (one CTA per 16-row tile, 64 registers) from 64 to
+# num_sms (sequence, value head) pairs (its `let` one_tile) and gdn_decode_ring (a persistent grid, a ring of TMA
+# stages: rc_mix32) elsewhere. Every variant below that names a kernel is one launch on every workload (variant()'s
+# "kernel"): the ring variants launch gdn_decode_ring, `tile` and the variants built on it the first expert
+# gdn_decode_tma (one CTA per tile of 16 or 32 rows) at ptxas's own registers (TILE_MIN_BLOCKS 0: 40), as measured.
 def _gdn_ring(rows: int = 16, stages: int = 4, per_sm: int = 3, tma_store: int = 0, warps: int = 4,
               side: int = 0) -> tuple[dict, dict]:
     """The persistent kernel gdn_decode_ring: the state rows through TMA, a ring of `stages` tiles in
@@ -286,10 +288,16 @@ def _gdn_tile(rows: int | str = _TILE_ROWS, warps: int = 4, load_box: int | str 
 
 _RC32_ARGS = ("batch_size * num_v_heads < 256",)
 _RC32_KW = dict(rows=32, stages=3, small_rows=16, small_stages=5, small_per_sm=4, small_warps=4, side=1)
-_RC32 = _gdn_mix(*_RC32_ARGS, **_RC32_KW)  # rc_mix32, the shipped configuration
+_RC32 = _gdn_mix(*_RC32_ARGS, **_RC32_KW)  # rc_mix32: shipped alone until gdn8, now the ring's launch
 
 _GDN_DECODE = {
-    "shipped": ({}, {}),  # the folder as is: rc_mix32 (kernel.cu's defaults and launch.json)
+    "shipped": ({}, {}),  # the folder as is (gdn8): the one-tile entry from 64 to num_sms heads, rc_mix32 elsewhere
+    # the shipped choice with the one-tile entry at ptxas's own 40 registers (12 CTAs per SM, not 8)
+    "tile40": ({"TILE_MIN_BLOCKS": 0}, {}),
+    # the shipped entries with other thresholds: batch_size <= 8 (qk4 B1-B8, qk8 B1-B8); every workload below 256
+    # heads (rc_tb8's split, but the ring at its own registers)
+    "one_b8": ({}, {"let": {"one_tile": "batch_size <= 8"}}),
+    "one_lt256": ({}, {"let": {"one_tile": "heads < 256"}}),
     "ring": _gdn_ring(),  # R=16, 4 stages, 3 CTAs per SM: 3 x 4 x 8 KiB in flight per SM
     "ring_ts": _gdn_ring(tma_store=1),  # the same, new_state through TMA stores
     "ring32": _gdn_ring(32, 3, 2),  # R=32, 3 stages, 2 CTAs per SM
@@ -313,7 +321,7 @@ _GDN_DECODE = {
     "rcs_mix1t": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=8),  # one 8-row tile per CTA at 64 heads
     "rcs_mixw1": _gdn_mix("batch_size * num_v_heads <= 64", small_per_sm=16, small_warps=1),  # fla's shape: 1 warp, 8 rows
     # rc (k, q, v, gates by cp.async on the state's barrier) with 32-row tiles (3 stages) from 256 heads up, 16-row
-    # tiles (5 stages) below; 4 warps and 4 CTAs per SM in both: the shipped configuration since 2026-12-03 (gdn6)
+    # tiles (5 stages) below; 4 warps and 4 CTAs per SM in both: shipped 2026-12-03 (gdn6), the ring's launch since gdn8
     "rc_mix32": _gdn_mix("batch_size * num_v_heads < 256", rows=32, stages=3, small_rows=16, small_stages=5,
                          small_per_sm=4, small_warps=4, side=1),
     # rc_mix32 with at most N 32-row tiles per CTA (a grid of waves the hardware balances as CTAs retire, not a
@@ -363,6 +371,10 @@ _GDN_DECODE = {
     "splitef": ({"SPLIT_TMA": 1, "LOAD_EVICT_FIRST": 1}, _gdn_tile(load_box=f"{_TILE_ROWS} // 4")),
     "split16": ({"SPLIT_TMA": 1}, _gdn_tile(16, load_box=4)),
 }
+for _defines, _over in _GDN_DECODE.values():  # the first expert's variants: its build as measured (no register floor)
+    if _over.get("kernel") == "gdn_decode_tma":
+        _defines.setdefault("TILE_MIN_BLOCKS", 0)
+
 VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
     "fp8_gemm_nt_1d2d_n4096_k7168": _FP8,
     "gemm": {  # every gemm_n*_k* task (one kernel and manifest: scripts/gemm_experts.py)
@@ -461,6 +473,12 @@ def variant(task: str, name: str, into: Path) -> Solution:
                     a["value"] = value[a["name"]]
         elif key == "tensor_maps":  # the whole list (a variant that loads more through TMA)
             manifest["tensor_maps"] = value
+        elif key == "kernel":  # a whole launch of its own (GDN decode): it runs on every workload, in place of
+            main["kernel"] = value  # all the launches the manifest picks per workload by their `when`
+            main.pop("when", None)
+            manifest["launches"] = [main]
+        elif key == "let":  # the manifest's named sizes to change (or add), by name; the others stay
+            manifest["let"] = {**manifest.get("let", {}), **value}
         else:
             main[key] = value
     folder = into / name

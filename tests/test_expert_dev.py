@@ -110,3 +110,32 @@ def test_the_backward_variants_the_notes_pair_against_still_compile():
         for name in ("v5", "v4"):
             comp, _ = Evaluator.compile_and_inspect(dev.variant("mha_bwd_d128", name, Path(tmp)), "sm_90a")
             assert comp.status == "ok", (name, comp.error)
+
+
+def test_every_gdn_decode_variant_plans_one_launch_per_workload(tmp_path):
+    """The GDN decode expert picks one of two entry points per workload (`when`, gdn8). A variant that names a
+    kernel is one launch on every workload (its `when` and the other entry's launch dropped), so the ring and tile
+    variants measured before still run alone; the threshold variants (`let` overrides) keep both launches and
+    still run exactly one per workload; the first expert's variants keep their build (TILE_MIN_BLOCKS 0)."""
+    from tasks import get_task
+    from tools.launch import NOMINAL_LIMITS, plan_launches
+
+    spec = importlib.util.spec_from_file_location("expert_dev", ROOT / "scripts" / "expert_dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    limits = NOMINAL_LIMITS["sm_90a"]
+    for task_name in ("gdn_decode_qk4_v8_d128_k_last", "gdn_decode_qk8_v16_d128_k_last"):
+        task = get_task(task_name)
+        for name, (knobs, over) in dev.VARIANTS[task_name].items():
+            manifest = dev.variant(task_name, name, tmp_path / task_name).manifest
+            if "kernel" in over:
+                assert [launch.kernel for launch in manifest.launches] == [over["kernel"]], name
+                assert over["kernel"] == "gdn_decode_ring" or knobs.get("TILE_MIN_BLOCKS") == 0, name
+            else:
+                assert [launch.kernel for launch in manifest.launches] == ["gdn_decode_tma", "gdn_decode_ring"], name
+            ran = set()
+            for w in task.workloads:
+                (launch,) = plan_launches(manifest, task, task.axis_values(w), limits).launches
+                ran.add(launch.kernel)
+            if name == "one_b8":  # B1-B8 on the one-tile entry, B16 up on the ring
+                assert ran == {"gdn_decode_tma", "gdn_decode_ring"}, name

@@ -1,8 +1,12 @@
 // Expert sm_90a Gated DeltaNet decode, head size 128, k-last fp32 state [batch, value head, V, K].
 // One module serves both head configurations (qk4_v8 and qk8_v16: the head counts are arguments).
-// Two kernels: gdn_decode_ring (below the first; the one launch.json launches: a persistent grid with a
-// ring of TMA stages, the tile height chosen per workload) and gdn_decode_tma (the first expert, one CTA per
-// tile; kept for comparison as the `tile` variant of scripts/expert_dev.py). NOTES.md has the numbers of both.
+// Two entry points, both launched by launch.json, one per workload (its launches' `when`): gdn_decode_tma (the
+// first expert, one CTA per 16-row tile, 40 registers) where that grid fits the SMs in one wave and is at least
+// 512 CTAs (64 to num_sms (sequence, value head) pairs: qk4 B8-B16, qk8 B4-B8), gdn_decode_ring (below the first:
+// a persistent grid with a ring of TMA stages, the tile height chosen per workload, 94 registers) everywhere
+// else. Separate entries because a register count is one per entry point: the one-tile body wants 8+ CTAs per
+// SM, the ring the registers of 5 (NOTES.md, gdn8). One source for each body: tile_body (inlined here, called by
+// the ring's RING_TILE_BODY variants) and ring_tiles<R, W>.
 //
 // The op is memory-bound: per (sequence, value head) it reads a 64 KiB fp32 state and writes 64 KiB
 // back; everything else (q, k, v, gates, output) is < 1% of the traffic. So the kernel is one pass
@@ -194,8 +198,17 @@ __device__ __forceinline__ void tile_body(const CUtensorMap* tmState, const CUte
 #endif
 }
 
-#ifdef MIN_BLOCKS  // a resident-CTA floor for ptxas's register budget (variants only)
-extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+// The manifest launches this entry where the one-tile grid fits the SMs in one wave (launch.json's `one_tile`:
+// 64 to num_sms (sequence, value head) pairs, 512 to 8 x num_sms CTAs of 16 rows). Its own entry point, so its own
+// register count (one per entry point: the ring's 94 hold 5 CTAs per SM, where qk8 B8's 1024 one-tile CTAs take
+// two waves, NOTES.md). A floor of TILE_MIN_BLOCKS resident CTAs per SM (8 at 4 warps) caps it at 65536 / (128 x 8)
+// = 64 registers, so the one wave holds whatever the body becomes; ptxas takes all 64 (the body as `rc_tb8`
+// measured it: 8 CTAs per SM). 0: no floor; ptxas then picks 40 (12 CTAs per SM), the `tile` variants' build.
+#ifndef TILE_MIN_BLOCKS
+#define TILE_MIN_BLOCKS (32 / WARPS)  // 1024 threads per SM at any WARPS: a 64-register cap
+#endif
+#if TILE_MIN_BLOCKS > 0
+extern "C" __global__ void __launch_bounds__(WARPS * 32, TILE_MIN_BLOCKS)
 #else
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #endif
@@ -266,7 +279,7 @@ __device__ __noinline__ void tile_body_call(const CUtensorMap* tmState, const CU
 #endif                      // instead of 5; W2 2026-12-04: the ring then ran 13% slower at B64, NOTES.md)
 #ifndef RING_TILE_BODY
 #define RING_TILE_BODY 0    // 1: where the grid gives every CTA one tile, gdn_decode_ring runs gdn_decode_tma's body
-#endif                      // (variants rc_tb*: faster at B8 where the CTAs fit an SM, NOTES.md; not shipped yet)
+#endif                      // (variants rc_tb*, NOTES.md; shipped instead: gdn_decode_tma's own entry)
 #ifndef RING_ROWS_SMALL
 #define RING_ROWS_SMALL 16  // > 0: a second tile height (with RING_WARPS_SMALL warps) the launch may choose by its `rows`
 #endif
