@@ -71,7 +71,7 @@ def test_fla_baselines_match_the_reference(name):
                 assert tuple(got.shape) == task.shape(n, axes), (n, tuple(got.shape))
                 m = compare(n, got, ref[n], task.tolerance)
                 print(f"{name} {w.name} {backend} {n}: max abs {m.max_abs_err:.3g}, rel-L2 {m.rel_l2:.3g} "
-                      f"(bound {m.rel_l2_bound}), mismatches {m.mismatch_frac:.3g}")
+                      f"(bound {m.rel_l2_bound}), mismatches {m.mismatch_frac:.3g}, worst row {m.row_ratio:.3g} of its bound")
                 assert m.passed, m.describe()
             ran.append(backend)
     assert ran
