@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
 
 import pytest
 
@@ -713,12 +712,16 @@ def test_each_pass_is_banded_by_the_runs_first_in_their_pair_which_decides_the_t
 
 class _Slow(_Module):
     def unload(self):
+        import time
+
         time.sleep(0.02)
         super().unload()
 
 
 class _SlowRestore(_State):
     def restore(self):
+        import time
+
         time.sleep(0.02)
         return super().restore()
 
