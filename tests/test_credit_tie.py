@@ -188,3 +188,49 @@ def test_a_pass_without_a_time_is_not_tied_so_not_credited():
                         pass_band_ms=[[1.0, 1.0], [1.0, 1.0]])
     rules.tie_to_timed_run(wc, 1.0)
     assert wc.carries["wgmma"] is False and "hardware pass 2's kernel time was not measured" in wc.notes["wgmma"]
+
+
+# ---------------------------------------------------------------------------------------
+# Found by mutation pass 6 (2026-12-04, issue 46)
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("counted,who", [({"run_ms": [2.0], "counted_from": 3}, "counted run 3's kernels took"),
+                                         ({"kernel_ms": 2.0}, "the profiled run's kernels took")])
+def test_the_note_names_the_band_it_was_tied_to(counted, who):
+    """A counted run (in process, made after the pairs) or Nsight Compute's profiled run, 2 ms against
+    the other timed runs' 1-1.2 ms: the note says what was tied to what, in the reader's words."""
+    from tools.results import WorkloadCredit
+
+    wc = WorkloadCredit(workload="M1", status="ok", carries={"wgmma": True}, tie_band_ms=[1.0, 1.2], **counted)
+    rules.tie_to_timed_run(wc, 1.1)
+    assert wc.carries["wgmma"] is False
+    assert wc.notes["wgmma"] == (f"{who} 2 ms, the other timed runs 1-1.2 ms (their range): "
+                                 "the kernel that was timed is not the one whose instructions were counted")
+
+
+def test_passes_without_their_bands_are_each_tied_to_the_timed_median():
+    """Bands that do not match the passes one to one (none reported, or fewer) are not used: every
+    pass is tied to the timed median instead, the last one included (a pass 2 at twice the median is
+    refused, never left untied)."""
+    from tools.results import WorkloadCredit
+
+    for bands in ([], [[0.9, 1.1]]):
+        wc = WorkloadCredit(workload="M1", status="ok", carries={"wgmma": True}, pass_ms=[1.0, 2.0], pass_band_ms=bands)
+        rules.tie_to_timed_run(wc, 1.0)
+        assert wc.carries["wgmma"] is False, bands
+        assert wc.notes["wgmma"].startswith("hardware pass 2's timed runs took (median) 2 ms, the timed runs 1 ms (median)")
+
+
+def test_each_passs_median_keeps_five_places():
+    """The pass medians the tie reads are rounded as the band's ends are: ms to 10 ns, five places."""
+    wc = per_pass([[1.0000123456, 1.0000123456, 1.0000123456]] * 3, timed_ms=1.0)
+    assert wc.pass_ms == [1.00001] * 3
+
+
+def test_a_pass_that_ran_no_timed_run_has_no_median_and_no_credit():
+    """A hardware pass whose stretch never ran (the phase ended first) reports no runs: its median
+    is NaN, not an error, and the tie withdraws the credit (that pass's counters read no timed run)."""
+    import math
+
+    wc = per_pass([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], []], timed_ms=1.0)
+    assert wc.pass_ms[:2] == [1.0, 1.0] and math.isnan(wc.pass_ms[2])
+    assert wc.carries["wgmma"] is False and "hardware pass 3's kernel time was not measured" in wc.notes["wgmma"]

@@ -675,3 +675,90 @@ def test_a_later_stretch_may_start_where_it_fits_the_counted_cap():
     assert why == (f"not counted: the counted runs would pass their {cap:.0f} s cap ({cap - 2.0:.1f} s spent; "
                    "M128's 5 timed pairs of pass 2 may take 2.5 s, as its first pass's did)")
     assert counted.stretch_over_cap("M70", 2, 3, 0.0, cap + 0.1).startswith("not counted:")
+
+
+# ---------------------------------------------------------------------------------------
+# Found by mutation pass 6 (2026-12-04, issue 46)
+# ---------------------------------------------------------------------------------------
+def test_each_pass_is_banded_by_the_runs_first_in_their_pair_which_decides_the_tie():
+    """run_pending bands each pass by the runs made first in their pair (pass_first_ms,
+    tools.credit.pass_tie_runs), as the tie takes each pass's median: not by all of them, whose slow
+    second places (the power cap) widen the band. A kernel on another path in pass 4 (34 ms first in
+    its pairs, the other passes' first places 29.0-29.4 ms) is refused so; banded by every run
+    (up to 34.2 ms: the others' second places), it would keep its credit."""
+    from types import SimpleNamespace
+
+    from tools import credit
+    from tools.results import WorkloadCredit
+
+    pass_ms = [[29.0, 34.0, 29.2], [34.1, 29.1, 34.2], [29.3, 34.0, 29.4], [34.0, 34.2, 34.5]]
+    first = [[29.0, 29.2], [29.1], [29.3, 29.4], [34.0, 34.5]]
+    out = {"status": "pending", "run_ms": [x for p in pass_ms for x in p], "pass_ms": pass_ms, "pass_first_ms": first}
+    e = entry("M1", out=out, result=base_result("M1"))
+    e.times = SimpleNamespace(warmup=1)
+    counted.run_pending(_State([e]), count=False)
+    assert out["pass_band_ms"] == pass_bands(first) != pass_bands(pass_ms)
+
+    def carries(bands) -> bool:
+        wc = WorkloadCredit(workload="M1", status="ok", carries={"wgmma": True},
+                            pass_ms=[statistics.median(r) for r in credit.pass_tie_runs(pass_ms, first)],
+                            pass_band_ms=bands)
+        credit.tie_to_timed_run(wc, 29.5)
+        return wc.carries["wgmma"]
+
+    assert carries(out["pass_band_ms"]) is False
+    assert carries(pass_bands(pass_ms)) is True  # what a band of every run would decide
+
+
+class _Slow(_Module):
+    def unload(self):
+        import time
+
+        time.sleep(0.02)
+        super().unload()
+
+
+class _SlowRestore(_State):
+    def restore(self):
+        import time
+
+        time.sleep(0.02)
+        return super().restore()
+
+
+def test_letting_the_modules_go_and_the_restore_are_the_release_part():
+    """cost_parts' `release`: the kept modules unloaded (0.02 s here) and the context restored after
+    the counted runs (0.02 s), both added: never subtracted from what the op reports."""
+    e = entry("A")
+    e.module = _Slow()
+    reply, fatal = counted.run_pending(_SlowRestore([e]), count=False)
+    assert not fatal and e.module is None
+    assert reply["cost_parts"]["release"] >= 0.04
+
+
+def test_a_counter_set_up_that_fails_otherwise_leaves_the_credit_failed():
+    """An error other than CuptiError while the counters are set up (a bug, a broken library)
+    propagates to the worker, and the workload's credit says `failed`: never pending, never passed."""
+    state = _DeferState()
+
+    def broken(metrics):
+        raise RuntimeError("libcupti: symbol not found")
+
+    state.counters = broken
+    result = WorkloadResult(workload="M1", split="visible", axes={}, status="passed")
+    req = {"credit": {"seed": 42, "metrics": ["m1"]}, "workload": {"name": "M1"}, "time": True}
+    with pytest.raises(RuntimeError):
+        counted.defer_counted(state, req, None, {}, object(), object(), result, 2.0, True)
+    assert result.credit["status"] == "failed" and state.pending == []
+
+
+def test_launch_gaps_reports_each_figure_to_its_places():
+    """Gaps in ms to the microsecond (3 places: the ordinary median and the boundary's gap too), the
+    counted gaps' ranks to 4 places. Timed gaps 1.0001234, 2.4567891, 3.1 ms, a counted run 1.5 ms
+    after the last, a pass boundary 991.94 ms later."""
+    t = [0.0]
+    for gap in (1.0001234e-3, 2.4567891e-3, 3.1e-3):
+        t.append(t[-1] + gap)
+    g = launch_gaps(t + [1.0], [t[-1] + 1.5e-3], boundary=[1.0])
+    assert g["ordinary_median"] == 2.457 and g["boundary"] == [991.943]
+    assert g["counted"] == [1.5] and g["counted_rank"] == [0.3333]  # one ordinary gap of three below it

@@ -376,3 +376,34 @@ def test_a_worker_without_a_profiler_window_still_makes_every_run():
     state = CpuState(gemm)
     out = counted.run_credit(state, request(3))
     assert out["status"] == "ran" and out["profiled_at"] == drawn(3)[1] + 1, out
+
+
+# Found by mutation pass 6 (2026-12-04, issue 46): where the credit runs' tensors live
+def test_the_credit_runs_inputs_and_workspace_are_on_the_workers_device(monkeypatch):
+    """Every credit run's inputs are generated on the worker's device with the fast generator (the
+    timed runs' own: attention backward's O and LSE from a bf16 forward), and the workspace the module
+    is bound to is allocated there: on a GPU worker, a CPU default would hand the kernel host memory.
+    Recorded on the way through (the CPU stand-in cannot tell "cpu" from a default)."""
+    import tasks.generators as G
+
+    generated, workspaces = [], []
+    real_generate, real_workspace = G.generate_inputs, counted.Workspace
+
+    def generate(task, axes, seed, **kw):
+        generated.append(kw)
+        return real_generate(task, axes, seed, **kw)
+
+    def workspace(task, plan, *args):
+        workspaces.append(args)
+        return real_workspace(task, plan, *args)
+
+    monkeypatch.setattr(G, "generate_inputs", generate)
+    monkeypatch.setattr(counted, "Workspace", workspace)
+    import torch
+
+    state = Recorded()
+    state.device = torch.device("cpu")  # the worker's own device object, handed on as it is
+    out = counted.run_credit(state, request(3))
+    assert out["status"] == "ran" and len(workspaces) == 1 and workspaces[0][0] is state.device
+    assert len(generated) == 2 + out["runs"]
+    assert all(kw["device"] is state.device and kw["fast"] is True for kw in generated)

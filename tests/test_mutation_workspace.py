@@ -575,3 +575,74 @@ def test_the_row_scales_are_of_the_task_at_hand(monkeypatch):
     task = get_task("mha_fwd_d128")
     monkeypatch.setattr(S, "rows_at", lambda t, fresh, wanted: {"O": type("S", (), {"scale": t is task})()})
     assert workspace.lazy_term_scales(task, {})[1]({"O": [0]}) == {"O": True}
+
+
+# ---------------------------------------------------------------------------------------
+# Found by mutation pass 6 (2026-12-04, issue 46)
+# ---------------------------------------------------------------------------------------
+def _off_against_ref_only():
+    """The shrunk GEMM (judged on term scales) right but for one element of a sampled row, off by
+    more than its |ref| allows and less than its term scale does; the sample drawn without its
+    scales, and the lazy scales of those rows (tools.workspace.lazy_sample_scales), each call counted."""
+    from tasks.sampled import draw_rows, rows_at
+
+    ws = ws_with_scratch()
+    task = ws.task
+    fresh = generate_inputs(task, AXES, 6, device="cpu", fast=True)
+    right(ws, fresh)
+    drawn = draw_rows(task, fresh, torch.Generator().manual_seed(0), 8)
+    samples = rows_at(task, fresh, drawn, terms=False)
+    every, some = workspace.lazy_sample_scales(task, fresh, drawn)
+    ref, terms = samples["C"].expected.abs(), every()["C"]
+    r, c = divmod(int((terms - ref).argmax()), ref.shape[1])  # where the terms allow most beyond |ref|
+    ws.outputs["C"][int(drawn["C"][r]), c] += task.tolerance.atol + task.tolerance.rtol * float(ref[r, c] + terms[r, c]) / 2
+    calls: list[str] = []
+
+    def whole():
+        calls.append("every")
+        return every()
+
+    def rows(wanted):
+        calls.append("some")
+        return some(wanted)
+
+    return ws, fresh, samples, whole, rows, calls
+
+
+def test_a_sampled_row_off_against_ref_alone_passes_on_the_term_scales_of_its_rows():
+    """A sampled verdict with lazy term scales: an element that fails against |ref| alone passes on
+    its term scale; the scales of the failing rows alone are computed (row_scales), never the whole
+    sample's. Without row scales, the whole sample's scales decide, the same way."""
+    ws, fresh, samples, whole, rows, calls = _off_against_ref_only()
+    tol = ws.task.tolerance
+    assert ws.verdict(None, tol, inputs=fresh, samples=samples)[0] == "incorrect"  # against |ref|
+    assert ws.verdict(None, tol, whole, inputs=fresh, samples=samples, row_scales=rows)[0] is None
+    assert calls == ["some"]
+    calls.clear()
+    assert ws.verdict(None, tol, whole, inputs=fresh, samples=samples)[0] is None
+    assert calls == ["every"]
+
+
+def test_the_sampled_rows_are_drawn_on_the_judges_device(monkeypatch):
+    """judge_run draws a sampled run's rows with a generator on the run's device (tasks.sampled
+    draws them there: a host generator cannot draw device rows)."""
+    import random
+
+    import tasks.generators as G
+    import tasks.sampled as S
+
+    made, real = [], torch.Generator
+    monkeypatch.setattr(torch, "Generator", lambda device: made.append(device) or real())
+    monkeypatch.setattr(G, "generate_inputs", lambda task, axes, seed, device="cpu", fast=False: {"seed": seed})
+    monkeypatch.setattr(S, "draw_rows", lambda task, fresh, gen, rows: "drawn")
+    monkeypatch.setattr(S, "rows_at", lambda task, fresh, drawn, terms=None: "rows")
+    monkeypatch.setattr(workspace, "lazy_sample_scales", lambda task, fresh, drawn: (None, None))
+    workspace.judge_run(small_gemm(), AXES, _RecWs([(None, None, [])]), 1, random.Random(1), "cuda:1", 8, False, "r")
+    assert made == ["cuda:1"]
+
+
+def test_a_tolerance_without_a_scale_gets_no_term_scales_lazily_either():
+    """As term_scales (test_mutation_worker.py): a tolerance that names no scale is judged against
+    |ref| alone, with no scale functions to call."""
+    task = type("T", (), {"tolerance": object()})()
+    assert workspace.lazy_term_scales(task, {}) == (None, None)

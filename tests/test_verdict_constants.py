@@ -41,6 +41,16 @@ def test_the_counted_runs_bounds():
     assert counted.CREDIT_LEAD_RUNS == (1, 4) and counted.CREDIT_RUNS == (1, 8)
 
 
+def test_the_most_pairs_a_timed_phase_runs():
+    """tools/counted.py's TIMED_PAIRS_MAX sizes CUPTI's ranges for a counted phase (a range a ranged
+    run): 3 warm-ups at most (tools.timing draws 1-3), plan_pairs' 60 at most and up to half again
+    (so no kernel knows which run is the last). Fewer, and a long phase's ranges would be dropped."""
+    from tools import counted, timing
+
+    hi = inspect.signature(timing.plan_pairs).parameters["hi"].default
+    assert counted.TIMED_PAIRS_MAX == 3 + hi + hi // 2 == 93
+
+
 def test_timing_constants():
     """tools/timing.py. 1 s of paired runs per workload (10-60 pairs) keeps a warm SIMT GEMM within
     1.5x its pre-integrity evaluation; the cap of 4 s stops a candidate far from the library; early
@@ -83,6 +93,19 @@ def test_the_guards_and_their_canary():
     assert correctness.ROW_SCALE_MARGIN == 1e-3 and correctness.ROW_SCALES_MAX_ROWS == 8192
 
 
+def test_every_tensor_starts_256_byte_aligned():
+    """tools/correctness.py's _ALIGN: every workspace tensor starts on 256 bytes, as cudaMalloc's
+    allocations do (TMA needs 16; a kernel may rely on a vector load's or a tensor map's alignment
+    of what cudaMalloc would give it). The guard before it grows by what the alignment takes."""
+    import torch
+
+    from tools import correctness
+
+    assert correctness._ALIGN == 256
+    g = correctness.Guarded((3, 5), torch.bfloat16, "cpu")
+    assert g.data_ptr() % 256 == 0 and correctness.GUARD_BYTES <= g.start < correctness.GUARD_BYTES + 256
+
+
 def test_the_stress_distribution():
     """tasks/stress.py: N(0,1) + N(0,100) * Bernoulli(0.001): one element in a thousand ten times the
     rest's spread, so a kernel that loses precision on large values (a bf16 scale, a missing max
@@ -99,6 +122,17 @@ def test_the_default_sampled_rows():
     from tools import workspace
 
     assert sampled.DEFAULT_ROWS == 64 == workspace.SAMPLED_ROWS
+
+
+def test_small_samples_are_compared_on_the_host():
+    """tools/workspace.py's HOST_COMPARE_ELEMENTS: a sampled output of at most 65,536 elements
+    (attention's 256 rows of 128 fit twice) is judged on the host after one transfer: its ~45 small
+    launches cost ~1.3 ms an output on the H200's host, most of a judged run at short sequences
+    (scripts/bench_judge.py --timed-run, issue 43); a GEMM's 1,024 rows of 7,168 stay on the GPU."""
+    from tools import workspace
+
+    assert workspace.HOST_COMPARE_ELEMENTS == 1 << 16
+    assert 256 * 128 <= workspace.HOST_COMPARE_ELEMENTS < 1024 * 7168
 
 
 def test_a_worker_that_lost_2_gib_restarts():
