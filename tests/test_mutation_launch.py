@@ -103,7 +103,7 @@ def test_an_int_where_the_kernel_takes_a_64_bit_integer_says_how_to_give_it():
 # ---------------------------------------------------------------- grid, block, cluster, shared memory
 
 def test_the_grid_block_and_cluster_are_padded_to_three_dims_and_the_device_is_the_one_asked():
-    (lp,) = _plan({"grid": ["num_sms", "8 / 2"], "block": [2, 3], "cluster": [1, 4], "shared_bytes": "1000"}).launches
+    (lp,) = _plan({"grid": ["num_sms", "8 / 2"], "block": [2, 3], "cluster": ["M // 64", 4], "shared_bytes": "1000"}).launches
     assert (lp.index, lp.kernel, lp.grid, lp.block, lp.cluster, lp.shared_bytes) == (0, "k", (7, 4, 1), (2, 3, 1),
                                                                                    (1, 4, 1), 1000)
     assert all(type(v) is int for v in lp.grid + lp.block + lp.cluster)  # 8 / 2 is 4.0: a driver needs an int
@@ -208,6 +208,11 @@ def test_a_by_value_argument_at_the_ends_of_its_type_is_passed_as_that_type(type
     assert (a.kind, a.name, a.value, type(a.value)) == (type_, str(value), planned, type(planned))
 
 
+def test_a_by_value_argument_that_cannot_be_evaluated_names_its_place():
+    assert _error({"args": ["A", {"type": "i32", "value": "MM"}]}) == (
+        "manifest_error", f"{WHERE}.args[1]: unknown name 'MM' in 'MM' (known: K, M, N, num_sms)")
+
+
 def test_a_named_by_value_argument_keeps_its_name():
     (a,) = _plan({"args": [{"name": "tiles", "type": "u32", "value": "M // 16"}]}).launches[0].args
     assert (a.kind, a.name, a.value) == ("u32", "tiles", 4)
@@ -278,8 +283,8 @@ def test_a_swizzle_span_may_be_filled_exactly(swizzle, inner):
 
 @pytest.mark.parametrize("swizzle, span", [("32B", 32), ("64B", 64), ("128B", 128)])
 def test_a_box_wider_than_its_swizzle_span_is_refused(swizzle, span):
-    inner = span // 2 + 8
-    assert _error(tensor_maps=[_tmap(box=[1, inner], swizzle=swizzle)]) == (
+    inner = span // 2 + 8  # in three dims: the innermost is the last, not the second
+    assert _error(tensor_maps=[_tmap(view=[64, 40, 128], box=[1, 8, inner], swizzle=swizzle)]) == (
         "manifest_error", f"tensor_maps[0] ('t'): swizzle {swizzle} needs the innermost box dim to span at most "
                           f"{span} bytes, {inner} x 2 B = {inner * 2} B")
 
@@ -293,6 +298,8 @@ def test_a_box_wider_than_its_swizzle_span_is_refused(swizzle, span):
     ({"box": [257, 64]}, "tensor_maps[0] ('t').box: [257, 64]: TMA boxes have at most 256 elements per dim"),
     ({"box": [1, 257]}, "tensor_maps[0] ('t').box: [1, 257]: TMA boxes have at most 256 elements per dim"),
     ({"box": [64, 4]}, "tensor_maps[0] ('t').box: innermost box dim 4 x 2 B is not a multiple of 16 bytes"),
+    ({"view": [64, 40, 128], "box": [1, 8, 4]},
+     "tensor_maps[0] ('t').box: innermost box dim 4 x 2 B is not a multiple of 16 bytes"),
     ({"view": [2048, 16, 10], "box": [1, 1, 8]},
      "tensor_maps[0] ('t').view: the stride of dim 1 is 20 bytes, TMA needs a multiple of 16"),
     ({"view": [1024, 20, 16], "box": [1, 1, 8]},  # dim 1: 32 B; dim 0: 640 B; the innermost has no stride
