@@ -199,6 +199,28 @@ def test_the_static_check_holds_the_arguments_to_the_ptx_signature():
     assert E.static_check(bad, compiled(), task, axes, lim).reason == "manifest_error"
 
 
+def test_the_static_check_names_every_launchs_kernel_but_holds_only_the_planned_ones_to_their_signature():
+    """A launch this workload skips (`when`) still needs its kernel in the module (another workload
+    runs it); its arguments are checked where it runs, against its own entry's signature."""
+    task = small_gemm()
+    lim = NOMINAL_LIMITS["sm_90a"]
+    two = GOOD.model_copy(deep=True)
+    small = two.manifest.launches[0].model_copy(update={"kernel": "gemm_small", "args": ["A", "B", "C", "M"]})
+    two.manifest.launches[0].when, small.when = "M > 100", "M <= 100"
+    two.manifest.launches.append(small)
+    ptx = PTX + "\n.visible .entry gemm_small(.param .u64 a, .param .u64 b, .param .u64 c)\n{}"  # 3, not 4
+    both = compiled(ptx=ptx, kernels={"gemm_simt": {}, "gemm_small": {}})
+    m128, m70 = (task.axis_values(w) for w in task.workloads)
+    assert E.static_check(two, both, task, m128, lim) is None  # gemm_small does not run at M = 128
+    err = E.static_check(two, both, task, m70, lim)
+    assert err.reason == "launch_error" and str(err) == (
+        "launches[1] ('gemm_small').args: kernel takes 3 parameters, the manifest gives 4")
+    err = E.static_check(two, compiled(ptx=ptx), task, m128, lim)
+    assert err.reason == "manifest_error" and str(err) == (
+        "launches[1].kernel: 'gemm_small' is not in the compiled module (kernels: gemm_simt); declare it extern \"C\" "
+        "or use the name it has")
+
+
 def test_without_a_run_each_workload_gets_its_static_verdict(tmp_path):
     task = small_gemm()
     ev = evaluator(tmp_path)

@@ -332,6 +332,34 @@ def test_manifest_messages():
     assert str(e.value) == "w: launches: must have at least 1 entry"
 
 
+# The `let` rules live in a pydantic validator, a decorated method mutmut 3 does not mutate: these
+# pin each rule at its limit (hand mutants of each, docs/BENCHMARKS.md pass 6, fail here).
+LET_BASE = {"buffers": [{"name": "ws", "dtype": "float32", "shape": [4]}],
+            "tensor_maps": [{"name": "tm", "tensor": "ws", "box": [4]}], **MANIFEST}
+
+
+@pytest.mark.parametrize("let, message", [
+    ({f"v{i}": i for i in range(33)}, "`let` names 33 values; at most 32"),
+    ({"a" * 65: 1}, f"`let` name {'a' * 65!r} is not a word (letters, digits, _; at most 64)"),
+    ({"9x": 1}, "`let` name '9x' is not a word (letters, digits, _; at most 64)"),
+    ({"ok": 1, "x y": 1}, "`let` name 'x y' is not a word (letters, digits, _; at most 64)"),  # the whole name
+    ({"ws": 1}, "`let` name 'ws' is also a buffer or tensor map"),
+    ({"tm": 1}, "`let` name 'tm' is also a buffer or tensor map"),
+])
+def test_a_let_name_that_is_not_a_word_or_is_taken_or_one_too_many_is_refused(let, message):
+    with pytest.raises(SolutionError) as e:
+        parse_manifest(json.dumps({**LET_BASE, "let": let}), where="w")
+    assert str(e.value) == f"w: manifest: {message}"
+
+
+def test_lets_at_their_limits_are_read_in_order_and_a_launch_runs_unless_told():
+    let = {f"v{i}": f"{i} + 1" for i in range(31)} | {"_" + "a" * 63: 2}  # 32 names, the last 64 characters
+    m = parse_manifest(json.dumps({**LET_BASE, "let": let}))
+    assert list(m.let) == list(let) and m.let["v3"] == "3 + 1"
+    plain = parse_manifest(json.dumps(MANIFEST))
+    assert plain.let == {} and plain.launches[0].when == 1
+
+
 def test_jsonc():
     text = '{"a": 1, // one\n "b": "x//y", /* two\n lines */ "c": [1, 2,],}'
     out = S.strip_jsonc(text)
