@@ -81,6 +81,10 @@ def test_run_folders_are_found_once_and_never_inside_a_runs_candidates(tmp_path)
     assert found == sorted([r0, r1, named])
     assert report.find_run_dirs([r0]) == [r0]
     assert report.find_run_dirs([sweep / "candidates"]) == [named]  # given as the top: its own runs count
+    below = write(r1 / "sub", record("below"))  # a run folder given directly is that run alone
+    assert report.find_run_dirs([r1]) == [r1] and below in report.find_run_dirs([sweep])
+    deep = write(r0 / "candidates" / "1-0" / "sub" / "x", record("deep"))  # only what lies below the folder given
+    assert report.find_run_dirs([r0 / "candidates" / "1-0" / "sub"]) == [deep]
 
 
 def test_loading_refuses_a_run_in_two_folders_and_leaves_teacher_runs_out(tmp_path):
@@ -128,6 +132,11 @@ def test_distinguish_labels_runs_of_one_cell_that_differ_in_a_setting_no_column_
     same = record("e")
     report.distinguish([a, same])  # the same settings (the task, the arms aside): no labels, old ones dropped
     assert a.label is None and same.label is None
+    lone = record("h")
+    assert report.distinguish([lone]) == [lone] and lone.label is None
+    groups = [record("p", model="p"), record("q1", model="q", lang="cuda"), record("q2", model="q", lang="ptx")]
+    report.distinguish(groups)  # a cell whose runs agree, then one whose runs differ
+    assert [r.label for r in groups] == [None, "q (lang=cuda)", "q (lang=ptx)"]
     two = [record("f", model_name="x"), record("g", model_name="x", temperature=0.0, api_base="http://h")]
     report.distinguish(two)
     assert [r.label for r in two] == ["x (api_base=None, temperature=None)", "x (api_base=http://h, temperature=0.0)"]
@@ -162,6 +171,7 @@ def test_features_and_task_definitions_are_compared_within_a_task_only():
 def test_model_labels_params_and_cell_keys():
     assert report.model_label("scripted:/a/b/weak.json") == "scripted:weak"
     assert report.model_label("replay:runs/x/r0") == "replay:r0" and report.model_label("openai/gpt") == "openai/gpt"
+    assert report.model_label("scripted:weak.json") == "scripted:weak"
     assert report.params_label({}) == ""
     assert report.params_label({"b": 1, "a": "x", "t": {"y": [1, 2]}}) == ' [a="x", b=1, t={"y":[1,2]}]'
     r = record(model="scripted:/p/weak.json", model_params={"effort": "high"}, context="docs", hints=["tma", "ws"],
@@ -278,6 +288,8 @@ def test_summarise_counts_each_cell_at_each_limit():
     assert rows[2].speedups == [] and rows[2].metrics["cwa_executed"] == Proportion(0, 0, 1)
     assert rows[2].model_source == "scripted:s.json"
     assert report.summarise(runs, [1])[0].metrics["fast_1"] == Proportion(0, 2, 1)
+    pooled = report.summarise([record("a", model="b/y", model_name="x"), record("b", model="a/z", model_name="x")], [1])
+    assert [r.model_source for r in pooled] == ["a/z, b/y"]  # one name, two models: both said
 
 
 def test_rows_of_a_family_name_the_tasks_they_lack():
@@ -297,6 +309,16 @@ def test_rows_of_a_family_name_the_tasks_they_lack():
     one_each = [record("a", task=GEMM, model="x"), record("b", task=GEMM2, model="y")]
     named = sorted(r.key[1] for r in report.summarise(one_each, [1], report.family_key))
     assert named == [f"GEMM (tasks: {GEMM2})", f"GEMM (tasks: {GEMM})"]
+    five = ["gemm_n128_k2048", "gemm_n2048_k4096", "gemm_n2048_k5376", GEMM2, GEMM]
+    runs = ([record(f"x{k}", task=t, model="x") for k, t in enumerate(five[:2])]
+            + [record(f"y{k}", task=t, model="y") for k, t in enumerate(five)]
+            + [record(f"z{k}", task=t, model="z") for k, t in enumerate(five[:3])])
+    rows = {r.key[0]: r for r in report.summarise(runs, [1], report.family_key)}
+    assert rows["x"].key == ("x", f"GEMM (tasks: {five[0]}, {five[1]})", "sm_90a", "docs", "linear", "off", "full", "on")
+    assert rows["z"].key[1] == f"GEMM (without {five[3]}, {five[4]})" and rows["y"].key[1] == "GEMM"
+    families = report.summarise([record("a", task=GEMM, model="x"), record("b", task=ATTN, model="y")], [1],
+                                report.family_key)
+    assert [r.key[1] for r in families] == ["GEMM", "attention forward"]  # other families: not read side by side
     apart = report.summarise([record("a", task=GEMM, model="x"), record("b", task=GEMM2, model="y", arch="sm_100a")],
                              [1], report.family_key)
     assert [r.key[1] for r in apart] == ["GEMM", "GEMM"]  # other arch: not read side by side
@@ -349,10 +371,22 @@ def test_the_csv_fields_of_a_row(tmp_path):
         1.0, round(held[0], 4), round(held[1], 4))
     assert (bare["sol_score_mean"], bare["sol_score_n"]) == ("n/a", 0)
     assert report.csv_rows([_row(speedups=[1 / 3.0])])[0]["speedup_geomean"] == 0.3333
+    odd = report.csv_rows([_row(metrics={m: Proportion(1, 3, 1) for m in report.PROPORTIONS}, speedups=[1.7, 2.9, 3.3, 2.2, 1.9, 2.6, 3.1],
+                                sol_scores=[0.123456, 0.2], speedups_held_out=[1.234567, 2.345678])])[0]
+    sp, held = report.bootstrap_geomean_ci([1.7, 2.9, 3.3, 2.2, 1.9, 2.6, 3.1]), report.bootstrap_geomean_ci([1.234567, 2.345678])
+    assert (odd["cwa"], odd["speedup_geomean"], odd["speedup_lo"], odd["speedup_hi"]) == (
+        0.3333, round(report.geomean([1.7, 2.9, 3.3, 2.2, 1.9, 2.6, 3.1]), 4), round(sp[0], 4), round(sp[1], 4))
+    assert (odd["speedup_held_out_geomean"], odd["speedup_held_out_lo"], odd["speedup_held_out_hi"]) == (
+        round(report.geomean([1.234567, 2.345678]), 4), round(held[0], 4), round(held[1], 4))
+    assert odd["sol_score_mean"] == 0.1617 and (odd["speedup_lo"], odd["speedup_hi"]) == (2.0748, 2.8907)
+    none_held = report.csv_rows([_row(speedups_held_out=[])])[0]
+    assert (none_held["speedup_held_out_geomean"], none_held["speedup_held_out_n"]) == ("n/a", 0)
     path = tmp_path / "r.csv"
     report.write_csv([row, _row(turn_limit=8)], path)
     rows = list(csv.DictReader(path.open()))
     assert [r["turn_limit"] for r in rows] == ["4", "8"] and list(rows[0]) == list(d)
+    report.write_csv([row], path)
+    assert len(list(csv.DictReader(path.open()))) == 1
     report.write_csv([], path)
     assert path.read_text() == ""
 
@@ -387,6 +421,7 @@ def test_the_plots_series_and_which_plots_are_drawn():
                                        record("c", hints=["tma"], model_name="n")])
     assert list(series) == [("m", "docs"), ("m", "none, evolve, profile on, history latest, unasked"),
                             ("n", "docs+hint:tma")]
+    assert [[r.config.run_id for r in rs] for rs in series.values()] == [["a"], ["b"], ["c"]]
     assert report.plots_for([_row()]) == ["fast_p", "speedup_by_turn"]
     varied = [_row(), _row(key=("m", GEMM, "sm_90a", "none", "linear", "on", "full", "off"))]
     assert report.plots_for(varied) == list(report.PLOTS)
@@ -399,12 +434,12 @@ def test_published_rows_go_after_their_tasks_rows():
     pub = PublishedRow(model="p", arch="sm_90a", definition="d", task=GEMM, workload="w", experiment="e",
                        turn_limit=4, trajectories=2, correct=1, correct_with_arch=1, arch_evidence="x",
                        best_speedup=1.5)
-    rows = [_row(key=("m", GEMM, *_row().key[2:])), _row(key=("m", ATTN, *_row().key[2:])),
-            _row(key=("n", f"{GEMM} (tasks: {GEMM})", *_row().key[2:])), _row(turn_limit=8)]
+    rows = [_row(key=("m", GEMM, *_row().key[2:])), _row(key=("n", f"{GEMM} (tasks: {GEMM})", *_row().key[2:])),
+            _row(key=("m", ATTN, *_row().key[2:])), _row(turn_limit=8)]
     head, body = report._turn_table(rows, 4, {4: [pub, pub.model_copy(update={"task": "other"})]})
-    assert [b[0] for b in body] == ["m", "m", "n", "p [e] (published, other harness)",
+    assert [b[0] for b in body] == ["m", "n", "p [e] (published, other harness)", "m",
                                     "p [e] (published, other harness)"]
-    assert [b[1] for b in body][3:] == [GEMM, "other"]  # after the task's last row; an unknown task at the end
+    assert [b[1] for b in body] == [GEMM, f"{GEMM} (tasks: {GEMM})", GEMM, ATTN, "other"]  # after the task's last row
     assert report._turn_table(rows, 4, {8: [pub]})[1] == report._table(rows[:3])[1]
     assert report._turn_table(rows, 4, None) == report._table(rows[:3])
 
@@ -420,20 +455,25 @@ def test_the_default_turn_limits_and_the_runs_line():
 
 
 def test_the_notes_under_the_tables():
-    runs = [record("a"), record("b"), record("c", summary=False)]
+    runs = [record("a"), record("b"), record("c", summary=False), record("d")]  # d: evaluated ("ok")
     runs[0].summary.evaluation = "skipped: no GPU"
     runs[1].summary.evaluation = "skipped: no GPU"
     rows = [_row(model_source="scripted:a.json", key=("model_a", *_row().key[1:])),
             _row(model_source="replay:r0", key=("replay:r0", *_row().key[1:])),
-            _row(model_source="human", key=("h", *_row().key[1:]))]
+            _row(model_source="human", key=("h", *_row().key[1:])),
+            _row(model_source="scripted:b.json", key=("scripted:b", *_row().key[1:])),
+            _row(model_source="human", key=("human", *_row().key[1:]))]  # labels that say so: no note
     assert report._evaluation_notes(runs, rows) == [
         "evaluation skipped: no GPU (correctness and speed are n/a for those runs)",
         "replies not drawn from a model here, not a model's own result: h: a person's replies; "
         "model_a: scripted replies, written in advance (a.json)"]
     samples = report._evaluation_notes([], [_row(samples=1)])
-    assert len(samples) == 1 and samples[0].startswith("runs of a scripted: or replay: model")
+    assert samples == ["runs of a scripted: or replay: model, or of a model at temperature 0, that got the same "
+                       "replies (its replicas) count as one sample: one draw of the model, with the verdicts its copies "
+                       "agree on (n/a where they differ) and the geometric mean of their speedups"]
     assert report._evaluation_notes(runs[:0], [_row()]) == []
     assert report._not_a_model("m, replay:x") and report._not_a_model("human") and not report._not_a_model("humane")
+    assert report._not_a_model("human, m")
     assert report._source_words("replay:r, human, m") == "a recorded run's replies (r), a person's replies, m"
 
 
@@ -442,7 +482,7 @@ def test_the_family_tables_and_the_json():
     tables = list(report._group_tables(groups, [1, 4]))
     assert [t[0] for t in tables] == ["Per task family, turn limit 1", "Per task family, turn limit 4",
                                       "Per split, turn limit 1", "Per split, turn limit 4"]
-    assert tables[0][1][1] == "family" and "task" not in tables[0][1]
+    assert tables[0][1] == ["family" if h == "task" else h for h in report._table([])[0]]
     assert [len(t[2]) for t in tables] == [1, 1, 0, 1]
     assert list(report._group_tables(None, [1])) == []
     r = report.Report(Path("/o"), {"md": Path("/o/report.md")}, [_row()], 3, 1, [_row(turn_limit=8)], [], {"gpu_s": 1})
@@ -460,6 +500,8 @@ def test_the_published_csv(tmp_path):
     report._write_published_csv({8: [pub.model_copy(update={"turn_limit": 8})], 4: [pub]}, path)
     rows = list(csv.DictReader(path.open()))
     assert [r["turn_limit"] for r in rows] == ["4", "8"] and rows[0]["source"] == "published, other harness"
+    report._write_published_csv({4: [pub]}, path)
+    assert len(list(csv.DictReader(path.open()))) == 1
     report._write_published_csv(None, path)
     assert path.read_text() == ""
     assert math.isfinite(float(rows[0]["best_speedup"]))

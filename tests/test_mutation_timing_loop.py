@@ -171,8 +171,10 @@ def test_the_draws_the_plan_and_every_pair_in_order(clock):
     state = State(clock, wait_s=1 / 256)
     cand, base = both(clock, state, lambda k: 1.0 + k / 64, lambda k: 1.0 + k / 128, host_s=1 / 512)
     drv = Driver(clock, inputs_s=1 / 64, judge_s=1 / 128)
-    times = run_steps(clock, cand, base, state, Draws(2, 5, 3), drv, budget_s=1.0, limit_s=7.5)
+    rng = Draws(2, 5, 3)
+    times = run_steps(clock, cand, base, state, rng, drv, budget_s=1.0, limit_s=7.5)
     total = 2 + 32 + 3
+    assert rng.asked == [(1, 3), (4, 6), (0, 16)]
     assert (times.warmup, times.planned, times.stop, times.ungated) == (2, 35, "planned", ())
     assert drv.yields == [(0, -1)] + [(i, total) for i in range(1, total)]
     assert drv.before == drv.after == drv.yields
@@ -444,6 +446,9 @@ def test_the_stopping_rule_at_its_edges():
     assert timing.stop_early([0.05, 0.05], 0) and not timing.stop_early([0.05], 0)
     assert timing.stop_early([0.05] * 4, 4) and not timing.stop_early([0.05] * 3, 4)
     assert not timing.stop_early([0.5] * 4, 4, band=2.0) and timing.stop_early([0.49] * 4, 4, band=2.0)
+    assert timing.stop_early([1.2] * 4, 2, band=1.1)  # a narrower band than NEAR_BAND, for median and interval
+    assert timing.stop_early([0.05] * 4, 2, k=0.0)  # a point interval: a half-width of 0 is at most 0
+    assert not timing.stop_early([0.0] * 4, 2)  # a baseline timed at 0: no interval to rank (no log of 0)
     spread = [0.2, 0.2, 0.2, 0.21, 0.22]  # median 0.2, interval [0.2, 0.22]: half-width ln(1.1)/2 = 0.0477
     half = math.log(1.1) / 2
     k_edge = half / abs(math.log(0.2))
@@ -465,9 +470,10 @@ def test_the_stopping_rules_resamples_are_fixed():
 
 def test_the_cap_may_stop_from_three_ratios_far_from_one():
     assert timing._cap_may_stop([0.5, 0.2, 0.5]) and not timing._cap_may_stop([0.5, 0.2])
+    assert timing._cap_may_stop([5.0, 2.0, 5.0])  # fast kernels too
     assert not timing._cap_may_stop([0.5, 0.5, 0.9, 0.9, 0.9])  # median inside the band
     assert not timing._cap_may_stop([0.5, 0.5, 0.5, 0.9, 0.9])  # interval reaching into it
-    assert timing._ratios([2.0, 0.0, 4.0], [1.0, 1.0, 1.0]) == [0.5, 0.25]
+    assert timing._ratios([2.0, 0.0, 4.0, 0.5], [1.0, 1.0, 1.0, 1.0]) == [0.5, 0.25, 2.0]
 
 
 # ---------------------------------------------------------------------------------------------- the driver
@@ -484,15 +490,15 @@ class FakeDriver:
     CUevent_flags = types.SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
     CU_MEMHOSTALLOC_DEVICEMAP = 4
 
-    def __init__(self, queries=()):
-        self.calls, self.queries, self.memory = [], list(queries), None
+    def __init__(self, queries=(), fail: str | None = None):
+        self.calls, self.queries, self.memory, self.fail = [], list(queries), None, fail
 
     def CUstream(self, n):  # noqa: N802 - the driver's name
         return ("stream", n)
 
     def _ok(self, name, *args, value=None):
         self.calls.append((name, *args))
-        return CUresult.CUDA_SUCCESS, value
+        return (CUresult.CUDA_ERROR_ILLEGAL_ADDRESS if name == self.fail else CUresult.CUDA_SUCCESS), value
 
     def cuInit(self, flags):  # noqa: N802
         return (self._ok("cuInit", flags)[0],)
@@ -534,8 +540,8 @@ class FakeDriver:
 def driver(monkeypatch):
     import cuda.bindings
 
-    def install(queries=()):
-        d = FakeDriver(queries)
+    def install(queries=(), fail=None):
+        d = FakeDriver(queries, fail)
         monkeypatch.setattr(cuda.bindings, "driver", d)
         return d
 
@@ -563,13 +569,24 @@ def test_the_gate_loads_its_kernel_and_holds_each_run_with_its_own_word_and_toke
     gate._count = GATE_SLOTS - 1
     assert [gate.hold().word, gate.hold().word] == [GATE_SLOTS - 1, 0]  # round robin
     assert timing.StreamGate()._args[2].value == int(GATE_LIMIT_S * 1e9) and GATE_LIMIT_S == 0.2
+    assert timing.StreamGate(limit_s=10.0)._args[2].value == 10_000_000_000
 
 
-def test_the_gate_fails_loudly_when_the_driver_refuses(driver, monkeypatch):
-    d = driver()
-    monkeypatch.setattr(d, "cuModuleLoadData", lambda image: (CUresult.CUDA_ERROR_ILLEGAL_ADDRESS, None))
-    with pytest.raises(launch.CudaError, match=r"cuModuleLoadData\(gate\)"):
-        timing.StreamGate()
+@pytest.mark.parametrize("call", ["cuInit", "cuModuleLoadData", "cuModuleGetFunction", "cuMemHostAlloc",
+                                  "cuMemHostGetDevicePointer", "cuLaunchKernel"])
+def test_the_gate_names_the_driver_call_that_failed(driver, call):
+    driver(fail=call)
+    with pytest.raises(launch.CudaError) as err:
+        timing.StreamGate().hold()
+    assert (err.value.name, err.value.what) == ("CUDA_ERROR_ILLEGAL_ADDRESS", call + ("" if call == "cuInit" else "(gate)"))
+
+
+@pytest.mark.parametrize("call", ["cuEventCreate", "cuEventRecord"])
+def test_wait_idle_names_the_driver_call_that_failed(driver, clock, call):
+    driver([CUresult.CUDA_SUCCESS], fail=call)
+    with pytest.raises(launch.CudaError) as err:
+        timing.wait_idle(1.0)
+    assert err.value.what == call
 
 
 def test_wait_idle_polls_with_a_growing_pause_until_the_gpu_is_idle(driver, clock):
@@ -577,6 +594,7 @@ def test_wait_idle_polls_with_a_growing_pause_until_the_gpu_is_idle(driver, cloc
     timing.wait_idle(30.0)
     assert d.calls[:2] == [("cuEventCreate", 2), ("cuEventRecord", "ev", ("stream", 0))]
     assert d.calls[-1] == ("cuEventDestroy", "ev")
+    assert {c[1] for c in d.calls if c[0] == "cuEventQuery"} == {"ev"}
     expected = [min(2e-5 * 2 ** k, 5e-3) for k in range(12)]
     assert clock.sleeps == pytest.approx(expected, rel=1e-12) and clock.sleeps[-1] == 5e-3
 
@@ -586,6 +604,11 @@ def test_wait_idle_names_a_hang_and_a_failed_kernel(driver, clock):
     with pytest.raises(timing.KernelTimeout, match="did not finish within 2 s"):
         timing.wait_idle(2.0)
     assert 2.0 < clock.host <= 2.0 + 5e-3  # the last pause past the deadline, no further
+    clock.host, clock.sleeps = 0.0, []
+    driver([CUresult.CUDA_ERROR_NOT_READY] * 3)
+    with pytest.raises(timing.KernelTimeout, match="within 0 s"):
+        timing.wait_idle(0.0)
+    assert len(clock.sleeps) == 1  # at the deadline it polls once more; past it, the hang
     clock.host, clock.sleeps = 0.0, []
     d = driver([CUresult.CUDA_ERROR_NOT_READY] * 3 + [CUresult.CUDA_ERROR_ILLEGAL_ADDRESS])
     with pytest.raises(launch.CudaError) as err:
