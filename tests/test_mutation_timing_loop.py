@@ -578,7 +578,8 @@ def test_the_gate_names_the_driver_call_that_failed(driver, call):
     driver(fail=call)
     with pytest.raises(launch.CudaError) as err:
         timing.StreamGate().hold()
-    assert (err.value.name, err.value.what) == ("CUDA_ERROR_ILLEGAL_ADDRESS", call + ("" if call == "cuInit" else "(gate)"))
+    what = call if call == "cuInit" else f"{call}(gate)"
+    assert (err.value.name, err.value.what) == ("CUDA_ERROR_ILLEGAL_ADDRESS", what)
 
 
 @pytest.mark.parametrize("call", ["cuEventCreate", "cuEventRecord"])
