@@ -566,6 +566,7 @@ def test_the_gate_loads_its_kernel_and_holds_each_run_with_its_own_word_and_toke
     assert [c[11] for c in launches] == [0, 0]
     gate.release(holds[1])
     assert (d.memory[0], d.memory[1]) == (0, holds[1].token)
+    assert all(0 < gate.hold().token < 1 << 64 for _ in range(64))  # a 64-bit word's token, never 0
     gate._count = GATE_SLOTS - 1
     assert [gate.hold().word, gate.hold().word] == [GATE_SLOTS - 1, 0]  # round robin
     assert timing.StreamGate()._args[2].value == int(GATE_LIMIT_S * 1e9) and GATE_LIMIT_S == 0.2
