@@ -121,6 +121,7 @@ def test_proportions_and_their_wilson_intervals():
     assert Proportion(0, 4, 0).wilson()[0] == 0.0 and Proportion(4, 4, 0).wilson()[1] == pytest.approx(1.0)
     assert Proportion(0, 4, 0).wilson()[1] == pytest.approx(wilson(0, 4)[1], abs=1e-12)
     assert Proportion(3, 4, 0).wilson() == pytest.approx(wilson(3, 4), abs=1e-12)
+    assert Proportion(20, 20, 0).wilson()[1] == 1.0  # never above 100% (the formula gives 1 + 2e-16 here)
 
 
 def test_the_geometric_mean_and_its_bootstrap_interval():
