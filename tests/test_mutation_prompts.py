@@ -159,6 +159,217 @@ def test_the_fixture_round_trips_byte_for_byte():
     assert pack(texts, {})["prompts"]["a"] == " ".join(map(_key, ["x", "", "- y", "  - z\n"]))
 
 
+
+# ---------------------------------------------------------------------------------------
+# What no registry task reaches, and the errors
+# ---------------------------------------------------------------------------------------
+def toy(**changes) -> Task:
+    """A task of no family: an op type the example manifest has no grid for, a lower-case axis, a
+    tensor over one axis twice, a scalar over fixed axes."""
+    spec = {"name": "toy", "op_type": "toy", "reference": "def run(x):\n    return x\n",
+            "axes": {"batch_size": {"type": "var"}, "X": {"type": "const", "value": 4}},
+            "inputs": {"x": {"shape": ["batch_size", "X"], "dtype": "bfloat16", "description": "rows"},
+                       "w": {"shape": ["X", "X"], "dtype": "float32"}},
+            "outputs": {"y": {"shape": ["batch_size", "X", "X"], "dtype": "float32"}},
+            "scalars": {"alpha": "1 / (2 * X)"},
+            "workloads": [{"name": "B3", "axes": {"batch_size": 3}}, {"name": "B5", "axes": {"batch_size": 5}},
+                          {"name": "B9", "axes": {"batch_size": 9}, "split": "held_out"}],
+            "flops": "2 * batch_size * X * X", "requested_features": {"sm_90a": ["tma", "mystery"]}}
+    return Task.model_validate({**spec, **changes})
+
+
+def section(text: str, title: str) -> str:
+    """The `## title` section of a statement, up to the next one."""
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_task_of_no_family_is_described_from_its_definition_alone():
+    text = render_task(toy(), "sm_90a")
+    assert text.startswith("# Task `toy` on sm_90a (Hopper (H100/H200))\n\nOperation type: toy.\n\n## Tensors\n")
+    assert section(text, "Tensors") == (
+        "Axes: X=4; varying: batch_size.\n"
+        "Every tensor is a separate, contiguous, row-major array (the last axis varies fastest; each starts 256-byte "
+        "aligned).\n\n"
+        "| tensor | role | shape | dtype | element offset | meaning |\n|---|---|---|---|---|---|\n"
+        "| `x` | input | [batch_size, X] | bfloat16 | `i0*X + x` | rows |\n"
+        "| `w` | input | [X, X] | float32 | `i0*X + i1` |  |\n"  # one axis twice: no index letter twice
+        "| `y` | output | [batch_size, X, X] | float32 | `(i0*X + i1)*X + i2` |  |\n\n"
+        "Scalar `alpha` = 1 / (2 * X) = 0.125 (fp32; pass it to a kernel by name).\n"
+        "Inputs are read-only: a kernel that writes to an input fails.\n")
+    # over a varying axis: the expression alone
+    assert "\nScalar `beta` = 1 / batch_size (fp32; pass it to a kernel by name).\nInputs" in render_task(
+        toy(scalars={"beta": "1 / batch_size"}), "sm_90a")
+    assert section(text, "Workloads") == (
+        "- `B3`: batch_size=3 -> x [3, 4], w [4, 4], y [3, 4, 4]; 0.0 GFLOP\n"
+        "- `B5`: batch_size=5 -> x [5, 4], w [4, 4], y [5, 4, 4]; 0.0 GFLOP\n\n"  # B9 is held out
+        "Your kernel is also checked on other values of batch_size that are not shown here, including values that "
+        "are not a multiple of any tile size and values smaller than one tile: read the sizes from the arguments "
+        "and handle partial tiles.\n")
+    assert section(text, "Requested instructions").startswith(
+        "The kernel must use these sm_90a instructions for its main work:\n- `tma`: Tensor Memory Accelerator copies")
+    assert "\n- `mystery`: mystery\n\nThey are checked" in text  # a feature with no text: its name
+    assert "branch never taken does not count.\n" in text  # no wgmma: no ptxas serialization clause
+    # the example: a grid over the first varying axis, every tensor, axis and scalar by name, a map over x
+    assert example_manifest(toy(), "sm_90a") == {
+        "tensor_maps": [{"name": "tmap_x", "tensor": "x", "box": ["min(batch_size, 64)", "min(X, 64)"]}],
+        "launches": [{"kernel": "toy_kernel", "grid": ["cdiv(batch_size, 64)"], "block": [256],
+                      "args": ["tmap_x", "w", "y", "batch_size", "X", "alpha"]}]}
+    assert example_manifest(toy(), "sm_90a", require=False)["launches"][0]["args"][0] == "x"
+    # no varying axis: one block
+    fixed = toy(axes={"batch_size": {"type": "const", "value": 2}, "X": {"type": "const", "value": 4}}, workloads=[],
+                requested_features={})
+    assert example_manifest(fixed, "sm_90a")["launches"][0]["grid"] == ["cdiv(1, 64)"]
+    assert "Axes: batch_size=2, X=4.\n" in render_task(fixed, "sm_90a")
+
+
+def test_a_three_dimensional_map_is_one_element_deep_outside_its_last_two_axes():
+    t = toy(inputs={"x": {"shape": ["batch_size", "X", "X"], "dtype": "bfloat16"}})
+    assert example_manifest(t, "sm_90a")["tensor_maps"][0]["box"] == [1, "min(X, 64)", "min(X, 64)"]
+
+
+def test_an_empty_task_says_what_it_lacks():
+    t = toy(workloads=[], requested_features={}, description="Does nothing.")
+    text = render_task(t, "sm_90a")
+    assert "\n\nDoes nothing.\n\n## Tensors" in text and "Operation type" not in text
+    assert section(text, "Workloads") == "No workloads are defined for this task yet.\n"
+    assert section(text, "Instructions") == "No specific instructions are requested for this arch.\n"
+    assert "## Requested" not in text
+    assert "## Instructions" not in render_task(t, "sm_90a", require=False)
+
+
+def test_an_arch_the_tables_do_not_know_is_named_as_given():
+    text = render_task(toy(), "sm_120a")
+    assert text.startswith("# Task `toy` on sm_120a (sm_120a)\n")
+    assert "`num_sms` (? on this GPU)" in text and "compute_120a" in text
+    assert "`<ptxbench/common.cuh>`, `<ptxbench/mbarrier.cuh>`, `<ptxbench/tma.cuh>`, `<ptxbench/cluster.cuh>` are" in text
+    assert "## Instructions\nNo specific instructions are requested for this arch." in text
+    system = prompts.system_prompt("sm_120a", "cuda")
+    assert "NVIDIA sm_120a GPUs (target `sm_120a`)" in system
+    assert "instructions (its own instructions)." in system
+    assert "- It is in the SASS of the kernels your manifest launches.\n" in system  # no ptxas caveat
+    assert "wgmma:" not in system and "TMA:" not in system and "  - any other requested instruction" in system
+
+
+def test_the_helper_headers_per_arch_and_setting():
+    from tasks.describe import _helper_headers
+
+    base = "`<ptxbench/common.cuh>`, `<ptxbench/mbarrier.cuh>`, `<ptxbench/tma.cuh>`, `<ptxbench/cluster.cuh>`"
+    assert _helper_headers("sm_90a") == base + ", `<ptxbench/wgmma.cuh>`"
+    assert _helper_headers("sm_100a") == base + ", `<ptxbench/tcgen05.cuh>`"
+    assert _helper_headers("sm_100a", require=False) == "(`<ptxbench/common.cuh>` and the others under `<ptxbench/...>`)"
+
+
+def test_tolerance_wordings_no_family_uses():
+    from tasks.schema import RowTolerance, Tolerance
+
+    tol = Tolerance(scale="terms", rtol=2e-2, atol=1e-3, rel_l2={"y": 0.5},
+                    rows={"y": RowTolerance(rtol=0.1), "w": RowTolerance(atol=0.25, row="element")})
+    judging = section(render_task(toy(tolerance=tol), "sm_90a"), "How it is judged")
+    assert judging.startswith(
+        "- Correctness: ref is the fp32 result of the reference above on the same inputs (not rounded to the output "
+        "dtype). Every element of every output must satisfy |out - ref| <= 0.001 + 0.02 * max(|ref|, rss), where rss "
+        "is the root-sum-square of the products summed into that element (computed by the harness). It only forgives "
+        "bf16 rounding of those factors where a sum cancels; for y, rss = |ref|. NaN never passes. "
+        "Each row (last dimension) of y must also be within a relative L2 error of its own norm, with no floor (a row "
+        "near zero is judged against itself): y 0.1. "
+        "Instead of that rule, each element of these outputs must be within an absolute error of: w 0.25. "
+        "The whole of each output must be within a relative L2 error (||out - ref|| / ||ref||) of y 0.5.\n"
+        "- Inputs are fresh random values for every check: N(0, 1) with rare large outliers (N(0, 100) with "
+        "probability 1e-3). Outputs are filled")
+    assert judging.endswith("compared with no library (speed is reported, not compared) timed the same way on the "
+                            "same GPU.\n")
+
+
+def test_only_two_languages_are_described():
+    with pytest.raises(ValueError, match="language must be 'cuda' or 'ptx', got 'sass'"):
+        render_task(toy(), "sm_90a", "sass")
+
+
+def test_the_manifest_json_puts_one_item_a_line():
+    assert manifest_json({"buffers": [{"name": "a"}, {"name": "b"}], "launches": [{"grid": [1]}]}) == (
+        '{\n  "buffers": [\n    {"name": "a"},\n    {"name": "b"}\n  ],\n  "launches": [\n    {"grid": [1]}\n  ]\n}')
+
+
+def test_templates_of_a_version_and_their_hash(tmp_path, monkeypatch):
+    """The hash a run's config records: sha256 over each template's name and bytes, in name order, so
+    runs are comparable exactly when their templates are the same files."""
+    (tmp_path / "b_v9.md").write_text("y")
+    (tmp_path / "a_v9.md").write_text("x")
+    (tmp_path / "a_v90.md").write_text("another version")
+    monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
+    assert prompts.template_files("v9") == [tmp_path / "a_v9.md", tmp_path / "b_v9.md"]
+    assert prompts.template_hash("v9") == hashlib.sha256(b"a_v9.md\0x\0b_v9.md\0y\0").hexdigest()
+    with pytest.raises(prompts.PromptError, match=f"^no prompt templates for version 'v8' in {tmp_path}$"):
+        prompts.template_hash("v8")
+
+
+
+def test_a_version_renders_its_own_templates(tmp_path, monkeypatch):
+    """Every text of a run comes from its prompt_version's files (a v1 template never fills in), and an
+    empty placeholder leaves no run of blank lines in the system prompt."""
+    (tmp_path / "system_v9.md").write_text("System for ${gpu_name}.${request}\n\n\n${credit_rules}\n\n${language_rules}\n")
+    (tmp_path / "lang_cuda_v9.md").write_text("Lang 9 for ${arch}.\n")
+    (tmp_path / "task_v9.md").write_text("Task 9: ${task}|${context}|${budget}|${arch}\n")
+    monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
+    assert prompts.system_prompt("sm_90a", "cuda", "v9", require=False) == "System for Hopper (H100, H200).\n\nLang 9 for sm_90a.\n"
+    assert prompts.task_prompt(" s ", "sm_90a", "c", "v9") == "Task 9: s|c||sm_90a\n"
+    with pytest.raises(prompts.PromptError, match="_v1.md is missing"):
+        prompts.system_prompt("sm_90a", "cuda")
+
+
+def test_the_defaults_ask_for_the_instructions():
+    assert prompts.system_prompt("sm_90a", "cuda") == prompts.system_prompt("sm_90a", "cuda", require=True)
+    assert prompts.task_prompt("s", "sm_90a", max_turns=2) == prompts.task_prompt("s", "sm_90a", max_turns=2, require=True)
+    assert "correct with the requested instructions" in prompts.task_prompt("s", "sm_90a", max_turns=2)
+
+def test_a_missing_template_or_value_is_one_line():
+    with pytest.raises(prompts.PromptError, match="^prompt template nothing_v1.md is missing$"):
+        prompts.render("nothing")
+    with pytest.raises(prompts.PromptError, match="^prompt template next_repair_v0.md is missing$"):
+        prompts.render("next_repair", "v0")
+    with pytest.raises(prompts.PromptError, match="^prompt template feedback_best_v1.md needs a value for 'status'$"):
+        prompts.render("feedback_best", turn=2)
+    # values are written as text; the result ends in one newline
+    assert prompts.render("feedback_best", turn=2, status="correct") == (
+        "(Your best kernel so far is the one from turn 2: correct. You may build on it instead.)\n")
+
+
+def test_the_require_setting():
+    assert (prompts.requires("on"), prompts.requires("off")) == (True, False)
+    with pytest.raises(prompts.PromptError, match="^require must be one of on, off, not 'yes'$"):
+        prompts.requires("yes")
+
+
+def test_the_budget_line():
+    assert prompts.budget_line(1, None) == prompts.budget_line(1, 0) == ""
+    assert prompts.budget_line(2, 4) == ("This is turn 2 of 4 (2 more after this one). Your best kernel across all "
+                                         "turns that is correct with the requested instructions is what counts, then "
+                                         "its speed.")
+    assert prompts.budget_line(4, 4, require=False) == ("This is turn 4 of 4 (this is the last one). Your best kernel "
+                                                        "across all turns that is correct is what counts, then its speed.")
+    # no budget, no docs: their lines stay empty (the statement ends in its own newline)
+    assert prompts.task_prompt("statement\n", "sm_90a") == (
+        "statement\n\n\nWrite the kernel for `sm_90a` now, in the reply format above.\n")
+
+
+def test_the_context_block_holds_what_was_retrieved_and_nothing_else():
+    assert prompts.context_block([]) == prompts.context_block(["", "  \n"]) == ""
+    block = prompts.context_block(["  one\n", "", "two  "], why=" and X")
+    assert block == ("## Reference material\n\nExcerpts from ptxbench's architecture notes, chosen for this task and X:"
+                     "\n\none\n\ntwo\n")
+
+
+def test_the_latest_history_keeps_the_system_prompt_the_task_and_the_last_exchange():
+    chat = [{"n": i} for i in range(6)]
+    assert prompts.history_view(chat, "full") == chat
+    assert prompts.history_view(chat[:4], "latest") == chat[:4]
+    assert prompts.history_view(chat[:5], "latest") == [chat[0], chat[1], chat[3], chat[4]]
+    assert prompts.history_view(chat, "latest") == [chat[0], chat[1], chat[4], chat[5]]
+    view = prompts.history_view(chat, "full")
+    view.append({})  # a copy: the chat itself is left as it was
+    assert len(chat) == 6
+    assert prompts.fence("ptx") == "ptx" and prompts.fence("cuda") == prompts.fence("anything") == "cuda"
+
 if __name__ == "__main__":
     TEXTS.write_text(json.dumps(pack(*rendered()), indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {TEXTS}", file=sys.stderr)
