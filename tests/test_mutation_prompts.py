@@ -280,6 +280,48 @@ def test_tolerance_wordings_no_family_uses():
                             "same GPU.\n")
 
 
+
+def test_lists_of_two_are_joined_as_lists():
+    """Two scalars, two outputs held to |ref| under the terms scale, two element rows, two rows judged
+    by their own norm against max(|ref|, rss) (no family has two of each yet)."""
+    from tasks.schema import RowTolerance, Tolerance
+
+    own, element = RowTolerance(rtol=0.1), RowTolerance(atol=0.25, row="element")
+    two = toy(op_type="gemm", scalars={"alpha": "X", "beta": "2"},
+              outputs={"C": {"shape": ["batch_size", "X"], "dtype": "float32"},
+                       "y": {"shape": ["batch_size", "X"], "dtype": "float32"},
+                       "z": {"shape": ["batch_size", "X"], "dtype": "float32"}},
+              tolerance=Tolerance(scale="terms", rows={"C": own, "y": own, "x": element, "w": element}))
+    text = render_task(two, "sm_90a")
+    assert "the scalars (alpha, beta), `num_sms`" in text
+    assert "; for y, z, rss = |ref|." in text  # C is gemm's term output
+    assert " Each row (last dimension) of C, y must also be within a relative L2 error of its own norm, with no " \
+           "floor (a row near zero is judged against itself; C: the norm of max(|ref|, rss)): C 0.1, y 0.1." in text
+    assert "within an absolute error of: x 0.25, w 0.25." in text
+    grads = toy(op_type="mha_bwd", outputs={n: two.outputs["C"] for n in ("dQ", "dK", "dV")},
+                tolerance=Tolerance(scale="terms", rows={"dQ": own, "dK": own}))
+    assert "(a row near zero is judged against itself; dQ, dK: the norm of max(|ref|, rss)): dQ 0.1, dK 0.1." in \
+        render_task(grads, "sm_90a")
+
+
+def test_a_task_with_no_fixed_axis_and_a_baseline_with_no_text():
+    t = toy(axes={"batch_size": {"type": "var"}, "X": {"type": "var"}}, scalars={},
+            workloads=[{"name": "B3", "axes": {"batch_size": 3, "X": 4}}])
+    assert "## Tensors\nAxes: none fixed; varying: batch_size, X.\n" in render_task(t, "sm_90a")
+    # a baseline added to the schema before its text: named as it is (model_copy does not validate)
+    assert "compared with fla_gdn_v2 timed the same way" in render_task(t.model_copy(update={"baseline": "fla_gdn_v2"}),
+                                                                      "sm_90a")
+
+
+def test_gflop_are_flops_over_1e9():
+    t = toy(flops="1050000001 * batch_size", workloads=[{"name": "B1", "axes": {"batch_size": 1}}])
+    assert "- `B1`: batch_size=1 -> x [1, 4], w [4, 4], y [1, 4, 4]; 1.1 GFLOP\n" in render_task(t, "sm_90a")
+    assert "; 1,050.0 GFLOP" in render_task(t.model_copy(update={"flops": "1050000000000"}), "sm_90a")
+
+
+def test_the_default_arch_is_hopper():
+    assert render_task(toy()) == render_task(toy(), "sm_90a", "cuda", True)
+
 def test_only_two_languages_are_described():
     with pytest.raises(ValueError, match="language must be 'cuda' or 'ptx', got 'sass'"):
         render_task(toy(), "sm_90a", "sass")
