@@ -352,9 +352,11 @@ def test_a_version_renders_its_own_templates(tmp_path, monkeypatch):
     (tmp_path / "system_v9.md").write_text("System for ${gpu_name}.${request}\n\n\n${credit_rules}\n\n${language_rules}\n")
     (tmp_path / "lang_cuda_v9.md").write_text("Lang 9 for ${arch}.\n")
     (tmp_path / "task_v9.md").write_text("Task 9: ${task}|${context}|${budget}|${arch}\n")
+    (tmp_path / "context_v9.md").write_text("Docs 9${why}: ${sections}\n")
     monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
     assert prompts.system_prompt("sm_90a", "cuda", "v9", require=False) == "System for Hopper (H100, H200).\n\nLang 9 for sm_90a.\n"
     assert prompts.task_prompt(" s ", "sm_90a", "c", "v9") == "Task 9: s|c||sm_90a\n"
+    assert prompts.context_block(["a", "b"], version="v9") == "Docs 9: a\n\nb\n"
     with pytest.raises(prompts.PromptError, match="_v1.md is missing"):
         prompts.system_prompt("sm_90a", "cuda")
 
@@ -396,6 +398,7 @@ def test_the_budget_line():
 
 def test_the_context_block_holds_what_was_retrieved_and_nothing_else():
     assert prompts.context_block([]) == prompts.context_block(["", "  \n"]) == ""
+    assert "chosen for this task:\n\none\n" in prompts.context_block(["one"])  # turn 1: no reason added
     block = prompts.context_block(["  one\n", "", "two  "], why=" and X")
     assert block == ("## Reference material\n\nExcerpts from ptxbench's architecture notes, chosen for this task and X:"
                      "\n\none\n\ntwo\n")
