@@ -40,7 +40,7 @@ ARCHES = ("sm_90a", "sm_100a")
 REQUIRES = ("on", "off")
 LANGS = ("cuda", "ptx")
 ARMS = ("none", "docs")  # no reference block, or one (every docs arm is a block of the retriever's text)
-MAX_TURNS = 3  # turn 1 says "2 more after this one"; the feedback on turn 2 says "this is the last one"
+MAX_TURNS = 2  # turn 1 says "1 more after this one"; the feedback for turn 2 says "this is the last one"
 
 
 # ---------------------------------------------------------------------------------------
