@@ -86,7 +86,8 @@ def rendered() -> tuple[dict[str, str], dict[str, str]]:
     message, in each arch and frame, by case name; and every task's statement (cuda, both arches
     and --require settings), by case name."""
     texts: dict[str, str] = {}
-    statements = {f"{task.name} {arch} require={require}": render_statement(task, _config(task, arch, "cuda", require, "none"))
+    statements = {f"{task.name} {arch} require={require}":
+                  render_statement(task, _config(task, arch, "cuda", require, "none"))
                   for task in list_tasks() for arch in ARCHES for require in REQUIRES}
     for arch in ARCHES:
         for lang, require, arm in _frames():
@@ -103,7 +104,7 @@ def rendered() -> tuple[dict[str, str], dict[str, str]]:
 
 # The fixture stores each paragraph or list item once (the prompts share most of theirs) and each
 # prompt as the list of their short hashes: byte for byte, and a changed word is one changed line.
-# The statements of the tasks not shown in full are stored by their sha256.
+# Every task's statement is also stored by its sha256 (all that is kept of the tasks not shown in full).
 def _parts(text: str) -> list[str]:
     return re.split(r"\n(?=\n| *- )", text)  # rejoined by "\n": only newlines are cut
 
@@ -116,7 +117,8 @@ def pack(texts: dict[str, str], statements: dict[str, str]) -> dict:
     parts = {_key(p): p for text in texts.values() for p in _parts(text)}
     return {"parts": dict(sorted(parts.items())),
             "prompts": {case: " ".join(_key(p) for p in _parts(text)) for case, text in sorted(texts.items())},
-            "statements": {case: hashlib.sha256(text.encode()).hexdigest() for case, text in sorted(statements.items())}}
+            "statements": {case: hashlib.sha256(text.encode()).hexdigest()
+                           for case, text in sorted(statements.items())}}
 
 
 def unpack(packed: dict) -> tuple[dict[str, str], dict[str, str]]:
@@ -144,7 +146,8 @@ def test_every_prompt_is_the_recorded_one():
                          f"{_first_difference(now[changed[0]], then[changed[0]])}; if on purpose: {REWRITE}")
     now_hashes = {case: hashlib.sha256(text.encode()).hexdigest() for case, text in statements.items()}
     changed = sorted(case for case in now_hashes.keys() | hashes.keys() if now_hashes.get(case) != hashes.get(case))
-    assert not changed, f"{len(changed)} task statements differ from {TEXTS.name}: {changed[:5]}; if on purpose: {REWRITE}"
+    assert not changed, (f"{len(changed)} task statements differ from {TEXTS.name}: {changed[:5]}; "
+                         f"if on purpose: {REWRITE}")
 
 
 def test_the_recorded_prompts_hold_no_machine_path_or_date():
@@ -241,7 +244,8 @@ def test_an_arch_the_tables_do_not_know_is_named_as_given():
     text = render_task(toy(), "sm_120a")
     assert text.startswith("# Task `toy` on sm_120a (sm_120a)\n")
     assert "`num_sms` (? on this GPU)" in text and "compute_120a" in text
-    assert "`<ptxbench/common.cuh>`, `<ptxbench/mbarrier.cuh>`, `<ptxbench/tma.cuh>`, `<ptxbench/cluster.cuh>` are" in text
+    assert ("`<ptxbench/common.cuh>`, `<ptxbench/mbarrier.cuh>`, `<ptxbench/tma.cuh>`, `<ptxbench/cluster.cuh>` "
+            "are") in text
     assert "## Instructions\nNo specific instructions are requested for this arch." in text
     system = prompts.system_prompt("sm_120a", "cuda")
     assert "NVIDIA sm_120a GPUs (target `sm_120a`)" in system
@@ -256,7 +260,8 @@ def test_the_helper_headers_per_arch_and_setting():
     base = "`<ptxbench/common.cuh>`, `<ptxbench/mbarrier.cuh>`, `<ptxbench/tma.cuh>`, `<ptxbench/cluster.cuh>`"
     assert _helper_headers("sm_90a") == base + ", `<ptxbench/wgmma.cuh>`"
     assert _helper_headers("sm_100a") == base + ", `<ptxbench/tcgen05.cuh>`"
-    assert _helper_headers("sm_100a", require=False) == "(`<ptxbench/common.cuh>` and the others under `<ptxbench/...>`)"
+    assert _helper_headers("sm_100a", require=False) == (
+        "(`<ptxbench/common.cuh>` and the others under `<ptxbench/...>`)")
 
 
 def test_tolerance_wordings_no_family_uses():
@@ -349,12 +354,14 @@ def test_templates_of_a_version_and_their_hash(tmp_path, monkeypatch):
 def test_a_version_renders_its_own_templates(tmp_path, monkeypatch):
     """Every text of a run comes from its prompt_version's files (a v1 template never fills in), and an
     empty placeholder leaves no run of blank lines in the system prompt."""
-    (tmp_path / "system_v9.md").write_text("System for ${gpu_name}.${request}\n\n\n${credit_rules}\n\n${language_rules}\n")
+    (tmp_path / "system_v9.md").write_text(
+        "System for ${gpu_name}.${request}\n\n\n${credit_rules}\n\n${language_rules}\n")
     (tmp_path / "lang_cuda_v9.md").write_text("Lang 9 for ${arch}.\n")
     (tmp_path / "task_v9.md").write_text("Task 9: ${task}|${context}|${budget}|${arch}\n")
     (tmp_path / "context_v9.md").write_text("Docs 9${why}: ${sections}\n")
     monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
-    assert prompts.system_prompt("sm_90a", "cuda", "v9", require=False) == "System for Hopper (H100, H200).\n\nLang 9 for sm_90a.\n"
+    assert prompts.system_prompt("sm_90a", "cuda", "v9", require=False) == (
+        "System for Hopper (H100, H200).\n\nLang 9 for sm_90a.\n")
     assert prompts.task_prompt(" s ", "sm_90a", "c", "v9") == "Task 9: s|c||sm_90a\n"
     assert prompts.context_block(["a", "b"], version="v9") == "Docs 9: a\n\nb\n"
     with pytest.raises(prompts.PromptError, match="_v1.md is missing"):
@@ -363,7 +370,8 @@ def test_a_version_renders_its_own_templates(tmp_path, monkeypatch):
 
 def test_the_defaults_ask_for_the_instructions():
     assert prompts.system_prompt("sm_90a", "cuda") == prompts.system_prompt("sm_90a", "cuda", require=True)
-    assert prompts.task_prompt("s", "sm_90a", max_turns=2) == prompts.task_prompt("s", "sm_90a", max_turns=2, require=True)
+    assert prompts.task_prompt("s", "sm_90a", max_turns=2) == prompts.task_prompt("s", "sm_90a", max_turns=2,
+                                                                                  require=True)
     assert "correct with the requested instructions" in prompts.task_prompt("s", "sm_90a", max_turns=2)
 
 def test_a_missing_template_or_value_is_one_line():
@@ -389,8 +397,9 @@ def test_the_budget_line():
     assert prompts.budget_line(2, 4) == ("This is turn 2 of 4 (2 more after this one). Your best kernel across all "
                                          "turns that is correct with the requested instructions is what counts, then "
                                          "its speed.")
-    assert prompts.budget_line(4, 4, require=False) == ("This is turn 4 of 4 (this is the last one). Your best kernel "
-                                                        "across all turns that is correct is what counts, then its speed.")
+    assert prompts.budget_line(4, 4, require=False) == (
+        "This is turn 4 of 4 (this is the last one). Your best kernel across all turns that is correct is what "
+        "counts, then its speed.")
     # no budget, no docs: their lines stay empty (the statement ends in its own newline)
     assert prompts.task_prompt("statement\n", "sm_90a") == (
         "statement\n\n\nWrite the kernel for `sm_90a` now, in the reply format above.\n")
