@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from tasks import get_task
+from tasks import get_task, reference
 from tasks.generators import generate_inputs
 from tasks.reference import (BrokenReference, _gdn_prefill_output_terms, _widen, reference_function, run_reference,
                              term_scales)
@@ -32,6 +32,13 @@ def toy(reference: str, outputs=("o",), scalars=None, name: str = "toy") -> Task
 def toy_inputs(n: int = 2) -> dict[str, torch.Tensor]:
     return {"x": torch.arange(n * 3, dtype=torch.bfloat16).reshape(n, 3), "y": torch.tensor([1, 2, 3], dtype=torch.float16),
             "i": torch.arange(n, dtype=torch.int32), "f": torch.tensor([0.5])}
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiles(monkeypatch):
+    """An empty compile cache: every source is compiled here, not found compiled by an earlier test (or,
+    under mutmut, by the un-mutated run its forked runs inherit)."""
+    monkeypatch.setattr(reference, "_COMPILED", {})
 
 
 # ------------------------------------------------------------------ loading
@@ -177,9 +184,17 @@ def _softmax64(q, k, causal: bool) -> torch.Tensor:
     return torch.softmax(s, -1)
 
 
+def chunk_heads(monkeypatch, heads: int | None, S: int) -> None:
+    """Attention's term scales `heads` heads at a time (of B*H = 4), as at S=8192 4 of 192; None: all at once."""
+    if heads:
+        monkeypatch.setattr(reference, "_SCORES_PER_CHUNK", heads * S * S)
+
+
+@pytest.mark.parametrize("heads", [None, 3])
 @pytest.mark.parametrize("name", ["attn_fwd", "attn_fwd_causal", "fp8_mha_with_lse_d64", "fp8_mha_with_lse_d128_causal"])
-def test_attention_forward_term_scales(name):
+def test_attention_forward_term_scales(name, heads, monkeypatch):
     """O[i] = sum_j P[i,j] V[j]: rss sqrt(sum_j P^2 V^2); FP8's LSE: sqrt(sum_j P^2); bf16's LSE: none."""
+    chunk_heads(monkeypatch, heads, 6)
     task = small(name)
     fp8 = task.op_type == "fp8_mha_fwd"
     x = generate_inputs(task, {"L" if fp8 else "S": 6}, seed=3)
@@ -193,8 +208,10 @@ def test_attention_forward_term_scales(name):
         torch.testing.assert_close(got[n].double(), w, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("heads", [None, 3])
 @pytest.mark.parametrize("name", ["attn_bwd", "attn_bwd_causal"])
-def test_attention_backward_term_scales(name):
+def test_attention_backward_term_scales(name, heads, monkeypatch):
+    chunk_heads(monkeypatch, heads, 5)
     task = small(name)
     x = generate_inputs(task, {"S": 5}, seed=4)
     q, k, v, o, do = (x[n].double() for n in ("Q", "K", "V", "O", "dO"))
@@ -233,6 +250,14 @@ def test_gdn_prefill_terms_over_uneven_and_empty_sequences():
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-7)
     # the scale's sign cannot make a root-sum-square negative
     torch.testing.assert_close(_gdn_prefill_output_terms(x, -1 / math.sqrt(128)), got)
+
+
+def test_a_gdn_prefill_batch_without_sequences_has_no_terms():
+    task = get_task(GDN)
+    x = generate_inputs(task, task.axis_values({"total_seq_len": 2, "num_seqs": 1, "len_cu_seqlens": 2}), seed=2)
+    empty = {n: t[:0] for n, t in x.items() if n not in ("A_log", "dt_bias")} | {"cu_seqlens": torch.tensor([0])}
+    got = term_scales(task, {**x, **empty})["output"]
+    assert got.shape == (0, 16, 128) and got.dtype == torch.float32
 
 
 def test_an_op_type_without_term_scales_is_refused():
