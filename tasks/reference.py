@@ -18,6 +18,8 @@ import torch
 from tasks.schema import Task
 
 _COMPILED: dict[str, Callable] = {}
+# Attention's term scales hold this many scores at once (1 GiB of fp32): at S=8192, 4 heads at a time.
+_SCORES_PER_CHUNK = 2**28
 
 
 class BrokenReference(RuntimeError):
@@ -206,7 +208,7 @@ def _attention_term_scales(op_type: str, x: dict[str, torch.Tensor], sm_scale: f
     if op_type == "mha_bwd":
         o, do = (x[n].float().reshape(B * H, S, D) for n in ("O", "dO"))
         lse = x["LSE"].float().reshape(B * H, S, 1)
-    step = max(1, 2**28 // (S * S))
+    step = max(1, _SCORES_PER_CHUNK // (S * S))
     for h in range(0, B * H, step):
         c = slice(h, h + step)
         scores = torch.matmul(q[c], k[c].transpose(1, 2)) * sm_scale
