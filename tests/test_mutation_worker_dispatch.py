@@ -7,9 +7,11 @@ test_evaluator_cpu; the driver calls State makes are replaced where a test names
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import random
 import struct
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -21,10 +23,12 @@ import tools.timing
 from test_evaluator_cpu import FIXTURES, CpuState, gemm, small_gemm
 from tools import worker
 from tools.cupti import CuptiError
+from tasks.schema import Task
 from tools.launch import CudaError, ManifestError
+from tools.results import WorkloadResult
 from tools.solution import Solution
 from tools.timing import KernelTimeout
-from tools.workspace import Failed
+from tools.workspace import Failed, Workspace
 
 # ---------------------------------------------------------------- framing
 
@@ -63,7 +67,7 @@ def test_a_written_message_is_flushed_and_read_back_across_short_reads():
 
 @pytest.mark.parametrize("cut", [3, 8, 12])
 def test_a_stream_cut_inside_a_message_is_an_error_not_an_end(cut):
-    with pytest.raises(EOFError, match="inside a message"):
+    with pytest.raises(EOFError, match="^stream ended inside a message$"):
         worker.read_msg(Chunky(worker.encode({"op": "exit"})[:cut]))
 
 
@@ -110,7 +114,7 @@ def _raising(monkeypatch, exc: BaseException, state=None, **extra) -> tuple[dict
     return worker.run_workload(state or State(), _request(**extra))
 
 
-MISMATCH = {"output": "C", "max_abs_err": 1.0, "max_rel_err": 0.5, "mismatch_frac": 0.25}
+MISMATCH = {"output": "C", "max_abs_err": 1.0, "max_rel_err": 0.5, "mismatch_frac": 0.25, "passed": False}
 
 
 def test_a_passing_workload_says_which_it_was_and_keeps_the_worker():
@@ -168,9 +172,25 @@ def test_an_unexpected_exception_on_a_dead_context_is_a_fatal_cuda_error(monkeyp
         "cuda_error", "CUDA_ERROR_ILLEGAL_ADDRESS (seen as ValueError: bad)", True)
 
 
-def test_a_context_that_cannot_be_restored_ends_the_worker_even_after_a_pass():
+def test_a_context_that_cannot_be_restored_ends_the_worker_even_after_a_pass(capsys):
     result, fatal = worker.run_workload(State(restart="3.0 GiB lost"), _request())
     assert result["status"] == "passed" and fatal
+    assert "restarting after M70: 3.0 GiB lost" in capsys.readouterr().err
+
+
+def test_a_harness_error_logs_its_traceback(monkeypatch, capsys):
+    _raising(monkeypatch, ValueError("bad"))
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_a_timed_result_is_plain_json(monkeypatch):
+    """The reply is stored as JSON in the run's records: a tuple (speedup_ci) would come back a list."""
+    import tasks.families.baselines as B
+
+    monkeypatch.setattr(B, "list_backends", lambda task: ["lib"])
+    monkeypatch.setattr(B, "make_baseline", lambda task, inputs, name=None: B.Baseline(name, lambda: {}, "lib"))
+    result, _ = worker.run_workload(State(), _request(time=True, timing_budget_s=0.01))
+    assert result["speedup_ci"] is not None and json.loads(json.dumps(result)) == result
 
 
 @pytest.mark.parametrize("extra, dropped", [
@@ -197,41 +217,72 @@ def test_nothing_pending_drops_nothing(monkeypatch):
 # ---------------------------------------------------------------- _run_checked: which phases run
 
 
+class OnDevice(Workspace):
+    """The workspace, saying which device it was asked for (on CPU, None would allocate there too)."""
+
+    def __init__(self, task, plan, device="cuda"):
+        super().__init__(task, plan, device)
+        self.made_on = device
+
+
 @pytest.fixture
 def phases(monkeypatch):
     """Records the phases a request runs, in order, with what each was given."""
     calls: list[tuple] = []
     knobs = {"defer": False, "fail": None}
+    wrong: list[str] = []  # arguments a phase was given that are not the workload's own
+
+    def given(state, req, task, axes, ws, bound, result) -> None:
+        expected = {"state": isinstance(state, State), "req": req.get("cubin") == b"cubin",
+                    "task": isinstance(task, Task), "axes": axes == {"M": 70, "N": 64, "K": 32},
+                    "ws": getattr(ws, "made_on", None) == "cpu",
+                    "bound": getattr(bound, "ws", None) is ws, "result": isinstance(result, WorkloadResult)}
+        wrong.extend(name for name, ok in expected.items() if not ok)
 
     def verify(state, req, task, axes, ws, bound, result, limit):
+        given(state, req, task, axes, ws, bound, result)
         calls.append(("verify", limit, axes["M"]))
         if knobs["fail"]:
             raise knobs["fail"]
 
     class Phase:
         def __init__(self, state, req, task, wl, axes, ws, bound, rng, result, limit):
+            given(state, req, task, axes, ws, bound, result)
             calls.append(("phase", rng.random(), wl.name, limit))
 
         def run(self):
-            calls.append(("phase.run",))
+            calls.append(("phase.run", names[-1:]))
 
     def defer(state, req, task, axes, ws, bound, result, limit, judge, phase=None):
+        given(state, req, task, axes, ws, bound, result)
         calls.append(("defer", judge, isinstance(phase, Phase), limit))
         return knobs["defer"]
 
     def time_paired(state, req, task, wl, axes, ws, bound, rng, result, limit):
-        calls.append(("time_paired", rng.random(), wl.name, limit))
+        given(state, req, task, axes, ws, bound, result)
+        calls.append(("time_paired", rng.random(), wl.name, limit, names[-1:]))
 
     monkeypatch.setattr(worker, "verify", verify)
     monkeypatch.setattr(worker, "TimedPhase", Phase)
     monkeypatch.setattr(worker, "defer_counted", defer)
+    names: list[str] = []  # the NVTX ranges open (Nsight's view of the phases)
+
+    @contextmanager
+    def nvtx_range(name):
+        names.append(name)
+        yield
+        names.pop()
+
     monkeypatch.setattr(worker, "time_paired", time_paired)
-    return calls, knobs
+    monkeypatch.setattr(worker, "nvtx_range", nvtx_range)
+    monkeypatch.setattr(worker, "Workspace", OnDevice)
+    yield calls, knobs
+    assert not wrong, f"a phase was given another {wrong}"
 
 
 class Binding(State):
     def bind(self, plan, cubin, symbols, ws):
-        self.bound_with = (cubin, symbols)
+        self.bound_with = (cubin, symbols, type(plan).__name__)
         return super().bind(plan, cubin, symbols, ws)
 
 
@@ -243,14 +294,14 @@ def test_an_untimed_request_runs_its_checks_only_under_the_default_limit(phases)
     state = Binding()
     result, _ = worker.run_workload(state, _request(symbols={"gemm": "_Z4gemm"}))
     assert calls == [("verify", 30.0, 70)]
-    assert state.bound_with == (b"cubin", {"gemm": "_Z4gemm"})
+    assert state.bound_with == (b"cubin", {"gemm": "_Z4gemm"}, "Plan")
     assert 0 <= result["phase_s"]["verify"] < 60
 
 
 def test_a_timed_request_times_its_pairs_on_the_secret_seed(phases):
     calls, _ = phases
     worker.run_workload(State(), _request(time=True, kernel_timeout_s=5))
-    assert calls == [("verify", 5.0, 70), ("time_paired", SEEDED, "M70", 5.0)]
+    assert calls == [("verify", 5.0, 70), ("time_paired", SEEDED, "M70", 5.0, ["time"])]
 
 
 def test_a_credited_request_defers_its_counted_runs_after_its_checks(phases):
@@ -264,7 +315,7 @@ def test_a_timed_credited_request_hands_its_timed_phase_to_the_counted_runs(phas
     calls, knobs = phases
     knobs["defer"] = deferred
     worker.run_workload(State(), _request(time=True, credit={"evaluation": "e"}))
-    ran = [] if deferred else [("phase.run",)]  # deferred: timed at the credit op instead
+    ran = [] if deferred else [("phase.run", ["time"])]  # deferred: timed at the credit op instead
     assert calls == [("verify", 30.0, 70), ("phase", SEEDED, "M70", 30.0), ("defer", True, True, 30.0), *ran]
 
 
