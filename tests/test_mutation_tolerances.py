@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tasks import TASKS, get_task
+from tasks.schema import Task
 from tools.correctness import compare
 
 GEMM = "gemm_n7168_k5120"
@@ -208,7 +209,7 @@ def test_fp8_attention_declarations_and_why():
 DEFINITIONS = Path(__file__).resolve().parent / "fixtures" / "task_definitions.json"
 
 
-def built() -> dict[str, "Task"]:
+def built() -> dict[str, Task]:
     """The tasks of the families this file covers, built now by their own builders (the registry
     builds them once at import, before a mutation test switches a mutant on)."""
     from tasks.families.attention import backward_task, forward_task
