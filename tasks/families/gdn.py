@@ -105,7 +105,7 @@ ROWS_DECODE_STATE = RowTolerance(rtol=2e-3, floor=0.3)
 # bound on qk8 T8192_N51 (H200, seed 7; 0.62x of 2e-2): a chunked kernel sums o_t as q_t S_chunk plus the
 # intra-chunk terms, parts larger than the recurrent products the rss measures. The price: the rows that cancel
 # most (|o| at ~2% of their rss) can be zeroed within that rounding, 0-8 of 15,344 rows on qk8 T959_N4 (CPU,
-# seeds 7-9; 0-3 at 1.2e-2): docs/METHODOLOGY.md, "GDN prefill rows without a floor".
+# seeds 7-9; 0-3 at 1.2e-2): docs/METHODOLOGY.md, "Output rows at 2e-2, not 1.2e-2".
 ROWS_PREFILL_OUTPUT = RowTolerance(rtol=2e-2, floor=0.0)
 ROWS_PREFILL_STATE = RowTolerance(rtol=1.2e-2, floor=0.0)
 
