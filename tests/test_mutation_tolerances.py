@@ -139,7 +139,7 @@ def test_gdn_declarations_and_why():
     assert (G.HEAD_SIZE, G.CHUNK, G.VARIANTS, G.MTP_SEQ_LEN) == (128, 64, ((4, 8), (8, 16)), 4)
     assert (G.ROWS_OUTPUT.rtol, G.ROWS_OUTPUT.floor) == (1e-2, 0.3)
     assert (G.ROWS_DECODE_STATE.rtol, G.ROWS_DECODE_STATE.floor) == (2e-3, 0.3)
-    assert (G.ROWS_PREFILL_OUTPUT.rtol, G.ROWS_PREFILL_OUTPUT.floor) == (2e-2, 0.0)
+    assert (G.ROWS_PREFILL_OUTPUT.rtol, G.ROWS_PREFILL_OUTPUT.floor) == (1.2e-2, 0.0)
     assert (G.ROWS_PREFILL_STATE.rtol, G.ROWS_PREFILL_STATE.floor) == (1.2e-2, 0.0)
     # decode brings the state in (memory-bound: TMA); prefill and MTP multiply on tensor cores
     assert G.DECODE_FEATURES == {"sm_90a": ["tma"], "sm_100a": ["tma"]}

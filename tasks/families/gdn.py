@@ -101,12 +101,11 @@ ROWS_DECODE_STATE = RowTolerance(rtol=2e-3, floor=0.3)
 # the products scale * S_t[v,k] q_t[k] (tasks.reference.term_scales): a small row has small terms, and so small
 # rounding; state rows to their own norm. Honest (CPU, T401_N4 qk8): output 0.45, state 0.35 of the bound, as
 # with the floor; a zeroed output row fails by 4.7x or more, a zeroed or stale state row by 80x.
-# Output rows 2e-2, not 1.2e-2 (2026-12-04): fla's chunked kernel, the library itself, erred by 1.03x a 1.2e-2 row
-# bound on qk8 T8192_N51 (H200, seed 7; 0.62x of 2e-2): a chunked kernel sums o_t as q_t S_chunk plus the
-# intra-chunk terms, parts larger than the recurrent products the rss measures. The price: the rows that cancel
-# most (|o| at ~2% of their rss) can be zeroed within that rounding, 0-8 of 15,344 rows on qk8 T959_N4 (CPU,
-# seeds 7-9; 0-3 at 1.2e-2): docs/METHODOLOGY.md, "Output rows at 2e-2, not 1.2e-2".
-ROWS_PREFILL_OUTPUT = RowTolerance(rtol=2e-2, floor=0.0)
+# Output rows stay at 1.2e-2 (2026-12-04): judged as candidates are, against the term scales, fla's chunked kernel
+# (the library) errs by at most 0.72 of it on every prefill workload at full size (H200). A test that judged fla
+# against |o| alone saw 1.03x (T8192_N51) and 2.75x (T3271_N2) and had it loosened to 2e-2 for a day: docs/METHODOLOGY.md,
+# "Output rows: judged against the term scales, 1.2e-2".
+ROWS_PREFILL_OUTPUT = RowTolerance(rtol=1.2e-2, floor=0.0)
 ROWS_PREFILL_STATE = RowTolerance(rtol=1.2e-2, floor=0.0)
 
 # Decode batch sizes: PTXBench's six (1, 4, 8, 16, 32, 64) plus one that is no power of two.

@@ -20,6 +20,7 @@ from tasks.reference import run_reference
 from tools.correctness import compare
 from tools.launch import NOMINAL_LIMITS, plan_launches
 from tools.solution import Solution
+from tools.workspace import term_scales
 
 pytestmark = pytest.mark.gpu
 
@@ -50,7 +51,10 @@ def test_full_size_reference_is_quick(name):
 
 @pytest.mark.parametrize("name", GDN)
 def test_fla_baselines_match_the_reference(name):
-    """Every fla backend computes the task's outputs, in the task's layouts, within its tolerance."""
+    """Every fla backend computes the task's outputs, in the task's layouts, within its tolerance, judged as a
+    candidate is: against the task's term scales where it has them (prefill; tools.workspace.term_scales).
+    Judged against |ref| alone, a rule no candidate faces, fla's chunked prefill erred by up to 2.75x a 1.2e-2
+    output row bound (H200, 2026-12-04); against the term scales, by at most 0.72x."""
     import torch
 
     task = get_task(name)
@@ -59,6 +63,7 @@ def test_fla_baselines_match_the_reference(name):
         axes = task.axis_values(w)
         x = generate_inputs(task, axes, seed=7, device="cuda")
         ref = run_reference(task, x)
+        scales = term_scales(task, x) or {}
         for backend in list_backends(task):
             try:
                 baseline = make_baseline(task, x, backend)
@@ -69,7 +74,7 @@ def test_fla_baselines_match_the_reference(name):
             assert set(out) == set(task.outputs), list(out)
             for n, got in out.items():
                 assert tuple(got.shape) == task.shape(n, axes), (n, tuple(got.shape))
-                m = compare(n, got, ref[n], task.tolerance)
+                m = compare(n, got, ref[n], task.tolerance, scales.get(n))
                 print(f"{name} {w.name} {backend} {n}: max abs {m.max_abs_err:.3g}, rel-L2 {m.rel_l2:.3g} "
                       f"(bound {m.rel_l2_bound}), mismatches {m.mismatch_frac:.3g}, worst row {m.row_ratio:.3g} of its bound")
                 assert m.passed, m.describe()
