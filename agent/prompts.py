@@ -161,6 +161,9 @@ def context_block(texts: list[str], why: str = "", version: str = PROMPT_VERSION
 
 def task_prompt(task_description: str, arch: str, context: str = "", version: str = PROMPT_VERSION,
                 max_turns: int | None = None, require: bool = True) -> str:
-    """task_description comes from tasks.describe.render_task(task, arch, language, require)."""
-    return render("task", version, task=task_description.strip(), context=context, arch=arch,
-                  budget=budget_line(1, max_turns, require))
+    """task_description comes from tasks.describe.render_task(task, arch, language, require).
+    Statement, reference material and budget are paragraphs one blank line apart, whichever are
+    present, so that the context arms' prompts differ by the reference material alone."""
+    context, budget = context.strip(), budget_line(1, max_turns, require)
+    return render("task", version, task=task_description.strip(), arch=arch,
+                  context=f"\n{context}\n" if context else "", budget=f"\n{budget}" if budget else "")

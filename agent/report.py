@@ -258,7 +258,7 @@ def candidate_correct(c: CandidateRecord) -> Tri:
         return c.verdicts.correct
     if c.outcome in _NOT_CORRECT or not c.verdicts.compiled:
         return False
-    if c.outcome in ("correct_no_arch", "correct_with_arch"):
+    if c.outcome == "correct_with_arch":
         return True
     return None  # compiled, not run: no GPU
 

@@ -131,9 +131,11 @@ def _offset(shape: list[str]) -> str:
 
 
 def _scalar_value(task: Task, name: str) -> float | None:
-    try:  # only computable when the expression uses const axes alone
+    """The scalar's value where its expression uses const axes alone (each scalar on its own, so a
+    fixed one keeps its value beside one that depends on a var axis), else None."""
+    try:
         consts = {n: int(a.value) for n, a in task.axes.items() if a.type == "const"}
-        return task.scalar_values(consts)[name]
+        return task.model_copy(update={"scalars": {name: task.scalars[name]}}).scalar_values(consts)[name]
     except Exception:  # noqa: BLE001 - depends on a var axis: show the expression only
         return None
 

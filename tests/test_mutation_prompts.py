@@ -362,7 +362,7 @@ def test_a_version_renders_its_own_templates(tmp_path, monkeypatch):
     monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
     assert prompts.system_prompt("sm_90a", "cuda", "v9", require=False) == (
         "System for Hopper (H100, H200).\n\nLang 9 for sm_90a.\n")
-    assert prompts.task_prompt(" s ", "sm_90a", "c", "v9") == "Task 9: s|c||sm_90a\n"
+    assert prompts.task_prompt(" s ", "sm_90a", "c", "v9") == "Task 9: s|\nc\n||sm_90a\n"  # docs a paragraph
     assert prompts.context_block(["a", "b"], version="v9") == "Docs 9: a\n\nb\n"
     with pytest.raises(prompts.PromptError, match="_v1.md is missing"):
         prompts.system_prompt("sm_90a", "cuda")
@@ -401,8 +401,13 @@ def test_the_budget_line():
         "This is turn 4 of 4 (this is the last one). Your best kernel across all turns that is correct is what "
         "counts, then its speed.")
     # no budget, no docs: their lines stay empty (the statement ends in its own newline)
+    # no docs, no budget: one blank line, as between any two of the prompt's paragraphs
     assert prompts.task_prompt("statement\n", "sm_90a") == (
-        "statement\n\n\nWrite the kernel for `sm_90a` now, in the reply format above.\n")
+        "statement\n\nWrite the kernel for `sm_90a` now, in the reply format above.\n")
+    assert prompts.task_prompt("statement\n", "sm_90a", context=" docs \n", max_turns=2) == (
+        "statement\n\ndocs\n\nThis is turn 1 of 2 (1 more after this one). Your best kernel across all turns that "
+        "is correct with the requested instructions is what counts, then its speed.\n"
+        "Write the kernel for `sm_90a` now, in the reply format above.\n")
 
 
 def test_the_context_block_holds_what_was_retrieved_and_nothing_else():
@@ -427,3 +432,11 @@ def test_the_latest_history_keeps_the_system_prompt_the_task_and_the_last_exchan
 if __name__ == "__main__":
     TEXTS.write_text(json.dumps(pack(*rendered()), indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {TEXTS}", file=sys.stderr)
+
+
+def test_a_fixed_scalar_keeps_its_value_beside_a_varying_one():
+    """Each scalar is evaluated on its own: one over fixed axes shows its value even where another
+    depends on a varying axis (evaluated together, neither showed one)."""
+    text = render_task(toy(scalars={"alpha": "1 / (2 * X)", "per_row": "1 / batch_size"}), "sm_90a")
+    assert "Scalar `alpha` = 1 / (2 * X) = 0.125 (fp32; pass it to a kernel by name)." in text
+    assert "Scalar `per_row` = 1 / batch_size (fp32; pass it to a kernel by name)." in text
