@@ -61,9 +61,11 @@ run_tests() {
       timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v -rP --durations=20 -p no:cacheprovider \
       --timeout "${GPU_TEST_EACH:-300}" "$@" > "$log" 2>&1 )
 }
-# One device call each on one H200, each about 400-450 s of pytest (per-file test times of 2026-12-02/04,
-# docs/BENCHMARKS.md: the credit file grew to every shipped expert, 26, about 350 s; with
-# PTXBENCH_GPU_GEMM_SHAPES=cover 7 of the 17 GEMM shapes, tests/gpu/test_credit_gpu.py says which and why).
+# One device call each on one H200 (pytest's own totals, docs/BENCHMARKS.md): PART=1 about 350 s (2026-12-03;
+# with PTXBENCH_GPU_GEMM_SHAPES=cover 7 of the 17 GEMM shapes, tests/gpu/test_credit_gpu.py says which and why),
+# PART=2 433 s, PART=3 555 s (164 s of it the counters fixture's setup after judge power, since cut: not yet
+# re-measured), PART=4 about 460 s (2026-12-04). With each call's start, the four need about all of a session's
+# 30 minutes of device time: run them first, on the tree that is to land, before anything else.
 case "${PART:-}" in
   1) GPU_TESTS="tests/gpu/test_credit_gpu.py tests/gpu/test_tasks_gpu.py" ;;
   2) GPU_TESTS="tests/gpu/test_evaluator_gpu.py tests/gpu/test_gdn_gpu.py tests/gpu/test_fp8_gemm_gpu.py
