@@ -103,8 +103,8 @@ ROWS_DECODE_STATE = RowTolerance(rtol=2e-3, floor=0.3)
 # with the floor; a zeroed output row fails by 4.7x or more, a zeroed or stale state row by 80x.
 # Output rows stay at 1.2e-2 (2026-12-04): judged as candidates are, against the term scales, fla's chunked kernel
 # (the library) errs by at most 0.72 of it on every prefill workload at full size (H200). A test that judged fla
-# against |o| alone saw 1.03x (T8192_N51) and 2.75x (T3271_N2) and had it loosened to 2e-2 for a day: docs/METHODOLOGY.md,
-# "Output rows: judged against the term scales, 1.2e-2".
+# against |o| alone saw 1.03x (T8192_N51) and 2.75x (T3271_N2) and had it loosened to 2e-2 for a day:
+# docs/METHODOLOGY.md, "Output rows: judged against the term scales, 1.2e-2".
 ROWS_PREFILL_OUTPUT = RowTolerance(rtol=1.2e-2, floor=0.0)
 ROWS_PREFILL_STATE = RowTolerance(rtol=1.2e-2, floor=0.0)
 
