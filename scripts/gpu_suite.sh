@@ -44,6 +44,7 @@ rm -rf "$TESTS_CACHE" "$BENCH_CACHE"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
   "$PY" -c 'import sys, torch, pydantic; import cuda.bindings as cb; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "cuda-bindings", cb.__version__, "pydantic", pydantic.__version__)'
   command -v ncu compute-sanitizer ptxas cuobjdump || true
+  bash scripts/tree_fingerprint.sh || true  # which tree ran: the same line for the same commit's files, anywhere
 } 2>&1 | tee "$OUT/suite.log"
 if compgen -G ".whl/*.whl" > /dev/null; then export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"; fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
