@@ -702,6 +702,16 @@ def test_every_timed_run_is_judged_so_a_launch_counter_fails():
             assert result["reason"] == "wrong_in_timed_run" and f"run {n - 1}" in result["detail"], result["detail"]
 
 
+def test_with_one_seeded_call_a_kernel_right_on_its_first_call_only_fails_in_its_first_timed_run():
+    """Where a timed phase follows, the evaluator sends one seeded call (Evaluator._seeds): the
+    timed runs are the later calls, each judged, so the class the second seeded call caught
+    (state kept across calls, a cached output) fails there, on the first run after the check."""
+    for kernel in (lazy_after(1), lambda ws, c: gemm(ws, c) if c == 1 else ws.outputs["C"].zero_()):
+        result, fatal = run(kernel, seeds=(11,), time=True)
+        assert result["reason"] == "wrong_in_timed_run" and "run 1 " in result["detail"], result
+        assert result["seeds"] == [11] and not fatal
+
+
 def test_fresh_inputs_every_timed_run_so_a_cache_never_hits():
     result, _ = run(replaying, time=True)
     assert result["status"] == "passed", result  # it never sees the same inputs twice: no replay happens

@@ -234,7 +234,7 @@ def test_a_slow_first_pair_is_timed_and_only_the_first(clock):
     cand, base = both(clock, state, 1.0, 1.0)
     times = run_steps(clock, cand, base, state, Draws(2, 4, 0), Driver(clock, slow={1: 1.0}), budget_s=0.0)
     assert times.warmup == 2 and len(times.candidate_ms) == 10
-    assert timing.SLOW_PAIR_S == 0.25
+    assert timing.SLOW_PAIR_S == 0.15
 
 
 # ---------------------------------------------------------------------------------------------- the stops

@@ -66,7 +66,7 @@ def test_timing_constants():
     assert (params["lo"].default, params["hi"].default) == (10, 60)
     assert (timing.NEAR_BAND, timing.STOP_K) == (1.25, 0.1)
     assert timing.MIN_STOP_PAIRS == (4, 6) and timing.MIN_CAP_PAIRS == 3 == timing.ALWAYS_RUN_PAIRS
-    assert timing.SLOW_PAIR_S == 0.25
+    assert timing.SLOW_PAIR_S == 0.15
     assert timing.FLUSH_MIN_BYTES == 256 << 20
     assert timing.GATE_LIMIT_S == 0.2
 
