@@ -6,8 +6,7 @@
 # 2. runs the GPU tests (tests/gpu, marker `gpu`);
 # 3. runs scripts/bench_harness.py (evaluation wall times per stage, timing spread) in what is
 #    left of one device call (CALL_S, 590 s).
-# The tests take about 24 minutes on one H200 (2026-12-02, pytest's own totals: credit + tasks 346 s,
-# the evaluator group 499 s with profile, solve 250 s + replay 147 s, judge power + counters 190 s),
+# The tests take about 24 minutes on one H200 (2026-12-04: 1,442 s, pytest's own totals of the four parts),
 # more than one 10-minute call. On one GPU run PART=1 to PART=4 (below), one device call each, each at
 # most about 420 s; or any list with
 # GPU_TESTS="...". With two GPUs visible (the device tool's nvidia-h200-x2) and no PART or
@@ -62,11 +61,10 @@ run_tests() {
       timeout "${GPU_TEST_TIMEOUT:-540}" "$PY" -m pytest -m gpu -v -rP --durations=20 -p no:cacheprovider \
       --timeout "${GPU_TEST_EACH:-300}" "$@" > "$log" 2>&1 )
 }
-# One device call each on one H200 (pytest's own totals, docs/BENCHMARKS.md): PART=1 about 350 s (2026-12-03;
-# with PTXBENCH_GPU_GEMM_SHAPES=cover 7 of the 17 GEMM shapes, tests/gpu/test_credit_gpu.py says which and why),
-# PART=2 433 s, PART=3 555 s (164 s of it the counters fixture's setup after judge power, since cut: not yet
-# re-measured), PART=4 about 460 s (2026-12-04). With each call's start, the four need about all of a session's
-# 30 minutes of device time: run them first, on the tree that is to land, before anything else.
+# One device call each on one H200 (pytest's own totals, docs/BENCHMARKS.md, 2026-12-04 evening): PART=1 414 s
+# (with PTXBENCH_GPU_GEMM_SHAPES=cover 7 of the 17 GEMM shapes, tests/gpu/test_credit_gpu.py says which and why),
+# PART=2 368 s, PART=3 322 s, PART=4 338 s: 1,442 s, and with the calls made back to back on a warm machine
+# 1,660 s of a session's 1,800 s of device time. Run them first, on the tree that is to land, before anything else.
 case "${PART:-}" in
   1) GPU_TESTS="tests/gpu/test_credit_gpu.py tests/gpu/test_tasks_gpu.py" ;;
   2) GPU_TESTS="tests/gpu/test_evaluator_gpu.py tests/gpu/test_gdn_gpu.py tests/gpu/test_fp8_gemm_gpu.py
