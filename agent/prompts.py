@@ -34,10 +34,15 @@ def template_files(version: str = PROMPT_VERSION) -> list[Path]:
 
 
 def template_hash(version: str = PROMPT_VERSION) -> str:
-    """sha256 over the names and contents of one version's templates."""
+    """sha256 over the names and contents of one version's templates, then over the credit rules the
+    system prompt states for each arch (credit_rules, written from tools/credit.py's own numbers): a
+    run resumes only with the same prompt text, and a rule that changed (a threshold, the tie) would
+    otherwise judge and describe its later turns by other rules than its first."""
     h = hashlib.sha256()
     for path in template_files(version):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for arch in sorted(GPU_NAMES):
+        h.update(f"credit_rules:{arch}".encode() + b"\0" + credit_rules(arch).encode() + b"\0")
     return h.hexdigest()
 
 
@@ -122,13 +127,15 @@ def credit_rules(arch: str) -> str:
     work.append("  - any other requested instruction: it executes.")
     lines = [
         f"- It is in the SASS of the kernels your manifest launches{SASS_CAVEATS.get(arch, '')}.",
-        "- It is executed by those kernels, counted on the runs that follow the timed runs (fresh inputs, "
-        "prepared and timed as timed runs are, every counted run judged), on every judged workload (the hidden "
-        "ones included): a kernel that takes another path when counted, on its first launch or on some shapes "
+        # tools.counted: every timed run is counted, each in one hardware counter pass (the Nsight
+        # Compute fallback counts runs made after them as timed runs are); tools.credit.tie_to_timed_run
+        "- It is executed by those kernels, counted on the timed runs themselves (fresh inputs, every run "
+        "judged, each run read by one of the counters' passes), on every judged workload (the hidden ones "
+        "included): a kernel that takes another path when counted, on its first launch or on some shapes "
         "earns nothing.",
         "- It carries the task's work:", *work,
-        f"- The counted runs are the timed kernel: each one's time is within {rules.SAME_RUN_RATIO - 1:.0%} "
-        f"(+{rules.SAME_RUN_SLACK_MS:g} ms) of the timed median.",
+        f"- The counted runs are the timed kernel: each counter pass's runs take within "
+        f"{rules.SAME_RUN_RATIO - 1:.0%} (+{rules.SAME_RUN_SLACK_MS:g} ms), both ways, of the other timed runs.",
     ]
     return "\n".join(lines)
 

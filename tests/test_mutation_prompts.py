@@ -345,9 +345,23 @@ def test_templates_of_a_version_and_their_hash(tmp_path, monkeypatch):
     (tmp_path / "a_v90.md").write_text("another version")
     monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
     assert prompts.template_files("v9") == [tmp_path / "a_v9.md", tmp_path / "b_v9.md"]
-    assert prompts.template_hash("v9") == hashlib.sha256(b"a_v9.md\0x\0b_v9.md\0y\0").hexdigest()
+    rules = b"".join(f"credit_rules:{a}".encode() + b"\0" + prompts.credit_rules(a).encode() + b"\0"
+                     for a in ("sm_100a", "sm_90a"))
+    assert prompts.template_hash("v9") == hashlib.sha256(b"a_v9.md\0x\0b_v9.md\0y\0" + rules).hexdigest()
     with pytest.raises(prompts.PromptError, match=f"^no prompt templates for version 'v8' in {tmp_path}$"):
         prompts.template_hash("v8")
+
+
+@pytest.mark.parametrize("rule,value", [("WGMMA_MIN_OF_ALL_MATH", 0.8), ("SAME_RUN_RATIO", 1.2),
+                                        ("TMA_MAX_OTHER_READS", 3.0)])
+def test_a_credit_rule_that_changes_changes_the_hash(monkeypatch, rule, value):
+    """The credit rules are stated in the system prompt from tools/credit.py's numbers, not a
+    template: a run started under one rule must not resume under another (agent.run.inputs_change)."""
+    from tools import credit
+
+    before = prompts.template_hash()
+    monkeypatch.setattr(credit, rule, value)
+    assert prompts.template_hash() != before
 
 
 
