@@ -23,8 +23,8 @@ def test_credit_rules_come_from_the_evaluator_s_constants(monkeypatch):
     assert f"at least {ncu.WORK_SHARE['wgmma']:.0%} of the task's matrix FLOPs" in text
     assert f"at least {ncu.WORK_SHARE['tma']:.0%} of the task's input bytes" in text
     assert f"{ncu.WGMMA_MIN_OF_ALL_MATH:.0%} of all the math your kernels do" in text
-    assert "the runs that follow the timed runs" in text and "every counted run judged" in text
-    assert "hidden ones included" in text and "each one's time is within 10%" in text
+    assert "counted on the timed runs themselves" in text and "every run judged" in text
+    assert "hidden ones included" in text and "each counter pass's runs take within 10%" in text
     assert "not serialized by ptxas" in text and "best kernel across all turns" in text
     monkeypatch.setitem(ncu.WORK_SHARE, "wgmma", 0.75)
     monkeypatch.setattr(ncu, "TMA_MAX_OTHER_READS", 3.0)
