@@ -263,8 +263,17 @@ reduce_probe(float* __restrict__ f, __nv_bfloat16* __restrict__ h, unsigned* __r
 PROBE_REPS = 1000
 
 
+def _one_launch(manifest: dict) -> dict:
+    """The expert's manifest with its one launch on every workload: the clusters of 2 that the DSMEM
+    fix-up takes at M = 70 (`pair`, a second launch entry) left out, so each attack's side kernels
+    run beside the same expert launch on every workload."""
+    manifest["let"]["pair"] = "0"
+    manifest["launches"] = [launch for launch in manifest["launches"] if launch.get("when") != "pair"]
+    return manifest
+
+
 def _expert() -> tuple[str, dict]:
-    return (EXPERT / "kernel.cu").read_text(), json.loads((EXPERT / "launch.json").read_text())
+    return (EXPERT / "kernel.cu").read_text(), _one_launch(json.loads((EXPERT / "launch.json").read_text()))
 
 
 def _write(folder: Path, source: str, manifest: dict) -> Solution:
@@ -317,7 +326,7 @@ LOOKUP_SMEM = "33284 + 192 * 128 * 4"  # the table (129 x 129 u16, padded to 4 b
 
 def products_by_lookup(folder: Path) -> Solution:
     expert = ROOT / "tasks" / LOOKUP_TASK / "expert"
-    src, manifest = (expert / "kernel.cu").read_text(), json.loads((expert / "launch.json").read_text())
+    src, manifest = (expert / "kernel.cu").read_text(), _one_launch(json.loads((expert / "launch.json").read_text()))
     manifest.setdefault("buffers", []).extend([
         {"name": "codeA", "dtype": "int32", "shape": ["M", "K"], "zero": False},
         {"name": "codeB", "dtype": "int32", "shape": ["N", "K"], "zero": False},

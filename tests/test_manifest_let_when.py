@@ -135,3 +135,23 @@ def test_the_static_check_names_a_missing_kernel_even_in_a_launch_this_workload_
     comp = compile_solution(bad, "sm_90a")
     err = static_check(bad, comp, TASK, TASK.axis_values({"M": 8192}), LIMITS)  # launch 1 does not run here
     assert err is not None and str(err).startswith("launches[1].kernel: 'gemm_reduce' is not in the compiled module")
+
+
+def test_a_buffers_zero_can_be_an_expression_per_workload():
+    """`zero` as an expression: a schedule that never reads its counters (here: the split-K path
+    reduces elsewhere) asks for no memset there, and gets garbage instead; true and false stay as they were."""
+    m = json.loads(json.dumps(SPLIT_OR_TILED))
+    m["buffers"] += [{"name": "counters", "dtype": "int32", "shape": ["tiles"], "zero": "M > 128"},
+                     {"name": "flags", "dtype": "int32", "shape": [4], "zero": False},
+                     {"name": "sems", "dtype": "int32", "shape": [4]}]
+    for M, counted in [(8192, True), (70, False)]:
+        zero = {b.name: b.zero for b in _plan(m, M).buffers}
+        assert zero == {"partial": True, "counters": counted, "flags": False, "sems": True}, M
+        assert all(type(z) is bool for z in zero.values())
+
+
+def test_a_bad_zero_expression_is_a_manifest_error_naming_the_buffer():
+    m = json.loads(json.dumps(SPLIT_OR_TILED))
+    m["buffers"].append({"name": "counters", "dtype": "int32", "shape": [4], "zero": "nonesuch > 1"})
+    msg = _error(m)
+    assert "buffers[1] ('counters').zero" in msg and "nonesuch" in msg

@@ -186,7 +186,8 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
         if b.name in plan.tensors:
             raise ManifestError(f"{where}: name clashes with the task's tensor {b.name!r}")
         shape = tuple(_int(e, env, f"{where}.shape[{j}]") for j, e in enumerate(b.shape))
-        bp = BufferPlan(b.name, b.dtype, shape, b.zero)
+        zero = b.zero if isinstance(b.zero, bool) else bool(_value(b.zero, env, f"{where}.zero"))
+        bp = BufferPlan(b.name, b.dtype, shape, zero)
         if bp.nbytes > MAX_BUFFER_BYTES:
             raise ManifestError(f"{where}: {bp.nbytes / 2**30:.1f} GiB is more than the {MAX_BUFFER_BYTES >> 30} GiB allowed")
         plan.buffers.append(bp)

@@ -67,7 +67,10 @@ class Buffer(_Strict):
     name: Name
     dtype: DType
     shape: list[Expr]
-    zero: bool = True  # zero-filled before every run; otherwise filled with NaN/garbage
+    # zero-filled before every run (timed: a memset on the launch stream), otherwise filled with random bytes,
+    # new each run (untimed); an expression picks per workload (nonzero: zeroed), e.g. no memset where a
+    # schedule never reads the buffer
+    zero: Union[bool, Expr] = True
 
 
 class TensorMap(_Strict):

@@ -55,6 +55,11 @@ typedef unsigned long long u64;
                          // run; 2 contributors are order-free anyway). Off: measured 0.826 against 0.854 at M = 70
                          // (H200, 2026-12-03 W2; the ordered run with credit on, not yet re-timed apart)
 #endif
+#ifndef FIXUP_DSMEM
+#define FIXUP_DSMEM 1  // where the launch is in clusters of 2 and every stream-K tile is split in two halves, one
+                       // per CTA of a cluster, the second half's partial goes to the first CTA's shared memory (DSMEM):
+                       // no ws traffic and no counters, so the manifest asks for no memset (`pair`; v7 in NOTES.md)
+#endif
 #ifndef PROMOTE
 #define PROMOTE 0  // > 0: 128-wide tiles add their wgmma accumulator into an fp32 sum (IEEE adds) every PROMOTE K slices
 #endif
@@ -105,6 +110,27 @@ static __device__ __forceinline__ __attribute__((unused)) void mbar_wait(u32 bar
   do {
     asm volatile(
         "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Cluster (FIXUP_DSMEM): a shared address in CTA `rank` of this cluster, a remote arrival, and a wait
+// that acquires at cluster scope (what another CTA released before arriving is visible after it).
+static __device__ __forceinline__ __attribute__((unused)) u32 map_rank(u32 addr, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+static __device__ __forceinline__ __attribute__((unused)) void mbar_arrive_remote(u32 cluster_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+static __device__ __forceinline__ __attribute__((unused)) void mbar_wait_cluster(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
@@ -214,6 +240,7 @@ static __device__ __forceinline__ __attribute__((unused)) void tile_coords(int t
 // most one (CTA c: [sk_start(c), sk_start(c + 1)); the first sk_rem CTAs take one more).
 struct Schedule {
   int num_m, num_n, num_k, num_tiles, dp_tiles, ctas, cta;
+  int pair;  // FIXUP_DSMEM: tile u is CTAs 2u and 2u + 1 (one cluster), K halves; the partial goes by DSMEM
   int sk_total, sk_quot, sk_rem;
   __device__ __forceinline__ int sk_start(int c) const { return c * sk_quot + min(c, sk_rem); }
   // The CTA whose range holds stream-K iteration i (< sk_total).
@@ -415,6 +442,40 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
       // is a 512-byte run per warp; warps whose rows are all past M skip both sides.
       const int ct = cw * 128 + t128;
       const bool row_ok = m0 + cw * 64 + warp * 16 < M;
+#if FIXUP_DSMEM
+      if (TN == 128 && sch.pair) {  // (pairs are 128 wide: the 256-wide instantiation carries no copy of this)
+        // The two halves of this tile's K range are this cluster's two CTAs. Rank 0 lets rank 1 write its
+        // partial into rank 0's ring (free: rank 0's slices are all consumed, its wgmmas retired) and adds
+        // it; rank 1 is done after its stores. Counters and ws are not touched.
+        const u32 ready = meta + MAX_STAGES * sizeof(WorkMeta), data = ready + 8;
+        u32 rank;
+        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+        if (rank == 0) {
+          if (t128 == 0) mbar_arrive_remote(map_rank(ready, 1));  // this warpgroup is off the ring
+          mbar_wait_cluster(data, 0);
+          if (row_ok) {
+#pragma unroll
+            for (int j = 0; j < TN / 8; ++j) {
+              float a, b, c, e;
+              asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(e)
+                           : "r"(ring + (j * 256 + ct) * 16) : "memory");
+              res[4 * j] += a, res[4 * j + 1] += b, res[4 * j + 2] += c, res[4 * j + 3] += e;
+            }
+          }
+        } else {
+          mbar_wait_cluster(ready, 0);  // both of rank 0's warpgroups are off its ring
+          const u32 dst = map_rank(ring, 0);
+          if (row_ok) {
+#pragma unroll
+            for (int j = 0; j < TN / 8; ++j)
+              asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(dst + (j * 256 + ct) * 16),
+                           "f"(res[4 * j]), "f"(res[4 * j + 1]), "f"(res[4 * j + 2]), "f"(res[4 * j + 3]) : "memory");
+          }
+          mbar_arrive_remote(map_rank(data, 0));  // every thread: its own stores released
+          continue;
+        }
+      } else {
+#endif
 #if FIXUP_RED
       // Every contributor adds its partial into the tile's zeroed sum in L2 (no data comes back);
       // the last to arrive reads the sum: one read at the tail, not one per contributor.
@@ -486,6 +547,9 @@ static __device__ __forceinline__ void consumer(const CUtensorMap* tmC, unsigned
         }
       }
 #endif
+#if FIXUP_DSMEM
+      }
+#endif
     }
 
     // ---------------------------------------------------------- epilogue
@@ -541,9 +605,20 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
       mbar_init(bars + 8 * s, 1);                 // producer's expect_tx arrival
       mbar_init(bars + 8 * (MAX_STAGES + s), 2);  // one arrival per consumer warpgroup
     }
+    if (FIXUP_DSMEM) {
+      const u32 ready = bars + 8 * 2 * MAX_STAGES + 16 + MAX_STAGES * sizeof(WorkMeta);  // (meta's layout, below)
+      mbar_init(ready, 2);       // rank 0's two consumer warpgroups, remotely
+      mbar_init(ready + 8, 256);  // rank 1's consumer threads, remotely
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  u32 cluster_ctas = 1;
+  if (FIXUP_DSMEM) {
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(cluster_ctas));
+    // every barrier of both CTAs initialised before any remote arrival
+    if (cluster_ctas > 1) asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  }
 
   Schedule sch;
   sch.num_m = (M + BM - 1) / BM;
@@ -558,6 +633,8 @@ gemm_bf16_tn_sm90(const __grid_constant__ CUtensorMap tmA, const __grid_constant
   sch.sk_total = sk_tiles * sch.num_k;
   sch.sk_quot = sch.sk_total / sch.ctas;
   sch.sk_rem = sch.sk_total % sch.ctas;
+  // FIXUP_DSMEM: clusters of 2, every tile stream-K in two exact halves (CTA 2u: the first, 2u + 1: the second)
+  sch.pair = FIXUP_DSMEM && bn == 128 && cluster_ctas == 2 && sch.dp_tiles == 0 && sch.ctas == 2 * sch.num_tiles && sch.num_k % 2 == 0;
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer
