@@ -266,18 +266,41 @@ def test_fresh_inputs_each_check():
 
 
 def test_zero_false_buffers_get_garbage_and_zero_true_get_zeros():
-    seen = {}
+    """Each call sees zero=true scratch zeroed and zero=false scratch as random bytes new to that
+    call (no NaN or constant a kernel could take for "unset")."""
+    seen = {"z": [], "g": []}
 
     def kernel(ws, call):
-        seen.update({k: t.clone() for k, (t, _) in ws.buffers.items()})
+        for k, (t, _) in ws.buffers.items():
+            seen[k].append(t.clone())
         gemm(ws, call)
 
     m = manifest(buffers=[{"name": "z", "dtype": "float32", "shape": [8]},
                           {"name": "g", "dtype": "float32", "shape": [8], "zero": False}],
                  args=["A", "B", "C", "z", "g"]).model_dump(mode="json")
     result, _ = run(kernel, manifest_dict=m)
-    assert result["status"] == "passed"
-    assert (seen["z"] == 0).all() and torch.isnan(seen["g"]).all()
+    assert result["status"] == "passed" and len(seen["g"]) >= 2
+    assert all((z == 0).all() for z in seen["z"])
+    assert not any(torch.isnan(g).all() for g in seen["g"])
+    assert len({bytes(g.view(torch.uint8).tolist()) for g in seen["g"]}) == len(seen["g"])
+
+
+@pytest.mark.parametrize("dtype, filled", [
+    ("int32", lambda flag: int(flag[0]) == 0x5A5A5A5A),  # a counter that counts from the fill
+    ("float32", lambda flag: bool(torch.isnan(flag[0]))),  # NaN as "unset"
+], ids=["counts_from_the_fill", "nan_as_unset"])
+def test_no_fill_value_is_a_sentinel(dtype, filled):
+    """A kernel right only where a zero=false buffer holds the old constant fill fails (the
+    CPU twin of tests/gpu/test_evaluator_gpu.py::test_no_fill_value_is_a_sentinel)."""
+    def kernel(ws, call):
+        gemm(ws, call)
+        if not filled(ws.buffers["flag"][0]):
+            ws.outputs["C"].zero_()
+
+    m = manifest(buffers=[{"name": "flag", "dtype": dtype, "shape": [1], "zero": False}],
+                 args=["A", "B", "C", "M", "N", "K", "flag"]).model_dump(mode="json")
+    result, _ = run(kernel, manifest_dict=m)
+    assert result["reason"] in ("incorrect", "wrong_after_first_call") and "output 'C'" in result["detail"], result
 
 
 def test_held_out_workload_and_timeout_and_cuda_error():

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -79,13 +80,29 @@ def poison_mask(t: torch.Tensor) -> torch.Tensor:
     return t.view(view_dtype) == bits
 
 
+# One generator per device for garbage_, seeded from os.urandom on first use in each process:
+# not the global torch RNG (a seeded run would make it predictable) nor a request's seeds.
+_GARBAGE_GENERATORS: dict[torch.device, torch.Generator] = {}
+# A forked child must not replay its parent's bytes.
+os.register_at_fork(after_in_child=_GARBAGE_GENERATORS.clear)
+
+
+def _garbage_generator(device: torch.device) -> torch.Generator:
+    generator = _GARBAGE_GENERATORS.get(device)
+    if generator is None:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int.from_bytes(os.urandom(8), "little"))
+        _GARBAGE_GENERATORS[device] = generator
+    return generator
+
+
 def garbage_(t: torch.Tensor) -> None:
-    """Fill a zero=False scratch buffer with NaN (floats) or a pattern (ints), so a kernel
-    that relies on it being zero fails instead of passing by luck."""
-    if t.dtype.is_floating_point and t.dtype != torch.float8_e4m3fn:
-        t.fill_(float("nan"))
-    else:
-        t.view(torch.uint8).fill_(0x5A)
+    """Fill a zero=False scratch buffer with random bytes, new on every call, so a kernel that
+    relies on it holding anything fails instead of passing by luck. Random, not a constant: a
+    known fill is free initialisation (counters that count from 0x5A5A5A5A, `isnan(x)` as
+    "unset" in a NaN-filled buffer) that saves the timed memset of a zero=true buffer; random
+    bits cannot be told apart from data. (Outputs keep their recognisable poison: poison_.)"""
+    t.view(-1).view(torch.uint8).random_(0, 256, generator=_garbage_generator(t.device))
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

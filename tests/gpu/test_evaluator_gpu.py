@@ -120,6 +120,34 @@ def test_adversarial_fixture(evaluator, control, name):
         skip_unless_counted(r)
 
 
+# The control GEMM made to take a zero=false buffer's fill for initialisation: right only where
+# `flag` holds the old constant fill (a counter counting from 0x5A5A5A5A; NaN as "unset"), zeros
+# elsewhere. The fill is random bytes new on every run (tools.correctness.garbage_): it never passes.
+@pytest.mark.parametrize("dtype, filled", [("int32", "flag[0] == 0x5A5A5A5A"), ("float32", "isnan(flag[0])")],
+                         ids=["counts_from_the_fill", "nan_as_unset"])
+def test_no_fill_value_is_a_sentinel(evaluator, tmp_path, dtype, filled):
+    src = (FIXTURES / "good" / "kernel.cu").read_text()
+    params, store = "int M, int N, int K) {", "C[(size_t)m * N + n] = __float2bfloat16(acc[i][j]);"
+    assert src.count(params) == 1 and src.count(store) == 1
+    ctype = {"int32": "int", "float32": "float"}[dtype]
+    src = src.replace(params, f"int M, int N, int K, const {ctype}* __restrict__ flag) {{\n"
+                              f"    const bool filled = {filled};")
+    src = src.replace(store, "C[(size_t)m * N + n] = __float2bfloat16(filled ? acc[i][j] : 0.f);")
+    manifest = json.loads((FIXTURES / "good" / "launch.json").read_text())
+    manifest["buffers"] = [{"name": "flag", "dtype": dtype, "shape": [1], "zero": False}]
+    manifest["launches"][0]["args"].append("flag")
+    folder = tmp_path / "sentinel"
+    folder.mkdir()
+    (folder / "kernel.cu").write_text(src)
+    (folder / "launch.json").write_text(json.dumps(manifest))
+    r = evaluator.evaluate(Solution.from_dir(folder), "gemm_n7168_k5120", "sm_90a", workloads="visible", time=False)
+    assert r.compiled and r.run_status == "ok", show(r)
+    failed = [w for w in r.workloads if w.status == "failed"]
+    assert r.correct is False and failed, show(r)
+    # a random float is NaN about once in 256 runs: then only a later call fails
+    assert failed[0].reason in ("incorrect", "wrong_after_first_call") and "output 'C'" in failed[0].detail, show(r)
+
+
 def test_expert_gemm_tma_wgmma(evaluator):
     """TMA tensor maps (128B swizzle), 230 KB dynamic smem, a persistent grid over num_sms."""
     sol = Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert")
