@@ -77,12 +77,12 @@ def _run(task, m: int, variant_name: str, limits, tmp_path, seed: int = 1, runs:
 
 # nowave: the data-parallel path alone (every tile one CTA's); FIXUP_ORDERED (`ordered`) at M = 8192:
 # stream-K over the last wave (2-3 contributors a tile); shipped at M = 70: equal splits (2 contributors,
-# order-free); sk_wave_ordered at gemm_n34816_k5120 M = 70: 4 tiles over 132 CTAs (~34 contributors:
+# order-free; since v7 through distributed shared memory in clusters of 2, `nopair` the ws and counters); sk_wave_ordered at gemm_n34816_k5120 M = 70: 4 tiles over 132 CTAs (~34 contributors:
 # the fix-up that restarts from the first partial). Every one with the shipped deferred epilogue (EPI_DEFER:
 # a tile's stores run beside the next tile's first wgmmas).
 @pytest.mark.parametrize("task_name,m,variant_name", [
     ("gemm_n7168_k5120", 8192, "nowave"), ("gemm_n5376_k21504", 8828, "nowave"), ("gemm_n7168_k5120", 8192, "ordered"),
-    ("gemm_n7168_k5120", 70, "shipped"), ("gemm_n34816_k5120", 70, "sk_wave_ordered")])
+    ("gemm_n7168_k5120", 70, "shipped"), ("gemm_n7168_k5120", 70, "nopair"), ("gemm_n34816_k5120", 70, "sk_wave_ordered")])
 def test_every_path_is_deterministic(task_name, m, variant_name, device, tmp_path):
     """The same bits on every run: a race in the ring, the staging buffers or the work handoff would
     show here, and so would a stream-K sum whose order followed whichever contributor came last."""
