@@ -336,7 +336,8 @@ def run_counted(state, entries: list[Counted], sites: dict[str, dict[int, str]] 
     hardware = [i for i in range(profiler.passes) if i not in instrumented]
     # CUPTI's range push and pop each first wait for the GPU to run everything queued (H200,
     # 2026-12-03: push 0.7-68 ms, pop 0.7-38 ms, growing with what was queued before them), then do
-    # CUPTI's own work (0.6-1 ms with the check's metric set, 0.03 ms with one metric). Every
+    # CUPTI's own work (0.6-1 ms with the check's metric set, and as much with any one of its instruction
+    # counters alone: scripts/probe_range_cost.py --each, 2026-12-04). Every
     # candidate run of a counted timed phase is ranged (ranged_run); the library's run beside it
     # waits as long (matched_pause: a drain, then CUPTI's own part as last measured on a ranged run,
     # the H200's until the first), so both sides of every pair see the same pause before and after
