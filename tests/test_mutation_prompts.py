@@ -344,7 +344,7 @@ def test_templates_of_a_version_and_their_hash(tmp_path, monkeypatch):
     (tmp_path / "a_v9.md").write_text("x")
     (tmp_path / "a_v90.md").write_text("another version")
     monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
-    monkeypatch.setattr(feedback_catalogue, "digest", lambda: "feedback-digest")  # its own tests: test_mutation_feedback
+    monkeypatch.setattr(feedback_catalogue, "digest", lambda: "feedback-digest")  # tested in test_mutation_feedback
     assert prompts.template_files("v9") == [tmp_path / "a_v9.md", tmp_path / "b_v9.md"]
     rules = b"".join(f"credit_rules:{a}".encode() + b"\0" + prompts.credit_rules(a).encode() + b"\0"
                      for a in ("sm_100a", "sm_90a"))
