@@ -369,7 +369,8 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
     if (config.prompt_version, config.template_hash) != now_prompts:
         return (f"run {run_dir} was asked with prompt templates {config.prompt_version} "
                 f"{config.template_hash[:12]}; this checkout's are {now_prompts[0]} {now_prompts[1][:12]} "
-                f"(agent/prompts/): its next turns would be asked with other prompts; {afresh}")
+                f"(agent/prompts/, the credit rules, the feedback's wording in agent/feedback.py): its next turns "
+                f"would be asked with other prompts; {afresh}")
     try:
         now_task = task_hash(_get_task(config.task)) if config.task_hash is not None else None
     except SolveError as exc:  # the task is gone from this checkout

@@ -239,7 +239,8 @@ def test_a_run_goes_on_only_with_its_prompts_task_and_docs(tmp_path, monkeypatch
         f"checked against this checkout's ({here}); {afresh}")
     assert ar.inputs_change(config(template_hash="ab" * 32), run_dir) == (
         f"run {run_dir} was asked with prompt templates {prompts.PROMPT_VERSION} {'ab' * 6}; this checkout's are "
-        f"{here} (agent/prompts/): its next turns would be asked with other prompts; {afresh}")
+        f"{here} (agent/prompts/, the credit rules, the feedback's wording in agent/feedback.py): its next turns "
+        f"would be asked with other prompts; {afresh}")
     assert ar.inputs_change(config(prompt_version="v0"), run_dir).startswith(
         f"run {run_dir} was asked with prompt templates v0 ")
     changed = ar.inputs_change(config(task_hash="cd" * 32, task_requested="gemm"), run_dir)
