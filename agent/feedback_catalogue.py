@@ -1,5 +1,5 @@
 """A fixed catalogue of evaluations and candidates that reaches every text agent/feedback.py can
-emit, rendered; and its digest, which agent.prompts.template_hash folds in.
+emit, rendered; its digest; and asked_hash, the hash a run records and resumes only under.
 
 The feedback is the prompt of every turn after the first. A run resumes only where it would be
 told what it was told before (agent.run.inputs_change), so the hash must change exactly when a
@@ -15,6 +15,7 @@ import hashlib
 import typing
 
 from agent import feedback as fb
+from agent import prompts
 from agent.trajectory import CandidateRecord, Verdicts
 from tools.profile import KernelProfile, Profile
 from tools.results import (CompileResult, Diagnostic, ElementSample, EvalResult, ExecutedCheck, FailReason,
@@ -247,3 +248,12 @@ def digest() -> str:
     for name, text in sorted(texts().items()):
         h.update(name.encode() + b"\0" + text.encode() + b"\0")
     return h.hexdigest()
+
+
+def asked_hash(version: str = prompts.PROMPT_VERSION) -> str:
+    """What a run records as its `template_hash` and resumes only under: the templates and the credit
+    rules (prompts.template_hash), then the digest of the feedback as rendered. What turns 2+ are told is
+    written in agent/feedback.py's code as well as in templates, and a resumed run told other words
+    after its later turns than after its first would be a confound no one sees; taken over the texts,
+    not the code, the digest moves with a changed word and with nothing else."""
+    return hashlib.sha256(f"{prompts.template_hash(version)}\0feedback\0{digest()}".encode()).hexdigest()

@@ -2,8 +2,8 @@
 
 Templates are `<name>_<version>.md` with `${placeholders}` (string.Template: braces in
 CUDA and JSON need no escaping). A change of wording is a new version; the sha256 over a
-version's files (and over the credit rules and the feedback as rendered: template_hash) goes into
-each run's config, so a sweep never mixes prompts unknowingly.
+version's files and the credit rules (template_hash; with the feedback as rendered:
+agent.feedback_catalogue.asked_hash) goes into each run's config, so a sweep never mixes prompts unknowingly.
 The task itself is described by tasks.describe.render_task, never here.
 """
 from __future__ import annotations
@@ -38,19 +38,14 @@ def template_hash(version: str = PROMPT_VERSION) -> str:
     """sha256 over the names and contents of one version's templates, then over the credit rules the
     system prompt states for each arch (credit_rules, written from tools/credit.py's own numbers): a
     run resumes only with the same prompt text, and a rule that changed (a threshold, the tie) would
-    otherwise judge and describe its later turns by other rules than its first. Last, the digest of the
-    feedback as rendered (agent.feedback_catalogue): what turns 2+ are told is written in
-    agent/feedback.py's code as well as in templates, and a resumed run told other words after its
-    turns than before would be a confound no one sees; taken over the texts, not the code, it moves
-    with a changed word and with nothing else."""
-    from agent import feedback_catalogue  # imported here: agent.feedback renders through this module
-
+    otherwise judge and describe its later turns by other rules than its first. A run records
+    agent.feedback_catalogue.asked_hash, this and the feedback's wording (agent.feedback renders
+    through this module, so the feedback is folded in above it, not here)."""
     h = hashlib.sha256()
     for path in template_files(version):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     for arch in sorted(GPU_NAMES):
         h.update(f"credit_rules:{arch}".encode() + b"\0" + credit_rules(arch).encode() + b"\0")
-    h.update(b"feedback\0" + feedback_catalogue.digest().encode() + b"\0")
     return h.hexdigest()
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from agent import prompts
+from agent import feedback_catalogue, prompts
 from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
 from agent.nodes import Deps, InfraFault, Nodes, turn1_messages
@@ -362,7 +362,7 @@ def inputs_change(config: RunConfig, run_dir: Path) -> str | None:
     "unknown" in reports."""
     afresh = (f"start a new run (agent solve --task {config.task_requested or config.task} ...), or resume it "
               f"from a checkout with the files it ran with")
-    now_prompts = (prompts.PROMPT_VERSION, prompts.template_hash())
+    now_prompts = (prompts.PROMPT_VERSION, feedback_catalogue.asked_hash())
     if not config.template_hash:
         return (f"run {run_dir} records no prompt template hash, so which prompts its turns were asked with "
                 f"cannot be checked against this checkout's ({now_prompts[0]} {now_prompts[1][:12]}); {afresh}")
@@ -530,7 +530,7 @@ def _start_locked(config: RunConfig, task, model, state: dict, run_dir: Path, re
     owned = evaluator is None
     evaluator = evaluator or _get_evaluator()
     config = config.model_copy(update={"prompt_version": prompts.PROMPT_VERSION,
-                                       "template_hash": prompts.template_hash(),
+                                       "template_hash": feedback_catalogue.asked_hash(),
                                        "knowledge_version": _knowledge_version(), "task_hash": task_hash(task),
                                        "tool_versions": tool_versions(), "gpu": _gpu_name(evaluator),
                                        "gpu_from_turn": None})  # a repair's config is its student's

@@ -135,7 +135,8 @@ class RunConfig(BaseModel):
     profile_feedback: bool = False  # runs recorded before the flag had no profile block
     requested_features: list[str] = Field(default_factory=list)
     prompt_version: str = "v1"
-    template_hash: str = ""  # sha256 over the prompt template files of prompt_version
+    # agent.feedback_catalogue.asked_hash: prompt_version's templates, the credit rules, the feedback's wording
+    template_hash: str = ""
     # knowledge.retriever.knowledge_version(): sha256 over the docs, examples and helper headers an
     # arm can send. None: recorded before configs held it (reports count those as "unknown")
     knowledge_version: str | None = None

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from agent import feedback as fb
-from agent import prompts
+from agent import feedback_catalogue
 from agent.feedback_catalogue import CARRIED, ev, evaluations, inspected, profiles, record, texts, wl
 from agent.trajectory import CandidateRecord, Verdicts
 from tools import profile
@@ -246,7 +246,7 @@ def test_the_recorded_texts_say_what_the_rules_say():
 
 
 # ---------------------------------------------------------------------------------------
-# A run resumes only under the feedback it started with (agent.prompts.template_hash)
+# A run resumes only under the feedback it started with (agent.feedback_catalogue.asked_hash)
 # ---------------------------------------------------------------------------------------
 def _text_functions() -> dict:
     """agent/feedback.py's functions that write a part of the feedback, by the names they go by."""
@@ -278,20 +278,20 @@ WORDINGS = {  # each changes what a model reads, and nothing else
 def test_a_changed_word_of_the_feedback_changes_the_template_hash(monkeypatch, change):
     """A run resumed after the feedback's wording changed would be told one thing after its first
     turns and another after its later ones: agent.run.inputs_change refuses it, by the hash."""
-    before = prompts.template_hash()
+    before = feedback_catalogue.asked_hash()
     WORDINGS[change](monkeypatch)
-    assert prompts.template_hash() != before
+    assert feedback_catalogue.asked_hash() != before
 
 
 def test_code_that_says_the_same_leaves_the_template_hash(monkeypatch):
     """The hash is over what the model reads, not over the code: a refactor that renders the same
     text, or a change to a rule that no feedback text states, refuses no resume."""
-    before = prompts.template_hash()
+    before = feedback_catalogue.asked_hash()
     for name, render in _text_functions().items():
         monkeypatch.setattr(fb, name, _reworded(render, "", ""))  # another function, the same text
     monkeypatch.setattr(fb, "rank", lambda c, require=True: (0,))
     monkeypatch.setattr(fb, "MEMCHECK_TRIGGERS", frozenset())
-    assert prompts.template_hash() == before
+    assert feedback_catalogue.asked_hash() == before
 
 
 def test_the_catalogue_reaches_every_text_of_the_feedback():
@@ -308,7 +308,7 @@ def test_the_catalogue_reaches_every_text_of_the_feedback():
     previous = sys.getprofile()
     sys.setprofile(seen)
     try:
-        prompts.template_hash()
+        feedback_catalogue.asked_hash()
     finally:
         sys.setprofile(previous)
     assert sorted(set(names.values()) - reached) == []
@@ -317,3 +317,13 @@ def test_the_catalogue_reaches_every_text_of_the_feedback():
 if __name__ == "__main__":
     TEXTS.write_text(json.dumps(texts(), indent=1, sort_keys=True) + "\n")
     print(f"wrote {TEXTS}")
+
+
+def test_the_hash_a_run_records_moves_with_its_templates_and_credit_rules_too(monkeypatch):
+    """asked_hash folds the feedback in above prompts.template_hash (the templates, the credit rules):
+    a run resumes only where both are as they were."""
+    from agent import prompts
+
+    before = feedback_catalogue.asked_hash()
+    monkeypatch.setattr(prompts, "template_hash", lambda version=prompts.PROMPT_VERSION: "0" * 64)
+    assert feedback_catalogue.asked_hash() != before

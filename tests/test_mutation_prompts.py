@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from agent import feedback as fb
-from agent import feedback_catalogue, prompts
+from agent import prompts
 from agent.nodes import turn1_messages
 from agent.run import render_statement
 from agent.trajectory import Budget, CandidateRecord, RunConfig
@@ -344,12 +344,10 @@ def test_templates_of_a_version_and_their_hash(tmp_path, monkeypatch):
     (tmp_path / "a_v9.md").write_text("x")
     (tmp_path / "a_v90.md").write_text("another version")
     monkeypatch.setattr(prompts, "PROMPTS_DIR", tmp_path)
-    monkeypatch.setattr(feedback_catalogue, "digest", lambda: "feedback-digest")  # tested in test_mutation_feedback
     assert prompts.template_files("v9") == [tmp_path / "a_v9.md", tmp_path / "b_v9.md"]
     rules = b"".join(f"credit_rules:{a}".encode() + b"\0" + prompts.credit_rules(a).encode() + b"\0"
                      for a in ("sm_100a", "sm_90a"))
-    assert prompts.template_hash("v9") == hashlib.sha256(b"a_v9.md\0x\0b_v9.md\0y\0" + rules
-                                                         + b"feedback\0feedback-digest\0").hexdigest()
+    assert prompts.template_hash("v9") == hashlib.sha256(b"a_v9.md\0x\0b_v9.md\0y\0" + rules).hexdigest()
     with pytest.raises(prompts.PromptError, match=f"^no prompt templates for version 'v8' in {tmp_path}$"):
         prompts.template_hash("v8")
 

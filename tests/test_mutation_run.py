@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import prompts
+from agent import feedback_catalogue, prompts
 from agent import run as ar
 from agent.trajectory import Budget, RunConfig
 
@@ -152,7 +152,7 @@ def test_a_scripted_or_replayed_model_resumes_from_any_folder(tmp_path):
 # ---------------------------------------------------------------------------------------
 def config(**kw) -> RunConfig:
     base = dict(run_id="r1", task="gemm_n7168_k5120", model="scripted:x", prompt_version=prompts.PROMPT_VERSION,
-                template_hash=prompts.template_hash(), task_hash=ar.task_hash(ar._get_task("gemm_n7168_k5120")),
+                template_hash=feedback_catalogue.asked_hash(), task_hash=ar.task_hash(ar._get_task("gemm_n7168_k5120")),
                 knowledge_version=None)
     return RunConfig(**{**base, **kw})
 
@@ -233,7 +233,7 @@ def test_a_run_goes_on_only_with_its_prompts_task_and_docs(tmp_path, monkeypatch
     afresh = ("start a new run (agent solve --task gemm_n7168_k5120 ...), or resume it from a checkout with the "
               "files it ran with")
     assert ar.inputs_change(config(), run_dir) is None
-    here = f"{prompts.PROMPT_VERSION} {prompts.template_hash()[:12]}"
+    here = f"{prompts.PROMPT_VERSION} {feedback_catalogue.asked_hash()[:12]}"
     assert ar.inputs_change(config(template_hash=""), run_dir) == (
         f"run {run_dir} records no prompt template hash, so which prompts its turns were asked with cannot be "
         f"checked against this checkout's ({here}); {afresh}")
