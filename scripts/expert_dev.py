@@ -59,15 +59,6 @@ def _gemm_bn(bn: str, red: bool = False, sk: str = "2 * {t} <= num_sms",
 
 # 128-wide tiles where 256-wide ones would be half empty (N <= 128) or too few to fill half the SMs
 _BN_AUTO = "(128 if N <= 128 else (128 if 2 * cdiv(M, 128) * cdiv(N, 256) <= num_sms else 256))"
-# ... and where 256-wide tiles make more than one wave whose last is under 1/3 full (below the shipped
-# last-wave stream-K) while 128-wide ones, each taken as 0.55 of a 256-wide tile's time, need fewer waves:
-# the held-out middle sizes (M = 901-972 on N = 5120-5376: 160-168 tiles on 132 SMs, 0.61-0.66x cuBLAS on
-# 2026-12-04; M = 2379; gemm_n34816_k5120 at M = 70 and 232). "Fewer" by a margin (22/39 of the waves, not
-# 11/20): gemm_n2048_k*'s visible M = 8828 (9 waves of 128-wide tiles against 5 of 256, 0.99 of the time by
-# that count) keeps its 256-wide tiles. Shipped in v7 (the manifest's `bn`); timed on 2026-12-05 (NOTES.md).
-_T128 = "(cdiv(M, 128) * cdiv(N, 128))"
-_BN_WAVE = (f"128 if N <= 128 else (128 if 2 * {_T} <= num_sms else (128 if ({_T} > num_sms) * "
-            f"(3 * ({_T} % num_sms) < num_sms) * (22 * cdiv({_T128}, num_sms) < 39 * cdiv({_T}, num_sms)) else 256))")
 
 
 def _gemm_wave(wave: str = "({t} > num_sms) * ({t} % num_sms > 0)") -> dict:
@@ -419,7 +410,9 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, int], dict]]] = {
         "red16": _gemm_bn("256", red=True, sk_grid="min(num_sms, max({t}, {t} * cdiv(K, 64) // 16))"),
         "bn128": _gemm_bn("128"),  # 128x128 tiles everywhere
         "bn128_red": _gemm_bn("128", red=True),
-        "bn_wave": ({}, {"let": {"bn": _BN_WAVE}}),  # 128-wide tiles where they cut a wave (shipped since v7)
+        # 128-wide tiles also where they save a 256-wide last wave under 1/3 full: the manifest's own `bn` since v7
+        # (NOTES.md v7 gives the rule and its margin), kept under its name for the figures measured before
+        "bn_wave": ({}, {}),
         "bn_v6": ({}, {"let": {"bn": _BN_AUTO}}),  # v6's tile width: 256 wherever the tiles fill more than half the SMs
         "nopair": ({}, {"let": {"pair": "0"}}),  # v6's fix-up through ws and counters (and their memset) at M = 70 too
         "bn_auto": _gemm_bn(_BN_AUTO),  # 128x128 tiles for N <= 128 and small M, else 128x256 (shipped since v4)
