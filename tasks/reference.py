@@ -1,4 +1,6 @@
-"""Run a task's reference: the Python source in `Task.reference`, exactly the text a model is shown.
+"""Run a task's reference: the Python source in `Task.reference`, exactly the text a model is shown,
+or, for one of ptxbench's own reference texts that has one (JUDGE_EQUIVALENTS), a faster computation
+of the same results that tests hold to the text (GDN prefill: the recurrence in chunks, in float64).
 
 Results are fp32. The evaluator compares every output in fp32 against them, so a reference
 must not round to the output dtype: ptxbench's own references compute in fp32 from the
@@ -58,13 +60,24 @@ def _ieee_fp32():
         torch.set_float32_matmul_precision(old_precision)
 
 
-def run_reference(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def judge_equivalent(task: Task) -> Callable | None:
+    """The faster computation of `task`'s reference results, where its reference is the very text one
+    was written and tested for (a task that changes the text, or a foreign task of the same op type,
+    runs its own text): {sha256 of the text: function with the text's `run` signature}."""
+    from tasks.families.gdn import PREFILL_REFERENCE, prefill_chunked
+
+    equivalents = {hashlib.sha256(PREFILL_REFERENCE.encode()).hexdigest(): prefill_chunked}
+    return equivalents.get(hashlib.sha256(task.reference.encode()).hexdigest())
+
+
+def run_reference(task: Task, inputs: dict[str, torch.Tensor], text: bool = False) -> dict[str, torch.Tensor]:
     """Every output of the task, in fp32, on the inputs' device.
 
     `inputs` holds the task's input tensors (any extra entries are ignored); the task's
-    scalars (e.g. sm_scale) are computed from the input shapes and passed by name.
+    scalars (e.g. sm_scale) are computed from the input shapes and passed by name. The reference's
+    judge equivalent runs where it has one, unless `text` (the text itself: what the tests compare it with).
     """
-    run = reference_function(task)
+    run = (not text and judge_equivalent(task)) or reference_function(task)
     axes = _axes_from_shapes(task, inputs)
     scalars = task.scalar_values(axes)
     args = {name: _widen(inputs[name]) for name in task.inputs}
@@ -149,46 +162,18 @@ def term_scales(task: Task, inputs: dict[str, torch.Tensor]) -> dict[str, torch.
 
             a, b = dequantize(inputs["A"], inputs["SF_A"]), dequantize(inputs["B"], inputs["SF_B"])
             return {"D": torch.matmul(a.square(), b.square().T).sqrt_()}
+        # GDN prefill: the rss of the products summed into o_t[v], scale * S_t[v, k] q_t[k], with S_t the state
+        # after token t, stepped as the judge's reference steps it. A row of o is small where its gate and beta
+        # wiped the state (its terms are small too, and a kernel's rounding of them), never by cancellation of
+        # large terms on these inputs: so each output row is held to its own terms, with no floor that lets a
+        # near-zero row be zeroed (issue 42, item 6).
         if task.op_type == "gdn_prefill":
-            return {"output": _gdn_prefill_output_terms(x, task.scalar_values(axes)["scale"])}
+            from tasks.families.gdn import prefill_chunked
+
+            args = {n: x[n] for n in ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "cu_seqlens")}
+            return prefill_chunked(**args, scale=task.scalar_values(axes)["scale"], terms=True)
     raise BrokenReference(f"no term scales are known for op type {task.op_type!r} (task {task.name}); "
                           "use tolerance.scale = \"ref\"")
-
-
-def _gdn_prefill_output_terms(x: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
-    """|scale| * sqrt(sum_k (S_t[v,k] q_t[k])^2) per token t and value head: the rss of the products
-    summed into o_t[v], with S_t the state after token t, stepped as the reference steps it
-    (tasks/families/gdn.py, PREFILL_REFERENCE). A row of o is small where its gate and beta wiped the
-    state (its terms are small too, and a kernel's rounding of them), never by cancellation of large
-    terms on these inputs: so each output row can be held to its own terms, with no floor that lets a
-    near-zero row be zeroed (issue 42, item 6)."""
-    import torch.nn.functional as F
-
-    q, k, v = x["q"], x["k"], x["v"]
-    HV, HQ = v.shape[1], q.shape[1]
-    qh, kh = (t.float().repeat_interleave(HV // HQ, dim=1) for t in (q, k))
-    vh = v.float()
-    g = torch.exp(-torch.exp(x["A_log"].float()) * F.softplus(x["a"].float() + x["dt_bias"].float()))
-    beta = torch.sigmoid(x["b"].float())
-    bounds = [int(b) for b in x["cu_seqlens"].tolist()]
-    starts, ends = bounds[:-1], bounds[1:]
-    S = x["state"].float().clone()
-    rss = torch.zeros(q.shape[0], HV, v.shape[2], dtype=torch.float32, device=q.device)
-    q2 = qh.square()
-    live = None
-    for i in range(max([e - s for s, e in zip(starts, ends)], default=0)):
-        now = [m for m in range(len(starts)) if starts[m] + i < ends[m]]
-        if now != live:
-            live = now
-            n = torch.tensor(live, device=q.device)
-            t = torch.tensor([starts[m] + i for m in live], device=q.device)
-        Sn = S[n] * g[t][:, :, None, None]
-        delta = beta[t][:, :, None] * (vh[t] - torch.einsum("nhvk,nhk->nhv", Sn, kh[t]))
-        Sn = Sn + delta[:, :, :, None] * kh[t][:, :, None, :]
-        rss[t] = abs(scale) * torch.einsum("nhvk,nhk->nhv", Sn.square(), q2[t]).sqrt_()
-        S[n] = Sn
-        t = t + 1
-    return rss
 
 
 def dequantised(inputs: dict[str, torch.Tensor], names) -> dict[str, torch.Tensor]:

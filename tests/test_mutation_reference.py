@@ -12,7 +12,8 @@ import torch
 
 from tasks import get_task, reference
 from tasks.generators import generate_inputs
-from tasks.reference import (BrokenReference, _gdn_prefill_output_terms, _widen, reference_function, run_reference,
+from tasks.families.gdn import prefill_chunked
+from tasks.reference import (BrokenReference, _widen, reference_function, run_reference,
                              term_scales)
 from tasks.schema import Task
 from tests.test_gdn import _gates64
@@ -249,7 +250,8 @@ def test_gdn_prefill_terms_over_uneven_and_empty_sequences():
     got = term_scales(task, x)["output"]
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-7)
     # the scale's sign cannot make a root-sum-square negative
-    torch.testing.assert_close(_gdn_prefill_output_terms(x, -1 / math.sqrt(128)), got)
+    args = {n: x[n] for n in ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "cu_seqlens")}
+    torch.testing.assert_close(prefill_chunked(**args, scale=-1 / math.sqrt(128), terms=True)["output"], got)
 
 
 def test_a_gdn_prefill_batch_without_sequences_has_no_terms():
