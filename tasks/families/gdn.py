@@ -519,33 +519,29 @@ def prefill_chunked(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, *, 
     live = j[None, :] < torch.tensor(lens, device=dev)[:, None]                            # [N, Lp]
     at = torch.where(live, torch.tensor(starts, device=dev)[:, None] + j[None, :], T)      # T: the padding row
 
-    def padded(x: torch.Tensor, pad: float = 0.0) -> torch.Tensor:
-        """[T, HV, ...] -> [N * HV, Lp, ...] in float64, padding rows `pad`."""
-        x = torch.cat([x.to(f64), torch.full_like(x[:1], pad, dtype=f64)])[at]             # [N, Lp, HV, ...]
-        return x.transpose(1, 2).reshape(N * HV, Lp, *x.shape[3:])
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        """[T, HV, ...] -> [T + 1, HV, ...] float64, a zero row last (padding: k = q = v = 0, log g = 0, β = 0)."""
+        return torch.cat([x.to(f64), torch.zeros_like(x[:1], dtype=f64)])
 
-    qp, kp = (padded(x.repeat_interleave(HV // HQ, dim=1)) for x in (q, k))                 # [P, Lp, K]
-    vp = padded(v)                                                                          # [P, Lp, V]
-    lg = padded(torch.log(g.double()).clamp_min(_LOG_G_MIN))                                # [P, Lp]: 0 past the end
-    bp = padded(beta)
+    tokens = {"q": rows(q.repeat_interleave(HV // HQ, dim=1)), "k": rows(k.repeat_interleave(HV // HQ, dim=1)),
+              "v": rows(v), "log_g": rows(torch.log(g.double()).clamp_min(_LOG_G_MIN)), "beta": rows(beta)}
     lower = torch.ones(C, C, dtype=torch.bool, device=dev).tril()
     strict = lower.clone().fill_diagonal_(False)
-    res = torch.empty(N * HV, Lp, V, dtype=f64, device=dev)
     for c0 in range(0, Lp, C):
-        Qc, Kc, Vc, Bc = qp[:, c0:c0 + C], kp[:, c0:c0 + C], vp[:, c0:c0 + C], bp[:, c0:c0 + C]
-        cum = lg[:, c0:c0 + C].cumsum(-1)                                                   # log Γ_t
+        idx, keep = at[:, c0:c0 + C], live[:, c0:c0 + C]                                     # [N, C]
+        Qc, Kc, Vc, lg, Bc = (x[idx].transpose(1, 2).reshape(N * HV, C, *x.shape[2:]) for x in tokens.values())
+        cum = lg.cumsum(-1)                                                                 # log Γ_t
         gam = cum.exp()
         R = torch.where(lower, cum[:, :, None] - cum[:, None, :], -math.inf).exp()          # Γ_t / Γ_i, i <= t
         A = torch.where(strict, Bc[:, :, None] * R * (Kc @ Kc.mT), 0.0)
         rhs = Bc[:, :, None] * (Vc - gam[:, :, None] * (Kc @ S.mT))                         # S_0 k_t as rows
         W = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)           # [P, C, V]
         if terms:
-            res[:, c0:c0 + C] = _chunk_terms(S, gam, R, W, Kc, Qc, scale)
+            res = _chunk_terms(S, gam, R, W, Kc, Qc, scale)
         else:
-            res[:, c0:c0 + C] = scale * (gam[:, :, None] * (Qc @ S.mT) + (R * (Qc @ Kc.mT)) @ W)
+            res = scale * (gam[:, :, None] * (Qc @ S.mT) + (R * (Qc @ Kc.mT)) @ W)
+        out[idx[keep]] = res.reshape(N, HV, C, V).transpose(1, 2)[keep].float()
         S = gam[:, -1, None, None] * S + (R[:, -1, :, None] * W).mT @ Kc                    # the state after the chunk
-    res = res.reshape(N, HV, Lp, V).transpose(1, 2)                                         # [N, Lp, HV, V]
-    out[at[live]] = res[live].float()
     return {"output": out} if terms else {"output": out, "new_state": S.float().reshape(state.shape)}
 
 
