@@ -1,5 +1,5 @@
 """Run a task's reference: the Python source in `Task.reference`, exactly the text a model is shown,
-or, for one of ptxbench's own reference texts that has one (JUDGE_EQUIVALENTS), a faster computation
+or, for one of ptxbench's own reference texts that has one (`judge_equivalent`), a faster computation
 of the same results that tests hold to the text (GDN prefill: the recurrence in chunks, in float64).
 
 Results are fp32. The evaluator compares every output in fp32 against them, so a reference
@@ -61,9 +61,9 @@ def _ieee_fp32():
 
 
 def judge_equivalent(task: Task) -> Callable | None:
-    """The faster computation of `task`'s reference results, where its reference is the very text one
-    was written and tested for (a task that changes the text, or a foreign task of the same op type,
-    runs its own text): {sha256 of the text: function with the text's `run` signature}."""
+    """The faster computation of `task`'s reference results (a function with the text's `run` signature),
+    where its reference is the very text that computation was written and tested for, matched by hash: a
+    task that edits the text, or a foreign task of the same op type, runs its own text (None here)."""
     from tasks.families.gdn import PREFILL_REFERENCE, prefill_chunked
 
     equivalents = {hashlib.sha256(PREFILL_REFERENCE.encode()).hexdigest(): prefill_chunked}
