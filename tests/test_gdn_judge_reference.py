@@ -133,3 +133,29 @@ def test_the_judge_runs_the_equivalent_only_for_the_text_it_was_written_for():
 def test_the_chunk_is_the_prefill_kernels():
     assert JUDGE_CHUNK == 64  # a sequence longer than one chunk crosses a boundary in every case above
     assert any(b[-1] - b[-2] > JUDGE_CHUNK or b[2] - b[1] > JUDGE_CHUNK for _, b in CASES if len(b) > 2)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_packings_and_gates(seed):
+    """Random packings (empty sequences, one-token ones, lengths across chunk boundaries, tokens left
+    outside) and gates pushed to their ends on random heads: the chunks give the token loop's results."""
+    import random
+
+    r = random.Random(seed)
+    name = (QK4, QK8)[seed % 2]
+    lens = [r.choice([0, 1, r.randint(2, 63), 64, r.randint(65, 200)]) for _ in range(r.randint(1, 5))]
+    first = r.randint(0, 3)
+    bounds = [first]
+    for n in lens:
+        bounds.append(bounds[-1] + n)
+    x = inputs(name, bounds, seed=100 + seed, total=bounds[-1] + r.randint(0, 3))
+    hv = x["v"].shape[1]
+    for h in r.sample(range(hv), 2):  # a fast-forgetting head and a nearly frozen one
+        x["dt_bias"][h] = r.choice([50.0, -50.0])
+    x["b"][:, r.randrange(hv)] *= 40  # beta at 0 or 1 on one head
+    want = stepped(x, SCALE)
+    got = chunked(x, SCALE)
+    for n in ("output", "new_state"):
+        assert bool(torch.isfinite(got[n]).all()), n
+        assert_near(got[n], want[n], 1e-6, f"{n} (lengths {lens}, first token {first})")
+    assert_near(chunked(x, SCALE, terms=True)["output"], want["terms"], 1e-6, "term scales")
