@@ -308,6 +308,36 @@ def test_the_profiler_is_enabled_per_call(monkeypatch):
         assert all(fake.count[fn] == k for fn in [ENABLE, DISABLE, *CONFIGURE])
 
 
+def test_kept_enabled_the_next_call_configures_the_same_object_and_close_disables_it(monkeypatch):
+    """keep_enabled (the experiment of tools.cupti.KEEP_ENABLED_ENV): no Disable after a whole profile, the
+    next call configures the object the first enabled (CUPTI's restart, scripts/probe_range_cost.py's
+    `restart`: a second configuration on an enabled object), close() disables it; a failed profile is
+    never kept."""
+    prof, fake = setup(monkeypatch)
+    prof.keep_enabled = True
+    reconfigured = []
+
+    def call(fn, params, plain=fake.__call__):
+        if fn == DATA_INIT and fake.decoded:  # the stand-in's one configuration per enable, lifted after a decode
+            reconfigured.append(fake.enabled)
+            fake.configured = fake.decoded = fake.submitted = False
+        return plain(fn, params)
+
+    monkeypatch.setattr(cupti, "_call", call)
+    for k in (1, 2):
+        assert prof.profile_passes(one_range([]), "gemm") == [Launch("gemm", values("gemm"))]
+        assert fake.count[ENABLE] == 1 and fake.count[DISABLE] == 0 and fake.count[SET_CONFIG] == k
+    assert reconfigured == [fake.enabled]
+    prof.close()
+    assert fake.count[DISABLE] == 1 and fake.enabled is None
+
+    prof, fake = setup(monkeypatch, fail=lambda fn, params: fn == STOP and fake.count[STOP] == 2)
+    prof.keep_enabled = True
+    with pytest.raises(CuptiError):
+        prof.profile_passes(one_range([]), "gemm")
+    assert fake.count[DISABLE] == 1 and fake.enabled is None
+
+
 def test_each_pass_records_the_host_seconds_of_its_start_and_its_stop(monkeypatch):
     """Each pass's Start and Stop (`last_pass_s`, [start, stop] seconds per pass, in order): the
     boundaries between stretches of counted runs, charged as the check's `pass_boundaries` cost

@@ -44,6 +44,12 @@ KERNEL_REPLAY, USER_REPLAY = 2, 3  # CUpti_ProfilerReplayMode
 MAX_PASSES = 32  # a configuration that asks for more is refused, never looped on
 RANGE_PROFILER = 0  # CUpti_ProfilerType
 MAX_RANGES = 64  # kernel launches one profiled run may make (a manifest has a handful); profile_passes may ask for more
+# An experiment, off unless this is "1" in the worker's environment (scripts/probe_credit_cost.py sets it): the
+# executed check's profiler kept enabled between evaluations, so only a worker's first evaluation pays CUPTI's first
+# Start (~0.28 s of the GEMM expert's 1.5 s of counted runs, H200). Untested there since a kept-enabled profiler
+# under kernel replay crashed a worker (2026-12-02); not for evaluations that take exact counts (the SASS metrics
+# API beside an enabled range profiler is unmeasured).
+KEEP_ENABLED_ENV = "PTXBENCH_CUPTI_KEEP_ENABLED"
 
 
 class CuptiError(RuntimeError):
@@ -393,7 +399,9 @@ class RangeProfiler:
         call only. CUPTI must report every pass submitted after the last one (`last_stops`: what
         each Stop returned), else CuptiError: no partial counts are ever evaluated. `max_ranges`: the
         most ranges a pass pushes (the counter data image holds that many; default MAX_RANGES): where
-        every timed run of a workload is a range of its own (tools.counted), a pass holds dozens."""
+        every timed run of a workload is a range of its own (tools.counted), a pass holds dozens.
+        `keep_enabled` (an experiment, KEEP_ENABLED_ENV): the profiler stays enabled after a whole profile, so
+        the next call's first Start costs what a later configuration's does (issue 42, item 7's lever)."""
         if self.replay != "user":
             raise CuptiError("profile_passes needs a RangeProfiler built with replay='user'")
         clock = time.perf_counter
@@ -435,8 +443,9 @@ class RangeProfiler:
             return [Launch(label, m) for label, m in values.items()]
         finally:
             t3 = clock()
-            with contextlib.suppress(CuptiError):
-                self._disable()
+            if not (self.keep_enabled and phase):  # kept only after a whole profile (the next one's Start is cheap)
+                with contextlib.suppress(CuptiError):
+                    self._disable()
             self.last_phase_s = {**phase, "disable": clock() - t3, "total": clock() - t0}
 
     def close(self) -> None:

@@ -216,7 +216,7 @@ class State:
         """The in-process hardware counters (tools.cupti.RangeProfiler, user replay) for `metrics`,
         built once per worker and metric set; raises CuptiError (remembered: a failing set-up is not retried) where CUPTI's
         range profiler cannot run here."""
-        from tools.cupti import CuptiError, RangeProfiler
+        from tools.cupti import KEEP_ENABLED_ENV, CuptiError, RangeProfiler
 
         if self._counters_error is not None:
             raise CuptiError(self._counters_error)
@@ -226,7 +226,8 @@ class State:
                     self._counters.close()
                 self._counters = None
             try:
-                self._counters = RangeProfiler(list(metrics), replay="user")
+                self._counters = RangeProfiler(list(metrics), replay="user",
+                                               keep_enabled=os.environ.get(KEEP_ENABLED_ENV) == "1")
             except Exception as exc:  # noqa: BLE001 - no counters is a skipped check, never a failed run
                 self._counters_error = f"{type(exc).__name__}: {exc}"[:400]
                 raise CuptiError(self._counters_error) from None
