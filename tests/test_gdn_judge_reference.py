@@ -136,6 +136,23 @@ def test_the_judge_runs_the_equivalent_only_for_the_text_it_was_written_for():
         task.axis_values({"total_seq_len": 71, "num_seqs": 2, "len_cu_seqlens": 3}))["scale"])["terms"], 1e-6, "terms")
 
 
+def test_the_judge_runs_the_equivalent_by_default_and_the_text_when_asked(monkeypatch):
+    from tasks.families import gdn
+
+    ran = []
+
+    def recorded(*a, **k):
+        ran.append("equivalent")
+        return prefill_chunked(*a, **k)
+
+    monkeypatch.setattr(gdn, "prefill_chunked", recorded)
+    task, x = get_task(QK4), inputs(QK4, [0, 5, 9])
+    run_reference(task, x)
+    assert ran == ["equivalent"]
+    run_reference(task, x, text=True)
+    assert ran == ["equivalent"]  # the text ran
+
+
 def test_the_chunk_is_the_prefill_kernels():
     assert JUDGE_CHUNK == 64  # a sequence longer than one chunk crosses a boundary in every case above
     assert any(b[-1] - b[-2] > JUDGE_CHUNK or b[2] - b[1] > JUDGE_CHUNK for _, b in CASES if len(b) > 2)
