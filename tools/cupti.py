@@ -240,8 +240,9 @@ class RangeProfiler:
     replay="user" (the executed check): `profile_passes`, one run of the caller's per pass, the
     SASS-patched pass last. Enabled per call: the first start after enabling costs
     about 0.22 s, each pass about 0.04 s beside its run (docs/BENCHMARKS.md). The profiler is
-    never left enabled between calls: runs made under an enabled profiler were 0.6% slower and
-    a kept-enabled profiler crashed the worker (H200, 2026-12-02).
+    not left enabled between calls: runs made under an enabled profiler were 0.6% slower and
+    a kept-enabled profiler crashed the worker under kernel replay (H200, 2026-12-02); keeping it
+    enabled under user replay is an experiment (`keep_enabled`, KEEP_ENABLED_ENV), off by default.
     replay="kernel": `profile(run)`, CUPTI's kernel replay of every launch (about 0.25 s fixed,
     plus a replay of every launch per pass with the context's memory saved and restored)."""
 
