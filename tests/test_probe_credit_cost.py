@@ -35,25 +35,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args):
     assert not out.exists()
 
 
+class StandIn:
+    """An Evaluator whose worker 'starts' in __enter__ (where the real one reads the environment)."""
+
+    def __init__(self):
+        self.timing_budget_s = 1.0
+
+    def __enter__(self):
+        from tools.cupti import KEEP_ENABLED_ENV
+
+        self.keep = os.environ.get(KEEP_ENABLED_ENV)
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def test_the_probe_runs_end_to_end_on_stand_ins(monkeypatch, tmp_path, capsys):
     from tools import evaluator
     from tools.cupti import KEEP_ENABLED_ENV
 
     seen = []
 
-    class StandIn:
-        """An Evaluator whose worker 'starts' in __enter__ (where the real one reads the environment)."""
-
-        def __init__(self):
-            self.timing_budget_s = 1.0
-
-        def __enter__(self):
-            self.keep = os.environ.get(KEEP_ENABLED_ENV)
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
+    class Evaluates(StandIn):
         def evaluate(self, solution, task, arch, workloads="visible", executed_check=False):
             assert workloads == "all" and executed_check and arch == "sm_90a"
             seen.append((self.keep, self.timing_budget_s))
@@ -67,7 +71,7 @@ def test_the_probe_runs_end_to_end_on_stand_ins(monkeypatch, tmp_path, capsys):
                                            status="passed", reason=None, detail=None)
                            for w, s in (("M8192", 1.0), ("M70", 0.9))])
 
-    monkeypatch.setattr(evaluator, "Evaluator", StandIn)
+    monkeypatch.setattr(evaluator, "Evaluator", Evaluates)
     monkeypatch.setenv(KEEP_ENABLED_ENV, "as before")
     out = tmp_path / "probe.json"
     assert probe().main(["--evals", "2", "--budgets", "1.0,0.25", "--json", str(out)]) == 0
@@ -86,17 +90,7 @@ def test_a_worker_that_dies_is_the_finding_and_the_rest_still_runs(monkeypatch, 
     from tools import evaluator
     from tools.cupti import KEEP_ENABLED_ENV
 
-    class Dies:
-        def __init__(self):
-            self.timing_budget_s = 1.0
-
-        def __enter__(self):
-            self.keep = os.environ.get(KEEP_ENABLED_ENV)
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
+    class Dies(StandIn):
         def evaluate(self, *a, **k):
             if self.keep == "1":
                 raise RuntimeError("the worker died (stand-in)")
