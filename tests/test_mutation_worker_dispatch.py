@@ -386,8 +386,8 @@ def test_the_gate_is_built_once_and_its_failure_remembered(monkeypatch):
 class Profiler:
     made: list = []
 
-    def __init__(self, metrics, replay):
-        self.metrics, self.replay, self.closed = metrics, replay, False
+    def __init__(self, metrics, replay, keep_enabled=False):
+        self.metrics, self.replay, self.keep_enabled, self.closed = metrics, replay, keep_enabled, False
         Profiler.made.append(self)
 
     def close(self):
@@ -403,6 +403,9 @@ def test_counters_are_built_once_per_metric_set(monkeypatch):
     assert state.counters(("a", "b")) is first and first.metrics == ["a", "b"] and first.replay == "user"
     second = state.counters(("c",))
     assert second is not first and first.closed and not second.closed and len(Profiler.made) == 2
+    assert not first.keep_enabled and not second.keep_enabled  # kept enabled only as the experiment asks
+    monkeypatch.setenv(tools.cupti.KEEP_ENABLED_ENV, "1")
+    assert state.counters(("d",)).keep_enabled
 
 
 @pytest.mark.parametrize("build, attr", [("RangeProfiler", "counters"), ("SassCounter", "sass_counter")])
