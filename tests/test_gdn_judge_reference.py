@@ -31,13 +31,14 @@ def inputs(name: str, bounds: list[int], seed: int = 3, total: int | None = None
 
 
 def stepped(x: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
-    """Token by token in float64 from the fp32 gates: the output, the final states, the output's term scales."""
+    """Token by token in float64 from the fp32 gates: the output, the final states, the output's term scales
+    (on the inputs' device: tests/gpu/test_gdn_gpu.py holds the full-size term scales to it too)."""
     HV, HQ = x["v"].shape[1], x["q"].shape[1]
     g = torch.exp(-torch.exp(x["A_log"].float()) * F.softplus(x["a"].float() + x["dt_bias"].float())).double()
     beta = torch.sigmoid(x["b"].float()).double()
     T, V = x["v"].shape[0], x["v"].shape[2]
-    out = torch.zeros(T, HV, V, dtype=torch.float64)
-    rss = torch.zeros(T, HV, V, dtype=torch.float64)
+    out = torch.zeros(T, HV, V, dtype=torch.float64, device=x["v"].device)
+    rss = torch.zeros(T, HV, V, dtype=torch.float64, device=x["v"].device)
     state = x["state"].double().clone()
     bounds = x["cu_seqlens"].tolist()
     for n in range(len(bounds) - 1):
