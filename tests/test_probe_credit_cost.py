@@ -7,14 +7,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_cli import ROOT, assert_refused
 
 
 def probe():
@@ -28,11 +25,7 @@ def probe():
                                   ["--task", "no_such_task"]])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args):
     out = tmp_path / "probe.json"
-    got = subprocess.run([sys.executable, str(ROOT / "scripts" / "probe_credit_cost.py"), *args, "--json", str(out)],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-    assert got.returncode == 2, got
-    assert len(got.stderr.strip().splitlines()) == 1 and got.stderr.startswith("probe_credit_cost:"), got.stderr
-    assert not out.exists()
+    assert_refused("probe_credit_cost.py", [*args, "--json", str(out)], out)
 
 
 class StandIn:
