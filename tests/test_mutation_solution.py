@@ -332,6 +332,25 @@ def test_manifest_messages():
     assert str(e.value) == "w: launches: must have at least 1 entry"
 
 
+# json raises a plain ValueError (not JSONDecodeError) for an integer longer than int() takes (4300 digits)
+HUGE_INT = '{"launches": [{"kernel": "k", "grid": [1' + "0" * 5000 + '], "block": [32]}]}'
+
+
+def test_an_integer_too_long_for_int_is_a_solution_error_in_a_manifest_and_a_reply():
+    with pytest.raises(SolutionError) as e:
+        parse_manifest(HUGE_INT, where="w")
+    assert str(e.value) == ("w: invalid JSON: Exceeds the limit (4300 digits) for integer string conversion: "
+                            "value has 5001 digits")
+    # the reply's manifest: a format error (the agent's loop catches SolutionError, nothing else)
+    with pytest.raises(SolutionError) as e:
+        extract_solution(KERNEL + f"```json\n{HUGE_INT}\n```\n")
+    assert str(e.value).startswith("json manifest block (line 4): invalid JSON: Exceeds the limit")
+    assert e.value.extraction is not None
+    # an earlier draft's: the last manifest is read as ever
+    sol = extract_solution(KERNEL + f"```json\n{HUGE_INT}\n```\n" + manifest("k"))
+    assert [b.used for b in sol.extraction.blocks] == ["source", None, "manifest"]
+
+
 # The `let` rules live in a pydantic validator, a decorated method mutmut 3 does not mutate: these
 # pin each rule at its limit (hand mutants of each, docs/BENCHMARKS.md pass 6, fail here).
 LET_BASE = {"buffers": [{"name": "ws", "dtype": "float32", "shape": [4]}],

@@ -284,6 +284,8 @@ def _load_json(text: str, where: str) -> Any:
         raise SolutionError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:  # json's C scanner refuses deep nesting with RecursionError
         raise SolutionError(f"{where}: the JSON is nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than int() takes (sys.get_int_max_str_digits)
+        raise SolutionError(f"{where}: invalid JSON: {str(exc).split(';')[0]}") from None
 
 
 # ---------------------------------------------------------------------------------------
