@@ -503,6 +503,25 @@ def test_fenced_blocks_lines_and_bodies():
     assert S._fenced_blocks(reply) == [F(2, "cuda", "A\n", True), F(7, "json", "{}\n", True), F(11, "ptx", "B\n\n", False)]  # the text's last line break is a line
 
 
+
+def _wrapped(reply: str, levels: int) -> str:
+    """`reply` inside `levels` markdown blocks, each fence one backtick longer than the one inside."""
+    for n in range(4, 4 + levels):
+        reply = "`" * n + "markdown\n" + reply + "`" * n + "\n"
+    return reply
+
+
+def test_markdown_wrapping_is_read_two_levels_deep():
+    F = S._Fenced
+    assert S.MAX_MARKDOWN_DEPTH == 2
+    assert [b.line for b in S._fenced_blocks(_wrapped(KERNEL + manifest("k"), 2))] == [3, 6]
+    assert extract_solution(_wrapped(KERNEL + manifest("k"), 2)).source == KERNEL.split("\n", 1)[1][:-4]
+    # a third level is a block of its own, not read inside: its kernel is not found
+    assert S._fenced_blocks(_wrapped("```cuda\nA\n```\n", 3)) == [F(3, "markdown", "```cuda\nA\n```\n", True)]
+    assert _error(_wrapped(KERNEL + manifest("k"), 3)) == "no kernel source block found: tag it ```cuda``` or ```ptx```"
+    # ~1,100 levels (1.2 MB): a format error, not a RecursionError out of the parser
+    assert _error(_wrapped(KERNEL + manifest("k"), 1100)).startswith("no kernel source block found")
+
 def test_comments_and_strings_are_blanked():
     assert S._strip_c_comments('a // c\nb /* d\n */ "s;}" \'x\' e') == 'a  \nb   "" "" e'
     assert S._strip_c_comments('"unterminated\nx') == '""\nx'

@@ -295,7 +295,7 @@ def _load_json(text: str, where: str) -> Any:
 # The rules (docs/SOLUTION_FORMAT.md, "In an LLM reply"):
 # 1. A fence is a line that starts (after indentation) with ``` or ~~~; it closes on a line
 #    of the same fence characters only. ``` elsewhere in a line (prose, a code comment) is
-#    text. A ```markdown block that holds fences is read inside.
+#    text. A ```markdown block that holds fences is read inside (MAX_MARKDOWN_DEPTH levels).
 # 2. The manifest is the last JSON block (```json, ```jsonc, or an untagged {...}) with a
 #    "launches" key; JSON blocks without it (fragments) never win.
 # 3. The kernel source is the source block of the run's language (a reply with only the
@@ -367,7 +367,13 @@ class _Fenced:
     closed: bool
 
 
-def _fenced_blocks(text: str, first_line: int = 1) -> list[_Fenced]:
+# A reply wrapped in a ````markdown block is read inside, and one level more; a markdown block
+# deeper than this is an "other" block. Unbounded, each level of a reply built of ever shorter
+# fences was a recursion: a RecursionError, not a format error, at ~1,000 levels (a 1.4 MB reply).
+MAX_MARKDOWN_DEPTH = 2
+
+
+def _fenced_blocks(text: str, first_line: int = 1, depth: int = 0) -> list[_Fenced]:
     """Fenced blocks whose fences stand at the start of a line (CommonMark's rule: a closing
     fence is the same character, at least as long, and nothing else on its line)."""
     blocks: list[_Fenced] = []
@@ -388,8 +394,9 @@ def _fenced_blocks(text: str, first_line: int = 1) -> list[_Fenced]:
             j += 1
         closed = j < len(lines)
         text_of_block = "\n".join(body) + ("\n" if body else "")
-        if tag in _MARKDOWN_TAGS and re.search(r"^[ \t]*(```|~~~)", text_of_block, re.M):
-            blocks += _fenced_blocks(text_of_block, first_line + i + 1)  # a reply wrapped in a markdown block
+        wraps = tag in _MARKDOWN_TAGS and re.search(r"^[ \t]*(```|~~~)", text_of_block, re.M)
+        if wraps and depth < MAX_MARKDOWN_DEPTH:
+            blocks += _fenced_blocks(text_of_block, first_line + i + 1, depth + 1)  # a reply wrapped in a markdown block
         else:
             blocks.append(_Fenced(first_line + i, _tag_word(tag), text_of_block, closed))
         i = j + 1
