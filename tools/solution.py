@@ -305,7 +305,8 @@ def _load_json(text: str, where: str) -> Any:
 # 4. Other source blocks of the same language are joined in when the chosen block needs
 #    them (they define a symbol it uses, or a kernel the manifest launches), redefine
 #    nothing of it (an earlier draft) and hold no statements outside a function (a
-#    fragment); otherwise they are left out and the note says why.
+#    fragment), the last such block first (a corrected helper); otherwise they are left out
+#    and the note says why.
 # 5. A block that never closes (a reply cut off) is used only when no closed block can
 #    serve, and then it is an error.
 
@@ -683,10 +684,12 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
 
 def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[list[_Source], dict[int, str]]:
     """Blocks the chosen one needs (transitively: they define a symbol it uses or a kernel
-    the manifest launches), and why needed blocks were left out (block index -> reason)."""
+    the manifest launches), and why needed blocks were left out (block index -> reason).
+    The last block that defines a needed symbol is joined, as the last kernel block is chosen:
+    a helper restated and corrected is used as corrected, its earlier draft left out."""
     helpers: list[_Source] = []
     skipped: dict[int, str] = {}
-    candidates = [s for s in others if s.language == chosen.language]
+    candidates = [s for s in reversed(others) if s.language == chosen.language]
     changed = True
     while changed:
         changed = False
@@ -708,6 +711,10 @@ def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[
                 skipped.pop(s.index, None)
                 changed = True
                 break
+    joined_plain = set().union(*(h.defines - h.macros for h in helpers))
+    for s in candidates:  # a draft of a joined helper, never needed once that was joined: the note says why
+        if s not in helpers and s.index not in skipped and (again := (s.defines - s.macros) & joined_plain):
+            skipped[s.index] = f"it would define {', '.join(sorted(again)[:3])} again"
     return helpers, skipped
 
 
