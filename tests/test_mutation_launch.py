@@ -188,6 +188,16 @@ def test_a_constant_axis_is_an_argument_too():
     assert [(a.kind, a.value) for a in args] == [("i32", 7168), ("i32", 5120)]
 
 
+def test_an_axis_or_let_passed_by_name_beyond_int32_is_named_not_wrapped():
+    # ctypes.c_int32 wraps 2**31 to -2**31 silently: the kernel would read a negative size
+    assert _error({"args": ["M"]}, axes={"M": 2**31}) == (
+        "manifest_error", f"{WHERE}.args[0]: 'M' = {2**31} is outside the i32 range {-2**31}..{2**31 - 1}")
+    assert _error({"args": ["t"]}, let={"t": "-M - 1"}, axes={"M": 2**31}) == (
+        "manifest_error", f"{WHERE}.args[0]: 't' = {-2**31 - 1} is outside the i32 range {-2**31}..{2**31 - 1}")
+    (a,) = _plan({"args": ["M"]}, axes={"M": 2**31 - 1}).launches[0].args
+    assert (a.kind, a.name, a.value) == ("i32", "M", 2**31 - 1)
+
+
 def test_an_unknown_argument_lists_every_name_the_launch_could_use_in_order():
     reason, text = _error({"args": ["Q", "x"]}, task=MHA, axes={"B": 2, "H": 3, "S": 256}, let={"t": 2, "u": 3},
                           buffers=[{"name": "ws", "dtype": "float32", "shape": [16]}],

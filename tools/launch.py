@@ -261,9 +261,9 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
                 args.append(ArgPlan("pointer", a))
             elif a in maps:
                 args.append(ArgPlan("tensor_map", a))
-            elif a in axes or a == "num_sms":
-                args.append(ArgPlan("i32", a, int(env[a])))
-            elif a in lets:  # an integer, as an axis is (else give it a type: {"type": "f32", "value": a})
+            elif a in axes or a == "num_sms" or a in lets:
+                # an int32, held to its range as a typed argument is (an axis of a Definition file may pass
+                # 2**31: wrapped, the kernel read a negative size); else give it a type ({"type": "i64", "value": a})
                 args.append(_scalar(ScalarArg(name=a, type="i32", value=a), env, aw))
             elif a in scalars:
                 args.append(ArgPlan("f32", a, float(scalars[a])))
