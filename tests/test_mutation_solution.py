@@ -491,6 +491,13 @@ def test_which_json_block_is_the_manifest():
     assert [b.used for b in sol.extraction.blocks] == ["source", "manifest", None]
     assert _error(KERNEL + '```json\n{"launches": [{"kernel": "k", "grid"') == (
         "the ```json block at line 4 (the manifest) never closes: the reply was cut off; send the whole manifest")
+    # cut off after the kernel was restated: that kernel's manifest, so an error, even before "launches"
+    for cut in ('```json\n{"launches": [{"kernel": "k", "grid"', "```json\n{"):
+        assert _error(KERNEL + manifest("k") + KERNEL + cut) == (
+            "the ```json block at line 10 never closes: the reply was cut off in the manifest that follows the ```cuda "
+            "block at line 7 (the manifest at line 4 is an earlier draft's, not used with it); send the whole manifest")
+    # restated with no manifest after it ("manifest unchanged"): the earlier manifest is the solution's
+    assert extract_solution(KERNEL + manifest("k") + KERNEL).extraction.blocks[2].used == "source"
 
 
 # --- fences and blocks ------------------------------------------------------------------------

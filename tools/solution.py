@@ -308,7 +308,8 @@ def _load_json(text: str, where: str) -> Any:
 #    fragment), the last such block first (a corrected helper); otherwise they are left out
 #    and the note says why.
 # 5. A block that never closes (a reply cut off) is used only when no closed block can
-#    serve, and then it is an error.
+#    serve, and then it is an error; so is a JSON block cut off after a kernel restated after
+#    the last whole manifest (that manifest is an earlier draft's).
 
 _SOURCE_TAGS: dict[str, Language] = {
     "cuda": "cuda", "cu": "cuda", "cuh": "cuda", "c++": "cuda", "cpp": "cuda", "cxx": "cuda", "cc": "cuda",
@@ -397,7 +398,7 @@ def _fenced_blocks(text: str, first_line: int = 1, depth: int = 0) -> list[_Fenc
         text_of_block = "\n".join(body) + ("\n" if body else "")
         wraps = tag in _MARKDOWN_TAGS and re.search(r"^[ \t]*(```|~~~)", text_of_block, re.M)
         if wraps and depth < MAX_MARKDOWN_DEPTH:
-            blocks += _fenced_blocks(text_of_block, first_line + i + 1, depth + 1)  # a reply wrapped in a markdown block
+            blocks += _fenced_blocks(text_of_block, first_line + i + 1, depth + 1)  # a reply in a markdown block
         else:
             blocks.append(_Fenced(first_line + i, _tag_word(tag), text_of_block, closed))
         i = j + 1
@@ -649,6 +650,18 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
     if not mblock.closed:
         raise SolutionError(f"the {info.blocks[m_index].label()} (the manifest) never closes: the reply was cut "
                             "off; send the whole manifest", info)
+    # A JSON block cut off after a source block restated after this manifest: that was the
+    # restated kernel's manifest. This one is an earlier draft's: run with the new kernel (the
+    # last on a tie) it would launch a pair the reply never sent (the new kernel's shared memory
+    # and block size with the old launch figures). Where nothing was restated (an unfinished extra
+    # after a whole solution), this manifest is the solution's.
+    cut = next((i for i in json_like if i > m_index and not fenced[i].closed), None)
+    restated = [src for src in usable if m_index < src.index < (cut if cut is not None else -1)]  # (closed: before cut)
+    if restated:
+        after = info.blocks[restated[-1].index].label()
+        raise SolutionError(f"the {info.blocks[cut].label()} never closes: the reply was cut off in the manifest that "
+                            f"follows the {after} (the manifest at line {mblock.line} is an earlier draft's, not used "
+                            "with it); send the whole manifest", info)
     try:
         manifest = parse_manifest(mblock.body, where=f"json manifest block (line {mblock.line})")
     except SolutionError as exc:
