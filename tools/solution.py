@@ -607,7 +607,10 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
 
     Raises SolutionError with one line saying what is missing or wrong and what to send;
     the result's (and the error's) `extraction` says which blocks were found and used."""
-    fenced = _fenced_blocks(reply.replace("\r\n", "\n"))  # a reply pasted from Windows closes its fences too
+    # Line ends as CommonMark reads them (\r\n, and a lone \r, end a line) and as the candidate's folder
+    # reads back (universal newlines): a lone \r kept here put a line inside a `//` comment for NVRTC in the
+    # reply's kernel (replay) and outside it in the folder's (the loop's judged one).
+    fenced = _fenced_blocks(reply.replace("\r\n", "\n").replace("\r", "\n"))
     info = Extraction(run_language=language)
     if not fenced:
         raise SolutionError("the reply contains no fenced code block; send the kernel in ```cuda``` (or ```ptx```) "
