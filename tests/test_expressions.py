@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from tools import expressions
 from tools.expressions import evaluate, names_in
 
 ENV = {"M": 8192, "N": 7168, "K": 5120, "num_sms": 132, "half": 0.5}
@@ -92,11 +91,21 @@ def test_long_text_is_refused_and_quoted_short():
     assert repr("M" * 80) in _refusal("M" * 80, {}) and repr("M" * 77 + "...") in _refusal("M" * 81, {})
 
 
-def test_every_evaluation_has_a_time_budget(monkeypatch):
-    monkeypatch.setattr(expressions, "TIME_BUDGET_S", -1.0)  # already over before the first node
-    assert "took longer than -1000 ms to evaluate" in _refusal("M + 1")
-    monkeypatch.setattr(expressions, "TIME_BUDGET_S", 10.0)
-    assert evaluate("M + 1", ENV) == 8193
+def test_a_value_does_not_depend_on_how_long_the_host_takes(monkeypatch):
+    # A host that stalls mid-evaluation (another thread holding the GIL, a descheduled process):
+    # every clock jumps a minute each time it is read. A legal expression keeps its value, so the
+    # launch plan is the same in the static check, the worker and a credit process; a clock read
+    # here would make a correct kernel's workload a manifest_error by host load.
+    import time
+
+    ticks = iter(range(0, 10**9, 60))
+    for clock in ("perf_counter", "monotonic", "time", "process_time"):
+        monkeypatch.setattr(time, clock, lambda: float(next(ticks)))
+    for ns in ("perf_counter_ns", "monotonic_ns", "time_ns", "process_time_ns"):
+        monkeypatch.setattr(time, ns, lambda: next(ticks) * 10**9)
+    big = " + ".join(["cdiv(M, 128) * num_sms"] * 30)  # 300 nodes, within every limit
+    assert evaluate(big, ENV) == 30 * 64 * 132
+    assert evaluate("min(num_sms, cdiv(M, 128) * (N // 256))", ENV) == 132
 
 
 def test_names_in():

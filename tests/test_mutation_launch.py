@@ -188,6 +188,16 @@ def test_a_constant_axis_is_an_argument_too():
     assert [(a.kind, a.value) for a in args] == [("i32", 7168), ("i32", 5120)]
 
 
+def test_an_axis_or_let_passed_by_name_beyond_int32_is_named_not_wrapped():
+    # ctypes.c_int32 wraps 2**31 to -2**31 silently: the kernel would read a negative size
+    assert _error({"args": ["M"]}, axes={"M": 2**31}) == (
+        "manifest_error", f"{WHERE}.args[0]: 'M' = {2**31} is outside the i32 range {-2**31}..{2**31 - 1}")
+    assert _error({"args": ["t"]}, let={"t": "-M - 1"}, axes={"M": 2**31}) == (
+        "manifest_error", f"{WHERE}.args[0]: 't' = {-2**31 - 1} is outside the i32 range {-2**31}..{2**31 - 1}")
+    (a,) = _plan({"args": ["M"]}, axes={"M": 2**31 - 1}).launches[0].args
+    assert (a.kind, a.name, a.value) == ("i32", "M", 2**31 - 1)
+
+
 def test_an_unknown_argument_lists_every_name_the_launch_could_use_in_order():
     reason, text = _error({"args": ["Q", "x"]}, task=MHA, axes={"B": 2, "H": 3, "S": 256}, let={"t": 2, "u": 3},
                           buffers=[{"name": "ws", "dtype": "float32", "shape": [16]}],
@@ -241,10 +251,16 @@ def test_the_tasks_tensors_and_the_buffers_are_planned_with_their_shapes():
                             "C": ("bfloat16", (64, 7168)), "ws": ("float32", (64, 4)), "sem": ("int32", (7,))}
 
 
-def test_a_buffer_of_64_gib_is_planned_and_one_byte_more_is_not():
+def test_64_gib_of_scratch_in_one_buffer_or_in_all_is_planned_and_one_byte_more_is_not():
     assert _plan(buffers=[{"name": "w", "dtype": "uint8", "shape": [2**36]}]).buffers[0].nbytes == 2**36
     assert _error(buffers=[{"name": "v", "dtype": "uint8", "shape": [2**36 + 1]}]) == (
         "manifest_error", "buffers[0] ('v'): 64.0 GiB is more than the 64 GiB allowed")
+    # the limit is on all the scratch: 64 GiB in two buffers is planned, one byte more is not
+    halves = [{"name": "a", "dtype": "uint8", "shape": [2**35]}, {"name": "b", "dtype": "float32", "shape": [2**33]}]
+    assert sum(b.nbytes for b in _plan(buffers=halves).buffers) == 2**36
+    assert _error(buffers=[*halves, {"name": "c", "dtype": "uint8", "shape": [1]}]) == (
+        "manifest_error", "buffers[2] ('c'): 0.0 GiB (64.0 GiB with the buffers before it) is more than the 64 GiB "
+                          "allowed")
 
 
 def test_a_buffer_named_as_a_tensor_or_with_a_bad_size_is_named():

@@ -332,6 +332,25 @@ def test_manifest_messages():
     assert str(e.value) == "w: launches: must have at least 1 entry"
 
 
+# json raises a plain ValueError (not JSONDecodeError) for an integer longer than int() takes (4300 digits)
+HUGE_INT = '{"launches": [{"kernel": "k", "grid": [1' + "0" * 5000 + '], "block": [32]}]}'
+
+
+def test_an_integer_too_long_for_int_is_a_solution_error_in_a_manifest_and_a_reply():
+    with pytest.raises(SolutionError) as e:
+        parse_manifest(HUGE_INT, where="w")
+    assert str(e.value) == ("w: invalid JSON: Exceeds the limit (4300 digits) for integer string conversion: "
+                            "value has 5001 digits")
+    # the reply's manifest: a format error (the agent's loop catches SolutionError, nothing else)
+    with pytest.raises(SolutionError) as e:
+        extract_solution(KERNEL + f"```json\n{HUGE_INT}\n```\n")
+    assert str(e.value).startswith("json manifest block (line 4): invalid JSON: Exceeds the limit")
+    assert e.value.extraction is not None
+    # an earlier draft's: the last manifest is read as ever
+    sol = extract_solution(KERNEL + f"```json\n{HUGE_INT}\n```\n" + manifest("k"))
+    assert [b.used for b in sol.extraction.blocks] == ["source", None, "manifest"]
+
+
 # The `let` rules live in a pydantic validator, a decorated method mutmut 3 does not mutate: these
 # pin each rule at its limit (hand mutants of each, docs/BENCHMARKS.md pass 6, fail here).
 LET_BASE = {"buffers": [{"name": "ws", "dtype": "float32", "shape": [4]}],
@@ -472,6 +491,13 @@ def test_which_json_block_is_the_manifest():
     assert [b.used for b in sol.extraction.blocks] == ["source", "manifest", None]
     assert _error(KERNEL + '```json\n{"launches": [{"kernel": "k", "grid"') == (
         "the ```json block at line 4 (the manifest) never closes: the reply was cut off; send the whole manifest")
+    # cut off after the kernel was restated: that kernel's manifest, so an error, even before "launches"
+    for cut in ('```json\n{"launches": [{"kernel": "k", "grid"', "```json\n{"):
+        assert _error(KERNEL + manifest("k") + KERNEL + cut) == (
+            "the ```json block at line 10 never closes: the reply was cut off in the manifest that follows the ```cuda "
+            "block at line 7 (the manifest at line 4 is an earlier draft's, not used with it); send the whole manifest")
+    # restated with no manifest after it ("manifest unchanged"): the earlier manifest is the solution's
+    assert extract_solution(KERNEL + manifest("k") + KERNEL).extraction.blocks[2].used == "source"
 
 
 # --- fences and blocks ------------------------------------------------------------------------
@@ -483,6 +509,25 @@ def test_fenced_blocks_lines_and_bodies():
     reply = "text\n```cuda\nA\n```\n~~~markdown\nintro\n```json\n{}\n```\n~~~\n```ptx\nB\n"
     assert S._fenced_blocks(reply) == [F(2, "cuda", "A\n", True), F(7, "json", "{}\n", True), F(11, "ptx", "B\n\n", False)]  # the text's last line break is a line
 
+
+
+def _wrapped(reply: str, levels: int) -> str:
+    """`reply` inside `levels` markdown blocks, each fence one backtick longer than the one inside."""
+    for n in range(4, 4 + levels):
+        reply = "`" * n + "markdown\n" + reply + "`" * n + "\n"
+    return reply
+
+
+def test_markdown_wrapping_is_read_two_levels_deep():
+    F = S._Fenced
+    assert S.MAX_MARKDOWN_DEPTH == 2
+    assert [b.line for b in S._fenced_blocks(_wrapped(KERNEL + manifest("k"), 2))] == [3, 6]
+    assert extract_solution(_wrapped(KERNEL + manifest("k"), 2)).source == KERNEL.split("\n", 1)[1][:-4]
+    # a third level is a block of its own, not read inside: its kernel is not found
+    assert S._fenced_blocks(_wrapped("```cuda\nA\n```\n", 3)) == [F(3, "markdown", "```cuda\nA\n```\n", True)]
+    assert _error(_wrapped(KERNEL + manifest("k"), 3)) == "no kernel source block found: tag it ```cuda``` or ```ptx```"
+    # ~1,100 levels (1.2 MB): a format error, not a RecursionError out of the parser
+    assert _error(_wrapped(KERNEL + manifest("k"), 1100)).startswith("no kernel source block found")
 
 def test_comments_and_strings_are_blanked():
     assert S._strip_c_comments('a // c\nb /* d\n */ "s;}" \'x\' e') == 'a  \nb   "" "" e'

@@ -84,11 +84,23 @@ def test_either_language_when_the_run_does_not_say():
     assert (ptx.language, cuda.language) == ("ptx", "cuda")
 
 
-def test_windows_line_ends():
+def test_windows_and_old_mac_line_ends():
     reply = (CORPUS / "helpers_split.md").read_text()
     crlf = extract_solution(reply.replace("\n", "\r\n"), "cuda")
     assert crlf.source.replace("\r", "") == extract_solution(reply, "cuda").source
     assert [b.used for b in crlf.extraction.blocks] == ["helper", "source", "manifest"]
+    old_mac = extract_solution(reply.replace("\n", "\r"), "cuda")  # a lone \r ends a line too (CommonMark)
+    assert old_mac.source == extract_solution(reply, "cuda").source
+
+
+def test_the_kernel_extracted_is_the_kernel_its_folder_reads_back(tmp_path):
+    # A lone \r inside a `//` comment: NVRTC reads the rest of the line as comment, universal newlines
+    # (the folder the loop evaluates) as code; `agent replay` compiles the reply's. One kernel for both.
+    reply = ('```cuda\nextern "C" __global__ void k(float* C) {\n    C[0] = 1.0f;  // tail\r    C[1] = 2.0f;\n}\n```\n'
+             '```json\n{"launches": [{"kernel": "k", "grid": [1], "block": [1], "args": ["C"]}]}\n```\n')
+    sol = extract_solution(reply, "cuda")
+    back = Solution.from_dir(sol.to_dir(tmp_path / "s"))
+    assert back.source == sol.source and "\r" not in sol.source
 
 
 def test_every_candidate_records_its_language():

@@ -19,7 +19,8 @@ from tools.solution import LaunchManifest, ScalarArg
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "int32": 4, "int64": 8, "uint8": 1}
 SCALAR_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4}
-MAX_BUFFER_BYTES = 64 << 30  # a scratch buffer larger than this is a manifest bug, not a plan
+MAX_BUFFER_BYTES = 64 << 30  # scratch larger than this, in one buffer or all together, is a manifest bug, not a
+# plan (a limit per buffer alone was a limit on nothing: three of 60 GiB passed, an `oom` on the device)
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,11 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
         shape = tuple(_int(e, env, f"{where}.shape[{j}]") for j, e in enumerate(b.shape))
         zero = b.zero if isinstance(b.zero, bool) else bool(_value(b.zero, env, f"{where}.zero"))
         bp = BufferPlan(b.name, b.dtype, shape, zero)
-        if bp.nbytes > MAX_BUFFER_BYTES:
-            raise ManifestError(f"{where}: {bp.nbytes / 2**30:.1f} GiB is more than the {MAX_BUFFER_BYTES >> 30} GiB allowed")
+        total = bp.nbytes + sum(x.nbytes for x in plan.buffers)
+        if total > MAX_BUFFER_BYTES:
+            before = f" ({total / 2**30:.1f} GiB with the buffers before it)" if plan.buffers else ""
+            raise ManifestError(f"{where}: {bp.nbytes / 2**30:.1f} GiB{before} is more than the "
+                                f"{MAX_BUFFER_BYTES >> 30} GiB allowed")
         plan.buffers.append(bp)
         plan.tensors[b.name] = (b.dtype, shape)
 
@@ -261,9 +265,9 @@ def plan_launches(manifest: LaunchManifest, task, axes: dict[str, int], limits: 
                 args.append(ArgPlan("pointer", a))
             elif a in maps:
                 args.append(ArgPlan("tensor_map", a))
-            elif a in axes or a == "num_sms":
-                args.append(ArgPlan("i32", a, int(env[a])))
-            elif a in lets:  # an integer, as an axis is (else give it a type: {"type": "f32", "value": a})
+            elif a in axes or a == "num_sms" or a in lets:
+                # an int32, held to its range as a typed argument is (an axis of a Definition file may pass
+                # 2**31: wrapped, the kernel read a negative size); else give it a type ({"type": "i64", "value": a})
                 args.append(_scalar(ScalarArg(name=a, type="i32", value=a), env, aw))
             elif a in scalars:
                 args.append(ArgPlan("f32", a, float(scalars[a])))

@@ -284,6 +284,8 @@ def _load_json(text: str, where: str) -> Any:
         raise SolutionError(f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:  # json's C scanner refuses deep nesting with RecursionError
         raise SolutionError(f"{where}: the JSON is nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than int() takes (sys.get_int_max_str_digits)
+        raise SolutionError(f"{where}: invalid JSON: {str(exc).split(';')[0]}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -293,7 +295,7 @@ def _load_json(text: str, where: str) -> Any:
 # The rules (docs/SOLUTION_FORMAT.md, "In an LLM reply"):
 # 1. A fence is a line that starts (after indentation) with ``` or ~~~; it closes on a line
 #    of the same fence characters only. ``` elsewhere in a line (prose, a code comment) is
-#    text. A ```markdown block that holds fences is read inside.
+#    text. A ```markdown block that holds fences is read inside (MAX_MARKDOWN_DEPTH levels).
 # 2. The manifest is the last JSON block (```json, ```jsonc, or an untagged {...}) with a
 #    "launches" key; JSON blocks without it (fragments) never win.
 # 3. The kernel source is the source block of the run's language (a reply with only the
@@ -303,9 +305,11 @@ def _load_json(text: str, where: str) -> Any:
 # 4. Other source blocks of the same language are joined in when the chosen block needs
 #    them (they define a symbol it uses, or a kernel the manifest launches), redefine
 #    nothing of it (an earlier draft) and hold no statements outside a function (a
-#    fragment); otherwise they are left out and the note says why.
+#    fragment), the last such block first (a corrected helper); otherwise they are left out
+#    and the note says why.
 # 5. A block that never closes (a reply cut off) is used only when no closed block can
-#    serve, and then it is an error.
+#    serve, and then it is an error; so is a JSON block cut off after a kernel restated after
+#    the last whole manifest (that manifest is an earlier draft's).
 
 _SOURCE_TAGS: dict[str, Language] = {
     "cuda": "cuda", "cu": "cuda", "cuh": "cuda", "c++": "cuda", "cpp": "cuda", "cxx": "cuda", "cc": "cuda",
@@ -365,7 +369,13 @@ class _Fenced:
     closed: bool
 
 
-def _fenced_blocks(text: str, first_line: int = 1) -> list[_Fenced]:
+# A reply wrapped in a ````markdown block is read inside, and one level more; a markdown block
+# deeper than this is an "other" block. Unbounded, each level of a reply built of ever shorter
+# fences was a recursion: a RecursionError, not a format error, at ~1,000 levels (a 1.4 MB reply).
+MAX_MARKDOWN_DEPTH = 2
+
+
+def _fenced_blocks(text: str, first_line: int = 1, depth: int = 0) -> list[_Fenced]:
     """Fenced blocks whose fences stand at the start of a line (CommonMark's rule: a closing
     fence is the same character, at least as long, and nothing else on its line)."""
     blocks: list[_Fenced] = []
@@ -386,8 +396,9 @@ def _fenced_blocks(text: str, first_line: int = 1) -> list[_Fenced]:
             j += 1
         closed = j < len(lines)
         text_of_block = "\n".join(body) + ("\n" if body else "")
-        if tag in _MARKDOWN_TAGS and re.search(r"^[ \t]*(```|~~~)", text_of_block, re.M):
-            blocks += _fenced_blocks(text_of_block, first_line + i + 1)  # a reply wrapped in a markdown block
+        wraps = tag in _MARKDOWN_TAGS and re.search(r"^[ \t]*(```|~~~)", text_of_block, re.M)
+        if wraps and depth < MAX_MARKDOWN_DEPTH:
+            blocks += _fenced_blocks(text_of_block, first_line + i + 1, depth + 1)  # a reply in a markdown block
         else:
             blocks.append(_Fenced(first_line + i, _tag_word(tag), text_of_block, closed))
         i = j + 1
@@ -596,7 +607,10 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
 
     Raises SolutionError with one line saying what is missing or wrong and what to send;
     the result's (and the error's) `extraction` says which blocks were found and used."""
-    fenced = _fenced_blocks(reply.replace("\r\n", "\n"))  # a reply pasted from Windows closes its fences too
+    # Line ends as CommonMark reads them (\r\n, and a lone \r, end a line) and as the candidate's folder
+    # reads back (universal newlines): a lone \r kept here put a line inside a `//` comment for NVRTC in the
+    # reply's kernel (replay) and outside it in the folder's (the loop's judged one).
+    fenced = _fenced_blocks(reply.replace("\r\n", "\n").replace("\r", "\n"))
     info = Extraction(run_language=language)
     if not fenced:
         raise SolutionError("the reply contains no fenced code block; send the kernel in ```cuda``` (or ```ptx```) "
@@ -639,6 +653,18 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
     if not mblock.closed:
         raise SolutionError(f"the {info.blocks[m_index].label()} (the manifest) never closes: the reply was cut "
                             "off; send the whole manifest", info)
+    # A JSON block cut off after a source block restated after this manifest: that was the
+    # restated kernel's manifest. This one is an earlier draft's: run with the new kernel (the
+    # last on a tie) it would launch a pair the reply never sent (the new kernel's shared memory
+    # and block size with the old launch figures). Where nothing was restated (an unfinished extra
+    # after a whole solution), this manifest is the solution's.
+    cut = next((i for i in json_like if i > m_index and not fenced[i].closed), None)
+    restated = [src for src in usable if m_index < src.index < (cut if cut is not None else -1)]  # (closed: before cut)
+    if restated:
+        after = info.blocks[restated[-1].index].label()
+        raise SolutionError(f"the {info.blocks[cut].label()} never closes: the reply was cut off in the manifest that "
+                            f"follows the {after} (the manifest at line {mblock.line} is an earlier draft's, not used "
+                            "with it); send the whole manifest", info)
     try:
         manifest = parse_manifest(mblock.body, where=f"json manifest block (line {mblock.line})")
     except SolutionError as exc:
@@ -674,10 +700,12 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
 
 def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[list[_Source], dict[int, str]]:
     """Blocks the chosen one needs (transitively: they define a symbol it uses or a kernel
-    the manifest launches), and why needed blocks were left out (block index -> reason)."""
+    the manifest launches), and why needed blocks were left out (block index -> reason).
+    The last block that defines a needed symbol is joined, as the last kernel block is chosen:
+    a helper restated and corrected is used as corrected, its earlier draft left out."""
     helpers: list[_Source] = []
     skipped: dict[int, str] = {}
-    candidates = [s for s in others if s.language == chosen.language]
+    candidates = [s for s in reversed(others) if s.language == chosen.language]
     changed = True
     while changed:
         changed = False
@@ -699,6 +727,10 @@ def _helpers(chosen: _Source, others: list[_Source], wanted: set[str]) -> tuple[
                 skipped.pop(s.index, None)
                 changed = True
                 break
+    joined_plain = set().union(*(h.defines - h.macros for h in helpers))
+    for s in candidates:  # a draft of a joined helper, never needed once that was joined: the note says why
+        if s not in helpers and s.index not in skipped and (again := (s.defines - s.macros) & joined_plain):
+            skipped[s.index] = f"it would define {', '.join(sorted(again)[:3])} again"
     return helpers, skipped
 
 
