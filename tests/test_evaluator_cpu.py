@@ -303,6 +303,42 @@ def test_no_fill_value_is_a_sentinel(dtype, filled):
     assert result["reason"] in ("incorrect", "wrong_after_first_call") and "output 'C'" in result["detail"], result
 
 
+def split_k_from_the_poison(ws, call):
+    """C in two K halves, the first stored where C still reads NaN (the poison) and added elsewhere:
+    right only where the output was poisoned, i.e. it takes the poison for zeroing C."""
+    a, b, c = ws.inputs["A"].float(), ws.inputs["B"].float(), ws.outputs["C"]
+    k0 = a.shape[1] // 2
+    first = a[:, :k0] @ b[:, :k0].T
+    c.copy_(torch.where(torch.isnan(c.float()), first, c.float() + first).bfloat16())
+    c.copy_((c.float() + a[:, k0:] @ b[:, k0:].T).bfloat16())
+
+
+class Alternating:
+    """tools.correctness' secrets, made to alternate poison (0) and random bytes (1) run by run."""
+
+    def __init__(self):
+        self.n = 0
+
+    def randbits(self, _: int) -> int:
+        self.n += 1
+        return self.n % 2
+
+
+def test_the_output_poison_is_no_sentinel_on_the_timed_runs(monkeypatch):
+    """A kernel that takes the output's poison for initialisation passes the seeded checks (they keep
+    the poison, for the unwritten_output diagnosis) and fails on the timed runs, whose outputs hold
+    random bytes on a secret half of the runs (tools.correctness.fill_output_; the coin alternates here)."""
+    import tools.correctness as C
+
+    monkeypatch.setattr(C, "secrets", Alternating())
+    assert run(split_k_from_the_poison)[0]["status"] == "passed"
+    result, fatal = run(split_k_from_the_poison, time=True)
+    assert result["reason"] == "wrong_in_timed_run" and "output 'C'" in result["detail"] and not fatal, result
+    # the control: the same split with C zeroed first, as real use needs, passes the timed runs
+    result, _ = run(lambda ws, call: (ws.outputs["C"].zero_(), split_k_from_the_poison(ws, call)), time=True)
+    assert result["status"] == "passed", result["detail"]
+
+
 def test_held_out_workload_and_timeout_and_cuda_error():
     result, _ = run(gemm, workload=1)
     assert result["status"] == "passed" and result["split"] == "held_out" and result["axes"]["M"] == 70

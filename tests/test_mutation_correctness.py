@@ -126,6 +126,20 @@ def test_garbage_is_random_bytes_new_on_every_fill(dtype):
     assert not C.same_bits(t, first)
 
 
+def test_an_output_is_poisoned_for_the_checks_and_by_a_secret_coin_for_the_timed_runs():
+    """fill_output_: the seeded checks (secret False) always poison (the unwritten_output diagnosis);
+    the timed and counted runs (secret True) poison or fill with random bytes, each about half the time,
+    so the poison marks no element "unset" a kernel could rely on. The return value says which."""
+    t = torch.zeros(4096, dtype=torch.bfloat16)
+    assert all(C.fill_output_(t, secret=False) and poison_mask(t).all() for _ in range(64))
+    kinds = []
+    for _ in range(256):  # the chance that one kind is missing or under a quarter: below 1e-15
+        poisoned = C.fill_output_(t, secret=True)
+        assert bool(poison_mask(t).all()) == poisoned  # random bytes: the pattern by chance, 1 in 65,536
+        kinds.append(poisoned)
+    assert 64 <= sum(kinds) <= 192, sum(kinds)
+
+
 def test_garbage_does_not_follow_the_global_seed():
     """Its generator is its own, seeded from os.urandom: a run that seeds torch (every seeded
     input generation does) cannot make the fill predictable."""

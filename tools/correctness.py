@@ -3,7 +3,9 @@
 - Every output and scratch buffer sits between two 64 KB guard regions filled with a
   canary byte; a changed guard byte is an out-of-bounds write.
 - Outputs are poisoned before every run with a NaN of a payload no arithmetic produces
-  (GPUs write the canonical NaN), so "still poison" means "never written".
+  (GPUs write the canonical NaN), so "still poison" means "never written"; on a secret half of
+  the timed and counted runs they hold random bytes instead (fill_output_), so that no value
+  an output holds before a run marks it "unset".
 - Inputs are compared bit for bit, after the run, with the same inputs generated again from
   the run's seed (no device copy a kernel could rewrite).
 - Outputs are compared in fp32 with the reference at the task's tolerance: elementwise, per
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -101,8 +104,23 @@ def garbage_(t: torch.Tensor) -> None:
     relies on it holding anything fails instead of passing by luck. Random, not a constant: a
     known fill is free initialisation (counters that count from 0x5A5A5A5A, `isnan(x)` as
     "unset" in a NaN-filled buffer) that saves the timed memset of a zero=true buffer; random
-    bits cannot be told apart from data. (Outputs keep their recognisable poison: poison_.)"""
+    bits cannot be told apart from data. (Outputs: fill_output_.)"""
     t.view(-1).view(torch.uint8).random_(0, 256, generator=_garbage_generator(t.device))
+
+
+def fill_output_(t: torch.Tensor, secret: bool) -> bool:
+    """Fill an output before a run; True where it was poisoned. `secret` (the timed and counted runs):
+    the poison or random bytes (garbage_), by a coin from os.urandom per output and run. A poison a
+    kernel can recognise is free initialisation: partial sums (split-K, atomics) stored where the output
+    still reads NaN and added everywhere else need no zeroing of the output, which real use, where an
+    output holds anything, does need. Such a kernel is wrong on about half of its timed runs. The seeded
+    checks keep the poison (`secret` False), so that a kernel that leaves elements unwritten is told so
+    by name (unwritten_output); on a timed run with random bytes such elements fail as values."""
+    if secret and secrets.randbits(1):
+        garbage_(t)
+        return False
+    poison_(t)
+    return True
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -82,12 +82,15 @@ class Workspace:
         for n, t in self.inputs.items():
             t.copy_(fresh[n])
 
-    def prepare(self) -> None:
-        """Before every run, not timed: outputs poisoned, zero=false scratch filled with garbage."""
-        from tools.correctness import garbage_, poison_
+    def prepare(self, checks: bool = False) -> None:
+        """Before every run, not timed: outputs filled, zero=false scratch filled with garbage. An output
+        is poisoned or filled with garbage by a coin the kernel cannot know before it reads the output
+        (tools.correctness.fill_output_), on every run but the seeded checks' (`checks`, reset()), whose
+        outputs are always poisoned so that elements a kernel never writes are named as such."""
+        from tools.correctness import fill_output_, garbage_
 
         for t in self.outputs.values():
-            poison_(t)
+            fill_output_(t, secret=not checks)
         for t, zero in self.buffers.values():
             if not zero:
                 garbage_(t)
@@ -100,8 +103,8 @@ class Workspace:
                 t.zero_()
 
     def reset(self) -> None:
-        """Everything a run needs before its launches (the checks run it whole)."""
-        self.prepare()
+        """Everything a seeded check's run needs before its launches."""
+        self.prepare(checks=True)
         self.zero_scratch()
 
     def verdict(self, expected: dict | None, tol, scales=None, samples: dict | None = None, *,

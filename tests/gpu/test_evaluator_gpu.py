@@ -148,6 +148,26 @@ def test_no_fill_value_is_a_sentinel(evaluator, tmp_path, dtype, filled):
     assert failed[0].reason in ("incorrect", "wrong_after_first_call") and "output 'C'" in failed[0].detail, show(r)
 
 
+# The control GEMM made to take the output's poison for initialisation: each element stored where C still
+# reads NaN and added to C elsewhere (as split-K partial sums would be, with no zeroing of C). The seeded
+# checks keep the poison; the timed runs hold random bytes on a secret half (tools.correctness.fill_output_).
+def test_the_output_poison_is_no_sentinel_on_the_timed_runs(evaluator, tmp_path):
+    src = (FIXTURES / "good" / "kernel.cu").read_text()
+    store = "C[(size_t)m * N + n] = __float2bfloat16(acc[i][j]);"
+    assert src.count(store) == 1
+    src = src.replace(store, "{ const float prev = __bfloat162float(C[(size_t)m * N + n]);\n"
+                             "  C[(size_t)m * N + n] = __float2bfloat16(isnan(prev) ? acc[i][j] : prev + acc[i][j]); }")
+    folder = tmp_path / "poison_as_zero"
+    folder.mkdir()
+    (folder / "kernel.cu").write_text(src)
+    shutil.copy(FIXTURES / "good" / "launch.json", folder / "launch.json")
+    r = evaluator.evaluate(Solution.from_dir(folder), "gemm_n7168_k5120", "sm_90a", workloads="visible", time=False)
+    assert r.correct is True, show(r)  # the checks: the poison everywhere, as before
+    r = evaluator.evaluate(Solution.from_dir(folder), "gemm_n7168_k5120", "sm_90a", workloads="visible")
+    failed = [w for w in r.workloads if w.status == "failed"]
+    assert r.correct is False and failed and failed[0].reason == "wrong_in_timed_run", show(r)
+
+
 def test_expert_gemm_tma_wgmma(evaluator):
     """TMA tensor maps (128B swizzle), 230 KB dynamic smem, a persistent grid over num_sms."""
     sol = Solution.from_dir(ROOT / "tasks" / "gemm_n7168_k5120" / "expert")
