@@ -511,7 +511,7 @@ class Evaluator:
         bad = [w for w in res.workloads if w.status == "failed"]
         if bad:
             res.run_status = "failed"
-            res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
+            res.run_reason = f"{reason}; the manifest is wrong without running: {_quotable(bad[0])}"
 
     def _run(self, res: EvalResult, solution, task, wls, arch: str, sanitize: bool, time: bool,
              counting: Counting | None = None, module_sass=None) -> None:
@@ -556,7 +556,7 @@ class Evaluator:
                 if wr.reason == "harness_error" or (wr.status == "skipped" and
                                                     (wr.detail or "").startswith("GPU worker did not start")):
                     # the worker failed or could not start: ours, not the candidate's (tools/results.py)
-                    res.harness_fault = res.harness_fault or f"workload {wl.name}: {wr.detail}"
+                    res.harness_fault = res.harness_fault or _quotable(wr, named=True)
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
@@ -687,7 +687,7 @@ class Evaluator:
         chosen = [w for w in wls if w.name in ran]
         if not chosen:
             bad = next((x for x in res.workloads if x.status == "failed"), None)
-            why = f"{bad.reason}: {bad.detail}" if bad else "no workload ran"
+            why = f"{bad.reason}: {_quotable(bad)}" if bad else "no workload ran"
             return ExecutedCheck(status="skipped", reason=f"not profiled: no workload ran to a verdict ({why})"[:400])
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
@@ -759,6 +759,16 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+def _quotable(w: WorkloadResult, named: bool = False) -> str:
+    """A workload's failure as the evaluation's own reasons may quote it (`named`: with its name).
+    A held-out workload's detail holds its sizes (a manifest expression's value, a grid, a shape)
+    and those reasons reach a model and a service's client (agent.feedback.redact_held_out): of
+    it only its name, which that view rewrites; the detail stays in the workload's own result."""
+    if w.split != "visible":
+        return f"held-out workload {w.workload} (its detail stays in its own result)"
+    return f"workload {w.workload}: {w.detail}" if named else (w.detail or "")
 
 
 def _timed_in_the_op(pending: list[WorkloadResult], reply: dict) -> None:
