@@ -199,6 +199,8 @@ def _executed_view(ex: ExecutedCheck, features: list[str], alias: dict[str, str]
     visible one's)."""
     from tools.credit import combine
 
+    if not ex.workloads and ex.status != "ok":  # why it failed as a whole, maybe in a process held-out workloads ran in
+        return ex.model_copy(update={"reason": _what_failed(ex.reason)})
     held = [c for c in ex.workloads if c.split != "visible"]
     if not held:
         return ex
@@ -217,6 +219,18 @@ def _executed_view(ex: ExecutedCheck, features: list[str], alias: dict[str, str]
         timed_ms=ex.timed_ms if first_visible else None, phase_s=ex.phase_s,
         workloads=vis + [WorkloadCredit(workload=alias.get(c.workload, "held_out"), split="held_out", status=c.status,
                                         executed=c.executed, carries=c.carries) for c in held])
+
+
+def _what_failed(reason: str | None) -> str | None:
+    """A reason up to its first ': ' outside parentheses: what failed, not what it quotes. A check
+    that failed as a whole quotes the process that ran every workload (the Nsight Compute process's
+    last lines, its error), held-out ones too, where a kernel's printf of its sizes lands."""
+    depth = 0
+    for i, ch in enumerate(reason or ""):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and reason[i:i + 2] == ": ":
+            return reason[:i] + " (the rest is not shown where held-out workloads ran)"
+    return reason
 
 
 def _withheld_on_held_out(feature: str, held: list[WorkloadCredit]) -> str:

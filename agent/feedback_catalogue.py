@@ -205,6 +205,9 @@ def profiles() -> dict[str, EvalResult]:
         "profile_not_collected": ev([wl("W0", "passed")], executed=CARRIED),
         "profile_skipped": ev([wl("W0", "passed")], executed=ExecutedCheck(status="skipped", reason="no ncu")),
         "profile_skipped_unknown": ev([wl("W0", "passed")], executed=ExecutedCheck(status="failed")),
+        "profile_process_failed_with_held_out": ev(
+            [wl("W0", "passed"), wl("H0", "passed", "held_out")],
+            executed=ExecutedCheck(status="skipped", reason="the profiled process failed (X): Y; ncu: rows 70")),
         "profile_skipped_held_out_uncredited": ev(
             [wl("W0", "passed"), wl("H0", "passed", "held_out")],
             executed=ExecutedCheck(status="skipped", reason="no ncu; held-out workload #1: at M=70 X", workloads=[

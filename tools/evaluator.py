@@ -41,6 +41,10 @@ ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run
 ARCH_GPU = {"sm_90a": "an H100/H200", "sm_100a": "a B200/GB200"}
 
 
+# where a crashed worker's note quotes what it wrote last (a candidate's printf lands there too)
+LAST_WORDS = "; its last words: "
+
+
 class WorkerTimeout(RuntimeError):
     pass
 
@@ -151,6 +155,9 @@ class WorkerHandle:
         return self.info
 
     def request(self, msg: dict, timeout_s: float) -> dict:
+        # last words are this request's own: never what an earlier request's candidate wrote (a held-out
+        # run's printf of its sizes, another client's evaluation)
+        self.stderr_tail.clear()
         self.start()
         assert self.proc and self.proc.stdin
         try:
@@ -195,7 +202,7 @@ class WorkerHandle:
         how = f"was killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with status {rc}"
         time.sleep(0.05)  # let the stderr drain catch the last lines
         tail = " | ".join(line for line in list(self.stderr_tail)[-3:] if line)
-        return f"the worker {how}" + (f"; its last words: {tail}" if tail else "")
+        return f"the worker {how}" + (f"{LAST_WORDS}{tail}" if tail else "")
 
     def _drain_stderr(self, proc: subprocess.Popen) -> None:
         log = open(self.log_path, "a") if self.log_path else None
@@ -609,7 +616,7 @@ class Evaluator:
 
         t0 = _time.perf_counter()
         pending = [x for x in res.workloads if (x.credit or {}).get("status") == "pending"]
-        why = None
+        why = plain = None
         try:
             op = {"op": "credit"}
             if sites:  # JSON: pc offsets as strings
@@ -618,15 +625,25 @@ class Evaluator:
             reply = w.request(op, self.timeout_s * max(1, len(pending)))
         except (WorkerTimeout, WorkerCrash, WorkerStartError) as exc:
             reply, why = {}, f"the counted runs gave no answer: {exc}"
+            plain = f"the counted runs gave no answer: {str(exc).split(LAST_WORDS)[0]}"
         if not why and reply.get("op") != "credits":
             why = f"the counted runs failed in the worker: {reply.get('error')}"
+            plain = "the counted runs failed in the worker"
+        if why and any(x.split != "visible" for x in pending):
+            # what the worker wrote (its last words, its error) may be a held-out run's: a printf of the
+            # sizes, a shape in an exception. The held-out workloads keep it; a visible workload's reason,
+            # which reaches a model and a client (agent.feedback.redact_held_out), says what happened
+            plain += " (what the worker wrote is kept with the held-out workloads it also ran)"
+        else:
+            plain = why
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         stop = None
         _timed_in_the_op(pending, reply)
         for x in pending:
             x.credit = (reply.get("credits") or {}).get(x.workload) or {**(x.credit or {}), "status": "failed", "reason": (
-                why or "not counted: the worker that kept this workload restarted before the counted runs")}
+                (why if x.split != "visible" else plain)
+                or "not counted: the worker that kept this workload restarted before the counted runs")}
             x.phase_s["credit"] = float(x.credit.get("own_s") or 0.0)
             failed = (reply.get("failed") or {}).get(x.workload)
             if failed:
