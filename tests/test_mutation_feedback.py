@@ -294,6 +294,8 @@ def test_every_field_of_an_evaluation_is_placed_before_a_model_or_client_reads_i
     e.speedup_held_out, e.phase_s = 1.7, {"workloads": 3.5}
     view = fb.redact_held_out(e)
     assert {k: getattr(view, k) for k in fb.KEPT_FIELDS} == {k: getattr(e, k) for k in fb.KEPT_FIELDS}
+    # a run over the service renders its feedback from the view it was answered: the same words
+    assert fb.redact_held_out(view) == view and fb.eval_sections(view, "cuda") == fb.eval_sections(e, "cuda")
 
 
 def test_the_recorded_texts_say_what_the_rules_say():
