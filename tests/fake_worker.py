@@ -21,6 +21,8 @@ read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
             there (tools.worker sends fd 1 to stderr)
   counted_crash   as fp8_wgmma, but at the credit op it prints each kept workload's rows, then dies
             by SIGSEGV without answering
+  held_out_harness_error  as pass, but a held-out workload fails in the worker's own code (harness_error),
+            its exception quoting a tensor size (its M)
 """
 import os
 import signal
@@ -89,6 +91,9 @@ def main() -> int:
             time.sleep(3600)
         elif m == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        elif m == "held_out_harness_error" and wl["split"] == "held_out":
+            result.update(status="failed", reason="harness_error", detail=(
+                f"RuntimeError: The size of tensor a ({wl['axes']['M']}) must match the size of tensor b (64)"))
         elif m == "fatal":
             result.update(status="failed", reason="cuda_error", detail="CUDA_ERROR_ILLEGAL_ADDRESS (kernel execution)")
             write_msg(out, {"op": "result", "result": result, "fatal": True})
