@@ -175,11 +175,11 @@ def redact_held_out(ev: EvalResult) -> EvalResult:
     alias = {w.workload: f"held_out_{i}" for i, w in enumerate(held, 1)}
     # memcheck runs on the first visible workload; without one it ran on a held-out size, and its
     # report (thread and block indices, allocation sizes and addresses) would draw the grid
-    on_visible = any(w.split == "visible" for w in ev.workloads) or ev.sanitize.status != "failed"
+    memcheck_told = any(w.split == "visible" for w in ev.workloads) or ev.sanitize.status != "failed"
     view = EvalResult(**{k: getattr(ev, k) for k in KEPT_FIELDS + SCRUBBED_FIELDS},
                       workloads=[w if w.split == "visible" else _held_out_workload(w, alias) for w in ev.workloads],
                       executed=_executed_view(ev.executed, ev.requested_features, alias),
-                      sanitize=ev.sanitize if on_visible else SanitizeResult(
+                      sanitize=ev.sanitize if memcheck_told else SanitizeResult(
                           status="failed", errors=[HELD_OUT_MEMCHECK], infra_error=ev.sanitize.infra_error))
     loose = _scrub(view.model_dump(include=set(SCRUBBED_FIELDS + REBUILT_FIELDS)), _held_out_patterns(ev, alias))
     return EvalResult.model_validate({**{k: getattr(ev, k) for k in KEPT_FIELDS}, **loose})
@@ -251,7 +251,7 @@ def _held_out_patterns(ev: EvalResult, alias: dict[str, str]) -> list[tuple[re.P
     return patterns
 
 
-def _scrub(obj, patterns: list[tuple[re.Pattern, str]]):
+def _scrub(obj: object, patterns: list[tuple[re.Pattern, str]]) -> object:
     if isinstance(obj, str):
         for pattern, repl in patterns:
             obj = pattern.sub(repl, obj)

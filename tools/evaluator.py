@@ -629,20 +629,18 @@ class Evaluator:
         if not why and reply.get("op") != "credits":
             why = f"the counted runs failed in the worker: {reply.get('error')}"
             plain = "the counted runs failed in the worker"
+        told = why  # a visible workload's reason, which reaches a model and a client (agent.feedback.redact_held_out)
         if why and any(x.split != "visible" for x in pending):
             # what the worker wrote (its last words, its error) may be a held-out run's: a printf of the
-            # sizes, a shape in an exception. The held-out workloads keep it; a visible workload's reason,
-            # which reaches a model and a client (agent.feedback.redact_held_out), says what happened
-            plain += " (what the worker wrote is kept with the held-out workloads it also ran)"
-        else:
-            plain = why
+            # sizes, a shape in an exception. The held-out workloads keep it; a visible one says what happened
+            told = f"{plain} (what the worker wrote is kept with the held-out workloads it also ran)"
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         stop = None
         _timed_in_the_op(pending, reply)
         for x in pending:
             x.credit = (reply.get("credits") or {}).get(x.workload) or {**(x.credit or {}), "status": "failed", "reason": (
-                (why if x.split != "visible" else plain)
+                (why if x.split != "visible" else told)
                 or "not counted: the worker that kept this workload restarted before the counted runs")}
             x.phase_s["credit"] = float(x.credit.get("own_s") or 0.0)
             failed = (reply.get("failed") or {}).get(x.workload)
