@@ -281,6 +281,47 @@ def test_a_held_out_workloads_credit_figures_never_reach_the_model():
     assert "`M70`" not in text and "M70" not in text
 
 
+def test_a_string_still_naming_a_held_out_workload_or_size_is_rewritten():
+    """Free text on the whole evaluation (run_reason, harness_fault; a stop names the workload that
+    hung) keeps no held-out name, and no `axis=value` or `axis: value` only held-out workloads have."""
+    held = WorkloadResult(workload="M70", split="held_out", axes={"M": 70, "N": 256}, status="failed", reason="timeout")
+    e = ev([wl("W0", "passed"), held], run_reason="M70 hung at M: 70 (M=70, N=256); M700 at M=700",
+           harness_fault="workload M70")
+    out = fb.redact_held_out(e)
+    assert out.run_reason == "held_out_1 hung at M=<held-out> (M=<held-out>, N=256); M700 at M=700"
+    assert out.harness_fault == "workload held_out_1" and out.workloads[1].detail == "timeout"
+
+
+def test_a_check_that_failed_as_a_whole_says_what_failed_not_what_it_quotes():
+    said = "in-process counters unavailable (CUPTI: no), and no ncu; the profiled process failed: E: rows 70"
+    assert fb._what_failed(said) == ("in-process counters unavailable (CUPTI: no), and no ncu; the profiled process "
+                                     "failed (the rest is not shown where held-out workloads ran)")
+    assert fb._what_failed("workload held_out_1 ended with timeout") == "workload held_out_1 ended with timeout"
+    assert fb._what_failed(None) is None
+    e = ev([wl("W0", "passed"), wl("H0", "passed", "held_out")], executed=ExecutedCheck(status="skipped", reason=said))
+    assert fb.redact_held_out(e).executed.reason == fb._what_failed(said)
+
+
+def test_what_was_measured_on_a_held_out_workload_alone_is_not_answered():
+    """An evaluation of the held-out workloads alone (a client's `workloads: held_out`): memcheck
+    ran on the first of them (the sanitizer's report: thread and block indices, an allocation's
+    size), and the executed check's raw totals and profile are the first credited workload's (its
+    FLOPs, bytes, grid)."""
+    e = held_out_credit_eval()
+    e.workloads = [w for w in e.workloads if w.split == "held_out"]
+    e.executed.workloads = [c for c in e.executed.workloads if c.split == "held_out"]
+    e.executed.metrics, e.executed.per_kernel, e.executed.timed_ms = {"wgmma_flops": 6.2e12}, {"k": {"wgmma": 7}}, 1.5
+    e.executed.profile = profile.Profile(time_ms=1.5, tflops=600.0)
+    e.sanitize = SanitizeResult(status="failed", errors=["Invalid __global__ write of size 4 bytes by thread "
+                                                         "(31,0,0) in block (69,0,0): 4 bytes after an allocation of "
+                                                         "size 286720 bytes"])
+    out = fb.redact_held_out(e)
+    assert out.sanitize.status == "failed" and out.sanitize.errors == [fb.HELD_OUT_MEMCHECK]
+    ex = out.executed
+    assert (ex.metrics, ex.per_kernel, ex.timed_ms, ex.profile, ex.counts) == ({}, {}, None, None, {})
+    assert out.verdicts() == e.verdicts()
+
+
 def test_every_field_of_an_evaluation_is_placed_before_a_model_or_client_reads_it():
     """redact_held_out builds what a model and a client read field by field: a field added to
     EvalResult (or to the executed check, whose view _executed_view builds) reaches neither, its

@@ -390,30 +390,6 @@ def test_a_client_reads_the_visible_workloads_credit_figures_only():
     assert out.verdicts() == e.verdicts() and eval_json(out)["failures"] == eval_json(e)["failures"]
 
 
-def test_what_was_measured_on_a_held_out_workload_alone_is_not_answered():
-    """An evaluation of the held-out workloads alone: memcheck ran on the first of them (the
-    sanitizer's report: thread and block indices, an allocation's size), and the executed check's
-    raw totals and profile are the first credited workload's (its FLOPs, bytes, grid)."""
-    from agent.feedback import HELD_OUT_MEMCHECK, redact_held_out
-    from test_mutation_feedback import held_out_credit_eval
-    from tools.profile import Profile
-    from tools.results import SanitizeResult
-
-    e = held_out_credit_eval()
-    e.workloads = [w for w in e.workloads if w.split == "held_out"]
-    e.executed.workloads = [c for c in e.executed.workloads if c.split == "held_out"]
-    e.executed.metrics, e.executed.per_kernel, e.executed.timed_ms = {"wgmma_flops": 6.2e12}, {"k": {"wgmma": 7}}, 1.5
-    e.executed.profile = Profile(time_ms=1.5, tflops=600.0)
-    e.sanitize = SanitizeResult(status="failed", errors=["Invalid __global__ write of size 4 bytes by thread "
-                                                         "(31,0,0) in block (69,0,0): 4 bytes after an allocation of "
-                                                         "size 286720 bytes"])
-    out = redact_held_out(e)
-    assert out.sanitize.status == "failed" and out.sanitize.errors == [HELD_OUT_MEMCHECK]
-    ex = out.executed
-    assert (ex.metrics, ex.per_kernel, ex.timed_ms, ex.profile, ex.counts) == ({}, {}, None, None, {})
-    assert out.verdicts() == e.verdicts()
-
-
 def test_on_a_ray_cluster_the_service_evaluates_through_the_ray_executor(serve, tmp_path):
     """`agent serve --ray-address`: the service's jobs go through the Ray executor, as `agent sweep
     --executor ray` does (compile as a CPU task, one GPU actor per GPU), on a real local cluster
