@@ -8,6 +8,9 @@ the visible workloads with got/expected and their ratio, held-out failures as co
 reason class (their shapes are never shown), compute-sanitizer memcheck lines for a crash,
 hang or out-of-bounds write, and speed with the resource figures. Rendering goes through
 agent.prompts.
+
+`redact_held_out` is the evaluation as a model or a client of the service (agent/service.py) may
+see it: the feedback is rendered from it, and the service answers it.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from agent import prompts
 from agent.trajectory import CandidateRecord, Outcome, Verdicts
 from tools.profile import render as render_profile
 from tools.profile import skipped as skipped_profile
-from tools.results import WRONG_NUMBERS, EvalResult, Mismatch, WorkloadResult
+from tools.results import (WRONG_NUMBERS, EvalResult, ExecutedCheck, Mismatch, SanitizeResult, WorkloadCredit,
+                           WorkloadResult)
 
 MAX_DIAGNOSTICS = 30
 MAX_MEMCHECK_LINES = 8  # the first memcheck reports: where the first bad access is, not the 20th repeat
@@ -139,6 +143,127 @@ def better_best(new: CandidateRecord, old: CandidateRecord | None, require: bool
 
 
 # ---------------------------------------------------------------------------------------
+# Held-out workloads: what of them reaches a model or a client
+# ---------------------------------------------------------------------------------------
+# Every field of an EvalResult, by what a held-out workload can have put in it (a test holds the
+# three to EvalResult's fields, so a new field is placed here before anyone is shown it).
+# Nothing, or only as a verdict or a geometric mean: speedup and sol_score are the visible
+# workloads'; seconds and phase_s are wall times (docs/METHODOLOGY.md, Known limits).
+KEPT_FIELDS = ("task", "arch", "compile", "inspect", "requested_features", "run_status", "speedup", "speedup_ci",
+               "speedup_spread", "speedup_held_out", "sol_score", "gpu", "device", "seconds", "phase_s")
+# Free text on the whole evaluation: the evaluator quotes no held-out workload's detail in it
+# (tools.evaluator), and one it names (a stop: "workload M70 ended with timeout") is scrubbed.
+SCRUBBED_FIELDS = ("run_reason", "harness_fault")
+# Rebuilt: held-out workloads by class, the executed check's figures and memcheck's report visible only.
+REBUILT_FIELDS = ("workloads", "executed", "sanitize")
+HELD_OUT_MEMCHECK = ("memcheck ran on a held-out workload (no visible one was judged): "
+                     "its report, which would draw its grid and sizes, is not shown")
+
+
+def redact_held_out(ev: EvalResult) -> EvalResult:
+    """The evaluation as a model (render_feedback) and a client of the service (agent.service) see
+    it. Each held-out workload keeps its split, status and failure reason, with its class
+    (HELD_OUT_CLASSES) as detail, under an alias (held_out_1, ... in the task's order); nothing
+    else of it is copied. The result is built field by field (KEPT, SCRUBBED and REBUILT_FIELDS),
+    so a new field is not copied either. The executed check's figures are the visible workloads'
+    (_executed_view); memcheck's report only where it ran on a visible workload. Last, any string
+    naming a held-out workload, or giving an axis a value only held-out workloads have, is
+    rewritten. The verdicts (`verdicts()`) are the evaluation's own."""
+    held = [w for w in ev.workloads if w.split != "visible"]
+    if not held:
+        return ev
+    alias = {w.workload: f"held_out_{i}" for i, w in enumerate(held, 1)}
+    # memcheck runs on the first visible workload; without one it ran on a held-out size, and its
+    # report (thread and block indices, allocation sizes and addresses) would draw the grid
+    memcheck_told = any(w.split == "visible" for w in ev.workloads) or ev.sanitize.status != "failed"
+    view = EvalResult(**{k: getattr(ev, k) for k in KEPT_FIELDS + SCRUBBED_FIELDS},
+                      workloads=[w if w.split == "visible" else _held_out_workload(w, alias) for w in ev.workloads],
+                      executed=_executed_view(ev.executed, ev.requested_features, alias),
+                      sanitize=ev.sanitize if memcheck_told else SanitizeResult(
+                          status="failed", errors=[HELD_OUT_MEMCHECK], infra_error=ev.sanitize.infra_error))
+    loose = _scrub(view.model_dump(include=set(SCRUBBED_FIELDS + REBUILT_FIELDS)), _held_out_patterns(ev, alias))
+    return EvalResult.model_validate({**{k: getattr(ev, k) for k in KEPT_FIELDS}, **loose})
+
+
+def _held_out_workload(w: WorkloadResult, alias: dict[str, str]) -> WorkloadResult:
+    return WorkloadResult(workload=alias[w.workload], split="held_out", axes={}, status=w.status, reason=w.reason,
+                          detail=HELD_OUT_CLASSES.get(w.reason or "", "other failure") if w.status == "failed" else None)
+
+
+def _executed_view(ex: ExecutedCheck, features: list[str], alias: dict[str, str]) -> ExecutedCheck:
+    """The executed check without the held-out workloads' figures. Its verdicts (executed, carries)
+    stay the evaluation's; counts, shares and notes are the visible workloads' own (tools.credit.combine
+    over them alone): a held-out workload's counts grow with its size, and its notes quote its FLOPs,
+    its tile padding, its kernel times. A feature a held-out workload withheld is said so by class.
+    The raw totals and the profile stay where they are a visible workload's (combine takes the first
+    visible one's)."""
+    from tools.credit import combine
+
+    if not ex.workloads and ex.status != "ok":  # why it failed as a whole, maybe in a process held-out workloads ran in
+        return ex.model_copy(update={"reason": _what_failed(ex.reason)})
+    held = [c for c in ex.workloads if c.split != "visible"]
+    if not held:
+        return ex
+    vis = [c for c in ex.workloads if c.split == "visible"]
+    own, first_visible = combine(features, vis), any(c.status == "ok" for c in vis)
+    reason = ex.reason
+    if any(c.status != "ok" for c in held):  # combine quoted why a held-out workload was not credited
+        uncredited = sum(c.status != "ok" for c in held)
+        reason = "; ".join(x for x in ((own.reason if vis else None), f"{uncredited} held-out workload"
+                                       f"{'s' if uncredited > 1 else ''} not credited (why is not shown)") if x)
+    return ExecutedCheck(
+        status=ex.status, reason=reason, counts=own.counts, executed=ex.executed, shares=own.shares,
+        carries=ex.carries, notes={f: own.notes.get(f) or _withheld_on_held_out(f, held) for f in ex.notes},
+        per_kernel=ex.per_kernel if first_visible else {}, metrics=ex.metrics if first_visible else {},
+        kernel_metrics=ex.kernel_metrics if first_visible else {}, profile=ex.profile if first_visible else None,
+        timed_ms=ex.timed_ms if first_visible else None, phase_s=ex.phase_s,
+        workloads=vis + [WorkloadCredit(workload=alias.get(c.workload, "held_out"), split="held_out", status=c.status,
+                                        executed=c.executed, carries=c.carries) for c in held])
+
+
+def _what_failed(reason: str | None) -> str | None:
+    """A reason up to its first ': ' outside parentheses: what failed, not what it quotes. A check
+    that failed as a whole quotes the process that ran every workload (the Nsight Compute process's
+    last lines, its error), held-out ones too, where a kernel's printf of its sizes lands."""
+    depth = 0
+    for i, ch in enumerate(reason or ""):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and reason[i:i + 2] == ": ":
+            return reason[:i] + " (the rest is not shown where held-out workloads ran)"
+    return reason
+
+
+def _withheld_on_held_out(feature: str, held: list[WorkloadCredit]) -> str:
+    c = next((c for c in held if c.status == "ok" and not c.carries.get(feature, False)), None)
+    how = "did not execute" if c is not None and not c.executed.get(feature, False) else "did not carry the work"
+    return f"a held-out workload: {feature} {how} there (its figures are not shown)"
+
+
+def _held_out_patterns(ev: EvalResult, alias: dict[str, str]) -> list[tuple[re.Pattern, str]]:
+    """Each held-out workload's name, and each axis value only held-out workloads have as
+    `axis=value` or `axis: value`."""
+    patterns = [(re.compile(rf"\b{re.escape(name)}\b"), a) for name, a in alias.items()]
+    visible = [w.axes for w in ev.workloads if w.split == "visible"]
+    for w in ev.workloads:
+        for axis, value in (w.axes.items() if w.split != "visible" else ()):
+            if all(v.get(axis) != value for v in visible):
+                patterns.append((re.compile(rf"\b{re.escape(axis)}\s*[=:]\s*{value}\b"), f"{axis}=<held-out>"))
+    return patterns
+
+
+def _scrub(obj: object, patterns: list[tuple[re.Pattern, str]]) -> object:
+    if isinstance(obj, str):
+        for pattern, repl in patterns:
+            obj = pattern.sub(repl, obj)
+        return obj
+    if isinstance(obj, dict):
+        return {_scrub(k, patterns): _scrub(v, patterns) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_scrub(v, patterns) for v in obj)
+    return obj
+
+
+# ---------------------------------------------------------------------------------------
 # Feedback text
 # ---------------------------------------------------------------------------------------
 def render_feedback(turn: int, action: str, lang: str, chosen: CandidateRecord, ev: EvalResult | None,
@@ -188,6 +313,7 @@ def format_section(chosen: CandidateRecord, lang: str) -> str:
 
 
 def eval_sections(ev: EvalResult, lang: str, profile: bool = False, require: bool = True) -> str:
+    ev = redact_held_out(ev)  # the model reads what a client of the service may: no held-out size
     parts = [compile_section(ev, lang)]
     if ev.compiled:
         if require:  # under --require off the instructions are judged, never reported to the model

@@ -20,7 +20,7 @@ from agent.trajectory import CandidateRecord, Verdicts
 from tools.profile import KernelProfile, Profile
 from tools.results import (CompileResult, Diagnostic, ElementSample, EvalResult, ExecutedCheck, FailReason,
                            FeatureVerdict, InspectResult, KernelResources, KernelSass, Mismatch, SanitizeResult,
-                           Timing, WorkloadResult)
+                           Timing, WorkloadCredit, WorkloadResult)
 
 
 # ---------------------------------------------------------------------------------------
@@ -171,6 +171,26 @@ def evaluations() -> dict[str, EvalResult]:
         "manifest_wrong": ev([wl("W0", "failed", reason="manifest_error", detail="grid")], run_status="failed",
                              run_reason="grid.x is 0; the manifest says M/128"),
         "manifest_wrong_no_reason": ev(run_status="failed"),
+        # the credit a held-out workload withheld, by kind: its counts and notes (its figures) are not told
+        "credit_withheld_on_held_out": ev(
+            [wl("W0", "passed"), wl("H0", "passed", "held_out"), wl("H1", "passed", "held_out")],
+            executed=ExecutedCheck(
+                status="ok", executed={"wgmma": True, "tma": False}, carries={"wgmma": False, "tma": False},
+                counts={"wgmma": 70, "tma": 30}, shares={"wgmma": 7.3, "tma": 1.0},
+                notes={"wgmma": "held-out workload #1 (counted runs 3-4): wgmma issued 7.3x X",
+                       "tma": "held-out workload #2 (counted runs 3-4): tma did not execute"},
+                workloads=[WorkloadCredit(workload="W0", status="ok", counts={"wgmma": 40, "tma": 20},
+                                          executed={"wgmma": True, "tma": True}, carries={"wgmma": True, "tma": True},
+                                          shares={"wgmma": 1.0, "tma": 1.0}),
+                           WorkloadCredit(workload="H0", split="held_out", status="ok", counts={"wgmma": 20, "tma": 10},
+                                          executed={"wgmma": True, "tma": True}, carries={"wgmma": False, "tma": True},
+                                          shares={"wgmma": 7.3, "tma": 1.0}, notes={"wgmma": "wgmma issued 7.3x X"}),
+                           WorkloadCredit(workload="H1", split="held_out", status="ok", counts={"wgmma": 10},
+                                          executed={"wgmma": True, "tma": False},
+                                          carries={"wgmma": True, "tma": False})])),
+        # memcheck on an evaluation of held-out workloads only: its report is not told
+        "memcheck_on_held_out_only": ev([wl("H0", "failed", "held_out", "out_of_bounds_write")],
+                                        sanitize=SanitizeResult(status="failed", errors=["block (69,0,0) X"])),
         # every reason a held-out workload can fail for, so every class name HELD_OUT_CLASSES gives is told
         "held_out_every_reason": ev([wl("W0", "passed"), wl("H0", "passed", "held_out")]
                                     + [wl(f"H{r}", "failed", "held_out", r) for r in typing.get_args(FailReason)]),
@@ -185,6 +205,14 @@ def profiles() -> dict[str, EvalResult]:
         "profile_not_collected": ev([wl("W0", "passed")], executed=CARRIED),
         "profile_skipped": ev([wl("W0", "passed")], executed=ExecutedCheck(status="skipped", reason="no ncu")),
         "profile_skipped_unknown": ev([wl("W0", "passed")], executed=ExecutedCheck(status="failed")),
+        "profile_process_failed_with_held_out": ev(
+            [wl("W0", "passed"), wl("H0", "passed", "held_out")],
+            executed=ExecutedCheck(status="skipped", reason="the profiled process failed (X): Y; ncu: rows 70")),
+        "profile_skipped_held_out_uncredited": ev(
+            [wl("W0", "passed"), wl("H0", "passed", "held_out")],
+            executed=ExecutedCheck(status="skipped", reason="no ncu; held-out workload #1: at M=70 X", workloads=[
+                WorkloadCredit(workload="W0", status="skipped", reason="no ncu"),
+                WorkloadCredit(workload="H0", split="held_out", status="skipped", reason="at M=70 X")])),
         "profile_of_a_wrong_kernel": ev([wl("W0", "failed", reason="incorrect")], executed=CARRIED),
         "profile_of_kernels": ev([wl("W0", "passed")], executed=CARRIED.model_copy(update={"profile": _profile()})),
         "profile_of_one_kernel": ev([wl("W0", "passed")], executed=CARRIED.model_copy(update={"profile": Profile(

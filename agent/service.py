@@ -18,8 +18,8 @@ A service that compiles and runs arbitrary kernels is an attack surface, so (doc
   nested past what the parser takes, is a 400, a wrong field a 422, never a 500.
 - how much: a bounded queue (429 and Retry-After when full) and a bound per client on its
   queued + running jobs; /check's compiles have slots of their own (429 too).
-- held-out workloads are judged and reported by class (`redact_held_out`), as the agent's
-  feedback tells a model: never their names or sizes.
+- held-out workloads are judged and reported by class, as the agent's feedback tells a model
+  (agent.feedback.redact_held_out, the one view both read): never their names or sizes.
 The evaluation itself is the CLI's: the executor's shared evaluator (agent/executors.py: the
 in-process Evaluator locally, the Ray executor's GPU actors with --ray-address), the compile
 sandbox and worker isolation included. Jobs live in SQLite (agent/jobstore.py) and survive a
@@ -31,7 +31,6 @@ import hmac
 import json
 import logging
 import math
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,7 +40,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.jobstore import Job, JobStore
 from agent.trajectory import EXECUTED_CHECK_DEFAULT
-from tools.results import EvalResult, WorkloadCredit, WorkloadResult
 
 log = logging.getLogger("ptxbench.serve")
 
@@ -150,70 +148,19 @@ def check_json(req: SolutionIn, limits: Limits) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-# Held-out workloads: by class, never by name or size
-# ---------------------------------------------------------------------------------------
-def redact_held_out(res: EvalResult, task) -> EvalResult:
-    """The result a client may see. Each held-out workload keeps its split, status and failure
-    reason (and its class, as the agent's feedback names it: agent.feedback.HELD_OUT_CLASSES) under
-    an alias (held_out_1, ...); everything else about it (name, axes, detail, mismatches, times,
-    seeds, counts) is dropped by construction, since a new field of WorkloadResult is not copied. The
-    executed check's totals, which add held-out counts to the visible ones, become the visible
-    workloads' sum. Last, every string that still names a held-out workload or one of its axis values
-    (a run_reason quoting a detail) has it replaced. speedup_held_out (a geometric mean) stays."""
-    from agent.feedback import HELD_OUT_CLASSES
-
-    held = [w.name for w in task.workloads_for("held_out")]
-    if not held:
-        return res
-    alias = {name: f"held_out_{i}" for i, name in enumerate(held, 1)}
-    res = res.model_copy(deep=True)
-    res.workloads = [w if w.split == "visible" else WorkloadResult(
-        workload=alias.get(w.workload, "held_out"), split="held_out", axes={}, status=w.status, reason=w.reason,
-        detail=HELD_OUT_CLASSES.get(w.reason or "", "other failure") if w.status == "failed" else None)
-        for w in res.workloads]
-    ex = res.executed
-    if any(c.split != "visible" for c in ex.workloads):
-        ex.workloads = [c if c.split == "visible" else WorkloadCredit(
-            workload=alias.get(c.workload, "held_out"), split="held_out", status=c.status,
-            executed=c.executed, carries=c.carries) for c in ex.workloads]
-        counts: dict[str, int] = {}
-        for c in ex.workloads:
-            for f, n in c.counts.items():
-                counts[f] = counts.get(f, 0) + n
-        ex.counts, ex.per_kernel, ex.metrics = counts, {}, {}
-    visible_axes = [task.axis_values(w) for w in task.workloads_for("visible")]
-    patterns = [(re.compile(rf"\b{re.escape(name)}\b"), alias[name]) for name in held]
-    for w in task.workloads_for("held_out"):
-        for axis, value in task.axis_values(w).items():
-            if all(v.get(axis) != value for v in visible_axes):  # a size only held-out workloads have
-                patterns.append((re.compile(rf"\b{re.escape(axis)}\s*=\s*{value}\b"), f"{axis}=<held-out>"))
-    return EvalResult.model_validate(_scrub(res.model_dump(), patterns))
-
-
-def _scrub(obj: Any, patterns: list) -> Any:
-    if isinstance(obj, str):
-        for pattern, repl in patterns:
-            obj = pattern.sub(repl, obj)
-        return obj
-    if isinstance(obj, dict):
-        return {_scrub(k, patterns): _scrub(v, patterns) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_scrub(v, patterns) for v in obj)
-    return obj
-
-
-# ---------------------------------------------------------------------------------------
 # Running jobs
 # ---------------------------------------------------------------------------------------
 def run_job(evaluator, req: EvaluateIn, limits: Limits) -> str:
-    """One job: the evaluation, then its `agent eval --json` dict, held-out redacted, as JSON text
-    that keeps inf and NaN as JSON's words (agent.trajectory.write_eval_json says why)."""
+    """One job: the evaluation, then its `agent eval --json` dict as a model would be shown it
+    (agent.feedback.redact_held_out: held-out workloads by class), as JSON text that keeps inf and
+    NaN as JSON's words (agent.trajectory.write_eval_json says why)."""
     from agent.commands.evaluate import eval_json
+    from agent.feedback import redact_held_out
 
     task, solution = resolve_task(req.task), build_solution(req, limits)
     res = evaluator.evaluate(solution, task, req.arch, workloads=req.workloads, executed_check=req.credit,
                              sanitize=req.sanitize, time=req.time, profile=req.credit and req.profile)
-    return json.dumps(eval_json(redact_held_out(res, task)))
+    return json.dumps(eval_json(redact_held_out(res)))
 
 
 @dataclass

@@ -17,6 +17,12 @@ read from the file named by PTXBENCH_FAKE_WORKER_MODE at each request:
             wrong (a failure after its timing)
   counted_hang    as fp8_wgmma, but the credit op never answers
   fp8_then_fatal  as fp8_wgmma on this process's first run request, as fatal on the next
+  prints    as pass, writing the workload's rows to stderr first, as a kernel's debug printf lands
+            there (tools.worker sends fd 1 to stderr)
+  counted_crash   as fp8_wgmma, but at the credit op it prints each kept workload's rows, then dies
+            by SIGSEGV without answering
+  held_out_harness_error  as pass, but a held-out workload fails in the worker's own code (harness_error),
+            its exception quoting a tensor size (its M)
 """
 import os
 import signal
@@ -42,6 +48,7 @@ def main() -> int:
                                             "limits": NOMINAL_LIMITS["sm_90a"]}})
     pending: dict[str, dict] = {}  # deferred credits, as tools.worker keeps them until the credit op
     held_out: set[str] = set()  # the pending workloads of the held-out split
+    rows: dict[str, int] = {}  # each workload's M, which counted_crash prints
     runs = 0
     while True:
         msg = read_msg(inp)
@@ -56,6 +63,9 @@ def main() -> int:
         if msg.get("op") == "credit":
             if m == "counted_hang":
                 time.sleep(3600)
+            if m == "counted_crash":
+                print("\n".join(f"rows {rows[name]}" for name in pending), file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGSEGV)
             failed = {}
             wrong = {"reason": "wrong_in_timed_run", "outputs": [], "detail": (
                 "the executed check's counted run 2 (after the timed runs) (fresh inputs, right in the checks "
@@ -75,10 +85,15 @@ def main() -> int:
         wl = msg["workload"]
         result = {"workload": wl["name"], "split": wl["split"], "axes": wl["axes"], "seeds": msg["seeds"],
                   "status": "passed", "detail": f"pid {os.getpid()}"}
+        if m == "prints":
+            print(f"rows {wl['axes']['M']}", file=sys.stderr, flush=True)
         if m == "hang":
             time.sleep(3600)
         elif m == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        elif m == "held_out_harness_error" and wl["split"] == "held_out":
+            result.update(status="failed", reason="harness_error", detail=(
+                f"RuntimeError: The size of tensor a ({wl['axes']['M']}) must match the size of tensor b (64)"))
         elif m == "fatal":
             result.update(status="failed", reason="cuda_error", detail="CUDA_ERROR_ILLEGAL_ADDRESS (kernel execution)")
             write_msg(out, {"op": "result", "result": result, "fatal": True})
@@ -86,9 +101,11 @@ def main() -> int:
         if m in ("timed", "held_out_wrong"):
             result["speedup"] = 2.0 if wl["split"] == "visible" else 0.5
             held_out |= {wl["name"]} if wl["split"] == "held_out" else set()
-        if m in ("fp8_wgmma", "counted_wrong", "counted_hang", "timed", "held_out_wrong") and msg.get("credit"):
+        if m in ("fp8_wgmma", "counted_wrong", "counted_hang", "timed", "held_out_wrong", "counted_crash") \
+                and msg.get("credit"):
             credit = fp8_wgmma_credit(msg)
             pending[wl["name"]] = {**credit, "own_s": 0.02, "workloads_counted": 0}
+            rows[wl["name"]] = wl["axes"]["M"]
             result["credit"] = {**credit, "status": "pending", "launches": []}
         write_msg(out, {"op": "result", "result": result, "fatal": False})
 

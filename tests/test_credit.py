@@ -230,6 +230,25 @@ def test_credit_process_hands_over_after_the_timed_runs_and_attributes_rows(fake
     assert ex.workloads[0].carries["wgmma"] is True and ex.notes["wgmma"].startswith("held-out workload #1")
 
 
+def test_what_the_profiled_process_wrote_with_held_out_workloads_in_it_is_not_told(fake_ncu):
+    """The Nsight Compute process runs every credited workload, held-out ones too; where it dies,
+    the check's reason quotes its last lines, where a kernel's debug printf lands ("rows 70":
+    held-out M70). A model and a client read what failed, not those lines."""
+    from agent.feedback import redact_held_out
+    from agent.feedback_catalogue import ev
+    from tools.ncu import CreditProcess
+    from tools.results import WorkloadResult
+
+    task, reqs, works = _gemm_requests()
+    fake_ncu.setenv("FAKE_NCU_CRASH", "1")
+    ex = CreditProcess(["wgmma", "tma"], dict(__import__("os").environ)).finish(reqs, "0", works)
+    assert ex.status == "skipped" and "rows 70" in ex.reason and not ex.workloads
+    e = ev([WorkloadResult(workload=w.name, split=w.split, axes=task.axis_values(w), status="passed")
+            for w in task.workloads], executed=ex)
+    told = redact_held_out(e).executed.reason
+    assert told.startswith("the profiled process failed") and "rows" not in told
+
+
 def test_credit_process_without_ncu_or_requests_is_skipped(fake_ncu, monkeypatch):
     from tools.ncu import CreditProcess
 

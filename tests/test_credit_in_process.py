@@ -9,6 +9,7 @@ is tested without a GPU in tests/test_cupti_user_replay.py."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from pathlib import Path
 
@@ -896,6 +897,23 @@ def test_counted_runs_that_never_answer_credit_nothing(tmp_path, monkeypatch):
     assert [w.status for w in r.workloads] == ["passed", "passed"]
     assert all(w.credit["status"] == "failed" and "gave no answer" in w.credit["reason"] for w in r.workloads)
     assert r.executed.status != "ok" or not any(r.executed.carries.values())
+
+
+def test_a_worker_that_dies_in_the_counted_runs_quotes_held_out_output_to_no_visible_workload(tmp_path, monkeypatch):
+    """The credit op runs every kept workload, held-out ones too, in the one worker; a worker that
+    dies there is quoted by its last words, and a kernel's debug printf lands in them ("rows 70":
+    held-out M70). Every visible workload's credit said why it was not counted with those words,
+    and a visible workload's credit reaches a model and a client: now it says what happened, and
+    the held-out workloads keep the words (eval.json, for the researcher)."""
+    from agent.commands.evaluate import eval_json
+    from agent.feedback import redact_held_out
+
+    r = _through_the_evaluator("counted_crash", tmp_path, monkeypatch)
+    seen, held = r.workloads
+    assert held.split == "held_out" and "rows 70" in held.credit["reason"] and "SIGSEGV" in held.credit["reason"]
+    assert "SIGSEGV" in seen.credit["reason"] and "rows" not in seen.credit["reason"]
+    assert "kept with the held-out workloads" in seen.credit["reason"]
+    assert "rows 70" not in json.dumps(eval_json(redact_held_out(r)))
 
 
 # ---------------------------------------------------------------- the instrumented run

@@ -461,6 +461,36 @@ def test_watchdog_kills_a_hung_worker_and_restarts(fake, tmp_path):
         assert r.correct is True and ev._workers[0].starts == 2, (r.run_reason, r.workloads)
 
 
+def test_a_crash_is_quoted_by_its_own_last_words_never_an_earlier_evaluations(fake, tmp_path):
+    """The worker serves evaluation after evaluation; a crash's note quotes its last lines of
+    stderr, where a kernel's debug printf lands. A candidate that crashed before writing anything
+    was quoted by the lines the one before it wrote last: its held-out workload's ("rows 70", M70),
+    or another client's kernel on a service."""
+    set_mode, cmd = fake
+    sol = Solution.from_dir(FIXTURES / "good")
+    with Evaluator(gpus=[0], worker_cmd=cmd, timeout_s=20, cache_dir=tmp_path) as ev:
+        set_mode("prints")
+        assert ev.evaluate(sol, small_gemm(), "sm_90a", workloads="all").correct is True
+        set_mode("crash")
+        crashed = ev.evaluate(sol, small_gemm(), "sm_90a").workloads[0]
+    assert crashed.reason == "worker_crash" and "SIGSEGV" in crashed.detail and "rows" not in crashed.detail
+
+
+def test_a_harness_fault_on_a_held_out_workload_is_not_quoted_in_the_evaluations_own_words(fake, tmp_path):
+    """The worker's own failure on a workload is a harness fault, which the evaluation names as a
+    whole (`harness_fault`, its infra_error) and a client of the service reads; on a held-out
+    workload it quoted the exception, and the exception its tensor's size ("(70)": M70)."""
+    from agent.feedback import redact_held_out
+
+    set_mode, cmd = fake
+    set_mode("held_out_harness_error")
+    with Evaluator(gpus=[0], worker_cmd=cmd, timeout_s=20, cache_dir=tmp_path) as ev:
+        r = ev.evaluate(Solution.from_dir(FIXTURES / "good"), small_gemm(), "sm_90a", workloads="all")
+    held = r.workloads[1]
+    assert held.reason == "harness_error" and "(70)" in held.detail  # kept for the researcher
+    assert r.infra_error and "(70)" not in r.harness_fault and "(70)" not in redact_held_out(r).model_dump_json()
+
+
 def test_crash_and_fatal_error_restart(fake, tmp_path):
     set_mode, cmd = fake
     sol = Solution.from_dir(FIXTURES / "good")

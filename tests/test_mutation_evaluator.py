@@ -478,11 +478,18 @@ def test_exact_counts_are_asked_where_a_plain_bulk_load_runs_beside_tensor_map_l
 
 
 def test_the_credit_op_fails_its_workloads_when_it_gives_no_answer(tmp_path):
-    for reply, why in ((WorkerTimeout("t"), "the counted runs gave no answer: t"),
-                       (WorkerCrash("c"), "the counted runs gave no answer: c"),
-                       ({"op": "error", "error": "E"}, "the counted runs failed in the worker: E")):
+    """Every kept workload fails with why; what the worker wrote (its last words, its error) may be
+    held-out M70's run's, so the held-out workload keeps it and visible M128 says what happened."""
+    kept = " (what the worker wrote is kept with the held-out workloads it also ran)"
+    for reply, why, told in (
+            (WorkerTimeout("t"), "the counted runs gave no answer: t", "the counted runs gave no answer: t"),
+            (WorkerCrash("c; its last words: rows 70"), "the counted runs gave no answer: c; its last words: rows 70",
+             "the counted runs gave no answer: c"),
+            ({"op": "error", "error": "E"}, "the counted runs failed in the worker: E",
+             "the counted runs failed in the worker")):
         res = run(tmp_path, credit_worker(reply), insp=sass("HGMMA", "UTMALDG"), executed_check=True)
-        assert [(x.credit["status"], x.credit["reason"]) for x in res.workloads] == [("failed", why)] * 2
+        assert [(x.split, x.credit["status"], x.credit["reason"]) for x in res.workloads] == [
+            ("visible", "failed", told + kept), ("held_out", "failed", why)]
 
 
 def test_a_workload_the_op_did_not_credit_is_not_credited(tmp_path):
@@ -1033,6 +1040,27 @@ def test_without_a_run_the_first_static_failure_is_the_reason(tmp_path, monkeypa
     evaluator(tmp_path)._static_only(res, GOOD, task, task.workloads, "sm_90a", "no GPU")
     assert [w.detail for w in res.workloads] == ["bad at M=128", "bad at M=70"]
     assert res.run_reason == "no GPU; the manifest is wrong without running: bad at M=128"
+    # a held-out workload's detail holds its sizes: the evaluation's own reason names it, never quotes it
+    monkeypatch.setattr(E, "static_check", lambda s, c, t, axes, lim: ManifestError(f"bad at M={axes['M']}")
+                        if axes["M"] == 70 else None)
+    res = result(task)
+    evaluator(tmp_path)._static_only(res, GOOD, task, task.workloads, "sm_90a", "no GPU")
+    assert res.workloads[1].detail == "bad at M=70" and res.run_reason == (
+        "no GPU; the manifest is wrong without running: held-out workload M70 (its detail stays in its own result)")
+    x = evaluator(tmp_path)._executed(res, GOOD, task, task.workloads, None, Counting(mode="cupti"), "0",
+                                      sass=sass("HGMMA"))
+    assert x.reason == ("not profiled: no workload ran to a verdict (manifest_error: held-out workload M70 "
+                        "(its detail stays in its own result))")
+
+
+def test_a_harness_fault_quotes_a_visible_workloads_detail_and_names_a_held_out_one():
+    bad = {split: WorkloadResult(workload=name, split=split, axes={}, status="failed", reason="harness_error",
+                                 detail=f"shape ({name[1:]}, 64)") for name, split in (("M128", "visible"), ("M70", "held_out"))}
+    assert E._quotable(bad["visible"], named=True) == "workload M128: shape (128, 64)"
+    assert E._quotable(bad["visible"]) == "shape (128, 64)"
+    assert E._quotable(bad["held_out"], named=True) == E._quotable(bad["held_out"]) == (
+        "held-out workload M70 (its detail stays in its own result)")
+    assert E._quotable(bad["visible"].model_copy(update={"detail": None})) == ""
 
 
 def test_the_static_check_without_a_run_uses_the_runs_arch(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ from agent import feedback_catalogue
 from agent.feedback_catalogue import CARRIED, ev, evaluations, inspected, profiles, record, texts, wl
 from agent.trajectory import CandidateRecord, Verdicts
 from tools import profile
-from tools.results import CompileResult, ExecutedCheck, SanitizeResult
+from tools.results import CompileResult, EvalResult, ExecutedCheck, SanitizeResult, WorkloadCredit, WorkloadResult
 
 TEXTS = Path(__file__).resolve().parent / "fixtures" / "feedback_texts.json"
 
@@ -224,6 +224,119 @@ def test_no_held_out_size_reaches_the_model(name):
     text = fb.render_feedback(2, "repair", "cuda", record("incorrect"), e)
     assert "77777" not in text and not any(f"`{w.workload}`" in text for w in held)
     assert "held-out workloads (sizes not shown)" in text
+
+
+GEMM = "gemm_n7168_k5120"  # visible M8192; held out M4096, M1024, M8000 and M70
+
+
+def gemm_credit(w, tile_rows: int = 128, tma: bool = True) -> WorkloadCredit:
+    """One workload's credit as tools.credit.credit_in_process makes it (tools.credit.verdict on the
+    counted runs' totals, against the work tools.evaluator weighs) for a wgmma + TMA GEMM whose
+    row tiles are `tile_rows` tall; tma=False: its rows read with plain loads (TMA never runs)."""
+    from tasks import get_task
+    from tools.credit import verdict
+    from tools.evaluator import _task_work
+
+    task = get_task(GEMM)
+    axes, work = task.axis_values(w), _task_work(task, w)
+    tiles = -(-axes["M"] // tile_rows) * (axes["N"] // 256)
+    counts = {"wgmma": tiles * axes["K"] // 16, "tma": tiles * axes["K"] // 32 if tma else 0}
+    metrics = {"wgmma_flops": work.flops * tiles * tile_rows * 256 / (axes["M"] * axes["N"]), "other_flops": 0.0,
+               "tma_bytes": work.read_bytes if tma else 0.0, "other_read_bytes": 0.0 if tma else work.read_bytes}
+    v = verdict(list(counts), counts, {}, metrics, work)
+    return WorkloadCredit(workload=w.name, split=w.split, status="ok", counted_from=31, runs=36, counts=counts,
+                          executed=v.executed, shares=v.shares, carries=v.carries, notes=v.notes)
+
+
+def held_out_credit_eval() -> EvalResult:
+    """An evaluation of every GEMM workload whose kernel takes another path below 128 rows (one
+    512-row tile, rows read with plain loads): right everywhere, credited on the visible workload,
+    not on held-out M70. The executed check combines the credits as the evaluator does."""
+    from tasks import get_task
+    from tools.credit import combine
+
+    task = get_task(GEMM)
+    ws = task.workloads_for("visible") + task.workloads_for("held_out")
+    credits = [gemm_credit(w) if task.axis_values(w)["M"] >= 128 else gemm_credit(w, 512, tma=False) for w in ws]
+    return ev([WorkloadResult(workload=w.name, split=w.split, axes=task.axis_values(w), status="passed") for w in ws],
+              executed=combine(["wgmma", "tma"], credits))
+
+
+def test_a_held_out_workloads_credit_figures_never_reach_the_model():
+    """The executed check's counts are summed over workloads and its notes name the workload that
+    withheld the credit, with its figures: summed with held-out counts (which grow with their
+    sizes) and quoting M70's padding cap (2.5 x 128/70 = 4.57x), they drew the held-out sizes.
+    The model reads the visible workloads' counts and notes, and that a held-out workload withheld
+    the credit, by kind."""
+    e = held_out_credit_eval()
+    held = [c for c in e.executed.workloads if c.split == "held_out"]
+    assert "4.57x" in e.executed.notes["wgmma"]  # what the evaluator's combined check says
+    text = fb.render_feedback(2, "repair", "cuda", record("incorrect"), e)
+    visible_tma = sum(c.counts["tma"] for c in e.executed.workloads if c.split == "visible")
+    assert f"`tma`: executed on some workloads but not on every one ({visible_tma} instructions executed in all)" in text
+    assert f"({e.executed.counts['tma']} instructions" not in text
+    assert not any(note in text for c in held for note in c.notes.values()) and "4.57" not in text and "7.3x" not in text
+    assert "`wgmma`: executed, but did not carry the task's work: a held-out workload: wgmma did not carry the " \
+           "work there" in text
+    assert "`M70`" not in text and "M70" not in text
+
+
+def test_a_string_still_naming_a_held_out_workload_or_size_is_rewritten():
+    """Free text on the whole evaluation (run_reason, harness_fault; a stop names the workload that
+    hung) keeps no held-out name, and no `axis=value` or `axis: value` only held-out workloads have."""
+    held = WorkloadResult(workload="M70", split="held_out", axes={"M": 70, "N": 256}, status="failed", reason="timeout")
+    e = ev([wl("W0", "passed"), held], run_reason="M70 hung at M: 70 (M=70, N=256); M700 at M=700",
+           harness_fault="workload M70")
+    out = fb.redact_held_out(e)
+    assert out.run_reason == "held_out_1 hung at M=<held-out> (M=<held-out>, N=256); M700 at M=700"
+    assert out.harness_fault == "workload held_out_1" and out.workloads[1].detail == "timeout"
+
+
+def test_a_check_that_failed_as_a_whole_says_what_failed_not_what_it_quotes():
+    said = "in-process counters unavailable (CUPTI: no), and no ncu; the profiled process failed: E: rows 70"
+    assert fb._what_failed(said) == ("in-process counters unavailable (CUPTI: no), and no ncu; the profiled process "
+                                     "failed (the rest is not shown where held-out workloads ran)")
+    assert fb._what_failed("workload held_out_1 ended with timeout") == "workload held_out_1 ended with timeout"
+    assert fb._what_failed(None) is None
+    e = ev([wl("W0", "passed"), wl("H0", "passed", "held_out")], executed=ExecutedCheck(status="skipped", reason=said))
+    assert fb.redact_held_out(e).executed.reason == fb._what_failed(said)
+
+
+def test_what_was_measured_on_a_held_out_workload_alone_is_not_answered():
+    """An evaluation of the held-out workloads alone (a client's `workloads: held_out`): memcheck
+    ran on the first of them (the sanitizer's report: thread and block indices, an allocation's
+    size), and the executed check's raw totals and profile are the first credited workload's (its
+    FLOPs, bytes, grid)."""
+    e = held_out_credit_eval()
+    e.workloads = [w for w in e.workloads if w.split == "held_out"]
+    e.executed.workloads = [c for c in e.executed.workloads if c.split == "held_out"]
+    e.executed.metrics, e.executed.per_kernel, e.executed.timed_ms = {"wgmma_flops": 6.2e12}, {"k": {"wgmma": 7}}, 1.5
+    e.executed.profile = profile.Profile(time_ms=1.5, tflops=600.0)
+    e.sanitize = SanitizeResult(status="failed", errors=["Invalid __global__ write of size 4 bytes by thread "
+                                                         "(31,0,0) in block (69,0,0): 4 bytes after an allocation of "
+                                                         "size 286720 bytes"])
+    out = fb.redact_held_out(e)
+    assert out.sanitize.status == "failed" and out.sanitize.errors == [fb.HELD_OUT_MEMCHECK]
+    ex = out.executed
+    assert (ex.metrics, ex.per_kernel, ex.timed_ms, ex.profile, ex.counts) == ({}, {}, None, None, {})
+    assert out.verdicts() == e.verdicts()
+
+
+def test_every_field_of_an_evaluation_is_placed_before_a_model_or_client_reads_it():
+    """redact_held_out builds what a model and a client read field by field: a field added to
+    EvalResult (or to the executed check, whose view _executed_view builds) reaches neither, its
+    default in its place, until it is placed here: kept, scrubbed, or rebuilt without the held-out
+    workloads' figures."""
+    assert sorted(fb.KEPT_FIELDS + fb.SCRUBBED_FIELDS + fb.REBUILT_FIELDS) == sorted(EvalResult.model_fields)
+    assert sorted(ExecutedCheck.model_fields) == [  # each set by _executed_view
+        "carries", "counts", "executed", "kernel_metrics", "metrics", "notes", "per_kernel", "phase_s", "profile",
+        "reason", "shares", "status", "timed_ms", "workloads"]
+    e = held_out_credit_eval()
+    e.speedup_held_out, e.phase_s = 1.7, {"workloads": 3.5}
+    view = fb.redact_held_out(e)
+    assert {k: getattr(view, k) for k in fb.KEPT_FIELDS} == {k: getattr(e, k) for k in fb.KEPT_FIELDS}
+    # a run over the service renders its feedback from the view it was answered: the same words
+    assert fb.redact_held_out(view) == view and fb.eval_sections(view, "cuda") == fb.eval_sections(e, "cuda")
 
 
 def test_the_recorded_texts_say_what_the_rules_say():

@@ -298,7 +298,7 @@ def test_remote_evaluator_refuses_another_definition_and_says_unreachable(serve)
 
 
 def test_redaction_scrubs_a_held_out_size_quoted_in_any_string():
-    from agent.service import redact_held_out
+    from agent.feedback import redact_held_out
     from tasks import get_task
     from tools.results import CompileResult, EvalResult, InspectResult, WorkloadResult
 
@@ -311,11 +311,83 @@ def test_redaction_scrubs_a_held_out_size_quoted_in_any_string():
                      workloads=[WorkloadResult(workload=vis.name, split="visible", axes=vis.axes, status="passed"),
                                 WorkloadResult(workload=hw.name, split="held_out", axes=hw.axes, status="failed",
                                                reason="manifest_error", detail=f"M={hw.axes['M']}")])
-    out = redact_held_out(res, task)
+    out = redact_held_out(res)
     text = out.model_dump_json()
     assert hw.name not in text and f"M={hw.axes['M']}" not in text and vis.name in text
     held = out.workloads[1]
     assert (held.workload, held.axes, held.reason, held.detail) == ("held_out_1", {}, "manifest_error", "manifest_error")
+
+
+def held_out_only_below(rows: int, folder: Path):
+    """The simple GEMM with a grid row count of M - rows: fine at every M above `rows`, wrong (and
+    said with the value it came to) at held-out M70 alone."""
+    from tools.solution import Solution
+
+    launch = json.loads((SIMPLE / "launch.json").read_text())
+    launch["launches"][0]["grid"][1] = f"M - {rows}"
+    (folder / "kernel.cu").write_text((SIMPLE / "kernel.cu").read_text())
+    (folder / "launch.json").write_text(json.dumps(launch))
+    return Solution.from_dir(folder)
+
+
+def test_a_manifest_that_fails_only_at_a_held_out_size_is_not_quoted_with_its_values(tmp_path):
+    """Where nothing runs (no GPU here; on a GPU service, an arch it has not), the evaluation's
+    run_reason said why the manifest is wrong, quoting the first workload it failed on: a held-out
+    one where the visible ones pass, with what its expression came to (M - 100 = -30: M is 70).
+    The client reads that the manifest fails on a held-out workload, by class, never the value."""
+    from agent.commands.evaluate import eval_json
+    from agent.feedback import redact_held_out
+    from tasks import get_task
+    from tools.evaluator import Evaluator
+
+    task = get_task("gemm")
+    with Evaluator(gpus=[]) as local:
+        res = local.evaluate(held_out_only_below(100, tmp_path), task, "sm_90a", workloads="all")
+    [bad] = [w for w in res.workloads if w.status == "failed"]
+    assert (bad.workload, bad.reason) == ("M70", "manifest_error") and "= -30" in bad.detail  # kept for the researcher
+    out = eval_json(redact_held_out(res))
+    assert out["run_status"] == "failed" and "the manifest is wrong without running: held-out workload held_out_4" \
+        in out["run_reason"]
+    assert "-30" not in json.dumps(out) and "M70" not in json.dumps(out)
+
+
+def test_a_check_with_no_workload_to_count_names_a_held_out_failure_by_class(tmp_path):
+    """The executed check on an evaluation of the held-out workloads alone (`workloads: held_out`),
+    none of which ran to a verdict, said why by quoting the first failure's detail: M70's value."""
+    from agent.feedback import redact_held_out
+    from tasks import get_task
+    from tools.credit import Counting
+    from tools.evaluator import Evaluator
+
+    task, solution = get_task("gemm"), held_out_only_below(100, tmp_path)
+    with Evaluator(gpus=[]) as local:
+        res = local.evaluate(solution, task, "sm_90a", workloads="held_out")
+        res.executed = local._executed(res, solution, task, task.workloads_for("held_out"), None,
+                                       Counting(mode="cupti"), "0", "sm_90a", res.inspect)
+    assert res.executed.status == "skipped" and res.executed.reason.startswith("not profiled: no workload ran")
+    assert "-30" not in res.executed.reason and "-30" not in redact_held_out(res).model_dump_json()
+
+
+def test_a_client_reads_the_visible_workloads_credit_figures_only():
+    """The executed check as a client gets it: counts, shares and notes the visible workloads'
+    (a held-out workload's grow with its size and quote its FLOPs and tile padding: M70's cap,
+    2.5 x 128/70 = 4.57x), the held-out credits by verdict only; the verdicts the evaluation's."""
+    from agent.commands.evaluate import eval_json
+    from agent.feedback import redact_held_out
+    from test_mutation_feedback import held_out_credit_eval
+
+    e = held_out_credit_eval()
+    held = [c for c in e.executed.workloads if c.split == "held_out"]
+    vis = [c for c in e.executed.workloads if c.split == "visible"]
+    out = redact_held_out(e)
+    ex, text = out.executed, json.dumps(eval_json(out))
+    assert ex.counts == vis[0].counts and ex.shares == vis[0].shares and ex.executed == e.executed.executed
+    assert ex.notes["wgmma"] == "a held-out workload: wgmma did not carry the work there (its figures are not shown)"
+    assert not any(note in text for c in held for note in c.notes.values()) and "4.57" not in text
+    assert [c.model_dump(exclude_defaults=True) for c in ex.workloads if c.split == "held_out"] == [
+        {"workload": f"held_out_{i}", "split": "held_out", "status": "ok", "executed": c.executed, "carries": c.carries}
+        for i, c in enumerate(held, 1)]
+    assert out.verdicts() == e.verdicts() and eval_json(out)["failures"] == eval_json(e)["failures"]
 
 
 def test_on_a_ray_cluster_the_service_evaluates_through_the_ray_executor(serve, tmp_path):

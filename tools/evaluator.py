@@ -41,6 +41,10 @@ ARCH_CC = {"sm_90a": "9.0", "sm_100a": "10.0"}  # arch-specific ("a") cubins run
 ARCH_GPU = {"sm_90a": "an H100/H200", "sm_100a": "a B200/GB200"}
 
 
+# where a crashed worker's note quotes what it wrote last (a candidate's printf lands there too)
+LAST_WORDS = "; its last words: "
+
+
 class WorkerTimeout(RuntimeError):
     pass
 
@@ -151,6 +155,9 @@ class WorkerHandle:
         return self.info
 
     def request(self, msg: dict, timeout_s: float) -> dict:
+        # last words are this request's own: never what an earlier request's candidate wrote (a held-out
+        # run's printf of its sizes, another client's evaluation)
+        self.stderr_tail.clear()
         self.start()
         assert self.proc and self.proc.stdin
         try:
@@ -195,7 +202,7 @@ class WorkerHandle:
         how = f"was killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with status {rc}"
         time.sleep(0.05)  # let the stderr drain catch the last lines
         tail = " | ".join(line for line in list(self.stderr_tail)[-3:] if line)
-        return f"the worker {how}" + (f"; its last words: {tail}" if tail else "")
+        return f"the worker {how}" + (f"{LAST_WORDS}{tail}" if tail else "")
 
     def _drain_stderr(self, proc: subprocess.Popen) -> None:
         log = open(self.log_path, "a") if self.log_path else None
@@ -511,7 +518,7 @@ class Evaluator:
         bad = [w for w in res.workloads if w.status == "failed"]
         if bad:
             res.run_status = "failed"
-            res.run_reason = f"{reason}; the manifest is wrong without running: {bad[0].detail}"
+            res.run_reason = f"{reason}; the manifest is wrong without running: {_quotable(bad[0])}"
 
     def _run(self, res: EvalResult, solution, task, wls, arch: str, sanitize: bool, time: bool,
              counting: Counting | None = None, module_sass=None) -> None:
@@ -556,7 +563,7 @@ class Evaluator:
                 if wr.reason == "harness_error" or (wr.status == "skipped" and
                                                     (wr.detail or "").startswith("GPU worker did not start")):
                     # the worker failed or could not start: ours, not the candidate's (tools/results.py)
-                    res.harness_fault = res.harness_fault or f"workload {wl.name}: {wr.detail}"
+                    res.harness_fault = res.harness_fault or _quotable(wr, named=True)
                 if wr.reason in ("timeout", "cuda_error", "worker_crash"):
                     stop = f"not run: workload {wl.name} ended with {wr.reason}"
             if not stop and any((x.credit or {}).get("status") == "pending" for x in res.workloads):
@@ -609,7 +616,7 @@ class Evaluator:
 
         t0 = _time.perf_counter()
         pending = [x for x in res.workloads if (x.credit or {}).get("status") == "pending"]
-        why = None
+        why = plain = None
         try:
             op = {"op": "credit"}
             if sites:  # JSON: pc offsets as strings
@@ -618,15 +625,23 @@ class Evaluator:
             reply = w.request(op, self.timeout_s * max(1, len(pending)))
         except (WorkerTimeout, WorkerCrash, WorkerStartError) as exc:
             reply, why = {}, f"the counted runs gave no answer: {exc}"
+            plain = f"the counted runs gave no answer: {str(exc).split(LAST_WORDS)[0]}"
         if not why and reply.get("op") != "credits":
             why = f"the counted runs failed in the worker: {reply.get('error')}"
+            plain = "the counted runs failed in the worker"
+        told = why  # a visible workload's reason, which reaches a model and a client (agent.feedback.redact_held_out)
+        if why and any(x.split != "visible" for x in pending):
+            # what the worker wrote (its last words, its error) may be a held-out run's: a printf of the
+            # sizes, a shape in an exception. The held-out workloads keep it; a visible one says what happened
+            told = f"{plain} (what the worker wrote is kept with the held-out workloads it also ran)"
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         stop = None
         _timed_in_the_op(pending, reply)
         for x in pending:
             x.credit = (reply.get("credits") or {}).get(x.workload) or {**(x.credit or {}), "status": "failed", "reason": (
-                why or "not counted: the worker that kept this workload restarted before the counted runs")}
+                (why if x.split != "visible" else told)
+                or "not counted: the worker that kept this workload restarted before the counted runs")}
             x.phase_s["credit"] = float(x.credit.get("own_s") or 0.0)
             failed = (reply.get("failed") or {}).get(x.workload)
             if failed:
@@ -687,7 +702,7 @@ class Evaluator:
         chosen = [w for w in wls if w.name in ran]
         if not chosen:
             bad = next((x for x in res.workloads if x.status == "failed"), None)
-            why = f"{bad.reason}: {bad.detail}" if bad else "no workload ran"
+            why = f"{bad.reason}: {_quotable(bad)}" if bad else "no workload ran"
             return ExecutedCheck(status="skipped", reason=f"not profiled: no workload ran to a verdict ({why})"[:400])
         works = [_task_work(task, w) for w in chosen]
         timed = {name: (x.timing.median_ms if x.timing else None) for name, x in ran.items()}
@@ -759,6 +774,16 @@ class Evaluator:
         if reply.get("fatal"):
             w.kill()  # it exits by itself; make sure before the next request
         return WorkloadResult.model_validate(reply["result"])
+
+
+def _quotable(w: WorkloadResult, named: bool = False) -> str:
+    """A workload's failure as the evaluation's own reasons may quote it (`named`: with its name).
+    A held-out workload's detail holds its sizes (a manifest expression's value, a grid, a shape)
+    and those reasons reach a model and a service's client (agent.feedback.redact_held_out): of
+    it only its name, which that view rewrites; the detail stays in the workload's own result."""
+    if w.split != "visible":
+        return f"held-out workload {w.workload} (its detail stays in its own result)"
+    return f"workload {w.workload}: {w.detail}" if named else (w.detail or "")
 
 
 def _timed_in_the_op(pending: list[WorkloadResult], reply: dict) -> None:
