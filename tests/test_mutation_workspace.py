@@ -8,6 +8,7 @@ runs these beside tests/test_mutation_worker.py (the timed judge through `run_wo
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -73,7 +74,7 @@ def test_prepare_poisons_outputs_and_garbles_only_the_unzeroed_scratch():
     for t, _ in ws.buffers.values():
         t.fill_(7)
     ws.outputs["C"].fill_(1.0)
-    ws.prepare()
+    ws.prepare(checks=True)
     assert torch.isnan(ws.outputs["C"]).all()
     garbled = {n: ws.buffers[n][0].clone() for n in ("tmp", "ids")}
     # random bytes: no NaN to test for, no constant to count from
@@ -96,6 +97,21 @@ def test_reset_is_prepare_and_the_scratch_reset():
     ws.reset()
     assert (ws.buffers["acc"][0] == 0).all() and (ws.buffers["tmp"][0] != 7).all()
     assert torch.isnan(ws.outputs["C"]).all()
+
+
+@pytest.mark.parametrize("bit, poisoned", [(0, True), (1, False)], ids=["poison", "random_bytes"])
+def test_every_run_but_the_checks_fills_its_outputs_by_the_secret_coin(monkeypatch, bit, poisoned):
+    """prepare() (the timed and counted runs): the coin decides poison or random bytes; reset() (the
+    seeded checks) always poisons, whatever the coin says."""
+    import tools.correctness as C
+
+    monkeypatch.setattr(C, "secrets", SimpleNamespace(randbits=lambda _: bit))
+    ws = ws_with_scratch()
+    ws.prepare()
+    assert bool(C.poison_mask(ws.outputs["C"]).all()) == poisoned
+    assert poisoned or C.poison_mask(ws.outputs["C"]).float().mean() < 0.01
+    ws.reset()
+    assert C.poison_mask(ws.outputs["C"]).all()
 
 
 def test_the_verdict_needs_the_regenerated_inputs():
@@ -145,7 +161,7 @@ def test_the_checks_come_in_order_guards_inputs_unwritten_nan_values():
     assert ws.verdict(expected, tol, inputs=fresh)[0] == "incorrect"
     ws.outputs["C"][1, 1] = float("nan")
     assert ws.verdict(expected, tol, inputs=fresh)[:2] == ("nan_output", "output 'C' has 1 NaN elements")
-    ws.prepare()
+    ws.prepare(checks=True)
     ws.outputs["C"][:, :-1] = expected["C"][:, :-1]  # the last column never written: 128 poison elements
     assert ws.verdict(expected, tol, inputs=fresh)[:2] == (
         "unwritten_output", "output 'C': 128 of 8192 elements were never written (still the poison NaN)")
