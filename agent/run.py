@@ -216,18 +216,24 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
 
     if req.budget.max_cost is not None and (problem := cost_cap_problem(model)):
         raise SolveError(problem)  # each call would count as $0: the cap would be there in name only
-    run_id = req.run_id or new_run_id(task.name, req.model)
-    config = RunConfig(
-        run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=anchor_spec(req.model, Path.cwd()),
-        api_base=req.api_base, model_options=req.model_options, lang=req.lang, context=req.context,
-        context_tokens=req.context_tokens, budget=req.budget, samples=req.samples,
-        strategy=req.strategy or implied_strategy(req.samples), population=req.population,
-        profile_feedback=req.profile_feedback,
+    config = request_config(req, task)
+    return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
+
+
+def request_config(req: SolveRequest, task) -> RunConfig:
+    """The config a run of `req` records before it starts (the versions it runs with are added by
+    _start). Reports build the same for a run its sweep planned that never started, so such a run
+    falls in the cell its run would have."""
+    return RunConfig(
+        run_id=req.run_id or new_run_id(task.name, req.model), task=task.name, task_requested=req.task,
+        arch=req.arch, model=anchor_spec(req.model, Path.cwd()), api_base=req.api_base,
+        model_options=req.model_options, lang=req.lang, context=req.context, context_tokens=req.context_tokens,
+        budget=req.budget, samples=req.samples, strategy=req.strategy or implied_strategy(req.samples),
+        population=req.population, profile_feedback=req.profile_feedback,
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
         executed_check=req.executed_check, command=req.command or list(sys.argv), history=req.history,
-        require=req.require, hints=list(req.hints), model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck,
-        model_name=req.model_name)
-    return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
+        require=req.require, hints=list(req.hints), model_params=dict(req.model_params),
+        context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck, model_name=req.model_name)
 
 
 def replay_mismatch(req: SolveRequest) -> str | None:

@@ -69,6 +69,30 @@ def test_which_runs_are_measured_at_a_turn_limit():
     assert not record("a", cand(1), stop_reason="max_turns").out_of_replies_past(2)
 
 
+def test_each_run_left_out_says_why_and_the_cell_counts_it_there():
+    """A run the metrics leave out is no failure of the model, and no silent gap either: its cell
+    counts it by its reason, in the table's runs column and the CSV."""
+    why = {"ok": record("a", cand(1)), "not started": record("b", summary=False),
+           "no summary": record("c", summary=False), "interrupted": record("d", status="interrupted",
+                                                                          stop_reason="interrupted"),
+           "infrastructure error": record("e", status="failed", stop_reason="infra_error"),
+           "ptxbench error": record("f", status="failed", stop_reason="error"),
+           "running or killed": record("g", cand(1), status="running", stop_reason=None),
+           "provider failed": record("h", stop_reason="model_error", turns=0),
+           "fewer turns": record("i", cand(1), budget=Budget(max_turns=1))}
+    why["not started"].started = False
+    assert {w: r.left_out(2) for w, r in why.items()} == {**{w: w for w in why}, "ok": None}
+    assert all(r.measured_at(2) == (w == "ok") for w, r in why.items())
+    assert why["fewer turns"].left_out(1) is None and why["provider failed"].left_out(1) == "provider failed"
+    [row] = report.summarise(list(why.values()), [2])
+    assert (row.runs, row.unfinished) == (1, 8)
+    assert row.left_out == {w: 1 for w in sorted(why) if w != "ok"}
+    runs_column = report._table([row])[1][0][8]
+    assert runs_column == ("1 (+8 unfinished: 1 fewer turns, 1 infrastructure error, 1 interrupted, "
+                           "1 no summary, 1 not started, 1 provider failed, 1 ptxbench error, 1 running or killed)")
+    assert report.csv_rows([row])[0]["unfinished_why"] == runs_column.split(": ", 1)[1][:-1]
+
+
 # ---------------------------------------------------------------------------------------------- folders
 def test_run_folders_are_found_once_and_never_inside_a_runs_candidates(tmp_path):
     sweep = tmp_path / "sweep"
