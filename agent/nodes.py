@@ -442,6 +442,23 @@ def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
             "hints": list(cfg.hints)}  # --hint: pattern docs whole on top of the arm
 
 
+def empty_arm(task: Any, cfg: RunConfig) -> str | None:
+    """Why a run's context arm would send none of its docs on turn 1, or None. A docs arm whose
+    `context_tokens` no section fits (a few hundred tokens) sends the none arm's prompt (docs+headers:
+    the header API alone; docs+example: the example alone), recorded and reported under the arm's
+    name: such a run is refused before it starts (agent.run._start, and a sweep for all its cells)."""
+    if cfg.context == "none":
+        return None
+    from knowledge.retriever import retrieve
+
+    parts = retrieve(**retrieval_call(task, cfg, None)).parts
+    if sum(parts.get(layer, {}).get("sections", 0) for layer in ("docs", "full")):
+        return None
+    return (f"context {cfg.context!r} retrieves no docs section for task {task.name} on {cfg.arch} within "
+            f"context_tokens {cfg.context_tokens} (--context-tokens): its runs would read no docs under the "
+            f"{cfg.context!r} arm's name; raise context_tokens (6000 by default), or use context none")
+
+
 def _count(text: str, tokenizer: str) -> int:
     from knowledge.retriever import count_tokens
 

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from agent import feedback_catalogue, prompts
 from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
-from agent.nodes import Deps, InfraFault, Nodes, turn1_messages
+from agent.nodes import Deps, InfraFault, Nodes, empty_arm, turn1_messages
 from agent.state import initial_state, summary_from_state
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, HISTORIES, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
@@ -522,6 +522,8 @@ def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool
     if shipped_example(run_dir):
         raise SolveError(f"{run_dir} is inside a shipped example (read-only): choose another --runs-dir")
     retrieve = _get_retriever(config.context, config.hints)  # a refusal here leaves no folder behind
+    if (problem := empty_arm(task, config)) is not None:
+        raise SolveError(problem)
     with run_folder_lock(run_dir):
         # under the lock: two starts of one id at once must not both find the folder free
         if (run_dir / "config.json").exists():
