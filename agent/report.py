@@ -849,8 +849,10 @@ def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
 def plot_ablation(rows: Sequence[CellRow], turn_limit: int, path: Path, index: int, name: str) -> None:
     """The settings of one ablation (the cell key's `index`: context, profile feedback) side by
     side per model, task and arch (never merged: tasks differ in difficulty): arch-in-SASS rate
-    and correct-with-arch rate, pooled over the other keys. A bar no run could fill is drawn
-    as a hatched outline marked n/a, never as a zero."""
+    and correct-with-arch rate, pooled over the other keys. Each bar carries the Wilson 95% interval
+    the tables give (over its n/a runs too, both ways) and its count, successes/known runs: arms
+    measured over different numbers of runs, or with runs left unknown, read as such, never as two
+    equally sure rates. A bar no run could fill is drawn as a hatched outline marked n/a, never as a zero."""
     plt = _pyplot()
     rows = [r for r in rows if r.turn_limit == turn_limit]
     groups = sorted({(r.key[0], r.key[1], r.key[2]) for r in rows})  # model, task, arch
@@ -862,17 +864,21 @@ def plot_ablation(rows: Sequence[CellRow], turn_limit: int, path: Path, index: i
         for i, setting in enumerate(settings):
             for j, group in enumerate(groups):
                 pooled = [r.metrics[metric] for r in rows if r.key[:3] == group and r.key[index] == setting]
-                succ, n = sum(p.successes for p in pooled), sum(p.n for p in pooled)
+                p = Proportion(*(sum(getattr(q, k) for q in pooled) for k in ("successes", "n", "unknown")))
                 x = j + (i - (len(settings) - 1) / 2) * width
                 label = setting if j == 0 else None
-                if n:
-                    ax.bar(x, succ / n, width, label=label, color=f"C{i}")
+                if p.rate is not None:
+                    lo, hi = p.wilson()  # type: ignore[misc]
+                    ax.bar(x, p.rate, width, label=label, color=f"C{i}", yerr=[[p.rate - lo], [hi - p.rate]],
+                           capsize=2, error_kw={"elinewidth": 0.8})
+                    ax.text(x, hi + 0.02, f"{p.successes}/{p.n}" + (f", {p.unknown} n/a" if p.unknown else ""),
+                            ha="center", va="bottom", fontsize=6)
                 else:
                     ax.bar(x, 1.0, width, label=label, fill=False, hatch="//", edgecolor=f"C{i}", alpha=0.5)
                     ax.text(x, 0.5, "n/a", ha="center", va="center", fontsize=9, color="dimgrey",
                             bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         ax.set_xticks(range(len(groups)), [f"{m}\n{t} {a}" for m, t, a in groups], fontsize=7)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.15)  # room for a count above a full bar's interval
         ax.set_ylabel("share of runs")
         ax.set_title(f"{title}, turn {turn_limit}", fontsize=9)
     # one legend for both panels, above them: never over a bar

@@ -458,6 +458,28 @@ def test_the_plots_series_and_which_plots_are_drawn():
         "fast_p", "speedup_by_turn", "profile"]
 
 
+def test_an_ablation_bar_carries_its_interval_and_count(tmp_path, monkeypatch):
+    """Two arms side by side, one over 3 known runs, one over 1 known run and 2 unknown ones: both
+    bars read 100%. Before, the plot drew two equal bars; the tables' intervals and counts were not
+    on it, so the arm of one run read as sure as the arm of three."""
+    from matplotlib.axes import Axes
+
+    drawn: list[tuple] = []
+    bar, text = Axes.bar, Axes.text
+    monkeypatch.setattr(Axes, "bar", lambda ax, x, h, *a, **kw: drawn.append(("bar", round(h, 6), kw.get("yerr")))
+                        or bar(ax, x, h, *a, **kw))
+    monkeypatch.setattr(Axes, "text", lambda ax, x, y, s, *a, **kw: drawn.append(("text", s)) or text(ax, x, y, s,
+                                                                                                     *a, **kw))
+    sure, unsure = Proportion(3, 3, 0), Proportion(1, 1, 2)
+    rows = [_row(key=("m", GEMM, "sm_90a", "none", *_row().key[4:]), metrics={m: sure for m in report.PROPORTIONS}),
+            _row(metrics={m: unsure for m in report.PROPORTIONS})]
+    report.plot_context(rows, 4, tmp_path / "context.png")
+    lo3, lo1 = sure.wilson()[0], unsure.wilson()[0]
+    assert [d for d in drawn if d[0] == "bar"] == [("bar", 1.0, [[1 - lo3], [0.0]]), ("bar", 1.0, [[1 - lo1], [0.0]])] * 2
+    assert [d[1] for d in drawn if d[0] == "text"] == ["3/3", "1/1, 2 n/a"] * 2
+    assert lo1 < lo3 and (tmp_path / "context.png").stat().st_size
+
+
 # ---------------------------------------------------------------------------------------------- around
 def test_published_rows_go_after_their_tasks_rows():
     pub = PublishedRow(model="p", arch="sm_90a", definition="d", task=GEMM, workload="w", experiment="e",
