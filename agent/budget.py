@@ -57,6 +57,12 @@ class Clock:
     def elapsed(self) -> float:
         return self.offset + time.monotonic() - self._start
 
+    def exclude(self, seconds: float) -> None:
+        """Seconds the run spent waiting for a GPU another evaluation held (EvalResult.phase_s
+        queue_wait): the harness's, not the run's. Counted, a sweep's concurrency would decide which
+        runs `max_time_s` stops (and reports count as failures past that turn), not the model."""
+        self.offset -= max(0.0, seconds)
+
 
 def recursion_limit(budget: Budget) -> int:
     """LangGraph's step limit from the budget: five nodes a turn, plus slack."""

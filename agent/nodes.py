@@ -254,6 +254,7 @@ class Nodes:
         solution = Solution.from_dir(cdir)
         ev = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="all", executed_check=cfg.executed_check,
                                   time=True, profile=cfg.executed_check and cfg.profile_feedback)
+        d.clock.exclude(ev.phase_s.get("queue_wait", 0.0))  # the GPU another run held: not this run's time
         if ev.infra_error:  # the harness failed, not the kernel: no verdict, no feedback; resume redoes it
             w.event("infra_error", turn=turn, sample=sample, detail=ev.infra_error)
             raise InfraFault(ev.infra_error)
@@ -270,8 +271,10 @@ class Nodes:
         out of bounds: the evaluator again, visible workloads only, untimed, with the sanitizer.
         Its result goes into `ev.sanitize` (and so into eval.json and the feedback)."""
         d, cfg = self.deps, self.deps.config
-        san = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="visible", executed_check=False,
-                                   sanitize=True, time=False).sanitize
+        checked = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="visible", executed_check=False,
+                                       sanitize=True, time=False)
+        d.clock.exclude(checked.phase_s.get("queue_wait", 0.0))
+        san = checked.sanitize
         if san.status == "skipped" and san.reason == "not requested":  # the run stopped before the sanitizer
             san = san.model_copy(update={"reason": "the candidate did not reach the memcheck run"})
         ev.sanitize = san
