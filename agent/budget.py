@@ -20,7 +20,7 @@ class Spent(BaseModel):
     # None: some call had no price (a self-hosted model litellm does not know): unknown, never $0
     cost_usd: float | None = 0.0
     cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
-    wall_s: float = 0.0  # active seconds; resumed segments add up, time spent dead does not
+    wall_s: float = 0.0  # active seconds; resumed segments add up, time spent dead or queued for a GPU does not
 
     @property
     def tokens(self) -> int:
