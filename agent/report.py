@@ -38,7 +38,8 @@ model never narrow an interval. Rows of scripted, replayed or human replies say 
 a note naming them), whatever name a sweep gave them.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
-run its model's provider stopped (model_error) past the turns it completed, a run past its own max_turns (reports of
+run its model's provider stopped (model_error), or a cost cap whose cost was unknown (a call without a price),
+past the turns it completed, a run past its own max_turns (reports of
 several budgets: it had no such turn), and a run its sweep planned (sweep.json) that never started:
 each stays in its cell, counted beside the measured runs with its reason (RunRecord.left_out), so a
 cell's runs plus its unfinished are the replicas planned. Fixit's teacher runs (each opened with a
@@ -121,6 +122,10 @@ class RunRecord:
         # finished: past its turns it counts, with what it reached (out_of_replies_past)
         if s.stop_reason == "model_error" and turn_limit > s.turns:
             return "provider failed"
+        if s.stop_reason == "max_cost" and s.usage.cost_usd is None and turn_limit > s.turns:
+            # a call came back without a price (agent.budget.exhausted): the harness could not count the
+            # cap, the model did not spend it; past its turns it is as unknown as after an outage
+            return "cost unknown"
         return None
 
     def out_of_replies_past(self, turn_limit: int) -> bool:

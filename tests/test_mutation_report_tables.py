@@ -79,16 +79,20 @@ def test_each_run_left_out_says_why_and_the_cell_counts_it_there():
            "ptxbench error": record("f", status="failed", stop_reason="error"),
            "running or killed": record("g", cand(1), status="running", stop_reason=None),
            "provider failed": record("h", stop_reason="model_error", turns=0),
-           "fewer turns": record("i", cand(1), budget=Budget(max_turns=1))}
+           "fewer turns": record("i", cand(1), budget=Budget(max_turns=1)),
+           "cost unknown": record("j", cand(1), stop_reason="max_cost")}
     why["not started"].started = False
+    priced = record("k", cand(1), stop_reason="max_cost")  # the cap spent: the model's failure past it
+    why["cost unknown"].summary.usage.cost_usd = None  # a call came back without a price
+    assert priced.left_out(2) is None and why["cost unknown"].left_out(1) is None
     assert {w: r.left_out(2) for w, r in why.items()} == {**{w: w for w in why}, "ok": None}
     assert all(r.measured_at(2) == (w == "ok") for w, r in why.items())
     assert why["fewer turns"].left_out(1) is None and why["provider failed"].left_out(1) == "provider failed"
     [row] = report.summarise(list(why.values()), [2])
-    assert (row.runs, row.unfinished) == (1, 8)
+    assert (row.runs, row.unfinished) == (1, 9)
     assert row.left_out == {w: 1 for w in sorted(why) if w != "ok"}
     runs_column = report._table([row])[1][0][8]
-    assert runs_column == ("1 (+8 unfinished: 1 fewer turns, 1 infrastructure error, 1 interrupted, "
+    assert runs_column == ("1 (+9 unfinished: 1 cost unknown, 1 fewer turns, 1 infrastructure error, 1 interrupted, "
                            "1 no summary, 1 not started, 1 provider failed, 1 ptxbench error, 1 running or killed)")
     assert report.csv_rows([row])[0]["unfinished_why"] == runs_column.split(": ", 1)[1][:-1]
 
