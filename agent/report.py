@@ -796,8 +796,9 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
             ys = fast_p_curve(metrics, ps)
             if all(y is None for y in ys):
                 continue
-            ax.plot(ps, [math.nan if y is None else y for y in ys], label=_series_label(model, context),
-                    linestyle="--" if context.split(",")[0] == "none" else "-")
+            # its sample count beside its name: a step curve of one run reads as sure as one of ten otherwise
+            ax.plot(ps, [math.nan if y is None else y for y in ys], label=f"{_series_label(model, context)}, "
+                    f"n={len(metrics)}", linestyle="--" if context.split(",")[0] == "none" else "-")
             drawn = True
         if drawn:
             ax.legend(fontsize=7)

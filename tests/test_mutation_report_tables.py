@@ -482,6 +482,16 @@ def test_an_ablation_bar_carries_its_interval_and_count(tmp_path, monkeypatch):
     assert [d for d in drawn if d[0] == "bar"] == [("bar", 1.0, [[1 - lo3], [0.0]]), ("bar", 1.0, [[1 - lo1], [0.0]])] * 2
     assert [d[1] for d in drawn if d[0] == "text"] == ["3/3", "1/1, 2 n/a"] * 2
     assert lo1 < lo3 and (tmp_path / "context.png").stat().st_size
+    # the fast_p curves name their sample counts: one run beside three
+    from matplotlib.axes import Axes
+
+    labels: list[str] = []
+    plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda ax, *a, **kw: labels.append(kw.get("label")) or plot(ax, *a, **kw))
+    runs = [record(f"d{k}", cand(1, **OK, speedup=2.0)) for k in range(3)] + [
+        record("n0", cand(1, **OK, speedup=0.5), context="none"), record("n1", context="none", status="interrupted")]
+    report.plot_fast_p(runs, 1, tmp_path / "fast_p.png")
+    assert labels == ["m (docs), n=3", "m (none), n=1"]
 
 
 # ---------------------------------------------------------------------------------------------- around
