@@ -205,6 +205,7 @@ def planned_runs(paths: Iterable[str | Path], recorded: Iterable[str]) -> tuple[
             grid, why = {}, _first_line(exc)
         else:
             why = "they are not in the grid its config gives here"
+        done.update(grid)  # a copy of the sweep folder holds the same plan: its runs are these, once
         for r in grid.values():
             task = get_task(r.task)
             out.append(RunRecord(_planned_folder(sweep_file, r.run_id),

@@ -76,6 +76,11 @@ def test_runs_a_sweep_planned_that_never_started_stand_in_their_cells(tmp_path):
     inside = write_report([tmp_path / "runs" / "s" / "prose" / "gemm_n7168_k5120" / "sm_90a" / "none"],
                           tmp_path / "inside", [1])
     assert [(r.key[3], r.runs, r.unfinished) for r in inside.rows] == [("none", 1, 2)]
+    # a copy of its plan elsewhere (a folder given beside it) plans the same runs, counted once
+    (tmp_path / "copy" / "s").mkdir(parents=True)
+    (tmp_path / "copy" / "s" / "sweep.json").write_bytes((tmp_path / "runs" / "s" / "sweep.json").read_bytes())
+    twice = write_report([tmp_path / "runs" / "s", tmp_path / "copy"], tmp_path / "twice", [1])
+    assert [(r.key[3], r.runs, r.unfinished) for r in twice.rows] == [("docs", 0, 3), ("none", 1, 2)]
     # and from the sweep's folder moved elsewhere: its plan goes with it
     moved = (tmp_path / "runs" / "s").rename(tmp_path / "kept")
     assert [(r.key[3], r.runs, r.unfinished) for r in write_report([moved], tmp_path / "m", [1]).rows] == [
