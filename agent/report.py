@@ -60,6 +60,7 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -549,6 +550,7 @@ class CellRow:
     speedups_held_out: list[float] = field(default_factory=list)
     # the `unfinished` runs by why they are left out (RunRecord.left_out): "interrupted" -> 2 ...
     left_out: dict[str, int] = field(default_factory=dict)
+    task_runs: dict[str, int] = field(default_factory=dict)  # the measured runs of each of `tasks`
 
     def __post_init__(self):
         if self.samples < 0:
@@ -640,7 +642,9 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
                                 ", ".join(sorted({model_identity(r.config.model) for r in members})),
                                 [pr.speedup_held_out for pr in per_run if pr.values["cwa_executed"] is True
                                  and pr.speedup and pr.speedup_held_out],
-                                {w: why.count(w) for w in sorted(set(why) - {None})}))  # type: ignore[type-var]
+                                {w: why.count(w) for w in sorted(set(why) - {None})},  # type: ignore[type-var]
+                                {t: sum(1 for r in done if r.config.task == t) for t in sorted({r.config.task
+                                                                                              for r in done})}))
     return _name_task_sets(rows)
 
 
@@ -649,18 +653,28 @@ def _name_task_sets(rows: list[CellRow]) -> list[CellRow]:
     strategies. Where their measured runs cover different tasks of the family (a model bound to some
     tasks, an arm whose runs of a task were all interrupted), a rate over an easy task next to one over
     easy and hard tasks is no comparison: each row that lacks some of the tasks the others cover names
-    its tasks in the family column (or those it lacks, where that is the shorter list)."""
+    its tasks in the family column (or those it lacks, where that is the shorter list). Nor is one that
+    weighs them otherwise (3 runs of each beside 3 of the easy task and 1 of the hard, its other runs
+    left out): where rows covering the same tasks differ in their shares of runs per task, each names
+    its runs per task."""
     groups: dict[tuple, list[CellRow]] = {}
     for r in rows:
         if r.runs:  # a row without measured runs shows n/a: nothing to compare
             groups.setdefault((r.turn_limit, r.key[1], r.key[2]), []).append(r)
     for members in groups.values():
         every = sorted({t for r in members for t in r.tasks})
+        full = []
         for r in members:
             lacks = [t for t in every if t not in r.tasks]
             if lacks:
                 which = f"tasks: {', '.join(r.tasks)}" if len(r.tasks) <= len(lacks) else f"without {', '.join(lacks)}"
                 r.key = (r.key[0], f"{r.key[1]} ({which})", *r.key[2:])  # type: ignore[assignment]
+            else:
+                full.append(r)
+        if len({tuple(Fraction(n, r.runs) for n in r.task_runs.values()) for r in full}) > 1:
+            for r in full:
+                per_task = ", ".join(f"{t} {n}" for t, n in r.task_runs.items())
+                r.key = (r.key[0], f"{r.key[1]} (runs per task: {per_task})", *r.key[2:])  # type: ignore[assignment]
     return rows
 
 

@@ -338,6 +338,18 @@ def test_rows_of_a_family_name_the_tasks_they_lack():
     even = {r.key[0]: r for r in report.summarise(runs[:3] + [record("h", task=GEMM2, model="y")], [1],
                                                   report.family_key)}
     assert even["y"].key[1] == "GEMM" and even["x"].key[1] == "GEMM"
+    # both tasks in both rows, weighed otherwise: x over 2 + 2 runs, y over 2 + 1 (its third interrupted)
+    both = [record(f"{m}{t}{k}", cand(1, **OK), task=task, model=m) for m in "xy" for t, task in enumerate((GEMM, GEMM2))
+            for k in range(2)]
+    both[-1].summary.status = "interrupted"
+    uneven = {r.key[0]: r for r in report.summarise(both, [1], report.family_key)}
+    assert uneven["x"].key[1] == f"GEMM (runs per task: {GEMM2} 2, {GEMM} 2)"
+    assert uneven["y"].key[1] == f"GEMM (runs per task: {GEMM2} 1, {GEMM} 2)" and uneven["y"].unfinished == 1
+    scaled = {r.key[0]: r for r in report.summarise(both[:4] + [record("z0", cand(1, **OK), task=GEMM, model="z"),
+                                                                 record("z1", cand(1, **OK), task=GEMM2, model="z")],
+                                                    [1], report.family_key)}
+    assert scaled["z"].key[1] == scaled["x"].key[1] == "GEMM"  # 1 + 1 weighs them as 2 + 2 does
+    assert [r.key[1] for r in report.summarise(both, [1])] == [GEMM2, GEMM, GEMM2, GEMM]  # one task a row: as is
     one_each = [record("a", task=GEMM, model="x"), record("b", task=GEMM2, model="y")]
     named = sorted(r.key[1] for r in report.summarise(one_each, [1], report.family_key))
     assert named == [f"GEMM (tasks: {GEMM2})", f"GEMM (tasks: {GEMM})"]
