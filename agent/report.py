@@ -38,15 +38,15 @@ model never narrow an interval. Rows of scripted, replayed or human replies say 
 a note naming them), whatever name a sweep gave them.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
-run its model's provider stopped (model_error), or a cost cap whose cost was unknown (a call without a price),
-past the turns it completed, a run past its own max_turns (reports of
-several budgets: it had no such turn), and a run its sweep planned (sweep.json) that never started:
-each stays in its cell, counted beside the measured runs with its reason (RunRecord.left_out), so a
-cell's runs plus its unfinished are the replicas planned. Fixit's teacher runs (each opened with a
-student's kernel: not a benchmark run) are no runs of the report at all. Runs that would share a cell but differ in a setting no column names
-(two models under one name, another language, other prompt templates or docs versions, other
-requested features, other compilers ...) get model labels that name it (distinguish); one run found
-in two folders is refused. Rows of a family measured over different tasks of it name their tasks.
+run its model's provider stopped (model_error), or a cost cap could not count (a call without a
+price), past the turns it completed, a run past its own max_turns (reports of several budgets: it
+had no such turn), and a run its sweep planned (sweep.json) that never started: each stays in its
+cell, counted beside the measured runs with its reason (RunRecord.left_out), so a cell's runs plus
+its unfinished are the replicas planned. Fixit's teacher runs (each opened with a student's kernel:
+not a benchmark run) are no runs of the report at all. Runs that would share a cell but differ in a
+setting no column names (two models under one name, another language, other prompt templates or docs
+versions, other requested features, other compilers ...) get model labels that name it (distinguish);
+one run found in two folders is refused. Rows of a family measured over different tasks of it name their tasks.
 A run that ran out of replayed, scripted or human replies (replay_end, script_end, human_end) is
 finished: past its turns it counts what it reached by its last turn, and n/a for the rest.
 """
@@ -59,6 +59,7 @@ import html
 import json
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -636,15 +637,13 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
             metrics = {m: proportion([pr.values[m] for pr in per_run]) for m in PROPORTIONS}
             speedups = [pr.speedup for pr in per_run if pr.values["cwa_executed"] is True and pr.speedup]
             sols = [pr.sol_score for pr in per_run if pr.values["cwa_executed"] is True and pr.sol_score is not None]
-            why = [r.left_out(limit) for r in members]
+            left_out = Counter(why for r in members if (why := r.left_out(limit)) is not None)
+            task_runs = dict(sorted(Counter(r.config.task for r in done).items()))
             rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols,
-                                len(per_run), tuple(sorted({r.config.task for r in done})),
+                                len(per_run), tuple(task_runs),
                                 ", ".join(sorted({model_identity(r.config.model) for r in members})),
                                 [pr.speedup_held_out for pr in per_run if pr.values["cwa_executed"] is True
-                                 and pr.speedup and pr.speedup_held_out],
-                                {w: why.count(w) for w in sorted(set(why) - {None})},  # type: ignore[type-var]
-                                {t: sum(1 for r in done if r.config.task == t) for t in sorted({r.config.task
-                                                                                              for r in done})}))
+                                 and pr.speedup and pr.speedup_held_out], dict(sorted(left_out.items())), task_runs))
     return _name_task_sets(rows)
 
 
