@@ -20,7 +20,7 @@ class Spent(BaseModel):
     # None: some call had no price (a self-hosted model litellm does not know): unknown, never $0
     cost_usd: float | None = 0.0
     cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
-    wall_s: float = 0.0  # active seconds; resumed segments add up, time spent dead does not
+    wall_s: float = 0.0  # active seconds; resumed segments add up, time spent dead or queued for a GPU does not
 
     @property
     def tokens(self) -> int:
@@ -56,6 +56,12 @@ class Clock:
 
     def elapsed(self) -> float:
         return self.offset + time.monotonic() - self._start
+
+    def exclude(self, seconds: float) -> None:
+        """Seconds the run spent waiting for a GPU another evaluation held (EvalResult.phase_s
+        queue_wait): the harness's, not the run's. Counted, a sweep's concurrency would decide which
+        runs `max_time_s` stops (and reports count as failures past that turn), not the model."""
+        self.offset -= max(0.0, seconds)
 
 
 def recursion_limit(budget: Budget) -> int:

@@ -254,6 +254,7 @@ class Nodes:
         solution = Solution.from_dir(cdir)
         ev = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="all", executed_check=cfg.executed_check,
                                   time=True, profile=cfg.executed_check and cfg.profile_feedback)
+        d.clock.exclude(ev.phase_s.get("queue_wait", 0.0))  # the GPU another run held: not this run's time
         if ev.infra_error:  # the harness failed, not the kernel: no verdict, no feedback; resume redoes it
             w.event("infra_error", turn=turn, sample=sample, detail=ev.infra_error)
             raise InfraFault(ev.infra_error)
@@ -270,8 +271,10 @@ class Nodes:
         out of bounds: the evaluator again, visible workloads only, untimed, with the sanitizer.
         Its result goes into `ev.sanitize` (and so into eval.json and the feedback)."""
         d, cfg = self.deps, self.deps.config
-        san = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="visible", executed_check=False,
-                                   sanitize=True, time=False).sanitize
+        checked = d.evaluator.evaluate(solution, d.task, cfg.arch, workloads="visible", executed_check=False,
+                                       sanitize=True, time=False)
+        d.clock.exclude(checked.phase_s.get("queue_wait", 0.0))
+        san = checked.sanitize
         if san.status == "skipped" and san.reason == "not requested":  # the run stopped before the sanitizer
             san = san.model_copy(update={"reason": "the candidate did not reach the memcheck run"})
         ev.sanitize = san
@@ -440,6 +443,23 @@ def retrieval_call(task: Any, cfg: RunConfig, feedback: str | None) -> dict:
             "variants": task_variants(task.name, task.tags),
             "model": cfg.model,  # the budget is in the model's own tokens where litellm knows its tokenizer
             "hints": list(cfg.hints)}  # --hint: pattern docs whole on top of the arm
+
+
+def empty_arm(task: Any, cfg: RunConfig) -> str | None:
+    """Why a run's context arm would send none of its docs on turn 1, or None. A docs arm whose
+    `context_tokens` no section fits (a few hundred tokens) sends the none arm's prompt (docs+headers:
+    the header API alone; docs+example: the example alone), recorded and reported under the arm's
+    name: such a run is refused before it starts (agent.run._start, and a sweep for all its cells)."""
+    if cfg.context == "none":
+        return None
+    from knowledge.retriever import retrieve
+
+    parts = retrieve(**retrieval_call(task, cfg, None)).parts
+    if sum(parts.get(layer, {}).get("sections", 0) for layer in ("docs", "full")):
+        return None
+    return (f"context {cfg.context!r} retrieves no docs section for task {task.name} on {cfg.arch} within "
+            f"context_tokens {cfg.context_tokens} (--context-tokens): its runs would read no docs under the "
+            f"{cfg.context!r} arm's name; raise context_tokens (6000 by default), or use context none")
 
 
 def _count(text: str, tokenizer: str) -> int:

@@ -38,12 +38,15 @@ model never narrow an interval. Rows of scripted, replayed or human replies say 
 a note naming them), whatever name a sweep gave them.
 
 Runs left out: unfinished, interrupted or failed ones (a ptxbench or infrastructure error), a
-run its model's provider stopped (model_error) past the turns it completed, a run past its own max_turns (reports of
-several budgets: it had no such turn), and Fixit's teacher runs (each opened with a student's
-kernel: not a benchmark run). Runs that would share a cell but differ in a setting no column names
-(two models under one name, another language, other prompt templates or docs versions, other
-requested features, other compilers ...) get model labels that name it (distinguish); one run found
-in two folders is refused. Rows of a family measured over different tasks of it name their tasks.
+run its model's provider stopped (model_error), or a cost cap could not count (a call without a
+price), past the turns it completed, a run past its own max_turns (reports of several budgets: it
+had no such turn), and a run its sweep planned (sweep.json) that never started: each stays in its
+cell, counted beside the measured runs with its reason (RunRecord.left_out), so a cell's runs plus
+its unfinished are the replicas planned. Fixit's teacher runs (each opened with a student's kernel:
+not a benchmark run) are no runs of the report at all. Runs that would share a cell but differ in a
+setting no column names (two models under one name, another language, other prompt templates or docs
+versions, other requested features, other compilers ...) get model labels that name it (distinguish);
+one run found in two folders is refused. Rows of a family measured over different tasks of it name their tasks.
 A run that ran out of replayed, scripted or human replies (replay_end, script_end, human_end) is
 finished: past its turns it counts what it reached by its last turn, and n/a for the rest.
 """
@@ -56,7 +59,9 @@ import html
 import json
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -84,6 +89,9 @@ class RunRecord:
     # the model column when the default one would merge this run with runs of other settings
     # (another model under the same name, another language ...): see distinguish()
     label: str | None = None
+    # False: a run its sweep planned (sweep.json) that has no run folder, so no verdict: the config is
+    # the one it would have recorded (planned_runs), and it stands in its cell as left out, "not started"
+    started: bool = True
 
     @property
     def finished(self) -> bool:
@@ -92,19 +100,35 @@ class RunRecord:
         return self.summary is not None and self.summary.status == "finished"
 
     def measured_at(self, turn_limit: int) -> bool:
-        """Its verdicts up to `turn_limit` are what the model did there. A run the provider stopped
-        (stop_reason model_error: an outage, exhausted retries, a bad key; agent.run.resume retries
-        that turn) is measured only up to the turns it completed; past them it is unfinished."""
-        if not self.finished:
-            return False
-        if self.summary.stop_reason == "max_turns" and turn_limit > self.config.budget.max_turns:  # type: ignore[union-attr]
+        """Its verdicts up to `turn_limit` are what the model did there (left_out says why not)."""
+        return self.left_out(turn_limit) is None
+
+    def left_out(self, turn_limit: int) -> str | None:
+        """Why the metrics at `turn_limit` leave this run out, in the words its cell shows (None: they
+        count it). None of these is the model's failure, so none is in a denominator, and each is shown
+        beside the cell's runs: a cell never reads as if its sweep had planned fewer runs."""
+        s = self.summary
+        if not self.started:
+            return "not started"  # its sweep planned it; it has no run folder (the sweep stopped, or it was refused)
+        if s is None:
+            return "no summary"  # killed before its first turn ended
+        if s.status != "finished":  # a ptxbench error, a fault of the toolchain or GPU, Ctrl-C, a killed driver
+            return {"failed": "infrastructure error" if s.stop_reason == "infra_error" else "ptxbench error",
+                    "interrupted": "interrupted"}.get(s.status, "running or killed")
+        if s.stop_reason == "max_turns" and turn_limit > self.config.budget.max_turns:
             # its budget ended it before that limit (runs of two budgets reported together): it had
             # no such turn to succeed in, and counted there it would read as a failure
-            return False
+            return "fewer turns"
         # the model's provider stopped it: what it would have done past its turns is unknown, and
         # resuming it may still tell. A run out of replies (a replay, a script or a reply folder) is
         # finished: past its turns it counts, with what it reached (out_of_replies_past)
-        return self.summary.stop_reason != "model_error" or turn_limit <= self.summary.turns  # type: ignore[union-attr]
+        if s.stop_reason == "model_error" and turn_limit > s.turns:
+            return "provider failed"
+        if s.stop_reason == "max_cost" and s.usage.cost_usd is None and turn_limit > s.turns:
+            # a call came back without a price (agent.budget.exhausted): the harness could not count the
+            # cap, the model did not spend it; past its turns it is as unknown as after an outage
+            return "cost unknown"
+        return None
 
     def out_of_replies_past(self, turn_limit: int) -> bool:
         """A finished run whose replies ran out before `turn_limit`: a verdict it reached by its last
@@ -149,6 +173,73 @@ def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
                              f"report one of them (counting both would count the run twice)")
         seen[r.config.run_id] = r.run_dir
     return distinguish(runs)
+
+
+def planned_runs(paths: Iterable[str | Path], recorded: Iterable[str]) -> tuple[list[RunRecord], list[str]]:
+    """The runs a sweep planned under `paths` (its sweep.json, written before any of them starts) that
+    have no run folder among `recorded` run ids: the sweep was stopped before them, or each was refused
+    before it wrote its config (an endpoint gone, a setting refused). Without them a cell would show
+    the replicas that happen to exist as if they were all it planned. Each comes back with the config
+    its run would have recorded (agent.run.request_config), so it stands in that run's cell, left out
+    as "not started". Also notes for a sweep.json whose plan cannot be read here, with its count."""
+    from agent.run import request_config
+    from agent.sweep import SweepConfig, expand
+    from tasks import get_task
+
+    given = [Path(p).resolve() for p in paths]
+    done = set(recorded)
+    out: list[RunRecord] = []
+    notes: list[str] = []
+    for sweep_file in _sweep_files(given):
+        try:
+            data = json.loads(sweep_file.read_text())
+            ids = [i for i in data["runs"] if i not in done and _under(_planned_folder(sweep_file, i), given)]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            notes.append(f"{sweep_file} cannot be read ({_first_line(exc)}): the runs its sweep planned that never "
+                         f"started are not shown")
+            continue
+        if not ids:
+            continue
+        try:
+            config = SweepConfig.model_validate(data["config"])
+            grid = {r.run_id: r for r in expand(config) if r.run_id in ids}
+        except (ValueError, KeyError, TypeError) as exc:  # a plan this checkout cannot expand (a task gone ...)
+            grid, why = {}, _first_line(exc)
+        else:
+            why = "they are not in the grid its config gives here"
+        done.update(grid)  # a copy of the sweep folder holds the same plan: its runs are these, once
+        for r in grid.values():
+            task = get_task(r.task)
+            out.append(RunRecord(_planned_folder(sweep_file, r.run_id),
+                                 request_config(r.request(config, Path(config.runs_dir)), task), None, started=False))
+        if lost := len(ids) - len(grid):
+            notes.append(f"{lost} run{'s' if lost > 1 else ''} that {sweep_file} planned never started and "
+                         f"are in no cell: {why}")
+    return out, notes
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _sweep_files(given: Sequence[Path]) -> list[Path]:
+    """The sweep.json of each sweep that `given` folders hold or lie inside (the nearest above)."""
+    found: set[Path] = set()
+    for p in given:
+        found.update(p.rglob("sweep.json") if p.is_dir() else [])
+        found.update(next(([a / "sweep.json"] for a in p.parents if (a / "sweep.json").is_file()), []))
+    return sorted(found)
+
+
+def _planned_folder(sweep_file: Path, run_id: str) -> Path:
+    """Where a run of a sweep lies: sweep.json is <runs_dir>/<sweep>/, its run ids <sweep>/..., and a
+    sweep folder moved or renamed is the same sweep."""
+    return sweep_file.parent.joinpath(*run_id.split("/")[1:])
+
+
+def _under(folder: Path, given: Sequence[Path]) -> bool:
+    folder = folder.resolve()
+    return any(folder == g or g in folder.parents for g in given)
 
 
 # Settings of a run that make it another experiment but are not columns of the report: within one
@@ -202,6 +293,8 @@ def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
     for r in runs:  # the cell without its task (the family tables pool a family's tasks) and without the
         # ablations' settings: the arms the report shows side by side must differ in those alone
         r.label = None
+        if not r.started:  # no recorded settings to compare: it takes its replicas' label (below)
+            continue
         key = cell_key(r)
         cells.setdefault(tuple(v for i, v in enumerate(key) if KEY_NAMES[i] not in ABLATION_FREE), []).append(r)
     for key, members in cells.items():
@@ -231,6 +324,13 @@ def distinguish(runs: list[RunRecord]) -> list[RunRecord]:
             named = [k for k in differ if not (k in DOCS_ARM_ONLY and r.config.context == "none")]
             if named:  # a none-arm run that differs in docs settings alone goes with every docs arm
                 r.label = f"{key[0]} ({', '.join(f'{k}={s[k]}' for k in named)})"
+    labels: dict[str, str | None] = {}
+    for r in runs:  # a sweep's replicas of one cell share their run id but for the last part (r<k>)
+        if r.started:
+            labels.setdefault(r.config.run_id.rsplit("/", 1)[0], r.label)
+    for r in runs:
+        if not r.started:
+            r.label = labels.get(r.config.run_id.rsplit("/", 1)[0])
     return runs
 
 
@@ -449,6 +549,9 @@ class CellRow:
     model_source: str = ""
     # of the samples in `speedups`: their best kernel's speedup on the held-out sizes, where right there
     speedups_held_out: list[float] = field(default_factory=list)
+    # the `unfinished` runs by why they are left out (RunRecord.left_out): "interrupted" -> 2 ...
+    left_out: dict[str, int] = field(default_factory=dict)
+    task_runs: dict[str, int] = field(default_factory=dict)  # the measured runs of each of `tasks`
 
     def __post_init__(self):
         if self.samples < 0:
@@ -534,11 +637,13 @@ def summarise(runs: Sequence[RunRecord], turn_limits: Sequence[int] = DEFAULT_TU
             metrics = {m: proportion([pr.values[m] for pr in per_run]) for m in PROPORTIONS}
             speedups = [pr.speedup for pr in per_run if pr.values["cwa_executed"] is True and pr.speedup]
             sols = [pr.sol_score for pr in per_run if pr.values["cwa_executed"] is True and pr.sol_score is not None]
+            left_out = Counter(why for r in members if (why := r.left_out(limit)) is not None)
+            task_runs = dict(sorted(Counter(r.config.task for r in done).items()))
             rows.append(CellRow(key, limit, len(done), len(members) - len(done), metrics, speedups, sols,
-                                len(per_run), tuple(sorted({r.config.task for r in done})),
+                                len(per_run), tuple(task_runs),
                                 ", ".join(sorted({model_identity(r.config.model) for r in members})),
                                 [pr.speedup_held_out for pr in per_run if pr.values["cwa_executed"] is True
-                                 and pr.speedup and pr.speedup_held_out]))
+                                 and pr.speedup and pr.speedup_held_out], dict(sorted(left_out.items())), task_runs))
     return _name_task_sets(rows)
 
 
@@ -547,18 +652,28 @@ def _name_task_sets(rows: list[CellRow]) -> list[CellRow]:
     strategies. Where their measured runs cover different tasks of the family (a model bound to some
     tasks, an arm whose runs of a task were all interrupted), a rate over an easy task next to one over
     easy and hard tasks is no comparison: each row that lacks some of the tasks the others cover names
-    its tasks in the family column (or those it lacks, where that is the shorter list)."""
+    its tasks in the family column (or those it lacks, where that is the shorter list). Nor is one that
+    weighs them otherwise (3 runs of each beside 3 of the easy task and 1 of the hard, its other runs
+    left out): where rows covering the same tasks differ in their shares of runs per task, each names
+    its runs per task."""
     groups: dict[tuple, list[CellRow]] = {}
     for r in rows:
         if r.runs:  # a row without measured runs shows n/a: nothing to compare
             groups.setdefault((r.turn_limit, r.key[1], r.key[2]), []).append(r)
     for members in groups.values():
         every = sorted({t for r in members for t in r.tasks})
+        full = []
         for r in members:
             lacks = [t for t in every if t not in r.tasks]
             if lacks:
                 which = f"tasks: {', '.join(r.tasks)}" if len(r.tasks) <= len(lacks) else f"without {', '.join(lacks)}"
                 r.key = (r.key[0], f"{r.key[1]} ({which})", *r.key[2:])  # type: ignore[assignment]
+            else:
+                full.append(r)
+        if len({tuple(Fraction(n, r.runs) for n in r.task_runs.values()) for r in full}) > 1:
+            for r in full:
+                per_task = ", ".join(f"{t} {n}" for t, n in r.task_runs.items())
+                r.key = (r.key[0], f"{r.key[1]} (runs per task: {per_task})", *r.key[2:])  # type: ignore[assignment]
     return rows
 
 
@@ -612,6 +727,7 @@ def csv_rows(rows: Sequence[CellRow]) -> list[dict[str, object]]:
         d["speedup_held_out_n"] = len(r.speedups_held_out)
         d["sol_score_mean"] = "n/a" if r.sol_score is None else round(r.sol_score, 4)
         d["sol_score_n"] = len(r.sol_scores)
+        d["unfinished_why"] = _left_out_words(r)
         out.append(d)
     return out
 
@@ -627,13 +743,20 @@ def write_csv(rows: Sequence[CellRow], path: Path) -> None:
         writer.writerows(data)
 
 
+def _left_out_words(row: CellRow) -> str:
+    """The cell's runs left out and why: "1 interrupted, 2 not started" ("" for none)."""
+    return ", ".join(f"{n} {why}" for why, n in row.left_out.items())
+
+
 def _table(rows: Sequence[CellRow]) -> tuple[list[str], list[list[str]]]:
     head = [*KEY_NAMES, "runs"] + [label for _, label in COLUMNS] + ["speedup (geomean)", "speedup held-out (geomean)",
                                                                      "SOL score (mean)"]
     body = []
     for r in rows:
+        why = _left_out_words(r)
         runs = f"{r.runs}" + (f" (as {r.samples} sample{'s' if r.samples != 1 else ''}: same replies)"
-                              if r.samples < r.runs else "") + (f" (+{r.unfinished} unfinished)" if r.unfinished else "")
+                              if r.samples < r.runs else "") + (
+            f" (+{r.unfinished} unfinished{': ' + why if why else ''})" if r.unfinished else "")
         sol = "n/a" if r.sol_score is None else f"{r.sol_score:.2f} (n={len(r.sol_scores)})"
         body.append([*r.key, runs] + [_fmt_prop(r.metrics[m]) for m, _ in COLUMNS]
                     + [_fmt_speedup(r), _fmt_speedup(r, held_out=True), sol])
@@ -687,8 +810,9 @@ def plot_fast_p(runs: Sequence[RunRecord], turn_limit: int, path: Path) -> None:
             ys = fast_p_curve(metrics, ps)
             if all(y is None for y in ys):
                 continue
-            ax.plot(ps, [math.nan if y is None else y for y in ys], label=_series_label(model, context),
-                    linestyle="--" if context.split(",")[0] == "none" else "-")
+            # its sample count beside its name: a step curve of one run reads as sure as one of ten otherwise
+            ax.plot(ps, [math.nan if y is None else y for y in ys], label=f"{_series_label(model, context)}, "
+                    f"n={len(metrics)}", linestyle="--" if context.split(",")[0] == "none" else "-")
             drawn = True
         if drawn:
             ax.legend(fontsize=7)
@@ -745,8 +869,10 @@ def plot_context(rows: Sequence[CellRow], turn_limit: int, path: Path) -> None:
 def plot_ablation(rows: Sequence[CellRow], turn_limit: int, path: Path, index: int, name: str) -> None:
     """The settings of one ablation (the cell key's `index`: context, profile feedback) side by
     side per model, task and arch (never merged: tasks differ in difficulty): arch-in-SASS rate
-    and correct-with-arch rate, pooled over the other keys. A bar no run could fill is drawn
-    as a hatched outline marked n/a, never as a zero."""
+    and correct-with-arch rate, pooled over the other keys. Each bar carries the Wilson 95% interval
+    the tables give (over its n/a runs too, both ways) and its count, successes/known runs: arms
+    measured over different numbers of runs, or with runs left unknown, read as such, never as two
+    equally sure rates. A bar no run could fill is drawn as a hatched outline marked n/a, never as a zero."""
     plt = _pyplot()
     rows = [r for r in rows if r.turn_limit == turn_limit]
     groups = sorted({(r.key[0], r.key[1], r.key[2]) for r in rows})  # model, task, arch
@@ -758,17 +884,21 @@ def plot_ablation(rows: Sequence[CellRow], turn_limit: int, path: Path, index: i
         for i, setting in enumerate(settings):
             for j, group in enumerate(groups):
                 pooled = [r.metrics[metric] for r in rows if r.key[:3] == group and r.key[index] == setting]
-                succ, n = sum(p.successes for p in pooled), sum(p.n for p in pooled)
+                p = Proportion(*(sum(getattr(q, k) for q in pooled) for k in ("successes", "n", "unknown")))
                 x = j + (i - (len(settings) - 1) / 2) * width
                 label = setting if j == 0 else None
-                if n:
-                    ax.bar(x, succ / n, width, label=label, color=f"C{i}")
+                if p.rate is not None:
+                    lo, hi = p.wilson()  # type: ignore[misc]
+                    ax.bar(x, p.rate, width, label=label, color=f"C{i}", yerr=[[p.rate - lo], [hi - p.rate]],
+                           capsize=2, error_kw={"elinewidth": 0.8})
+                    ax.text(x, hi + 0.02, f"{p.successes}/{p.n}" + (f", {p.unknown} n/a" if p.unknown else ""),
+                            ha="center", va="bottom", fontsize=6)
                 else:
                     ax.bar(x, 1.0, width, label=label, fill=False, hatch="//", edgecolor=f"C{i}", alpha=0.5)
                     ax.text(x, 0.5, "n/a", ha="center", va="center", fontsize=9, color="dimgrey",
                             bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         ax.set_xticks(range(len(groups)), [f"{m}\n{t} {a}" for m, t, a in groups], fontsize=7)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.15)  # room for a count above a full bar's interval
         ax.set_ylabel("share of runs")
         ax.set_title(f"{title}, turn {turn_limit}", fontsize=9)
     # one legend for both panels, above them: never over a bar
@@ -836,7 +966,10 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     the seed study's published rows (agent/published.py) beside the runs' own, at their tasks and limits."""
     if turn_limits is not None and any(t < 1 for t in turn_limits):
         raise ValueError(f"turn limits must be at least 1, not {sorted(turn_limits)}")
+    paths = list(paths)
     runs = load_runs(paths)
+    absent, plan_notes = planned_runs(paths, [r.config.run_id for r in runs])
+    runs = distinguish(runs + absent)
     if tasks is not None:
         from tasks.registry import select_many
 
@@ -874,7 +1007,8 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
     cost = runs_cost([r.run_dir for r in runs])  # what the runs' evaluations cost on the GPU
     pages = write_run_pages(runs, out / "runs")
     extra = _published_rows(rows, limits) if published else None
-    notes = _evaluation_notes(runs, rows) + ([cost.line(), cost.phases_line()] if cost.gpu_s else [cost.line()])
+    notes = plan_notes + _evaluation_notes(runs, rows) + (
+        [cost.line(), cost.phases_line()] if cost.gpu_s else [cost.line()])
     if published:
         from agent.published import note
 
@@ -882,9 +1016,12 @@ def write_report(paths: Iterable[str | Path], out_dir: str | Path,
         files["published_csv"] = out / "report_published.csv"
         _write_published_csv(extra, files["published_csv"])
     files["md"] = out / "report.md"
-    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, notes, groups, extra, pages))
+    not_started = sum(1 for r in runs if not r.started)
+    files["md"].write_text(render_markdown(rows, limits, len(runs), unfinished, notes, groups, extra, pages,
+                                           not_started))
     files["html"] = out / "report.html"
-    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, notes, files, groups, extra, pages))
+    files["html"].write_text(render_html(rows, limits, len(runs), unfinished, notes, files, groups, extra, pages,
+                                         not_started))
     return Report(out, files, rows, len(runs), unfinished, *groups.values(), cost=cost.model_dump())
 
 
@@ -900,6 +1037,9 @@ def write_run_pages(runs: Sequence[RunRecord], folder: Path) -> RunPages:
     for key, members in group_cells(runs).items():
         links = []
         for r in sorted(members, key=lambda r: r.config.run_id):
+            if not r.started:
+                links.append((r.config.run_id, "", "not started: its sweep planned it, it has no run folder"))
+                continue
             name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in r.config.run_id) + ".html"
             try:
                 view = load_run(r.run_dir)
@@ -994,10 +1134,12 @@ _INTRO = ("Per cell (model x task x arch x context x strategy x profile feedback
           "n/a = not checked (e.g. no GPU), never a pass.")
 
 
-def _runs_line(n_runs: int, unfinished: int) -> str:
+def _runs_line(n_runs: int, unfinished: int, not_started: int = 0) -> str:
     runs = f"{n_runs} run" if n_runs == 1 else f"{n_runs} runs"
-    return f"{runs} ({unfinished} unfinished, interrupted or stopped by a ptxbench or infrastructure error, left out of " \
-           f"the metrics; a run its model's provider stopped counts up to the turns it completed, a run given fewer " \
+    planned = (f"{not_started} of them planned by their sweep and never started, " if not_started else "")
+    return f"{runs} ({unfinished} unfinished, interrupted or stopped by a ptxbench or infrastructure error, " \
+           f"{planned}left out of the metrics and counted beside each cell's runs with why; a run its model's " \
+           f"provider stopped counts up to the turns it completed, a run given fewer " \
            f"turns than a limit only up to its own; a run whose replayed, scripted or human replies ran out counts " \
            f"what it reached by its last turn)."
 
@@ -1012,9 +1154,9 @@ def _group_tables(groups: dict[str, Sequence[CellRow]] | None, limits: Sequence[
 
 def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
                     notes: Sequence[str], groups: dict[str, Sequence[CellRow]] | None = None,
-                    extra: dict[int, list] | None = None, pages: RunPages | None = None) -> str:
+                    extra: dict[int, list] | None = None, pages: RunPages | None = None, not_started: int = 0) -> str:
     drawn = plots_for(rows)
-    lines = ["# ptxbench report", "", _runs_line(n_runs, unfinished), "", _INTRO, ""]
+    lines = ["# ptxbench report", "", _runs_line(n_runs, unfinished, not_started), "", _INTRO, ""]
     lines += [f"- {n}" for n in notes] + ([""] if notes else [])
     for limit in limits:
         head, body = _turn_table(rows, limit, extra)
@@ -1035,13 +1177,13 @@ def render_markdown(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int,
 
 def render_html(rows: Sequence[CellRow], limits: Sequence[int], n_runs: int, unfinished: int,
                 notes: Sequence[str], files: dict[str, Path], groups: dict[str, Sequence[CellRow]] | None = None,
-                extra: dict[int, list] | None = None, pages: RunPages | None = None) -> str:
+                extra: dict[int, list] | None = None, pages: RunPages | None = None, not_started: int = 0) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ptxbench report</title><style>",
              "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
              "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#f3f3f3}"
              ".na{color:#999}img{max-width:100%;display:block;margin:1em 0}",
              "</style></head><body><h1>ptxbench report</h1>",
-             f"<p>{html.escape(_runs_line(n_runs, unfinished))}</p>",
+             f"<p>{html.escape(_runs_line(n_runs, unfinished, not_started))}</p>",
              f"<p>{html.escape(_INTRO)}</p>"]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from agent import feedback_catalogue, prompts
 from agent.budget import Clock, recursion_limit
 from agent.graph import build_graph
-from agent.nodes import Deps, InfraFault, Nodes, turn1_messages
+from agent.nodes import Deps, InfraFault, Nodes, empty_arm, turn1_messages
 from agent.state import initial_state, summary_from_state
 from agent.trajectory import (EXECUTED_CHECK_DEFAULT, HISTORIES, PROFILE_FEEDBACK_DEFAULT, STRATEGIES, Budget, RunConfig,
                               RunFolderError, RunSummary, TrajectoryWriter, new_run_id, read_config, read_events,
@@ -216,18 +216,24 @@ def solve(req: SolveRequest, *, progress: bool = True, evaluator=None,
 
     if req.budget.max_cost is not None and (problem := cost_cap_problem(model)):
         raise SolveError(problem)  # each call would count as $0: the cap would be there in name only
-    run_id = req.run_id or new_run_id(task.name, req.model)
-    config = RunConfig(
-        run_id=run_id, task=task.name, task_requested=req.task, arch=req.arch, model=anchor_spec(req.model, Path.cwd()),
-        api_base=req.api_base, model_options=req.model_options, lang=req.lang, context=req.context,
-        context_tokens=req.context_tokens, budget=req.budget, samples=req.samples,
-        strategy=req.strategy or implied_strategy(req.samples), population=req.population,
-        profile_feedback=req.profile_feedback,
+    config = request_config(req, task)
+    return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
+
+
+def request_config(req: SolveRequest, task) -> RunConfig:
+    """The config a run of `req` records before it starts (the versions it runs with are added by
+    _start). Reports build the same for a run its sweep planned that never started, so such a run
+    falls in the cell its run would have."""
+    return RunConfig(
+        run_id=req.run_id or new_run_id(task.name, req.model), task=task.name, task_requested=req.task,
+        arch=req.arch, model=anchor_spec(req.model, Path.cwd()), api_base=req.api_base,
+        model_options=req.model_options, lang=req.lang, context=req.context, context_tokens=req.context_tokens,
+        budget=req.budget, samples=req.samples, strategy=req.strategy or implied_strategy(req.samples),
+        population=req.population, profile_feedback=req.profile_feedback,
         requested_features=task.features_for(req.arch), seed=req.seed, temperature=req.temperature,
         executed_check=req.executed_check, command=req.command or list(sys.argv), history=req.history,
-        require=req.require, hints=list(req.hints), model_params=dict(req.model_params), context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck,
-        model_name=req.model_name)
-    return _start(config, task, model, initial_state(), req.runs_dir, progress, evaluator, stop=stop)
+        require=req.require, hints=list(req.hints), model_params=dict(req.model_params),
+        context_turn_tokens=req.context_turn_tokens, memcheck=req.memcheck, model_name=req.model_name)
 
 
 def replay_mismatch(req: SolveRequest) -> str | None:
@@ -516,6 +522,8 @@ def _start(config: RunConfig, task, model, state: dict, runs_dir, progress: bool
     if shipped_example(run_dir):
         raise SolveError(f"{run_dir} is inside a shipped example (read-only): choose another --runs-dir")
     retrieve = _get_retriever(config.context, config.hints)  # a refusal here leaves no folder behind
+    if (problem := empty_arm(task, config)) is not None:
+        raise SolveError(problem)
     with run_folder_lock(run_dir):
         # under the lock: two starts of one id at once must not both find the folder free
         if (run_dir / "config.json").exists():

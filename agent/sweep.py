@@ -447,6 +447,7 @@ def run_sweep(config: SweepConfig, executor=None, *, progress: ProgressFn | None
         raise SweepError(problem)
     runs = expand(config)
     refuse_mismatched_replays(config, runs)
+    refuse_empty_arms(config, runs)
     refuse_changed_models(config, runs)
     runs_dir = Path(config.runs_dir)
     done: list[tuple[SweepRun, RunState, RunSummary]] = []
@@ -601,6 +602,26 @@ def refuse_mismatched_replays(config: SweepConfig, runs: list[SweepRun]) -> None
                              f"(another arch or language: a sweep of its own), or drop it")
 
 
+def refuse_empty_arms(config: SweepConfig, runs: list[SweepRun]) -> None:
+    """A docs arm that retrieves no section for a cell's task (context_tokens too small for any):
+    each of its runs would be refused as it starts (agent.nodes.empty_arm), so the sweep refuses
+    before any run, once, naming the first such cell. Retrieval is checked once per task, arch, arm
+    and tokenizer (the model's: the budget is in its tokens)."""
+    from agent.nodes import empty_arm
+    from agent.run import request_config
+    from knowledge.retriever import tokenizer_for
+    from tasks import get_task
+
+    seen: set[tuple] = set()
+    for r in runs:
+        if (cell := (r.task, r.arch, r.context, r.hints, tokenizer_for(r.model.spec))) in seen:
+            continue
+        seen.add(cell)
+        task = get_task(r.task)
+        if (problem := empty_arm(task, request_config(r.request(config, Path(config.runs_dir)), task))) is not None:
+            raise SweepError(f"{r.run_id}: {problem}")
+
+
 def _run_one(config: SweepConfig, r: SweepRun, state: RunState, runs_dir: Path, evaluator,
              stop: threading.Event | None = None) -> RunOutcome:
     """One run, start to end, in a worker thread. A crash is recorded, never raised: the sweep goes on."""
@@ -656,6 +677,7 @@ class GridSummary:
 def plan(config: SweepConfig) -> GridSummary:
     runs = expand(config)
     refuse_mismatched_replays(config, runs)
+    refuse_empty_arms(config, runs)
     refuse_changed_models(config, runs)
     states = {r.run_id: run_state(Path(config.runs_dir) / r.run_id) for r in runs}
     refuse_changed_inputs(config, [r for r in runs if states[r.run_id] == "partial"])

@@ -112,7 +112,8 @@ class Budget(BaseModel):
     max_turns: int = 8
     max_tokens: int | None = None  # prompt + completion tokens over all calls
     max_cost: float | None = None  # USD, as litellm prices it
-    max_time_s: float | None = None  # wall seconds the run was active (resumes add up)
+    # wall seconds the run was active (resumes add up), less its waits for a GPU another run held (Clock)
+    max_time_s: float | None = None
 
 
 class RunConfig(BaseModel):

@@ -6,6 +6,7 @@ The run's settings check (agent/run.py settings_problem, shared by `agent solve`
 refuses both up front, and retrieval sends the header API once."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -46,16 +47,36 @@ def test_a_ptx_run_gets_no_header_api_it_cannot_include(tmp_path, mode):
     assert prompt is None or kr.header_api("sm_90a").strip() not in prompt
 
 
+@pytest.mark.parametrize("mode", ["docs", "docs+headers", "docs+example"])
+def test_a_docs_budget_no_section_fits_is_refused(tmp_path, mode):
+    """`context_tokens` 100 (any budget below the smallest section's ~190 tokens): the docs arm sent
+    the none arm's prompt, docs+headers the header API alone, docs+example the example alone, each
+    recorded and reported under its arm's name. Refused before the run starts, and a sweep of such a
+    cell refuses before any run (agent.nodes.empty_arm); full holds every section whatever the budget."""
+    assert _first_prompt(tmp_path, context=mode, context_tokens=100) is None
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no folder left behind
+    (tmp_path / "full").mkdir()
+    assert _first_prompt(tmp_path / "full", context="full", context_tokens=100) is not None
+    from agent.sweep import SweepConfig, SweepError, plan
+
+    cfg = SweepConfig(name="s", models=[f"scripted:{tmp_path / 'script.json'}"], tasks=[GEMM_TASK],
+                      contexts=["none", mode], context_tokens=100, runs_dir=str(tmp_path / "sweep"))
+    arm = re.escape(mode)
+    with pytest.raises(SweepError, match=rf"s/.*/{arm}/r0: context '{arm}' retrieves no docs section for task "
+                                         rf"{GEMM_TASK} on sm_90a within context_tokens 100"):
+        plan(cfg)
+
+
 def test_a_small_docs_budget_sends_the_header_api_once(tmp_path):
-    """With a docs budget no section fits (here 50 tokens), docs+headers's turn 1 holds only the
-    header API and records no section as seen; every later turn then sends the whole retrieval
-    again: three copies of the ~2,700-token API in a 3-turn chat, uncapped by
-    context_turn_tokens. The arm grows by the API each turn: more text, not more knowledge."""
+    """With a docs budget one section fits (here 200 tokens; below that the arm is refused, above),
+    docs+headers's turn 1 held the header API and recorded only that section as seen; a later turn
+    that re-sent the whole retrieval sent three copies of the ~2,700-token API in a 3-turn chat,
+    uncapped by context_turn_tokens. The arm grows by the API each turn: more text, not more knowledge."""
     from agent_loop_helpers import broken_probe_reply, probe_reply
 
     model = write_script(tmp_path / "script.json", [broken_probe_reply(), probe_reply(), NO_CODE])
     s = solve(SolveRequest(task=GEMM_TASK, model=model, runs_dir=tmp_path / "runs", budget=Budget(max_turns=3),
-                           context="docs+headers", context_tokens=50), progress=False)
+                           context="docs+headers", context_tokens=200), progress=False)
     last = events(tmp_path / "runs" / s.run_id, "llm_request")[-1]
     chat = "\n".join(m["content"] for m in last["messages"] if m["role"] == "user")
     assert chat.count("### <ptxbench/common.cuh>") == 1

@@ -541,6 +541,34 @@ def test_an_evaluation_on_disk_is_reused_not_run_again(tmp_path):
     assert (e["turn"], e["sample"]) == (1, 0) and not events(n, "run")
 
 
+def test_a_wait_for_a_gpu_another_run_held_is_not_the_runs_time(tmp_path, monkeypatch):
+    """A sweep's runs share its GPUs: an evaluation that waited 30 s in the queue (EvalResult.phase_s
+    queue_wait) behind other runs spent 40 s. Counted, `max_time_s` 20 stopped the run after turn 1
+    and the report counted it as a model that failed at every later limit: the sweep's concurrency,
+    not the model, decided it. Its own 10 s are counted, a memcheck's queue wait is left out as well."""
+    import agent.budget as budget
+
+    now = [0.0]
+    monkeypatch.setattr(budget, "time", NS(monotonic=lambda: now[0]))
+
+    class Queued(Evaluator):
+        def evaluate(self, solution, task, arch, **kw):
+            now[0] += 40.0 if not kw.get("sanitize") else 7.0
+            return super().evaluate(solution, task, arch, **kw)
+
+    n = make(tmp_path, memcheck=True)
+    n.deps.clock = Clock()
+    n.deps.evaluator = Queued(ev_result("correct", phase_s={"queue_wait": 30.0}), crashed(phase_s={"queue_wait": 30.0}),
+                              ev_result("correct", phase_s={"queue_wait": 5.0}))
+    put_solution(n, 1, 0)
+    n.evaluate({"turn": 1, "replies": [reply(0)]})
+    assert n.deps.clock.elapsed() == 10.0
+    assert budget.exhausted(Budget(max_time_s=20), Spent(turns=1, wall_s=n.deps.clock.elapsed())) is None
+    put_solution(n, 2, 0)
+    n.evaluate({"turn": 2, "replies": [reply(0)]})  # a crash: its memcheck waited 5 s of its 7 in the queue
+    assert n.deps.clock.elapsed() == 10.0 + 10.0 + 2.0
+
+
 def test_a_harness_failure_stops_the_run_without_a_verdict(tmp_path):
     n = make(tmp_path, results=[ev_result("compile_error", compile=CompileResult(
         status="failed", arch="sm_90a", language="cuda", error="x", infra_error="ptxas missing"))])

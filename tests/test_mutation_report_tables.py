@@ -69,6 +69,34 @@ def test_which_runs_are_measured_at_a_turn_limit():
     assert not record("a", cand(1), stop_reason="max_turns").out_of_replies_past(2)
 
 
+def test_each_run_left_out_says_why_and_the_cell_counts_it_there():
+    """A run the metrics leave out is no failure of the model, and no silent gap either: its cell
+    counts it by its reason, in the table's runs column and the CSV."""
+    why = {"ok": record("a", cand(1)), "not started": record("b", summary=False),
+           "no summary": record("c", summary=False), "interrupted": record("d", status="interrupted",
+                                                                          stop_reason="interrupted"),
+           "infrastructure error": record("e", status="failed", stop_reason="infra_error"),
+           "ptxbench error": record("f", status="failed", stop_reason="error"),
+           "running or killed": record("g", cand(1), status="running", stop_reason=None),
+           "provider failed": record("h", stop_reason="model_error", turns=0),
+           "fewer turns": record("i", cand(1), budget=Budget(max_turns=1)),
+           "cost unknown": record("j", cand(1), stop_reason="max_cost")}
+    why["not started"].started = False
+    priced = record("k", cand(1), stop_reason="max_cost")  # the cap spent: the model's failure past it
+    why["cost unknown"].summary.usage.cost_usd = None  # a call came back without a price
+    assert priced.left_out(2) is None and why["cost unknown"].left_out(1) is None
+    assert {w: r.left_out(2) for w, r in why.items()} == {**{w: w for w in why}, "ok": None}
+    assert all(r.measured_at(2) == (w == "ok") for w, r in why.items())
+    assert why["fewer turns"].left_out(1) is None and why["provider failed"].left_out(1) == "provider failed"
+    [row] = report.summarise(list(why.values()), [2])
+    assert (row.runs, row.unfinished) == (1, 9)
+    assert row.left_out == {w: 1 for w in sorted(why) if w != "ok"}
+    runs_column = report._table([row])[1][0][8]
+    assert runs_column == ("1 (+9 unfinished: 1 cost unknown, 1 fewer turns, 1 infrastructure error, 1 interrupted, "
+                           "1 no summary, 1 not started, 1 provider failed, 1 ptxbench error, 1 running or killed)")
+    assert report.csv_rows([row])[0]["unfinished_why"] == runs_column.split(": ", 1)[1][:-1]
+
+
 # ---------------------------------------------------------------------------------------------- folders
 def test_run_folders_are_found_once_and_never_inside_a_runs_candidates(tmp_path):
     sweep = tmp_path / "sweep"
@@ -310,6 +338,18 @@ def test_rows_of_a_family_name_the_tasks_they_lack():
     even = {r.key[0]: r for r in report.summarise(runs[:3] + [record("h", task=GEMM2, model="y")], [1],
                                                   report.family_key)}
     assert even["y"].key[1] == "GEMM" and even["x"].key[1] == "GEMM"
+    # both tasks in both rows, weighed otherwise: x over 2 + 2 runs, y over 2 + 1 (its third interrupted)
+    both = [record(f"{m}{t}{k}", cand(1, **OK), task=task, model=m) for m in "xy" for t, task in enumerate((GEMM, GEMM2))
+            for k in range(2)]
+    both[-1].summary.status = "interrupted"
+    uneven = {r.key[0]: r for r in report.summarise(both, [1], report.family_key)}
+    assert uneven["x"].key[1] == f"GEMM (runs per task: {GEMM2} 2, {GEMM} 2)"
+    assert uneven["y"].key[1] == f"GEMM (runs per task: {GEMM2} 1, {GEMM} 2)" and uneven["y"].unfinished == 1
+    scaled = {r.key[0]: r for r in report.summarise(both[:4] + [record("z0", cand(1, **OK), task=GEMM, model="z"),
+                                                                 record("z1", cand(1, **OK), task=GEMM2, model="z")],
+                                                    [1], report.family_key)}
+    assert scaled["z"].key[1] == scaled["x"].key[1] == "GEMM"  # 1 + 1 weighs them as 2 + 2 does
+    assert [r.key[1] for r in report.summarise(both, [1])] == [GEMM2, GEMM, GEMM2, GEMM]  # one task a row: as is
     one_each = [record("a", task=GEMM, model="x"), record("b", task=GEMM2, model="y")]
     named = sorted(r.key[1] for r in report.summarise(one_each, [1], report.family_key))
     assert named == [f"GEMM (tasks: {GEMM2})", f"GEMM (tasks: {GEMM})"]
@@ -432,6 +472,38 @@ def test_the_plots_series_and_which_plots_are_drawn():
     assert report.plots_for(varied) == list(report.PLOTS)
     assert report.plots_for([_row(), _row(key=("m", GEMM, "sm_90a", "docs", "linear", "on", "full", "on"))]) == [
         "fast_p", "speedup_by_turn", "profile"]
+
+
+def test_an_ablation_bar_carries_its_interval_and_count(tmp_path, monkeypatch):
+    """Two arms side by side, one over 3 known runs, one over 1 known run and 2 unknown ones: both
+    bars read 100%. Before, the plot drew two equal bars; the tables' intervals and counts were not
+    on it, so the arm of one run read as sure as the arm of three."""
+    from matplotlib.axes import Axes
+
+    drawn: list[tuple] = []
+    bar, text = Axes.bar, Axes.text
+    monkeypatch.setattr(Axes, "bar", lambda ax, x, h, *a, **kw: drawn.append(("bar", round(h, 6), kw.get("yerr")))
+                        or bar(ax, x, h, *a, **kw))
+    monkeypatch.setattr(Axes, "text", lambda ax, x, y, s, *a, **kw: drawn.append(("text", s)) or text(ax, x, y, s,
+                                                                                                     *a, **kw))
+    sure, unsure = Proportion(3, 3, 0), Proportion(1, 1, 2)
+    rows = [_row(key=("m", GEMM, "sm_90a", "none", *_row().key[4:]), metrics={m: sure for m in report.PROPORTIONS}),
+            _row(metrics={m: unsure for m in report.PROPORTIONS})]
+    report.plot_context(rows, 4, tmp_path / "context.png")
+    lo3, lo1 = sure.wilson()[0], unsure.wilson()[0]
+    assert [d for d in drawn if d[0] == "bar"] == [("bar", 1.0, [[1 - lo3], [0.0]]), ("bar", 1.0, [[1 - lo1], [0.0]])] * 2
+    assert [d[1] for d in drawn if d[0] == "text"] == ["3/3", "1/1, 2 n/a"] * 2
+    assert lo1 < lo3 and (tmp_path / "context.png").stat().st_size
+    # the fast_p curves name their sample counts: one run beside three
+    from matplotlib.axes import Axes
+
+    labels: list[str] = []
+    plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda ax, *a, **kw: labels.append(kw.get("label")) or plot(ax, *a, **kw))
+    runs = [record(f"d{k}", cand(1, **OK, speedup=2.0)) for k in range(3)] + [
+        record("n0", cand(1, **OK, speedup=0.5), context="none"), record("n1", context="none", status="interrupted")]
+    report.plot_fast_p(runs, 1, tmp_path / "fast_p.png")
+    assert labels == ["m (docs), n=3", "m (none), n=1"]
 
 
 # ---------------------------------------------------------------------------------------------- around

@@ -35,7 +35,8 @@ def solve_cmd(
     max_turns: int = typer.Option(8, help="Turns (draft rounds) at most."),
     max_tokens: Optional[int] = typer.Option(None, help="Prompt + completion tokens at most (checked per turn)."),
     max_cost: Optional[float] = typer.Option(None, help="USD at most (checked after each turn)."),
-    max_time: Optional[float] = typer.Option(None, help="Active wall seconds at most (checked after each turn)."),
+    max_time: Optional[float] = typer.Option(
+        None, help="Active wall seconds at most (checked after each turn; waits for a busy GPU not counted)."),
     samples: int = typer.Option(1, help="Candidates drafted per turn (best-of-N)."),
     strategy: Optional[str] = typer.Option(
         None, help="Search: linear (one chat, one candidate a turn) | best-of-n (--samples N a turn, continue from "
