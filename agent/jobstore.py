@@ -79,8 +79,10 @@ class JobStore:
 
     def lock(self) -> None:
         """Hold the store for this process (released when it exits): two services on one store
-        would both run its queued jobs."""
-        f = open(self.path.with_suffix(self.path.suffix + ".lock"), "w")
+        would both run its queued jobs. The lock file sits next to the database file itself (the
+        path resolved), so a second name for it (a symlink, a relative path) finds the same lock."""
+        real = self.path.resolve()
+        f = open(real.with_suffix(real.suffix + ".lock"), "w")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
