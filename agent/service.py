@@ -1,6 +1,6 @@
 """`agent serve`: ptxbench's evaluator as an HTTP service, for agents and RL trainers elsewhere.
 
-    GET    /health         GPUs, queue depth, versions (the one endpoint that needs no token)
+    GET    /health         up or not; with a token, GPUs, queue depth, versions (the one open endpoint)
     GET    /tasks          the tasks, as `agent tasks --json` lists them
     GET    /tasks/{id}     one task and its statement as a model sees it (visible workloads only)
     POST   /check          compile + SASS verdicts, synchronous, CPU only: `agent check --json`
@@ -104,6 +104,21 @@ def resolve_task(name: str):
     return get_task(key)
 
 
+def resolve_definition(req: EvaluateIn):
+    """The task an evaluation is judged against: the registry's, refused (409) where the request's
+    task_hash names another definition. The service fills task_hash in when it accepts a job, so a
+    job that waits in the store (queued, or requeued by a restart) is judged against the very
+    definition it was accepted for or not at all: a restart onto other tasks fails it, never
+    flips its verdict against a definition its client did not ask for."""
+    from agent.run import task_hash
+
+    task = resolve_task(req.task)
+    if req.task_hash is not None and req.task_hash != task_hash(task):
+        raise Rejected(409, f"task {task.name!r}: the service judges another definition of it "
+                            f"(its hash {task_hash(task)[:12]}, this request's {req.task_hash[:12]})")
+    return task
+
+
 def build_solution(req: SolutionIn, limits: Limits):
     """The request's Solution; 413 for a source or manifest over its limit, 422 for one unusable."""
     from tools.solution import Solution, SolutionError, parse_manifest
@@ -157,7 +172,7 @@ def run_job(evaluator, req: EvaluateIn, limits: Limits) -> str:
     from agent.commands.evaluate import eval_json
     from agent.feedback import redact_held_out
 
-    task, solution = resolve_task(req.task), build_solution(req, limits)
+    task, solution = resolve_definition(req), build_solution(req, limits)
     res = evaluator.evaluate(solution, task, req.arch, workloads=req.workloads, executed_check=req.credit,
                              sanitize=req.sanitize, time=req.time, profile=req.credit and req.profile)
     return json.dumps(eval_json(redact_held_out(res)))
@@ -225,7 +240,7 @@ class Dispatcher:
     def _run(self, job: Job) -> None:
         try:
             text = run_job(self.evaluator, EvaluateIn.model_validate(job.request), self.limits)
-        except Rejected as exc:  # the registry changed under a stored job (a restart with other tasks)
+        except Rejected as exc:  # the registry changed under a stored job (a restart with other tasks): said, not judged
             self.store.finish(job, error=exc.detail)
         except Exception as exc:  # noqa: BLE001 - the service's own fault: the job says so, the service goes on
             log.exception("job %s", job.id)
@@ -283,7 +298,7 @@ class Gate:
         if client is None and scope["path"] not in self.OPEN_PATHS:
             return await _send_error(send, 401, "a valid token is required (Authorization: Bearer <token>)",
                                      {"WWW-Authenticate": "Bearer"})
-        scope.setdefault("state", {})["client"] = client or "anonymous"
+        scope.setdefault("state", {}).update(client=client or "anonymous", authenticated=client is not None)
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers") or []).get(b"content-length")
@@ -321,6 +336,55 @@ class Gate:
         return await self.app(scope, replay, send)
 
 
+def deadline_protocol(request_timeout_s: float) -> type:
+    """uvicorn's HTTP/1.1 protocol with a deadline on each request's arrival: its headers and body
+    whole within request_timeout_s of the connection opening (or of the previous response), or the
+    connection is closed. uvicorn closes a connection idle *between* requests, but waits forever
+    for a first request and for headers or a body that trickle in, so a caller with no token
+    could hold every file descriptor (slowloris) and a client the Gate reading a body forever.
+    The time an endpoint takes to answer is not bounded here: the deadline stops once the request
+    is in."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineH11Protocol(H11Protocol):
+        _deadline: Any = None  # the timer (asyncio.TimerHandle) while a request is awaited
+        _armed_after: Any = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_deadline()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and self.cycle is not self._armed_after and not self.cycle.more_body:
+                self._disarm_deadline()  # this request is in, whole
+
+        def connection_lost(self, exc) -> None:
+            self._disarm_deadline()
+            super().connection_lost(exc)
+
+        def _arm_deadline(self) -> None:
+            self._disarm_deadline()
+            self._armed_after = self.cycle  # the request answered last (None on a new connection)
+            self._deadline = self.loop.call_later(request_timeout_s, self._deadline_passed)
+
+        def _disarm_deadline(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = None
+
+        def _deadline_passed(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return DeadlineH11Protocol
+
+
 # ---------------------------------------------------------------------------------------
 # The app
 # ---------------------------------------------------------------------------------------
@@ -350,11 +414,9 @@ class Service:
     def submit(self, client: str, req: EvaluateIn) -> Job:
         from agent.run import task_hash
 
-        task = resolve_task(req.task)
+        task = resolve_definition(req)
         build_solution(req, self.limits)  # a bad solution is refused now, not found by a worker later
-        if req.task_hash is not None and req.task_hash != task_hash(task):
-            raise Rejected(409, f"task {task.name!r}: the service judges another definition of it "
-                                f"(its hash {task_hash(task)[:12]}, yours {req.task_hash[:12]})")
+        accepted = req.model_copy(update={"task_hash": task_hash(task)})  # the definition it is judged against
         with self._submit:  # the count and the insert together: the limits hold under concurrent posts
             everyone, mine = self.store.counts(), self.store.counts(client)
             in_flight = sum(mine.get(s, 0) for s in ("queued", "running"))
@@ -364,7 +426,7 @@ class Service:
             queued = everyone.get("queued", 0)
             if queued >= self.limits.queue_size:
                 raise Rejected(429, f"the queue is full ({queued} jobs)", {"Retry-After": self.retry_after(queued)})
-            job = self.store.add(client, req.model_dump(mode="json"))
+            job = self.store.add(client, accepted.model_dump(mode="json"))
         self.dispatcher.notify()
         return job
 
@@ -392,7 +454,8 @@ def job_json(job: Job, floats: str = "json") -> dict:
     client asks for them so a wrong kernel's errors read back as they were)."""
     out: dict[str, Any] = {"id": job.id, "status": job.status, "created": job.created, "started": job.started,
                            "finished": job.finished, "attempt": job.attempt, "error": job.error,
-                           "task": job.request.get("task"), "arch": job.request.get("arch")}
+                           "task": job.request.get("task"), "task_hash": job.request.get("task_hash"),
+                           "arch": job.request.get("arch")}
     out["result"] = json.loads(job.result) if job.result is not None else None
     return out
 
@@ -445,8 +508,12 @@ def create_app(service: Service, tokens: dict[str, str]):
     def client(request: Request) -> str:
         return request.scope.get("state", {}).get("client", "anonymous")
 
-    @app.get("/health", summary="GPUs, queue depth, versions (no token needed)")
-    def health():
+    @app.get("/health", summary="liveness without a token; with one, GPUs, queue depth, limits, versions")
+    def health(request: Request):
+        # a caller the token file does not know learns that the service is up, nothing about its
+        # GPUs, load, Ray cluster or toolchain versions (what to aim at, and when)
+        if not request.scope.get("state", {}).get("authenticated"):
+            return reply({"status": "ok"})
         return reply(service.health())
 
     @app.get("/tasks", summary="the benchmark's tasks, as `agent tasks --json` lists them")

@@ -1,0 +1,147 @@
+"""`agent serve` against clients that hunt for gaps: callers without a token, clients of one token
+file that must not meet, connections that never finish a request, a second service on the store,
+and jobs that wait in the store while the task definitions change. Real server, real HTTP and
+SQLite (tests/test_serve.py's Server)."""
+from __future__ import annotations
+
+import signal
+import socket
+import sqlite3
+import time
+
+import httpx
+import pytest
+
+from agent.client import ServiceClient
+import test_serve
+from test_serve import TOKENS, Server, solution_body
+
+serve = test_serve.serve  # the fixture: servers started by a test, killed after it
+
+BARE = "bare-token-0123456789abcdef"  # a token with no NAME: the file's first such, client1 by default
+NAMED_CLIENT1 = "named-token-0123456789abcdef"  # a token whose NAME is client1
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """One service with a token file and a 2 s request deadline, for the tests that do not restart."""
+    tmp = tmp_path_factory.mktemp("guarded")
+    tokens = tmp / "tokens"
+    tokens.write_text(f"{BARE}\nclient1 {NAMED_CLIENT1}\n" + "".join(f"{n} {t}\n" for n, t in TOKENS.items()))
+    s = Server(tmp, "--token-file", str(tokens), "--request-timeout-s", "2")
+    yield s
+    s.stop(signal.SIGKILL)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_caller_without_a_token_learns_only_that_the_service_is_up(guarded):
+    with httpx.Client(base_url=guarded.url, timeout=60) as h:
+        assert h.get("/health").json() == {"status": "ok"}
+        assert h.get("/health", headers=bearer("wrong-token-0123456789abc")).json() == {"status": "ok"}
+        full = h.get("/health", headers=bearer(TOKENS["alice"])).json()
+    assert {"gpus", "executor", "queue", "limits", "versions"} <= set(full)
+
+
+def test_a_bare_token_never_shares_a_client_with_a_named_one(guarded):
+    """`TOKEN` then `client1 TOKEN2`: the bare token was named client1 too, so each read and
+    cancelled the other's jobs."""
+    body = solution_body()
+    with ServiceClient(guarded.url, BARE) as bare:
+        job = bare.submit("gemm", body["source"], body["launch"])
+    with httpx.Client(base_url=guarded.url, timeout=60) as h:
+        assert h.get(f"/jobs/{job}", headers=bearer(NAMED_CLIENT1)).status_code == 404
+        assert h.delete(f"/jobs/{job}", headers=bearer(NAMED_CLIENT1)).status_code == 404
+        assert h.get(f"/jobs/{job}", headers=bearer(BARE)).status_code == 200
+
+
+def test_an_accepted_job_records_the_definition_it_is_judged_against(guarded):
+    from agent.run import task_hash
+    from tasks import get_task
+
+    body = solution_body()
+    with ServiceClient(guarded.url, TOKENS["carol"]) as c:
+        job = c.job(c.submit("gemm", body["source"], body["launch"]))  # no task_hash sent
+    assert job["task_hash"] == task_hash(get_task("gemm"))
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Does the server close this connection within `seconds` (whatever it answers first)?"""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_a_request_that_never_arrives_whole_loses_its_connection(guarded):
+    """Slowloris: a connection that sends nothing, headers that trickle, and a body under a large
+    Content-Length that never comes were held open for ever, a file descriptor each, with no token
+    needed for the first two. Each is closed at the deadline; a request that arrives whole is
+    answered however long it then takes."""
+    host, port = guarded.url.removeprefix("http://").rsplit(":", 1)
+    started = [socket.create_connection((host, int(port))) for _ in range(3)]
+    silent, trickle, body = started
+    trickle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    body.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Authorization: Bearer " + TOKENS["dave"].encode() + b"\r\nContent-Length: 1000000\r\n\r\n{\"ta")
+    t0 = time.monotonic()
+    for sock in started:
+        assert closed_within(sock, 10), "still open"
+        sock.close()
+    assert time.monotonic() - t0 < 10
+    with httpx.Client(base_url=guarded.url, timeout=120) as h:
+        assert h.get("/health").status_code == 200
+        r = h.post("/check", headers=bearer(TOKENS["dave"]), json=solution_body())
+        assert r.status_code == 200 and r.json()["compiled"] is True
+
+
+def test_a_second_name_for_the_store_finds_it_locked(tmp_path):
+    """Two services on one SQLite file would both run its queued jobs: a symlink to the store
+    held its lock file next to the link, so a second `agent serve --store LINK` started
+    (agent.commands.serve._build locks the store before it requeues or runs anything)."""
+    from agent.jobstore import JobStore, StoreLocked
+
+    first = JobStore(tmp_path / "jobs.sqlite")
+    first.lock()
+    link = tmp_path / "other" / "jobs.sqlite"
+    link.parent.mkdir()
+    link.symlink_to(first.path)
+    second = JobStore(link)
+    try:
+        with pytest.raises(StoreLocked, match="in use by another"):
+            second.lock()
+    finally:
+        second.close()
+        first.close()
+
+
+def test_a_job_requeued_after_a_restart_onto_another_definition_fails_never_flips(serve, tmp_path):
+    """A queued job, the service restarted onto tasks/ that define the task otherwise (a pull
+    between two starts; here its stored hash is made another definition's): it was judged
+    against the new definition, a verdict its client never asked for. Now it fails, saying so."""
+    body = solution_body()
+    s = serve("--slots", "1")
+    with ServiceClient(s.url) as c:
+        for _ in range(2):
+            c.submit("gemm", body["source"], body["launch"])
+    s.stop(signal.SIGKILL)
+    db = sqlite3.connect(s.store)
+    waiting = [row[0] for row in db.execute("SELECT id FROM jobs WHERE status IN ('queued', 'running')")]
+    db.execute("UPDATE jobs SET request = json_set(request, '$.task_hash', ?) WHERE status IN ('queued', 'running')",
+               ("0" * 64,))
+    db.commit()
+    db.close()
+    assert waiting
+    s2 = serve("--slots", "1", store=s.store)
+    with ServiceClient(s2.url) as c:
+        jobs = [c.wait(i, timeout_s=300) for i in waiting]
+    for job in jobs:
+        assert job["status"] == "failed" and job["result"] is None, job
+        assert "another definition" in job["error"]
