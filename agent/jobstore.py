@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 OPEN: tuple[str, ...] = ("queued", "running")
+ENDED: tuple[str, ...] = ("done", "failed", "cancelled")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,6 +44,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq);
+CREATE INDEX IF NOT EXISTS jobs_client ON jobs(client, status, seq);
 """
 
 
@@ -97,11 +99,19 @@ class JobStore:
             self._lock_file.close()
 
     # -- writes
-    def add(self, client: str, request: dict[str, Any]) -> Job:
+    def add(self, client: str, request: dict[str, Any], keep_ended: int) -> Job:
+        """A new queued job of `client`; of its ended jobs only the newest `keep_ended` are kept.
+        The per-client bound counts open jobs only, so without this a client that submits and
+        cancels (or sends kernels that fail at once) in a loop grows the file by a request (up to
+        the body limit) a round, for ever: a client's share of the store is now at most
+        (keep_ended + its open jobs) requests and results."""
         job = Job(id=secrets.token_urlsafe(12), client=client, status="queued", request=request, created=time.time())
         with self._lock:
             self._db.execute("INSERT INTO jobs (id, client, status, request, created) VALUES (?, ?, 'queued', ?, ?)",
                              (job.id, client, json.dumps(request), job.created))
+            self._db.execute("DELETE FROM jobs WHERE client = ? AND status IN (?, ?, ?) AND seq NOT IN "
+                             "(SELECT seq FROM jobs WHERE client = ? AND status IN (?, ?, ?) ORDER BY seq DESC LIMIT ?)",
+                             (client, *ENDED, client, *ENDED, keep_ended))
         return job
 
     def claim(self) -> Job | None:

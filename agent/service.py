@@ -81,6 +81,7 @@ class Limits(BaseModel):
     queue_size: int = 64  # queued jobs, all clients
     per_client: int = 8  # one client's queued + running jobs
     check_slots: int = 2  # /check compiles at once
+    keep_ended: int = 1000  # one client's ended jobs kept in the store (older ones are forgotten: 404)
 
 
 class Rejected(Exception):
@@ -426,7 +427,7 @@ class Service:
             queued = everyone.get("queued", 0)
             if queued >= self.limits.queue_size:
                 raise Rejected(429, f"the queue is full ({queued} jobs)", {"Retry-After": self.retry_after(queued)})
-            job = self.store.add(client, accepted.model_dump(mode="json"))
+            job = self.store.add(client, accepted.model_dump(mode="json"), self.limits.keep_ended)
         self.dispatcher.notify()
         return job
 

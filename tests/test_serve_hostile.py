@@ -24,11 +24,12 @@ NAMED_CLIENT1 = "named-token-0123456789abcdef"  # a token whose NAME is client1
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory):
-    """One service with a token file and a 2 s request deadline, for the tests that do not restart."""
+    """One service with a token file, a 2 s request deadline and 2 ended jobs kept per client, for
+    the tests that do not restart (each test its own client)."""
     tmp = tmp_path_factory.mktemp("guarded")
     tokens = tmp / "tokens"
     tokens.write_text(f"{BARE}\nclient1 {NAMED_CLIENT1}\n" + "".join(f"{n} {t}\n" for n, t in TOKENS.items()))
-    s = Server(tmp, "--token-file", str(tokens), "--request-timeout-s", "2")
+    s = Server(tmp, "--token-file", str(tokens), "--request-timeout-s", "2", "--keep-jobs", "2")
     yield s
     s.stop(signal.SIGKILL)
 
@@ -54,7 +55,7 @@ def test_a_bare_token_never_shares_a_client_with_a_named_one(guarded):
     with httpx.Client(base_url=guarded.url, timeout=60) as h:
         assert h.get(f"/jobs/{job}", headers=bearer(NAMED_CLIENT1)).status_code == 404
         assert h.delete(f"/jobs/{job}", headers=bearer(NAMED_CLIENT1)).status_code == 404
-        assert h.get(f"/jobs/{job}", headers=bearer(BARE)).status_code == 200
+        assert h.delete(f"/jobs/{job}", headers=bearer(BARE)).json()["status"] == "cancelled"  # its own, yes
 
 
 def test_an_accepted_job_records_the_definition_it_is_judged_against(guarded):
@@ -63,8 +64,22 @@ def test_an_accepted_job_records_the_definition_it_is_judged_against(guarded):
 
     body = solution_body()
     with ServiceClient(guarded.url, TOKENS["carol"]) as c:
-        job = c.job(c.submit("gemm", body["source"], body["launch"]))  # no task_hash sent
+        job = c.cancel(c.submit("gemm", body["source"], body["launch"]))  # no task_hash sent
     assert job["task_hash"] == task_hash(get_task("gemm"))
+
+
+def test_a_submit_and_cancel_loop_leaves_a_client_its_newest_ended_jobs_only(guarded):
+    """The per-client bound counts open jobs: submitting and cancelling in a loop (or sending
+    kernels that fail at once) grew the store by a request a round, up to the body limit each,
+    for ever. Now a client keeps its newest --keep-jobs ended jobs; older ones are forgotten."""
+    body = solution_body()
+    with ServiceClient(guarded.url, TOKENS["bob"]) as c:
+        ids = []
+        for _ in range(5):
+            ids.append(c.submit("gemm", body["source"], body["launch"]))
+            assert c.cancel(ids[-1])["status"] == "cancelled"
+        with httpx.Client(base_url=guarded.url, timeout=60, headers=bearer(TOKENS["bob"])) as h:
+            assert [h.get(f"/jobs/{i}").status_code for i in ids] == [404, 404, 200, 200, 200]
 
 
 def closed_within(sock: socket.socket, seconds: float) -> bool:

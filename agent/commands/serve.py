@@ -78,6 +78,8 @@ def register(app: typer.Typer) -> None:
         = 64,
         per_client: Annotated[int, typer.Option("--per-client", help="one client's queued + running jobs at most")]
         = 8,
+        keep_jobs: Annotated[int, typer.Option("--keep-jobs", help="one client's ended jobs kept (older ones are "
+                                                                   "forgotten: 404)")] = 1000,
         max_body_kb: Annotated[int, typer.Option("--max-body-kb", help="largest request body (KiB; 413 above)")]
         = 2048,
         request_timeout_s: Annotated[float, typer.Option(
@@ -97,7 +99,8 @@ def register(app: typer.Typer) -> None:
             raise CliError(f"--host {host} is not loopback: anyone who reaches it could run kernels; "
                            "give --token-file (or bind 127.0.0.1)")
         tokens = read_tokens(token_file) if token_file is not None else {}
-        for name, value in (("--queue-size", queue_size), ("--per-client", per_client), ("--max-body-kb", max_body_kb)):
+        for name, value in (("--queue-size", queue_size), ("--per-client", per_client), ("--max-body-kb", max_body_kb),
+                            ("--keep-jobs", keep_jobs)):
             if value < 1:
                 raise CliError(f"{name} must be at least 1, not {value}")
         if not request_timeout_s > 0:
@@ -112,7 +115,7 @@ def register(app: typer.Typer) -> None:
         except ImportError as exc:
             raise CliError(f"agent serve needs fastapi and uvicorn ({exc.name} is missing): pip install -e .") from None
         limits = Limits(max_body_bytes=max_body_kb * 1024, queue_size=queue_size, per_client=per_client,
-                        check_slots=max(1, (os.cpu_count() or 2) // 2))
+                        keep_ended=keep_jobs, check_slots=max(1, (os.cpu_count() or 2) // 2))
         if limits.max_source_bytes > limits.max_body_bytes:
             limits.max_source_bytes = limits.max_body_bytes
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
