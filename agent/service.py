@@ -17,7 +17,8 @@ A service that compiles and runs arbitrary kernels is an attack surface, so (doc
   file); bodies, sources and manifests have size limits (413); a body that is not JSON, or
   nested past what the parser takes, is a 400, a wrong field a 422, never a 500.
 - how much: a bounded queue (429 and Retry-After when full) and a bound per client on its
-  queued + running jobs; /check's compiles have slots of their own (429 too).
+  queued + running jobs; /check's compiles have slots of their own (429 too); a request must
+  arrive whole within a deadline (deadline_protocol); a client's ended jobs kept are bounded.
 - held-out workloads are judged and reported by class, as the agent's feedback tells a model
   (agent.feedback.redact_held_out, the one view both read): never their names or sizes.
 The evaluation itself is the CLI's: the executor's shared evaluator (agent/executors.py: the
