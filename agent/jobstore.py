@@ -115,9 +115,14 @@ class JobStore:
         return job
 
     def claim(self) -> Job | None:
-        """The oldest queued job, now running under a new attempt; None when none is queued."""
+        """The next queued job, now running under a new attempt; None when none is queued. Next is
+        the oldest job of the client whose last job started longest ago (one never served first):
+        the clients take turns. In plain arrival order a client that keeps its --per-client jobs
+        queued made every other client wait behind all of them."""
         with self._lock:
-            row = self._db.execute("SELECT seq FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
+            row = self._db.execute(  # SQLite sorts NULL (never started) first
+                "SELECT seq FROM jobs AS q WHERE status = 'queued' ORDER BY "
+                "(SELECT MAX(started) FROM jobs AS r WHERE r.client = q.client), seq LIMIT 1").fetchone()
             if row is None:
                 return None
             self._db.execute("UPDATE jobs SET status = 'running', attempt = attempt + 1, started = ? WHERE seq = ?",

@@ -182,8 +182,9 @@ def run_job(evaluator, req: EvaluateIn, limits: Limits) -> str:
 
 @dataclass
 class Dispatcher:
-    """`slots` threads that take the oldest queued job from the store and run it. The evaluator
-    queues GPU work per GPU itself (locally and on Ray), so slots beyond the GPUs overlap compiles."""
+    """`slots` threads that take the next queued job from the store (JobStore.claim: the clients
+    take turns) and run it. The evaluator queues GPU work per GPU itself (locally and on Ray), so
+    slots beyond the GPUs overlap compiles."""
 
     store: JobStore
     evaluator: Any

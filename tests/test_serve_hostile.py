@@ -160,3 +160,17 @@ def test_a_job_requeued_after_a_restart_onto_another_definition_fails_never_flip
     for job in jobs:
         assert job["status"] == "failed" and job["result"] is None, job
         assert "another definition" in job["error"]
+
+
+def test_clients_take_turns_for_the_slots(tmp_path):
+    """A client that keeps its --per-client jobs queued: in arrival order, every other client
+    waited behind all of them (with eight such clients, a newcomer behind 64 jobs). The store
+    hands the next slot to the client served longest ago."""
+    from agent.jobstore import JobStore
+
+    store = JobStore(tmp_path / "jobs.sqlite")
+    alice = [store.add("alice", {"n": i}, keep_ended=10).id for i in range(3)]
+    bob = store.add("bob", {"n": 0}, keep_ended=10).id
+    order = [store.claim().id for _ in range(4)]
+    store.close()
+    assert order == [alice[0], bob, alice[1], alice[2]]
