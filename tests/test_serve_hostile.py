@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from agent.client import ServiceClient
+from agent.client import RemoteEvaluator, ServiceClient, ServiceError
 import test_serve
 from test_serve import TOKENS, Server, solution_body
 
@@ -44,6 +44,11 @@ def test_a_caller_without_a_token_learns_only_that_the_service_is_up(guarded):
         assert h.get("/health", headers=bearer("wrong-token-0123456789abc")).json() == {"status": "ok"}
         full = h.get("/health", headers=bearer(TOKENS["alice"])).json()
     assert {"gpus", "executor", "queue", "limits", "versions"} <= set(full)
+    # the agent's evaluator says at once that its token is not taken (not: "the service has no GPU")
+    with pytest.raises(ServiceError) as refused:
+        RemoteEvaluator(guarded.url, "wrong-token-0123456789abc")
+    assert refused.value.status == 401 and "does not accept this token" in refused.value.detail
+    RemoteEvaluator(guarded.url, TOKENS["alice"]).close()
 
 
 def test_a_bare_token_never_shares_a_client_with_a_named_one(guarded):
