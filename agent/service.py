@@ -32,6 +32,7 @@ import hmac
 import json
 import logging
 import math
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -227,7 +228,12 @@ class Dispatcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            job = self.store.claim()
+            try:
+                job = self.store.claim()
+            except sqlite3.Error:  # busy (another process's transaction on the file) or full: try again
+                log.exception("claiming a job")
+                self._stop.wait(1.0)
+                continue
             if job is None:
                 with self._wake:
                     self._wake.wait(timeout=1.0)
@@ -244,12 +250,26 @@ class Dispatcher:
         try:
             text = run_job(self.evaluator, EvaluateIn.model_validate(job.request), self.limits)
         except Rejected as exc:  # the registry changed under a stored job (a restart with other tasks): said, not judged
-            self.store.finish(job, error=exc.detail)
+            self._finish(job, error=exc.detail)
         except Exception as exc:  # noqa: BLE001 - the service's own fault: the job says so, the service goes on
             log.exception("job %s", job.id)
-            self.store.finish(job, error=f"service error: {type(exc).__name__}: {str(exc)[:300]}")
+            self._finish(job, error=f"service error: {type(exc).__name__}: {str(exc)[:300]}")
         else:
-            self.store.finish(job, result=text)
+            self._finish(job, result=text)
+
+    def _finish(self, job: Job, **outcome: str) -> None:
+        """Record the job's end however long the store refuses writes (another process holding a
+        transaction on the file past SQLite's busy timeout, a full disk). An error here used to end
+        the slot's thread: its job stayed `running` and the slot was gone, while the service went
+        on accepting jobs that no slot would run."""
+        while True:
+            try:
+                self.store.finish(job, **outcome)
+                return
+            except sqlite3.Error as exc:
+                log.warning("job %s: the store refused its end (%s); trying again", job.id, exc)
+                if self._stop.wait(1.0):
+                    return  # shutting down: the job is requeued (stop(), or the next start)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 """`agent serve` against clients that hunt for gaps: callers without a token, clients of one token
-file that must not meet, connections that never finish a request, a second service on the store,
-and jobs that wait in the store while the task definitions change. Real server, real HTTP and
-SQLite (tests/test_serve.py's Server)."""
+file that must not meet, connections that never finish a request, a store grown by a loop, a
+second service on the store, one client's queue ahead of everyone's. Real server, real HTTP and
+SQLite (tests/test_serve.py's Server); the store under restarts and other writers:
+tests/test_serve_store.py."""
 from __future__ import annotations
 
 import signal
 import socket
-import sqlite3
 import time
 
 import httpx
@@ -140,31 +140,6 @@ def test_a_second_name_for_the_store_finds_it_locked(tmp_path):
     finally:
         second.close()
         first.close()
-
-
-def test_a_job_requeued_after_a_restart_onto_another_definition_fails_never_flips(serve, tmp_path):
-    """A queued job, the service restarted onto tasks/ that define the task otherwise (a pull
-    between two starts; here its stored hash is made another definition's): it was judged
-    against the new definition, a verdict its client never asked for. Now it fails, saying so."""
-    body = solution_body()
-    s = serve("--slots", "1")
-    with ServiceClient(s.url) as c:
-        for _ in range(2):
-            c.submit("gemm", body["source"], body["launch"])
-    s.stop(signal.SIGKILL)
-    db = sqlite3.connect(s.store)
-    waiting = [row[0] for row in db.execute("SELECT id FROM jobs WHERE status IN ('queued', 'running')")]
-    db.execute("UPDATE jobs SET request = json_set(request, '$.task_hash', ?) WHERE status IN ('queued', 'running')",
-               ("0" * 64,))
-    db.commit()
-    db.close()
-    assert waiting
-    s2 = serve("--slots", "1", store=s.store)
-    with ServiceClient(s2.url) as c:
-        jobs = [c.wait(i, timeout_s=300) for i in waiting]
-    for job in jobs:
-        assert job["status"] == "failed" and job["result"] is None, job
-        assert "another definition" in job["error"]
 
 
 def test_clients_take_turns_for_the_slots(tmp_path):
