@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq);
 CREATE INDEX IF NOT EXISTS jobs_client ON jobs(client, status, seq);
+CREATE INDEX IF NOT EXISTS jobs_client_started ON jobs(client, started);
 """
 
 
