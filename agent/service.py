@@ -360,13 +360,13 @@ class Gate:
 
 
 def deadline_protocol(request_timeout_s: float) -> type:
-    """uvicorn's HTTP/1.1 protocol with a deadline on each request's arrival: its headers and body
-    whole within request_timeout_s of the connection opening (or of the previous response), or the
-    connection is closed. uvicorn closes a connection idle *between* requests, but waits forever
-    for a first request and for headers or a body that trickle in, so a caller with no token
-    could hold every file descriptor (slowloris) and a client the Gate reading a body forever.
-    The time an endpoint takes to answer is not bounded here: the deadline stops once the request
-    is in."""
+    """uvicorn's h11 protocol (its own choice where httptools is not installed; here always) with a
+    deadline on each request's arrival: its headers and body whole within request_timeout_s of the
+    connection opening (or of the previous response), or the connection is closed. uvicorn closes
+    a connection idle *between* requests, but waits for ever for a first request and for headers
+    or a body that trickle in: a caller with no token could hold every file descriptor
+    (slowloris), and a client with one could keep the Gate reading a body for ever. The time an
+    endpoint takes to answer is not bounded here: the deadline stops once the request is in."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class DeadlineH11Protocol(H11Protocol):
