@@ -10,7 +10,8 @@ and, once done, the result JSON. States:
 A job that was `running` when the service stopped (killed, or shut down before it finished) is
 `queued` again on the next start (`requeue_running`), and `attempt` counts its tries: a result is
 only ever written by the attempt that holds the job (`finish` checks it), so a requeued job is
-answered once. One service per store: a second one on the same file is refused (`lock`).
+answered once. After MAX_ATTEMPTS tries the service stopped under, a job is `failed` instead: one
+that brings the service down would otherwise do so again at every start. One service per store: a second one on the same file is refused (`lock`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pydantic import BaseModel
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 OPEN: tuple[str, ...] = ("queued", "running")
 ENDED: tuple[str, ...] = ("done", "failed", "cancelled")
+MAX_ATTEMPTS = 3  # tries a job gets when the service stops while it runs
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -150,14 +152,16 @@ class JobStore:
 
     def requeue_running(self, ids: list[str] | None = None) -> int:
         """Running jobs (all, or those of `ids`) back to queued: their attempt's result, if it still
-        comes, is dropped (finish), and the next attempt runs them again."""
+        comes, is dropped (finish), and the next attempt runs them again; a job that has had
+        MAX_ATTEMPTS tries ends `failed` instead. Returns how many were requeued."""
+        picked = "" if ids is None else f" AND id IN ({', '.join('?' * len(ids))})"
+        args = tuple(ids or ())
         with self._lock:
-            if ids is None:
-                cur = self._db.execute("UPDATE jobs SET status = 'queued', started = NULL WHERE status = 'running'")
-            else:
-                cur = self._db.executemany(
-                    "UPDATE jobs SET status = 'queued', started = NULL WHERE status = 'running' AND id = ?",
-                    [(i,) for i in ids])
+            self._db.execute(f"UPDATE jobs SET status = 'failed', finished = ?, error = 'the service stopped ' || "
+                             f"attempt || ' times while this job ran; it is not tried again' "
+                             f"WHERE status = 'running' AND attempt >= ?{picked}", (time.time(), MAX_ATTEMPTS, *args))
+            cur = self._db.execute(f"UPDATE jobs SET status = 'queued', started = NULL WHERE status = 'running'{picked}",
+                                   args)
             return cur.rowcount
 
     # -- reads

@@ -57,3 +57,21 @@ def test_a_store_locked_by_another_process_delays_a_result_never_loses_a_slot(se
         jobs = [c.wait(i, timeout_s=60) for i in (first, second)]
     assert [j["status"] for j in jobs] == ["done", "done"] and [j["attempt"] for j in jobs] == [1, 1]
     assert jobs[0]["result"]["verdicts"]["compiled"] is False
+
+
+def test_a_job_the_service_stops_under_again_and_again_ends_failed(tmp_path):
+    """A job running each time the service dies (one that brings it down) was queued again at
+    every start, for ever: it now has MAX_ATTEMPTS tries, then ends `failed`, saying so."""
+    from agent.jobstore import MAX_ATTEMPTS, JobStore
+
+    store = JobStore(tmp_path / "jobs.sqlite")
+    poison, other = store.add("alice", {"n": 0}, keep_ended=10), store.add("bob", {"n": 1}, keep_ended=10)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        assert store.claim().id == poison.id
+        # as at the next start, or as a shutdown's Dispatcher.stop() does with the jobs still running
+        requeued = store.requeue_running() if attempt % 2 else store.requeue_running([poison.id])
+        assert requeued == (1 if attempt < MAX_ATTEMPTS else 0)
+    job, waiting = store.get(poison.id, "alice"), store.get(other.id, "bob")
+    store.close()
+    assert (job.status, job.attempt) == ("failed", MAX_ATTEMPTS) and (waiting.status, waiting.attempt) == ("queued", 0)
+    assert job.error == f"the service stopped {MAX_ATTEMPTS} times while this job ran; it is not tried again"
