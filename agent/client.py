@@ -143,6 +143,9 @@ class RemoteEvaluator:
             h = self.client.health()
         except ServiceError as exc:
             raise ServiceError(exc.status, f"evaluator {url}: {exc.detail}") from None
+        if "gpus" not in h:  # a service with a token file tells a caller it does not know only that it is up
+            self.client.close()
+            raise ServiceError(401, f"evaluator {url}: the service does not accept this token (${TOKEN_ENV})")
         self.gpu: str | None = h.get("gpu")
         if not self.gpu:
             self.no_gpu_reason = f"the service at {url} has no GPU ({h.get('executor', '')})"

@@ -10,7 +10,8 @@ and, once done, the result JSON. States:
 A job that was `running` when the service stopped (killed, or shut down before it finished) is
 `queued` again on the next start (`requeue_running`), and `attempt` counts its tries: a result is
 only ever written by the attempt that holds the job (`finish` checks it), so a requeued job is
-answered once. One service per store: a second one on the same file is refused (`lock`).
+answered once. After MAX_ATTEMPTS tries the service stopped under, a job is `failed` instead: one
+that brings the service down would otherwise do so again at every start. One service per store: a second one on the same file is refused (`lock`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from pydantic import BaseModel
 
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 OPEN: tuple[str, ...] = ("queued", "running")
+ENDED: tuple[str, ...] = ("done", "failed", "cancelled")
+MAX_ATTEMPTS = 3  # tries a job gets when the service stops while it runs
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,6 +46,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq);
+CREATE INDEX IF NOT EXISTS jobs_client ON jobs(client, status, seq);
+CREATE INDEX IF NOT EXISTS jobs_client_started ON jobs(client, started);
 """
 
 
@@ -79,8 +84,10 @@ class JobStore:
 
     def lock(self) -> None:
         """Hold the store for this process (released when it exits): two services on one store
-        would both run its queued jobs."""
-        f = open(self.path.with_suffix(self.path.suffix + ".lock"), "w")
+        would both run its queued jobs. The lock file sits next to the database file itself (the
+        path resolved), so a second name for it (a symlink, a relative path) finds the same lock."""
+        real = self.path.resolve()
+        f = open(real.with_suffix(real.suffix + ".lock"), "w")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -95,17 +102,30 @@ class JobStore:
             self._lock_file.close()
 
     # -- writes
-    def add(self, client: str, request: dict[str, Any]) -> Job:
+    def add(self, client: str, request: dict[str, Any], keep_ended: int) -> Job:
+        """A new queued job of `client`; of its ended jobs only the newest `keep_ended` are kept.
+        The per-client bound counts open jobs only, so without this a client that submits and
+        cancels (or sends kernels that fail at once) in a loop grows the file by a request (up to
+        the body limit) a round, for ever: a client's share of the store is now at most
+        (keep_ended + its open jobs) requests and results."""
         job = Job(id=secrets.token_urlsafe(12), client=client, status="queued", request=request, created=time.time())
         with self._lock:
             self._db.execute("INSERT INTO jobs (id, client, status, request, created) VALUES (?, ?, 'queued', ?, ?)",
                              (job.id, client, json.dumps(request), job.created))
+            self._db.execute("DELETE FROM jobs WHERE client = ? AND status IN (?, ?, ?) AND seq NOT IN "
+                             "(SELECT seq FROM jobs WHERE client = ? AND status IN (?, ?, ?) ORDER BY seq DESC LIMIT ?)",
+                             (client, *ENDED, client, *ENDED, keep_ended))
         return job
 
     def claim(self) -> Job | None:
-        """The oldest queued job, now running under a new attempt; None when none is queued."""
+        """The next queued job, now running under a new attempt; None when none is queued. Next is
+        the oldest job of the client whose last job started longest ago (one never served first):
+        the clients take turns. In plain arrival order a client that keeps its --per-client jobs
+        queued made every other client wait behind all of them."""
         with self._lock:
-            row = self._db.execute("SELECT seq FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
+            row = self._db.execute(  # SQLite sorts NULL (never started) first
+                "SELECT seq FROM jobs AS q WHERE status = 'queued' ORDER BY "
+                "(SELECT MAX(started) FROM jobs AS r WHERE r.client = q.client), seq LIMIT 1").fetchone()
             if row is None:
                 return None
             self._db.execute("UPDATE jobs SET status = 'running', attempt = attempt + 1, started = ? WHERE seq = ?",
@@ -132,14 +152,16 @@ class JobStore:
 
     def requeue_running(self, ids: list[str] | None = None) -> int:
         """Running jobs (all, or those of `ids`) back to queued: their attempt's result, if it still
-        comes, is dropped (finish), and the next attempt runs them again."""
+        comes, is dropped (finish), and the next attempt runs them again; a job that has had
+        MAX_ATTEMPTS tries ends `failed` instead. Returns how many were requeued."""
+        picked = "" if ids is None else f" AND id IN ({', '.join('?' * len(ids))})"
+        args = tuple(ids or ())
         with self._lock:
-            if ids is None:
-                cur = self._db.execute("UPDATE jobs SET status = 'queued', started = NULL WHERE status = 'running'")
-            else:
-                cur = self._db.executemany(
-                    "UPDATE jobs SET status = 'queued', started = NULL WHERE status = 'running' AND id = ?",
-                    [(i,) for i in ids])
+            self._db.execute(f"UPDATE jobs SET status = 'failed', finished = ?, error = 'the service stopped ' || "
+                             f"attempt || ' times while this job ran; it is not tried again' "
+                             f"WHERE status = 'running' AND attempt >= ?{picked}", (time.time(), MAX_ATTEMPTS, *args))
+            cur = self._db.execute(f"UPDATE jobs SET status = 'queued', started = NULL WHERE status = 'running'{picked}",
+                                   args)
             return cur.rowcount
 
     # -- reads

@@ -1,6 +1,6 @@
 """`agent serve`: ptxbench's evaluator as an HTTP service, for agents and RL trainers elsewhere.
 
-    GET    /health         GPUs, queue depth, versions (the one endpoint that needs no token)
+    GET    /health         up or not; with a token, GPUs, queue depth, versions (the one open endpoint)
     GET    /tasks          the tasks, as `agent tasks --json` lists them
     GET    /tasks/{id}     one task and its statement as a model sees it (visible workloads only)
     POST   /check          compile + SASS verdicts, synchronous, CPU only: `agent check --json`
@@ -17,7 +17,8 @@ A service that compiles and runs arbitrary kernels is an attack surface, so (doc
   file); bodies, sources and manifests have size limits (413); a body that is not JSON, or
   nested past what the parser takes, is a 400, a wrong field a 422, never a 500.
 - how much: a bounded queue (429 and Retry-After when full) and a bound per client on its
-  queued + running jobs; /check's compiles have slots of their own (429 too).
+  queued + running jobs; /check's compiles have slots of their own (429 too); a request must
+  arrive whole within a deadline (deadline_protocol); a client's ended jobs kept are bounded.
 - held-out workloads are judged and reported by class, as the agent's feedback tells a model
   (agent.feedback.redact_held_out, the one view both read): never their names or sizes.
 The evaluation itself is the CLI's: the executor's shared evaluator (agent/executors.py: the
@@ -31,6 +32,7 @@ import hmac
 import json
 import logging
 import math
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,6 +83,7 @@ class Limits(BaseModel):
     queue_size: int = 64  # queued jobs, all clients
     per_client: int = 8  # one client's queued + running jobs
     check_slots: int = 2  # /check compiles at once
+    keep_ended: int = 1000  # one client's ended jobs kept in the store (older ones are forgotten: 404)
 
 
 class Rejected(Exception):
@@ -102,6 +105,21 @@ def resolve_task(name: str):
     if key not in TASKS and key not in ALIASES:
         raise Rejected(404, f"unknown task {name[:80]!r} (GET /tasks lists them)")
     return get_task(key)
+
+
+def resolve_definition(req: EvaluateIn):
+    """The task an evaluation is judged against: the registry's, refused (409) where the request's
+    task_hash names another definition. The service fills task_hash in when it accepts a job, so a
+    job that waits in the store (queued, or requeued by a restart) is judged against the very
+    definition it was accepted for or not at all: a restart onto other tasks fails it, never
+    flips its verdict against a definition its client did not ask for."""
+    from agent.run import task_hash
+
+    task = resolve_task(req.task)
+    if req.task_hash is not None and req.task_hash != task_hash(task):
+        raise Rejected(409, f"task {task.name!r}: the service judges another definition of it "
+                            f"(its hash {task_hash(task)[:12]}, this request's {req.task_hash[:12]})")
+    return task
 
 
 def build_solution(req: SolutionIn, limits: Limits):
@@ -157,7 +175,7 @@ def run_job(evaluator, req: EvaluateIn, limits: Limits) -> str:
     from agent.commands.evaluate import eval_json
     from agent.feedback import redact_held_out
 
-    task, solution = resolve_task(req.task), build_solution(req, limits)
+    task, solution = resolve_definition(req), build_solution(req, limits)
     res = evaluator.evaluate(solution, task, req.arch, workloads=req.workloads, executed_check=req.credit,
                              sanitize=req.sanitize, time=req.time, profile=req.credit and req.profile)
     return json.dumps(eval_json(redact_held_out(res)))
@@ -165,8 +183,9 @@ def run_job(evaluator, req: EvaluateIn, limits: Limits) -> str:
 
 @dataclass
 class Dispatcher:
-    """`slots` threads that take the oldest queued job from the store and run it. The evaluator
-    queues GPU work per GPU itself (locally and on Ray), so slots beyond the GPUs overlap compiles."""
+    """`slots` threads that take the next queued job from the store (JobStore.claim: the clients
+    take turns) and run it. The evaluator queues GPU work per GPU itself (locally and on Ray), so
+    slots beyond the GPUs overlap compiles."""
 
     store: JobStore
     evaluator: Any
@@ -209,7 +228,12 @@ class Dispatcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            job = self.store.claim()
+            try:
+                job = self.store.claim()
+            except sqlite3.Error:  # busy (another process's transaction on the file) or full: try again
+                log.exception("claiming a job")
+                self._stop.wait(1.0)
+                continue
             if job is None:
                 with self._wake:
                     self._wake.wait(timeout=1.0)
@@ -225,13 +249,27 @@ class Dispatcher:
     def _run(self, job: Job) -> None:
         try:
             text = run_job(self.evaluator, EvaluateIn.model_validate(job.request), self.limits)
-        except Rejected as exc:  # the registry changed under a stored job (a restart with other tasks)
-            self.store.finish(job, error=exc.detail)
+        except Rejected as exc:  # the registry changed under a stored job (a restart with other tasks): said, not judged
+            self._finish(job, error=exc.detail)
         except Exception as exc:  # noqa: BLE001 - the service's own fault: the job says so, the service goes on
             log.exception("job %s", job.id)
-            self.store.finish(job, error=f"service error: {type(exc).__name__}: {str(exc)[:300]}")
+            self._finish(job, error=f"service error: {type(exc).__name__}: {str(exc)[:300]}")
         else:
-            self.store.finish(job, result=text)
+            self._finish(job, result=text)
+
+    def _finish(self, job: Job, **outcome: str) -> None:
+        """Record the job's end however long the store refuses writes (another process holding a
+        transaction on the file past SQLite's busy timeout, a full disk). An error here used to end
+        the slot's thread: its job stayed `running` and the slot was gone, while the service went
+        on accepting jobs that no slot would run."""
+        while True:
+            try:
+                self.store.finish(job, **outcome)
+                return
+            except sqlite3.Error as exc:
+                log.warning("job %s: the store refused its end (%s); trying again", job.id, exc)
+                if self._stop.wait(1.0):
+                    return  # shutting down: the job is requeued (stop(), or the next start)
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,7 +321,7 @@ class Gate:
         if client is None and scope["path"] not in self.OPEN_PATHS:
             return await _send_error(send, 401, "a valid token is required (Authorization: Bearer <token>)",
                                      {"WWW-Authenticate": "Bearer"})
-        scope.setdefault("state", {})["client"] = client or "anonymous"
+        scope.setdefault("state", {}).update(client=client or "anonymous", authenticated=client is not None)
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers") or []).get(b"content-length")
@@ -321,6 +359,55 @@ class Gate:
         return await self.app(scope, replay, send)
 
 
+def deadline_protocol(request_timeout_s: float) -> type:
+    """uvicorn's h11 protocol (its own choice where httptools is not installed; here always) with a
+    deadline on each request's arrival: its headers and body whole within request_timeout_s of the
+    connection opening (or of the previous response), or the connection is closed. uvicorn closes
+    a connection idle *between* requests, but waits for ever for a first request and for headers
+    or a body that trickle in: a caller with no token could hold every file descriptor
+    (slowloris), and a client with one could keep the Gate reading a body for ever. The time an
+    endpoint takes to answer is not bounded here: the deadline stops once the request is in."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineH11Protocol(H11Protocol):
+        _deadline: Any = None  # the timer (asyncio.TimerHandle) while a request is awaited
+        _armed_after: Any = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_deadline()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and self.cycle is not self._armed_after and not self.cycle.more_body:
+                self._disarm_deadline()  # this request is in, whole
+
+        def connection_lost(self, exc) -> None:
+            self._disarm_deadline()
+            super().connection_lost(exc)
+
+        def _arm_deadline(self) -> None:
+            self._disarm_deadline()
+            self._armed_after = self.cycle  # the request answered last (None on a new connection)
+            self._deadline = self.loop.call_later(request_timeout_s, self._deadline_passed)
+
+        def _disarm_deadline(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = None
+
+        def _deadline_passed(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return DeadlineH11Protocol
+
+
 # ---------------------------------------------------------------------------------------
 # The app
 # ---------------------------------------------------------------------------------------
@@ -350,11 +437,9 @@ class Service:
     def submit(self, client: str, req: EvaluateIn) -> Job:
         from agent.run import task_hash
 
-        task = resolve_task(req.task)
+        task = resolve_definition(req)
         build_solution(req, self.limits)  # a bad solution is refused now, not found by a worker later
-        if req.task_hash is not None and req.task_hash != task_hash(task):
-            raise Rejected(409, f"task {task.name!r}: the service judges another definition of it "
-                                f"(its hash {task_hash(task)[:12]}, yours {req.task_hash[:12]})")
+        accepted = req.model_copy(update={"task_hash": task_hash(task)})  # the definition it is judged against
         with self._submit:  # the count and the insert together: the limits hold under concurrent posts
             everyone, mine = self.store.counts(), self.store.counts(client)
             in_flight = sum(mine.get(s, 0) for s in ("queued", "running"))
@@ -364,7 +449,7 @@ class Service:
             queued = everyone.get("queued", 0)
             if queued >= self.limits.queue_size:
                 raise Rejected(429, f"the queue is full ({queued} jobs)", {"Retry-After": self.retry_after(queued)})
-            job = self.store.add(client, req.model_dump(mode="json"))
+            job = self.store.add(client, accepted.model_dump(mode="json"), self.limits.keep_ended)
         self.dispatcher.notify()
         return job
 
@@ -392,7 +477,8 @@ def job_json(job: Job, floats: str = "json") -> dict:
     client asks for them so a wrong kernel's errors read back as they were)."""
     out: dict[str, Any] = {"id": job.id, "status": job.status, "created": job.created, "started": job.started,
                            "finished": job.finished, "attempt": job.attempt, "error": job.error,
-                           "task": job.request.get("task"), "arch": job.request.get("arch")}
+                           "task": job.request.get("task"), "task_hash": job.request.get("task_hash"),
+                           "arch": job.request.get("arch")}
     out["result"] = json.loads(job.result) if job.result is not None else None
     return out
 
@@ -445,8 +531,12 @@ def create_app(service: Service, tokens: dict[str, str]):
     def client(request: Request) -> str:
         return request.scope.get("state", {}).get("client", "anonymous")
 
-    @app.get("/health", summary="GPUs, queue depth, versions (no token needed)")
-    def health():
+    @app.get("/health", summary="liveness without a token; with one, GPUs, queue depth, limits, versions")
+    def health(request: Request):
+        # a caller the token file does not know learns that the service is up, nothing about its
+        # GPUs, load, Ray cluster or toolchain versions (what to aim at, and when)
+        if not request.scope.get("state", {}).get("authenticated"):
+            return reply({"status": "ok"})
         return reply(service.health())
 
     @app.get("/tasks", summary="the benchmark's tasks, as `agent tasks --json` lists them")

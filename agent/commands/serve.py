@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import socket
 import sys
@@ -26,19 +27,26 @@ def is_loopback(host: str) -> bool:
 
 def read_tokens(path: Path) -> dict[str, str]:
     """A token file: one `TOKEN` or `NAME TOKEN` a line (# comments). NAME is the client the
-    token's jobs belong to (default client1, client2, ...). Token -> name."""
+    token's jobs belong to (tokens that share a NAME share its jobs); a bare TOKEN gets a name of
+    its own, client1, client2, ..., skipping every NAME the file gives (a bare token named like
+    another line's client would read and cancel that client's jobs). Token -> name."""
     try:
         lines = path.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"--token-file {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    tokens: dict[str, str] = {}
+    entries: list[tuple[int, list[str]]] = []
     for n, line in enumerate(lines, 1):
         parts = line.split("#", 1)[0].split()
         if not parts:
             continue
         if len(parts) > 2:
             raise CliError(f"--token-file {path}, line {n}: expected `TOKEN` or `NAME TOKEN`")
-        name, token = (parts if len(parts) == 2 else (f"client{len(tokens) + 1}", parts[0]))
+        entries.append((n, parts))
+    named = {parts[0] for _, parts in entries if len(parts) == 2}
+    bare = (name for name in (f"client{i}" for i in itertools.count(1)) if name not in named)
+    tokens: dict[str, str] = {}
+    for n, parts in entries:
+        name, token = (parts if len(parts) == 2 else (next(bare), parts[0]))
         if len(token) < MIN_TOKEN_CHARS:
             raise CliError(f"--token-file {path}, line {n}: a token needs at least {MIN_TOKEN_CHARS} characters "
                            "(python -c 'import secrets; print(secrets.token_urlsafe(32))')")
@@ -70,8 +78,13 @@ def register(app: typer.Typer) -> None:
         = 64,
         per_client: Annotated[int, typer.Option("--per-client", help="one client's queued + running jobs at most")]
         = 8,
+        keep_jobs: Annotated[int, typer.Option("--keep-jobs", help="one client's ended jobs kept (older ones are "
+                                                                   "forgotten: 404)")] = 1000,
         max_body_kb: Annotated[int, typer.Option("--max-body-kb", help="largest request body (KiB; 413 above)")]
         = 2048,
+        request_timeout_s: Annotated[float, typer.Option(
+            "--request-timeout-s", help="seconds a request's headers and body get to arrive; the connection is "
+                                        "closed after")] = 60.0,
         drain_s: Annotated[float, typer.Option("--drain-s", help="on shutdown, seconds running jobs get to finish "
                                                                  "before they are requeued")] = 30.0,
     ) -> None:
@@ -80,15 +93,18 @@ def register(app: typer.Typer) -> None:
         Stopped by SIGTERM or Ctrl-C, it takes no new request, gives running jobs --drain-s, requeues
         the rest, and ends as the signal it got (130 for Ctrl-C). Exit status 2: bad input (a
         non-loopback --host without --token-file, a bad token file, a port in use)."""
-        from agent.service import Limits
+        from agent.service import Limits, deadline_protocol
 
         if not is_loopback(host) and token_file is None:
             raise CliError(f"--host {host} is not loopback: anyone who reaches it could run kernels; "
                            "give --token-file (or bind 127.0.0.1)")
         tokens = read_tokens(token_file) if token_file is not None else {}
-        for name, value in (("--queue-size", queue_size), ("--per-client", per_client), ("--max-body-kb", max_body_kb)):
+        for name, value in (("--queue-size", queue_size), ("--per-client", per_client), ("--max-body-kb", max_body_kb),
+                            ("--keep-jobs", keep_jobs)):
             if value < 1:
                 raise CliError(f"{name} must be at least 1, not {value}")
+        if not request_timeout_s > 0:
+            raise CliError(f"--request-timeout-s must be above 0, not {request_timeout_s}")
         if slots is not None and slots < 1:
             raise CliError(f"--slots must be at least 1, not {slots}")
         if not 0 <= port <= 65535:
@@ -99,7 +115,7 @@ def register(app: typer.Typer) -> None:
         except ImportError as exc:
             raise CliError(f"agent serve needs fastapi and uvicorn ({exc.name} is missing): pip install -e .") from None
         limits = Limits(max_body_bytes=max_body_kb * 1024, queue_size=queue_size, per_client=per_client,
-                        check_slots=max(1, (os.cpu_count() or 2) // 2))
+                        keep_ended=keep_jobs, check_slots=max(1, (os.cpu_count() or 2) // 2))
         if limits.max_source_bytes > limits.max_body_bytes:
             limits.max_source_bytes = limits.max_body_bytes
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -117,7 +133,7 @@ def register(app: typer.Typer) -> None:
         print(f"listening on http://{shown}:{bound} ({service.executor.describe()}; {service.dispatcher.slots} job "
               f"slot(s); store {store}; {'token required' if tokens else 'no token: loopback only'})", flush=True)
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=int(drain_s) + 5,
-                                access_log=False)
+                                access_log=False, http=deadline_protocol(request_timeout_s))
         uvicorn.Server(config).run(sockets=[sock])
         sys.stdout.flush()
 
