@@ -11,7 +11,8 @@ form with bf16 tensor-core operands and an fp32 state; every output rounded to i
 Every one of them must pass the judge.
 
 Wrong variants must all fail. Per task: an ignored input, a dropped or shifted causal mask, a
-wrong scale, lower precision than the task allows; per output: a zeroed row, a stale row (the
+wrong scale, lower precision than the task allows, a shortcut that buys speed (a cheap exp, key
+blocks or decays skipped where they look negligible); per output: a zeroed row, a stale row (the
 same row computed from other inputs), a row copied from another position (each at the one of 8
 random rows where it changes most), and 1, 16 or 256 elements multiplied by 1.5 or replaced by a
 value from another position of the same output.
@@ -97,22 +98,65 @@ def gemm_truncating(x: dict, step: int = 16, bits: int = 24) -> Outputs:
     at every shape's full K); at full size on the GPU the library (cuBLAS) is the real one."""
     a, b = x["A"].double(), x["B"].double()
     c = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64, device=a.device)
-
-    def ulp(m: torch.Tensor, keep: int) -> torch.Tensor:
-        """2^(e - keep) with 2^(e-1) <= m < 2^e: the weight of the last of `keep` bits below m's leading bit."""
-        return torch.exp2(torch.floor(torch.log2(m.clamp_min(1e-300))) + 1 - keep)
-
     for k0 in range(0, a.shape[1], step):
-        terms = torch.cat([c[..., None], a[:, None, k0:k0 + step] * b[None, :, k0:k0 + step]], dim=-1)
-        u = ulp(terms.abs().amax(-1, keepdim=True), bits)
-        total = (torch.trunc(terms / u) * u).sum(-1)
-        u = ulp(total.abs(), 24)
-        c = torch.trunc(total / u) * u
+        c = _truncating_step(c, a[:, None, k0:k0 + step] * b[None, :, k0:k0 + step], bits, 24)
     return {"C": c.float()}
+
+
+def _ulp(m: torch.Tensor, keep: int) -> torch.Tensor:
+    """2^(e - keep) with 2^(e-1) <= m < 2^e: the weight of the last of `keep` bits below m's leading bit."""
+    return torch.exp2(torch.floor(torch.log2(m.clamp_min(1e-300))) + 1 - keep)
+
+
+def _truncating_step(acc: torch.Tensor, products: torch.Tensor, bits: int, sum_bits: int) -> torch.Tensor:
+    """One tensor-core step: the accumulator and the step's products ([..., step]) aligned to the
+    largest and cut to `bits` bits below its leading bit, summed, the sum cut to `sum_bits`."""
+    terms = torch.cat([acc[..., None], products], dim=-1)
+    u = _ulp(terms.abs().amax(-1, keepdim=True), bits)
+    total = (torch.trunc(terms / u) * u).sum(-1)
+    u = _ulp(total.abs(), sum_bits)
+    return torch.trunc(total / u) * u
+
+
+def fp8_gemm_truncating(x: dict, promote: bool = True, bits: int = 14, step: int = 32) -> Outputs:
+    """Hopper's fp8 wgmma as DeepSeek-V3 describes it: per K32 step the accumulator and the products
+    aligned to the largest and cut to ~14 bits. `promote` (DeepGEMM, honest): each 128-wide K block's
+    sum leaves the tensor core, is scaled by SF_A * SF_B and added in fp32. Without it (a kernel that
+    saves the promotion: the accumulator rescaled in place, every K in the tensor core) the 14-bit
+    cut applies to the running sum of all K: DeepSeek measured ~2% error at K=4096. fp64
+    [M, N, step] per step: CPU sizes."""
+    a, b = x["A"].double(), x["B"].double()
+    sa, sb = x["SF_A"].double(), x["SF_B"].double()
+    nb = torch.arange(b.shape[0], device=a.device) // 128
+    out = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64, device=a.device)
+    acc = torch.zeros_like(out)
+    for kb in range(a.shape[1] // 128):
+        scale = sa[:, kb, None] * sb[nb, kb][None, :]
+        for k0 in range(kb * 128, kb * 128 + 128, step):
+            products = a[:, None, k0:k0 + step] * b[None, :, k0:k0 + step]
+            acc = _truncating_step(acc, products if promote else products * scale[..., None], bits, bits)
+        if promote:
+            out = (out + acc * scale).float().double()
+            acc = torch.zeros_like(out)
+    return {"D": (out if promote else acc).float()}
 
 
 def _per_tensor_e4m3(t: torch.Tensor) -> torch.Tensor:
     return e4m3(t, 448.0 / float(t.abs().max()))
+
+
+def _per_row_e4m3(t: torch.Tensor) -> torch.Tensor:
+    """t rounded to e4m3 with one scale per row (last dim): the best a cheap FP8 quantisation does."""
+    amax = t.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+    return e4m3(t * (448.0 / amax)) * (amax / 448.0)
+
+
+def exp_linear_mantissa(t: torch.Tensor) -> torch.Tensor:
+    """e^t as 2^floor(y) * (1 + frac(y)), y = t / ln 2 (Schraudolph's exponential: the mantissa
+    linear in y, an integer add and a shift): up to 6.1% too large, as cheap as an exp gets."""
+    y = t / math.log(2)
+    whole = torch.floor(y)
+    return torch.where(torch.isneginf(t), torch.zeros_like(t), torch.exp2(whole) * (1 + y - whole))
 
 
 def _round_mantissa(t: torch.Tensor, bits: int) -> torch.Tensor:
@@ -166,11 +210,15 @@ def _dequantised(x: dict, name: str) -> torch.Tensor:
 def attention_forward(x: dict, sm_scale: float, causal: bool, p_round: Callable = lambda t: t,
                       l_from_rounded: bool = False, mask_shift: int = 0, drop_mask: bool = False,
                       drop_keys: int = 0, score_scale: float = 1.0, ignore_descale_v: bool = False,
-                      lse_out: Callable = lambda t: t) -> Outputs:
+                      lse_out: Callable = lambda t: t, qk_round: Callable = lambda t: t,
+                      exp: Callable = torch.exp, skip_blocks_below: float | None = None) -> Outputs:
     """A FlashAttention-style forward: row max and exp in fp32, P = exp(s - m) rounded by
-    `p_round` before P @ V, the row sum l from P (or from the rounded P), O = (P @ V) / l."""
+    `p_round` before P @ V, the row sum l from P (or from the rounded P), O = (P @ V) / l.
+    Shortcuts a fast kernel might take: Q and K rounded by `qk_round` before Q K^T, another `exp`,
+    and `skip_blocks_below`: blocks of 64 keys whose largest score is more than that below the
+    row's max left out (their P taken as 0)."""
     B, H, S, D = x["Q"].shape
-    q, k = _dequantised(x, "Q").reshape(B * H, S, D), _dequantised(x, "K").reshape(B * H, S, D)
+    q, k = (qk_round(_dequantised(x, n).reshape(B * H, S, D)) for n in ("Q", "K"))
     v = (x["V"].float() if ignore_descale_v else _dequantised(x, "V")).reshape(B * H, S, D)
     O = torch.empty(B * H, S, D, device=q.device)
     LSE = torch.empty(B * H, S, device=q.device)
@@ -186,7 +234,11 @@ def attention_forward(x: dict, sm_scale: float, causal: bool, p_round: Callable 
             s.masked_fill_(~keep, float("-inf"))
         m = s.amax(-1, keepdim=True)
         m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-        p = torch.exp(s - m)
+        p = exp(s - m)
+        if skip_blocks_below is not None:
+            blocks = F.pad(s, (0, -S % 64), value=float("-inf")).unflatten(-1, (-1, 64)).amax(-1)
+            far = (blocks < m - skip_blocks_below).repeat_interleave(64, dim=-1)[..., :S]
+            p.masked_fill_(far, 0.0)
         del s
         pr = p_round(p)
         l = (pr if l_from_rounded else p).sum(-1, keepdim=True)
@@ -250,12 +302,15 @@ def _sequences(x: dict, ignore_indices: bool = False) -> tuple[dict, torch.Tenso
 
 def gdn_recurrence(x: dict, scale: float, state_round: Callable = lambda t: t, mma: Callable = lambda t: t,
                    zero_state: bool = False, one_sequence: bool = False, dt_bias: bool = True,
-                   gate_after: bool = False, ignore_indices: bool = False) -> Outputs:
+                   gate_after: bool = False, ignore_indices: bool = False,
+                   decay: Callable = lambda g: g) -> Outputs:
     """The references' token-by-token recurrence for decode, prefill and MTP, with options: the
     state rounded after every token (`state_round`), the state and q/k rounded as MMA operands
-    for S k and S q (`mma`: tf32 for an MTP kernel on tensor cores), and faults."""
+    for S k and S q (`mma`: tf32 for an MTP kernel on tensor cores), and faults (`decay`: a
+    shortcut on the decays g)."""
     tok, S0, bounds, shape_back = _sequences(x, ignore_indices)
     g, beta = _gates({**x, "a": tok["a"], "b": tok["b"]}, dt_bias)
+    g = decay(g)
     HV, HQ = tok["v"].shape[1], tok["q"].shape[1]
     qh, kh = (tok[n].float().repeat_interleave(HV // HQ, dim=1) for n in ("q", "k"))
     vh = tok["v"].float()
@@ -394,14 +449,25 @@ def computed_faults(task: Task, x: dict) -> dict[str, Callable[[], Outputs]]:
                 "low_precision:bf16_accumulator": lambda: fp8_gemm(x, bf16_accumulator=True)}
     if op in ("mha_fwd", "fp8_mha_fwd"):
         sm = _scalar(task, x, "sm_scale")
+        p_kernel = bf16 if op == "mha_fwd" else (lambda p: e4m3(p, 256.0))  # the honest kernel's P, as the shortcuts keep it
         faults = {"ignored_input:last_16_keys": lambda: attention_forward(x, sm, causal, drop_keys=16),
                   "wrong_scale:scores_x1.01": lambda: attention_forward(x, sm, causal, score_scale=1.01),
-                  "wrong_scale:lse_log2": lambda: attention_forward(x, sm, causal, lse_out=lambda t: t / math.log(2))}
+                  "wrong_scale:lse_log2": lambda: attention_forward(x, sm, causal, lse_out=lambda t: t / math.log(2)),
+                  # shortcuts that buy speed: a linear-mantissa exp; key blocks far below the row's max skipped
+                  # (e^-3 a key: fine where one key dominates, not where many share the rest; at -4 a no-op on
+                  # some inputs of 77-96 keys)
+                  "low_precision:exp_linear_mantissa": lambda: attention_forward(
+                      x, sm, causal, p_round=p_kernel, l_from_rounded=True, exp=exp_linear_mantissa),
+                  "skipped:key_blocks_below_max-3": lambda: attention_forward(
+                      x, sm, causal, p_round=p_kernel, skip_blocks_below=3.0)}
         if op == "mha_fwd":
             faults["low_precision:p_e4m3_x256"] = lambda: attention_forward(x, sm, causal,
                                                                              p_round=lambda p: e4m3(p, 256.0))
             # (not on the FP8 tasks: a row sum of the e4m3 P, which they allow, errs as much as a bf16 LSE)
             faults["low_precision:lse_bf16"] = lambda: attention_forward(x, sm, causal, lse_out=bf16)
+            # FP8 tensor cores for Q K^T on a bf16 task (twice the rate): even one scale per row errs ~3% a score
+            faults["low_precision:qk_e4m3_per_row"] = lambda: attention_forward(x, sm, causal, p_round=bf16,
+                                                                                 qk_round=_per_row_e4m3)
         else:
             faults["ignored_input:descale_v"] = lambda: attention_forward(x, sm, causal, ignore_descale_v=True)
             faults["low_precision:p_e4m3_unscaled"] = lambda: attention_forward(x, sm, causal, p_round=e4m3)
@@ -415,7 +481,9 @@ def computed_faults(task: Task, x: dict) -> dict[str, Callable[[], Outputs]]:
                   "ignored_input:last_16_keys": lambda: attention_backward(x, sm, causal, drop_keys=16),
                   "wrong_scale:dQ_dK_x1.02": lambda: attention_backward(x, sm, causal, grad_scale=sm * 1.02),
                   "low_precision:ds_e4m3": lambda: attention_backward(x, sm, causal, p_round=bf16,
-                                                                      ds_round=lambda t: e4m3(t, 64.0))}
+                                                                      ds_round=lambda t: e4m3(t, 64.0)),
+                  "low_precision:p_e4m3_x256_for_dV": lambda: attention_backward(
+                      x, sm, causal, p_round=lambda p: e4m3(p, 256.0), ds_round=bf16)}
         if causal:
             faults["mask:dropped"] = lambda: attention_backward(x, sm, causal, drop_mask=True)
             faults["mask:shifted_by_1"] = lambda: attention_backward(x, sm, causal, mask_shift=1)
@@ -425,7 +493,10 @@ def computed_faults(task: Task, x: dict) -> dict[str, Callable[[], Outputs]]:
         faults = {"ignored_input:state": lambda: gdn_recurrence(x, sc, zero_state=True),
                   "ignored_input:dt_bias": lambda: gdn_recurrence(x, sc, dt_bias=False),
                   "wrong_scale:output_x1.02": lambda: {**(r := gdn_recurrence(x, sc)), "output": r["output"] * 1.02},
-                  "wrong_order:decay_after_update": lambda: gdn_recurrence(x, sc, gate_after=True)}
+                  "wrong_order:decay_after_update": lambda: gdn_recurrence(x, sc, gate_after=True),
+                  # a decay above 0.99 taken as 1 (the multiply skipped): wrong by up to 1% of the state a token
+                  "skipped:decay_above_0.99": lambda: gdn_recurrence(
+                      x, sc, decay=lambda g: torch.where(g > 0.99, torch.ones_like(g), g))}
         if op == "gdn_mtp":  # no state comes back, and 4 tokens of a bf16 state stay near bf16 output rounding
             faults["low_precision:mma_operands_e4m3"] = lambda: gdn_recurrence(x, sc, mma=e4m3)
         else:
@@ -795,4 +866,4 @@ def margins_table(results: list[Verdicts]) -> str:
     return "\n".join(lines)
 
 
-_COMPUTED = ("ignored_input", "wrong_scale", "low_precision", "mask", "wrong_order")
+_COMPUTED = ("ignored_input", "wrong_scale", "low_precision", "mask", "wrong_order", "skipped")

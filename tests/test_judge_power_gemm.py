@@ -123,3 +123,21 @@ def test_whole_and_sampled_judges_hold_an_element_to_the_same_term_bound(factor,
     assert samples["C"].scale is not None
     sampled_ok, why_s, _ = judge.verdict({"C": out}, samples)
     assert whole_ok is passes and sampled_ok is passes, (why, why_s)
+
+
+def test_fp8_gemm_without_promotion_fails_at_full_k():
+    """FP8 GEMM at the task's K (7168; M and N reduced): Hopper's fp8 wgmma keeps ~14 bits of its
+    running sum (tests/judge_power.fp8_gemm_truncating). Promoted to fp32 every 128 K (DeepGEMM, the
+    honest kernel) it passes; left in the tensor core over all K (the promotion saved), it fails. At
+    the CPU catalogue's K=512 the shortcut passes (0.70 of the bound): only four blocks are summed,
+    so this runs at full K."""
+    from tasks.families.fp8_gemm import fp8_gemm_task
+    from tests.judge_power import fp8_gemm_truncating
+
+    task = fp8_gemm_task(n=256, k=get_task("fp8_gemm_nt_1d2d_n4096_k7168").axes["k"].value)
+    axes = task.axis_values({"m": 32})
+    judge = Judge(task, _inputs(task, axes), "cpu")
+    passed, why, margins = judge.verdict(as_written(task, fp8_gemm_truncating(judge.x)))
+    assert passed and margins["D"] < 0.5, (why, margins)
+    passed, why, margins = judge.verdict(as_written(task, fp8_gemm_truncating(judge.x, promote=False)))
+    assert not passed and margins["D"] > 1.2, (why, margins)
