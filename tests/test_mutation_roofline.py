@@ -24,13 +24,17 @@ FP8_GEMM = "fp8_gemm_nt_1d2d_n4096_k7168"  # e4m3 inputs: 2*m*4096*7168 FLOPs
 # ------------------------------------------------------------------ ceilings
 
 def test_each_gpu_reads_its_own_datasheet_row():
-    """By the name the driver reports, in any case; a GPU not in the table has no ceiling (no guess)."""
+    """By the name the driver reports, in any case, its board (PCIe, NVL) included; a GPU not in the table has
+    no ceiling (no guess)."""
     assert ceiling_for("NVIDIA H100 80GB HBM3") is CEILINGS["H100"]
+    assert ceiling_for("NVIDIA H100 PCIe") is CEILINGS["H100 PCIe"] and ceiling_for("NVIDIA H100 NVL") is CEILINGS["H100 NVL"]
     assert ceiling_for("NVIDIA H200") is CEILINGS["H200"] and ceiling_for("nvidia h200") is CEILINGS["H200"]
+    assert ceiling_for("NVIDIA H200 NVL") is CEILINGS["H200 NVL"]
     assert ceiling_for("NVIDIA B200") is CEILINGS["B200"]
     assert ceiling_for("NVIDIA A100-SXM4-80GB") is None and ceiling_for(None) is None and ceiling_for("") is None
     rows = {k: (c.tflops_16, c.tflops_8, c.hbm_tbps) for k, c in CEILINGS.items()}
-    assert rows == {"H100": (989.0, 1979.0, 3.35), "H200": (989.0, 1979.0, 4.8), "B200": (2250.0, 4500.0, 8.0)}
+    assert rows == {"H100": (989.0, 1979.0, 3.35), "H100 PCIe": (756.0, 1513.0, 2.0), "H100 NVL": (835.0, 1670.0, 3.9),
+                    "H200": (989.0, 1979.0, 4.8), "H200 NVL": (835.0, 1670.0, 4.8), "B200": (2250.0, 4500.0, 8.0)}
     assert (CEILINGS["B200"].tensor_tflops(True), CEILINGS["B200"].tensor_tflops(False)) == (4500.0, 2250.0)
 
 
@@ -74,6 +78,11 @@ def test_moving_the_compulsory_bytes_faster_than_hbm_is_implausible():
         f"5.00 TB/s at {ms(5.0):.4g} ms is above the NVIDIA H100 80GB HBM3 memory bandwidth of 3.35 TB/s for the "
         "73 MB every run must read and write (L2 is flushed before each run)")
     assert implausible(H200, task, axes, ms(5.1)).startswith("5.10 TB/s at ")
+    # an H100 PCIe moves 2.0 TB/s: 3 TB/s there is a kernel that skipped a third of its traffic (the SXM's 3.35
+    # would have let it pass), and its T_SOL is the PCIe board's
+    assert implausible("NVIDIA H100 PCIe", task, axes, ms(3.0)).startswith("3.00 TB/s at ")
+    assert implausible("NVIDIA H100 PCIe", task, axes, ms(2.05)) is None
+    assert speed_of_light("NVIDIA H100 PCIe", 0, 2e12) == (1000.0, "memory")
 
 
 def test_no_time_or_no_known_gpu_is_never_implausible():
