@@ -110,12 +110,9 @@ def test_stress_follows_its_arguments_and_nothing_else():
     assert abs(_correlation(first, draw(4))) < 0.05
 
 
-@pytest.mark.parametrize("kind", ["stress", "stress_with_forward", "stress_fp8_per_tensor"])
+@pytest.mark.parametrize("kind", sorted(CASES))
 def test_inputs_are_made_on_the_device_asked_for_whatever_torchs_defaults(kind):
-    """The same tensors, on the device and in the dtypes asked for, with torch's defaults elsewhere. (Not the
-    family generators': tasks/families/gdn.py makes cu_seqlens on the default device and A_log, dt_bias in the
-    default dtype, fp8_gemm.py draws its block magnitudes in it: right under torch's own defaults, which
-    nothing in the project changes.)"""
+    """The same tensors, on the device and in the dtypes asked for, with torch's defaults elsewhere."""
     make, given, _ = CASES[kind]
     task = make()
     axes = task.axis_values(given)
