@@ -27,9 +27,11 @@ def test_each_gpu_reads_its_own_datasheet_row():
     """By the name the driver reports, in any case, its board (PCIe, NVL) included; a GPU not in the table has
     no ceiling (no guess)."""
     assert ceiling_for("NVIDIA H100 80GB HBM3") is CEILINGS["H100"]
-    assert ceiling_for("NVIDIA H100 PCIe") is CEILINGS["H100 PCIe"] and ceiling_for("NVIDIA H100 NVL") is CEILINGS["H100 NVL"]
+    assert ceiling_for("NVIDIA H100 PCIe") is CEILINGS["H100 PCIe"]
+    assert ceiling_for("NVIDIA H100 NVL") is CEILINGS["H100 NVL"]
     assert ceiling_for("NVIDIA H200") is CEILINGS["H200"] and ceiling_for("nvidia h200") is CEILINGS["H200"]
     assert ceiling_for("NVIDIA H200 NVL") is CEILINGS["H200 NVL"]
+    assert ceiling_for("NVIDIA B200 NVL") is CEILINGS["B200"]  # a board without its own row: the chip's (higher)
     assert ceiling_for("NVIDIA B200") is CEILINGS["B200"]
     assert ceiling_for("NVIDIA A100-SXM4-80GB") is None and ceiling_for(None) is None and ceiling_for("") is None
     rows = {k: (c.tflops_16, c.tflops_8, c.hbm_tbps) for k, c in CEILINGS.items()}

@@ -49,8 +49,9 @@ def ceiling_for(gpu_name: str | None) -> Ceiling | None:
     name = (gpu_name or "").upper()
     for key in ("H200", "B200", "H100"):  # H200 before H100: neither name contains the other, but be explicit
         if key in name:
-            board = next((f"{key} {b}" for b in _BOARDS if b.upper() in name.split()), key)
-            return CEILINGS.get(board, CEILINGS[key])
+            # a board without a row of its own keeps the chip's: higher than its own, still an upper bound
+            board = next((f"{key} {b}" for b in _BOARDS if b.upper() in name.split() and f"{key} {b}" in CEILINGS), key)
+            return CEILINGS[board]
     return None
 
 
