@@ -1,12 +1,14 @@
-"""tasks/stress.py and tasks/generators.py: the inputs every verdict is judged on (mutation pass 8).
+"""tasks/stress.py, tasks/generators.py and the family generators they call (fp8_gemm.py's block scales,
+gdn.py's inputs): the inputs every verdict is judged on (mutation pass 8).
 
 The judge's power rests on them: a generator that returned zeros, one input's tensor for another, the same
-values for two seeds, or outliers never drawn would let a wrong kernel pass. Here, for every generator a
-task names (the list is checked against the registry, so a new generator joins these tests): each input as
-declared, fresh per seed and the same for one seed, independent of its neighbours; the FP8 per-tensor recipe
-value for value; the timed runs' fast attention-backward inputs against the fp32 forward; the refusals'
-texts. The stress distribution's moments and outlier rate: tests/test_tasks.py; each family's own ranges:
-test_fp8_gemm.py, test_fp8_attention.py, test_gdn.py."""
+values for two seeds, a narrower range or outliers never drawn would let a wrong kernel pass. Here, for every
+generator a task names (the list is checked against the registry, so a new generator joins these tests): each
+input as declared, fresh per seed and the same for one seed, independent of its neighbours, made on the device
+asked for; the FP8 per-tensor recipe value for value; the timed runs' fast attention-backward inputs against
+the fp32 forward; the FP8 block magnitudes' spread, GDN's gate ranges, sequence cuts and state slots; the
+refusals' texts. The stress distribution's moments and outlier rate: tests/test_tasks.py; the families' other
+properties: test_fp8_gemm.py, test_fp8_attention.py, test_gdn.py."""
 from __future__ import annotations
 
 import contextlib
