@@ -12,7 +12,7 @@
 # counting as a survivor), and the survivors' names. To read one:
 #   cd $MUTATION_DIR/<module> && mutmut show NAME
 # The scores and why each survivor lives: docs/BENCHMARKS.md, "Mutation scores" and "Mutation scores, pass 2" (passes 3 and 4 in it),
-# "Session of 2026-12-04: mutation pass 5", the "Mutation pass 6" and "pass 7" sections (34 modules in all).
+# "Session of 2026-12-04: mutation pass 5", the "Mutation pass 6", "pass 7" and "pass 8" sections (38 modules in all).
 # Not run by CI (.ci/run runs `pytest -m "not gpu"` only): run it by hand after changing a module.
 # How long, on a 2-core machine shared with other work (one worker): 1-9 minutes a module,
 # agent/feedback.py 18, knowledge/retriever.py 14, tools/credit.py 21 (all of it, 1219 mutants),
@@ -23,7 +23,9 @@
 # Pass 6 (2026-12-04, MUTATION_JOBS=2, four jobs on the 2 cores): counted 2.6-7, credit 5.5-17, workspace
 # 1.6-4, timed 0.7-1.1, launch 1.9-11, timing 1.3-7, report 2.4-10, describe 5, prompts 2 minutes (quiet-load
 # figure first). Pass 7 (one worker, 2 cores shared): worker 1.8, reference 3, gdn 2.2, fp8_attention 0.8 minutes.
-# All 34 modules one after another, 2 workers on an idle 2-core machine: about 85 minutes (the sum of each
+# Pass 8 (one worker, 2 cores shared): stress 0.9, generators 1.4-2.8, roofline 0.6, ceilings 0.6, fp8_gemm 1.6
+# minutes; gdn's generator functions alone 5.5, all of gdn.py (1,422 mutants) over 28 minutes (stopped at 1,104).
+# All 38 modules one after another, 2 workers on an idle 2-core machine: about 90 minutes (the sum of each
 # module's latest wall time; not run as one set).
 # Under such load a slow test can read as a "timeout" (counted as killed below): re-run those by
 # name (cd $MUTATION_DIR/<module> && mutmut run NAME ...) before trusting a score.

@@ -132,12 +132,14 @@ def _bf16_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
             return {"O": o.float(), "LSE": lse[..., :q.shape[2]].float()}  # (some kernels pad LSE's S)
         except RuntimeError:  # e.g. a head dim the flash kernel does not build
             pass
+    from tasks.reference import _SCORES_PER_CHUNK  # the references' memory budget for S x S fp32 scores
+
     B, H, S, D = q.shape
     qh, kh, vh = (t.reshape(B * H, S, D) for t in (q, k, v))
     o = torch.empty(B * H, S, D, dtype=torch.float32, device=q.device)
     lse = torch.empty(B * H, S, dtype=torch.float32, device=q.device)
     keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril() if causal else None
-    step = max(1, 2**28 // (S * S))
+    step = max(1, _SCORES_PER_CHUNK // (S * S))
     for h in range(0, B * H, step):
         c = slice(h, h + step)
         scores = torch.matmul(qh[c], kh[c].transpose(1, 2)).float().mul_(sm_scale)

@@ -20,7 +20,8 @@ import torch
 from tasks.schema import Task
 
 _COMPILED: dict[str, Callable] = {}
-# Attention's term scales hold this many scores at once (1 GiB of fp32): at S=8192, 4 heads at a time.
+# Attention's term scales (and the timed runs' bf16 forward, tasks/generators.py) hold this many scores at
+# once (1 GiB of fp32): at S=8192, 4 heads at a time.
 _SCORES_PER_CHUNK = 2**28
 
 

@@ -9,8 +9,16 @@ datasheet peaks, which no real kernel reaches (measured on the H200: cuBLAS 730 
 | GPU | bf16/fp16 dense TFLOP/s | fp8 dense TFLOP/s | HBM TB/s |
 |---|---|---|---|
 | H100 SXM | 989 | 1979 | 3.35 |
-| H200 | 989 | 1979 | 4.8 |
+| H100 PCIe | 756 | 1513 | 2.0 |
+| H100 NVL | 835 | 1670 | 3.9 |
+| H200 (SXM) | 989 | 1979 | 4.8 |
+| H200 NVL | 835 | 1670 | 4.8 |
 | B200 | 2250 | 4500 | 8.0 |
+
+The PCIe and NVL boards run the same chip at a lower power limit (the H100 PCIe on slower HBM2e), and
+report their board in the name ("NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL"): held to the
+SXM's figures, a memory-bound kernel on an H100 PCIe could skip 40% of its compulsory traffic unseen and
+every T_SOL there would be too short. (NVIDIA's datasheets give the sparse figures: halved, rounded down.)
 """
 from __future__ import annotations
 
@@ -28,17 +36,22 @@ class Ceiling:
         return self.tflops_8 if fp8 else self.tflops_16
 
 
-CEILINGS = {"H100": Ceiling(989.0, 1979.0, 3.35), "H200": Ceiling(989.0, 1979.0, 4.8),
-            "B200": Ceiling(2250.0, 4500.0, 8.0)}
+CEILINGS = {"H100": Ceiling(989.0, 1979.0, 3.35), "H100 PCIe": Ceiling(756.0, 1513.0, 2.0),
+            "H100 NVL": Ceiling(835.0, 1670.0, 3.9), "H200": Ceiling(989.0, 1979.0, 4.8),
+            "H200 NVL": Ceiling(835.0, 1670.0, 4.8), "B200": Ceiling(2250.0, 4500.0, 8.0)}
+_BOARDS = ("PCIe", "NVL")  # the lower-power boards of a chip, by the word the driver's name carries
 MARGIN = 1.05
 
 
 def ceiling_for(gpu_name: str | None) -> Ceiling | None:
-    """The ceiling of a GPU by its reported name ("NVIDIA H200", "NVIDIA H100 80GB HBM3"), or None."""
+    """The ceiling of a GPU by its reported name ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"),
+    or None."""
     name = (gpu_name or "").upper()
     for key in ("H200", "B200", "H100"):  # H200 before H100: neither name contains the other, but be explicit
         if key in name:
-            return CEILINGS[key]
+            # a board without a row of its own keeps the chip's: higher than its own, still an upper bound
+            board = next((f"{key} {b}" for b in _BOARDS if b.upper() in name.split() and f"{key} {b}" in CEILINGS), key)
+            return CEILINGS[board]
     return None
 
 

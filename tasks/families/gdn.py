@@ -425,8 +425,9 @@ def cu_seqlens_for(total: int, num_seqs: int) -> torch.Tensor:
     if not 1 <= num_seqs <= total:
         raise ValueError(f"cannot cut {total} tokens into {num_seqs} non-empty sequences")
     gen = torch.Generator().manual_seed(1_000_003 * total + num_seqs)
-    cuts = (torch.randperm(total - 1, generator=gen)[:num_seqs - 1] + 1).sort().values
-    return torch.cat([torch.zeros(1, dtype=torch.int64), cuts.to(torch.int64), torch.tensor([total])])
+    cuts = (torch.randperm(total - 1, generator=gen, device="cpu")[:num_seqs - 1] + 1).sort().values
+    return torch.cat([torch.zeros(1, dtype=torch.int64, device="cpu"), cuts.to(torch.int64),
+                      torch.tensor([total], dtype=torch.int64, device="cpu")])
 
 
 def generate_gdn_inputs(task: Task, axes: dict[str, int], gen: torch.Generator, device) -> dict[str, torch.Tensor]:
@@ -454,12 +455,13 @@ def generate_gdn_inputs(task: Task, axes: dict[str, int], gen: torch.Generator, 
         elif name in ("v", "state", "initial_state"):
             out[name] = stress(shape, gen, device).to(torch.float32 if spec.dtype == "float32" else torch.bfloat16)
         elif name == "A_log":
-            out[name] = torch.log(1 + 15 * torch.rand(hv, generator=gen, device=device))
+            out[name] = torch.log(1 + 15 * torch.rand(hv, generator=gen, device=device, dtype=torch.float32))
         elif name == "dt_bias":
-            dt = torch.exp(math.log(1e-3) + (math.log(0.1) - math.log(1e-3)) * torch.rand(hv, generator=gen, device=device))
+            u = torch.rand(hv, generator=gen, device=device, dtype=torch.float32)
+            dt = torch.exp(math.log(1e-3) + (math.log(0.1) - math.log(1e-3)) * u)
             out[name] = dt + torch.log(-torch.expm1(-dt))  # softplus(dt_bias) = dt
         elif name in ("a", "b"):
-            out[name] = torch.randn(shape, generator=gen, device=device).to(torch.bfloat16)
+            out[name] = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
         elif name == "initial_state_indices":  # distinct slots, fresh per draw (as PTXBench draws them)
             perm = torch.randperm(axes["pool_size"], generator=gen, device=device)
             out[name] = perm[:axes["batch_size"]].to(torch.int32)
