@@ -64,7 +64,7 @@ def test_each_workload_gets_one_exact_run_after_the_passes():
         assert len(credit["run_ms"]) == 2 * credit["ranged_runs"]  # every timed run of the two hardware passes
         assert credit["runs"] == len(credit["run_ms"]) + 2  # and the SASS-patched pass's run, the exact run
     exact = [c for c in state.counted if c["pass"] == "exact"]
-    assert all(c["poisoned"] for c in exact)  # prepared as every counted run: fresh inputs, outputs poisoned
+    assert all(c["prepared"] for c in exact)  # prepared as every counted run: fresh inputs, outputs filled afresh
     first = [c for c in state.counted if c["pass"] == 0]
     assert not any(e["A"].shape == f["A"].shape and bool((e["A"] == f["A"]).all()) for e in exact for f in first)
 
