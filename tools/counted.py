@@ -781,8 +781,8 @@ def _drain(steps):
 def _prepared_runs(state, task, axes: dict, ws: Workspace, bound, seeds: list[int], limit: float, at: int,
                    counted) -> None:
     """One run per seed, on inputs generated from it and prepared as a timed run's are (outputs
-    poisoned or filled with garbage by a secret coin, garbage scratch, L2 flushed, zeroed scratch reset on the stream before the
-    launches); run `at` is made through `counted(run)` (under a profiler, and whatever it checks
+    poisoned or filled with garbage by a secret coin, garbage scratch, L2 flushed, zeroed scratch
+    reset on the stream before the launches); run `at` is made through `counted(run)` (under a profiler, and whatever it checks
     before the next run overwrites the outputs). Every seed uses the fast generator, as the
     seeded checks and the timed runs do."""
     from tasks.generators import generate_inputs
