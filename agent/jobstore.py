@@ -11,7 +11,8 @@ A job that was `running` when the service stopped (killed, or shut down before i
 `queued` again on the next start (`requeue_running`), and `attempt` counts its tries: a result is
 only ever written by the attempt that holds the job (`finish` checks it), so a requeued job is
 answered once. After MAX_ATTEMPTS tries the service stopped under, a job is `failed` instead: one
-that brings the service down would otherwise do so again at every start. One service per store: a second one on the same file is refused (`lock`).
+that brings the service down would otherwise do so again at every start. One service per store: a
+second one on the same file is refused (`lock`).
 """
 from __future__ import annotations
 

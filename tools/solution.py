@@ -659,7 +659,7 @@ def extract_solution(reply: str, language: Language | None = None) -> Solution:
     # and block size with the old launch figures). Where nothing was restated (an unfinished extra
     # after a whole solution), this manifest is the solution's.
     cut = next((i for i in json_like if i > m_index and not fenced[i].closed), None)
-    restated = [src for src in usable if m_index < src.index < (cut if cut is not None else -1)]  # (closed: before cut)
+    restated = [] if cut is None else [src for src in usable if m_index < src.index < cut]  # (closed: before cut)
     if restated:
         after = info.blocks[restated[-1].index].label()
         raise SolutionError(f"the {info.blocks[cut].label()} never closes: the reply was cut off in the manifest that "
